@@ -1,0 +1,177 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bayesncl.evaluation.metrics import (
+    background_dominance,
+    class_dim_matrices,
+    consistency_per_dim,
+    interpretability,
+)
+
+EPS = 1e-5
+
+
+def naive(F, y, C, eps=EPS):
+    """METHOD.md section 4 transcribed literally: one Python loop per dimension, float64."""
+    F = np.asarray(F, dtype=np.float64)
+    y = np.asarray(y)
+    N, D = F.shape
+    n = [int((y == c).sum()) for c in range(C)]
+    A = [j for j in range(D) if np.abs(F[:, j]).sum() > eps]
+
+    def H(w):
+        p = np.array(w, dtype=np.float64)
+        p = p / p.sum()
+        return -sum(pc * math.log(pc) for pc in p if pc > eps)
+
+    sc, hs, hm, hf = {}, {}, {}, {}
+    for j in A:
+        S = [i for i in range(N) if abs(F[i, j]) > eps]
+        sc[j] = max(sum(1 for i in S if y[i] == c) for c in range(C)) / len(S)
+        s = [sum(abs(F[i, j]) for i in range(N) if y[i] == c) for c in range(C)]
+        hs[j] = H(s)
+        hm[j] = H([s[c] / n[c] for c in range(C) if n[c] > 0])
+        hf[j] = H([sum(1 for i in S if y[i] == c) for c in range(C)])
+    act = 100 * np.mean([[abs(F[i, j]) > eps for j in range(D)] for i in range(N)])
+    freq = [sum(1 for i in range(N) if abs(F[i, j]) > eps) / N for j in range(D)]
+    mean = lambda d: float(np.mean(list(d.values()))) if d else math.nan  # noqa: E731
+    return dict(sc=100 * mean(sc), se_sum=mean(hs), se_mean=mean(hm), se_freq=mean(hf), act=act,
+                alive=len(A), per=dict(sc=sc, h_sum=hs, h_mean=hm, h_freq=hf), freq=freq)
+
+
+def sparse_features(N, D, C, seed, dead=(), absent=None, sign=False):
+    g = torch.Generator().manual_seed(seed)
+    F = torch.relu(torch.randn(N, D, generator=g) - 0.8)
+    F[:, list(dead)] = 0
+    if sign:  # |F| must be used, not F
+        F = F * (torch.randint(0, 2, (N, D), generator=g) * 2 - 1)
+    y = torch.randint(0, C, (N,), generator=g)
+    if absent is not None:
+        y[y == absent] = (absent + 1) % C
+    return F, y
+
+
+@pytest.mark.parametrize(
+    "N,D,C,seed,dead,absent,sign",
+    [(60, 12, 4, 0, (), None, False), (80, 20, 5, 1, (0, 7, 19), 2, False),
+     (45, 9, 3, 2, (4,), 0, True), (120, 16, 7, 3, (1, 2), 6, False)],
+)
+def test_against_naive_loop(N, D, C, seed, dead, absent, sign):
+    F, y = sparse_features(N, D, C, seed, dead, absent, sign)
+    out = interpretability(F, y, C)
+    ref = naive(F.numpy(), y.numpy(), C)
+    for k in ("sc", "se_sum", "se_mean", "se_freq", "act"):
+        assert out[k] == pytest.approx(ref[k], abs=1e-6), k
+    assert out["alive"] == ref["alive"] == D - len(dead)
+    assert out["alive_frac"] == pytest.approx(ref["alive"] / D)
+    pd = out["per_dim"]
+    assert pd["active"].tolist() == [j not in dead for j in range(D)]
+    np.testing.assert_allclose(pd["freq"].numpy(), ref["freq"], atol=1e-12)
+    for key in ("sc", "h_sum", "h_mean", "h_freq"):
+        for j in range(D):
+            if j in dead:
+                assert math.isnan(pd[key][j])
+            else:
+                assert float(pd[key][j]) == pytest.approx(ref["per"][key][j], abs=1e-6), (key, j)
+
+
+def test_chunking_does_not_change_matrices():
+    F, y = sparse_features(1000, 30, 6, 5)
+    s1, c1 = class_dim_matrices(F, y, 6, chunk_rows=7)
+    s2, c2 = class_dim_matrices(F, y, 6, chunk_rows=10_000)
+    oh = torch.nn.functional.one_hot(y, 6).double()
+    torch.testing.assert_close(s1, oh.T @ F.abs().double(), rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(s2, oh.T @ F.abs().double(), rtol=1e-6, atol=1e-9)
+    assert torch.equal(c1, oh.T @ (F.abs() > EPS).double()) and torch.equal(c1, c2)
+
+
+def test_known_values():
+    C, per = 4, 5
+    y = torch.arange(C).repeat_interleave(per)  # balanced, 20 samples
+    N = len(y)
+    F = torch.zeros(N, 3)
+    F[y == 3, 0] = torch.rand(per) + 0.5  # dim 0: only class 3
+    F[:, 1] = 2.0  # dim 1: every sample, equal values
+    # dim 2: dead
+    out = interpretability(F, y, C)
+    pd = out["per_dim"]
+    assert pd["sc"][0] == 1.0 and pd["h_sum"][0] == 0 and pd["h_mean"][0] == 0 and pd["h_freq"][0] == 0
+    assert pd["sc"][1] == pytest.approx(1 / C)
+    for k in ("h_sum", "h_mean", "h_freq"):
+        assert float(pd[k][1]) == pytest.approx(math.log(C), abs=1e-12)
+        assert math.isnan(pd[k][2])
+    assert out["alive"] == 2 and out["alive_frac"] == pytest.approx(2 / 3)
+    assert out["sc"] == pytest.approx(100 * (1 + 1 / C) / 2)
+    assert out["se_sum"] == pytest.approx(math.log(C) / 2)
+    # Act: dim0 fires on 5/20 samples, dim1 on 20/20, dim2 on 0 -> 25 of 60 entries
+    assert out["act"] == pytest.approx(100 * 25 / 60)
+    assert pd["freq"].tolist() == pytest.approx([0.25, 1.0, 0.0])
+
+
+def test_se_mean_reweights_by_class_size():
+    # Dim fires with equal value on all 6 samples of class 0 and the 2 of class 1: SE-Sum sees 6:2,
+    # SE-Mean sees 1:1 (ln 2); class 2 is absent and must not break the division.
+    y = torch.tensor([0] * 6 + [1] * 2)
+    F = torch.ones(8, 1)
+    out = interpretability(F, y, 3)
+    assert out["se_mean"] == pytest.approx(math.log(2))
+    assert out["se_sum"] == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
+    assert out["se_freq"] == pytest.approx(out["se_sum"])
+    assert out["sc"] == pytest.approx(75.0)
+
+
+def test_no_active_dim_is_nan_not_crash():
+    out = interpretability(torch.zeros(10, 4), torch.arange(10) % 2, 2)
+    assert out["alive"] == 0 and out["alive_frac"] == 0 and out["act"] == 0
+    for k in ("sc", "se_sum", "se_mean", "se_freq"):
+        assert math.isnan(out[k])
+    assert not out["per_dim"]["active"].any()
+
+
+def test_eps_threshold_and_bad_labels():
+    F = torch.tensor([[1e-6, 1.0], [1e-6, 0.0]])
+    out = interpretability(F, torch.tensor([0, 1]), 2)
+    assert out["per_dim"]["active"].tolist() == [False, True]
+    assert out["act"] == pytest.approx(25.0)
+    with pytest.raises(ValueError):
+        interpretability(F, torch.tensor([0, 2]), 2)
+    with pytest.raises(ValueError):
+        interpretability(F, torch.tensor([0]), 2)
+
+
+def test_half_precision_input():
+    F, y = sparse_features(50, 8, 3, 9)
+    a = interpretability(F.bfloat16(), y, 3)
+    b = naive(F.bfloat16().float().numpy(), y.numpy(), 3)
+    assert a["sc"] == pytest.approx(b["sc"], abs=1e-6)
+    assert a["se_mean"] == pytest.approx(b["se_mean"], abs=1e-6)
+
+
+def test_consistency_per_dim_matches_interpretability():
+    F, y = sparse_features(70, 10, 4, 11, dead=(3,))
+    v = consistency_per_dim(F, y, 4)
+    ref = interpretability(F, y, 4)["per_dim"]["sc"]
+    assert torch.equal(torch.isnan(v), torch.isnan(ref))
+    torch.testing.assert_close(v[~torch.isnan(v)], ref[~torch.isnan(ref)])
+
+
+def test_background_dominance_known_case():
+    # 4 classes x 2 backgrounds, 8 samples (one per class/background pair, twice).
+    y = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3] * 2)
+    bg = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1] * 2)
+    F = torch.zeros(16, 5)
+    F[bg == 1, 0] = 1.0  # background dim: bg SC 1, class SC 1/4 -> dominated
+    F[y == 2, 1] = 1.0  # class dim: class SC 1, bg SC 1/2 -> not dominated
+    F[(y == 0) & (bg == 0), 2] = 1.0  # pure in both: tie, not dominated (strict)
+    F[(bg == 0) & (y < 2), 3] = 1.0  # bg SC 1, class SC 1/2 -> dominated
+    # dim 4 dead: not counted
+    out = background_dominance(F, y, bg, 4, 2)
+    assert out["n_active"] == 4
+    assert out["share"] == pytest.approx(2 / 4)
+    assert out["bg_sc"][:4].tolist() == pytest.approx([1, 0.5, 1, 1])
+    assert out["cls_sc"][:4].tolist() == pytest.approx([0.25, 1, 1, 0.5])
+    assert math.isnan(out["bg_sc"][4]) and math.isnan(out["cls_sc"][4])
+    assert math.isnan(background_dominance(torch.zeros(16, 2), y, bg, 4, 2)["share"])
