@@ -1,0 +1,152 @@
+"""Methods of METHOD.md section 1, in a registry keyed by the name config and workflow use.
+
+Every method shares backbone + projector + InfoNCE; they differ in the feature fed to InfoNCE (and used at
+evaluation) and in an extra loss. `training_loss` returns the total loss and its named parts.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import losses
+from .backbones import build_backbone
+from .config import topk_k
+
+METHODS: dict[str, type["Method"]] = {}
+
+
+def register(name: str) -> Callable[[type], type]:
+    def deco(cls):
+        cls.name = name
+        METHODS[name] = cls
+        return cls
+
+    return deco
+
+
+def mlp(dims: list[int]) -> nn.Sequential:
+    """Linear -> ReLU -> ... -> Linear, no BatchNorm."""
+    layers: list[nn.Module] = []
+    for i in range(len(dims) - 1):
+        layers.append(nn.Linear(dims[i], dims[i + 1]))
+        if i < len(dims) - 2:
+            layers.append(nn.ReLU(inplace=True))
+    return nn.Sequential(*layers)
+
+
+class Method(nn.Module):
+    name = "base"
+
+    def __init__(self, cfg: dict):
+        super().__init__()
+        m, mc = cfg["model"], cfg["method"]
+        self.cfg = cfg
+        self.temperature = mc["temperature"]
+        self.backbone = build_backbone(m["arch"], m["width"], m["stem"])
+        self.projector = mlp([self.backbone.out_dim, m["proj_hidden"], m["proj_dim"]])
+
+    # The subclass hook: from (h, z) to the InfoNCE/evaluation feature and extra outputs.
+    def head(self, h: torch.Tensor, z: torch.Tensor) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def extra_loss(self, out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {}
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        h = self.backbone(x)
+        z = self.projector(h)
+        out = {"h": h, "z": z}
+        out.update(self.head(h, z))
+        return out
+
+    def training_loss(self, x1: torch.Tensor, x2: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """Both views in one forward pass; returns (loss, parts). parts["out"] keeps the tensors."""
+        n = x1.shape[0]
+        out = self(torch.cat([x1, x2]))
+        f = out["feature"]
+        nce = losses.info_nce(f[:n], f[n:], self.temperature)
+        parts = {"infonce": nce, **self.extra_loss(out)}
+        loss = sum(parts.values())
+        return loss, {**parts, "out": out}
+
+    @torch.no_grad()
+    def features(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Evaluation features (section 1) of a batch; call with the model in eval mode."""
+        return self(x)
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        """Named parameter sets; the optimizer gives `gate_head` its own lr multiplier."""
+        return {"main": [p for p in self.parameters() if p.requires_grad]}
+
+
+@register("cl")
+class CL(Method):
+    """SimCLR: normalize(z)."""
+
+    def head(self, h, z):
+        return {"feature": F.normalize(z.float(), dim=1)}
+
+
+@register("ncl")
+class NCL(Method):
+    """Non-negative CL: normalize(z+), z+ = ReLU(z) (or rep_relu)."""
+
+    def head(self, h, z):
+        zp = losses.nonneg(z, self.cfg["method"]["nonneg"])
+        return {"zplus": zp, "feature": F.normalize(zp.float(), dim=1)}
+
+
+@register("topk_ncl")
+class TopKNCL(Method):
+    """Top-k NCL: normalize(z+ * topk_mask(z+, k)), k = round(rho * D)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.k = topk_k(cfg)
+
+    def head(self, h, z):
+        zp = losses.nonneg(z, self.cfg["method"]["nonneg"])
+        mask = losses.topk_mask(zp, self.k)
+        return {"zplus": zp, "mask": mask, "feature": F.normalize((zp * mask).float(), dim=1)}
+
+
+@register("bayesncl")
+class BayesNCL(Method):
+    """NCL with a Bernoulli gate per dimension: normalize(normalize(z+) * m) + lambda * KL(alpha || rho)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        mc, m = cfg["method"], cfg["model"]
+        f, hid, d = self.backbone.out_dim, m["proj_hidden"], m["proj_dim"]
+        dims = {1: [f, d], 2: [f, hid, d], 3: [f, hid, max(hid // 2, 1), d]}[mc["head_depth"]]
+        self.gate_head = mlp(dims)
+        self.gate, self.detach, self.tau = mc["gate"], mc["detach"], mc["tau_g"]
+        self.rho, self.lam = mc["rho"], mc["lambda"]
+
+    def head(self, h, z):
+        zp = losses.nonneg(z, self.cfg["method"]["nonneg"])
+        logits = self.gate_head(h.detach() if self.detach else h).float()
+        m, alpha = losses.gate_mask(logits, self.gate, self.tau, training=self.training)
+        feat = F.normalize(F.normalize(zp.float(), dim=1) * m, dim=1)
+        return {"zplus": zp, "alpha": alpha, "gate": m, "feature": feat}
+
+    def extra_loss(self, out):
+        return {"kl": self.lam * losses.bernoulli_kl(out["alpha"], self.rho)}
+
+    def param_groups(self):
+        head = {id(p) for p in self.gate_head.parameters()}
+        return {
+            "main": [p for p in self.parameters() if id(p) not in head],
+            "gate_head": list(self.gate_head.parameters()),
+        }
+
+
+def build_method(cfg: dict) -> Method:
+    name = cfg["method"]["name"]
+    if name not in METHODS:
+        raise ValueError(f"method.name: unknown method {name!r}; allowed: {', '.join(METHODS)}")
+    return METHODS[name](cfg)

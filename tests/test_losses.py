@@ -1,0 +1,120 @@
+"""Losses and gates against naive transcriptions of METHOD.md section 1."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bayesncl import losses
+
+
+def naive_info_nce(f1, f2, T):
+    """Per-pair loop: -log exp(s(i, pos)/T) / sum_{k != i} exp(s(i, k)/T), averaged over 2N views."""
+    views = [F.normalize(v, dim=0) for v in torch.cat([f1, f2]).double()]
+    n2 = len(views)
+    n = n2 // 2
+    total = 0.0
+    for i in range(n2):
+        pos = (i + n) % n2
+        num = math.exp(float(views[i] @ views[pos]) / T)
+        den = sum(math.exp(float(views[i] @ views[k]) / T) for k in range(n2) if k != i)
+        total += -math.log(num / den)
+    return total / n2
+
+
+@pytest.mark.parametrize("n,d,t", [(2, 3, 0.2), (5, 8, 0.5), (8, 16, 0.1), (3, 64, 1.0)])
+def test_info_nce_matches_naive_loop(n, d, t):
+    g = torch.Generator().manual_seed(n * 100 + d)
+    f1, f2 = torch.randn(n, d, generator=g), torch.randn(n, d, generator=g)
+    assert losses.info_nce(f1, f2, t).item() == pytest.approx(naive_info_nce(f1, f2, t), rel=1e-5, abs=1e-6)
+
+
+def test_info_nce_is_stable_at_low_temperature():
+    f = torch.randn(4, 8)
+    assert torch.isfinite(losses.info_nce(f, f + 1e-3, 1e-3))
+
+
+def test_ste_gate_forward_binary_backward_alpha():
+    logits = torch.randn(6, 10, requires_grad=True)
+    m, alpha = losses.gate_mask(logits, "ste", 1.0, training=True)
+    assert set(m.detach().unique().tolist()) <= {0.0, 1.0}
+    assert torch.equal(m.detach(), (alpha > 0.5).float())
+    w = torch.randn(6, 10)
+    (g_m,) = torch.autograd.grad((m * w).sum(), logits)
+    logits2 = logits.detach().clone().requires_grad_(True)
+    (g_a,) = torch.autograd.grad((torch.sigmoid(logits2) * w).sum(), logits2)
+    assert torch.allclose(g_m, g_a)
+
+
+def test_gumbel_gate_uses_noise_in_training_only():
+    logits = torch.randn(4, 12, requires_grad=True)
+    noise = losses.gumbel_noise(logits.shape, generator=torch.Generator().manual_seed(0))
+    m, alpha = losses.gate_mask(logits, "gumbel", 0.7, training=True, noise=noise)
+    noisy = torch.sigmoid((logits + noise) / 0.7)
+    assert torch.equal(m.detach(), (noisy > 0.5).float())
+    assert torch.allclose(alpha, torch.sigmoid(logits / 0.7))
+    w = torch.randn(4, 12)
+    (g,) = torch.autograd.grad((m * w).sum(), logits)
+    l2 = logits.detach().clone().requires_grad_(True)
+    (g_ref,) = torch.autograd.grad((torch.sigmoid((l2 + noise) / 0.7) * w).sum(), l2)
+    assert torch.allclose(g, g_ref)
+    m_eval, _ = losses.gate_mask(logits, "gumbel", 0.7, training=False)
+    assert torch.equal(m_eval, (torch.sigmoid(logits / 0.7) > 0.5).float())
+
+
+def test_gumbel_noise_formula():
+    g = torch.Generator().manual_seed(3)
+    u = torch.rand(1000, generator=torch.Generator().manual_seed(3))
+    expected = -torch.log(-torch.log(u + 1e-4) + 1e-4)
+    assert torch.allclose(losses.gumbel_noise((1000,), generator=g), expected)
+
+
+def test_soft_gate_is_alpha():
+    logits = torch.randn(3, 5, requires_grad=True)
+    m, alpha = losses.gate_mask(logits, "soft", 2.0, training=True)
+    assert torch.equal(m, alpha) and torch.allclose(alpha, torch.sigmoid(logits / 2.0))
+
+
+def test_unknown_gate():
+    with pytest.raises(ValueError, match="allowed"):
+        losses.gate_mask(torch.zeros(1, 1), "hard", training=True)
+
+
+@pytest.mark.parametrize("rho", [0.005, 0.3, 0.8, 0.999])
+def test_kl_closed_form(rho):
+    alpha = torch.rand(7, 9)
+    alpha[0, 0], alpha[0, 1] = 0.0, 1.0  # exercise the clamp
+    total = 0.0
+    r = min(max(rho, 0.01), 0.99)
+    for row in alpha.tolist():
+        for a in row:
+            a = min(max(a, 0.01), 0.99)
+            total += a * math.log(a / r) + (1 - a) * math.log((1 - a) / (1 - r))
+    assert losses.bernoulli_kl(alpha, rho).item() == pytest.approx(total / 7, rel=1e-5)
+    assert losses.bernoulli_kl(torch.full((2, 3), r), rho).item() == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 3, 10])
+def test_topk_keeps_exactly_k_per_row(k):
+    x = torch.rand(20, 10)
+    mask = losses.topk_mask(x, k)
+    assert torch.all(mask.sum(1) == k)
+    kept = (x * mask).masked_fill(mask == 0, float("inf")).min(1).values
+    dropped = (x * (1 - mask)).masked_fill(mask == 1, float("-inf")).max(1).values
+    assert torch.all(kept >= dropped)
+
+
+def test_topk_mask_has_no_gradient():
+    x = torch.rand(4, 6, requires_grad=True)
+    assert not losses.topk_mask(x, 2).requires_grad
+
+
+def test_rep_relu_forward_relu_backward_gelu():
+    z = torch.randn(50, requires_grad=True)
+    y = losses.rep_relu(z)
+    assert torch.allclose(y, F.relu(z))
+    (g,) = torch.autograd.grad(y.sum(), z)
+    z2 = z.detach().clone().requires_grad_(True)
+    (g_ref,) = torch.autograd.grad(F.gelu(z2).sum(), z2)
+    assert torch.allclose(g, g_ref)

@@ -1,0 +1,80 @@
+"""Methods: registry, features of METHOD.md section 1, gradient isolation of the gating head."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bayesncl import config as C
+from bayesncl.methods import METHODS, build_method
+
+
+def tiny(method="bayesncl", **over):
+    sets = [f"method.name={method}", "model.width=4", "model.proj_hidden=16", "model.proj_dim=8"]
+    return C.resolve(sets=sets + [f"{k}={v}" for k, v in over.items()])
+
+
+def test_registry_names():
+    assert set(METHODS) == {"cl", "ncl", "topk_ncl", "bayesncl"}
+
+
+@pytest.mark.parametrize("arch,stem,size,dim", [("resnet18", "cifar", 16, 32), ("resnet18", "imagenet", 32, 32),
+                                                 ("resnet50", "cifar", 16, 128)])
+def test_backbone_shapes(arch, stem, size, dim):
+    m = build_method(tiny("ncl", **{"model.arch": arch, "model.stem": stem}))
+    out = m.eval()(torch.randn(2, 3, size, size))
+    assert out["h"].shape == (2, dim) and out["z"].shape == (2, 8)
+
+
+def test_cifar_stem_is_3x3_no_maxpool():
+    m = build_method(tiny("ncl"))
+    assert m.backbone.conv1.kernel_size == (3, 3) and m.backbone.conv1.stride == (1, 1)
+    assert isinstance(m.backbone.maxpool, torch.nn.Identity)
+
+
+def test_eval_features_follow_the_spec():
+    x = torch.randn(3, 3, 16, 16)
+    for name in METHODS:
+        m = build_method(tiny(name)).eval()
+        out = m.features(x)
+        z = out["z"]
+        if name == "cl":
+            ref = F.normalize(z, dim=1)
+        elif name == "ncl":
+            ref = F.normalize(F.relu(z), dim=1)
+        elif name == "topk_ncl":
+            zp = F.relu(z)
+            k = round(0.8 * 8)
+            mask = torch.zeros_like(zp).scatter_(1, zp.topk(k, 1).indices, 1.0)
+            ref = F.normalize(zp * mask, dim=1)
+        else:
+            alpha = torch.sigmoid(m.gate_head(out["h"]))
+            ref = F.normalize(F.normalize(F.relu(z), dim=1) * (alpha > 0.5).float(), dim=1)
+        assert torch.allclose(out["feature"], ref, atol=1e-6), name
+
+
+@pytest.mark.parametrize("depth,n_linear", [(1, 1), (2, 2), (3, 3)])
+def test_gating_head_depth(depth, n_linear):
+    m = build_method(tiny(**{"method.head_depth": depth}))
+    linears = [l for l in m.gate_head if isinstance(l, torch.nn.Linear)]
+    assert len(linears) == n_linear and linears[-1].out_features == 8
+    if depth == 3:
+        assert linears[1].out_features == 8  # H/2 with H=16
+
+
+@pytest.mark.parametrize("detach", [True, False])
+def test_detach_controls_whether_kl_reaches_backbone(detach):
+    m = build_method(tiny(**{"method.detach": detach, "method.lambda": 1.0}))
+    m.train()
+    _, parts = m.training_loss(torch.randn(4, 3, 16, 16), torch.randn(4, 3, 16, 16))
+    parts["kl"].backward()
+    g = m.backbone.conv1.weight.grad
+    reached = g is not None and bool(g.abs().sum() > 0)
+    assert reached is (not detach)
+    assert m.gate_head[0].weight.grad.abs().sum() > 0  # the head itself always learns from the KL
+
+
+def test_bayesncl_param_groups_split_gate_head():
+    m = build_method(tiny())
+    groups = m.param_groups()
+    assert {id(p) for p in groups["gate_head"]} == {id(p) for p in m.gate_head.parameters()}
+    assert len(groups["main"]) + len(groups["gate_head"]) == len(list(m.parameters()))
