@@ -58,3 +58,352 @@ def test_atomic_path_temp_is_sibling_with_same_suffix(tmp_path):
         assert not target.exists()  # invisible until the block succeeds
         tmp.write_bytes(b"data")
     assert target.read_bytes() == b"data"
+
+
+# --------------------------------------------------------------------------- report helpers
+import json  # noqa: E402
+import math  # noqa: E402
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+from bayesncl.report import summary as summ  # noqa: E402
+from bayesncl.report import tables  # noqa: E402
+
+GOLDEN = Path(__file__).with_name("golden")
+
+
+def _frame(rows):
+    """A summary frame from partial row dicts (missing columns become NaN / "")."""
+    return summ.prepare(pd.DataFrame(rows))
+
+
+def _row(variant, seed, dataset="cifar10", method="bayesncl", sets="table1", **metrics):
+    return {"run_id": f"{dataset}/{variant}/seed~{seed}", "dataset": dataset, "arch": "resnet18",
+            "method": method, "variant": variant, "sets": sets, "seed": seed, **metrics}
+
+
+def _cells(tex: str, label: str) -> list[str]:
+    """The cells of the LaTeX row starting with ``label``."""
+    for line in tex.splitlines():
+        if line.startswith(label + " &") or line.startswith(label + "$^"):
+            return [c.strip() for c in line.removesuffix(r"\\").split(" & ")][1:]
+    raise AssertionError(f"no row {label!r} in\n{tex}")
+
+
+def _write_metrics(path: Path, data: dict) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+FULL_METRICS = {
+    "run": {"dataset": "cifar100", "arch": "resnet18", "method": "bayesncl", "gate": "ste",
+            "detach": True, "head_depth": 2, "rho": 0.8, "lambda": 3e-5, "proj_dim": 256, "seed": 1},
+    "interpretability": {"sc": 36.1, "se_sum": 1.2, "se_mean": 1.3, "se_freq": 1.4, "act": 12.5,
+                         "alive": 200, "alive_frac": 0.78, "bg_dominated_zplus": 0.1,
+                         "bg_dominated_feature": 0.05},
+    "linear_probe": {"top1": 70.4, "top5": 91.0, "protocol": "fast"},
+    "retrieval": {"K": 128, "p@1": 60.0, "p@3": 58.0, "p@5": 57.0, "p@10": 55.0,
+                  "curve": {"128": 55.0, "32": 40.0, "64": 50.0}},
+    "background": {"acc": 93.4, "protocol": "fast", "target": "place"},
+    "dynamics": {"epochs": [10, 20], "af_gv": [0.5, 0.3], "gv_sc": [-0.4, -0.2], "af_sc": [0.1, 0.2]},
+    "cost": {"gflops": 1.419, "params_m": 11.9, "sec_per_epoch": 21.0, "img_per_s": 2400.0,
+             "peak_mem_mb": 5000.0, "train_minutes": 75.1},
+}
+
+
+# --------------------------------------------------------------------------- summary
+def test_summarize_flattens_every_section(tmp_path):
+    m = _write_metrics(tmp_path / "results/runs/cifar100/resnet18/bayesncl/rho~0.8/seed~1/eval/metrics.json",
+                       FULL_METRICS)
+    df = summ.summarize([{"metrics": m, "sets": ["table1", "figure3"], "variant": "BayesNCL (STE)",
+                          "sweep": "rho"}])
+    assert list(df.columns) == summ.COLUMNS
+    r = df.iloc[0]
+    assert r["run_id"] == "cifar100/resnet18/bayesncl/rho~0.8/seed~1"
+    assert (r["dataset"], r["arch"], r["method"], r["variant"]) == ("cifar100", "resnet18", "bayesncl",
+                                                                    "BayesNCL (STE)")
+    assert r["sets"] == "table1;figure3" and r["sweep"] == "rho" and r["gate"] == "ste"
+    assert (r["rho"], r["lambda"], r["proj_dim"], r["seed"], r["head_depth"]) == (0.8, 3e-5, 256, 1, 2)
+    assert r["sc"] == 36.1 and r["alive"] == 200 and r["bg_dominated_feature"] == 0.05
+    assert (r["probe_top1"], r["probe_top5"], r["probe_protocol"]) == (70.4, 91.0, "fast")
+    assert (r["ret_K"], r["ret_p1"], r["ret_p10"]) == (128, 60.0, 55.0)
+    assert json.loads(r["ret_curve"]) == {"32": 40.0, "64": 50.0, "128": 55.0}
+    assert list(json.loads(r["ret_curve"])) == ["32", "64", "128"]  # sorted numerically
+    assert (r["bg_acc"], r["bg_protocol"]) == (93.4, "fast")
+    assert json.loads(r["dyn_gv_sc"]) == [-0.4, -0.2] and json.loads(r["dyn_epochs"]) == [10, 20]
+    assert (r["gflops"], r["train_minutes"]) == (1.419, 75.1)
+
+
+def test_summarize_missing_sections_are_empty(tmp_path):
+    m = _write_metrics(tmp_path / "runs/cifar10/resnet18/cl/seed~2/eval/metrics.json",
+                       {"run": {"dataset": "cifar10", "arch": "resnet18", "method": "cl"},
+                        "interpretability": {"sc": 10.0}})
+    r = summ.summarize([{"metrics": m, "sets": []}]).iloc[0]
+    assert r["variant"] == "SimCLR"  # default display name when the manifest gives none
+    assert r["seed"] == 2  # recovered from the seed~2 path component
+    assert r["sc"] == 10.0 and math.isnan(r["se_sum"]) and math.isnan(r["probe_top1"])
+    assert r["ret_curve"] == "" and r["probe_protocol"] == "" and r["dyn_epochs"] == "" and r["sets"] == ""
+    assert math.isnan(r["gflops"])
+
+
+def test_summarize_nested_run_config_and_relative_paths(tmp_path):
+    _write_metrics(tmp_path / "results/runs/a/seed~0/eval/metrics.json",
+                   {"run": {"dataset": "cifar10", "method": "ncl", "model": {"proj_dim": 128},
+                            "seed": 0}})
+    df = summ.summarize([{"metrics": "results/runs/a/seed~0/eval/metrics.json", "sets": ["table1"]}],
+                        base_dir=tmp_path)
+    assert df.iloc[0]["proj_dim"] == 128 and df.iloc[0]["run_id"] == "a/seed~0"
+
+
+def test_summarize_errors_name_the_file(tmp_path):
+    missing = tmp_path / "nope" / "metrics.json"
+    with pytest.raises(summ.MetricsFileError, match=re.escape(str(missing))):
+        summ.summarize([{"metrics": str(missing), "sets": []}])
+    bad = tmp_path / "bad" / "metrics.json"
+    bad.parent.mkdir()
+    bad.write_text("{not json")
+    with pytest.raises(summ.MetricsFileError, match=re.escape(str(bad))):
+        summ.summarize([{"metrics": str(bad), "sets": []}])
+    with pytest.raises(summ.ManifestError, match="entry 0"):
+        summ.summarize([{"sets": ["table1"]}])
+
+
+def test_summarize_merges_duplicate_entries(tmp_path):
+    m = _write_metrics(tmp_path / "runs/x/seed~0/eval/metrics.json", FULL_METRICS)
+    df = summ.summarize([{"metrics": m, "sets": ["table1"], "variant": "BayesNCL"},
+                         {"metrics": m, "sets": ["table2", "table1"], "variant": "BayesNCL"},
+                         {"metrics": m, "sets": ["table4"], "variant": "STE (default)"}])
+    assert list(df["sets"]) == ["table1;table2", "table4"]
+
+
+def test_write_summary_roundtrip(tmp_path):
+    m = _write_metrics(tmp_path / "runs/x/seed~0/eval/metrics.json", FULL_METRICS)
+    m2 = _write_metrics(tmp_path / "runs/y/seed~0/eval/metrics.json", {"run": {"dataset": "cifar10"}})
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps([{"metrics": m, "sets": ["table1"], "variant": "B"},
+                                    {"metrics": m2, "sets": ["table2"]}]))
+    out = tmp_path / "summary" / "runs.csv"
+    df = summ.write_summary(manifest, out)
+    back = summ.read_summary(out)
+    pd.testing.assert_frame_equal(df, back)
+    assert [p.name for p in out.parent.iterdir()] == ["runs.csv"]
+    # JSON-lines manifests and {"runs": [...]} are accepted too.
+    manifest.write_text("\n".join(json.dumps(e) for e in [{"metrics": m, "sets": ["table1"]}]))
+    assert len(summ.load_manifest(manifest)) == 1
+    manifest.write_text(json.dumps({"runs": [{"metrics": m}]}))
+    assert len(summ.load_manifest(manifest)) == 1
+
+
+# --------------------------------------------------------------------------- tables
+def test_bold_uses_unrounded_means():
+    # Both round to 30.00; B is higher unrounded and must be the only bold SC.
+    df = _frame([_row("A", 0, sc=30.001), _row("A", 1, sc=30.001),
+                 _row("B", 0, sc=30.004), _row("B", 1, sc=30.004)])
+    tex = tables.render_table(df, "table1")
+    assert _cells(tex, "A")[0] == r"$30.00 \pm 0.00$"
+    assert _cells(tex, "B")[0] == r"$\mathbf{30.00 \pm 0.00}$"
+
+
+def test_bold_direction_lower_is_better():
+    df = _frame([_row("A", 0, se_sum=1.0, act=40.0, sc=5.0, alive=10),
+                 _row("B", 0, se_sum=2.0, act=20.0, sc=9.0, alive=20)])
+    a, b = _cells(tables.render_table(df, "table1"), "A"), _cells(tables.render_table(df, "table1"), "B")
+    assert a[1] == r"$\mathbf{1.000}$" and b[1] == "$2.000$"      # SE-Sum: lower wins
+    assert a[4] == "$40.00$" and b[4] == r"$\mathbf{20.00}$"      # Act.: lower (sparser) wins
+    assert a[0] == "$5.00$" and b[0] == r"$\mathbf{9.00}$"        # SC: higher wins
+    assert "mathbf" not in a[5] + b[5]                            # alive dims: no direction
+    cost = _frame([_row("A", 0, sets="table7", gflops=1.0, img_per_s=100.0),
+                   _row("B", 0, sets="table7", gflops=2.0, img_per_s=200.0)])
+    tex = tables.render_table(cost, "table7")
+    assert _cells(tex, "A")[0] == r"$\mathbf{1.000}$" and _cells(tex, "B")[3] == r"$\mathbf{200}$"
+
+
+def test_bold_is_per_dataset_block():
+    df = _frame([_row("A", 0, dataset="cifar10", sc=50.0), _row("B", 0, dataset="cifar10", sc=40.0),
+                 _row("A", 0, dataset="cifar100", sc=10.0), _row("B", 0, dataset="cifar100", sc=20.0)])
+    tex = tables.render_table(df, "table1")
+    bold = [line.split(" & ")[0] for line in tex.splitlines()
+            if " & " in line and r"\mathbf{" in line.split(" & ")[1]]
+    assert bold == ["A", "B"]
+
+
+def test_std_over_seeds_and_caption_seed_count():
+    df = _frame([_row("A", s, sc=v) for s, v in enumerate([10.0, 12.0, 14.0])]
+                + [_row("B", s, sc=v) for s, v in enumerate([1.0, 2.0, 3.0])])
+    tex = tables.render_table(df, "table1")
+    assert _cells(tex, "A")[0] == r"$\mathbf{12.00 \pm 2.00}$"  # sample std (ddof=1)
+    assert r"Mean $\pm$ std over 3 seeds." in tex
+    md = tables.render_table(df, "table1", "md")
+    assert "Mean ± std over 3 seeds." in md and "**12.00 ± 2.00**" in md
+
+
+def test_caption_says_when_seed_counts_differ():
+    df = _frame([_row("A", s, sc=1.0 + s) for s in range(3)] + [_row("B", 0, sc=5.0)])
+    tex = tables.render_table(df, "table1")
+    assert "over 3 seeds; seed counts differ" in tex
+    assert _cells(tex, "B")[0] == r"$\mathbf{5.00}$"  # single seed: mean only, no "± 0.00"
+    assert r"B$^{n=1}$ &" in tex
+    single = tables.render_table(_frame([_row("A", 0, sc=1.0)]), "table1")
+    assert "Single seed (mean only, no std)." in single
+
+
+def test_nan_never_bold_and_rendered_as_dash():
+    df = _frame([_row("A", 0, sc=float("nan"), se_sum=1.0), _row("B", 0, sc=5.0, se_sum=2.0),
+                 _row("C", 0, sc=4.0, se_sum=3.0)])
+    tex = tables.render_table(df, "table1")
+    assert _cells(tex, "A")[0] == "--" and _cells(tex, "B")[0] == r"$\mathbf{5.00}$"
+    md = tables.render_table(df, "table1", "md")
+    assert "| A | - | **1.000** |" in md
+
+
+def test_simclr_retrieval_is_a_dash():
+    df = _frame([_row("SimCLR", 0, method="cl", sets="table2", probe_top1=80.0, ret_K=64, ret_p1=99.0),
+                 _row("NCL", 0, method="ncl", sets="table2", probe_top1=81.0, ret_K=64, ret_p1=50.0)])
+    tex = tables.render_table(df, "table2")
+    assert _cells(tex, "SimCLR")[2:] == ["--"] * 4
+    assert _cells(tex, "NCL")[0] == r"$\mathbf{81.00}$"
+    assert "$K = 64$" in tex
+
+
+def test_probe_protocol_note():
+    fast = _frame([_row("A", 0, sets="table2", probe_top1=1.0, probe_protocol="fast")])
+    assert "Linear probe: fast protocol" in tables.render_table(fast, "table2")
+    mixed = _frame([_row("A", 0, sets="table2", probe_top1=1.0, probe_protocol="fast"),
+                    _row("B", 0, sets="table2", probe_top1=2.0, probe_protocol="paper")])
+    tex = tables.render_table(mixed, "table2")
+    assert "Linear probe: paper protocol" in tex and r"A$^\dagger$ &" in tex
+
+
+def test_latex_escaping():
+    assert tables.latex_escape(r"a_b & 50% #1 $x$ {y} ~ ^ \z") == (
+        r"a\_b \& 50\% \#1 \$x\$ \{y\} \textasciitilde{} \textasciicircum{} \textbackslash{}z")
+    df = _frame([_row("Top-k_NCL & 50%", 0, sc=1.0, dataset="my_data")])
+    tex = tables.render_table(df, "table1")
+    assert r"Top-k\_NCL \& 50\% &" in tex and r"\textit{my\_data}" in tex
+
+
+def test_table3_dynamics_per_epoch():
+    df = _frame([_row("NCL", s, method="ncl", sets="table3", dyn_epochs="[10, 20]",
+                      dyn_af_gv=json.dumps([0.5 + s / 10, 0.4]), dyn_gv_sc="[-0.3, -0.2]",
+                      dyn_af_sc="[0.1, 0.2]") for s in range(2)]
+                + [_row("BayesNCL", 0, sets="table3")])
+    tex = tables.render_table(df, "table3")
+    assert r"NCL & 10 & $0.550 \pm 0.071$ & $-0.300 \pm 0.000$ & $0.100 \pm 0.000$ \\" in tex
+    assert r" & 20 & $0.400 \pm 0.000$" in tex
+    assert "BayesNCL$^{n=1}$ & -- & -- & -- & --" in tex
+
+
+def _check_latex(tex: str, ncols: int) -> None:
+    body = re.sub(r"\\[{}%&$#_]", "", tex)
+    body = "\n".join(line for line in body.splitlines() if not line.startswith("%"))
+    assert body.count("{") == body.count("}"), "unbalanced braces"
+    assert body.count("$") % 2 == 0, "unbalanced math"
+    for word in (r"\toprule", r"\midrule", r"\bottomrule", r"\begin{tabular}", r"\end{table}"):
+        assert word in tex
+    inside = body.split(r"\toprule")[1].split(r"\bottomrule")[0]
+    for line in inside.splitlines():
+        if line.strip() and line.strip() != r"\midrule" and not line.startswith(r"\multicolumn"):
+            assert line.count("&") == ncols - 1, line
+
+
+def test_every_table_has_every_variant_row_and_is_wellformed(tmp_path):
+    sets = ";".join(f"table{i}" for i in range(1, 8))
+    rows = [_row(v, s, dataset=d, method=m, sets=sets, sc=float(s), probe_top1=50.0 + s, ret_K=64,
+                 ret_p10=40.0, gflops=1.4, bg_acc=93.0, dyn_epochs="[10]", dyn_af_gv="[0.5]",
+                 dyn_gv_sc="[0.1]", dyn_af_sc="[0.2]")
+            for d in ("cifar10", "imagenet100") for v, m in (("SimCLR", "cl"), ("NCL", "ncl"),
+                                                               ("BayesNCL (soft)", "bayesncl"))
+            for s in range(2)]
+    df = _frame(rows + [_row("Only-in-4", 0, sets="table4", sc=1.0)])
+    written = tables.render_tables(df, tmp_path)
+    assert sorted(p.name for p in written) == sorted(f"table{i}.{e}" for i in range(1, 8) for e in ("tex", "md"))
+    for i in range(1, 8):
+        tex = (tmp_path / f"table{i}.tex").read_text()
+        md = (tmp_path / f"table{i}.md").read_text()
+        ncols = tables.build_table(df, f"table{i}")["ncols"]
+        _check_latex(tex, ncols)
+        for d in ("CIFAR-10", "ImageNet-100"):
+            assert d in tex and d in md
+        for v in ("SimCLR", "NCL", "BayesNCL (soft)"):
+            assert sum(line.startswith(v + " &") for line in tex.splitlines()) == 2, (i, v)
+            assert sum(line.startswith(f"| {v} |") for line in md.splitlines()) == 2, (i, v)
+        assert ("Only-in-4" in tex) == (i == 4)
+        assert "no runs" not in tex
+
+
+def test_empty_set_gives_valid_no_runs_table(tmp_path):
+    df = _frame([_row("A", 0, sets="figure3")])
+    tables.render_tables(df, tmp_path)
+    for i in range(1, 8):
+        tex = (tmp_path / f"table{i}.tex").read_text()
+        assert "no runs" in tex and "No runs in this set." in tex
+        _check_latex(tex, tables.build_table(df, f"table{i}")["ncols"])
+        assert "| no runs |" in (tmp_path / f"table{i}.md").read_text()
+    tables.render_tables(summ.prepare(pd.DataFrame()), tmp_path / "empty")  # no rows at all
+
+
+def test_golden_tables():
+    df = summ.read_summary(GOLDEN / "runs.csv")
+    update = os.environ.get("UPDATE_GOLDEN") == "1"
+    for name, kind in (("table1", "tex"), ("table2", "tex"), ("table2", "md")):
+        got = tables.render_table(df, name, kind)
+        path = GOLDEN / f"{name}.{kind}"
+        if update:
+            path.write_text(got, encoding="utf-8")
+        assert got.encode() == path.read_bytes(), (
+            f"{path.name} differs from the golden file; if the change is intended, rerun with "
+            "UPDATE_GOLDEN=1 and review the diff")
+
+
+# --------------------------------------------------------------------------- figures / report
+def _figure_frame():
+    rows = []
+    curve = lambda s: json.dumps({"32": 40.0 + s, "64": 50.0 + s, "128": 55.0})  # noqa: E731
+    for d in ("cifar10", "cifar100"):
+        for v, m in (("NCL", "ncl"), ("BayesNCL", "bayesncl")):
+            rows += [_row(v, s, dataset=d, method=m, sets="figure3;table2", ret_curve=curve(s),
+                          probe_top1=60.0) for s in range(2)]
+    for width in (64, 128, 256):
+        rows += [_row(f"BayesNCL D={width}", s, sets="figure4a", proj_dim=width, sc=20.0 + s,
+                      probe_top1=60.0 + s) for s in range(2)]
+    for rho in (0.6, 0.8, 0.9):
+        rows.append(_row("BayesNCL", 0, sets="figure4b", rho=rho, **{"lambda": 3e-5}, sc=rho * 10,
+                         probe_top1=60.0))
+    for lam in (0.0, 1e-5, 5e-5):
+        rows.append(_row("BayesNCL", 0, sets="figure4b", rho=0.8, **{"lambda": lam}, sc=lam * 1e5,
+                         probe_top1=60.0))
+    return _frame(rows)
+
+
+def test_figure4b_sweep_membership():
+    df = _figure_frame()
+    rows = df[df["sets"] == "figure4b"]
+    rho = sorted(figures_module().sweep_rows(rows, "rho")["rho"])
+    lam = sorted(figures_module().sweep_rows(rows, "lambda")["lambda"])
+    assert rho == [0.6, 0.8, 0.9] and lam == [0.0, 1e-5, 3e-5, 5e-5]
+
+
+def figures_module():
+    from bayesncl.report import figures
+    return figures
+
+
+def test_report_writes_tables_and_nonempty_figures(tmp_path):
+    from bayesncl.report import write_report
+    csv = tmp_path / "runs.csv"
+    _figure_frame().to_csv(csv, index=False)
+    written = write_report(csv, tmp_path / "out")
+    names = sorted(p.relative_to(tmp_path / "out").as_posix() for p in written)
+    assert names == sorted([f"tables/table{i}.{e}" for i in range(1, 8) for e in ("tex", "md")]
+                           + [f"figures/figure{f}.{e}" for f in ("3", "4a", "4b") for e in ("pdf", "png")])
+    for stem in ("figure3", "figure4a", "figure4b"):
+        pdf = (tmp_path / "out/figures" / f"{stem}.pdf").read_bytes()
+        png = (tmp_path / "out/figures" / f"{stem}.png").read_bytes()
+        assert pdf.startswith(b"%PDF") and len(pdf) > 1000 and b"CreationDate" not in pdf
+        assert png.startswith(b"\x89PNG") and len(png) > 1000
+    # Empty sets still produce every figure.
+    figures_module().render_figures(_frame([_row("A", 0, sets="table1")]), tmp_path / "empty")
+    assert len(list((tmp_path / "empty").glob("*.pdf"))) == 3

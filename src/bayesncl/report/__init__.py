@@ -1,0 +1,38 @@
+"""Runs summary (runs.csv), LaTeX/Markdown tables and figures for the paper's Tables 1-7, Figures 3-4.
+
+API:
+    summarize(manifest) -> DataFrame            one row per manifest entry (see summary.COLUMNS)
+    write_summary(manifest_path, out_csv)       the same, written atomically to CSV
+    read_summary(csv_path) -> DataFrame         runs.csv back with stable dtypes
+    render_tables(df, out_dir)                  table1..7 .tex/.md
+    render_figures(df, out_dir)                 figure3, figure4a, figure4b .pdf/.png
+    write_report(summary_csv, out_root)         out_root/tables/* and out_root/figures/*
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .summary import (COLUMNS, ManifestError, MetricsFileError, load_manifest, read_summary,
+                      summarize, write_summary)
+
+__all__ = ["COLUMNS", "ManifestError", "MetricsFileError", "load_manifest", "read_summary",
+           "render_figures", "render_tables", "summarize", "write_report", "write_summary"]
+
+
+def render_tables(df, out_dir):  # lazy: jinja2 is only needed for the report step
+    from .tables import render_tables as _render
+    return _render(df, out_dir)
+
+
+def render_figures(df, out_dir):  # lazy: matplotlib import is slow and only needed here
+    from .figures import render_figures as _render
+    return _render(df, out_dir)
+
+
+def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike) -> list[Path]:
+    """Render every table into ``out_root/tables`` and every figure into ``out_root/figures``."""
+    df = read_summary(summary_csv)
+    root = Path(out_root)
+    return render_tables(df, root / "tables") + render_figures(df, root / "figures")

@@ -1,0 +1,264 @@
+"""Collect evaluated runs into one flat table (``results/summary/runs.csv``).
+
+The manifest (written by the Snakemake workflow) lists one entry per run and display variant::
+
+    {"metrics": "results/runs/.../seed~0/eval/metrics.json",
+     "sets": ["table1", "figure3"], "variant": "BayesNCL (STE)", "sweep": "rho"}   # sweep optional
+
+``summarize`` returns one row per entry (entries naming the same metrics file with the same variant
+are merged, their sets united, so a run is never counted twice in a table) with the columns of
+``COLUMNS``. Sections absent from metrics.json give NaN (numbers) or "" (text).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from ..atomic import atomic_path
+
+__all__ = ["COLUMNS", "ManifestError", "MetricsFileError", "load_manifest", "prepare",
+           "read_summary", "summarize", "write_summary"]
+
+ID_COLUMNS = ["run_id", "dataset", "arch", "method", "variant", "sets", "sweep"]
+RUN_COLUMNS = ["gate", "detach", "head_depth", "rho", "lambda", "proj_dim", "seed"]
+METRIC_COLUMNS = [
+    "sc", "se_sum", "se_mean", "se_freq", "act", "alive", "alive_frac",
+    "bg_dominated_zplus", "bg_dominated_feature",
+    "probe_top1", "probe_top5", "probe_protocol",
+    "ret_K", "ret_p1", "ret_p3", "ret_p5", "ret_p10", "ret_curve",
+    "bg_acc", "bg_protocol",
+    "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc",
+    "gflops", "params_m", "sec_per_epoch", "img_per_s", "peak_mem_mb", "train_minutes",
+]
+COLUMNS = ID_COLUMNS + RUN_COLUMNS + METRIC_COLUMNS
+TEXT_COLUMNS = {
+    "run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "gate",
+    "probe_protocol", "ret_curve", "bg_protocol", "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc",
+}
+
+# (section, key in metrics.json, column)
+_SCALARS = [
+    *[("interpretability", k, k) for k in (
+        "sc", "se_sum", "se_mean", "se_freq", "act", "alive", "alive_frac",
+        "bg_dominated_zplus", "bg_dominated_feature")],
+    ("linear_probe", "top1", "probe_top1"), ("linear_probe", "top5", "probe_top5"),
+    ("retrieval", "K", "ret_K"),
+    *[("retrieval", f"p@{k}", f"ret_p{k}") for k in (1, 3, 5, 10)],
+    ("background", "acc", "bg_acc"),
+    *[("cost", k, k) for k in (
+        "gflops", "params_m", "sec_per_epoch", "img_per_s", "peak_mem_mb", "train_minutes")],
+]
+_TEXTS = [("linear_probe", "protocol", "probe_protocol"), ("background", "protocol", "bg_protocol")]
+_DYNAMICS = [("epochs", "dyn_epochs"), ("af_gv", "dyn_af_gv"), ("gv_sc", "dyn_gv_sc"), ("af_sc", "dyn_af_sc")]
+
+METHOD_NAMES = {"cl": "SimCLR", "ncl": "NCL", "topk_ncl": "Top-k NCL", "bayesncl": "BayesNCL"}
+
+
+class ManifestError(ValueError):
+    """The manifest is missing, unreadable or has a malformed entry."""
+
+
+class MetricsFileError(ValueError):
+    """A metrics.json named by the manifest is missing or unreadable (message names the file)."""
+
+
+def load_manifest(manifest_path: str | os.PathLike) -> list[dict]:
+    """Read a manifest: a JSON list, a JSON object with a ``runs`` list, or JSON lines."""
+    path = Path(manifest_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ManifestError(f"cannot read manifest {path}: {exc}") from exc
+    try:
+        data = json.loads(text) if text.strip() else []
+    except json.JSONDecodeError:
+        try:
+            data = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise ManifestError(f"manifest {path} is neither JSON nor JSON lines: {exc}") from exc
+    if isinstance(data, dict) and isinstance(data.get("runs"), list):
+        data = data["runs"]
+    elif isinstance(data, dict) and "metrics" in data:  # a one-line JSON-lines manifest
+        data = [data]
+    if not isinstance(data, list):
+        raise ManifestError(f"manifest {path}: expected a list of entries, got {type(data).__name__}")
+    return data
+
+
+def _num(value: Any) -> float:
+    if value is None or isinstance(value, bool):
+        return float(value) if isinstance(value, bool) else math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _find(run: dict, key: str) -> Any:
+    """``run[key]``, else the first nested dict holding ``key`` (run configs may be nested)."""
+    if key in run:
+        return run[key]
+    for value in run.values():
+        if isinstance(value, dict):
+            found = _find(value, key)
+            if found is not None:
+                return found
+    return None
+
+
+def _run_dir(metrics: Path) -> Path:
+    return metrics.parent.parent if metrics.parent.name == "eval" else metrics.parent
+
+
+def _run_id(metrics_entry: str) -> str:
+    """Run dir as a posix path relative to ``results/runs`` (the part after the last ``runs``)."""
+    parts = _run_dir(Path(metrics_entry)).parts
+    if "runs" in parts:
+        idx = len(parts) - 1 - parts[::-1].index("runs")
+        parts = parts[idx + 1:]
+    return "/".join(p for p in parts if p not in ("/", ""))
+
+
+def _path_params(run_id: str) -> dict[str, str]:
+    # Fallback for missing "run" fields: the run dir encodes them as param~value components.
+    out = {}
+    for comp in run_id.split("/"):
+        if "~" in comp:
+            k, _, v = comp.partition("~")
+            out[k] = v
+    return out
+
+
+def _read_metrics(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise MetricsFileError(f"metrics file not found: {path}") from exc
+    except OSError as exc:
+        raise MetricsFileError(f"cannot read metrics file {path}: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MetricsFileError(f"metrics file {path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise MetricsFileError(f"metrics file {path}: expected a JSON object, got {type(data).__name__}")
+    for section, body in data.items():
+        if body is not None and not isinstance(body, dict):
+            raise MetricsFileError(f"metrics file {path}: section {section!r} is not an object")
+    return data
+
+
+def _sorted_curve(curve: dict) -> str:
+    items = sorted(((int(float(k)), _num(v)) for k, v in curve.items()), key=lambda kv: kv[0])
+    return json.dumps({str(k): v for k, v in items})
+
+
+def _flatten(entry: dict, metrics: dict) -> dict:
+    row: dict[str, Any] = {c: ("" if c in TEXT_COLUMNS else math.nan) for c in COLUMNS}
+    run_id = _run_id(entry["metrics"])
+    row["run_id"] = run_id
+    run = metrics.get("run") or {}
+    from_path = _path_params(run_id)
+    for key in ("dataset", "arch", "method", *RUN_COLUMNS):
+        value = _find(run, key)
+        if value is None:
+            value = from_path.get(key)
+        if value is None:
+            continue
+        if key in TEXT_COLUMNS:
+            row[key] = str(value)
+        else:
+            row[key] = _num(value)
+    row["variant"] = str(entry.get("variant") or METHOD_NAMES.get(row["method"], row["method"]))
+    row["sets"] = ";".join(str(s) for s in entry.get("sets") or [])
+    row["sweep"] = str(entry.get("sweep") or "")
+    for section, key, col in _SCALARS:
+        row[col] = _num((metrics.get(section) or {}).get(key))
+    for section, key, col in _TEXTS:
+        value = (metrics.get(section) or {}).get(key)
+        row[col] = "" if value is None else str(value)
+    curve = (metrics.get("retrieval") or {}).get("curve")
+    if isinstance(curve, dict) and curve:
+        row["ret_curve"] = _sorted_curve(curve)
+    dyn = metrics.get("dynamics") or {}
+    for key, col in _DYNAMICS:
+        if isinstance(dyn.get(key), list):
+            row[col] = json.dumps([_num(v) for v in dyn[key]])
+    return row
+
+
+def _merge_duplicates(manifest: Iterable[dict]) -> list[dict]:
+    merged: dict[tuple, dict] = {}
+    for i, entry in enumerate(manifest):
+        if not isinstance(entry, dict) or not entry.get("metrics"):
+            raise ManifestError(f"manifest entry {i} has no 'metrics' path: {entry!r}")
+        sets = entry.get("sets") or []
+        if isinstance(sets, str):
+            sets = [s for s in sets.split(";") if s]
+        key = (str(entry["metrics"]), entry.get("variant"))
+        if key in merged:
+            have = merged[key]
+            have["sets"] += [s for s in sets if s not in have["sets"]]
+            have["sweep"] = have.get("sweep") or entry.get("sweep")
+        else:
+            merged[key] = {**entry, "sets": list(sets)}
+    return list(merged.values())
+
+
+def summarize(manifest: list[dict], base_dir: str | os.PathLike | None = None) -> pd.DataFrame:
+    """One row per manifest entry, columns ``COLUMNS``, in manifest order.
+
+    Relative metrics paths are resolved against ``base_dir`` (default: the current directory, which
+    is the Snakemake working directory).
+    """
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    rows = []
+    for entry in _merge_duplicates(manifest):
+        path = Path(entry["metrics"])
+        rows.append(_flatten(entry, _read_metrics(path if path.is_absolute() else base / path)))
+    return prepare(pd.DataFrame(rows, columns=COLUMNS))
+
+
+def write_summary(manifest_path: str | os.PathLike, out_csv: str | os.PathLike,
+                  base_dir: str | os.PathLike | None = None) -> pd.DataFrame:
+    """Read the manifest, summarize it and write ``out_csv`` atomically; returns the table."""
+    df = summarize(load_manifest(manifest_path), base_dir=base_dir)
+    with atomic_path(out_csv) as tmp:
+        df.to_csv(tmp, index=False, lineterminator="\n")
+    return df
+
+
+def prepare(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``df`` with every column of ``COLUMNS`` present: text as str ("" when missing),
+    numbers as float (NaN when missing). Renderers call this so a frame read from CSV and one from
+    ``summarize`` behave identically."""
+    df = df.copy()
+    for col in COLUMNS:
+        if col not in df.columns:
+            df[col] = "" if col in TEXT_COLUMNS else math.nan
+    for col in COLUMNS:
+        if col in TEXT_COLUMNS:
+            df[col] = [("" if _missing(v) else str(v)) for v in df[col]]
+            df[col] = df[col].astype(object)
+        else:
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+    return df.reset_index(drop=True)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def read_summary(csv_path: str | os.PathLike) -> pd.DataFrame:
+    """Read runs.csv back with the dtypes ``summarize`` produces (text stays text, "" not NaN)."""
+    try:
+        df = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        df = pd.DataFrame(columns=COLUMNS)
+    return prepare(df)
