@@ -1,0 +1,212 @@
+"""Datasets and batched on-device SimCLR augmentation (contract: docs/DESIGN.md, "Data").
+
+``load_split(data_cfg, split)`` returns an :class:`ImageSet`; ``iter_batches`` yields uint8 batches on
+the training device, where :class:`SimCLRAugment` (or :func:`eval_transform`) turns them into float
+inputs.  Datasets:
+
+- ``synthetic``: generated locally (shape = class, texture = background), in memory.
+- ``cifar10`` / ``cifar100``: torchvision's on-disk pickles under ``root``, in memory.
+- ``imagenet100``: ImageNet-1k ``root/{train,val}/<wnid>/`` restricted to the shipped 100-wnid list,
+  file-backed (decoded by PIL, stored short-side-resized + centre-cropped to ``imagenet_stored_size``).
+- ``waterbirds`` (also :func:`load_waterbirds`): ``root/metadata.csv`` + images, file-backed.
+
+Errors about missing or malformed data are :class:`DataError` and name the path, the expected layout
+and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+
+__all__ = [
+    "ImageSet",
+    "DataError",
+    "CIFAR10_MEAN",
+    "CIFAR10_STD",
+    "CIFAR100_MEAN",
+    "CIFAR100_STD",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "DATASETS",
+    "load_split",
+    "check_data",
+    "iter_batches",
+    "load_waterbirds",
+    "make_synthetic",
+    "SimCLRAugment",
+    "eval_transform",
+]
+
+# METHOD.md section 2.
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
+CIFAR100_STD = (0.2673, 0.2564, 0.2762)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+DATASETS = ("synthetic", "cifar10", "cifar100", "imagenet100", "waterbirds")
+
+
+class DataError(ValueError):
+    """Missing or malformed data; the message names the path, the expected layout and the fix."""
+
+
+@dataclass
+class ImageSet:
+    """One split of a dataset.
+
+    Exactly one of ``images`` (uint8 [N,3,S,S], in memory) and ``dataset`` (a torch Dataset whose items
+    are ``(uint8 [3,S,S], label, background)``, background -1 when there is none) is set.
+    ``backgrounds`` is None for datasets without a background label (CIFAR, ImageNet-100).
+    ``mean``/``std`` are per-channel normalisation constants in [0, 1] units; ``crop_size`` is the
+    network input size (augmentation/eval output), S the stored size.
+    """
+
+    images: torch.Tensor | None
+    dataset: Any | None
+    labels: torch.Tensor
+    backgrounds: torch.Tensor | None
+    num_classes: int
+    num_backgrounds: int
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    crop_size: int
+    name: str
+    class_names: list[str] | None = None
+    background_names: list[str] | None = None
+    # device -> (images, labels, backgrounds) copies, so iter_batches moves an in-memory set only once.
+    _device_cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def file_backed(self) -> bool:
+        return self.images is None
+
+    @property
+    def stored_size(self) -> int:
+        if self.images is not None:
+            return int(self.images.shape[-1])
+        return int(getattr(self.dataset, "stored_size"))
+
+
+# Submodules import ImageSet/DataError from here, so they are imported after those are defined.
+from .augment import SimCLRAugment, eval_transform  # noqa: E402
+from .cifar import check_cifar, load_cifar  # noqa: E402
+from .imagenet import check_imagenet100, load_imagenet100  # noqa: E402
+from .synthetic import load_synthetic, make_synthetic, resolve_params  # noqa: E402
+from .waterbirds import check_waterbirds, load_waterbirds  # noqa: E402
+
+
+def _dataset_name(data_cfg: dict) -> str:
+    name = data_cfg.get("dataset", "synthetic")
+    if name not in DATASETS:
+        raise DataError(f"data.dataset: unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
+    return name
+
+
+def load_split(data_cfg: dict, split: str) -> ImageSet:
+    """Load ``split`` ("train" or "test"; Waterbirds also "val") of ``data_cfg["dataset"]``.
+
+    ImageNet-100 reads ``train/`` for "train" and ``val/`` for "test".  Optional key ``classes`` (a
+    list of wnids or a path to a one-wnid-per-line file) overrides the shipped 100-class list.
+    """
+    name = _dataset_name(data_cfg)
+    root = data_cfg.get("root")
+    if name == "synthetic":
+        return load_synthetic(data_cfg.get("synthetic"), split, data_cfg.get("cache_dir"))
+    if name in ("cifar10", "cifar100"):
+        return load_cifar(root, name, split, download=bool(data_cfg.get("download", False)))
+    if name == "imagenet100":
+        return load_imagenet100(
+            root,
+            split,
+            stored_size=int(data_cfg.get("imagenet_stored_size", 256)),
+            crop_size=int(data_cfg.get("imagenet_crop_size", 224)),
+            classes=data_cfg.get("classes"),
+        )
+    return load_waterbirds(
+        root,
+        split,
+        image_size=int(data_cfg.get("imagenet_crop_size", 224)),
+        stored_size=int(data_cfg.get("imagenet_stored_size", 256)),
+    )
+
+
+def check_data(data_cfg: dict) -> None:
+    """Cheap existence checks before training starts; raises :class:`DataError` naming what is missing."""
+    name = _dataset_name(data_cfg)
+    root = data_cfg.get("root")
+    if name == "synthetic":
+        resolve_params(data_cfg.get("synthetic"))  # validates; generation happens at load time
+    elif name in ("cifar10", "cifar100"):
+        check_cifar(root, name, download=bool(data_cfg.get("download", False)))
+    elif name == "imagenet100":
+        check_imagenet100(root, classes=data_cfg.get("classes"))
+    else:
+        check_waterbirds(root)
+
+
+def iter_batches(
+    ds: ImageSet,
+    batch_size: int,
+    *,
+    shuffle: bool,
+    seed: int,
+    drop_last: bool,
+    device: torch.device | str,
+    num_workers: int = 0,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    """Yield ``(x_uint8 [B,3,S,S], y [B], bg [B] or None)`` on ``device``.
+
+    The order is a permutation drawn from a CPU ``torch.Generator`` seeded with ``seed`` alone (pass
+    e.g. ``seed * 1000 + epoch`` for a per-epoch order), identical for in-memory and file-backed sets.
+    In-memory sets are copied to ``device`` once (cached on the ImageSet) and indexed there;
+    file-backed sets go through a DataLoader with ``num_workers`` workers.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    device = torch.device(device)
+    n = len(ds)
+    if shuffle:
+        g = torch.Generator().manual_seed(int(seed))
+        order = torch.randperm(n, generator=g)
+    else:
+        order = torch.arange(n)
+    stop = (n // batch_size) * batch_size if drop_last else n
+
+    if ds.images is not None:
+        key = str(device)
+        if key not in ds._device_cache:
+            bg = ds.backgrounds.to(device) if ds.backgrounds is not None else None
+            ds._device_cache[key] = (ds.images.to(device), ds.labels.to(device), bg)
+        images, labels, backgrounds = ds._device_cache[key]
+        order = order.to(device)
+        for s in range(0, stop, batch_size):
+            idx = order[s : min(s + batch_size, stop)]
+            yield images[idx], labels[idx], (backgrounds[idx] if backgrounds is not None else None)
+        return
+
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(
+        ds.dataset,
+        batch_size=batch_size,
+        sampler=order[:stop].tolist(),
+        num_workers=num_workers,
+        drop_last=False,  # already cut to whole batches above
+        pin_memory=device.type == "cuda",
+        persistent_workers=False,
+    )
+    non_blocking = device.type == "cuda"
+    for x, y, bg in loader:
+        yield (
+            x.to(device, non_blocking=non_blocking),
+            y.to(device, non_blocking=non_blocking),
+            bg.to(device, non_blocking=non_blocking) if ds.backgrounds is not None else None,
+        )
