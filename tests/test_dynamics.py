@@ -55,3 +55,17 @@ def test_spearman_signs_and_nan():
     assert all(math.isnan(v) for k, v in spearman_table(x, x, sc).items() if k != "n_dims")
     # constant input -> NaN, no warning escaping
     assert math.isnan(spearman_table(x, np.ones(10), x)["af_gv"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gradient_stats_cuda():
+    g = torch.Generator().manual_seed(5)
+    zs = [torch.relu(torch.randn(6, 4, generator=g)) for _ in range(4)]
+    gs = [torch.randn(6, 4, generator=g) for _ in range(4)]
+    a, b = GradientStats(4), GradientStats(4)
+    for z, gr in zip(zs, gs):
+        a.update(z, gr)
+        b.update(z.cuda(), gr.cuda())
+    ra, rb = a.result(), b.result()
+    torch.testing.assert_close(rb["af"], ra["af"])
+    torch.testing.assert_close(rb["gv"], ra["gv"])

@@ -79,7 +79,7 @@ def test_against_naive_loop(N, D, C, seed, dead, absent, sign):
 
 
 def test_chunking_does_not_change_matrices():
-    F, y = sparse_features(1000, 30, 6, 5)
+    F, y = sparse_features(300, 30, 6, 5)
     s1, c1 = class_dim_matrices(F, y, 6, chunk_rows=7)
     s2, c2 = class_dim_matrices(F, y, 6, chunk_rows=10_000)
     oh = torch.nn.functional.one_hot(y, 6).double()
@@ -175,3 +175,15 @@ def test_background_dominance_known_case():
     assert out["cls_sc"][:4].tolist() == pytest.approx([0.25, 1, 1, 0.5])
     assert math.isnan(out["bg_sc"][4]) and math.isnan(out["cls_sc"][4])
     assert math.isnan(background_dominance(torch.zeros(16, 2), y, bg, 4, 2)["share"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu():
+    F, y = sparse_features(500, 40, 6, 13, dead=(5,), absent=2)
+    a = interpretability(F, y, 6)
+    b = interpretability(F.cuda(), y.cuda(), 6)
+    for k in ("sc", "se_sum", "se_mean", "se_freq", "act", "alive"):
+        assert b[k] == pytest.approx(a[k], abs=1e-6), k
+    for k, v in a["per_dim"].items():
+        assert b["per_dim"][k].device.type == "cpu"
+        torch.testing.assert_close(b["per_dim"][k], v, equal_nan=True)

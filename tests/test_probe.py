@@ -1,4 +1,3 @@
-import pytest
 import torch
 
 from bayesncl.evaluation.probe import linear_probe_fast, standardize, topk_accuracy

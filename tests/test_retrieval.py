@@ -106,3 +106,13 @@ def test_curve_and_default_Ks():
     curve = retrieval_curve(F, y, [32, 64], k=5)
     assert set(curve) == {32, 64}
     assert curve[64] == pytest.approx(retrieval_precision(F, y, ks=(5,))["p@5"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu():
+    g = torch.Generator().manual_seed(4)
+    F = torch.rand(300, 32, generator=g) ** 2
+    y = torch.randint(0, 5, (300,), generator=g)
+    a = retrieval_precision(F, y, K=16, chunk_size=64)
+    b = retrieval_precision(F.cuda(), y.cuda(), K=16, chunk_size=64)
+    assert b == pytest.approx(a, abs=1e-12)

@@ -76,7 +76,7 @@ def training_time_from_log(log_path: str | os.PathLike) -> dict:
     A resumed run may log the same epoch twice: each epoch counts once, the last line wins.
     Blank lines, lines without `epoch` and a truncated last line (crash mid-write) are skipped.
     Returns dict(train_minutes = sum of epoch_seconds / 60, sec_per_epoch = mean epoch_seconds,
-    img_per_s = mean img_per_s, epochs = number of distinct epochs); NaN where nothing was logged.
+    img_per_s = mean img_per_s), the keys of metrics.json's cost section; NaN where nothing was logged.
     """
     by_epoch: dict[int, dict] = {}
     with open(log_path, encoding="utf-8") as fh:
@@ -104,5 +104,4 @@ def training_time_from_log(log_path: str | os.PathLike) -> dict:
         "train_minutes": sum(secs) / 60 if secs else math.nan,
         "sec_per_epoch": sum(secs) / len(secs) if secs else math.nan,
         "img_per_s": sum(ips) / len(ips) if ips else math.nan,
-        "epochs": len(by_epoch),
     }

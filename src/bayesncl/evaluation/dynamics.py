@@ -40,7 +40,9 @@ class GradientStats:
     @torch.no_grad()
     def update(self, zplus: Tensor, grad: Tensor, eps: float = 1e-5) -> None:
         if zplus.shape != grad.shape or zplus.dim() != 2 or zplus.shape[1] != self.D:
-            raise ValueError(f"expected zplus and grad of shape [B, {self.D}], got {tuple(zplus.shape)} and {tuple(grad.shape)}")
+            raise ValueError(
+                f"expected zplus and grad of shape [B, {self.D}], got {tuple(zplus.shape)} and {tuple(grad.shape)}"
+            )
         if self._active is None:
             z = torch.zeros(self.D, dtype=torch.float64, device=zplus.device)
             self._active, self._mean, self._m2 = z, z.clone(), z.clone()
@@ -90,4 +92,9 @@ def spearman_table(af, gv, sc) -> dict:
         raise ValueError(f"length mismatch: af {len(af)}, gv {len(gv)}, sc {len(sc)}")
     ok = np.isfinite(af) & np.isfinite(gv) & np.isfinite(sc)
     af, gv, sc = af[ok], gv[ok], sc[ok]
-    return {"af_gv": _spearman(af, gv), "gv_sc": _spearman(gv, sc), "af_sc": _spearman(af, sc), "n_dims": int(ok.sum())}
+    return {
+        "af_gv": _spearman(af, gv),
+        "gv_sc": _spearman(gv, sc),
+        "af_sc": _spearman(af, sc),
+        "n_dims": int(ok.sum()),
+    }
