@@ -92,12 +92,14 @@ def linear_probe_fast(
     lr: float = 1e-3,
     weight_decay: float = 1e-4,
     seed: int = 0,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = None,
 ) -> dict:
     """Top-1 / top-5 test accuracy (percent) of a linear classifier on standardised frozen features.
 
+    device None trains where train_x lives (cached GPU features stay on the GPU).
     Returns dict(top1, top5, protocol="fast", train_top1).
     """
+    device = train_x.device if device is None else torch.device(device)
     xtr, xte = standardize(train_x.to(device), test_x.to(device))
     layer = train_linear(
         xtr, train_y, num_classes, epochs=epochs, batch_size=batch_size, lr=lr,
