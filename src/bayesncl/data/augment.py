@@ -9,7 +9,9 @@ state.  The ops follow METHOD.md section 2 and torchvision's semantics:
    log-ratio uniform, 10 tries, then the whole image clipped to the ratio range), done as one affine
    grid per image and ``grid_sample(mode="bicubic")``; the horizontal flip (p=0.5) is folded into the
    same grid.  [choice] No antialiasing when a crop is downscaled (grid_sample has none); at 32x32
-   crops are only upscaled, at 224-of-256 the downscale factor is small.
+   crops are only upscaled, at 224-of-256 the downscale factor is small.  At the crop border the
+   bicubic taps read the real neighbouring pixels (torchvision's crop-then-resize replicates the
+   crop's edge instead); inside, the result equals torchvision's ``resized_crop``.
 2. ColorJitter(brightness, contrast, saturation, hue) with probability ``jitter_p``.  [choice] The
    four ops run in the fixed order brightness, contrast, saturation, hue (torchvision shuffles the order
    per image); factors are drawn per image.  Hue goes through RGB->HSV->RGB.
