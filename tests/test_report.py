@@ -179,6 +179,14 @@ def test_summarize_merges_duplicate_entries(tmp_path):
     assert list(df["sets"]) == ["table1;table2", "table4"]
 
 
+def test_sweep_hint_accepts_dotted_config_keys(tmp_path):
+    m = _write_metrics(tmp_path / "runs/x/seed~0/eval/metrics.json", FULL_METRICS)
+    df = summ.summarize([{"metrics": m, "variant": v, "sweep": h} for v, h in
+                         (("a", "method.rho"), ("b", "method.lambda"), ("c", "model.proj_dim"),
+                          ("d", "width"), ("e", None))])
+    assert list(df["sweep"]) == ["rho", "lambda", "width", "width", ""]
+
+
 def test_write_summary_roundtrip(tmp_path):
     m = _write_metrics(tmp_path / "runs/x/seed~0/eval/metrics.json", FULL_METRICS)
     m2 = _write_metrics(tmp_path / "runs/y/seed~0/eval/metrics.json", {"run": {"dataset": "cifar10"}})
@@ -384,6 +392,16 @@ def test_figure4b_sweep_membership():
     rho = sorted(figures_module().sweep_rows(rows, "rho")["rho"])
     lam = sorted(figures_module().sweep_rows(rows, "lambda")["lambda"])
     assert rho == [0.6, 0.8, 0.9] and lam == [0.0, 1e-5, 3e-5, 5e-5]
+    # Hints win over inference: a "width" row at the base rho/lambda is in neither sweep, and a
+    # hinted row is kept even when it also moves the other parameter.
+    hinted = _frame([_row("B", 0, sets="figure4b", rho=0.8, **{"lambda": 3e-5}, proj_dim=64, sweep="width"),
+                     _row("B", 0, sets="figure4b", rho=0.8, **{"lambda": 3e-5}, sweep="rho"),
+                     _row("B", 0, sets="figure4b", rho=0.8, **{"lambda": 3e-5}, sweep="rho"),
+                     _row("B", 0, sets="figure4b", rho=0.5, **{"lambda": 1e-5}, sweep="rho"),
+                     _row("B", 0, sets="figure4b", rho=0.8, **{"lambda": 0.0}, sweep="lambda")])
+    sweep = figures_module().sweep_rows
+    assert sorted(sweep(hinted, "rho")["rho"]) == [0.5, 0.8, 0.8]
+    assert sorted(sweep(hinted, "lambda")["lambda"]) == [0.0, 3e-5, 3e-5]
 
 
 def figures_module():
@@ -405,5 +423,5 @@ def test_report_writes_tables_and_nonempty_figures(tmp_path):
         assert pdf.startswith(b"%PDF") and len(pdf) > 1000 and b"CreationDate" not in pdf
         assert png.startswith(b"\x89PNG") and len(png) > 1000
     # Empty sets still produce every figure.
-    figures_module().render_figures(_frame([_row("A", 0, sets="table1")]), tmp_path / "empty")
+    figures_module().render_figures(_frame([_row("A", 0, sets="table1")]), tmp_path / "empty", ("pdf",))
     assert len(list((tmp_path / "empty").glob("*.pdf"))) == 3

@@ -26,9 +26,9 @@ def render_tables(df, out_dir):  # lazy: jinja2 is only needed for the report st
     return _render(df, out_dir)
 
 
-def render_figures(df, out_dir):  # lazy: matplotlib import is slow and only needed here
+def render_figures(df, out_dir, formats=("pdf", "png")):  # lazy: matplotlib is slow to import
     from .figures import render_figures as _render
-    return _render(df, out_dir)
+    return _render(df, out_dir, formats)
 
 
 def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike) -> list[Path]:

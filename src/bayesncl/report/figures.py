@@ -98,14 +98,23 @@ def _colors(labels: list[str]) -> dict[str, tuple]:
     return {lab: cmap(i % 10) for i, lab in enumerate(dict.fromkeys(labels))}
 
 
-def _save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
+def _save(fig: Figure, out_dir: Path, stem: str, formats: tuple[str, ...]) -> list[Path]:
     paths = []
-    for ext, meta in (("pdf", {"CreationDate": None}), ("png", None)):
+    for ext in formats:
+        meta = {"CreationDate": None} if ext == "pdf" else None  # no timestamp: reproducible bytes
         path = out_dir / f"{stem}.{ext}"
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=ext, metadata=meta)  # layout: tight_layout, not a 2nd draw
         paths.append(path)
     return paths
+
+
+def _curve(text: str) -> dict:
+    try:
+        curve = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return curve if isinstance(curve, dict) else {}
 
 
 def _figure3(df: pd.DataFrame) -> Figure:
@@ -127,7 +136,7 @@ def _figure3(df: pd.DataFrame) -> Figure:
             sub = part[(part["arch"] == arch) & (part["variant"] == variant)]
             per_k: dict[int, list[float]] = {}
             for text in sub["ret_curve"]:
-                for k, v in (json.loads(text) if text else {}).items():
+                for k, v in _curve(text).items():
                     per_k.setdefault(int(float(k)), []).append(math.nan if v is None else float(v))
             pts = [(k, *_mean_std(per_k[k])) for k in sorted(per_k)]
             pts = [p for p in pts if math.isfinite(p[1])]
@@ -185,7 +194,14 @@ def sweep_rows(rows: pd.DataFrame, param: str) -> pd.DataFrame:
     for rec in rows.to_dict("records"):
         at_base = rec[param] == base_p and rec[other] == base_o
         hint = rec["sweep"]
-        keep.append(hint == param or at_base or (hint == "" and rec[other] == base_o))
+        if hint == param:
+            keep.append(True)
+        elif hint == other:
+            keep.append(at_base)  # the other sweep's base point is also a point of this one
+        elif hint == "":
+            keep.append(rec[other] == base_o)  # only `param` differs from the set's usual value
+        else:
+            keep.append(False)  # e.g. "width": belongs to figure 4a
     return rows[_mask(rows, keep)]
 
 
@@ -221,8 +237,9 @@ def _figure4b(df: pd.DataFrame) -> Figure:
     return fig
 
 
-def render_figures(df: pd.DataFrame, out_dir: str | os.PathLike) -> list[Path]:
-    """Write figure3, figure4a and figure4b as PDF and PNG into ``out_dir``; returns the paths."""
+def render_figures(df: pd.DataFrame, out_dir: str | os.PathLike,
+                   formats: tuple[str, ...] = ("pdf", "png")) -> list[Path]:
+    """Write figure3, figure4a and figure4b (each in ``formats``) into ``out_dir``; returns the paths."""
     out = Path(out_dir)
     df = prepare(df)
     written = []
@@ -230,5 +247,5 @@ def render_figures(df: pd.DataFrame, out_dir: str | os.PathLike) -> list[Path]:
         for stem, make in (("figure3", _figure3), ("figure4a", _figure4a), ("figure4b", _figure4b)):
             fig = make(df)
             fig.tight_layout()
-            written += _save(fig, out, stem)
+            written += _save(fig, out, stem, formats)
     return written

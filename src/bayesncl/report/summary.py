@@ -7,7 +7,9 @@ The manifest (written by the Snakemake workflow) lists one entry per run and dis
 
 ``summarize`` returns one row per entry (entries naming the same metrics file with the same variant
 are merged, their sets united, so a run is never counted twice in a table) with the columns of
-``COLUMNS``. Sections absent from metrics.json give NaN (numbers) or "" (text).
+``COLUMNS``. Sections absent from metrics.json give NaN (numbers) or "" (text). ``run_id`` is the
+run dir relative to ``results/runs``; ``sweep`` (after ``sets``) is the entry's sweep hint, used by
+Figure 4b; ``ret_curve`` is a JSON object {K: P@10} sorted by K and ``dyn_*`` are JSON lists.
 """
 
 from __future__ import annotations
@@ -166,9 +168,14 @@ def _flatten(entry: dict, metrics: dict) -> dict:
     run = metrics.get("run") or {}
     from_path = _path_params(run_id)
     for key in ("dataset", "arch", "method", *RUN_COLUMNS):
-        value = _find(run, key)
+        # Top level first, then the run dir's param~value components, then nested config sections.
+        value = run.get(key)
         if value is None:
             value = from_path.get(key)
+        if value is None:
+            value = _find(run, key)
+        if isinstance(value, dict):  # a nested config section, e.g. method: {name: ...}
+            value = value.get("name")
         if value is None:
             continue
         if key in TEXT_COLUMNS:
@@ -177,7 +184,7 @@ def _flatten(entry: dict, metrics: dict) -> dict:
             row[key] = _num(value)
     row["variant"] = str(entry.get("variant") or METHOD_NAMES.get(row["method"], row["method"]))
     row["sets"] = ";".join(str(s) for s in entry.get("sets") or [])
-    row["sweep"] = str(entry.get("sweep") or "")
+    row["sweep"] = _sweep_name(entry.get("sweep"))
     for section, key, col in _SCALARS:
         row[col] = _num((metrics.get(section) or {}).get(key))
     for section, key, col in _TEXTS:
@@ -191,6 +198,15 @@ def _flatten(entry: dict, metrics: dict) -> dict:
         if isinstance(dyn.get(key), list):
             row[col] = json.dumps([_num(v) for v in dyn[key]])
     return row
+
+
+def _sweep_name(hint: Any) -> str:
+    """"rho" | "lambda" | "width" | other; the workflow may give the dotted config key instead
+    ("method.rho", "model.proj_dim"), so keep the last component and call proj_dim "width"."""
+    if not hint:
+        return ""
+    name = str(hint).rsplit(".", 1)[-1]
+    return "width" if name == "proj_dim" else name
 
 
 def _merge_duplicates(manifest: Iterable[dict]) -> list[dict]:
@@ -237,18 +253,21 @@ def write_summary(manifest_path: str | os.PathLike, out_csv: str | os.PathLike,
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
     """A copy of ``df`` with every column of ``COLUMNS`` present: text as str ("" when missing),
     numbers as float (NaN when missing). Renderers call this so a frame read from CSV and one from
-    ``summarize`` behave identically."""
-    df = df.copy()
+    ``summarize`` behave identically. Extra columns are kept after ``COLUMNS``."""
+    n = len(df)
+    cols: dict[str, Any] = {}
     for col in COLUMNS:
         if col not in df.columns:
-            df[col] = "" if col in TEXT_COLUMNS else math.nan
-    for col in COLUMNS:
-        if col in TEXT_COLUMNS:
-            df[col] = [("" if _missing(v) else str(v)) for v in df[col]]
-            df[col] = df[col].astype(object)
+            values = [""] * n if col in TEXT_COLUMNS else [math.nan] * n
+        elif col in TEXT_COLUMNS:
+            values = ["" if _missing(v) else str(v) for v in df[col]]
         else:
-            df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
-    return df.reset_index(drop=True)
+            values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
+        cols[col] = pd.Series(values, dtype=object if col in TEXT_COLUMNS else float)
+    for col in df.columns:
+        if col not in cols:
+            cols[col] = df[col].reset_index(drop=True)
+    return pd.DataFrame(cols)  # built once: per-column assignment is slow in pandas
 
 
 def _missing(value: Any) -> bool:

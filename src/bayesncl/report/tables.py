@@ -16,6 +16,8 @@ Conventions (the same for every table):
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import os
 import re
@@ -39,7 +41,7 @@ TEMPLATE_DIR = Path(__file__).with_name("templates")
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "imagenet100": "ImageNet-100",
                  "waterbirds": "Waterbirds", "synthetic": "Synthetic"}
 ARCH_NAMES = {"resnet18": "ResNet-18", "resnet50": "ResNet-50"}
-PROTOCOLS = {
+PROBE_PROTOCOLS = {
     "fast": "fast protocol (linear classifier on cached features, no augmentation; not the paper's)",
     "paper": "paper protocol (50 epochs, RandomResizedCrop + flip)",
 }
@@ -121,7 +123,6 @@ class _Fmt:
 
     def __init__(self, kind: str):
         self.tex = kind == "tex"
-        self.ext = kind
 
     def esc(self, text: str) -> str:
         return latex_escape(text) if self.tex else _md_escape(text)
@@ -242,21 +243,24 @@ def _seed_caption(groups: list[Group], fmt: _Fmt) -> str:
     return text + "."
 
 
-def _protocol_note(groups: list[Group], column: str, what: str, fmt: _Fmt) -> str:
-    """One sentence on the protocol(s) used; with mixed protocols the minority rows get a dagger."""
+def _protocol_note(groups: list[Group], column: str, what: str, fmt: _Fmt,
+                   names: dict[str, str] | None = None) -> str:
+    """One sentence on the protocol(s) used; with mixed protocols the rows off the base protocol
+    ("paper" if present) get a dagger."""
     proto = {id(g): ";".join(sorted({r[column] for r in g.rows if r[column]})) for g in groups}
     seen = [p for p in dict.fromkeys(proto.values()) if p]
     if not seen:
         return f"{what} protocol not recorded." if groups else ""
     base = "paper" if "paper" in seen else seen[0]
-    text = f"{what}: {PROTOCOLS.get(base, fmt.esc(base) + ' protocol')}"
+    names = names or {}
+    text = f"{what}: {names.get(base, fmt.esc(base) + ' protocol')}"
     others = [p for p in seen if p != base]
     if others:
         for g in groups:
             if proto[id(g)] and proto[id(g)] != base:
                 g.marks.insert(0, "dagger")
         text += "; rows marked " + fmt.dagger + " use the " + ", ".join(
-            PROTOCOLS.get(p, fmt.esc(p) + " protocol") for p in others)
+            names.get(p, fmt.esc(p) + " protocol") for p in others)
     return text + "."
 
 
@@ -344,7 +348,6 @@ def _metric_rows(groups: list[Group], block: list[Group], spec: TableSpec, fmt: 
 
 
 def _parse_list(text: str) -> list[float]:
-    import json
     if not text:
         return []
     try:
@@ -384,7 +387,7 @@ def build_table(df: pd.DataFrame, name: str, kind: str = "tex") -> dict:
     groups = [g for _, gs in blocks for g in gs]
     notes = []
     if spec.name == "table2":
-        notes.append(_protocol_note(groups, "probe_protocol", "Linear probe", fmt))
+        notes.append(_protocol_note(groups, "probe_protocol", "Linear probe", fmt, PROBE_PROTOCOLS))
     if spec.name == "table6":
         notes.append(_protocol_note(groups, "bg_protocol", "Background probe", fmt))
     notes.append(_seed_caption(groups, fmt))
@@ -404,6 +407,7 @@ def build_table(df: pd.DataFrame, name: str, kind: str = "tex") -> dict:
             "align": [":---"] + ["---:"] * (ncols - 1)}
 
 
+@functools.lru_cache(maxsize=1)  # one Environment caches the compiled templates
 def _environment() -> jinja2.Environment:
     # LaTeX-friendly delimiters: "{{" / "{%" clash with TeX braces; the same env serves Markdown.
     return jinja2.Environment(
