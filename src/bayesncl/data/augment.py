@@ -256,13 +256,16 @@ class SimCLRAugment(nn.Module):
         tx = (2 * p["left"] + p["width"]) / W - 1
         ty = (2 * p["top"] + p["height"]) / H - 1
         sx = torch.where(p["flip"], -sx, sx)
-        zero = torch.zeros_like(sx)
-        theta = torch.stack((torch.stack((sx, zero, tx), 1), torch.stack((zero, sy, ty), 1)), 1).to(x.dtype)
-        grid = F.affine_grid(theta, [B, 3, self.size, self.size], align_corners=False)
+        # The affine map is axis-aligned, so the grid is an outer broadcast (what affine_grid computes
+        # with a batched matmul).
+        base = (torch.arange(self.size, dtype=x.dtype, device=x.device) * 2 + 1) / self.size - 1
+        gx = (sx.view(B, 1, 1) * base.view(1, 1, -1) + tx.view(B, 1, 1)).to(x.dtype)
+        gy = (sy.view(B, 1, 1) * base.view(1, -1, 1) + ty.view(B, 1, 1)).to(x.dtype)
+        grid = torch.stack(torch.broadcast_tensors(gx, gy), -1)  # [B, size, size, (x, y)]
         x = F.grid_sample(x, grid, mode="bicubic", padding_mode="border", align_corners=False).clamp_(0.0, 1.0)
 
         # Colour jitter (fixed order), only kept for the images that drew it.
-        y = _blend(x, torch.zeros((), dtype=x.dtype, device=x.device), p["brightness"])
+        y = (x * p["brightness"].view(-1, 1, 1, 1)).clamp_(0.0, 1.0)  # blend with black
         y = _blend(y, _gray(y).mean((1, 2, 3), keepdim=True), p["contrast"])
         y = _blend(y, _gray(y), p["saturation"])
         y = _shift_hue(y, p["hue"])
