@@ -175,8 +175,18 @@ def _merge(base: dict, over: dict, prefix: str = "") -> dict:
                 raise ConfigError(f"{key}: expected a mapping of {', '.join(base[k])}, got {v!r}")
             _merge(base[k], v, key + ".")
         else:
+            if _isnum(base[k]) and isinstance(v, str):
+                v = _number(v, key)
             base[k] = v
     return base
+
+
+def _number(v: str, key: str):
+    """YAML 1.1 reads `3e-5` (no dot) as a string; accept it where a number is expected."""
+    try:
+        return float(v)
+    except ValueError:
+        return v  # validation reports it with the key
 
 
 def parse_set(item: str) -> tuple[str, Any]:

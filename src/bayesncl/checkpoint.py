@@ -1,0 +1,57 @@
+"""Checkpoints: atomic writes, `weights_only=True` loads, and rebuilding a model for evaluation.
+
+A checkpoint is a dict of tensors and plain Python values only (no pickled objects), so
+`torch.load(path, weights_only=True)` reads it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .atomic import atomic_path
+from .config import ConfigError, flatten, validate
+from .methods import Method, build_method
+
+
+def save(obj: dict, path: str | Path) -> None:
+    """torch.save through a temp file and a rename: never a half-written checkpoint."""
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
+
+
+def load(path: str | Path, map_location="cpu") -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist (run `bayesncl pretrain` first)")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # a truncated or foreign file
+        raise ValueError(f"checkpoint {path} could not be read as a bayesncl checkpoint: {e}") from e
+
+
+def config_diff(a: dict, b: dict, ignore: tuple[str, ...] = ()) -> list[str]:
+    fa, fb = flatten(a), flatten(b)
+    keys = sorted(set(fa) | set(fb))
+    return [f"{k}: {fa.get(k)!r} != {fb.get(k)!r}" for k in keys
+            if fa.get(k) != fb.get(k) and not k.startswith(ignore)]
+
+
+def load_model(path: str | Path, map_location="cpu") -> tuple[Method, dict]:
+    """Rebuild the method from the config stored in the checkpoint and load its weights (eval mode)."""
+    state = load(path, map_location)
+    for key in ("config", "model"):
+        if key not in state:
+            raise ValueError(f"checkpoint {path}: missing entry {key!r}; is this a bayesncl checkpoint?")
+    try:
+        cfg = validate(state["config"])
+    except (ConfigError, KeyError, TypeError) as e:
+        raise ValueError(f"checkpoint {path}: its stored config is invalid: {e}") from e
+    model = build_method(cfg)
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        raise ValueError(f"checkpoint {path}: weights do not match the model its config describes: {e}") from e
+    model.eval()
+    return model, cfg

@@ -1,0 +1,245 @@
+"""Resumable pretraining (METHOD.md section 2).
+
+Determinism: the data order, the augmentation generator and the global RNG (Gumbel noise) are re-seeded
+from (seed, epoch) at every epoch start, so resuming from an epoch checkpoint replays exactly what an
+uninterrupted run does. A SIGTERM (SLURM time limit or preemption) saves a mid-epoch checkpoint with the
+RNG states and exits with REQUEUE_EXIT; the rerun continues from that step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import math
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from . import checkpoint as ckpt_io
+from .atomic import atomic_write_text
+from .config import ConfigError, dump_yaml
+from .data import SimCLRAugment, eval_transform, iter_batches, load_split
+from .evaluation.dynamics import GradientStats
+from .evaluation.metrics import consistency_per_dim
+from .methods import build_method
+from .optim import build_optimizer, lr_at, set_lr
+
+REQUEUE_EXIT = 75  # EX_TEMPFAIL: "try again"; the SLURM profile retries, and the rerun resumes
+CHECKPOINT = "checkpoint.pt"
+FINAL = "model.pt"
+LOG = "log.jsonl"
+DYNAMICS = "dynamics.pt"
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+class Preempted(Exception):
+    pass
+
+
+def resolve_device(cfg: dict) -> torch.device:
+    want = cfg["train"]["device"]
+    if want == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device: 'cuda' was asked for but no CUDA device is available")
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(want)
+
+
+def autocast(device: torch.device, precision: str):
+    use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
+    if use_bf16:
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def peak_memory_mb(device: torch.device) -> float | None:
+    """Accelerator peak memory; None on CPU (the process RSS would mostly measure the dataset)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return None
+
+
+def channels_last(cfg: dict, device: torch.device) -> bool:
+    """channels_last speeds up convolutions on GPUs; on CPU it crashes some oneDNN kernels for tiny widths."""
+    return cfg["train"]["channels_last"] and device.type == "cuda"
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    return seed * 1_000_003 + epoch
+
+
+def steps_per_epoch(n: int, cfg: dict) -> int:
+    steps = n // cfg["train"]["batch_size"]
+    if steps == 0:
+        raise ConfigError(
+            f"train.batch_size: {cfg['train']['batch_size']} is larger than the training set ({n} images)"
+        )
+    cap = cfg["train"]["max_steps_per_epoch"]
+    return min(steps, cap) if cap else steps
+
+
+def dynamics_epoch(cfg: dict, epoch: int) -> bool:
+    e = cfg["train"]["dynamics_every"]
+    return bool(e) and (epoch + 1) % e == 0
+
+
+@torch.no_grad()
+def embed(model, ds, cfg: dict, device, key: str = "feature") -> tuple[torch.Tensor, ...]:
+    """Evaluation-mode outputs `key` (a tuple of keys allowed) over a whole split, with labels."""
+    keys = (key,) if isinstance(key, str) else tuple(key)
+    was_training = model.training
+    model.eval()
+    outs: dict[str, list] = {k: [] for k in keys}
+    for x, _, _ in iter_batches(ds, cfg["eval"]["batch_size"], shuffle=False, seed=0, drop_last=False,
+                                device=device):
+        x = eval_transform(x, ds.mean, ds.std, ds.crop_size)
+        if channels_last(cfg, device):
+            x = x.contiguous(memory_format=torch.channels_last)
+        with autocast(device, cfg["train"]["precision"]):
+            out = model(x)
+        for k in keys:
+            outs[k].append(out[k].float().cpu())
+    model.train(was_training)
+    return tuple(torch.cat(outs[k]) for k in keys)
+
+
+def _rng_state(gen: torch.Generator) -> dict:
+    return {"aug": gen.get_state(), "global": torch.get_rng_state()}
+
+
+def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
+    """Pretrain `cfg` into `out_dir`, resuming from its checkpoint. Returns the path of model.pt."""
+    out = Path(out_dir)
+    final = out / FINAL
+    if cfg["train"]["dynamics_every"] and cfg["method"]["name"] == "cl":
+        raise ConfigError("train.dynamics_every: gradient dynamics need z+ and are defined for ncl/topk_ncl/bayesncl")
+    if cfg["train"]["threads"]:
+        torch.set_num_threads(cfg["train"]["threads"])
+    device = resolve_device(cfg)
+    train_set = load_split(cfg["data"], "train")
+    test_set = load_split(cfg["data"], "test") if cfg["train"]["dynamics_every"] else None
+    steps = steps_per_epoch(len(train_set.labels), cfg)
+    epochs, bs, seed = cfg["train"]["epochs"], cfg["train"]["batch_size"], cfg["seed"]
+
+    torch.manual_seed(seed)
+    model = build_method(cfg).to(device)
+    if channels_last(cfg, device):
+        model = model.to(memory_format=torch.channels_last)
+    opt = build_optimizer(model, cfg)
+    state = {"epoch": 0, "step": 0, "log": [], "dynamics": {}, "rng": None, "partial": None}
+
+    ckpt_path = out / CHECKPOINT
+    if ckpt_path.exists():
+        saved = ckpt_io.load(ckpt_path, map_location=device)
+        diff = ckpt_io.config_diff(saved["config"], cfg, ignore=("train.device", "train.threads", "data.num_workers",
+                                                                "data.cache_dir", "data.root", "eval."))
+        if diff:
+            raise ConfigError(f"{ckpt_path} was written with a different config; remove the folder or restore "
+                              "the config. Differences: " + "; ".join(diff))
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        state.update({k: saved[k] for k in ("epoch", "step", "log", "dynamics", "rng", "partial")})
+    if state["epoch"] >= epochs and final.exists():
+        return final
+
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "config.resolved.yaml", dump_yaml(cfg))
+    augment = SimCLRAugment(train_set.crop_size, train_set.mean, train_set.std)
+    stop = {"signal": None}
+    previous = signal.signal(signal.SIGTERM, lambda s, f: stop.update(signal=s))
+
+    def save(epoch: int, step: int, rng=None, partial=None):
+        ckpt_io.save({"config": cfg, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                      "epoch": epoch, "step": step, "log": state["log"], "dynamics": state["dynamics"],
+                      "rng": rng, "partial": partial}, ckpt_path)
+
+    bar = tqdm(total=epochs * steps, initial=state["epoch"] * steps + state["step"], disable=not progress,
+               desc=f"{cfg['method']['name']} {cfg['data']['dataset']}", unit="step", dynamic_ncols=True,
+               mininterval=1.0 if sys.stderr.isatty() else 30.0)
+    model.train()
+    try:
+        for epoch in range(state["epoch"], epochs):
+            gen = torch.Generator(device=device)
+            gen.manual_seed(epoch_seed(seed, epoch))
+            torch.manual_seed(epoch_seed(seed, epoch) + 1)
+            start_step, sums = 0, {}
+            if state["rng"] is not None:  # resuming a preempted epoch mid-way
+                gen.set_state(state["rng"]["aug"])
+                torch.set_rng_state(state["rng"]["global"])
+                start_step, sums = state["step"], dict(state["partial"] or {})
+                state["rng"] = state["partial"] = None
+            # Dynamics epochs are never checkpointed mid-way (below), so their stats cover the whole epoch.
+            stats = GradientStats(cfg["model"]["proj_dim"]) if dynamics_epoch(cfg, epoch) else None
+            t0, n_img = time.perf_counter(), 0
+            batches = iter_batches(train_set, bs, shuffle=True, seed=epoch_seed(seed, epoch), drop_last=True,
+                                   device=device)
+            for step, (x, _, _) in enumerate(itertools.islice(batches, start_step, steps), start=start_step):
+                lr = lr_at(epoch * steps + step, steps, cfg["train"])
+                set_lr(opt, lr)
+                v1, v2 = augment(x, gen), augment(x, gen)
+                if channels_last(cfg, device):
+                    v1 = v1.contiguous(memory_format=torch.channels_last)
+                    v2 = v2.contiguous(memory_format=torch.channels_last)
+                with autocast(device, cfg["train"]["precision"]):
+                    loss, parts = model.training_loss(v1, v2)
+                if not torch.isfinite(loss):
+                    raise TrainingDiverged(
+                        f"loss is {loss.item()} at epoch {epoch + 1}, step {step + 1}; stopped. The last good "
+                        f"checkpoint is kept at {ckpt_path} (lower train.base_lr or check the data)")
+                o = parts.pop("out")
+                zp = o.get("zplus")
+                if stats is not None:
+                    zp.retain_grad()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if stats is not None:
+                    stats.update(zp.detach().float(), zp.grad.float())
+                opt.step()
+                n_img += x.shape[0]
+                vals = {"loss": loss.item(), **{k: v.item() for k, v in parts.items()}}
+                if "gate" in o:
+                    vals["open_gates"] = (o["gate"] > 0.5).float().mean().item()
+                for k, v in vals.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                sums["n"] = sums.get("n", 0) + 1
+                bar.update(1)
+                bar.set_postfix(epoch=epoch + 1, loss=f"{vals['loss']:.4f}", lr=f"{lr:.3g}")
+                if stop["signal"] is not None and step + 1 < steps and stats is None:
+                    save(epoch, step + 1, _rng_state(gen), sums)
+                    raise Preempted
+            seconds = time.perf_counter() - t0
+            n = sums.pop("n")
+            line = {"epoch": epoch + 1, **{k: v / n for k, v in sums.items()}, "lr": lr,
+                    "epoch_seconds": seconds, "img_per_s": n_img / max(seconds, 1e-9), "steps": steps,
+                    "peak_mem_mb": peak_memory_mb(device)}
+            if stats is not None:
+                zp_test, = embed(model, test_set, cfg, device, key="zplus")
+                sc = consistency_per_dim(zp_test, test_set.labels, test_set.num_classes)
+                r = stats.result()
+                state["dynamics"][str(epoch + 1)] = {"af": r["af"].cpu(), "gv": r["gv"].cpu(), "sc": sc.cpu()}
+            state["log"].append(line)
+            save(epoch + 1, 0)
+            atomic_write_text(out / LOG, "".join(json.dumps(r) + "\n" for r in state["log"]))
+            if stop["signal"] is not None:
+                raise Preempted
+    except Preempted:
+        bar.close()
+        print(f"SIGTERM: checkpoint saved in {ckpt_path}; rerun the same command to resume "
+              f"(exit {REQUEUE_EXIT})", file=sys.stderr)
+        sys.exit(REQUEUE_EXIT)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        bar.close()
+
+    if state["dynamics"]:
+        ckpt_io.save(state["dynamics"], out / DYNAMICS)
+    ckpt_io.save({"config": cfg, "model": model.state_dict(), "epoch": epochs, "log": state["log"]}, final)
+    return final

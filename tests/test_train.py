@@ -1,0 +1,178 @@
+"""Pretraining: each method learns, runs resume bit-exactly, bad configs fail before any work."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from bayesncl import config as C
+from bayesncl import losses
+from bayesncl.cli import main
+from bayesncl.data import SimCLRAugment, load_split
+from bayesncl.methods import build_method
+from bayesncl.train import REQUEUE_EXIT, TrainingDiverged, pretrain
+
+
+def fixed_views(cfg, n=32):
+    ds = load_split(cfg["data"], "train")
+    aug = SimCLRAugment(ds.crop_size, ds.mean, ds.std)
+    g = torch.Generator().manual_seed(123)
+    x = ds.images[:n]
+    return aug(x, g), aug(x, g)
+
+
+@pytest.mark.parametrize("sets", [["method.name=cl"], ["method.name=ncl"], ["method.name=ncl", "method.nonneg=rep_relu"],
+                                  ["method.name=topk_ncl"], ["method.name=bayesncl"],
+                                  ["method.name=bayesncl", "method.gate=gumbel"],
+                                  ["method.name=bayesncl", "method.gate=soft", "method.detach=false",
+                                   "method.head_depth=3"]])
+def test_each_method_loss_goes_down(tmp_path, tiny_sets, sets):
+    cfg = C.resolve(sets=tiny_sets + sets + ["train.epochs=4", "method.lambda=1e-3"])
+    v1, v2 = fixed_views(cfg)
+
+    def loss_of(model):
+        torch.manual_seed(0)  # same Gumbel noise before and after
+        model.train()
+        with torch.no_grad():
+            return model.training_loss(v1, v2)[0].item()
+
+    torch.manual_seed(cfg["seed"])
+    before = loss_of(build_method(cfg))
+    path = pretrain(cfg, tmp_path, progress=False)
+    model = build_method(cfg)
+    model.load_state_dict(torch.load(path, weights_only=True)["model"])
+    after = loss_of(model)
+    assert after < before - 0.05, (before, after)
+    log = [json.loads(l) for l in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in log] == [1, 2, 3, 4]
+    assert all(r["img_per_s"] > 0 and r["lr"] >= 0 for r in log)
+    if cfg["method"]["name"] == "bayesncl":
+        assert all(0 <= r["open_gates"] <= 1 and "kl" in r for r in log)
+
+
+def test_checkpoints_load_weights_only_and_hold_config(tmp_path, tiny_sets):
+    cfg = C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=2"])
+    pretrain(cfg, tmp_path, progress=False)
+    for name in ("checkpoint.pt", "model.pt"):
+        state = torch.load(tmp_path / name, weights_only=True)
+        assert state["config"] == cfg and state["epoch"] == 2
+    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
+    # A finished run is not trained again.
+    mtime = (tmp_path / "model.pt").stat().st_mtime_ns
+    pretrain(cfg, tmp_path, progress=False)
+    assert (tmp_path / "model.pt").stat().st_mtime_ns == mtime
+
+
+def test_same_seed_same_weights_and_different_seed_differs(tmp_path, tiny_sets):
+    cfgs = [C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=2", f"seed={s}"]) for s in (0, 0, 1)]
+    states = [torch.load(pretrain(c, tmp_path / str(i), progress=False), weights_only=True)["model"]
+              for i, c in enumerate(cfgs)]
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+    assert not all(torch.equal(states[0][k], states[2][k]) for k in states[0])
+
+
+def _cli(out, sets):
+    cmd = [sys.executable, "-m", "bayesncl.cli", "pretrain", "--out", str(out), "--quiet"]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def _wait_for_epoch(path, epoch, proc, timeout=120):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if path.exists():
+            try:
+                if torch.load(path, weights_only=True)["epoch"] >= epoch:
+                    return
+            except Exception:  # being replaced right now
+                pass
+        assert proc.poll() is None, "training ended before it could be interrupted"
+        time.sleep(0.02)
+    raise AssertionError("no checkpoint appeared")
+
+
+def _same_weights(a, b):
+    sa, sb = torch.load(a, weights_only=True)["model"], torch.load(b, weights_only=True)["model"]
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_run_resumes_to_identical_weights(tmp_path, tiny_sets, sig):
+    sets = tiny_sets + ["train.epochs=3", "data.synthetic.train_size=512", "method.gate=gumbel"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    ref = subprocess.run(_cli(tmp_path / "ref", sets), env=env, capture_output=True, text=True)
+    assert ref.returncode == 0, ref.stderr
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen(_cli(run, sets), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_epoch(run / "checkpoint.pt", 1, proc)
+    time.sleep(0.15)  # into epoch 2
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    if sig == signal.SIGTERM:
+        assert proc.returncode == REQUEUE_EXIT, err
+        state = torch.load(run / "checkpoint.pt", weights_only=True)
+        assert state["step"] > 0 or state["epoch"] >= 2  # a mid-epoch save unless the epoch had just ended
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    assert not (run / "model.pt").exists()
+    again = subprocess.run(_cli(run, sets), env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert _same_weights(run / "model.pt", tmp_path / "ref" / "model.pt")
+    log = [json.loads(l) for l in (run / "log.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in log] == [1, 2, 3]
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, tiny_sets, monkeypatch):
+    cfg = C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=3", "train.epochs=3"])
+    pretrain(C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=3", "train.epochs=3"]), tmp_path / "ok",
+             progress=False)
+    calls = {"n": 0}
+    real = losses.info_nce
+
+    def flaky(*a, **k):
+        calls["n"] += 1
+        out = real(*a, **k)
+        return out * float("nan") if calls["n"] > 4 else out
+
+    monkeypatch.setattr(losses, "info_nce", flaky)
+    with pytest.raises(TrainingDiverged, match="last good checkpoint"):
+        pretrain(cfg, tmp_path / "run", progress=False)
+    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert state["epoch"] == 1 and not (tmp_path / "run" / "model.pt").exists()
+    assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+
+
+@pytest.mark.parametrize("bad,key", [("method.name=simsiam", "method.name"), ("method.rho=1.5", "method.rho"),
+                                     ("method.rho=0", "method.rho"), ("method.lambda=-1", "method.lambda"),
+                                     ("train.epochs=0", "train.epochs"), ("method.gate=hard", "method.gate"),
+                                     ("model.arch=vit", "model.arch"), ("model.depth=3", "model.depth")])
+def test_bad_config_fails_before_work(tmp_path, tiny_sets, capsys, bad, key):
+    out = tmp_path / "run"
+    assert main(["pretrain", "--out", str(out), "--quiet"] + sum((["--set", s] for s in tiny_sets + [bad]), [])) == 2
+    err = capsys.readouterr().err
+    assert key in err
+    assert not out.exists()
+
+
+def test_missing_dataset_root_fails_before_work(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["pretrain", "--out", str(out), "--set", "data.dataset=cifar10"]) == 2
+    assert "data.root" in capsys.readouterr().err
+    missing = tmp_path / "nowhere"
+    assert main(["pretrain", "--out", str(out), "--set", "data.dataset=cifar100", "--set", f"data.root={missing}"]) == 2
+    assert str(missing) in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_checkpoint_from_another_config_is_refused(tmp_path, tiny_sets):
+    pretrain(C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=1", "train.epochs=1"]), tmp_path, progress=False)
+    other = C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=1", "train.epochs=1", "method.rho=0.5"])
+    with pytest.raises(C.ConfigError, match="method.rho"):
+        pretrain(other, tmp_path, progress=False)
