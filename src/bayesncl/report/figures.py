@@ -1,7 +1,7 @@
 """Figures 3, 4a and 4b (PDF + PNG) from the runs summary.
 
 - figure3: retrieval P@10 against the number of kept dimensions K (``ret_curve``), one line per
-  variant, one panel per dataset (set ``figure3``).
+  variant, one panel per dataset (set ``figure3``); ``cl`` rows are skipped (no retrieval for SimCLR).
 - figure4a: latent width D (``proj_dim``) against SC and against linear-probe top-1 (set ``figure4a``).
 - figure4b: sensitivity of SC and top-1 to rho and to lambda (set ``figure4b``). A row belongs to the
   rho sweep when its ``sweep`` hint is "rho", or, without a hint, when its lambda equals the set's most
@@ -119,6 +119,7 @@ def _curve(text: str) -> dict:
 
 def _figure3(df: pd.DataFrame) -> Figure:
     rows = _in_set(df, "figure3")
+    rows = rows[_mask(rows, [m != "cl" for m in rows["method"]])]  # retrieval not reported for SimCLR
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
     fig = Figure(figsize=(3.2 * len(datasets), 2.6))
     FigureCanvasAgg(fig)
@@ -131,7 +132,7 @@ def _figure3(df: pd.DataFrame) -> Figure:
         ax.set_title(DATASET_NAMES.get(ds, ds) or "figure3")
         ax.set_xlabel("K (kept dimensions)")
         ax.set_ylabel("P@10")
-        drawn = False
+        all_ks: set[int] = set()
         for arch, variant in dict.fromkeys(zip(part["arch"], part["variant"])):
             sub = part[(part["arch"] == arch) & (part["variant"] == variant)]
             per_k: dict[int, list[float]] = {}
@@ -145,10 +146,10 @@ def _figure3(df: pd.DataFrame) -> Figure:
             ks, ms, ss = map(list, zip(*pts))
             label = variant + (f" ({ARCH_NAMES.get(arch, arch)})" if multi_arch else "")
             ax.errorbar(ks, ms, yerr=ss, label=label, color=colors[variant], marker="o", capsize=2)
+            all_ks.update(ks)
+        if all_ks:
             ax.set_xscale("log", base=2)
-            ax.set_xticks(ks, [str(k) for k in ks])
-            drawn = True
-        if drawn:
+            ax.set_xticks(sorted(all_ks), [str(k) for k in sorted(all_ks)])
             ax.legend(frameon=False)
         else:
             _no_runs(ax)

@@ -156,8 +156,13 @@ def _read_metrics(path: Path) -> dict:
     return data
 
 
+def _json_num(value: Any) -> float | None:
+    x = _num(value)
+    return None if math.isnan(x) else x  # null, not the non-standard NaN token
+
+
 def _sorted_curve(curve: dict) -> str:
-    items = sorted(((int(float(k)), _num(v)) for k, v in curve.items()), key=lambda kv: kv[0])
+    items = sorted(((int(float(k)), _json_num(v)) for k, v in curve.items()), key=lambda kv: kv[0])
     return json.dumps({str(k): v for k, v in items})
 
 
@@ -196,7 +201,7 @@ def _flatten(entry: dict, metrics: dict) -> dict:
     dyn = metrics.get("dynamics") or {}
     for key, col in _DYNAMICS:
         if isinstance(dyn.get(key), list):
-            row[col] = json.dumps([_num(v) for v in dyn[key]])
+            row[col] = json.dumps([_json_num(v) for v in dyn[key]])
     return row
 
 
