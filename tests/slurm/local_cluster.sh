@@ -61,10 +61,11 @@ ensure_packages() {
     [[ $(id -u) == 0 ]] || die "SLURM packages missing and not root; install: ${PACKAGES[*]}"
     log "installing ${PACKAGES[*]}"
     export DEBIAN_FRONTEND=noninteractive
+    local apt=(apt-get -q -o DPkg::Lock::Timeout=300)  # wait out a concurrent apt/dpkg
     # A fresh machine may have no package lists yet: update only if needed.
-    if ! apt-get install -y -q --no-install-recommends "${PACKAGES[@]}" >&2; then
-        apt-get update -q >&2
-        apt-get install -y -q --no-install-recommends "${PACKAGES[@]}" >&2
+    if ! "${apt[@]}" install -y --no-install-recommends "${PACKAGES[@]}" >&2; then
+        "${apt[@]}" update >&2
+        "${apt[@]}" install -y --no-install-recommends "${PACKAGES[@]}" >&2
     fi
 }
 

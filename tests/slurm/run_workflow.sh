@@ -57,9 +57,10 @@ sm_pid=""
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
-    # An interrupted run: stop snakemake first (it scancels its jobs).
+    # An interrupted run: stop snakemake first. SIGINT makes it scancel its
+    # jobs (on SIGTERM it waits for them); stop_cluster cancels any left.
     if [[ -n $sm_pid ]] && kill -0 "$sm_pid" 2>/dev/null; then
-        kill -TERM "$sm_pid" 2>/dev/null || true
+        kill -INT "$sm_pid" 2>/dev/null || true
         for _ in $(seq 1 40); do kill -0 "$sm_pid" 2>/dev/null || break; sleep 0.5; done
         kill -KILL "$sm_pid" 2>/dev/null || true
     fi
@@ -159,7 +160,7 @@ PY
 )
 ((${#overrides[@]})) || { log "ERROR: could not compute overrides"; exit 1; }
 
-cmd=(timeout -k 30 "$limit" "${base[@]}" "${overrides[@]}" "${extra[@]}")
+cmd=(timeout -s INT -k 30 "$limit" "${base[@]}" "${overrides[@]}" "${extra[@]}")
 log "running: $(printf '%q ' "${cmd[@]}")"
 sm_rc=0
 # In the background so a TERM/INT to this script is handled at once.
