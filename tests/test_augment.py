@@ -37,6 +37,12 @@ def test_shape_dtype_finite():
     assert y.is_contiguous(memory_format=torch.channels_last)
 
 
+def test_float32_under_autocast():
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = SimCLRAugment(32, MEAN, STD)(batch(), gen(0))
+    assert y.dtype == torch.float32 and torch.equal(y, SimCLRAugment(32, MEAN, STD)(batch(), gen(0)))
+
+
 def test_reproducible_and_generator_driven():
     aug, x = SimCLRAugment(32, MEAN, STD), batch()
     assert torch.equal(aug(x, gen(1)), aug(x, gen(1)))

@@ -334,6 +334,11 @@ def test_imagenet100_errors(tmp_path):
     with pytest.raises(DataError) as exc:
         load_split(in_cfg(tmp_path), "test")
     assert str(missing) in str(exc.value) and "<root>/val/<wnid>" in str(exc.value)
+    # A corrupt image fails when decoded, naming the file.
+    bad = tmp_path / "train" / WNIDS[0] / f"{WNIDS[0]}_0.JPEG"
+    bad.write_bytes(b"not a jpeg")
+    with pytest.raises(DataError, match=f"{bad}: cannot decode image"):
+        load_split(in_cfg(tmp_path), "train").dataset[0]
     # Default list: the 3-class tree lacks 97 of the shipped classes.
     with pytest.raises(DataError, match="97 of 100 class folders missing"):
         check_data(in_cfg(tmp_path, classes=None))

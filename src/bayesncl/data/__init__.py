@@ -79,7 +79,7 @@ class ImageSet:
     class_names: list[str] | None = None
     background_names: list[str] | None = None
     # device -> (images, labels, backgrounds) copies, so iter_batches moves an in-memory set only once.
-    _device_cache: dict = field(default_factory=dict, repr=False, compare=False)
+    _device_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -172,6 +172,8 @@ def iter_batches(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     device = torch.device(device)
+    if device.type == "cuda" and device.index is None:  # one cache entry for "cuda" and "cuda:0"
+        device = torch.device("cuda", torch.cuda.current_device())
     n = len(ds)
     if shuffle:
         g = torch.Generator().manual_seed(int(seed))

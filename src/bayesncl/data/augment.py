@@ -282,7 +282,9 @@ class SimCLRAugment(nn.Module):
 
     def forward(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         p = self.sample_params(x.shape[0], x.shape[-2], x.shape[-1], x.device, generator)
-        return self.apply(x, p)
+        # float32 whatever autocast the caller runs under (the blur conv would otherwise go bf16).
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return self.apply(x, p)
 
 
 def eval_transform(x: torch.Tensor, mean: Sequence[float], std: Sequence[float], size: int) -> torch.Tensor:
