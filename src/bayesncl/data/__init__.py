@@ -113,8 +113,9 @@ def _dataset_name(data_cfg: dict) -> str:
 def load_split(data_cfg: dict, split: str) -> ImageSet:
     """Load ``split`` ("train" or "test"; Waterbirds also "val") of ``data_cfg["dataset"]``.
 
-    ImageNet-100 reads ``train/`` for "train" and ``val/`` for "test".  Optional key ``classes`` (a
-    list of wnids or a path to a one-wnid-per-line file) overrides the shipped 100-class list.
+    ImageNet-100 reads ``train/`` for "train" and ``val/`` for "test".  Optional keys: ``classes`` (a
+    list of wnids or a path to a one-wnid-per-line file) overrides the shipped 100-class list;
+    ``imagenet_crop_size`` (default 224) sets ``crop_size`` for ImageNet-100 and Waterbirds.
     """
     name = _dataset_name(data_cfg)
     root = data_cfg.get("root")

@@ -4,7 +4,8 @@ Every image is one shape (circle, square, triangle, ...) of random colour, size,
 rotation, drawn on a procedural background texture (sky, grass, water, ...).  The class is the shape
 only.  Backgrounds are shared by all classes: with probability ``prevalence`` an image's background is
 one of the first ``num_common`` textures, otherwise it is uniform over the remaining ones.  So a few
-backgrounds appear in most images of every class: a feature dimension that fires on "sky" is active
+backgrounds appear in most images of every class (``num_common`` 0: uniform over all; equal to
+``num_backgrounds``: always common): a feature dimension that fires on "sky" is active
 for many samples but is semantically useless, which is the conflict BayesNCL's gates target.
 
 Generation is pure numpy, vectorised over images (masks from coordinate grids), and deterministic in
