@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-__all__ = ["topk_accuracy", "standardize", "train_linear", "predict_logits", "linear_probe_fast"]
+__all__ = ["topk_accuracy", "standardize", "train_linear", "predict_logits", "linear_probe_fast", "linear_probe_paper"]
 
 
 def topk_accuracy(logits: Tensor, y: Tensor, ks=(1, 5)) -> dict:
@@ -108,3 +108,50 @@ def linear_probe_fast(
     test = topk_accuracy(predict_logits(layer, xte), torch.as_tensor(test_y).to(device))
     train = topk_accuracy(predict_logits(layer, xtr), torch.as_tensor(train_y).to(device), ks=(1,))
     return {"top1": test["top1"], "top5": test["top5"], "protocol": "fast", "train_top1": train["top1"]}
+
+
+def linear_probe_paper(model, train, test, cfg: dict, device, *, progress: bool = True) -> dict:
+    """The paper protocol (METHOD.md section 5): frozen backbone h in eval mode, one Linear(F, C), 50
+    epochs (eval.probe_epochs), batch 256, RandomResizedCrop(0.08-1) + flip on the device; LARS lr 0.4
+    (eta 0.02, clip, no wd on the bias), wd 1e-4, warm-up + cosine for CIFAR-style sets; SGD lr 1.0,
+    momentum 0.9, wd 0 for ImageNet-100."""
+    from timm.optim import Lars
+    from tqdm.auto import tqdm
+
+    from ..data import SimCLRAugment, iter_batches
+    from ..optim import lr_at
+    from ..train import autocast, embed
+
+    imagenet = cfg["data"]["dataset"] == "imagenet100"
+    bs, epochs, seed = 256, cfg["eval"]["probe_epochs"], cfg["seed"]
+    torch.manual_seed(seed)
+    layer = nn.Linear(model.backbone.out_dim, train.num_classes).to(device)
+    if imagenet:
+        opt = torch.optim.SGD(layer.parameters(), lr=1.0, momentum=0.9, weight_decay=0.0)
+        sched = {"base_lr": 1.0, "batch_size": 256, "warmup_epochs": 0, "warmup_start_lr": 0.0, "epochs": epochs}
+    else:
+        opt = Lars([{"params": [layer.weight], "weight_decay": 1e-4}, {"params": [layer.bias], "weight_decay": 0.0}],
+                   lr=0.4, momentum=0.9, trust_coeff=0.02, trust_clip=True)
+        sched = {"base_lr": 0.4, "batch_size": 256, "warmup_epochs": min(10, epochs // 5),
+                 "warmup_start_lr": 3e-5, "epochs": epochs}
+    aug = SimCLRAugment(train.crop_size, train.mean, train.std, jitter_p=0.0, gray_p=0.0, blur_p=0.0)
+    steps = max(len(train.labels) // bs, 1)
+    model.eval()
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    for epoch in tqdm(range(epochs), desc="linear probe (paper)", disable=not progress):
+        batches = iter_batches(train, bs, shuffle=True, seed=seed * 1_000_003 + epoch, drop_last=len(train.labels) >= bs,
+                               device=device)
+        for step, (x, y, _) in enumerate(batches):
+            for g in opt.param_groups:
+                g["lr"] = lr_at(epoch * steps + min(step, steps - 1), steps, sched)
+            with torch.no_grad(), autocast(device, cfg["train"]["precision"]):
+                h = model.backbone(aug(x, gen)).float()
+            loss = nn.functional.cross_entropy(layer(h), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    h_test, = embed(model, test, cfg, device, key="h")
+    with torch.no_grad():
+        logits = layer(h_test.to(device)).cpu()
+    return {**topk_accuracy(logits, test.labels), "protocol": "paper", "epochs": epochs}

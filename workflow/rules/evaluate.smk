@@ -1,0 +1,19 @@
+# `bayesncl evaluate` on each run, with the sections its sets need.
+
+
+rule evaluate:
+    input:
+        model=f"{RESULTS}/runs/{{run}}/model.pt",
+        config=f"{RESULTS}/runs/{{run}}/config.yaml",
+    output:
+        metrics=f"{RESULTS}/runs/{{run}}/eval/metrics.json",
+        vectors=f"{RESULTS}/runs/{{run}}/eval/vectors.npz",
+    log:
+        f"{RESULTS}/runs/{{run}}/evaluate.log",
+    params:
+        out=lambda wc: f"{RESULTS}/runs/{wc.run}/eval",
+        sections=run_sections,
+    threads: 1
+    shell:
+        "bayesncl evaluate --checkpoint {input.model} --config {input.config} --out {params.out} "
+        "--only {params.sections} --quiet > {log} 2>&1"
