@@ -1,2 +1,11 @@
-# Entry point: `snakemake --cores 2 all` (demo) or `snakemake --profile profiles/slurm --configfile config/paper.yaml all`.
+# Entry point, so that `snakemake` works from the repository root; the workflow is workflow/Snakefile.
+#   snakemake --cores 2                                   the demo grid (config/config.yaml)
+#   snakemake --profile profiles/slurm all                the paper grid on SLURM (config/paper.yaml)
 include: "workflow/Snakefile"
+
+
+# Snakemake takes the default target from the top-level file only.
+rule default:
+    input:
+        rules.all.input,
+    default_target: True

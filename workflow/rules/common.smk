@@ -1,5 +1,6 @@
 # Grid expansion: config -> distinct runs (bayesncl.grid); everything the rules need is derived here.
 import json
+import os
 
 from snakemake.utils import validate
 

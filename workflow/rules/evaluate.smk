@@ -14,6 +14,8 @@ rule evaluate:
         out=lambda wc: f"{RESULTS}/runs/{wc.run}/eval",
         sections=run_sections,
     threads: 1
+    conda:
+        "../envs/bayesncl.yaml"
     shell:
         "bayesncl evaluate --checkpoint {input.model} --config {input.config} --out {params.out} "
         "--only {params.sections} --quiet > {log} 2>&1"

@@ -4,6 +4,8 @@
 rule run_config:
     output:
         f"{RESULTS}/runs/{{run}}/config.yaml",
+    log:
+        f"{RESULTS}/runs/{{run}}/config.log",
     params:
         config=run_config_text,
     localrule: True
@@ -25,5 +27,7 @@ rule pretrain:
     params:
         out=lambda wc: f"{RESULTS}/runs/{wc.run}",
     threads: 1
+    conda:
+        "../envs/bayesncl.yaml"
     shell:
         "bayesncl pretrain --config {input} --out {params.out} > {log} 2>&1"

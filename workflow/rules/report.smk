@@ -4,6 +4,8 @@
 rule manifest:
     output:
         f"{RESULTS}/summary/manifest.json",
+    log:
+        f"{RESULTS}/summary/manifest.log",
     params:
         entries=lambda wc: json.dumps(manifest()),
     localrule: True
@@ -19,9 +21,13 @@ rule summarize:
         metrics=METRICS,
     output:
         f"{RESULTS}/summary/runs.csv",
+    log:
+        f"{RESULTS}/summary/summarize.log",
     localrule: True
+    conda:
+        "../envs/bayesncl.yaml"
     shell:
-        "bayesncl summarize --manifest {input.manifest} --out {output}"
+        "bayesncl summarize --manifest {input.manifest} --out {output} > {log} 2>&1"
 
 
 rule report:
@@ -30,6 +36,12 @@ rule report:
     output:
         TABLES,
         FIGURES,
+    log:
+        f"{RESULTS}/summary/report.log",
+    params:
+        out=lambda wc, output: os.path.dirname(os.path.dirname(output[0])),
     localrule: True
+    conda:
+        "../envs/bayesncl.yaml"
     shell:
-        "bayesncl report --summary {input} --out {RESULTS}"
+        "bayesncl report --summary {input} --out {params.out} > {log} 2>&1"
