@@ -152,7 +152,8 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
 
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.resolved.yaml", dump_yaml(cfg))
-    augment = SimCLRAugment(train_set.crop_size, train_set.mean, train_set.std)
+    augment = SimCLRAugment(train_set.crop_size, train_set.mean, train_set.std,
+                            crop_scale=(cfg["train"]["crop_min_scale"], 1.0))
     stop = {"signal": None}
     previous = signal.signal(signal.SIGTERM, lambda s, f: stop.update(signal=s))
 
