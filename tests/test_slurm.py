@@ -8,6 +8,7 @@ packages, munge user, daemons).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -145,15 +146,23 @@ rule second:
 
 # The marker is computed when the job runs, so it cannot come from Snakemake
 # echoing the shell command: seeing it proves the job log was printed.
+# `ok` finishes alongside `boom` only to save time: a status check that sees a
+# job succeed resets the plugin's polling interval, which Snakemake otherwise
+# sleeps out (~25 s) before exiting.
 FAILING = """\
 localrules: all
 
 rule all:
-    input: "out/never.txt"
+    input: "out/never.txt", "out/ok.txt"
+
+rule ok:
+    output: "out/ok.txt"
+    shell: "touch {output}"
 
 rule boom:
     output: "out/never.txt"
-    shell: "echo job-log-marker-$((6*7)) >&2; exit 3"
+    log: "logs/boom.log"
+    shell: "echo job-log-marker-$((6*7)) >&2; echo rule-log-marker-$((7*7)) > {log}; exit 3"
 """
 
 
@@ -183,18 +192,53 @@ def test_failing_rule_fails_run_and_shows_job_log(tmp_path, cluster_state):
     assert rc != 124, "snakemake timed out instead of noticing the failed job:\n" + _tail(out)
     assert "===== SLURM job logs (1) =====" in out, _tail(out)
     assert "job-log-marker-42" in out.split("===== SLURM job logs")[1], _tail(out)
+    # The rule's own log: file (where real rules send their output) is printed too.
+    assert "rule-log-marker-49" in out, _tail(out)
+
+
+def _tiny_run_target(results: Path) -> str:
+    """metrics.json of the cheapest run of the tiny grid: pretrain + evaluate, two dependent SLURM jobs.
+
+    The whole grid (`all`, 20 SLURM jobs) takes several minutes on 2 cores; set
+    SLURM_TINY_TARGET=all (and SLURM_TEST_TIMEOUT/SLURM_PYTEST_TIMEOUT) to run it.
+    """
+    import yaml
+    from bayesncl.grid import expand_grid
+
+    def merge(a: dict, b: dict) -> dict:  # as Snakemake merges --configfile into configfile:
+        for k, v in b.items():
+            a[k] = merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+        return a
+
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg = merge(cfg, yaml.safe_load((REPO / "config" / "tiny.yaml").read_text()))
+    cfg["results"] = str(results)
+    runs = expand_grid(cfg)
+    rid = min(runs, key=lambda r: (runs[r].config["model"]["arch"] != "resnet18", len(r)))
+    return f"{results}/runs/{rid}/eval/metrics.json"
 
 
 def test_real_tiny_workflow(tmp_path, cluster_state):
-    """The project's own workflow, tiny config, through profiles/slurm."""
+    """The project's own workflow, tiny config, through profiles/slurm, from the repo root.
+
+    Outputs go to a temp dir (config key `results`), so old results in the
+    tree neither make the run a no-op nor get overwritten.
+    """
     needed = [REPO / "config" / "tiny.yaml", REPO / "profiles" / "slurm" / "config.yaml", REPO / "workflow" / "Snakefile"]
     missing = [str(p.relative_to(REPO)) for p in needed if not p.exists()]
     if missing:
         pytest.skip(f"real workflow not there yet: missing {', '.join(missing)}")
+    results = tmp_path / "results"
+    target = os.environ.get("SLURM_TINY_TARGET") or _tiny_run_target(results)
     rc, out = run_workflow(
         cluster_state, "--profile", str(REPO / "profiles" / "slurm"),
         "--configfile", str(REPO / "config" / "tiny.yaml"),
-        "--directory", str(REPO), "all",
+        "--directory", str(REPO), target, "--config", f"results={results}",
     )
     assert rc == 0, _tail(out)
     assert "has been submitted with SLURM jobid" in out, _tail(out)
+    if target.endswith("metrics.json"):
+        metrics = json.loads(Path(target).read_text())
+        assert metrics.get("run") and len(metrics) > 1, metrics
+    else:
+        assert results.is_dir() and any(results.iterdir()), f"nothing written to {results}\n" + _tail(out)

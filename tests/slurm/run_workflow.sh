@@ -90,9 +90,9 @@ base=("$snakemake" --profile "$profile" --directory "$workdir")
 # into the CLI lists: command-line lists replace the profile's whole lists, so
 # keep its entries minus the cluster-specific ones, then add the local ones.
 mapfile -d '' overrides < <(python3 - "$profile" "$snakefile" "$workdir" "$partition" \
-    "$mem_cap" "$node_cpus" <<'PY'
+    "$mem_cap" "$node_cpus" "$state/slurm_logdir" <<'PY'
 import glob, os, re, sys, yaml
-profile, snakefile, workdir, partition, mem_cap, cpus = sys.argv[1:]
+profile, snakefile, workdir, partition, mem_cap, cpus, logdir_file = sys.argv[1:]
 mem_cap, cpus = int(mem_cap), int(cpus)
 CLUSTER = {"slurm_partition", "slurm_account", "slurm_extra", "slurm_cluster", "cluster",
            "clusters", "constraint", "qos", "gpu", "gpu_model", "gres", "cpus_per_gpu",
@@ -103,10 +103,18 @@ def load(d):
     return (yaml.safe_load(open(p)) or {}) if os.path.exists(p) else {}
 
 conf = load(profile)
-sf = snakefile or next((os.path.join(workdir, c) for c in ("Snakefile", "workflow/Snakefile")
+sf = snakefile or next((os.path.join(workdir, c) for c in ("Snakefile", "snakefile", "workflow/Snakefile",
+                                                           "workflow/snakefile")
                         if os.path.exists(os.path.join(workdir, c))), "")
+# The workflow profile is found the way Snakemake 9 finds it (cli.parse_args):
+# ./default, ./profiles/default, else <snakefile dir>/profiles/default.
 if sf:
-    conf.update(load(os.path.join(os.path.dirname(sf), "profiles", "default")))
+    for wp in ("default", "profiles/default", os.path.join(os.path.dirname(sf), "profiles", "default")):
+        wp = os.path.join(workdir, wp)
+        if os.path.exists(wp):
+            print(f"workflow profile: {wp}", file=sys.stderr)
+            conf.update(load(wp))
+            break
 
 # Rule names, for per-rule overrides (a rule's own resources beat default-resources).
 # Read from the sources: `snakemake --list-rules` costs a whole Snakemake start-up,
@@ -155,6 +163,9 @@ for key in ("slurm-qos", "slurm-reservation"):
         print(f"note: profile sets {key}; overriding with '' for the local cluster",
               file=sys.stderr)
         args += ["--" + key, ""]
+# Where the plugin writes job logs (its --slurm-logdir is relative to the workdir).
+with open(logdir_file, "w") as f:
+    f.write(os.path.join(workdir, str(conf.get("slurm-logdir") or ".snakemake/slurm_logs")))
 sys.stdout.write("".join(a + "\0" for a in args))
 PY
 )
@@ -164,20 +175,34 @@ cmd=(timeout -s INT -k 30 "$limit" "${base[@]}" "${overrides[@]}" "${extra[@]}")
 log "running: $(printf '%q ' "${cmd[@]}")"
 sm_rc=0
 # In the background so a TERM/INT to this script is handled at once.
-(cd "$workdir" && exec "${cmd[@]}") &
+(cd "$workdir" && exec "${cmd[@]}") > >(tee "$state/snakemake.out") 2>&1 &
 sm_pid=$!
 wait "$sm_pid" || sm_rc=$?
 sm_pid=""
+sleep 0.5  # let tee drain
 log "snakemake exited $sm_rc"
 
 if ((sm_rc != 0)); then
     ((sm_rc == 124)) && log "ERROR: snakemake timed out after ${limit}s"
     # Failed jobs keep their SLURM logs; successful ones are deleted by the plugin.
-    mapfile -t logs < <(find "$workdir/.snakemake/slurm_logs" -type f -name '*.log' 2>/dev/null | sort)
+    # Only this run's (newer than its slurm.conf): the workdir may hold old ones.
+    mapfile -t logs < <(find "$(cat "$state/slurm_logdir")" -type f -name '*.log' \
+        -newer "$state/slurm.conf" 2>/dev/null | sort)
     echo "===== SLURM job logs (${#logs[@]}) =====" >&2
     for f in "${logs[@]}"; do
         echo "----- ${f#"$workdir"/} -----" >&2
         tail -n 200 "$f" >&2
+    done
+    # The rules' own log: files (e.g. `> {log} 2>&1`) hold the real error; Snakemake
+    # names them in its error report.
+    mapfile -t rule_logs < <(sed -n 's/^ *log: \(.*\) (check log file(s) for error details)$/\1/p' \
+        "$state/snakemake.out" | tr ',' '\n' | sed 's/^ *//; s/ *$//' | sort -u)
+    for f in "${rule_logs[@]}"; do
+        [[ $f == /* ]] || f=$workdir/$f
+        [[ -f $f ]] || continue
+        printf '%s\n' "${logs[@]}" | grep -qxF -- "$f" && continue
+        echo "----- rule log ${f#"$workdir"/} (last 100 lines) -----" >&2
+        tail -n 100 "$f" >&2
     done
     echo "===== squeue --states=all =====" >&2
     squeue --states=all -o '%i %j %T %r %M' >&2 2>/dev/null || true
