@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
+from .atomic import atomic_write_text
 from .config import ConfigError
 
 
@@ -13,7 +16,8 @@ def _pretrain(args) -> int:
     from .data import check_data
     from .train import pretrain
 
-    cfg = resolve(file=args.config, sets=args.set)
+    base = json.loads(args.config_json) if args.config_json else None
+    cfg = resolve(file=args.config, base=base, sets=args.set)
     check_data(cfg["data"])
     path = pretrain(cfg, args.out, progress=not args.quiet)
     print(f"pretrained model: {path}")
@@ -32,7 +36,12 @@ def _evaluate(args) -> int:
 def _summarize(args) -> int:
     from .report.summary import write_summary
 
-    write_summary(args.manifest, args.out)
+    manifest = args.manifest
+    if args.manifest_json is not None:
+        entries = json.loads(args.manifest_json)
+        manifest = Path(args.out).with_name("manifest.json")
+        atomic_write_text(manifest, json.dumps(entries, indent=1) + "\n")
+    write_summary(manifest, args.out)
     print(f"summary: {args.out}")
     return 0
 
@@ -70,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("pretrain", help="pretrain one configuration (resumes from DIR/checkpoint.pt)")
     common(sp)
+    sp.add_argument("--config-json", help="config as a JSON object (what the workflow passes), under --set")
     sp.add_argument("--out", required=True, metavar="DIR")
     sp.set_defaults(func=_pretrain)
 
@@ -84,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=_evaluate)
 
     sp = sub.add_parser("summarize", help="collect metrics.json files named by a manifest into one CSV")
-    sp.add_argument("--manifest", required=True)
+    src = sp.add_mutually_exclusive_group(required=True)
+    src.add_argument("--manifest", help="JSON list of {metrics, sets, variant, sweep} entries")
+    src.add_argument("--manifest-json", help="the same list inline (kept as manifest.json beside --out)")
     sp.add_argument("--out", required=True)
     sp.set_defaults(func=_summarize)
 
@@ -101,15 +113,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .data import DataError
-    from .train import TrainingDiverged
-
     try:
         return args.func(args)
-    except (ConfigError, DataError, FileNotFoundError, ValueError) as e:
+    except (ConfigError, FileNotFoundError, ValueError) as e:  # DataError is a ValueError
         print(f"bayesncl {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except TrainingDiverged as e:
+    except RuntimeError as e:
+        from .train import TrainingDiverged  # only pretrain raises it, and has imported it
+
+        if not isinstance(e, TrainingDiverged):
+            raise
         print(f"bayesncl {args.command}: training diverged: {e}", file=sys.stderr)
         return 1
 

@@ -1,33 +1,16 @@
-# One pretraining job per distinct run config.
-
-
-rule run_config:
-    output:
-        f"{RESULTS}/runs/{{run}}/config.yaml",
-    log:
-        f"{RESULTS}/runs/{{run}}/config.log",
-    params:
-        config=run_config_text,
-    localrule: True
-    run:
-        import yaml
-
-        from bayesncl.atomic import atomic_write_text
-
-        atomic_write_text(output[0], yaml.safe_dump(json.loads(params.config), sort_keys=False))
+# One pretraining job per distinct run config (the config travels as JSON; a change reruns the job).
 
 
 rule pretrain:
-    input:
-        f"{RESULTS}/runs/{{run}}/config.yaml",
     output:
         f"{RESULTS}/runs/{{run}}/model.pt",
     log:
         f"{RESULTS}/runs/{{run}}/pretrain.log",
     params:
-        out=lambda wc: f"{RESULTS}/runs/{wc.run}",
+        config=run_config_text,
+        out=lambda wc, output: os.path.dirname(output[0]),
     threads: 1
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "bayesncl pretrain --config {input} --out {params.out} > {log} 2>&1"
+        "bayesncl pretrain --config-json {params.config:q} --out {params.out} --quiet > {log} 2>&1"

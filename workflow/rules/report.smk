@@ -1,38 +1,26 @@
 # runs.csv -> Tables 1-7 and Figures 3-4.
 
 
-rule manifest:
-    output:
-        f"{RESULTS}/summary/manifest.json",
-    log:
-        f"{RESULTS}/summary/manifest.log",
-    params:
-        entries=lambda wc: json.dumps(manifest()),
-    localrule: True
-    run:
-        from bayesncl.atomic import atomic_write_text
-
-        atomic_write_text(output[0], json.dumps(json.loads(params.entries), indent=1) + "\n")
-
-
 rule summarize:
     input:
-        manifest=f"{RESULTS}/summary/manifest.json",
-        metrics=METRICS,
+        METRICS,
     output:
-        f"{RESULTS}/summary/runs.csv",
+        csv=f"{RESULTS}/summary/runs.csv",
+        headline=f"{RESULTS}/summary/metrics.json",
     log:
         f"{RESULTS}/summary/summarize.log",
+    params:
+        manifest=lambda wc: json.dumps(manifest()),
     localrule: True
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "bayesncl summarize --manifest {input.manifest} --out {output} > {log} 2>&1"
+        "bayesncl summarize --manifest-json {params.manifest:q} --out {output.csv} > {log} 2>&1"
 
 
 rule report:
     input:
-        f"{RESULTS}/summary/runs.csv",
+        rules.summarize.output.csv,
     output:
         TABLES,
         FIGURES,

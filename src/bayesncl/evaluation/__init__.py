@@ -12,7 +12,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import torch
 
 SECTIONS = ("interpretability", "linear_probe", "retrieval", "background", "dynamics", "cost")
 
@@ -26,6 +25,8 @@ def _run_info(cfg: dict) -> dict:
 
 def _clean(x):
     """JSON-safe: tensors/ndarrays to lists, NaN to None."""
+    import torch
+
     if isinstance(x, dict):
         return {str(k): _clean(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -53,6 +54,8 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
     from ..atomic import atomic_path, atomic_write_text
     from ..config import ConfigError, _merge, nest, parse_set, resolve, validate
     from ..data import load_split
+    import torch
+
     from ..train import channels_last, resolve_device
     from . import cost, dynamics, metrics, probe, retrieval
 
@@ -178,6 +181,8 @@ def _background(model, cfg, device, train, test, h_train, outs, probe) -> dict:
 
 
 def _cost(model, cfg, device, run_dir: Path, cost) -> dict:
+    import torch
+
     from ..config import crop_size
 
     size = crop_size(cfg)

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from ..atomic import atomic_path
+from ..atomic import atomic_path, atomic_write_text
 
 __all__ = ["COLUMNS", "ManifestError", "MetricsFileError", "load_manifest", "prepare",
            "read_summary", "summarize", "write_summary"]
@@ -252,7 +252,21 @@ def write_summary(manifest_path: str | os.PathLike, out_csv: str | os.PathLike,
     df = summarize(load_manifest(manifest_path), base_dir=base_dir)
     with atomic_path(out_csv) as tmp:
         df.to_csv(tmp, index=False, lineterminator="\n")
+    atomic_write_text(Path(out_csv).with_name("metrics.json"), json.dumps(headline(df), indent=1) + "\n")
     return df
+
+
+HEADLINE = ("sc", "se_sum", "act", "probe_top1", "ret_p10", "bg_acc")
+
+
+def headline(df: pd.DataFrame) -> dict:
+    """{dataset: {variant: {metric: mean over every run of that variant}}}: what `dvc metrics` shows."""
+    out: dict = {}
+    for (dataset, variant), g in df.groupby(["dataset", "variant"], sort=False):
+        means = g[list(HEADLINE)].apply(pd.to_numeric, errors="coerce").mean()
+        out.setdefault(str(dataset), {})[str(variant)] = {k: round(float(v), 4) for k, v in means.items()
+                                                          if pd.notna(v)}
+    return out
 
 
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
