@@ -175,6 +175,7 @@ start_cluster() {  # dir
     mkdir -p "$dir/log"
     : >"$dir/pids"
     # Any failure from here on must not leave half a cluster behind.
+    # shellcheck disable=SC2154  # rc is assigned inside the trap
     trap 'rc=$?; if [[ $rc != 0 ]]; then dump_logs "$dir"; stop_cluster "$dir"; fi' EXIT
     start_munged "$dir"
     write_conf "$dir"
@@ -277,11 +278,14 @@ stop_cluster() {  # dir
 # slurmstepds are the ones holding this cluster's slurmd log open; their job
 # processes are found through `scontrol listpids` while slurmd still runs.
 kill_leftover_steps() {  # dir
-    local dir=$1 p pids="" i
+    local dir=$1 p fd pids="" i
     for p in $(pgrep -x slurmstepd 2>/dev/null || true); do
-        if ls -l "/proc/$p/fd" 2>/dev/null | grep -qF -- "-> $dir/log/"; then
-            pids+=" $p"
-        fi
+        for fd in /proc/"$p"/fd/*; do
+            if [[ $(readlink "$fd" 2>/dev/null) == "$dir"/log/* ]]; then
+                pids+=" $p"
+                break
+            fi
+        done
     done
     [[ -n $pids ]] || return 0
     if pid_alive slurmd "$(awk '$1=="slurmd"{print $2}' "$dir/pids")"; then
