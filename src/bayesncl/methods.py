@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from . import losses
 from .backbones import build_backbone
-from .config import topk_k
+from .config import METHOD_NAMES, topk_k
 
 METHODS: dict[str, type["Method"]] = {}
 
@@ -143,6 +143,9 @@ class BayesNCL(Method):
             "main": [p for p in self.parameters() if id(p) not in head],
             "gate_head": list(self.gate_head.parameters()),
         }
+
+
+assert tuple(METHODS) == METHOD_NAMES, "config.METHOD_NAMES must list the registry's keys"
 
 
 def build_method(cfg: dict) -> Method:

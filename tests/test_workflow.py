@@ -1,0 +1,139 @@
+"""The Snakemake workflow: DAG of the paper grid, lint, config errors, and the tiny grid end to end."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = shutil.which("snakemake")
+pytestmark = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed (pip install -e '.[workflow]')")
+
+
+def snakemake(*args, cwd=ROOT, timeout=600):
+    return subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def job_counts(output: str) -> dict[str, int]:
+    table = output.split("Job stats:")[1]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def test_paper_dag_builds_without_data(tmp_path):
+    r = snakemake("-n", "--configfile", "config/paper.yaml", "--config", f"results={tmp_path}")
+    assert r.returncode == 0, r.stderr + r.stdout
+    counts = job_counts(r.stdout)
+    # Distinct runs, 3 seeds each: Tables 1-2: 3 datasets x 5 methods (45); Table 4 adds 4 ablations on
+    # CIFAR-100 (12); Table 5 ResNet-50 x 3 methods (9); Figure 4a 4 more widths x 2 methods (24); Figure 4b
+    # 4 more rho and 4 more lambda values (24). Tables 3, 6, 7 and Figure 3 reuse runs already counted.
+    runs = 45 + 12 + 9 + 24 + 24
+    assert counts["pretrain"] == runs and counts["evaluate"] == runs
+    assert counts["summarize"] == 1 and counts["report"] == 1
+
+
+def test_demo_dag_trains_each_config_once(tmp_path):
+    r = snakemake("-n", "--config", f"results={tmp_path}")
+    assert r.returncode == 0, r.stderr + r.stdout
+    # Tables 1-2: 5 methods x 2 seeds (10); Table 4: 4 ablations (4); Table 5: 2 ResNet-50 runs (2);
+    # Figure 4a: 2 more widths x 2 methods (4); Figure 4b: 3 more rho and 3 more lambda values (6).
+    assert job_counts(r.stdout)["pretrain"] == 10 + 4 + 2 + 4 + 6
+
+
+def test_lint():
+    r = snakemake("--lint")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _bad_config(tmp_path, edit) -> Path:
+    cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    edit(cfg)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+BAD = [
+    (lambda c: c["variants"]["NCL"]["method"].update(name="simsiam"), "method.name"),
+    (lambda c: c["datasets"].update(cifar10={"data": {"dataset": "cifar10"}}), "datasets.cifar10.data.root"),
+    (lambda c: c.update(seeds=[]), "seeds"),
+    (lambda c: c["sets"]["table1"].update(seeds=[]), "seeds"),
+    (lambda c: c["sets"]["table1"]["variants"].append("MoCo"), "sets.table1.variants"),
+    (lambda c: c["defaults"]["method"].update(rho=1.5), "method.rho"),
+]
+
+
+@pytest.mark.parametrize("edit,message", BAD[:3])
+def test_bad_config_fails_when_the_dag_is_built(tmp_path, edit, message):
+    r = snakemake("-n", "--configfile", str(_bad_config(tmp_path, edit)), "--config", f"results={tmp_path}")
+    assert r.returncode != 0
+    assert message in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("edit,message", BAD)
+def test_bad_config_is_reported_with_its_key(tmp_path, edit, message):
+    """What common.smk runs (schema, then bayesncl.grid), without a Snakemake process per case."""
+    import jsonschema
+
+    from bayesncl.config import ConfigError
+    from bayesncl.grid import check_workflow_config, expand_grid
+
+    cfg = yaml.safe_load(_bad_config(tmp_path, edit).read_text())
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    with pytest.raises((ConfigError, jsonschema.ValidationError)) as err:
+        jsonschema.validate(cfg, schema)
+        check_workflow_config(cfg)
+        expand_grid(cfg)
+    text = str(err.value) if isinstance(err.value, ConfigError) else ".".join(map(str, err.value.path)) + str(err.value)
+    assert message in text
+
+
+# Metric columns each set needs, so that a table cell is a number.
+REQUIRED = {
+    "table1": ["sc", "se_sum", "se_mean", "se_freq", "act"],
+    "table2": ["probe_top1", "probe_top5"],
+    "table3": ["dyn_af_gv", "dyn_gv_sc", "dyn_af_sc"],
+    "table4": ["sc", "se_sum", "act", "probe_top1"],
+    "table5": ["sc", "se_sum", "act", "probe_top1"],
+    "table6": ["bg_acc", "bg_dominated_zplus", "bg_dominated_feature"],
+    "table7": ["gflops", "params_m", "sec_per_epoch", "img_per_s", "train_minutes"],
+    "figure3": ["ret_curve"],
+}
+
+
+@pytest.mark.slow
+def test_tiny_grid_end_to_end(tmp_path):
+    out = tmp_path / "results"
+    args = ("--cores", "2", "--configfile", "config/tiny.yaml", "--config", f"results={out}")
+    r = snakemake(*args, timeout=900)
+    assert r.returncode == 0, r.stderr[-5000:]
+    for i in range(1, 8):
+        for ext in ("tex", "md"):
+            assert (out / "tables" / f"table{i}.{ext}").stat().st_size > 0
+    for name in ("figure3", "figure4a", "figure4b"):
+        for ext in ("pdf", "png"):
+            assert (out / "figures" / f"{name}.{ext}").stat().st_size > 0
+
+    runs = pd.read_csv(out / "summary" / "runs.csv")
+    cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    for set_name, spec in cfg["sets"].items():
+        rows = runs[runs["sets"].str.split(";").apply(lambda s: set_name in s)]
+        assert set(spec["variants"]) <= set(rows["variant"]), set_name
+        for col in REQUIRED.get(set_name, []):
+            needed = rows if not col.startswith("ret") else rows[rows["method"] != "cl"]
+            assert needed[col].notna().all(), (set_name, col)
+        if set_name.startswith("table"):
+            md = (out / "tables" / f"{set_name}.md").read_text()
+            tex = (out / "tables" / f"{set_name}.tex").read_text()
+            for variant in spec["variants"]:
+                assert variant in md, (set_name, variant)
+            assert "nan" not in md.lower() and "nan" not in tex.lower(), set_name
+    assert json.loads((out / "summary" / "metrics.json").read_text())["synthetic"]
+
+    again = snakemake("-n", *args)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
