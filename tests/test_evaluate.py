@@ -30,7 +30,7 @@ def test_all_sections_written(trained, tmp_path):
     path = evaluate(run / "model.pt", tmp_path / "eval", progress=False)
     m = json.loads(path.read_text())
     assert set(SECTIONS) <= set(m)
-    assert m["run"]["method"] == "bayesncl" and m["run"]["rho"] == 0.8
+    assert m["run"]["method"] == "bayesncl" and m["run"]["rho"] == 0.8 and m["run"]["checkpoint"].endswith("model.pt")
     it = m["interpretability"]
     assert 0 < it["sc"] <= 100 and 0 <= it["act"] <= 100 and it["alive"] <= 16
     assert 0 <= it["bg_dominated_zplus"] <= 1 and "zplus" in it
@@ -62,9 +62,11 @@ def test_paper_probe_protocol_is_labelled(trained, tmp_path):
 
 
 def test_trained_probe_beats_chance_and_random_init(tmp_path):
-    sets = ["data.synthetic.train_size=768", "data.synthetic.test_size=400", "model.width=8",
-            "model.proj_hidden=128", "model.proj_dim=32", "train.batch_size=128", "train.epochs=5",
-            "train.warmup_epochs=1", "train.threads=2", "method.name=ncl"]
+    # The demo's settings (config/config.yaml `defaults`; measured there: 43-44% vs 27-29%, seeds 0/1).
+    sets = ["data.synthetic.train_size=1024", "data.synthetic.test_size=512", "data.synthetic.image_size=16",
+            "model.width=8", "model.proj_hidden=256", "model.proj_dim=64", "train.batch_size=128",
+            "train.epochs=6", "train.warmup_epochs=1", "train.crop_min_scale=0.35", "train.trust_coeff=0.05",
+            "method.temperature=0.5", "train.threads=2", "method.name=ncl"]
     cfg = C.resolve(sets=sets)
     pretrain(cfg, tmp_path / "trained", progress=False)
     torch.manual_seed(cfg["seed"])

@@ -80,7 +80,7 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
     if channels_last(cfg, device):
         model = model.to(memory_format=torch.channels_last)
     run_dir = checkpoint.parent
-    result: dict = {"checkpoint": str(checkpoint), "run": _run_info(cfg)}
+    result: dict = {"run": {**_run_info(cfg), "checkpoint": str(checkpoint)}}
     vectors: dict[str, np.ndarray] = {}
     from ..train import embed
 
