@@ -197,7 +197,11 @@ def test_write_summary_roundtrip(tmp_path):
     df = summ.write_summary(manifest, out)
     back = summ.read_summary(out)
     pd.testing.assert_frame_equal(df, back)
-    assert [p.name for p in out.parent.iterdir()] == ["runs.csv"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["metrics.json", "runs.csv"]  # no temp files left
+    headline = json.loads((out.parent / "metrics.json").read_text())
+    assert set(headline) == {str(d) for d in df["dataset"]}
+    row = df[df["variant"] == "B"].iloc[0]
+    assert headline[str(row["dataset"])]["B"]["sc"] == pytest.approx(row["sc"], abs=1e-4)
     # JSON-lines manifests and {"runs": [...]} are accepted too.
     manifest.write_text("\n".join(json.dumps(e) for e in [{"metrics": m, "sets": ["table1"]}]))
     assert len(summ.load_manifest(manifest)) == 1
