@@ -62,11 +62,12 @@ def test_paper_probe_protocol_is_labelled(trained, tmp_path):
 
 
 def test_trained_probe_beats_chance_and_random_init(tmp_path):
-    # The demo's settings (config/config.yaml `defaults`; measured there: 43-44% vs 27-29%, seeds 0/1).
+    # The demo's settings (config/config.yaml `defaults`; measured: 38.9% vs 26.6% at seed 0, 39.6% vs
+    # 28.7% at seed 1). Fewer steps (6 epochs) gave only +8 points over random init.
     sets = ["data.synthetic.train_size=1024", "data.synthetic.test_size=512", "data.synthetic.image_size=16",
             "model.width=8", "model.proj_hidden=256", "model.proj_dim=64", "train.batch_size=128",
-            "train.epochs=6", "train.warmup_epochs=1", "train.crop_min_scale=0.35", "train.trust_coeff=0.05",
-            "method.temperature=0.5", "train.threads=2", "method.name=ncl"]
+            "train.epochs=9", "train.warmup_epochs=1", "train.crop_min_scale=0.35", "train.trust_coeff=0.05",
+            "method.temperature=0.5", "train.threads=1", "method.name=ncl"]
     cfg = C.resolve(sets=sets)
     pretrain(cfg, tmp_path / "trained", progress=False)
     torch.manual_seed(cfg["seed"])
