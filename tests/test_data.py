@@ -431,6 +431,19 @@ def test_iter_batches_workers_with_backgrounds(tmp_path):
     assert torch.equal(torch.cat([b[1] for b in got]), ds.labels)
 
 
+def test_iter_batches_start_skips_whole_batches(tmp_path):
+    ds = load_split(syn_cfg(tmp_path), "test")
+    full = list(iter_batches(ds, 32, shuffle=True, seed=3, drop_last=True, device="cpu"))
+    rest = list(iter_batches(ds, 32, shuffle=True, seed=3, drop_last=True, device="cpu", start=1))
+    assert len(rest) == len(full) - 1
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(full[1:], rest))
+    write_imagenet(tmp_path, n_train=3)
+    fb = load_split(in_cfg(tmp_path), "train")
+    full = [b[1] for b in iter_batches(fb, 4, shuffle=True, seed=1, drop_last=True, device="cpu")]
+    rest = [b[1] for b in iter_batches(fb, 4, shuffle=True, seed=1, drop_last=True, device="cpu", start=1)]
+    assert len(rest) == 1 and torch.equal(rest[0], full[1])
+
+
 def test_public_api():
     for name in ("ImageSet", "DataError", "load_split", "check_data", "iter_batches", "SimCLRAugment",
                  "eval_transform", "load_waterbirds", "make_synthetic"):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import math
 import signal
 import sys
 import time
@@ -99,7 +98,7 @@ def embed(model, ds, cfg: dict, device, key: str = "feature") -> tuple[torch.Ten
     model.eval()
     outs: dict[str, list] = {k: [] for k in keys}
     for x, _, _ in iter_batches(ds, cfg["eval"]["batch_size"], shuffle=False, seed=0, drop_last=False,
-                                device=device):
+                                device=device, num_workers=cfg["data"]["num_workers"]):
         x = eval_transform(x, ds.mean, ds.std, ds.crop_size)
         if channels_last(cfg, device):
             x = x.contiguous(memory_format=torch.channels_last)
@@ -181,8 +180,8 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
             stats = GradientStats(cfg["model"]["proj_dim"]) if dynamics_epoch(cfg, epoch) else None
             t0, n_img = time.perf_counter(), 0
             batches = iter_batches(train_set, bs, shuffle=True, seed=epoch_seed(seed, epoch), drop_last=True,
-                                   device=device)
-            for step, (x, _, _) in enumerate(itertools.islice(batches, start_step, steps), start=start_step):
+                                   device=device, num_workers=cfg["data"]["num_workers"], start=start_step)
+            for step, (x, _, _) in enumerate(itertools.islice(batches, steps - start_step), start=start_step):
                 lr = lr_at(epoch * steps + step, steps, cfg["train"])
                 set_lr(opt, lr)
                 v1, v2 = augment(x, gen), augment(x, gen)

@@ -162,13 +162,15 @@ def iter_batches(
     drop_last: bool,
     device: torch.device | str,
     num_workers: int = 0,
+    start: int = 0,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
     """Yield ``(x_uint8 [B,3,S,S], y [B], bg [B] or None)`` on ``device``.
 
     The order is a permutation drawn from a CPU ``torch.Generator`` seeded with ``seed`` alone (pass
     e.g. ``seed * 1000 + epoch`` for a per-epoch order), identical for in-memory and file-backed sets.
     In-memory sets are copied to ``device`` once (cached on the ImageSet) and indexed there;
-    file-backed sets go through a DataLoader with ``num_workers`` workers.
+    file-backed sets go through a DataLoader with ``num_workers`` workers. ``start`` skips that many
+    batches of the same order without loading them (a resumed epoch).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -182,6 +184,7 @@ def iter_batches(
     else:
         order = torch.arange(n)
     stop = (n // batch_size) * batch_size if drop_last else n
+    first = min(start * batch_size, stop)
 
     if ds.images is not None:
         key = str(device)
@@ -190,7 +193,7 @@ def iter_batches(
             ds._device_cache[key] = (ds.images.to(device), ds.labels.to(device), bg)
         images, labels, backgrounds = ds._device_cache[key]
         order = order.to(device)
-        for s in range(0, stop, batch_size):
+        for s in range(first, stop, batch_size):
             idx = order[s : min(s + batch_size, stop)]
             yield images[idx], labels[idx], (backgrounds[idx] if backgrounds is not None else None)
         return
@@ -200,7 +203,7 @@ def iter_batches(
     loader = DataLoader(
         ds.dataset,
         batch_size=batch_size,
-        sampler=order[:stop].tolist(),
+        sampler=order[first:stop].tolist(),
         num_workers=num_workers,
         drop_last=False,  # already cut to whole batches above
         pin_memory=device.type == "cuda",

@@ -140,8 +140,9 @@ def linear_probe_paper(model, train, test, cfg: dict, device, *, progress: bool 
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     for epoch in tqdm(range(epochs), desc="linear probe (paper)", disable=not progress):
-        batches = iter_batches(train, bs, shuffle=True, seed=seed * 1_000_003 + epoch, drop_last=len(train.labels) >= bs,
-                               device=device)
+        batches = iter_batches(train, bs, shuffle=True, seed=seed * 1_000_003 + epoch,
+                               drop_last=len(train.labels) >= bs, device=device,
+                               num_workers=cfg["data"]["num_workers"])
         for step, (x, y, _) in enumerate(batches):
             for g in opt.param_groups:
                 g["lr"] = lr_at(epoch * steps + min(step, steps - 1), steps, sched)
