@@ -183,8 +183,9 @@ def test_sweep_hint_accepts_dotted_config_keys(tmp_path):
     m = _write_metrics(tmp_path / "runs/x/seed~0/eval/metrics.json", FULL_METRICS)
     df = summ.summarize([{"metrics": m, "variant": v, "sweep": h} for v, h in
                          (("a", "method.rho"), ("b", "method.lambda"), ("c", "model.proj_dim"),
-                          ("d", "width"), ("e", None))])
-    assert list(df["sweep"]) == ["rho", "lambda", "width", "width", ""]
+                          ("d", "width"), ("e", None),
+                          ("f", ["model.proj_dim", "method.rho", "method.lambda"]))])
+    assert list(df["sweep"]) == ["rho", "lambda", "width", "width", "", "width;rho;lambda"]
 
 
 def test_write_summary_roundtrip(tmp_path):
@@ -402,10 +403,12 @@ def test_figure4b_sweep_membership():
                      _row("B", 0, sets="figure4b", rho=0.8, **{"lambda": 3e-5}, sweep="rho"),
                      _row("B", 0, sets="figure4b", rho=0.8, **{"lambda": 3e-5}, sweep="rho"),
                      _row("B", 0, sets="figure4b", rho=0.5, **{"lambda": 1e-5}, sweep="rho"),
-                     _row("B", 0, sets="figure4b", rho=0.8, **{"lambda": 0.0}, sweep="lambda")])
+                     _row("B", 0, sets="figure4b", rho=0.8, **{"lambda": 0.0}, sweep="lambda"),
+                     # the default operating point, a point of every sweep
+                     _row("B", 0, sets="figure4b", rho=0.8, **{"lambda": 3e-5}, sweep="width;rho;lambda")])
     sweep = figures_module().sweep_rows
-    assert sorted(sweep(hinted, "rho")["rho"]) == [0.5, 0.8, 0.8]
-    assert sorted(sweep(hinted, "lambda")["lambda"]) == [0.0, 3e-5, 3e-5]
+    assert sorted(sweep(hinted, "rho")["rho"]) == [0.5, 0.8, 0.8, 0.8]
+    assert sorted(sweep(hinted, "lambda")["lambda"]) == [0.0, 3e-5, 3e-5, 3e-5]
 
 
 def figures_module():

@@ -194,12 +194,12 @@ def sweep_rows(rows: pd.DataFrame, param: str) -> pd.DataFrame:
     keep = []
     for rec in rows.to_dict("records"):
         at_base = rec[param] == base_p and rec[other] == base_o
-        hint = rec["sweep"]
-        if hint == param:
+        hints = set(str(rec["sweep"]).split(";")) if isinstance(rec["sweep"], str) and rec["sweep"] else set()
+        if param in hints:
             keep.append(True)
-        elif hint == other:
+        elif other in hints:
             keep.append(at_base)  # the other sweep's base point is also a point of this one
-        elif hint == "":
+        elif not hints:
             keep.append(rec[other] == base_o)  # only `param` differs from the set's usual value
         else:
             keep.append(False)  # e.g. "width": belongs to figure 4a

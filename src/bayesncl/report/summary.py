@@ -206,12 +206,14 @@ def _flatten(entry: dict, metrics: dict) -> dict:
 
 
 def _sweep_name(hint: Any) -> str:
-    """"rho" | "lambda" | "width" | other; the workflow may give the dotted config key instead
-    ("method.rho", "model.proj_dim"), so keep the last component and call proj_dim "width"."""
+    """"rho" | "lambda" | "width" | other, ";"-joined when a run is a point of several sweeps (the
+    default operating point is in each). The workflow may give dotted config keys ("method.rho",
+    "model.proj_dim") or a list of them: keep the last component and call proj_dim "width"."""
     if not hint:
         return ""
-    name = str(hint).rsplit(".", 1)[-1]
-    return "width" if name == "proj_dim" else name
+    hints = hint if isinstance(hint, (list, tuple)) else str(hint).split(";")
+    names = [str(h).rsplit(".", 1)[-1] for h in hints if str(h)]
+    return ";".join("width" if n == "proj_dim" else n for n in names)
 
 
 def _merge_duplicates(manifest: Iterable[dict]) -> list[dict]:

@@ -307,11 +307,13 @@ TABLES = [
               "ResNet-50 backbone.",
               ("sc", "se_sum", "act", "probe_top1", "ret_p10")),
     TableSpec("table6", "table6",
-              r"Background probe: accuracy of a linear classifier predicting the Waterbirds background "
-              r"(place) from the frozen backbone feature, and the share of background-dominated "
+              r"Background probe: accuracy of a linear classifier predicting the background (Waterbirds "
+              r"place for ImageNet-100 models; the background label of the synthetic set) from the frozen "
+              r"backbone feature, and the share of background-dominated "
               r"dimensions of $z^+$ and of the evaluation feature.",
-              "Background probe: accuracy of a linear classifier predicting the Waterbirds background "
-              "(place) from the frozen backbone feature, and the share of background-dominated "
+              "Background probe: accuracy of a linear classifier predicting the background (Waterbirds "
+              "place for ImageNet-100 models; the background label of the synthetic set) from the frozen "
+              "backbone feature, and the share of background-dominated "
               "dimensions of z+ and of the evaluation feature.",
               ("bg_acc", "bg_dominated_zplus", "bg_dominated_feature")),
     TableSpec("table7", "table7",
