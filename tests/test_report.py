@@ -192,8 +192,10 @@ def test_write_summary_roundtrip(tmp_path):
     m = _write_metrics(tmp_path / "runs/x/seed~0/eval/metrics.json", FULL_METRICS)
     m2 = _write_metrics(tmp_path / "runs/y/seed~0/eval/metrics.json", {"run": {"dataset": "cifar10"}})
     manifest = tmp_path / "manifest.json"
+    m3 = _write_metrics(tmp_path / "runs/z/seed~0/eval/metrics.json", FULL_METRICS)
     manifest.write_text(json.dumps([{"metrics": m, "sets": ["table1"], "variant": "B"},
-                                    {"metrics": m2, "sets": ["table2"]}]))
+                                    {"metrics": m2, "sets": ["table2"]},
+                                    {"metrics": m3, "sets": ["table4"], "variant": "ablation"}]))
     out = tmp_path / "summary" / "runs.csv"
     df = summ.write_summary(manifest, out)
     back = summ.read_summary(out)
@@ -203,6 +205,7 @@ def test_write_summary_roundtrip(tmp_path):
     assert set(headline) == {str(d) for d in df["dataset"]}
     row = df[df["variant"] == "B"].iloc[0]
     assert headline[str(row["dataset"])]["B"]["sc"] == pytest.approx(row["sc"], abs=1e-4)
+    assert "ablation" not in headline[str(row["dataset"])]  # only the main comparison (Tables 1-2)
     # JSON-lines manifests and {"runs": [...]} are accepted too.
     manifest.write_text("\n".join(json.dumps(e) for e in [{"metrics": m, "sets": ["table1"]}]))
     assert len(summ.load_manifest(manifest)) == 1

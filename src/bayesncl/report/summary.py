@@ -262,9 +262,11 @@ HEADLINE = ("sc", "se_sum", "act", "probe_top1", "ret_p10", "bg_acc")
 
 
 def headline(df: pd.DataFrame) -> dict:
-    """{dataset: {variant: {metric: mean over every run of that variant}}}: what `dvc metrics` shows."""
+    """{dataset: {variant: {metric: mean over seeds}}} for the main comparison (the runs of Tables 1-2,
+    not the sweeps or ablations): what `dvc metrics show` prints."""
     out: dict = {}
-    for (dataset, variant), g in df.groupby(["dataset", "variant"], sort=False):
+    main = df[df["sets"].fillna("").str.split(";").apply(lambda s: bool({"table1", "table2"} & set(s)))]
+    for (dataset, variant), g in main.groupby(["dataset", "variant"], sort=False):
         means = g[list(HEADLINE)].apply(pd.to_numeric, errors="coerce").mean()
         out.setdefault(str(dataset), {})[str(variant)] = {k: round(float(v), 4) for k, v in means.items()
                                                           if pd.notna(v)}
