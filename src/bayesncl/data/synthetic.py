@@ -36,6 +36,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..config import DEFAULTS
 from . import DataError, ImageSet
 
 __all__ = [
@@ -54,16 +55,8 @@ __all__ = [
 # Bump when the drawing code changes: the cache key includes it, so stale caches are not reused.
 GENERATOR_VERSION = 2
 
-DEFAULT_SYNTHETIC: dict[str, Any] = {
-    "num_classes": 10,
-    "num_backgrounds": 6,
-    "num_common": 2,
-    "prevalence": 0.8,
-    "train_size": 2000,
-    "test_size": 1000,
-    "image_size": 32,
-    "seed": 0,
-}
+# One set of defaults: the run config's (bayesncl.config imports no torch, so this costs nothing).
+DEFAULT_SYNTHETIC: dict[str, Any] = DEFAULTS["data"]["synthetic"]
 
 _CHUNK = 256  # images drawn per vectorised step (fixed: the rng stream must not depend on machine)
 _SUPERSAMPLE = 2  # shape masks are drawn at 2x and averaged: anti-aliased edges at 32x32
