@@ -23,6 +23,7 @@ from . import checkpoint as ckpt_io
 from .atomic import atomic_write_text
 from .config import ConfigError, dump_yaml
 from .data import SimCLRAugment, eval_transform, iter_batches, load_split
+from .evaluation.cost import peak_memory_mb
 from .evaluation.dynamics import GradientStats
 from .evaluation.metrics import consistency_per_dim
 from .methods import build_method
@@ -57,13 +58,6 @@ def autocast(device: torch.device, precision: str):
     if use_bf16:
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def peak_memory_mb(device: torch.device) -> float | None:
-    """Accelerator peak memory; None on CPU (the process RSS would mostly measure the dataset)."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return None
 
 
 def channels_last(cfg: dict, device: torch.device) -> bool:

@@ -7,6 +7,7 @@ vectors) into the output folder, both atomically.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -187,11 +188,8 @@ def _cost(model, cfg, device, run_dir: Path, cost) -> dict:
 
     size = crop_size(cfg)
     x = torch.randn(2, 3, size, size, device=device)
-    model.train()  # the training forward pass (Gumbel noise and all)
-    try:
-        flops = cost.count_flops_per_image(model, x)
-    finally:
-        model.eval()
+    # The training forward pass (Gumbel noise and all), on a copy: train-mode BN updates its statistics.
+    flops = cost.count_flops_per_image(copy.deepcopy(model).train(), x)
     r = {"gflops": flops / 1e9, "params_m": cost.count_params(model) / 1e6}
     log = run_dir / "log.jsonl"
     if log.exists():
