@@ -105,7 +105,10 @@ def embed(model, ds, cfg: dict, device, key: str = "feature") -> tuple[torch.Ten
 
 
 def _rng_state(gen: torch.Generator) -> dict:
-    return {"aug": gen.get_state(), "global": torch.get_rng_state()}
+    state = {"aug": gen.get_state(), "global": torch.get_rng_state()}
+    if gen.device.type == "cuda":  # Gumbel noise on the GPU comes from its own global generator
+        state["cuda"] = torch.cuda.get_rng_state(gen.device)
+    return state
 
 
 def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
@@ -131,7 +134,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
 
     ckpt_path = out / CHECKPOINT
     if ckpt_path.exists():
-        saved = ckpt_io.load(ckpt_path, map_location=device)
+        saved = ckpt_io.load(ckpt_path, map_location="cpu")
         diff = ckpt_io.config_diff(saved["config"], cfg, ignore=("train.device", "train.threads", "data.num_workers",
                                                                 "data.cache_dir", "data.root", "eval."))
         if diff:
@@ -168,6 +171,8 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
             if state["rng"] is not None:  # resuming a preempted epoch mid-way
                 gen.set_state(state["rng"]["aug"])
                 torch.set_rng_state(state["rng"]["global"])
+                if "cuda" in state["rng"]:
+                    torch.cuda.set_rng_state(state["rng"]["cuda"], device)
                 start_step, sums = state["step"], dict(state["partial"] or {})
                 state["rng"] = state["partial"] = None
             # Dynamics epochs are never checkpointed mid-way (below), so their stats cover the whole epoch.
