@@ -81,6 +81,12 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+# Keys that never change the trained weights (where things run, what is recorded, how it is evaluated):
+# a checkpoint may be resumed or evaluated with other values, and the workflow leaves them out of a run's id.
+RUNTIME_KEYS = ("train.dynamics_every", "train.device", "train.threads", "data.num_workers", "data.cache_dir",
+                "data.root", "eval.")
+
+
 class ConfigError(ValueError):
     """A config value is invalid; the message names the key."""
 

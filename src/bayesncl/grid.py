@@ -10,11 +10,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from .config import ConfigError, flatten, nest, resolve
+from .config import RUNTIME_KEYS, ConfigError, flatten, nest, resolve
 
-# Keys that never change the trained weights: kept out of a run's identity and its id.
-NOT_IDENTITY = ("train.dynamics_every", "train.device", "train.threads", "data.num_workers", "data.cache_dir",
-                "eval.")
 # Always named in the id of these methods, so a reader sees the operating point.
 ALWAYS_NAMED = {"bayesncl": ("method.rho", "method.lambda"), "topk_ncl": ("method.rho",)}
 # Order of the path components after the method.
@@ -52,14 +49,14 @@ def _fmt(v) -> str:
 
 
 def _identity(cfg: dict) -> tuple:
-    return tuple(sorted((k, repr(v)) for k, v in flatten(cfg).items() if not k.startswith(NOT_IDENTITY)))
+    return tuple(sorted((k, repr(v)) for k, v in flatten(cfg).items() if not k.startswith(RUNTIME_KEYS)))
 
 
 def run_id(cfg: dict, base: dict) -> str:
     """Readable id: dataset/method, then every identity setting that differs from the dataset's base."""
     flat, flat_base = flatten(cfg), flatten(base)
     method = cfg["method"]["name"]
-    named = [k for k in flat if not k.startswith(NOT_IDENTITY) and k not in ("seed", "method.name", "data.dataset")
+    named = [k for k in flat if not k.startswith(RUNTIME_KEYS) and k not in ("seed", "method.name", "data.dataset")
              and (flat[k] != flat_base.get(k) or k in ALWAYS_NAMED.get(method, ()))]
     # Method settings that the method ignores are not part of what tells it apart.
     if method != "bayesncl":

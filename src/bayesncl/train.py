@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt_io
 from .atomic import atomic_write_text
-from .config import ConfigError, dump_yaml
+from .config import RUNTIME_KEYS, ConfigError, dump_yaml
 from .data import SimCLRAugment, eval_transform, iter_batches, load_split
 from .evaluation.cost import peak_memory_mb
 from .evaluation.dynamics import GradientStats
@@ -135,8 +135,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
     ckpt_path = out / CHECKPOINT
     if ckpt_path.exists():
         saved = ckpt_io.load(ckpt_path, map_location="cpu")
-        diff = ckpt_io.config_diff(saved["config"], cfg, ignore=("train.device", "train.threads", "data.num_workers",
-                                                                "data.cache_dir", "data.root", "eval."))
+        diff = ckpt_io.config_diff(saved["config"], cfg, ignore=RUNTIME_KEYS)
         if diff:
             raise ConfigError(f"{ckpt_path} was written with a different config; remove the folder or restore "
                               "the config. Differences: " + "; ".join(diff))

@@ -53,7 +53,7 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
              progress: bool = True) -> Path:
     from .. import checkpoint as ckpt_io
     from ..atomic import atomic_path, atomic_write_text
-    from ..config import ConfigError, _merge, nest, parse_set, resolve, validate
+    from ..config import RUNTIME_KEYS, ConfigError, _merge, nest, parse_set, resolve, validate
     from ..data import load_split
     import torch
 
@@ -64,8 +64,7 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
     model, cfg = ckpt_io.load_model(checkpoint)
     if expect_config is not None:
         want = resolve(file=expect_config)
-        diff = ckpt_io.config_diff(cfg, want, ignore=("train.device", "train.threads", "data.num_workers",
-                                                      "data.cache_dir", "data.root", "eval."))
+        diff = ckpt_io.config_diff(cfg, want, ignore=RUNTIME_KEYS)
         if diff:
             raise ConfigError(f"{checkpoint} does not match {expect_config}: " + "; ".join(diff))
         cfg["eval"] = want["eval"]
