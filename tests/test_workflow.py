@@ -136,3 +136,15 @@ def test_tiny_grid_end_to_end(tmp_path):
 
     again = snakemake("-n", *args)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_shared_run_is_one_readable_run():
+    from bayesncl.grid import expand_grid
+
+    runs = expand_grid(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
+    run = runs["cifar100/bayesncl/rho~0.8/lambda~3e-05/seed~0"]
+    assert {"table1", "table2", "table3", "table4", "table7"} <= set(run.sets)
+    assert run.config["train"]["dynamics_every"] == 10  # Table 3 records dynamics in the shared run
+    assert run.config["method"]["gate"] == "ste" and run.config["method"]["head_depth"] == 2
+    assert "cifar100/bayesncl/gate~soft/rho~0.8/lambda~3e-05/seed~0" in runs
+    assert "cifar100/ncl/arch~resnet50/seed~2" in runs
