@@ -174,6 +174,9 @@ def _workflow(tmp_path: Path, snakefile: str) -> Path:
     return wd
 
 
+@pytest.mark.skipif(not os.environ.get("SLURM_HARNESS_SELFTEST"),
+                    reason="harness self-test (foreign profile keys overridden); the real tiny workflow covers "
+                           "dependent SLURM jobs within the 5-minute budget. Set SLURM_HARNESS_SELFTEST=1 to run")
 def test_two_dependent_rules_run_as_slurm_jobs(tmp_path, cluster_state):
     wd = _workflow(tmp_path, TWO_RULES)
     rc, out = run_workflow(cluster_state, "--profile", str(wd / "profile"), "--directory", str(wd), "all")
@@ -196,49 +199,30 @@ def test_failing_rule_fails_run_and_shows_job_log(tmp_path, cluster_state):
     assert "rule-log-marker-49" in out, _tail(out)
 
 
-def _tiny_run_target(results: Path) -> str:
-    """metrics.json of the cheapest run of the tiny grid: pretrain + evaluate, two dependent SLURM jobs.
-
-    The whole grid (`all`, 20 SLURM jobs) takes several minutes on 2 cores; set
-    SLURM_TINY_TARGET=all (and SLURM_TEST_TIMEOUT/SLURM_PYTEST_TIMEOUT) to run it.
-    """
-    import yaml
-    from bayesncl.grid import expand_grid
-
-    def merge(a: dict, b: dict) -> dict:  # as Snakemake merges --configfile into configfile:
-        for k, v in b.items():
-            a[k] = merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
-        return a
-
-    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    cfg = merge(cfg, yaml.safe_load((REPO / "config" / "tiny.yaml").read_text()))
-    cfg["results"] = str(results)
-    runs = expand_grid(cfg)
-    rid = min(runs, key=lambda r: (runs[r].config["model"]["arch"] != "resnet18", len(r)))
-    return f"{results}/runs/{rid}/eval/metrics.json"
-
-
 def test_real_tiny_workflow(tmp_path, cluster_state):
     """The project's own workflow, tiny config, through profiles/slurm, from the repo root.
 
     Outputs go to a temp dir (config key `results`), so old results in the
     tree neither make the run a no-op nor get overwritten.
     """
-    needed = [REPO / "config" / "tiny.yaml", REPO / "profiles" / "slurm" / "config.yaml", REPO / "workflow" / "Snakefile"]
-    missing = [str(p.relative_to(REPO)) for p in needed if not p.exists()]
-    if missing:
-        pytest.skip(f"real workflow not there yet: missing {', '.join(missing)}")
     results = tmp_path / "results"
-    target = os.environ.get("SLURM_TINY_TARGET") or _tiny_run_target(results)
     rc, out = run_workflow(
-        cluster_state, "--profile", str(REPO / "profiles" / "slurm"),
+        cluster_state, "--timeout", "420", "--profile", str(REPO / "profiles" / "slurm"),
         "--configfile", str(REPO / "config" / "tiny.yaml"),
-        "--directory", str(REPO), target, "--config", f"results={results}",
+        "--directory", str(REPO), "all", "--config", f"results={results}", timeout=480,
     )
     assert rc == 0, _tail(out)
-    assert "has been submitted with SLURM jobid" in out, _tail(out)
-    if target.endswith("metrics.json"):
-        metrics = json.loads(Path(target).read_text())
-        assert metrics.get("run") and len(metrics) > 1, metrics
-    else:
-        assert results.is_dir() and any(results.iterdir()), f"nothing written to {results}\n" + _tail(out)
+    # Every pretrain and evaluate job went through SLURM; summarize and report are local rules.
+    import yaml
+
+    from bayesncl.grid import expand_grid
+
+    runs = expand_grid(yaml.safe_load((REPO / "config" / "tiny.yaml").read_text()))
+    assert out.count("has been submitted with SLURM jobid") == 2 * len(runs), _tail(out)
+    for rid in runs:
+        metrics = json.loads((results / "runs" / rid / "eval" / "metrics.json").read_text())
+        assert metrics["run"]["method"] == runs[rid].config["method"]["name"]
+    for i in range(1, 8):
+        assert (results / "tables" / f"table{i}.tex").stat().st_size > 0
+    for name in ("figure3", "figure4a", "figure4b"):
+        assert (results / "figures" / f"{name}.pdf").stat().st_size > 0
