@@ -80,9 +80,8 @@ def expand_grid(wf: dict) -> dict[str, Run]:
         seeds = spec.get("seeds", wf["seeds"])
         if not seeds:
             raise ConfigError(f"sets.{set_name}.seeds: empty seed list; give at least one seed")
-        sweeps = [(None, None)] + [(k, v) for k, vs in (spec.get("sweep") or {}).items() for v in vs]
-        if spec.get("sweep"):
-            sweeps = sweeps[1:]
+        # Each swept key alone, the others at their defaults; no sweep is one point.
+        sweeps = [(k, v) for k, vs in (spec.get("sweep") or {}).items() for v in vs] or [(None, None)]
         for ds in datasets:
             if ds not in wf["datasets"]:
                 raise ConfigError(f"sets.{set_name}.datasets: unknown dataset {ds!r}; defined: "
@@ -97,7 +96,7 @@ def expand_grid(wf: dict) -> dict[str, Run]:
                                       spec.get("overrides"), nest({key: value}) if key else None, {"seed": seed})
                         if spec.get("dynamics_every"):
                             raw = _merged(raw, {"train": {"dynamics_every": spec["dynamics_every"]}})
-                        where = (f"datasets.{ds} / variants.{variant} / sets.{set_name}")
+                        where = f"datasets.{ds} / variants.{variant} / sets.{set_name}"
                         try:
                             cfg = resolve(base=raw)
                         except ConfigError as e:
