@@ -42,6 +42,41 @@ def test_all_sections_written(trained, tmp_path):
     vec = np.load(tmp_path / "eval" / "vectors.npz")
     assert vec["feature_sc"].shape == (16,) and vec["zplus_bg_sc"].shape == (16,)
     assert not [p for p in (tmp_path / "eval").iterdir() if ".tmp" in p.name]
+    # the gate mechanism: closed-gate rates, recomputed from the per-image outputs
+    feats = np.load(tmp_path / "eval" / "features.npz")
+    n = len(feats["labels"])
+    assert feats["zplus"].shape == feats["gate"].shape == (n, 16) and feats["backgrounds"].shape == (n,)
+    fires = feats["zplus"] > 1e-5
+    with np.errstate(invalid="ignore"):
+        closed = ((fires & (feats["gate"] == 0)).sum(0) / fires.sum(0))
+    np.testing.assert_allclose(vec["zplus_closed_rate"], closed, equal_nan=True)
+    lift_bg, lift_cls = vec["zplus_lift_bg"], vec["zplus_lift_cls"]
+    bg_dom = np.isfinite(lift_cls) & (lift_bg > lift_cls) & (lift_bg > 0)
+    if bg_dom.any() and np.isfinite(closed[bg_dom]).any():
+        assert it["closed_bg"] == pytest.approx(np.nanmean(closed[bg_dom]))
+    # the training curve comes from the log; the weights digest tells identical runs apart
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert m["training"]["open_gates"] == [x["open_gates"] for x in log] and m["training"]["epochs"] == [1, 2]
+    assert m["run"]["weights_sha"] == ckpt_io.weights_digest(ckpt_io.load_model(run / "model.pt")[0])
+
+
+def test_topk_binding_recorded_and_weights_digest_tells_identical_runs(tmp_path):
+    from conftest import TINY
+
+    short = TINY + ["train.epochs=1", "train.max_steps_per_epoch=2"]
+    digests = {}
+    for name, sets in {"ncl": ["method.name=ncl"], "topk_all": ["method.name=topk_ncl", "method.topk_k=16"],
+                       "topk_2": ["method.name=topk_ncl", "method.topk_k=2"]}.items():
+        pretrain(C.resolve(sets=short + sets), tmp_path / name, progress=False)
+        m = json.loads(evaluate(tmp_path / name / "model.pt", tmp_path / name / "e",
+                                only=["interpretability"], progress=False).read_text())
+        digests[name] = m["run"]["weights_sha"]
+        if name == "topk_all":  # k = D keeps every entry: the mask never binds
+            assert m["interpretability"]["topk_bound"] == 0
+        if name == "topk_2":
+            assert 0 < m["interpretability"]["topk_bound"] <= 1 and 0 < m["interpretability"]["topk_removed"] < 1
+    # a mask that never binds trains exactly NCL's weights
+    assert digests["topk_all"] == digests["ncl"] != digests["topk_2"]
 
 
 def test_only_restricts_sections_and_cl_has_no_retrieval(tmp_path):

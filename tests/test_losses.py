@@ -118,3 +118,14 @@ def test_rep_relu_forward_relu_backward_gelu():
     z2 = z.detach().clone().requires_grad_(True)
     (g_ref,) = torch.autograd.grad(F.gelu(z2).sum(), z2)
     assert torch.allclose(g, g_ref)
+
+
+def test_normalize_matches_f_normalize_and_stops_gradient_of_zero_rows():
+    z = torch.tensor([[-1.0, -2.0, -0.5, -3.0], [0.3, -1.0, 2.0, 0.1]], requires_grad=True)
+    zp = losses.rep_relu(z)  # row 0 is all zero: its direction is undefined
+    f = losses.normalize(zp)
+    torch.testing.assert_close(f, torch.nn.functional.normalize(zp.detach(), dim=1))
+    (f * torch.tensor([[1.0, 2.0, 3.0, 4.0]])).sum().backward()
+    assert torch.isfinite(z.grad).all()
+    assert torch.equal(z.grad[0], torch.zeros(4))  # plain F.normalize gives ~1e11 here
+    assert z.grad[1].abs().sum() > 0

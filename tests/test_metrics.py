@@ -6,6 +6,8 @@ import torch
 
 from bayesncl.evaluation.metrics import (
     background_dominance,
+    closed_gate_rate,
+    topk_binding,
     class_dim_matrices,
     consistency_per_dim,
     interpretability,
@@ -158,23 +160,86 @@ def test_consistency_per_dim_matches_interpretability():
     torch.testing.assert_close(v[~torch.isnan(v)], ref[~torch.isnan(ref)])
 
 
-def test_background_dominance_known_case():
-    # 4 classes x 2 backgrounds, 8 samples (one per class/background pair, twice).
-    y = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3] * 2)
-    bg = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1] * 2)
-    F = torch.zeros(16, 5)
-    F[bg == 1, 0] = 1.0  # background dim: bg SC 1, class SC 1/4 -> dominated
-    F[y == 2, 1] = 1.0  # class dim: class SC 1, bg SC 1/2 -> not dominated
-    F[(y == 0) & (bg == 0), 2] = 1.0  # pure in both: tie, not dominated (strict)
-    F[(bg == 0) & (y < 2), 3] = 1.0  # bg SC 1, class SC 1/2 -> dominated
-    # dim 4 dead: not counted
-    out = background_dominance(F, y, bg, 4, 2)
+def _naive_lift(F, labels, num_labels, eps=1e-5):
+    """Lift of METHOD.md section 4, one dim and one label at a time."""
+    n = len(labels)
+    b = max(sum(1 for l in labels if l == c) for c in range(num_labels)) / n
+    out = []
+    for j in range(F.shape[1]):
+        fired = [labels[i] for i in range(n) if abs(float(F[i, j])) > eps]
+        if not fired:
+            out.append(math.nan)
+            continue
+        sc = max(fired.count(c) for c in range(num_labels)) / len(fired)
+        out.append((sc - b) / (1 - b))
+    return out
+
+
+def _hand_built():
+    # 5 classes, 3 backgrounds with unequal base rates: background 0 is the majority (12 of 30 = 0.4),
+    # as on the demo set, so raw background purity of an always-on dim is 0.4 > class purity 0.2.
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(30) % 5
+    bg = torch.tensor([0] * 12 + [1] * 9 + [2] * 9)
+    F = torch.zeros(30, 5)
+    F[bg == 1, 0] = 1.0  # pure background: fires on background 1 only, every class
+    F[y == 3, 1] = 2.0  # pure class: class 3 only, on every background
+    F[:, 2] = 0.5  # always on
+    F[:, 3] = (torch.rand(30, generator=g) < 0.5).float() * torch.rand(30, generator=g)  # random
+    return F, y, bg
+
+
+def test_background_dominance_hand_built_dims():
+    F, y, bg = _hand_built()
+    out = background_dominance(F, y, bg, 5, 3)
+    # dim 4 never fires: not active, counted as neither
     assert out["n_active"] == 4
-    assert out["share"] == pytest.approx(2 / 4)
-    assert out["bg_sc"][:4].tolist() == pytest.approx([1, 0.5, 1, 1])
-    assert out["cls_sc"][:4].tolist() == pytest.approx([0.25, 1, 1, 0.5])
-    assert math.isnan(out["bg_sc"][4]) and math.isnan(out["cls_sc"][4])
-    assert math.isnan(background_dominance(torch.zeros(16, 2), y, bg, 4, 2)["share"])
+    assert out["bg_dom"].tolist() == [True, False, False, False, False]
+    assert out["cls_dom"].tolist()[:3] == [False, True, False] and not out["cls_dom"][4]
+    # the always-on dim has lift 0 for both labels although its raw background purity (0.4) beats its class
+    # purity (0.2): raw purity would have called it background-dominated
+    assert out["bg_sc"][2] == pytest.approx(0.4) and out["cls_sc"][2] == pytest.approx(0.2)
+    assert out["lift_bg"][2] == pytest.approx(0) and out["lift_cls"][2] == pytest.approx(0)
+    assert out["lift_bg"][0] == pytest.approx(1) and out["lift_cls"][1] == pytest.approx(1)
+    assert out["share"] == pytest.approx(1 / 4)
+    assert math.isnan(background_dominance(torch.zeros(30, 2), y, bg, 5, 3)["share"])
+
+
+def test_background_lift_matches_naive_loop():
+    F, y = sparse_features(120, 24, 6, 5, dead=(3,), absent=None)
+    bg = torch.randint(0, 4, (120,), generator=torch.Generator().manual_seed(1))
+    bg[:40] = 0  # an unequal base rate
+    out = background_dominance(F, y, bg, 6, 4)
+    for name, labels, k in (("lift_cls", y, 6), ("lift_bg", bg, 4)):
+        ref = torch.tensor(_naive_lift(F, labels.tolist(), k), dtype=torch.float64)
+        torch.testing.assert_close(out[name], ref, equal_nan=True)
+    ok = torch.isfinite(out["lift_cls"])
+    naive_bg = [bool(ok[j]) and out["lift_bg"][j] > out["lift_cls"][j] and out["lift_bg"][j] > 0 for j in range(24)]
+    assert out["bg_dom"].tolist() == naive_bg
+
+
+def test_closed_gate_rate_matches_naive_loop():
+    g = torch.Generator().manual_seed(2)
+    zp = torch.relu(torch.randn(50, 7, generator=g))
+    zp[:, 6] = 0  # never fires
+    gate = (torch.rand(50, 7, generator=g) < 0.6).float()
+    got = closed_gate_rate(zp, gate)
+    for j in range(6):
+        fired = [i for i in range(50) if zp[i, j] > 1e-5]
+        assert got[j] == pytest.approx(sum(1 for i in fired if gate[i, j] == 0) / len(fired))
+    assert math.isnan(got[6])
+
+
+def test_topk_binding_counts_removed_positive_entries():
+    zp = torch.tensor([[3.0, 2.0, 1.0, 0.0], [0.0, 0.0, 5.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    from bayesncl.losses import topk_mask
+
+    mask = topk_mask(zp, 2)
+    r = topk_binding(zp, mask)
+    # row 0 loses one of three positive entries; rows 1 and 2 keep all theirs
+    assert r["bound"] == pytest.approx(1 / 3) and r["removed"] == pytest.approx((1 / 3) / 3)
+    never = topk_binding(zp, topk_mask(zp, 3))
+    assert never["bound"] == 0 and never["removed"] == 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

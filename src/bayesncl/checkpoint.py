@@ -6,12 +6,14 @@ A checkpoint is a dict of tensors and plain Python values only (no pickled objec
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import torch
 
 from .atomic import atomic_path
 from .config import ConfigError, flatten, validate
+from .errors import CheckpointError
 from .methods import Method, build_method
 
 
@@ -28,7 +30,17 @@ def load(path: str | Path, map_location="cpu") -> dict:
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # a truncated or foreign file
-        raise ValueError(f"checkpoint {path} could not be read as a bayesncl checkpoint: {e}") from e
+        raise CheckpointError(f"checkpoint {path} could not be read as a bayesncl checkpoint: {e}") from e
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """A short hash of the weights (parameters and buffers, in state-dict order): equal digests mean two runs
+    trained bit-identical models."""
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def config_diff(a: dict, b: dict, ignore: tuple[str, ...] = ()) -> list[str]:
@@ -43,15 +55,15 @@ def load_model(path: str | Path, map_location="cpu") -> tuple[Method, dict]:
     state = load(path, map_location)
     for key in ("config", "model"):
         if key not in state:
-            raise ValueError(f"checkpoint {path}: missing entry {key!r}; is this a bayesncl checkpoint?")
+            raise CheckpointError(f"checkpoint {path}: missing entry {key!r}; is this a bayesncl checkpoint?")
     try:
         cfg = validate(state["config"])
     except (ConfigError, KeyError, TypeError) as e:
-        raise ValueError(f"checkpoint {path}: its stored config is invalid: {e}") from e
+        raise CheckpointError(f"checkpoint {path}: its stored config is invalid: {e}") from e
     model = build_method(cfg)
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as e:
-        raise ValueError(f"checkpoint {path}: weights do not match the model its config describes: {e}") from e
+        raise CheckpointError(f"checkpoint {path}: weights do not match the model its config describes: {e}") from e
     model.eval()
     return model, cfg

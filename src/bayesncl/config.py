@@ -7,11 +7,15 @@ bad key, the value it got and what is allowed.
 from __future__ import annotations
 
 import copy
+import json
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from .errors import ConfigError  # re-exported: its old home
 
 DATASETS = ("synthetic", "cifar10", "cifar100", "imagenet100")
 # The keys of bayesncl.methods.METHODS, named here so validating a config (e.g. when Snakemake builds the
@@ -44,7 +48,8 @@ DEFAULTS: dict[str, Any] = {
     "model": {"arch": "resnet18", "width": 64, "stem": "cifar", "proj_hidden": 2048, "proj_dim": 256},
     "method": {
         "name": "bayesncl",
-        "nonneg": "relu",
+        # rep_relu: the released BayesNCL configs' non-negativity (METHOD.md section 1).
+        "nonneg": "rep_relu",
         "rho": 0.8,
         "lambda": 3.0e-5,
         "gate": "ste",
@@ -53,6 +58,8 @@ DEFAULTS: dict[str, Any] = {
         "tau_g": 1.0,
         "head_lr_mult": 0.25,
         "temperature": 0.2,
+        # Top-k NCL's k; null = round(D / 10) [choice] (METHOD.md section 2).
+        "topk_k": None,
     },
     "train": {
         "epochs": 200,
@@ -85,10 +92,6 @@ DEFAULTS: dict[str, Any] = {
 # a checkpoint may be resumed or evaluated with other values, and the workflow leaves them out of a run's id.
 RUNTIME_KEYS = ("train.dynamics_every", "train.device", "train.threads", "data.num_workers", "data.cache_dir",
                 "data.root", "eval.")
-
-
-class ConfigError(ValueError):
-    """A config value is invalid; the message names the key."""
 
 
 def _isnum(v) -> bool:
@@ -144,6 +147,7 @@ RULES: dict[str, tuple] = {
     "method.tau_g": _POS_NUM,
     "method.head_lr_mult": _POS_NUM,
     "method.temperature": _POS_NUM,
+    "method.topk_k": (lambda v: v is None or (_isint(v) and v > 0), "a positive integer or null (round(D / 10))"),
     "train.epochs": _POS_INT,
     "train.batch_size": (lambda v: _isint(v) and v >= 2, "an integer >= 2"),
     "train.base_lr": _POS_NUM,
@@ -208,7 +212,17 @@ def parse_set(item: str) -> tuple[str, Any]:
     if "=" not in item:
         raise ConfigError(f"--set {item!r}: expected key=value, e.g. method.rho=0.7")
     key, raw = item.split("=", 1)
-    return key.strip(), yaml.safe_load(raw) if raw.strip() else None
+    key = key.strip()
+    if not raw.strip():
+        return key, None
+    try:
+        return key, yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise ConfigError(
+            f"--set {key}: value {raw!r} is not valid YAML ({problem}); give a number, true/false, a closed "
+            f"[list], or quote a string: --set {shlex.quote(f'{key}={json.dumps(raw)}')}"
+        ) from None
 
 
 def nest(pairs: dict[str, Any]) -> dict:
@@ -236,8 +250,9 @@ def validate(cfg: dict) -> dict:
     syn = cfg["data"]["synthetic"]
     if syn["num_common"] >= syn["num_backgrounds"]:
         raise ConfigError("data.synthetic.num_common: must be smaller than data.synthetic.num_backgrounds")
-    if cfg["method"]["name"] == "topk_ncl" and topk_k(cfg) < 1:
-        raise ConfigError("method.rho: round(rho * model.proj_dim) must be at least 1 for topk_ncl")
+    if cfg["method"]["name"] == "topk_ncl" and not 1 <= topk_k(cfg) <= cfg["model"]["proj_dim"]:
+        raise ConfigError(f"method.topk_k: k = {topk_k(cfg)} must lie in [1, model.proj_dim = "
+                          f"{cfg['model']['proj_dim']}] for topk_ncl")
     return cfg
 
 
@@ -248,7 +263,9 @@ def crop_size(cfg: dict) -> int:
 
 
 def topk_k(cfg: dict) -> int:
-    return int(round(cfg["method"]["rho"] * cfg["model"]["proj_dim"]))
+    """Top-k NCL's k: `method.topk_k`, else round(D / 10), at least 1."""
+    k = cfg["method"].get("topk_k")
+    return int(k) if k is not None else max(1, int(round(cfg["model"]["proj_dim"] / 10)))
 
 
 def resolve(base: dict | None = None, sets: list[str] | tuple = (), file: str | Path | None = None) -> dict:
@@ -260,6 +277,8 @@ def resolve(base: dict | None = None, sets: list[str] | tuple = (), file: str | 
             raise ConfigError(f"config file {path} does not exist")
         try:
             loaded = yaml.safe_load(path.read_text()) or {}
+        except OSError as e:
+            raise ConfigError(f"config file {path}: cannot be read ({e.strerror})") from e
         except yaml.YAMLError as e:
             raise ConfigError(f"config file {path}: not valid YAML ({e})") from e
         if not isinstance(loaded, dict):

@@ -10,14 +10,14 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from .config import RUNTIME_KEYS, ConfigError, flatten, nest, resolve
+from .config import RUNTIME_KEYS, ConfigError, flatten, nest, resolve, topk_k
 
 # Always named in the id of these methods, so a reader sees the operating point.
-ALWAYS_NAMED = {"bayesncl": ("method.rho", "method.lambda"), "topk_ncl": ("method.rho",)}
+ALWAYS_NAMED = {"bayesncl": ("method.rho", "method.lambda"), "topk_ncl": ("method.topk_k",)}
 # Order of the path components after the method.
 ID_ORDER = ("model.arch", "model.width", "model.proj_dim", "method.gate", "method.detach", "method.head_depth",
-            "method.nonneg", "method.rho", "method.lambda")
-SHORT = {"model.proj_dim": "D", "method.head_depth": "depth"}
+            "method.nonneg", "method.rho", "method.lambda", "method.topk_k")
+SHORT = {"model.proj_dim": "D", "method.head_depth": "depth", "method.topk_k": "k"}
 
 
 @dataclass
@@ -61,12 +61,13 @@ def run_id(cfg: dict, base: dict) -> str:
     # Method settings that the method ignores are not part of what tells it apart.
     if method != "bayesncl":
         named = [k for k in named if k not in ("method.gate", "method.detach", "method.head_depth", "method.tau_g",
-                                               "method.head_lr_mult", "method.lambda")]
-        if method != "topk_ncl":
-            named = [k for k in named if k != "method.rho"]
-        if method == "cl":
-            named = [k for k in named if k != "method.nonneg"]
+                                               "method.head_lr_mult", "method.lambda", "method.rho")]
+    if method != "topk_ncl":
+        named = [k for k in named if k != "method.topk_k"]
+    if method == "cl":
+        named = [k for k in named if k != "method.nonneg"]
     named.sort(key=lambda k: (ID_ORDER.index(k) if k in ID_ORDER else len(ID_ORDER), k))
+    flat["method.topk_k"] = topk_k(cfg)  # the k in use, also when left to its default
     parts = [f"{SHORT.get(k, k.split('.')[-1])}~{_fmt(flat[k])}" for k in named]
     return "/".join([cfg["data"]["dataset"], method, *parts, f"seed~{cfg['seed']}"])
 

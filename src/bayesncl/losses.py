@@ -23,6 +23,18 @@ def info_nce(f1: torch.Tensor, f2: torch.Tensor, temperature: float = 0.2) -> to
     return F.cross_entropy(logits, targets)
 
 
+def normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """F.normalize over dim 1, but no gradient through a row of norm <= eps (same forward value).
+
+    A non-negative feature can be exactly zero (every entry of z+ off, or every active dim gated off). Its
+    direction is undefined, and F.normalize's 1/eps slope there overflows to NaN once rep_relu's
+    surrogate gradient (or a gate's) reaches it; under plain ReLU the true gradient there is zero anyway.
+    """
+    y = F.normalize(x, dim=1, eps=eps)
+    dead = torch.linalg.vector_norm(x.detach(), dim=1, keepdim=True) <= eps
+    return torch.where(dead, y.detach(), y)
+
+
 def rep_relu(z: torch.Tensor) -> torch.Tensor:
     """Forward ReLU, backward the gradient of GELU (NCL's reparameterised ReLU)."""
     g = F.gelu(z)

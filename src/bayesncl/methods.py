@@ -97,12 +97,12 @@ class NCL(Method):
 
     def head(self, h, z):
         zp = losses.nonneg(z, self.cfg["method"]["nonneg"])
-        return {"zplus": zp, "feature": F.normalize(zp.float(), dim=1)}
+        return {"zplus": zp, "feature": losses.normalize(zp.float())}
 
 
 @register("topk_ncl")
 class TopKNCL(Method):
-    """Top-k NCL: normalize(z+ * topk_mask(z+, k)), k = round(rho * D)."""
+    """Top-k NCL: normalize(z+ * topk_mask(z+, k)), k = `method.topk_k` (default round(D / 10))."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -111,7 +111,7 @@ class TopKNCL(Method):
     def head(self, h, z):
         zp = losses.nonneg(z, self.cfg["method"]["nonneg"])
         mask = losses.topk_mask(zp, self.k)
-        return {"zplus": zp, "mask": mask, "feature": F.normalize((zp * mask).float(), dim=1)}
+        return {"zplus": zp, "mask": mask, "feature": losses.normalize((zp * mask).float())}
 
 
 @register("bayesncl")
@@ -131,7 +131,7 @@ class BayesNCL(Method):
         zp = losses.nonneg(z, self.cfg["method"]["nonneg"])
         logits = self.gate_head(h.detach() if self.detach else h).float()
         m, alpha = losses.gate_mask(logits, self.gate, self.tau, training=self.training)
-        feat = F.normalize(F.normalize(zp.float(), dim=1) * m, dim=1)
+        feat = losses.normalize(losses.normalize(zp.float()) * m)
         return {"zplus": zp, "alpha": alpha, "gate": m, "feature": feat}
 
     def extra_loss(self, out):

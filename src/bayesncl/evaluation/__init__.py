@@ -80,7 +80,10 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
     if channels_last(cfg, device):
         model = model.to(memory_format=torch.channels_last)
     run_dir = checkpoint.parent
-    result: dict = {"run": {**_run_info(cfg), "checkpoint": str(checkpoint)}}
+    result: dict = {"run": {**_run_info(cfg), "checkpoint": str(checkpoint),
+                            "weights_sha": ckpt_io.weights_digest(model)}}
+    if (run_dir / "log.jsonl").exists():
+        result["training"] = _training(run_dir / "log.jsonl")
     vectors: dict[str, np.ndarray] = {}
     from ..train import embed
 
@@ -88,8 +91,9 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
     needs_test = {"interpretability", "linear_probe", "retrieval", "background"} & set(only)
     if needs_test:
         test = _nonempty(load_split(cfg["data"], "test"), f"{cfg['data']['dataset']} test split")
-        has_zplus = cfg["method"]["name"] != "cl"
-        keys = ("feature", "h") + (("zplus",) if has_zplus else ())
+        method = cfg["method"]["name"]
+        keys = ("feature", "h") + (("zplus",) if method != "cl" else ()) + \
+            {"bayesncl": ("gate",), "topk_ncl": ("mask",)}.get(method, ())
         outs = dict(zip(keys, embed(model, test, cfg, device, key=keys)))
     if {"linear_probe", "background"} & set(only):
         train = _nonempty(load_split(cfg["data"], "train"), f"{cfg['data']['dataset']} train split")
@@ -109,13 +113,26 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
             for k, v in rz["per_dim"].items():
                 vectors[f"zplus_{k}"] = np.asarray(v)
         if test.backgrounds is not None:
-            nb = test.num_backgrounds
             for name in ("zplus", "feature"):
                 if name in outs:
                     d = metrics.background_dominance(outs[name], test.labels, test.backgrounds,
-                                                     test.num_classes, nb)
+                                                     test.num_classes, test.num_backgrounds)
                     r[f"bg_dominated_{name}"] = d["share"]
                     vectors[f"{name}_bg_sc"] = np.asarray(d["bg_sc"])
+                    vectors[f"{name}_lift_bg"] = np.asarray(d["lift_bg"])
+                    vectors[f"{name}_lift_cls"] = np.asarray(d["lift_cls"])
+                    if name == "zplus":
+                        dom = d
+        if "gate" in outs:  # the mechanism: does the gate switch background dims off?
+            closed = metrics.closed_gate_rate(outs["zplus"], outs["gate"])
+            vectors["zplus_closed_rate"] = np.asarray(closed)
+            if test.backgrounds is not None:
+                for key, sel in (("closed_bg", dom["bg_dom"]), ("closed_cls", dom["cls_dom"])):
+                    v = closed[sel & torch.isfinite(closed)]
+                    r[key] = float(v.mean()) if v.numel() else math.nan
+        if "mask" in outs:
+            b = metrics.topk_binding(outs["zplus"], outs["mask"])
+            r["topk_bound"], r["topk_removed"] = b["bound"], b["removed"]
         result["interpretability"] = r
 
     if "linear_probe" in only:
@@ -154,8 +171,29 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
     with atomic_path(out / "vectors.npz") as tmp:
         with open(tmp, "wb") as fh:
             np.savez(fh, **vectors)
+    if test is not None:  # per-image outputs on the test split (index i = test image i), for the atlas
+        feats = {"labels": np.asarray(test.labels), "feature": outs["feature"].numpy()}
+        if test.backgrounds is not None:
+            feats["backgrounds"] = np.asarray(test.backgrounds)
+        if "zplus" in outs:
+            feats["zplus"] = outs["zplus"].numpy()
+        if "gate" in outs:
+            feats["gate"] = (outs["gate"] > 0.5).numpy().astype(np.uint8)
+        with atomic_path(out / "features.npz") as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, **feats)
     atomic_write_text(metrics_path, json.dumps(_clean(result), indent=2) + "\n")
     return metrics_path
+
+
+def _training(log: Path) -> dict:
+    """Per-epoch loss and open-gate fraction from the training log."""
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    r = {"epochs": [x["epoch"] for x in lines], "loss": [x.get("loss") for x in lines]}
+    if lines and "open_gates" in lines[-1]:
+        r["open_gates"] = [x.get("open_gates") for x in lines]
+        r["open_gates_last"] = lines[-1]["open_gates"]
+    return r
 
 
 def _background(model, cfg, device, train, test, h_train, outs, probe) -> dict:
@@ -172,7 +210,9 @@ def _background(model, cfg, device, train, test, h_train, outs, probe) -> dict:
         r = probe.linear_probe_fast(htr, wb_train.backgrounds, hte, wb_test.backgrounds, 2, seed=cfg["seed"])
         return {"acc": r["top1"], "protocol": r["protocol"], "target": "waterbirds_place"}
     if train.backgrounds is None:
-        raise ValueError(
+        from ..config import ConfigError
+
+        raise ConfigError(
             f"background probe: dataset {cfg['data']['dataset']!r} has no background labels; set "
             "eval.waterbirds_root=/path/to/waterbird_complete95_forest2water2 (or drop 'background' from --only)")
     r = probe.linear_probe_fast(h_train, train.backgrounds, outs["h"], test.backgrounds,

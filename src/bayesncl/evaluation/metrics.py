@@ -31,6 +31,8 @@ __all__ = [
     "interpretability",
     "consistency_per_dim",
     "background_dominance",
+    "closed_gate_rate",
+    "topk_binding",
 ]
 
 
@@ -156,6 +158,13 @@ def consistency_per_dim(F: Tensor, labels: Tensor, num_labels: int, eps: float =
     return _sc_from_counts(counts, sums.sum(0) > eps).cpu()
 
 
+def _lift(sc: Tensor, labels: Tensor, num_labels: int) -> Tensor:
+    """(SC_j - b) / (1 - b), b = the majority label's share of the evaluated images."""
+    counts = torch.bincount(torch.as_tensor(labels).long().reshape(-1), minlength=num_labels).double()
+    b = float(counts.max() / counts.sum()) if counts.sum() else math.nan
+    return (sc - b) / (1 - b) if b < 1 else torch.full_like(sc, math.nan)
+
+
 def background_dominance(
     F: Tensor,
     y: Tensor,
@@ -164,15 +173,42 @@ def background_dominance(
     num_backgrounds: int,
     eps: float = EPS,
 ) -> dict:
-    """Share (fraction in [0, 1]) of active dims whose consistency w.r.t. the background label is
-    strictly higher than w.r.t. the class label: the dims that encode "where" more than "what".
+    """Which dims encode "where" more than "what", on the lift over each label's base rate (METHOD.md
+    section 4): lift_L(j) = (SC_L(j) - b_L) / (1 - b_L), b_L the majority share of label L. A dim is
+    background-dominated when lift_bg > lift_cls and lift_bg > 0, class-dominated when lift_cls > lift_bg
+    and lift_cls > 0; an always-on dim (both lifts 0) is neither. Raw purities are not comparable: an
+    always-on dim has class purity 1/C but background purity b_bg.
 
-    Returns dict(share, n_active, bg_sc, cls_sc); the vectors are consistency_per_dim outputs.
-    share is NaN when no dim is active.
+    Returns dict(share (fraction of active dims that are background-dominated; NaN when none is active),
+    n_active, bg_dom, cls_dom (bool [D]), lift_bg, lift_cls, bg_sc, cls_sc (float64 [D], NaN off A)).
     """
     cls_sc = consistency_per_dim(F, y, num_classes, eps)
     bg_sc = consistency_per_dim(F, bg, num_backgrounds, eps)
-    ok = torch.isfinite(cls_sc) & torch.isfinite(bg_sc)
+    lift_cls, lift_bg = _lift(cls_sc, y, num_classes), _lift(bg_sc, bg, num_backgrounds)
+    ok = torch.isfinite(lift_cls) & torch.isfinite(lift_bg)
+    bg_dom = ok & (lift_bg > lift_cls) & (lift_bg > 0)
+    cls_dom = ok & (lift_cls > lift_bg) & (lift_cls > 0)
     n = int(ok.sum())
-    share = float((bg_sc[ok] > cls_sc[ok]).sum()) / n if n else math.nan
-    return {"share": share, "n_active": n, "bg_sc": bg_sc, "cls_sc": cls_sc}
+    return {"share": float(bg_dom.sum()) / n if n else math.nan, "n_active": n, "bg_dom": bg_dom,
+            "cls_dom": cls_dom, "lift_bg": lift_bg, "lift_cls": lift_cls, "bg_sc": bg_sc, "cls_sc": cls_sc}
+
+
+def closed_gate_rate(zplus: Tensor, gate: Tensor, eps: float = EPS) -> Tensor:
+    """Per dim: share of the images with z+_ij > eps whose gate m_ij is 0 (NaN where z+_j never fires).
+    CPU float64 [D]."""
+    fires = zplus.abs() > eps
+    n = fires.sum(0).double()
+    closed = (fires & (gate <= 0.5)).sum(0).double()
+    return torch.where(n > 0, closed / n.clamp_min(1), torch.full_like(n, math.nan)).cpu()
+
+
+def topk_binding(zplus: Tensor, mask: Tensor, eps: float = EPS) -> dict:
+    """How often the top-k mask removed a positive entry of z+: `bound`, the fraction of images where it
+    removed at least one, and `removed`, the mean fraction of positive entries removed (over images with
+    any). bound == 0 means Top-k NCL computed exactly NCL's feature."""
+    pos = zplus.abs() > eps
+    removed = (pos & (mask <= 0.5)).sum(1).double()
+    npos = pos.sum(1).double()
+    has = npos > 0
+    return {"bound": float((removed > 0).double().mean()) if len(removed) else math.nan,
+            "removed": float((removed[has] / npos[has]).mean()) if bool(has.any()) else math.nan}
