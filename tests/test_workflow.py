@@ -29,9 +29,10 @@ def test_paper_dag_builds_without_data(tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     counts = job_counts(r.stdout)
     # Distinct runs, 3 seeds each: Tables 1-2: 3 datasets x 5 methods (45); Table 4 adds 4 ablations on
-    # CIFAR-100 (12); Table 5 ResNet-50 x 3 methods (9); Figure 4a 4 more widths x 2 methods (24); Figure 4b
-    # 4 more rho and 4 more lambda values (24). Tables 3, 6, 7 and Figure 3 reuse runs already counted.
-    runs = 45 + 12 + 9 + 24 + 24
+    # CIFAR-100 (12); Table 5 ResNet-50 x 3 methods (9); Figure 4a on ImageNet-100, 3 more widths than the
+    # default D = 2048 x 2 methods (18); Figure 4b 4 more rho and 4 more lambda values (24). Tables 3, 6, 7
+    # and Figure 3 reuse runs already counted.
+    runs = 45 + 12 + 9 + 18 + 24
     assert counts["pretrain"] == runs and counts["evaluate"] == runs
     assert counts["summarize"] == 1 and counts["report"] == 1
 
