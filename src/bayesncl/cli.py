@@ -1,4 +1,4 @@
-"""Command line: `bayesncl pretrain | evaluate | summarize | report | make-synthetic`."""
+"""Command line: `bayesncl pretrain | evaluate | summarize | report | atlas | make-synthetic`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,17 @@ import json
 import sys
 from pathlib import Path
 
-from .atomic import atomic_write_text
-from .config import ConfigError
+from .atomic import atomic_write_text, check_writable_dir
+from .config import METHOD_NAMES
+from .errors import BayesNCLError, ConfigError, ManifestError
+
+
+def _input_file(path: str, what: str, fix: str, error=BayesNCLError) -> None:
+    """A missing input fails at once with its name, not with a traceback from deep inside."""
+    p = Path(path)
+    if not p.is_file():
+        state = "is a folder, not a file" if p.is_dir() else "does not exist"
+        raise error(f"{what} {p} {state}; {fix}")
 
 
 def _pretrain(args) -> int:
@@ -16,17 +25,30 @@ def _pretrain(args) -> int:
     from .data import check_data
     from .train import pretrain
 
-    base = json.loads(args.config_json) if args.config_json else None
+    base = None
+    if args.config_json:
+        try:
+            base = json.loads(args.config_json)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--config-json: not valid JSON ({e})") from None
+        if not isinstance(base, dict):
+            raise ConfigError("--config-json: expected a JSON object of config keys")
     cfg = resolve(file=args.config, base=base, sets=args.set)
     check_data(cfg["data"])
+    check_writable_dir(args.out)
     path = pretrain(cfg, args.out, progress=not args.quiet)
     print(f"pretrained model: {path}")
     return 0
 
 
 def _evaluate(args) -> int:
+    from .config import parse_set
     from .evaluation import evaluate
 
+    for item in args.set:  # a bad value fails before the checkpoint is loaded
+        parse_set(item)
+    _input_file(args.checkpoint, "--checkpoint", "give the model.pt that `bayesncl pretrain` wrote")
+    check_writable_dir(args.out)
     path = evaluate(args.checkpoint, args.out, only=args.only, sets=args.set, expect_config=args.config,
                     progress=not args.quiet)
     print(f"metrics: {path}")
@@ -36,10 +58,19 @@ def _evaluate(args) -> int:
 def _summarize(args) -> int:
     from .report.summary import write_summary
 
+    out = Path(args.out)
+    if out.is_dir():
+        raise ManifestError(f"--out {out} is a folder; give the CSV file to write, e.g. {out / 'runs.csv'}")
+    check_writable_dir(out.parent, what=f"--out {out}")
     manifest = args.manifest
-    if args.manifest_json is not None:
-        entries = json.loads(args.manifest_json)
-        manifest = Path(args.out).with_name("manifest.json")
+    if manifest is not None:
+        _input_file(manifest, "--manifest", "give the JSON list of runs to collect", ManifestError)
+    else:
+        try:
+            entries = json.loads(args.manifest_json)
+        except json.JSONDecodeError as e:
+            raise ManifestError(f"--manifest-json: not valid JSON ({e})") from None
+        manifest = out.with_name("manifest.json")
         atomic_write_text(manifest, json.dumps(entries, indent=1) + "\n")
     write_summary(manifest, args.out)
     print(f"summary: {args.out}")
@@ -49,6 +80,8 @@ def _summarize(args) -> int:
 def _report(args) -> int:
     from .report import write_report
 
+    _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
+    check_writable_dir(args.out)
     write_report(args.summary, args.out)
     print(f"tables and figures under {args.out}")
     return 0
@@ -57,11 +90,26 @@ def _report(args) -> int:
 def _make_synthetic(args) -> int:
     from .config import resolve
     from .data import load_split
+    from .data.synthetic import synthetic_cache_path
 
     cfg = resolve(file=args.config, sets=args.set)
+    if cfg["data"]["dataset"] != "synthetic":
+        raise ConfigError(f"data.dataset: make-synthetic generates the synthetic set, got "
+                          f"{cfg['data']['dataset']!r}; drop that --set")
     for split in ("train", "test"):
         ds = load_split(cfg["data"], split)
         print(f"{split}: {len(ds.labels)} images, {ds.num_classes} classes")
+    print(f"cached in {synthetic_cache_path(cfg['data']['synthetic'], cfg['data']['cache_dir'])}")
+    return 0
+
+
+def _atlas(args) -> int:
+    from .report.atlas import write_atlas
+
+    out = args.out or str(Path(args.run[0]) / "eval" / "atlas")
+    out = out[:-4] if out.endswith((".pdf", ".png")) else out
+    for path in write_atlas(args.run, out, n=args.dims, k=args.images, data_sets=args.set):
+        print(f"atlas: {path}")
     return 0
 
 
@@ -72,40 +120,71 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp, config_required=False):
-        sp.add_argument("--config", required=config_required, help="YAML config file")
+        sp.add_argument("--config", required=config_required, help="YAML config file of nested keys (data:, model:, method:, train:, eval:)")
         sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key, e.g. --set method.rho=0.7 (repeatable)")
+                        help="override a config key, e.g. --set method.rho=0.7 (repeatable; the value is YAML)")
         sp.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    sp = sub.add_parser("pretrain", help="pretrain one configuration (resumes from DIR/checkpoint.pt)")
+    sp = sub.add_parser(
+        "pretrain", help="pretrain one configuration (resumes from DIR/checkpoint.pt)",
+        description="Pretrain one configuration; rerunning the same command resumes from DIR/checkpoint.pt.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"methods (--set method.name=...): {', '.join(METHOD_NAMES)}\n"
+               "every key and its default: src/bayesncl/config.py (DEFAULTS; RULES says what is allowed)\n"
+               "formulas, defaults and protocols: docs/METHOD.md\n"
+               "example: bayesncl pretrain --out runs/demo --set method.name=ncl --set train.epochs=20")
     common(sp)
-    sp.add_argument("--config-json", help="config as a JSON object (what the workflow passes), under --set")
-    sp.add_argument("--out", required=True, metavar="DIR")
+    sp.add_argument("--config-json", help=argparse.SUPPRESS)  # the workflow's run config, under --set
+    sp.add_argument("--out", required=True, metavar="DIR",
+                    help="run folder: checkpoint.pt, model.pt (what evaluate reads), log.jsonl, "
+                         "config.resolved.yaml; created if missing")
     sp.set_defaults(func=_pretrain)
 
-    sp = sub.add_parser("evaluate", help="evaluate a pretrained checkpoint")
-    sp.add_argument("--checkpoint", required=True, metavar="CKPT")
-    sp.add_argument("--out", required=True, metavar="DIR")
+    sp = sub.add_parser("evaluate", help="evaluate a pretrained checkpoint",
+                        description="Compute the metrics of Tables 1-7 and Figures 3-4 for one pretrained model.")
+    sp.add_argument("--checkpoint", required=True, metavar="CKPT",
+                    help="the model.pt that `bayesncl pretrain` wrote (its config is stored inside)")
+    sp.add_argument("--out", required=True, metavar="DIR",
+                    help="folder for metrics.json and vectors.npz; created if missing")
     sp.add_argument("--only", nargs="+", choices=SECTIONS, help="compute only these sections")
     sp.add_argument("--config", help="the run's config: refuse a checkpoint trained with a different one")
     sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override an eval.* or data.* key (e.g. data.root, eval.waterbirds_root)")
-    sp.add_argument("--quiet", action="store_true")
+    sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.set_defaults(func=_evaluate)
 
     sp = sub.add_parser("summarize", help="collect metrics.json files named by a manifest into one CSV")
     src = sp.add_mutually_exclusive_group(required=True)
     src.add_argument("--manifest", help="JSON list of {metrics, sets, variant, sweep} entries")
     src.add_argument("--manifest-json", help="the same list inline (kept as manifest.json beside --out)")
-    sp.add_argument("--out", required=True)
+    sp.add_argument("--out", required=True, metavar="CSV",
+                    help="the summary CSV to write (one row per run); metrics.json, the dvc metrics, "
+                         "is written beside it")
     sp.set_defaults(func=_summarize)
 
     sp = sub.add_parser("report", help="render Tables 1-7 and Figures 3-4 from the summary CSV")
-    sp.add_argument("--summary", required=True)
-    sp.add_argument("--out", required=True, metavar="DIR")
+    sp.add_argument("--summary", required=True, metavar="CSV", help="the runs.csv that `bayesncl summarize` wrote")
+    sp.add_argument("--out", required=True, metavar="DIR",
+                    help="writes DIR/tables/table{1..7}.{tex,md} and DIR/figures/figure{3,4a,4b}.{pdf,png}")
     sp.set_defaults(func=_report)
 
-    sp = sub.add_parser("make-synthetic", help="generate (and cache) the synthetic dataset")
+    sp = sub.add_parser("atlas", help="feature atlas: what each dim of z+ fires on, what the gate closes",
+                        description="Dimension sheets (top activating test images of the most consistent and "
+                                    "the most often gated dims) and activation frequency vs SC per dim, the "
+                                    "runs side by side; reads RUN_DIR/eval/features.npz from `bayesncl evaluate`.")
+    sp.add_argument("--run", action="extend", nargs="+", required=True, metavar="RUN_DIR",
+                    help="run folder(s) of one dataset, e.g. an NCL and a BayesNCL run (repeatable)")
+    sp.add_argument("--out", metavar="PATH", help="output path without extension; writes PATH.pdf and "
+                                                  "PATH.png (default: the first RUN_DIR/eval/atlas)")
+    sp.add_argument("--dims", type=int, default=6, metavar="N", help="dims per sheet (default 6)")
+    sp.add_argument("--images", type=int, default=8, metavar="K", help="images per dim (default 8)")
+    sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a data.* key of the runs' config, e.g. data.root=/new/path")
+    sp.set_defaults(func=_atlas)
+
+    sp = sub.add_parser("make-synthetic", help="generate (and cache) the synthetic dataset",
+                        description="Generate the synthetic dataset of the config into its cache: data.cache_dir, "
+                                    "else $BAYESNCL_CACHE, else ~/.cache/bayesncl.")
     common(sp)
     sp.set_defaults(func=_make_synthetic)
     return p
@@ -115,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, FileNotFoundError, ValueError) as e:  # DataError is a ValueError
+    except BayesNCLError as e:  # bad input; anything else is a bug and keeps its traceback
         print(f"bayesncl {args.command}: error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:

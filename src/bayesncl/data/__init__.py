@@ -21,6 +21,8 @@ from typing import Any, Iterator
 
 import torch
 
+from ..errors import DataError  # re-exported: its old home
+
 __all__ = [
     "ImageSet",
     "DataError",
@@ -49,10 +51,6 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 DATASETS = ("synthetic", "cifar10", "cifar100", "imagenet100", "waterbirds")
-
-
-class DataError(ValueError):
-    """Missing or malformed data; the message names the path, the expected layout and the fix."""
 
 
 @dataclass
@@ -200,19 +198,54 @@ def iter_batches(
 
     from torch.utils.data import DataLoader
 
+    workers = num_workers > 0
     loader = DataLoader(
-        ds.dataset,
+        _ReportDataErrors(ds.dataset) if workers else ds.dataset,
         batch_size=batch_size,
         sampler=order[first:stop].tolist(),
         num_workers=num_workers,
+        collate_fn=_collate_or_error if workers else None,
         drop_last=False,  # already cut to whole batches above
         pin_memory=device.type == "cuda",
         persistent_workers=False,
     )
     non_blocking = device.type == "cuda"
-    for x, y, bg in loader:
+    for batch in loader:
+        if isinstance(batch, _ItemError):
+            raise DataError(batch.message)
+        x, y, bg = batch
         yield (
             x.to(device, non_blocking=non_blocking),
             y.to(device, non_blocking=non_blocking),
             bg.to(device, non_blocking=non_blocking) if ds.backgrounds is not None else None,
         )
+
+
+# A DataError raised in a DataLoader worker reaches the main process re-raised with the worker's whole
+# traceback in its message; passing it back as a value keeps the one-line message of num_workers=0.
+class _ItemError:
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+class _ReportDataErrors(torch.utils.data.Dataset):
+    def __init__(self, dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        try:
+            return self.dataset[i]
+        except DataError as e:
+            return _ItemError(str(e))
+
+
+def _collate_or_error(items: list):
+    from torch.utils.data import default_collate
+
+    for item in items:
+        if isinstance(item, _ItemError):
+            return item
+    return default_collate(items)

@@ -1,0 +1,46 @@
+"""The project's own error types: bad input the user can fix, each message naming the file or key and the fix.
+
+`bayesncl` commands print these as one line and exit 2; anything else is a bug and keeps its traceback.
+They subclass ValueError so callers that predate this module keep working.  The old names stay importable
+from where they lived (`config.ConfigError`, `data.DataError`, `report.ManifestError`, ...).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BayesNCLError",
+    "ConfigError",
+    "DataError",
+    "CheckpointError",
+    "OutputError",
+    "ManifestError",
+    "MetricsFileError",
+]
+
+
+class BayesNCLError(ValueError):
+    """Base of every error caused by the user's input (config, data, files, folders)."""
+
+
+class ConfigError(BayesNCLError):
+    """A config value is invalid; the message names the key."""
+
+
+class DataError(BayesNCLError):
+    """Missing or malformed data; the message names the path, the expected layout and the fix."""
+
+
+class CheckpointError(BayesNCLError):
+    """A checkpoint file is unreadable or not a bayesncl checkpoint; the message names the file."""
+
+
+class OutputError(BayesNCLError):
+    """An output location cannot be created or written; the message names it."""
+
+
+class ManifestError(BayesNCLError):
+    """The manifest is missing, unreadable or has a malformed entry."""
+
+
+class MetricsFileError(BayesNCLError):
+    """A metrics.json named by the manifest is missing or unreadable (message names the file)."""
