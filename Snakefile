@@ -1,6 +1,6 @@
 # Entry point, so that `snakemake` works from the repository root; the workflow is workflow/Snakefile.
 #   snakemake --cores 2                                   the demo grid (config/config.yaml)
-#   snakemake --profile profiles/slurm all                the paper grid on SLURM (config/paper.yaml)
+#   snakemake --profile slurm all                         the paper grid on SLURM (config/paper.yaml; slurm/)
 include: "workflow/Snakefile"
 
 

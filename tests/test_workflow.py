@@ -1,9 +1,11 @@
 """The Snakemake workflow: DAG of the paper grid, lint, config errors, and the tiny grid end to end."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -40,9 +42,25 @@ def test_paper_dag_builds_without_data(tmp_path):
 def test_demo_dag_trains_each_config_once(tmp_path):
     r = snakemake("-n", "--config", f"results={tmp_path}")
     assert r.returncode == 0, r.stderr + r.stdout
-    # Tables 1-2: 5 methods x 2 seeds (10); Table 4: 4 ablations (4); Table 5: 2 ResNet-50 runs (2);
-    # Figure 4a: 2 more widths x 2 methods (4); Figure 4b: 3 more rho and 3 more lambda values (6).
-    assert job_counts(r.stdout)["pretrain"] == 10 + 4 + 2 + 4 + 6
+    # Tables 1-2: 5 methods x 3 seeds (15); Table 4: 4 ablations (4); Table 5: 2 ResNet-50 runs (2);
+    # Figure 4a: 2 more widths x 2 methods (4); Figure 4b: 2 more rho and 2 more lambda values (4).
+    assert job_counts(r.stdout)["pretrain"] == 15 + 4 + 2 + 4 + 4
+
+
+def test_slurm_profile_by_name_puts_only_gpu_rules_on_the_gpu_partition(tmp_path):
+    """`snakemake --profile slurm all` as the README types it, from the repository root (dry run)."""
+    r = snakemake("-n", "--profile", "slurm", "all", "--config", f"results={tmp_path}")
+    assert r.returncode == 0, r.stderr + r.stdout
+    partitions: dict[str, set[str]] = {}
+    gpus: dict[str, set[str]] = {}
+    for rule, res in re.findall(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", r.stdout, re.M):
+        fields = dict(kv.split("=", 1) for kv in res.split(", "))
+        partitions.setdefault(rule, set()).add(fields.get("slurm_partition"))
+        gpus.setdefault(rule, set()).add(fields.get("gpu"))
+    assert partitions["pretrain"] == partitions["evaluate"] == {"gpu"}, partitions
+    assert gpus["pretrain"] == gpus["evaluate"] == {"1"}, gpus
+    for rule in ("summarize", "report"):
+        assert "gpu" not in partitions[rule] and gpus[rule] == {None}, (rule, partitions[rule], gpus[rule])
 
 
 def test_lint():
@@ -149,3 +167,94 @@ def test_shared_run_is_one_readable_run():
     assert run.config["method"]["gate"] == "ste" and run.config["method"]["head_depth"] == 2
     assert "cifar100/bayesncl/gate~soft/rho~0.8/lambda~3e-05/seed~0" in runs
     assert "cifar100/ncl/arch~resnet50/seed~2" in runs
+
+
+STUB = """\
+#!{python}
+# Stands in for `bayesncl` in the GPU tests: records its CUDA_VISIBLE_DEVICES and how long it ran.
+import json, os, sys, time
+args = sys.argv[1:]
+out = args[args.index("--out") + 1]
+os.makedirs(out, exist_ok=True)
+start = time.time()
+time.sleep(1.0)
+with open({record!r}, "a") as f:
+    f.write(json.dumps({{"gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": start, "end": time.time()}}) + "\\n")
+open(os.path.join(out, "model.pt"), "w").close()
+"""
+
+
+def _gpu_grid(tmp_path):
+    """The tiny grid with its runs on `device: auto` (GPU jobs), a stub `bayesncl`, and 6 model targets."""
+    from bayesncl.grid import expand_grid
+
+    cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    cfg["defaults"]["train"]["device"] = "auto"
+    cfg["results"] = str(tmp_path / "results")
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    record = tmp_path / "jobs.jsonl"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "bayesncl").write_text(STUB.format(python=sys.executable, record=str(record)))
+    (bindir / "bayesncl").chmod(0o755)
+    targets = [f"{cfg['results']}/runs/{rid}/model.pt" for rid in sorted(expand_grid(cfg))[:6]]
+    return path, record, bindir, targets
+
+
+def test_local_gpu_jobs_never_share_a_gpu(tmp_path):
+    """`--cores 8` on a machine showing two GPUs: at most two GPU jobs at once, never on the same GPU."""
+    cfg, record, bindir, targets = _gpu_grid(tmp_path)
+    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}", CUDA_VISIBLE_DEVICES="3,7",
+               TMPDIR=str(tmp_path))  # own GPU lock files
+    r = subprocess.run([SNAKEMAKE, "--cores", "8", *targets, "--configfile", str(cfg)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-5000:]
+    jobs = [json.loads(line) for line in record.read_text().splitlines()]
+    assert len(jobs) == len(targets)
+    assert {j["gpu"] for j in jobs} <= {"3", "7"}
+    most = 0
+    for j in jobs:
+        running = [k for k in jobs if k["start"] < j["end"] and j["start"] < k["end"]]  # includes j
+        most = max(most, len(running))
+        assert len({k["gpu"] for k in running}) == len(running), running
+    # With 8 cores and 1 thread per job, only the GPU limit keeps this at 2 (and both GPUs get used);
+    # Snakemake's limit, not jobs started anyway and waiting for a GPU lock.
+    assert most == 2, jobs
+    logs = [p.read_text() for p in (tmp_path / "results").rglob("pretrain.log")]
+    assert len(logs) == len(targets) and not any("waiting" in log for log in logs), logs
+
+    # Where the job runs is not part of its identity: without GPUs nothing reruns.
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    again = subprocess.run([SNAKEMAKE, "-n", "--cores", "8", *targets, "--configfile", str(cfg)], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout
+
+
+@pytest.mark.parametrize("visible,limit", [("", 0), ("0", 1), ("1,0,-1,2", 2)])
+def test_local_gpu_limit_is_the_visible_gpu_count(tmp_path, visible, limit):
+    cfg, _, _, targets = _gpu_grid(tmp_path)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible)
+    r = subprocess.run([SNAKEMAKE, "-n", "-p", "--cores", "8", targets[0], "--configfile", str(cfg)], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.search(rf"\bgpu={min(limit, 1)}\b", r.stdout), r.stdout
+    assert ("gpu_slot.py" in r.stdout) == (limit > 0)
+
+
+def test_gpu_slot_takes_a_free_gpu(tmp_path):
+    """A GPU whose lock is held is skipped; the command sees only the GPU it got."""
+    import fcntl
+
+    lock = os.open(tmp_path / "gpu-3.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # GPU 3 busy
+    script = ROOT / "workflow" / "scripts" / "gpu_slot.py"
+    r = subprocess.run([sys.executable, str(script), "--gpus", "3,7", "--lock-dir", str(tmp_path), "--",
+                        sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "7", r.stderr
+    os.close(lock)
+    r = subprocess.run([sys.executable, str(script), "--gpus", "3,7", "--lock-dir", str(tmp_path), "--",
+                        sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "3", r.stderr

@@ -12,9 +12,15 @@ rule evaluate:
     params:
         out=lambda wc, output: os.path.dirname(output.metrics),
         sections=run_sections,
+        gpu_slot=gpu_slot,
     threads: 1
+    resources:
+        gpu=run_gpus,
+        cpus_per_gpu=8,
+        mem_mb=64000,
+        runtime=240,
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "bayesncl evaluate --checkpoint {input.model} --out {params.out} "
+        "{params.gpu_slot}bayesncl evaluate --checkpoint {input.model} --out {params.out} "
         "--only {params.sections} --quiet > {log} 2>&1"

@@ -9,8 +9,16 @@ rule pretrain:
     params:
         config=run_config_text,
         out=lambda wc, output: os.path.dirname(output[0]),
+        gpu_slot=gpu_slot,
     threads: 1
+    # What one job of the paper grid needs (SLURM reads these; locally only `gpu` is enforced, see
+    # rules/gpus.smk). A preempted job resumes from its checkpoint (exit 75, retried).
+    resources:
+        gpu=run_gpus,
+        cpus_per_gpu=8,
+        mem_mb=64000,
+        runtime=1440,
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "bayesncl pretrain --config-json {params.config:q} --out {params.out} --quiet > {log} 2>&1"
+        "{params.gpu_slot}bayesncl pretrain --config-json {params.config:q} --out {params.out} --quiet > {log} 2>&1"
