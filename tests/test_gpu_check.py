@@ -1,0 +1,144 @@
+"""benchmarks/gpu_check.py: its helpers against naive references, and --tiny end to end on CPU (so the
+script the GPU machine runs cannot rot)."""
+
+import ast
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bayesncl.config import resolve
+from bayesncl.evaluation.cost import count_flops_per_image
+from bayesncl.methods import build_method
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
+
+
+@pytest.fixture(scope="module")
+def gc():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _cuda_skipped_by_ast(tests: Path) -> set[str]:
+    """Reference: test functions whose decorators include a skipif mentioning cuda, read with ast."""
+    found = set()
+    for path in tests.glob("test_*.py"):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                for d in node.decorator_list:
+                    src = ast.unparse(d)
+                    if "skipif" in src and "cuda" in src:
+                        found.add(f"{path.relative_to(tests.parent).as_posix()}::{node.name}")
+    return found
+
+
+def test_cuda_test_ids_match_an_ast_reading_of_the_real_tests(gc):
+    ids = gc.cuda_test_ids(ROOT / "tests")
+    assert ids and set(ids) == _cuda_skipped_by_ast(ROOT / "tests")
+
+
+def test_cuda_test_ids_stacked_decorators_and_module_marks(gc, tmp_path):
+    t = tmp_path / "tests"
+    t.mkdir()
+    (t / "test_a.py").write_text(
+        "import pytest, torch\n"
+        "@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')\n"
+        "@pytest.mark.parametrize('n', [1, 2])\n"
+        "def test_on_gpu(n):\n    pass\n"
+        "def test_cpu_mentions_cuda():\n    torch.cuda.is_available()\n"
+        "@pytest.mark.skipif(True, reason='other')\n"
+        "def test_other():\n    pass\n")
+    (t / "test_b.py").write_text(
+        "import pytest, torch\n"
+        "pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')\n"
+        "def test_x():\n    pass\n")
+    assert gc.cuda_test_ids(t) == ["tests/test_a.py::test_on_gpu", "tests/test_b.py"]
+
+
+def test_junit_counts(gc, tmp_path):
+    xml = tmp_path / "r.xml"
+    xml.write_text('<testsuites><testsuite name="pytest" tests="5" failures="1" errors="0" skipped="2">'
+                   "</testsuite></testsuites>")
+    assert gc.junit_counts(xml) == {"tests": 5, "failures": 1, "errors": 0, "skipped": 2, "passed": 2}
+
+
+def test_compare_weights(gc, tmp_path):
+    a = {"w": torch.arange(6.0).reshape(2, 3), "b": torch.zeros(3)}
+    b = {k: v.clone() for k, v in a.items()}
+    c = {k: v.clone() for k, v in a.items()}
+    c["w"][1, 2] += 0.25
+    for name, sd in (("a", a), ("b", b), ("c", c)):
+        torch.save({"model": sd}, tmp_path / f"{name}.pt")
+    assert gc.compare_weights(tmp_path / "a.pt", tmp_path / "b.pt")["identical"]
+    r = gc.compare_weights(tmp_path / "a.pt", tmp_path / "c.pt")
+    assert not r["identical"] and r["differing_tensors"] == 1 and r["max_abs_diff"] == 0.25
+
+
+def test_estimate_grid_matches_hand_computation(gc):
+    """Two jobs priced by hand: FLOPs counted on real (CPU) models, rate scaled by FLOPs, epochs x whole batches."""
+    small = ["model.width=4", "model.proj_hidden=32", "model.proj_dim=16"]
+    ref_ncl = resolve(sets=small + ["method.name=ncl"])
+    ref_bay = resolve(sets=small + ["method.name=bayesncl"])
+    jobs = [resolve(sets=["model.width=8", "model.proj_hidden=32", "model.proj_dim=16", "method.name=topk_ncl",
+                          "data.dataset=cifar100", "data.root=/x", "train.epochs=3", "train.batch_size=256"]),
+            resolve(sets=["model.width=4", "model.stem=imagenet", "model.proj_hidden=64", "model.proj_dim=32",
+                          "method.name=bayesncl", "data.dataset=imagenet100", "data.root=/x", "train.epochs=2",
+                          "train.batch_size=128", "eval.probe=paper", "eval.probe_epochs=5"])]
+
+    def flops(cfg, size):
+        torch.manual_seed(0)
+        return count_flops_per_image(build_method(cfg).train(), torch.randn(2, 3, size, size))
+
+    tput = {"ncl": {"img_per_s": 1000.0, "gflops_fwd_per_view": flops(ref_ncl, 32) / 1e9},
+            "bayesncl": {"img_per_s": 900.0, "gflops_fwd_per_view": flops(ref_bay, 32) / 1e9}}
+    r = gc.estimate_grid(jobs, tput)
+    rate0 = 1000.0 * flops(ref_ncl, 32) / flops(jobs[0], 32)
+    rate1 = 900.0 * flops(ref_bay, 32) / flops(jobs[1], 224)
+    h0 = 3 * (50_000 // 256) * 256 / rate0 / 3600
+    h1 = 2 * (126_689 // 128) * 128 / rate1 / 3600
+    assert r["jobs"] == 2
+    assert r["per_dataset"]["cifar100"]["gpu_hours"] == pytest.approx(h0, rel=1e-9)
+    assert r["per_dataset"]["imagenet100"]["gpu_hours"] == pytest.approx(h1, rel=1e-9)
+    assert r["pretrain_gpu_hours"] == pytest.approx(h0 + h1, rel=1e-9)
+    assert r["probe_gpu_hours"] == pytest.approx(5 * 126_689 / (6 * rate1) / 3600, rel=1e-9)
+
+
+def test_cuda_without_a_gpu_is_a_one_line_error(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible")
+    r = subprocess.run([sys.executable, str(SCRIPT), "--device", "cuda", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "--device cuda" in r.stderr and "--device cpu --tiny" in r.stderr
+
+
+@pytest.mark.slow
+def test_tiny_mode_runs_every_step_on_cpu(gc, tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--out", str(out)],
+                       capture_output=True, text=True, timeout=900, env=env)
+    report = json.loads((out / "gpu_check.json").read_text())
+    bad = {k: v.get("error") for k, v in report["steps"].items() if v["status"] != "ok"}
+    assert r.returncode == 0 and not bad, (bad, r.stdout[-3000:], r.stderr[-3000:])
+    steps = report["steps"]
+    assert list(steps) == list(gc.STEPS)
+    assert steps["sigterm_resume"]["result"]["identical"] and steps["sigterm_resume"]["result"]["interrupted_at"]["step"] > 0
+    assert steps["cuda_tests"]["result"]["skipped"] == steps["cuda_tests"]["result"]["tests"] > 0
+    t = steps["throughput"]["result"]
+    assert t["ncl"]["img_per_s"] > 0 and t["bayesncl"]["gflops_fwd_per_view"] > t["ncl"]["gflops_fwd_per_view"]
+    assert {"interpretability", "linear_probe", "cost"} <= set(steps["cli_end_to_end"]["result"]["sections"])
+    assert steps["grid_estimate"]["result"]["jobs"] > 0 and report["targets"]
+    md = (out / "gpu_check.md").read_text()
+    assert all(f"| {name} | ok |" in md for name in gc.STEPS)
