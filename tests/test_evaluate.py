@@ -157,3 +157,16 @@ def test_empty_split_is_a_clear_error(trained, tmp_path, monkeypatch):
 def test_only_eval_and_data_keys_can_be_overridden(trained, tmp_path):
     with pytest.raises(C.ConfigError, match="method"):
         evaluate(trained[0] / "model.pt", tmp_path, sets=["method.rho=0.5"], progress=False)
+
+
+def test_missing_dynamics_fails_loudly(tmp_path):
+    from conftest import TINY
+
+    cfg = C.resolve(sets=TINY + ["method.name=ncl", "train.epochs=1", "train.max_steps_per_epoch=1"])
+    pretrain(cfg, tmp_path, progress=False)
+    with pytest.raises(C.ConfigError, match="dynamics.pt does not exist"):
+        evaluate(tmp_path / "model.pt", tmp_path / "e", only=["dynamics"], progress=False)
+    # asking a finished run for dynamics afterwards does not silently train zero epochs
+    with pytest.raises(C.ConfigError, match="without recording gradient dynamics"):
+        pretrain(C.resolve(sets=TINY + ["method.name=ncl", "train.epochs=1", "train.max_steps_per_epoch=1",
+                                        "train.dynamics_every=1"]), tmp_path, progress=False)

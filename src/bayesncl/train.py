@@ -143,6 +143,9 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
         opt.load_state_dict(saved["optimizer"])
         state.update({k: saved[k] for k in ("epoch", "step", "log", "dynamics", "rng", "partial")})
     if state["epoch"] >= epochs and final.exists():
+        if cfg["train"]["dynamics_every"] and not (out / DYNAMICS).exists():
+            raise ConfigError(f"train.dynamics_every: {out} finished training without recording gradient "
+                              "dynamics; remove the folder (or its model.pt and checkpoint.pt) to retrain with it")
         return final
 
     out.mkdir(parents=True, exist_ok=True)

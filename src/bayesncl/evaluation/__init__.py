@@ -156,7 +156,10 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
     if "background" in only:
         result["background"] = _background(model, cfg, device, train, test, h_train, outs, probe)
 
-    if "dynamics" in only and (run_dir / "dynamics.pt").exists():
+    if "dynamics" in only:
+        if not (run_dir / "dynamics.pt").exists():
+            raise ConfigError(f"dynamics: {run_dir / 'dynamics.pt'} does not exist; pretrain with "
+                              "train.dynamics_every > 0 (or drop 'dynamics' from --only)")
         dyn = ckpt_io.load(run_dir / "dynamics.pt")
         epochs = sorted(dyn, key=int)
         rows = [dynamics.spearman_table(dyn[e]["af"], dyn[e]["gv"], dyn[e]["sc"]) for e in epochs]
