@@ -267,3 +267,23 @@ def test_help_describes_every_option_and_hides_internal_ones():
             if action.dest in ("help", "config_json"):
                 continue
             assert action.help, f"bayesncl {name} {'/'.join(action.option_strings)} has no description"
+
+
+# ---------------------------------------------------------------------------------- evaluate's default sections
+def test_evaluate_by_default_computes_what_the_run_has(tmp_path, tiny_sets, capsys):
+    import json
+
+    from bayesncl.config import resolve
+
+    run = tmp_path / "run"
+    bayesncl.train.pretrain(resolve(sets=tiny_sets + ["train.epochs=1", "train.max_steps_per_epoch=1"]), run,
+                            progress=False)
+    assert not (run / "dynamics.pt").exists()
+    assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"), "--quiet"]) == 0
+    metrics = json.loads((run / "eval" / "metrics.json").read_text())
+    assert "dynamics" not in metrics
+    assert {"interpretability", "linear_probe", "retrieval", "background", "cost"} <= set(metrics)
+    # Asked for explicitly, missing dynamics are still an error.
+    assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"),
+                 "--only", "dynamics"]) == 2
+    _one_line_error(capsys, "dynamics.pt")

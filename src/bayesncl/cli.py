@@ -43,13 +43,17 @@ def _pretrain(args) -> int:
 
 def _evaluate(args) -> int:
     from .config import parse_set
-    from .evaluation import evaluate
+    from .evaluation import SECTIONS, evaluate
 
     for item in args.set:  # a bad value fails before the checkpoint is loaded
         parse_set(item)
     _input_file(args.checkpoint, "--checkpoint", "give the model.pt that `bayesncl pretrain` wrote")
     check_writable_dir(args.out)
-    path = evaluate(args.checkpoint, args.out, only=args.only, sets=args.set, expect_config=args.config,
+    only = args.only
+    if only is None:  # everything the run has: dynamics only where pretraining recorded them
+        recorded = (Path(args.checkpoint).parent / "dynamics.pt").exists()
+        only = [s for s in SECTIONS if s != "dynamics" or recorded]
+    path = evaluate(args.checkpoint, args.out, only=only, sets=args.set, expect_config=args.config,
                     progress=not args.quiet)
     print(f"metrics: {path}")
     return 0
@@ -146,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the model.pt that `bayesncl pretrain` wrote (its config is stored inside)")
     sp.add_argument("--out", required=True, metavar="DIR",
                     help="folder for metrics.json and vectors.npz; created if missing")
-    sp.add_argument("--only", nargs="+", choices=SECTIONS, help="compute only these sections")
+    sp.add_argument("--only", nargs="+", choices=SECTIONS, help="compute only these sections (default: all; dynamics only when the run recorded dynamics.pt)")
     sp.add_argument("--config", help="the run's config: refuse a checkpoint trained with a different one")
     sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override an eval.* or data.* key (e.g. data.root, eval.waterbirds_root)")
