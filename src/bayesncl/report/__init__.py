@@ -5,20 +5,24 @@ API:
     write_summary(manifest_path, out_csv)       the same, written atomically to CSV
     read_summary(csv_path) -> DataFrame         runs.csv back with stable dtypes
     render_tables(df, out_dir)                  table1..7 .tex/.md
+    write_claims(df, out_dir)                   claims.tex/.md (METHOD.md section 9)
     render_figures(df, out_dir)                 figure3, figure4a, figure4b .pdf/.png
-    write_report(summary_csv, out_root)         out_root/tables/* and out_root/figures/*
+    write_report(summary_csv, out_root)         out_root/tables/* and out_root/figures/*, then prints the
+                                                claims and the main comparison to the terminal
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import TextIO
 
 from .summary import (COLUMNS, ManifestError, MetricsFileError, load_manifest, read_summary,
                       summarize, write_summary)
 
 __all__ = ["COLUMNS", "ManifestError", "MetricsFileError", "load_manifest", "read_summary",
-           "render_figures", "render_tables", "summarize", "write_report", "write_summary"]
+           "render_figures", "render_tables", "summarize", "write_claims", "write_report", "write_summary"]
 
 
 def render_tables(df, out_dir):  # lazy: jinja2 is only needed for the report step
@@ -26,13 +30,26 @@ def render_tables(df, out_dir):  # lazy: jinja2 is only needed for the report st
     return _render(df, out_dir)
 
 
+def write_claims(df, out_dir):
+    from .claims import write_claims as _write
+    return _write(df, out_dir)
+
+
 def render_figures(df, out_dir, formats=("pdf", "png")):  # lazy: matplotlib is slow to import
     from .figures import render_figures as _render
     return _render(df, out_dir, formats)
 
 
-def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike) -> list[Path]:
-    """Render every table into ``out_root/tables`` and every figure into ``out_root/figures``."""
+def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike,
+                 stream: TextIO | None = sys.stdout) -> list[Path]:
+    """Render every table into ``out_root/tables`` and every figure into ``out_root/figures``; then print
+    the outcome (claims, main comparison) to ``stream`` (None: print nothing)."""
+    from .claims import print_outcome
+
     df = read_summary(summary_csv)
     root = Path(out_root)
-    return render_tables(df, root / "tables") + render_figures(df, root / "figures")
+    written = (render_tables(df, root / "tables") + write_claims(df, root / "tables")
+               + render_figures(df, root / "figures"))
+    if stream is not None:
+        print_outcome(df, stream)
+    return written

@@ -9,7 +9,13 @@ The manifest (written by the Snakemake workflow) lists one entry per run and dis
 are merged, their sets united, so a run is never counted twice in a table) with the columns of
 ``COLUMNS``. Sections absent from metrics.json give NaN (numbers) or "" (text). ``run_id`` is the
 run dir relative to ``results/runs``; ``sweep`` (after ``sets``) is the entry's sweep hint, used by
-Figure 4b; ``ret_curve`` is a JSON object {K: P@10} sorted by K and ``dyn_*`` are JSON lists.
+Figure 4b; ``ret_curve`` is a JSON object {K: P@10} sorted by K and ``dyn_*``, ``gate_curve``
+(open-gate fraction per epoch) and ``loss_curve`` are JSON lists. ``weights_sha`` is the trained
+weights' hash: equal hashes mean bit-identical training.
+
+Units: metrics.json stores retrieval precision as a fraction; runs.csv holds it in percent (``ret_p*``
+and ``ret_curve``), like every accuracy. The shares ``bg_dominated_*``, ``closed_*``, ``topk_*`` and
+``open_gates_last`` stay fractions (0-1), as in metrics.json.
 """
 
 from __future__ import annotations
@@ -17,57 +23,57 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
 
 from ..atomic import atomic_path, atomic_write_text
+from ..errors import ManifestError, MetricsFileError  # re-exported: their old home
 
 __all__ = ["COLUMNS", "ManifestError", "MetricsFileError", "load_manifest", "prepare",
-           "read_summary", "summarize", "write_summary"]
+           "read_summary", "summarize", "sweep_rows", "write_summary"]
 
 ID_COLUMNS = ["run_id", "dataset", "arch", "method", "variant", "sets", "sweep"]
-RUN_COLUMNS = ["gate", "detach", "head_depth", "rho", "lambda", "proj_dim", "seed"]
+RUN_COLUMNS = ["gate", "detach", "head_depth", "rho", "lambda", "proj_dim", "seed", "weights_sha"]
 METRIC_COLUMNS = [
     "sc", "se_sum", "se_mean", "se_freq", "act", "alive", "alive_frac",
-    "bg_dominated_zplus", "bg_dominated_feature",
+    "bg_dominated_zplus", "bg_dominated_feature", "closed_bg", "closed_cls", "topk_bound", "topk_removed",
     "probe_top1", "probe_top5", "probe_protocol",
     "ret_K", "ret_p1", "ret_p3", "ret_p5", "ret_p10", "ret_curve",
     "bg_acc", "bg_protocol",
     "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc",
     "gflops", "params_m", "sec_per_epoch", "img_per_s", "peak_mem_mb", "train_minutes",
+    "open_gates_last", "gate_curve", "loss_curve",
 ]
 COLUMNS = ID_COLUMNS + RUN_COLUMNS + METRIC_COLUMNS
 TEXT_COLUMNS = {
-    "run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "gate",
+    "run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "gate", "weights_sha",
     "probe_protocol", "ret_curve", "bg_protocol", "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc",
+    "gate_curve", "loss_curve",
 }
 
 # (section, key in metrics.json, column)
 _SCALARS = [
     *[("interpretability", k, k) for k in (
         "sc", "se_sum", "se_mean", "se_freq", "act", "alive", "alive_frac",
-        "bg_dominated_zplus", "bg_dominated_feature")],
+        "bg_dominated_zplus", "bg_dominated_feature", "closed_bg", "closed_cls", "topk_bound",
+        "topk_removed")],
     ("linear_probe", "top1", "probe_top1"), ("linear_probe", "top5", "probe_top5"),
     ("retrieval", "K", "ret_K"),
-    *[("retrieval", f"p@{k}", f"ret_p{k}") for k in (1, 3, 5, 10)],
     ("background", "acc", "bg_acc"),
     *[("cost", k, k) for k in (
         "gflops", "params_m", "sec_per_epoch", "img_per_s", "peak_mem_mb", "train_minutes")],
+    ("training", "open_gates_last", "open_gates_last"),
 ]
+_PERCENT = [("retrieval", f"p@{k}", f"ret_p{k}") for k in (1, 3, 5, 10)]  # fraction -> percent
 _TEXTS = [("linear_probe", "protocol", "probe_protocol"), ("background", "protocol", "bg_protocol")]
-_DYNAMICS = [("epochs", "dyn_epochs"), ("af_gv", "dyn_af_gv"), ("gv_sc", "dyn_gv_sc"), ("af_sc", "dyn_af_sc")]
+_LISTS = [("dynamics", "epochs", "dyn_epochs"), ("dynamics", "af_gv", "dyn_af_gv"),
+          ("dynamics", "gv_sc", "dyn_gv_sc"), ("dynamics", "af_sc", "dyn_af_sc"),
+          ("training", "open_gates", "gate_curve"), ("training", "loss", "loss_curve")]
 
 METHOD_NAMES = {"cl": "SimCLR", "ncl": "NCL", "topk_ncl": "Top-k NCL", "bayesncl": "BayesNCL"}
-
-
-class ManifestError(ValueError):
-    """The manifest is missing, unreadable or has a malformed entry."""
-
-
-class MetricsFileError(ValueError):
-    """A metrics.json named by the manifest is missing or unreadable (message names the file)."""
 
 
 def load_manifest(manifest_path: str | os.PathLike) -> list[dict]:
@@ -161,8 +167,12 @@ def _json_num(value: Any) -> float | None:
     return None if math.isnan(x) else x  # null, not the non-standard NaN token
 
 
+def _percent(value: Any) -> float:
+    return _num(value) * 100.0
+
+
 def _sorted_curve(curve: dict) -> str:
-    items = sorted(((int(float(k)), _json_num(v)) for k, v in curve.items()), key=lambda kv: kv[0])
+    items = sorted(((int(float(k)), _json_num(_percent(v))) for k, v in curve.items()), key=lambda kv: kv[0])
     return json.dumps({str(k): v for k, v in items})
 
 
@@ -192,16 +202,18 @@ def _flatten(entry: dict, metrics: dict) -> dict:
     row["sweep"] = _sweep_name(entry.get("sweep"))
     for section, key, col in _SCALARS:
         row[col] = _num((metrics.get(section) or {}).get(key))
+    for section, key, col in _PERCENT:
+        row[col] = _percent((metrics.get(section) or {}).get(key))
     for section, key, col in _TEXTS:
         value = (metrics.get(section) or {}).get(key)
         row[col] = "" if value is None else str(value)
     curve = (metrics.get("retrieval") or {}).get("curve")
     if isinstance(curve, dict) and curve:
         row["ret_curve"] = _sorted_curve(curve)
-    dyn = metrics.get("dynamics") or {}
-    for key, col in _DYNAMICS:
-        if isinstance(dyn.get(key), list):
-            row[col] = json.dumps([_json_num(v) for v in dyn[key]])
+    for section, key, col in _LISTS:
+        values = (metrics.get(section) or {}).get(key)
+        if isinstance(values, list):
+            row[col] = json.dumps([_json_num(v) for v in values])
     return row
 
 
@@ -304,3 +316,31 @@ def read_summary(csv_path: str | os.PathLike) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         df = pd.DataFrame(columns=COLUMNS)
     return prepare(df)
+
+
+def _mode(values) -> float:
+    vals = [float(v) for v in values if math.isfinite(v)]
+    if not vals:
+        return math.nan
+    counts = Counter(vals)
+    return max(counts, key=lambda v: (counts[v], -v))  # ties: the smaller value, deterministically
+
+
+def sweep_rows(rows: pd.DataFrame, param: str) -> pd.DataFrame:
+    """The rows (of a figure4b set) that belong to the ``param`` ("rho" or "lambda") sweep.
+
+    The manifest's sweep hint decides; a row without hints belongs when only ``param`` differs from the
+    set's most common value of the other parameter; the other sweep's base point is in both sweeps.
+    """
+    other = "lambda" if param == "rho" else "rho"
+    base_p, base_o = _mode(rows[param]), _mode(rows[other])
+    keep = []
+    for rec in rows.to_dict("records"):
+        hints = {h for h in str(rec["sweep"] or "").split(";") if h}
+        if param in hints:
+            keep.append(True)
+        elif other in hints:
+            keep.append(rec[param] == base_p and rec[other] == base_o)
+        else:
+            keep.append(not hints and rec[other] == base_o)  # other hints ("width"): not this sweep
+    return rows[pd.Series(keep, index=rows.index, dtype=bool)]
