@@ -134,7 +134,8 @@ def test_tiny_mode_runs_every_step_on_cpu(gc, tmp_path):
     assert r.returncode == 0 and not bad, (bad, r.stdout[-3000:], r.stderr[-3000:])
     steps = report["steps"]
     assert list(steps) == list(gc.STEPS)
-    assert steps["sigterm_resume"]["result"]["identical"] and steps["sigterm_resume"]["result"]["interrupted_at"]["step"] > 0
+    sig = steps["sigterm_resume"]["result"]
+    assert sig["identical"] and sig["interrupted_at"]["step"] > 0
     assert steps["cuda_tests"]["result"]["skipped"] == steps["cuda_tests"]["result"]["tests"] > 0
     t = steps["throughput"]["result"]
     assert t["ncl"]["img_per_s"] > 0 and t["bayesncl"]["gflops_fwd_per_view"] > t["ncl"]["gflops_fwd_per_view"]
