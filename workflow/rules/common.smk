@@ -16,7 +16,7 @@ except ConfigError as e:
     raise WorkflowError(f"invalid workflow config: {e}")
 
 RESULTS = config["results"]
-TABLE_NAMES = [f"table{i}" for i in range(1, 8)]
+TABLE_NAMES = [f"table{i}" for i in range(1, 8)] + ["claims"]
 FIGURE_NAMES = ["figure3", "figure4a", "figure4b"]
 TABLES = expand(f"{RESULTS}/tables/{{name}}.{{ext}}", name=TABLE_NAMES, ext=["tex", "md"])
 FIGURES = expand(f"{RESULTS}/figures/{{name}}.{{ext}}", name=FIGURE_NAMES, ext=["pdf", "png"])

@@ -32,4 +32,4 @@ rule report:
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "bayesncl report --summary {input} --out {params.out} > {log} 2>&1"
+        "bayesncl report --summary {input} --out {params.out} 2>&1 | tee {log}"  # the outcome, on the terminal too
