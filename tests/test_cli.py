@@ -287,3 +287,24 @@ def test_evaluate_by_default_computes_what_the_run_has(tmp_path, tiny_sets, caps
     assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"),
                  "--only", "dynamics"]) == 2
     _one_line_error(capsys, "dynamics.pt")
+
+
+def test_summarize_checks_its_inputs_and_output(tmp_path, capsys):
+    import json
+
+    metrics = tmp_path / "runs" / "synthetic" / "ncl" / "seed~0" / "eval" / "metrics.json"
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text(json.dumps({"run": {"dataset": "synthetic", "method": "ncl", "seed": 0},
+                                   "linear_probe": {"top1": 50.0}}))
+    entries = json.dumps([{"metrics": str(metrics), "sets": ["main"]}])
+    out = tmp_path / "summary" / "runs.csv"
+    assert main(["summarize", "--manifest-json", entries, "--out", str(out)]) == 0
+    assert "50.0" in out.read_text() and (out.parent / "manifest.json").is_file()
+    for argv, needle in ((["--manifest-json", entries, "--out", str(out.parent)], "is a folder"),
+                         (["--manifest", str(tmp_path / "none.json"), "--out", str(out)], "none.json"),
+                         (["--manifest-json", "[{", "--out", str(out)], "--manifest-json"),
+                         (["--manifest-json", json.dumps([{"metrics": str(tmp_path / "gone.json")}]),
+                           "--out", str(out)], "gone.json")):
+        capsys.readouterr()
+        assert main(["summarize", *argv]) == 2, argv
+        _one_line_error(capsys, needle)

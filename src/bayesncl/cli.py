@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .atomic import atomic_write_text, check_writable_dir
 from .config import METHOD_NAMES
-from .errors import BayesNCLError, ConfigError, ManifestError
+from .errors import BayesNCLError, ConfigError, ManifestError, OutputError
 
 
 def _input_file(path: str, what: str, fix: str, error=BayesNCLError) -> None:
@@ -64,7 +64,7 @@ def _summarize(args) -> int:
 
     out = Path(args.out)
     if out.is_dir():
-        raise ManifestError(f"--out {out} is a folder; give the CSV file to write, e.g. {out / 'runs.csv'}")
+        raise OutputError(f"--out {out} is a folder; give the CSV file to write, e.g. {out / 'runs.csv'}")
     check_writable_dir(out.parent, what=f"--out {out}")
     manifest = args.manifest
     if manifest is not None:
