@@ -124,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp, config_required=False):
-        sp.add_argument("--config", required=config_required, help="YAML config file of nested keys (data:, model:, method:, train:, eval:)")
+        sp.add_argument("--config", required=config_required,
+                        help="YAML config file of nested keys (data:, model:, method:, train:, eval:)")
         sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set method.rho=0.7 (repeatable; the value is YAML)")
         sp.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -150,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the model.pt that `bayesncl pretrain` wrote (its config is stored inside)")
     sp.add_argument("--out", required=True, metavar="DIR",
                     help="folder for metrics.json and vectors.npz; created if missing")
-    sp.add_argument("--only", nargs="+", choices=SECTIONS, help="compute only these sections (default: all; dynamics only when the run recorded dynamics.pt)")
+    sp.add_argument("--only", nargs="+", choices=SECTIONS,
+                    help="compute only these sections (default: all; dynamics only when the run recorded dynamics.pt)")
     sp.add_argument("--config", help="the run's config: refuse a checkpoint trained with a different one")
     sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override an eval.* or data.* key (e.g. data.root, eval.waterbirds_root)")
