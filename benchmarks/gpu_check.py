@@ -87,8 +87,8 @@ class Sizes:
 
 
 FULL = Sizes(
-    sig_sets=["data.synthetic.train_size=8192", "data.synthetic.test_size=256", "data.synthetic.image_size=32",
-              "model.width=16", "model.proj_hidden=256", "model.proj_dim=64", "train.batch_size=128",
+    sig_sets=["data.synthetic.train_size=4096", "data.synthetic.test_size=256", "data.synthetic.image_size=32",
+              "model.width=16", "model.proj_hidden=256", "model.proj_dim=64", "train.batch_size=64",
               "train.epochs=4", "train.warmup_epochs=1", "method.name=bayesncl", "method.gate=gumbel"],
     tput_model=PAPER_MODEL, batch=256, cifar_train=50_000, tput_seconds=20.0, warm_steps=15, feed_seconds=20.0,
     matmul_n=8192, jpeg_files=384, jpeg_seconds=8.0, jpeg_batch=64,
@@ -165,16 +165,16 @@ def write_cifar100(root: Path, n_train: int, n_test: int, seed: int = 0) -> Path
 
 
 def write_jpeg_tree(root: Path, n_files: int, n_classes: int = 4, seed: int = 0) -> list[str]:
-    """<root>/train/<wnid>/*.JPEG, 500x375 photo-like JPEGs (smooth structure + grain, quality 90: about the
-    bytes per pixel of ImageNet's files). Returns the wnids."""
+    """<root>/train/<wnid>/*.JPEG, 500x375 photo-like JPEGs (smooth structure + grain, quality 90: about
+    100 KB each, near ImageNet's mean file size). Returns the wnids."""
     from PIL import Image
 
     rng = np.random.default_rng(seed)
     wnids = [f"n{9000000 + i:08d}" for i in range(n_classes)]
     for i in range(n_files):
-        low = rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)
+        low = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
         im = np.asarray(Image.fromarray(low).resize((500, 375), Image.Resampling.BICUBIC), dtype=np.int16)
-        im = np.clip(im + rng.normal(0, 12, im.shape), 0, 255).astype(np.uint8)
+        im = np.clip(im + rng.integers(-25, 26, im.shape, dtype=np.int16), 0, 255).astype(np.uint8)
         folder = root / "train" / wnids[i % n_classes]
         folder.mkdir(parents=True, exist_ok=True)
         Image.fromarray(im).save(folder / f"img_{i:05d}.JPEG", quality=90)
@@ -837,8 +837,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"run these steps only ({', '.join(STEPS)})")
     p.add_argument("--previous", metavar="JSON",
                    help="a gpu_check.json whose results stand in for the steps not run now (with --only)")
-    p.add_argument("--budget-s", type=float, default=420.0,
-                   help="start no step after this many seconds (default 420)")
+    p.add_argument("--budget-s", type=float, default=360.0,
+                   help="start no step after this many seconds (default 360)")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
