@@ -1,17 +1,24 @@
-"""Figures 3, 4a and 4b (PDF + PNG) from the runs summary.
+"""Figures 3, 4a, 4b and the open-gate curves (PDF + PNG) from the runs summary.
 
 - figure3: retrieval P@10 against the number of kept dimensions K (``ret_curve``), one line per
   variant, one panel per dataset (set ``figure3``); ``cl`` rows are skipped (no retrieval for SimCLR).
-- figure4a: latent width D (``proj_dim``) against SC and against linear-probe top-1 (set ``figure4a``).
-- figure4b: sensitivity of SC and top-1 to rho and to lambda (set ``figure4b``). A row belongs to the
-  rho sweep when its ``sweep`` hint is "rho", or, without a hint, when its lambda equals the set's most
-  common lambda (and the other way round); the base point (both at the most common value) is in both.
-  lambda uses a symlog axis so that lambda = 0 is drawn.
+  The K of Table 2 is marked.
+- figure4a: latent width D (``proj_dim``) against SC and linear-probe top-1 (set ``figure4a``), one row
+  of panels per dataset; the default D (the one most runs of that dataset use) is marked.
+- figure4b: sensitivity of SC and top-1 to rho and to lambda (set ``figure4b``; sweep membership:
+  ``summary.sweep_rows``). lambda is on a log axis with lambda = 0 drawn apart at the left, behind an
+  axis break; the default operating point is marked, and NCL's value at the same dataset, backbone and
+  D is a dashed reference line.
+- gates: open-gate fraction per training epoch (``gate_curve``) of the BayesNCL runs at the default
+  operating point, one line per variant, and of the lambda sweep when there is one: do the gates leave
+  their initial state?
 
-Points are means over seeds, error bars the sample std (none with a single seed). Lines are keyed by
-everything except the swept parameter and the seed, so variant names that encode the swept value do
-not split a line. Uses matplotlib's Agg canvas directly (no pyplot, no global backend switch); PDFs
-carry no creation date, so the same data gives the same bytes.
+Every figure names its dataset and the values held fixed in its title and has one legend. Lines are
+means over seeds; a band (mean +- sample std) is drawn only where a point has at least two seeds, and each
+legend entry says n, the number of seeds. Lines are keyed by everything except the swept parameter and the
+seed, so variant names that encode the swept value do not split a line. Uses matplotlib's Agg canvas
+directly (no pyplot, no global backend switch); PDFs carry no creation date, so the same data gives the
+same bytes.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -27,17 +35,22 @@ import pandas as pd
 from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ..atomic import atomic_path
-from .summary import METHOD_NAMES, prepare
+from .summary import METHOD_NAMES, prepare, sweep_rows
 from .tables import ARCH_NAMES, DATASET_NAMES
 
-__all__ = ["render_figures", "sweep_rows"]
+__all__ = ["FIGURE_NAMES", "RC", "render_figures", "save_figure", "sweep_rows"]
 
-_RC = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7,
-       "figure.dpi": 100, "savefig.dpi": 150, "lines.linewidth": 1.4, "lines.markersize": 4}
+FIGURE_NAMES = ("figure3", "figure4a", "figure4b", "gates")
+RC = {"font.size": 8, "axes.titlesize": 8.5, "axes.labelsize": 8, "legend.fontsize": 7,
+      "figure.titlesize": 9.5, "figure.dpi": 100, "savefig.dpi": 150, "lines.linewidth": 1.4,
+      "lines.markersize": 4}
+BAND_ALPHA = 0.2
 
 
+# --------------------------------------------------------------------------- row selection
 def _in_set(df: pd.DataFrame, name: str) -> pd.DataFrame:
     return df[_mask(df, [name in s.split(";") for s in df["sets"]])]
 
@@ -52,50 +65,148 @@ def _k(value):
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
-def _mean_std(values) -> tuple[float, float]:
-    vals = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
+def _mode(values) -> float:
+    vals = [float(v) for v in values if math.isfinite(v)]
+    if not vals:
+        return math.nan
+    counts = Counter(vals)
+    return max(counts, key=lambda v: (counts[v], -v))  # ties: the smaller value, deterministically
+
+
+def _stats(values) -> tuple[float, float, int]:
+    """Mean, sample std (NaN below two values) and the number of finite values."""
+    vals = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if vals.size == 0:
-        return math.nan, math.nan
-    return float(vals.mean()), (float(vals.std(ddof=1)) if vals.size > 1 else 0.0)
+        return math.nan, math.nan, 0
+    return float(vals.mean()), (float(vals.std(ddof=1)) if vals.size > 1 else math.nan), int(vals.size)
 
 
-def _lines(rows: pd.DataFrame, x: str, multi_dataset: bool) -> list[tuple[str, pd.DataFrame]]:
+def _lines(rows: pd.DataFrame, x: str) -> list[tuple[str, pd.DataFrame]]:
     """Split rows into lines keyed by every config field except ``x`` and the seed."""
     fields = [f for f in ("dataset", "arch", "method", "gate", "detach", "head_depth",
                           "rho", "lambda", "proj_dim") if f != x]
     out: dict[tuple, list[int]] = {}
     for i, rec in zip(rows.index, rows.to_dict("records")):
         out.setdefault(tuple(_k(rec[f]) for f in fields), []).append(i)
+    archs = rows["arch"].nunique() > 1
     lines = []
     for idx in out.values():
         part = rows.loc[idx]
         variants = list(dict.fromkeys(part["variant"]))
         rec = part.iloc[0]
         label = variants[0] if len(variants) == 1 else METHOD_NAMES.get(rec["method"], rec["method"])
-        if multi_dataset:
-            label += f" ({DATASET_NAMES.get(rec['dataset'], rec['dataset'])})"
+        if archs:
+            label += f", {ARCH_NAMES.get(rec['arch'], rec['arch'])}"
         lines.append((label, part))
     return lines
 
 
-def _plot_line(ax, part: pd.DataFrame, x: str, y: str, label: str, color) -> None:
+def _points(part: pd.DataFrame, x: str, y: str) -> list[tuple[float, float, float, int]]:
+    """(x, mean, std, n) per distinct x, for the finite means."""
     xs = sorted({v for v in part[x] if math.isfinite(v)})
-    stats = [_mean_std(part.loc[part[x] == v, y]) for v in xs]
-    pts = [(v, m, s) for v, (m, s) in zip(xs, stats) if math.isfinite(m)]
-    if not pts:
-        return
-    xv, mv, sv = map(list, zip(*pts))
-    ax.errorbar(xv, mv, yerr=sv, label=label, color=color, marker="o", capsize=2)
+    pts = [(v, *_stats(part.loc[part[x] == v, y])) for v in xs]
+    return [p for p in pts if math.isfinite(p[1])]
+
+
+def _seeds_text(ns) -> str:
+    ns = sorted({int(n) for n in ns if n})
+    if not ns:
+        return "no seeds"
+    n = str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+    return f"n={n} seed" + ("" if ns == [1] else "s")
+
+
+def _draw(ax, pts, color, label, xmap=lambda v: v, linestyle="-", marker="o"):
+    """A mean line with a +-std band where a point has two or more seeds; returns the line."""
+    xv = [xmap(p[0]) for p in pts]
+    mv, sv, nv = (np.array([p[i] for p in pts], dtype=float) for i in (1, 2, 3))
+    (line,) = ax.plot(xv, mv, color=color, marker=marker, linestyle=linestyle,
+                      label=f"{label} ({_seeds_text(nv)})")
+    # Bands over runs of consecutive points with two or more seeds; a lone seeded point gets an error bar.
+    lone = []
+    for run in np.split(np.arange(len(nv)), np.flatnonzero(np.diff(nv > 1)) + 1):
+        if nv[run[0]] <= 1:
+            continue
+        if len(run) == 1:
+            lone.append(run[0])
+        else:
+            ax.fill_between([xv[i] for i in run], mv[run] - sv[run], mv[run] + sv[run], color=color,
+                            alpha=BAND_ALPHA, linewidth=0)
+    if lone:
+        ax.errorbar([xv[i] for i in lone], mv[lone], yerr=sv[lone], color=color, linestyle="none",
+                    capsize=2.5, elinewidth=1)
+    return line
+
+
+def _colors(labels) -> dict[str, tuple]:
+    from matplotlib import colormaps
+    cmap = colormaps["tab10"]
+    return {lab: cmap(i % 10) for i, lab in enumerate(dict.fromkeys(labels))}
 
 
 def _no_runs(ax, text: str = "no runs") -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
 
 
-def _colors(labels: list[str]) -> dict[str, tuple]:
-    from matplotlib import colormaps
-    cmap = colormaps["tab10"]
-    return {lab: cmap(i % 10) for i, lab in enumerate(dict.fromkeys(labels))}
+def _figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _chars(fig, fontsize: float) -> int:
+    """About how many characters of ``fontsize`` fit across the figure."""
+    return max(20, int(fig.get_figwidth() * 72 / (0.5 * fontsize)))
+
+
+def _suptitle(fig, title: str, fixed: list[str]) -> None:
+    """Title, then the values held fixed, each wrapped to the figure's width."""
+    size = RC["figure.titlesize"]
+    lines = textwrap.wrap(title, _chars(fig, size))
+    for part in fixed:
+        lines += textwrap.wrap(part, _chars(fig, size))
+    fig.suptitle("\n".join(lines))
+
+
+def _legend(fig, axes) -> None:
+    """One legend for the whole figure, below the panels, one entry per label."""
+    entries: dict[str, object] = {}
+    for ax in np.ravel(axes):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if not lab.startswith("_"):
+                entries.setdefault(lab, h)
+    if entries:
+        # Columns as wide as the longest label (+ handle) allow, so no entry runs off the figure.
+        per_col = max(len(lab) for lab in entries) + 6
+        ncols = max(1, min(len(entries), _chars(fig, RC["legend.fontsize"]) // per_col))
+        fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncols=ncols,
+                   frameon=False)
+
+
+def _fmt(v: float) -> str:
+    """3e-5, not 3e-05 or 0.00003; 0.8 stays 0.8."""
+    if not math.isfinite(v):
+        return "?"
+    if v and abs(v) < 1e-2:
+        return np.format_float_scientific(v, trim="-", exp_digits=1)
+    return f"{v:g}"
+
+
+def _ds(ds: str) -> str:
+    return DATASET_NAMES.get(ds, ds) or "(no dataset)"
+
+
+def _arch_text(rows: pd.DataFrame) -> str:
+    archs = [ARCH_NAMES.get(a, a) for a in dict.fromkeys(rows["arch"]) if a]
+    return "/".join(archs)
+
+
+def _default_point(df: pd.DataFrame, dataset: str) -> dict[str, float]:
+    """The dataset's default operating point: the D, rho and lambda that most of its runs use (the main
+    comparison and the ablations share it; each sweep moves one value away from it)."""
+    rows = df[df["dataset"] == dataset]
+    bayes = rows[rows["method"] == "bayesncl"]
+    return {"proj_dim": _mode(rows["proj_dim"]), "rho": _mode(bayes["rho"]), "lambda": _mode(bayes["lambda"])}
 
 
 def _save(fig: Figure, out_dir: Path, stem: str, formats: tuple[str, ...]) -> list[Path]:
@@ -104,149 +215,284 @@ def _save(fig: Figure, out_dir: Path, stem: str, formats: tuple[str, ...]) -> li
         meta = {"CreationDate": None} if ext == "pdf" else None  # no timestamp: reproducible bytes
         path = out_dir / f"{stem}.{ext}"
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=ext, metadata=meta)  # layout: tight_layout, not a 2nd draw
+            fig.savefig(tmp, format=ext, metadata=meta)
         paths.append(path)
     return paths
 
 
-def _curve(text: str) -> dict:
+save_figure = _save
+
+
+def _curve(text: str):
     try:
-        curve = json.loads(text) if text else {}
+        return json.loads(text) if text else None
     except ValueError:
-        return {}
-    return curve if isinstance(curve, dict) else {}
+        return None
 
 
+# --------------------------------------------------------------------------- figure 3
 def _figure3(df: pd.DataFrame) -> Figure:
     rows = _in_set(df, "figure3")
     rows = rows[_mask(rows, [m != "cl" for m in rows["method"]])]  # retrieval not reported for SimCLR
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
-    fig = Figure(figsize=(3.2 * len(datasets), 2.6))
-    FigureCanvasAgg(fig)
+    fig = _figure(max(5.0, 3.4 * len(datasets)), 3.4)
     axes = fig.subplots(1, len(datasets), squeeze=False)[0]
     groups = list(dict.fromkeys(zip(rows["arch"], rows["variant"])))
     multi_arch = len({a for a, _ in groups}) > 1
     colors = _colors([v for _, v in groups])
+    fixed = []
     for ax, ds in zip(axes, datasets):
         part = rows[rows["dataset"] == ds]
-        ax.set_title(DATASET_NAMES.get(ds, ds) or "figure3")
-        ax.set_xlabel("K (kept dimensions)")
-        ax.set_ylabel("P@10")
+        ax.set_title(_ds(ds))
+        ax.set_xlabel("K, dimensions kept (log scale)")
+        ax.set_ylabel("retrieval P@10 (%)")
         all_ks: set[int] = set()
         for arch, variant in dict.fromkeys(zip(part["arch"], part["variant"])):
             sub = part[(part["arch"] == arch) & (part["variant"] == variant)]
             per_k: dict[int, list[float]] = {}
             for text in sub["ret_curve"]:
-                for k, v in _curve(text).items():
+                curve = _curve(text)
+                for k, v in (curve.items() if isinstance(curve, dict) else ()):
                     per_k.setdefault(int(float(k)), []).append(math.nan if v is None else float(v))
-            pts = [(k, *_mean_std(per_k[k])) for k in sorted(per_k)]
+            pts = [(k, *_stats(per_k[k])) for k in sorted(per_k)]
             pts = [p for p in pts if math.isfinite(p[1])]
             if not pts:
                 continue
-            ks, ms, ss = map(list, zip(*pts))
-            label = variant + (f" ({ARCH_NAMES.get(arch, arch)})" if multi_arch else "")
-            ax.errorbar(ks, ms, yerr=ss, label=label, color=colors[variant], marker="o", capsize=2)
-            all_ks.update(ks)
+            label = variant + (f", {ARCH_NAMES.get(arch, arch)}" if multi_arch else "")
+            _draw(ax, pts, colors[variant], label)
+            all_ks.update(p[0] for p in pts)
+        table_k = _mode(part["ret_K"])
+        if math.isfinite(table_k):
+            ax.axvline(table_k, color="0.55", linestyle=":", linewidth=1, zorder=0, label="K of Table 2")
         if all_ks:
             ax.set_xscale("log", base=2)
             ax.set_xticks(sorted(all_ks), [str(k) for k in sorted(all_ks)])
-            ax.legend(frameon=False)
+            ax.minorticks_off()
         else:
             _no_runs(ax)
+        if len(part):
+            d = _default_point(df, ds)
+            fixed.append(f"{_ds(ds)}: D = {_fmt(d['proj_dim'])}, BayesNCL at ρ = {_fmt(d['rho'])}, "
+                         f"λ = {_fmt(d['lambda'])}")
+    arch = _arch_text(rows)
+    _suptitle(fig, "Figure 3: retrieval with the top-K dimensions (test split" + (f", {arch}" if arch else "")
+              + ")", fixed)
+    _legend(fig, axes)
     return fig
+
+
+# --------------------------------------------------------------------------- figure 4a
+METRICS = (("sc", "SC (%)"), ("probe_top1", "linear probe top-1 (%)"))
 
 
 def _figure4a(df: pd.DataFrame) -> Figure:
     rows = _in_set(df, "figure4a")
-    fig = Figure(figsize=(6.4, 2.6))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, 2, squeeze=False)[0]
-    lines = _lines(rows, "proj_dim", rows["dataset"].nunique() > 1)
-    colors = _colors([lab for lab, _ in lines])
-    widths = sorted({int(v) for v in rows["proj_dim"] if math.isfinite(v)})
-    for ax, (y, ylabel) in zip(axes, (("sc", "SC"), ("probe_top1", "linear probe top-1"))):
-        ax.set_xlabel("latent width D")
-        ax.set_ylabel(ylabel)
-        for label, part in lines:
-            _plot_line(ax, part, "proj_dim", y, label, colors[label])
-        if widths:
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(widths, [str(w) for w in widths])
-        if ax.lines:
-            ax.legend(frameon=False)
-        else:
-            _no_runs(ax)
+    datasets = list(dict.fromkeys(rows["dataset"])) or [""]
+    fig = _figure(6.6, 0.6 + 2.6 * len(datasets))
+    axes = fig.subplots(len(datasets), 2, squeeze=False)
+    all_lines = {ds: _lines(rows[rows["dataset"] == ds], "proj_dim") for ds in datasets}
+    colors = _colors([lab for ls in all_lines.values() for lab, _ in ls])
+    fixed = []
+    for r, ds in enumerate(datasets):
+        part = rows[rows["dataset"] == ds]
+        widths = sorted({int(v) for v in part["proj_dim"] if math.isfinite(v)})
+        d = _default_point(df, ds) if len(part) else {}
+        for ax, (y, ylabel) in zip(axes[r], METRICS):
+            ax.set_title(f"{_ds(ds)}: {ylabel.split(' (')[0]}")
+            ax.set_xlabel("latent width D (log scale)")
+            ax.set_ylabel(ylabel)
+            for label, lp in all_lines[ds]:
+                pts = _points(lp, "proj_dim", y)
+                if pts:
+                    _draw(ax, pts, colors[label], label)
+            if widths:
+                ax.set_xscale("log", base=2)
+                ax.set_xticks(widths, [str(w) for w in widths])
+                ax.minorticks_off()
+            if not ax.lines:
+                _no_runs(ax)
+            elif math.isfinite(d.get("proj_dim", math.nan)):
+                ax.axvline(d["proj_dim"], color="0.55", linestyle=":", linewidth=1, zorder=0,
+                           label="default D (Tables 1-2)")
+        if d:
+            bayes = part[part["method"] == "bayesncl"]
+            held = f"{_ds(ds)}: default D = {_fmt(d['proj_dim'])}"
+            if len(bayes):
+                held += f", BayesNCL at ρ = {_fmt(_mode(bayes['rho']))}, λ = {_fmt(_mode(bayes['lambda']))}"
+            fixed.append(held)
+    arch = _arch_text(rows)
+    _suptitle(fig, "Figure 4a: latent width D (test split" + (f", {arch}" if arch else "") + ")", fixed)
+    _legend(fig, axes)
     return fig
 
 
-def _mode(values) -> float:
-    vals = [v for v in values if math.isfinite(v)]
-    if not vals:
-        return math.nan
-    counts = Counter(vals)
-    return max(counts, key=lambda v: (counts[v], -v))  # ties: the smaller value, deterministically
+# --------------------------------------------------------------------------- figure 4b
+def _lambda_axis(ax, xs: list[float]):
+    """Log x axis for lambda; lambda = 0 (not on a log axis) is drawn apart at the left, behind a break.
+    Returns the map from lambda to the plotted x."""
+    pos = sorted(v for v in xs if v > 0)
+    if not pos:
+        return lambda v: v
+    lo, hi = pos[0], pos[-1]
+    zero_at = lo / 10 ** max(0.7, 0.3 * math.log10(hi / lo))  # a gap of at least most of a decade
+    ax.set_xscale("log")
+    ticks = ([zero_at] if 0 in xs else []) + pos
+    ax.set_xticks(ticks, ["0" if t == zero_at else _fmt(t) for t in ticks], rotation=30)
+    ax.minorticks_off()
+    if 0 in xs:
+        brk = math.sqrt(zero_at * lo)
+        ax.plot([brk / 1.12, brk * 1.12], [0, 0], transform=ax.get_xaxis_transform(), linestyle="none",
+                marker=[(-1, -2), (1, 2)], markersize=8, markeredgewidth=1, color="k", clip_on=False)
+    return lambda v: zero_at if v == 0 else v
 
 
-def sweep_rows(rows: pd.DataFrame, param: str) -> pd.DataFrame:
-    """The rows of a figure4b set that belong to the ``param`` ("rho" or "lambda") sweep."""
-    other = "lambda" if param == "rho" else "rho"
-    base_p, base_o = _mode(rows[param]), _mode(rows[other])
-    keep = []
-    for rec in rows.to_dict("records"):
-        at_base = rec[param] == base_p and rec[other] == base_o
-        hints = set(str(rec["sweep"]).split(";")) if isinstance(rec["sweep"], str) and rec["sweep"] else set()
-        if param in hints:
-            keep.append(True)
-        elif other in hints:
-            keep.append(at_base)  # the other sweep's base point is also a point of this one
-        elif not hints:
-            keep.append(rec[other] == base_o)  # only `param` differs from the set's usual value
-        else:
-            keep.append(False)  # e.g. "width": belongs to figure 4a
-    return rows[_mask(rows, keep)]
+def _draw_lambda(ax, pts, color, label, xmap) -> None:
+    """The positive lambdas as a line; lambda = 0 as its own marker, joined by a dotted segment."""
+    zero = [p for p in pts if p[0] == 0]
+    pos = [p for p in pts if p[0] > 0]
+    if pos:
+        _draw(ax, pos, color, label, xmap)
+    if zero:
+        z = zero[0]
+        ax.errorbar([xmap(0)], [z[1]], yerr=[z[2]] if z[3] > 1 else None, color=color, marker="o",
+                    capsize=2, label=None if pos else f"{label} ({_seeds_text([z[3]])})")
+        if pos:
+            ax.plot([xmap(0), xmap(pos[0][0])], [z[1], pos[0][1]], color=color, linestyle=":", linewidth=1)
+
+
+def _ncl_reference(df: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """NCL runs on the same dataset, backbone and D as the sweep's rows (any set)."""
+    keys = {(r["dataset"], r["arch"], _k(r["proj_dim"])) for r in rows.to_dict("records")}
+    return df[_mask(df, [m == "ncl" and (d, a, _k(p)) in keys
+                         for m, d, a, p in zip(df["method"], df["dataset"], df["arch"], df["proj_dim"])])]
 
 
 def _figure4b(df: pd.DataFrame) -> Figure:
     rows = _in_set(df, "figure4b")
-    fig = Figure(figsize=(6.4, 4.8))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(2, 2, squeeze=False)
-    multi = rows["dataset"].nunique() > 1
-    sweeps = {p: sweep_rows(rows, p) for p in ("rho", "lambda")}
-    lines = {p: _lines(sweeps[p], p, multi) for p in sweeps}
-    colors = _colors([lab for p in lines for lab, _ in lines[p]])
-    for r, (y, ylabel) in enumerate((("sc", "SC"), ("probe_top1", "linear probe top-1"))):
-        for c, param in enumerate(("rho", "lambda")):
-            ax = axes[r][c]
-            ax.set_xlabel(r"$\rho$ (prior keep rate)" if param == "rho" else r"$\lambda$ (KL weight)")
-            ax.set_ylabel(ylabel)
-            for label, part in lines[param]:
-                _plot_line(ax, part, param, y, label, colors[label])
-            xs = sorted({v for v in sweeps[param][param] if math.isfinite(v)})
-            if param == "lambda" and xs:
-                positive = [v for v in xs if v > 0]
-                if positive and 0 in xs:  # log axis cannot show 0: linear within [0, min positive]
-                    ax.set_xscale("symlog", linthresh=min(positive), linscale=0.5)
-                elif positive:
-                    ax.set_xscale("log")
-                ax.set_xticks(xs, [f"{v:g}" for v in xs], rotation=45)
-                ax.minorticks_off()
-            if ax.lines:
-                ax.legend(frameon=False)
-            else:
-                _no_runs(ax)
+    datasets = list(dict.fromkeys(rows["dataset"])) or [""]
+    fig = _figure(6.8, 0.9 + 4.6 * len(datasets))
+    axes = fig.subplots(2 * len(datasets), 2, squeeze=False)
+    fixed = []
+    label_colors = _colors([lab for ds in datasets for p in ("rho", "lambda")
+                            for lab, _ in _lines(sweep_rows(rows[rows["dataset"] == ds], p), p)])
+    for b, ds in enumerate(datasets):
+        part = rows[rows["dataset"] == ds]
+        sweeps = {p: sweep_rows(part, p) for p in ("rho", "lambda")}
+        base = {"rho": _mode(part["rho"]), "lambda": _mode(part["lambda"])}
+        ncl = _ncl_reference(df, part)
+        for r, (y, ylabel) in enumerate(METRICS):
+            for c, param in enumerate(("rho", "lambda")):
+                ax = axes[2 * b + r][c]
+                other = "lambda" if param == "rho" else "rho"
+                sym = "ρ" if param == "rho" else "λ"
+                ax.set_title(f"{_ds(ds)}: {ylabel.split(' (')[0]} vs {sym} "
+                             f"({'λ' if other == 'lambda' else 'ρ'} = {_fmt(base[other])})")
+                ax.set_xlabel("ρ, prior keep rate" if param == "rho" else "λ, KL weight (log scale)")
+                ax.set_ylabel(ylabel)
+                xs = sorted({v for v in sweeps[param][param] if math.isfinite(v)})
+                xmap = _lambda_axis(ax, xs) if param == "lambda" else (lambda v: v)
+                for label, lp in _lines(sweeps[param], param):
+                    pts = _points(lp, param, y)
+                    if not pts:
+                        continue
+                    if param == "lambda":
+                        _draw_lambda(ax, pts, label_colors[label], label, xmap)
+                    else:
+                        _draw(ax, pts, label_colors[label], label)
+                if not ax.lines:
+                    _no_runs(ax)
+                    continue
+                if math.isfinite(base[param]):
+                    ax.axvline(xmap(base[param]), color="0.55", linestyle=":", linewidth=1, zorder=0,
+                               label="default operating point")
+                m, s, n = _stats(ncl[y]) if len(ncl) else (math.nan, math.nan, 0)
+                if math.isfinite(m):
+                    ax.axhline(m, color="0.2", linestyle="--", linewidth=1,
+                               label=f"NCL, same D ({_seeds_text([n])})")
+        if len(part):
+            fixed.append(f"{_ds(ds)}: default ρ = {_fmt(base['rho'])}, λ = {_fmt(base['lambda'])}, "
+                         f"D = {_fmt(_mode(part['proj_dim']))}")
+    arch = _arch_text(rows)
+    _suptitle(fig, "Figure 4b: sensitivity to the prior keep rate ρ and the KL weight λ (BayesNCL, test split"
+              + (f", {arch}" if arch else "") + ")", fixed)
+    _legend(fig, axes)
+    return fig
+
+
+# --------------------------------------------------------------------------- open gates
+def _gate_points(part: pd.DataFrame) -> list[tuple[float, float, float, int]]:
+    """(epoch, mean %, std %, n) from the ``gate_curve`` lists (epoch e = list index + 1)."""
+    curves = [c for c in (_curve(t) for t in part["gate_curve"]) if isinstance(c, list) and c]
+    per_epoch: dict[int, list[float]] = {}
+    for c in curves:
+        for e, v in enumerate(c, start=1):
+            per_epoch.setdefault(e, []).append(math.nan if v is None else 100.0 * float(v))
+    pts = [(e, *_stats(per_epoch[e])) for e in sorted(per_epoch)]
+    return [p for p in pts if math.isfinite(p[1])]
+
+
+def _gates(df: pd.DataFrame) -> Figure:
+    col = df["gate_curve"] if "gate_curve" in df else pd.Series([""] * len(df), index=df.index)
+    rows = df[_mask(df, [m == "bayesncl" and bool(t) for m, t in zip(df["method"], col)])]
+    datasets = list(dict.fromkeys(rows["dataset"])) or [""]
+    panels = []  # (dataset, title, [(label, rows)])
+    fixed = []
+    for ds in datasets:
+        part = rows[rows["dataset"] == ds]
+        if not len(part):
+            panels.append((ds, f"{_ds(ds)}: BayesNCL variants", []))
+            continue
+        d = _default_point(df, ds)
+        at = part[(part["rho"] == d["rho"]) & (part["lambda"] == d["lambda"]) & (part["proj_dim"] == d["proj_dim"])]
+        variants: dict[tuple, list[int]] = {}
+        for i, rec in zip(at.index, at.to_dict("records")):
+            variants.setdefault((rec["arch"], rec["variant"]), []).append(i)
+        multi_arch = len({a for a, _ in variants}) > 1
+        lines = [(v + (f", {ARCH_NAMES.get(a, a)}" if multi_arch else ""), at.loc[idx])
+                 for (a, v), idx in variants.items()]
+        panels.append((ds, f"{_ds(ds)}: BayesNCL variants", lines))
+        fixed.append(f"{_ds(ds)}: ρ = {_fmt(d['rho'])}, λ = {_fmt(d['lambda'])}, D = {_fmt(d['proj_dim'])}")
+        lam = sweep_rows(_in_set(part, "figure4b"), "lambda")
+        lam_values = sorted({v for v in lam["lambda"] if math.isfinite(v)})
+        if len(lam_values) > 1:
+            panels.append((ds, f"{_ds(ds)}: λ sweep ({lam['variant'].iloc[0]}, ρ = {_fmt(_mode(lam['rho']))})",
+                           [(f"λ = {_fmt(v)}", lam[lam["lambda"] == v]) for v in lam_values]))
+    fig = _figure(max(3.6 * len(panels), 5.0), 3.3)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (ds, title, lines) in zip(axes, panels):
+        ax.set_title(title)
+        ax.set_xlabel("pretraining epoch")
+        ax.set_ylabel("open gates (% of all gates, training batches)")
+        is_sweep = title.split(": ", 1)[-1].startswith("λ")
+        if is_sweep:
+            from matplotlib import colormaps
+            cmap = colormaps["viridis"]
+            colors = {lab: cmap(i / max(len(lines) - 1, 1) * 0.85) for i, (lab, _) in enumerate(lines)}
+        else:
+            colors = _colors([lab for lab, _ in lines])
+        for label, part in lines:
+            pts = _gate_points(part)
+            if pts:
+                _draw(ax, pts, colors[label], label, marker="." if len(pts) > 15 else "o")
+        ax.set_ylim(-2, 102)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if ax.lines:
+            ax.legend(frameon=False, loc="best")  # per panel: the sweep panel's entries differ
+        else:
+            _no_runs(ax, "no BayesNCL run with a gate curve")
+    _suptitle(fig, "Open gates during pretraining (hard gate m = 1[α > 0.5]): do the gates leave their "
+              "initial state?", fixed)
     return fig
 
 
 def render_figures(df: pd.DataFrame, out_dir: str | os.PathLike,
                    formats: tuple[str, ...] = ("pdf", "png")) -> list[Path]:
-    """Write figure3, figure4a and figure4b (each in ``formats``) into ``out_dir``; returns the paths."""
+    """Write every figure of ``FIGURE_NAMES`` (each in ``formats``) into ``out_dir``; returns the paths."""
     out = Path(out_dir)
     df = prepare(df)
     written = []
-    with rc_context(_RC):
-        for stem, make in (("figure3", _figure3), ("figure4a", _figure4a), ("figure4b", _figure4b)):
-            fig = make(df)
-            fig.tight_layout()
-            written += _save(fig, out, stem, formats)
+    makers = {"figure3": _figure3, "figure4a": _figure4a, "figure4b": _figure4b, "gates": _gates}
+    with rc_context(RC):
+        for stem in FIGURE_NAMES:
+            written += _save(makers[stem](df), out, stem, formats)
     return written

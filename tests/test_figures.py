@@ -1,0 +1,159 @@
+"""Figures 3, 4a, 4b and the open-gate curves, checked on the drawn matplotlib objects: titles name the
+dataset and the values held fixed, one legend per figure, bands only where there are seeds, NCL's
+reference in Figure 4b, lambda on a log axis with 0 set apart, gate curves as the mean over seeds."""
+
+import json
+import re
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.collections import LineCollection, PolyCollection
+
+from bayesncl.report import figures
+from bayesncl.report import summary as summ
+
+
+def _row(variant, method, seed, sets, sweep="", dataset="cifar100", rho=0.8, lam=3e-5, D=256, **m):
+    return {"run_id": f"{dataset}/{variant}/{rho}/{lam}/{D}/seed~{seed}", "dataset": dataset, "arch": "resnet18",
+            "method": method, "variant": variant, "sets": sets, "sweep": sweep, "gate": "ste", "rho": rho,
+            "lambda": lam, "proj_dim": D, "seed": seed, **m}
+
+
+def _gate_curve(final, seed, epochs=6):
+    return json.dumps([round(1 - (1 - final) * e / (epochs - 1) + 0.01 * seed, 4) for e in range(epochs)])
+
+
+@pytest.fixture(scope="module")
+def frame():
+    rows = []
+    for s in range(3):  # main comparison: 3 seeds, also the base point of every sweep
+        rows.append(_row("NCL", "ncl", s, "table1;figure3;figure4a", "width", sc=30.0 + s, probe_top1=60.0 + s,
+                         ret_curve=json.dumps({"32": 40.0 + s, "64": 45.0}), ret_K=64))
+        rows.append(_row("BayesNCL (STE)", "bayesncl", s, "table1;figure3;figure4a;figure4b", "width;rho;lambda",
+                         sc=36.0 + s, probe_top1=61.0, ret_curve=json.dumps({"32": 42.0, "64": 47.0 + s}), ret_K=64,
+                         gate_curve=_gate_curve(0.5, s)))
+    for D in (512, 1024):
+        for v, m in (("NCL", "ncl"), ("BayesNCL (STE)", "bayesncl")):
+            rows.append(_row(v, m, 0, "figure4a", "width", D=D, sc=40.0, probe_top1=62.0))
+    for rho in (0.5, 0.95):
+        rows.append(_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "rho", rho=rho, sc=30.0, probe_top1=59.0))
+    for lam in (0.0, 1e-5, 1e-3):
+        rows.append(_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0,
+                         gate_curve=_gate_curve(0.3 if lam == 0 else 0.9, 0)))
+    rows.append(_row("Soft gate", "bayesncl", 0, "table4", gate_curve=_gate_curve(0.7, 0)))
+    return summ.prepare(pd.DataFrame(rows))
+
+
+def _title(fig) -> str:
+    return fig._suptitle.get_text()
+
+
+def _bands(ax) -> list:
+    return [c for c in ax.collections if isinstance(c, PolyCollection)]
+
+
+def _bars(ax) -> list:
+    return [c for c in ax.collections if isinstance(c, LineCollection)]
+
+
+def _line(ax, prefix):
+    (line,) = [ln for ln in ax.lines if ln.get_label().startswith(prefix)]
+    return line
+
+
+def test_every_figure_names_dataset_and_fixed_values_and_has_one_legend(frame):
+    for make in (figures._figure3, figures._figure4a, figures._figure4b):
+        fig = make(frame)
+        title = " ".join(_title(fig).split())
+        assert "CIFAR-100" in title and "D = 256" in title, (make.__name__, title)
+        assert "ρ = 0.8" in title and "λ = 3e-5" in title, (make.__name__, title)
+        assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes), make.__name__
+        # Legend entries are what is drawn, and each says how many seeds.
+        labels = [t.get_text() for t in fig.legends[0].get_texts()]
+        drawn = {ln.get_label() for ax in fig.axes for ln in ax.lines}
+        assert set(labels) <= drawn, (labels, drawn)
+        assert any(re.search(r"\(n=[0-9-]+ seeds?\)", lab) for lab in labels), labels
+
+
+def test_figure4a_bands_only_where_there_are_seeds(frame):
+    fig = figures._figure4a(frame)
+    sc = fig.axes[0]
+    line = _line(sc, "BayesNCL (STE)")
+    assert list(line.get_xdata()) == [256, 512, 1024]
+    assert line.get_ydata()[0] == pytest.approx(np.mean([36.0, 37.0, 38.0]))
+    assert line.get_label() == "BayesNCL (STE) (n=1-3 seeds)"
+    # D = 256 has 3 seeds between single-seed points: an error bar of the sample std there, no band.
+    assert not _bands(sc)
+    segs = [seg for c in _bars(sc) for seg in c.get_segments()]
+    assert any(np.allclose(seg[:, 0], 256) and np.isclose(np.ptp(seg[:, 1]), 2 * np.std([36, 37, 38], ddof=1))
+               for seg in segs)
+    # Default D marked.
+    assert any(ln.get_label() == "default D (Tables 1-2)" and ln.get_xdata()[0] == 256 for ln in sc.lines)
+
+    one_seed = frame[frame["seed"] == 0]
+    fig = figures._figure4a(one_seed)
+    assert not _bands(fig.axes[0]) and not _bars(fig.axes[0])
+
+
+def test_figure3_band_with_seeds_and_table2_k_marked(frame):
+    fig = figures._figure3(frame)
+    ax = fig.axes[0]
+    ncl = _line(ax, "NCL")
+    assert list(ncl.get_xdata()) == [32, 64] and ncl.get_ydata()[0] == pytest.approx(41.0)
+    assert len(_bands(ax)) == 2  # NCL and BayesNCL, 3 seeds each
+    assert any(ln.get_label() == "K of Table 2" and ln.get_xdata()[0] == 64 for ln in ax.lines)
+    assert ax.get_xscale() == "log"
+
+
+def test_figure4b_ncl_reference_log_lambda_and_default_point(frame):
+    fig = figures._figure4b(frame)
+    sc_rho, sc_lam, top_rho, top_lam = fig.axes[:4]
+    ncl_sc = np.mean([30.0, 31.0, 32.0])
+    for ax, want in ((sc_rho, ncl_sc), (sc_lam, ncl_sc), (top_lam, np.mean([60.0, 61.0, 62.0]))):
+        ref = _line(ax, "NCL, same D")
+        assert ref.get_linestyle() == "--" and ref.get_ydata()[0] == pytest.approx(want)
+        assert "n=3 seeds" in ref.get_label()
+    # lambda: log axis, 0 drawn left of the smallest positive value, ticks 0, 1e-5, 3e-5, 1e-3.
+    assert sc_lam.get_xscale() == "log"
+    labels = [t.get_text() for t in sc_lam.get_xticklabels()]
+    assert labels == ["0", "1e-5", "3e-5", "1e-3"]
+    ticks = list(sc_lam.get_xticks())
+    assert 0 < ticks[0] < 1e-5 and ticks[1:] == pytest.approx([1e-5, 3e-5, 1e-3])
+    zero_marker = [ln for ln in sc_lam.lines if len(ln.get_xdata()) == 1 and ln.get_xdata()[0] == ticks[0]
+                   and ln.get_marker() == "o"]
+    assert zero_marker and zero_marker[0].get_ydata()[0] == pytest.approx(33.0)
+    assert _line(sc_lam, "BayesNCL").get_xdata()[0] == pytest.approx(1e-5)  # the line starts after the break
+    # Default operating point marked in each sweep.
+    assert _line(sc_rho, "default operating point").get_xdata()[0] == pytest.approx(0.8)
+    assert _line(sc_lam, "default operating point").get_xdata()[0] == pytest.approx(3e-5)
+    assert sc_rho.get_xscale() == "linear" and "λ = 3e-5" in sc_rho.get_title()
+
+
+def test_gates_figure_mean_over_seeds_and_lambda_sweep(frame):
+    fig = figures._gates(frame)
+    variants, sweep = fig.axes
+    ste = _line(variants, "BayesNCL (STE)")
+    curves = np.array([json.loads(_gate_curve(0.5, s)) for s in range(3)]) * 100
+    assert list(ste.get_xdata()) == list(range(1, 7))
+    assert np.allclose(ste.get_ydata(), curves.mean(0)) and "n=3 seeds" in ste.get_label()
+    assert len(_bands(variants)) == 1  # only the seeded variant has a band
+    assert "Soft gate (n=1 seed)" in [ln.get_label() for ln in variants.lines]
+    assert "λ sweep" in sweep.get_title()
+    assert {ln.get_label().split(" (")[0] for ln in sweep.lines} == {"λ = 0", "λ = 1e-5", "λ = 3e-5", "λ = 1e-3"}
+    assert "ρ = 0.8" in _title(fig) and "λ = 3e-5" in _title(fig)
+
+
+def test_render_writes_every_figure_even_without_runs(tmp_path, frame):
+    paths = figures.render_figures(frame, tmp_path / "full", ("png",))
+    assert sorted(p.name for p in paths) == sorted(f"{n}.png" for n in figures.FIGURE_NAMES)
+    empty = summ.prepare(pd.DataFrame([_row("A", "ncl", 0, "table1")]))
+    assert len(figures.render_figures(empty, tmp_path / "empty", ("pdf",))) == len(figures.FIGURE_NAMES)
+    for p in (tmp_path / "empty").iterdir():
+        assert b"CreationDate" not in p.read_bytes()
+
+
+def test_fmt_is_short_and_exact():
+    assert [figures._fmt(v) for v in (3e-5, 1e-4, 0.0, 0.8, 256.0)] == ["3e-5", "1e-4", "0", "0.8", "256"]
+    assert figures._fmt(math.nan) == "?"

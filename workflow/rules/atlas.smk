@@ -1,0 +1,23 @@
+# Feature atlas per dataset (CPU): NCL and BayesNCL (STE) at the lowest seed of the main comparison, side by
+# side (ATLAS_RUNS in common.smk), from their evaluation outputs (eval/features.npz) and the test images.
+
+
+rule atlas:
+    input:
+        # metrics.json is written last by `bayesncl evaluate`, after features.npz
+        lambda wc: [f"{RESULTS}/runs/{rid}/eval/metrics.json" for rid in ATLAS_RUNS[wc.dataset]],
+    output:
+        pdf=f"{RESULTS}/figures/atlas_{{dataset}}.pdf",
+        png=f"{RESULTS}/figures/atlas_{{dataset}}.png",
+    log:
+        f"{RESULTS}/summary/atlas_{{dataset}}.log",
+    wildcard_constraints:
+        dataset="[^/]+",
+    params:
+        runs=lambda wc: [f"{RESULTS}/runs/{rid}" for rid in ATLAS_RUNS[wc.dataset]],
+        out=lambda wc, output: output.pdf[: -len(".pdf")],
+    threads: 1
+    conda:
+        "../envs/bayesncl.yaml"
+    shell:
+        "bayesncl atlas --run {params.runs:q} --out {params.out:q} > {log} 2>&1"
