@@ -133,7 +133,7 @@ def test_tiny_grid_end_to_end(tmp_path):
     for i in range(1, 8):
         for ext in ("tex", "md"):
             assert (out / "tables" / f"table{i}.{ext}").stat().st_size > 0
-    for name in ("figure3", "figure4a", "figure4b"):
+    for name in ("figure3", "figure4a", "figure4b", "gates", "atlas_synthetic"):
         for ext in ("pdf", "png"):
             assert (out / "figures" / f"{name}.{ext}").stat().st_size > 0
 
