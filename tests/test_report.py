@@ -292,6 +292,15 @@ def test_directions_and_arrows():
     assert _cells(tex, "A")[0] == r"$\mathbf{1.000}$" and _cells(tex, "B")[3] == r"$\mathbf{200}$"
 
 
+def test_costs_print_significant_digits():
+    # The demo's model costs ~0.001 GFLOPs: fixed 3 decimals would print 0.001 for both sides.
+    cost = _frame([_row("NCL", 0, method="ncl", sets="table7", gflops=0.0011397, train_minutes=0.00800),
+                   _row("BayesNCL", 0, sets="table7", gflops=0.0011432, train_minutes=70.95)])
+    tex = tables.render_table(cost, "table7")
+    assert _cells(tex, "NCL")[0] == r"$\mathbf{0.001140}$" and _cells(tex, "BayesNCL")[0] == "$0.001143$"
+    assert _cells(tex, "NCL")[5] == r"$\mathbf{0.008000}$" and _cells(tex, "BayesNCL")[5] == "$70.95$"
+
+
 def test_table6_background_columns_in_percent_never_bold():
     df = _frame([_row("NCL", s, method="ncl", sets="table6", bg_acc=90.0 + s, bg_dominated_zplus=0.25,
                       bg_dominated_feature=0.2) for s in range(2)]

@@ -35,8 +35,8 @@ from tabulate import tabulate
 
 from ..atomic import atomic_write_text
 from .summary import prepare, sweep_rows
-from .tables import (DATASET_NAMES, METRICS, Fmt, Group, Stat, flag_repeats, group_rows, in_set, parse_list,
-                     render_context, stat, table_context)
+from .tables import (DATASET_NAMES, METRICS, Fmt, Group, Metric, Stat, flag_repeats, group_rows, in_set,
+                     parse_list, render_context, table_context)
 
 __all__ = ["CLAIMS", "VERDICTS", "Comparison", "build_claims", "claims_rows", "outcome", "render_claims",
            "verdict", "verdict_within", "write_claims"]
@@ -130,20 +130,21 @@ class Runs:
         return any(self.groups(s) for s in set_names)
 
     def side(self, set_names: tuple[str, ...], role: str, values: Callable[[Group], list[float]],
-             decimals: int, where: Callable[[dict], bool] = lambda r: True) -> Side:
-        """The first group in the first set that has one matching ``role`` (and ``where``)."""
+             metric: "Metric | int", where: Callable[[dict], bool] = lambda r: True) -> Side:
+        """The first group in the first set that has one matching ``role`` (and ``where``); ``metric``
+        formats the values (or a number of decimals)."""
+        m = metric if isinstance(metric, Metric) else Metric("", "", metric, None)
         for s in set_names:
             for g in self.groups(s):
                 rows = [r for r in g.rows if ROLES[role](r) and where(r)]
                 if rows:
                     part = Group(g.dataset, g.arch, g.variant, rows)
-                    return Side(g.variant, stat(values(part), decimals), g.repeats)
-        return Side(DEFAULT_LABELS[role], Stat(math.nan, math.nan, 0, decimals))
+                    return Side(g.variant, m.stat(values(part)), g.repeats)
+        return Side(DEFAULT_LABELS[role], Stat(math.nan, math.nan, 0, m.decimals))
 
 
 def _column(key: str) -> Callable[[Group], list[float]]:
-    m = METRICS[key]
-    return lambda g: [v * m.scale for v in g.values(key)]
+    return lambda g: g.values(key)
 
 
 def _last(key: str, absolute: bool = False) -> Callable[[Group], list[float]]:
@@ -179,13 +180,12 @@ class Claim:
 
 
 def _directional(cid: str, text: str, sets: tuple[str, ...], metric: str, left: str, right: str,
-                 paper: str = "", values: Callable | None = None, decimals: int | None = None) -> Callable:
+                 paper: str = "", values: Callable | None = None) -> Callable:
     m = METRICS[metric]
 
     def build(runs: Runs) -> list[Comparison]:
         get = values or _column(metric)
-        dec = m.decimals if decimals is None else decimals
-        a, b = runs.side(sets, left, get, dec), runs.side(sets, right, get, dec)
+        a, b = runs.side(sets, left, get, m), runs.side(sets, right, get, m)
         return [Comparison(cid, text, a, b, verdict(a.stat, b.stat, m.better or "up"), paper)]
     return build
 
@@ -210,8 +210,8 @@ def _within(cid: str, text: str, set_name: str, metric: str, tol: float, relativ
     m = METRICS[metric]
 
     def build(runs: Runs) -> list[Comparison]:
-        a = runs.side((set_name,), "bayes", _column(metric), m.decimals)
-        b = runs.side((set_name,), "ncl", _column(metric), m.decimals)
+        a = runs.side((set_name,), "bayes", _column(metric), m)
+        b = runs.side((set_name,), "ncl", _column(metric), m)
         t = tol * abs(b.stat.mean) if relative and math.isfinite(b.stat.mean) else tol
         return [Comparison(cid, text, a, b, verdict_within(a.stat, b.stat, t), paper)]
     return build
@@ -219,7 +219,7 @@ def _within(cid: str, text: str, set_name: str, metric: str, tol: float, relativ
 
 def _widths(runs: Runs) -> list[Comparison]:
     """Claim 10: SC rises with D (BayesNCL, largest vs smallest D); BayesNCL beats NCL at each D."""
-    get, dec = _column("sc"), METRICS["sc"].decimals
+    get, dec = _column("sc"), METRICS["sc"]
     dims = sorted({r["proj_dim"] for g in runs.groups("figure4a") for r in g.rows if math.isfinite(r["proj_dim"])})
     at = lambda d: (lambda r: r["proj_dim"] == d)  # noqa: E731
     out = []
@@ -229,7 +229,7 @@ def _widths(runs: Runs) -> list[Comparison]:
         out.append(Comparison("10a", f"SC: @A at $D = {dims[-1]:g}$ $>$ at $D = {dims[0]:g}$", a, b,
                               verdict(a.stat, b.stat, "up"), "36.14 at $D = 2048$"))
     else:
-        none = Side(DEFAULT_LABELS["bayes"], Stat(math.nan, math.nan, 0, dec))
+        none = Side(DEFAULT_LABELS["bayes"], Stat(math.nan, math.nan, 0, dec.decimals))
         out.append(Comparison("10a", "SC: @A rises with $D$", none, none, NOT_RUN, "36.14 at $D = 2048$"))
     for d in dims or [math.nan]:
         a = runs.side(("figure4a",), "bayes", get, dec, at(d))
@@ -242,13 +242,14 @@ def _widths(runs: Runs) -> list[Comparison]:
 
 def _inverted_u(cid: str, param: str, symbol: str, paper: str) -> Callable:
     def build(runs: Runs) -> list[Comparison]:
-        dec = METRICS["sc"].decimals
+        sc = METRICS["sc"]
+        dec = sc.decimals
         rows = [r for g in runs.groups("figure4b") for r in g.rows if ROLES["bayes"](r)]
         points: dict[float, Stat] = {}
         if rows:
             sweep = sweep_rows(prepare(pd.DataFrame(rows)), param)
             for value, part in sweep.groupby(param, sort=True):
-                points[float(value)] = stat(part["sc"], dec)
+                points[float(value)] = sc.stat(part["sc"])
         xs = sorted(points)
         label = rows[0]["variant"] if rows else DEFAULT_LABELS["bayes"]
         if len(xs) < 3:
@@ -390,8 +391,8 @@ def _headline(df: pd.DataFrame, fmt: Fmt) -> str:
         flag_repeats([g for g in groups if g.dataset == d])
     rows = []
     for g in groups:
-        cells = [stat([r[k] for r in g.rows if not (k.startswith("ret_") and r["method"] == "cl")],
-                      METRICS[k].decimals, METRICS[k].scale) for k in HEADLINE]
+        cells = [METRICS[k].stat([r[k] for r in g.rows if not (k.startswith("ret_") and r["method"] == "cl")])
+                 for k in HEADLINE]
         rows.append([DATASET_NAMES.get(g.dataset, g.dataset), g.variant + (" ‡" if g.repeats else ""), g.n,
                      *[fmt.cell(c) for c in cells]])
     header = ["Dataset", "Method", "Seeds", *[fmt.header(METRICS[k]) for k in HEADLINE]]
