@@ -152,6 +152,11 @@ def test_tiny_grid_end_to_end(tmp_path):
                 assert variant in md, (set_name, variant)
             assert "nan" not in md.lower() and "nan" not in tex.lower(), set_name
     assert json.loads((out / "summary" / "metrics.json").read_text())["synthetic"]
+    from bayesncl.report import claims, summary  # the claims table has a row for every claim (part)
+    every = {c.claim for _, comps in claims.claims_rows(summary.prepare(pd.DataFrame())) for c in comps}
+    md = (out / "tables" / "claims.md").read_text()
+    assert every <= {line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ")}
+    assert "Claims (METHOD.md section 9" in r.stdout + r.stderr  # the outcome, on the terminal
 
     again = snakemake("-n", *args)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
