@@ -4,7 +4,6 @@ section 9 against a naive reference, every claim row on a full grid, flags (fast
 from __future__ import annotations
 
 import json
-import math
 import random
 import statistics
 
@@ -179,6 +178,9 @@ def test_dynamics_claim_reads_the_last_epoch():
     flipped = frame([dyn("NCL", s, [0.0, 0.6], [0.0, -0.5]) for s in range(2)]
                     + [dyn("BayesNCL (STE)", s, [0.0, -0.6 - s / 100], [0.0, 0.5]) for s in range(2)])
     assert one(flipped, "7c").verdict == "does not hold"
+    # A missing (NaN) value at the last epoch is not replaced by an earlier epoch's.
+    undefined = frame([dyn("NCL", s, [0.6, None], [-0.5, None]) for s in range(2)])
+    assert one(undefined, "7a").verdict == "not run"
 
 
 def test_inverted_u_and_widths():

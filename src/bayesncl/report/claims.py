@@ -148,14 +148,11 @@ def _column(key: str) -> Callable[[Group], list[float]]:
 
 
 def _last(key: str, absolute: bool = False) -> Callable[[Group], list[float]]:
-    """Per run, the value at its last recorded dynamics epoch (claim 7)."""
+    """Per run, the value at its last recorded dynamics epoch (claim 7); a run whose last value is
+    missing (NaN) gives none."""
     def values(g: Group) -> list[float]:
-        out = []
-        for r in g.rows:
-            vals = [v for v in parse_list(r[key]) if math.isfinite(v)]
-            if vals:
-                out.append(abs(vals[-1]) if absolute else vals[-1])
-        return out
+        last = [vals[-1] for vals in (parse_list(r[key]) for r in g.rows) if vals and math.isfinite(vals[-1])]
+        return [abs(v) for v in last] if absolute else last
     return values
 
 
@@ -175,16 +172,16 @@ class Comparison:
 class Claim:
     number: int
     sets: tuple[str, ...]
-    title: str  # for the "not run anywhere" rows and the docs
+    title: str  # what the paper states (METHOD.md section 9), in short
     build: Callable[[Runs], list[Comparison]]
 
 
 def _directional(cid: str, text: str, sets: tuple[str, ...], metric: str, left: str, right: str,
-                 paper: str = "", values: Callable | None = None) -> Callable:
+                 paper: str = "") -> Callable:
     m = METRICS[metric]
 
     def build(runs: Runs) -> list[Comparison]:
-        get = values or _column(metric)
+        get = _column(metric)
         a, b = runs.side(sets, left, get, m), runs.side(sets, right, get, m)
         return [Comparison(cid, text, a, b, verdict(a.stat, b.stat, m.better or "up"), paper)]
     return build
