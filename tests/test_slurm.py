@@ -2,14 +2,16 @@
 
 Each test starts its own cluster (tests/slurm/local_cluster.sh via
 tests/slurm/run_workflow.sh) and checks afterwards that none of the daemons it
-started is still alive. Selected with `pytest -m slurm`; needs root (apt
-packages, munge user, daemons).
+started is still alive, also when the test process itself is terminated from
+outside. Selected with `pytest -m slurm`; needs root (apt packages, munge user,
+daemons).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -79,18 +81,39 @@ def cluster_state(tmp_path):
     assert not left, f"daemons still alive after run_workflow.sh exited: {left}"
 
 
-def run_workflow(state: Path, *args: str, timeout: int = TEST_TIMEOUT) -> tuple[int, str]:
-    """Run run_workflow.sh; return (exit status, combined output). Prints the output and timing."""
+def run_workflow(state: Path, *snakemake_args: str, directory: Path = REPO, limit: int | None = None,
+                 timeout: int = TEST_TIMEOUT) -> tuple[int, str]:
+    """`snakemake SNAKEMAKE_ARGS` from `directory` on a fresh local cluster (run_workflow.sh);
+    return (exit status, combined output). `limit`: snakemake's own time limit. Prints output and timing.
+
+    A SIGTERM to this process (a CI timeout) is passed on to run_workflow.sh, whose traps stop
+    snakemake and the daemons; this process then terminates as asked. (If this process dies without
+    that chance, e.g. SIGKILL, the script's watchdog does the same.)
+    """
     env = dict(os.environ, SNAKEMAKE=_snakemake(), PYTHONUNBUFFERED="1")
-    cmd = ["bash", str(RUN), "--state", str(state), *args]
+    cmd = ["bash", str(RUN), "--state", str(state), "--directory", str(directory)]
+    if limit is not None:
+        cmd += ["--timeout", str(limit)]
+    cmd += ["--", *snakemake_args]
     t0 = time.monotonic()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         start_new_session=True, stdin=subprocess.DEVNULL,
     )
+
+    class Terminated(Exception):
+        pass
+
+    def on_term(signum, frame):
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    terminated = False
     try:
         out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, Terminated) as stop:
+        terminated = isinstance(stop, Terminated)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one clean-up at a time
         # TERM lets the script's trap cancel jobs and stop the daemons.
         proc.send_signal(signal.SIGTERM)
         try:
@@ -98,10 +121,16 @@ def run_workflow(state: Path, *args: str, timeout: int = TEST_TIMEOUT) -> tuple[
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             out, _ = proc.communicate()
-        out += f"\n[test] run_workflow.sh killed after {timeout}s\n"
+        out += f"\n[test] run_workflow.sh stopped: {'SIGTERM to the test' if terminated else f'after {timeout}s'}\n"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     dt = time.monotonic() - t0
     print(out)
-    print(f"[timing] run_workflow.sh {' '.join(args)}: {dt:.1f}s, exit {proc.returncode}")
+    print(f"[timing] run_workflow.sh {' '.join(snakemake_args)}: {dt:.1f}s, exit {proc.returncode}")
+    if terminated:  # cleaned up; now end as the sender asked
+        sys.stdout.flush()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
     return proc.returncode, out
 
 
@@ -179,7 +208,7 @@ def _workflow(tmp_path: Path, snakefile: str) -> Path:
                            "dependent SLURM jobs within the 5-minute budget. Set SLURM_HARNESS_SELFTEST=1 to run")
 def test_two_dependent_rules_run_as_slurm_jobs(tmp_path, cluster_state):
     wd = _workflow(tmp_path, TWO_RULES)
-    rc, out = run_workflow(cluster_state, "--profile", str(wd / "profile"), "--directory", str(wd), "all")
+    rc, out = run_workflow(cluster_state, "--profile", str(wd / "profile"), "all", directory=wd)
     assert rc == 0, _tail(out)
     assert out.count("has been submitted with SLURM jobid") == 2, _tail(out)
     lines = (wd / "out" / "second.txt").read_text().split("\n")
@@ -190,7 +219,7 @@ def test_two_dependent_rules_run_as_slurm_jobs(tmp_path, cluster_state):
 
 def test_failing_rule_fails_run_and_shows_job_log(tmp_path, cluster_state):
     wd = _workflow(tmp_path, FAILING)
-    rc, out = run_workflow(cluster_state, "--profile", str(wd / "profile"), "--directory", str(wd), "all")
+    rc, out = run_workflow(cluster_state, "--profile", str(wd / "profile"), "all", directory=wd)
     assert rc != 0, _tail(out)
     assert rc != 124, "snakemake timed out instead of noticing the failed job:\n" + _tail(out)
     assert "===== SLURM job logs (1) =====" in out, _tail(out)
@@ -200,17 +229,21 @@ def test_failing_rule_fails_run_and_shows_job_log(tmp_path, cluster_state):
 
 
 def test_real_tiny_workflow(tmp_path, cluster_state):
-    """The project's own workflow, tiny config, through profiles/slurm, from the repo root.
+    """The README's command, `snakemake --profile slurm all`, from the repository root.
 
-    Outputs go to a temp dir (config key `results`), so old results in the
-    tree neither make the run a no-op nor get overwritten.
+    Added after it, unavoidably: the tiny grid (`--configfile config/tiny.yaml`; the paper grid needs the
+    datasets, GPUs and days) writing to a temp dir (`--config results=...`, so old results in the tree
+    neither make the run a no-op nor get overwritten), and run_workflow.sh's overrides for the one-node
+    cluster (its partition, no account, no GPU, memory it has, squeue status checks).
     """
     results = tmp_path / "results"
     rc, out = run_workflow(
-        cluster_state, "--timeout", "420", "--profile", str(REPO / "profiles" / "slurm"),
-        "--configfile", str(REPO / "config" / "tiny.yaml"),
-        "--directory", str(REPO), "all", "--config", f"results={results}", timeout=480,
+        cluster_state, "--profile", "slurm", "all",
+        "--configfile", "config/tiny.yaml", "--config", f"results={results}",
+        directory=REPO, limit=420, timeout=480,
     )
+    argv = (cluster_state / "snakemake.argv").read_text().splitlines()
+    assert argv[:4] == ["snakemake", "--profile", "slurm", "all"], argv
     assert rc == 0, _tail(out)
     # Every pretrain and evaluate job went through SLURM; summarize and report are local rules.
     import yaml
@@ -218,7 +251,8 @@ def test_real_tiny_workflow(tmp_path, cluster_state):
     from bayesncl.grid import expand_grid
 
     runs = expand_grid(yaml.safe_load((REPO / "config" / "tiny.yaml").read_text()))
-    assert out.count("has been submitted with SLURM jobid") == 2 * len(runs), _tail(out)
+    submitted = re.findall(r"has been submitted with SLURM jobid \d+ \(log: \S*/rule_(\w+)/", out)
+    assert submitted.count("pretrain") == submitted.count("evaluate") == len(runs), (submitted, _tail(out))
     for rid in runs:
         metrics = json.loads((results / "runs" / rid / "eval" / "metrics.json").read_text())
         assert metrics["run"]["method"] == runs[rid].config["method"]["name"]
@@ -226,3 +260,68 @@ def test_real_tiny_workflow(tmp_path, cluster_state):
         assert (results / "tables" / f"table{i}.tex").stat().st_size > 0
     for name in ("figure3", "figure4a", "figure4b"):
         assert (results / "figures" / f"{name}.pdf").stat().st_size > 0
+
+
+# One job that runs until it is cancelled; it records the PID of its payload.
+SLEEPER = """\
+localrules: all
+
+rule all:
+    input: "out/never.txt"
+
+rule sleeper:
+    output: "out/never.txt"
+    shell: "echo $$ > out/job.pid; exec sleep 600"
+"""
+KILL_STATE = "SLURM_KILL_TEST_STATE"
+
+
+@pytest.mark.skipif(not os.environ.get(KILL_STATE), reason="started by test_killed_test_leaves_no_daemons")
+def test_inner_run_until_killed():
+    state = Path(os.environ[KILL_STATE])
+    run_workflow(state, "--profile", str(state.parent / "wf" / "profile"), "all", directory=state.parent / "wf",
+                 limit=600, timeout=600)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_killed_test_leaves_no_daemons(tmp_path, sig):
+    """A pytest killed from outside mid-run (a CI timeout) leaves no daemon or job behind.
+
+    SIGTERM: the test passes it on to run_workflow.sh and waits for its clean-up. SIGKILL: nothing
+    runs in the test process, so run_workflow.sh's watchdog has to notice and clean up.
+    """
+    wd = _workflow(tmp_path, SLEEPER)
+    state = tmp_path / "cluster"
+    job_pid_file = wd / "out" / "job.pid"
+    inner = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-m", "slurm", "-p", "no:cacheprovider",
+         f"{Path(__file__)}::test_inner_run_until_killed"],
+        cwd=REPO, env=dict(os.environ, **{KILL_STATE: str(state)}), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 150
+        while not job_pid_file.exists() or not job_pid_file.read_text().strip():
+            assert inner.poll() is None, f"inner pytest exited {inner.returncode} before its job ran"
+            assert time.monotonic() < deadline, "the SLURM job did not start within 150 s"
+            time.sleep(0.5)
+        job = int(job_pid_file.read_text())
+        started = _recorded_pids(state)
+        assert {n for n, _ in started} == {"munged", "slurmctld", "slurmd"} and _alive("sleep", job), started
+        t0 = time.monotonic()
+        inner.send_signal(sig)
+        inner.wait(timeout=120)
+        left: list = []
+        while time.monotonic() - t0 < 90:
+            left = [(n, p) for n, p in [*started, ("sleep", job)] if _alive(n, p)]
+            if not left:
+                break
+            time.sleep(0.5)
+        print(f"[timing] {sig.name}: everything gone after {time.monotonic() - t0:.1f}s")
+        assert not left, f"still alive {time.monotonic() - t0:.0f}s after {sig.name} to pytest: {left}"
+    finally:
+        if inner.poll() is None:
+            os.killpg(inner.pid, signal.SIGKILL)
+            inner.wait()
+        subprocess.run(["bash", str(CLUSTER), "stop", str(state)], timeout=120, check=False,
+                       capture_output=True)
