@@ -14,7 +14,6 @@ API:
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import TextIO
 
@@ -40,16 +39,16 @@ def render_figures(df, out_dir, formats=("pdf", "png")):  # lazy: matplotlib is 
     return _render(df, out_dir, formats)
 
 
-def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike,
-                 stream: TextIO | None = sys.stdout) -> list[Path]:
-    """Render every table into ``out_root/tables`` and every figure into ``out_root/figures``; then print
-    the outcome (claims, main comparison) to ``stream`` (None: print nothing)."""
+def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike, *, echo: bool = True,
+                 stream: TextIO | None = None) -> list[Path]:
+    """Render every table into ``out_root/tables`` and every figure into ``out_root/figures``; then, with
+    ``echo``, print the outcome (claims, main comparison) to ``stream`` (default: the current stdout)."""
     from .claims import print_outcome
 
     df = read_summary(summary_csv)
     root = Path(out_root)
     written = (render_tables(df, root / "tables") + write_claims(df, root / "tables")
                + render_figures(df, root / "figures"))
-    if stream is not None:
+    if echo:
         print_outcome(df, stream)
     return written
