@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import signal
 import sys
 import time
@@ -34,6 +35,7 @@ CHECKPOINT = "checkpoint.pt"
 FINAL = "model.pt"
 LOG = "log.jsonl"
 DYNAMICS = "dynamics.pt"
+CHECK_EVERY = 50  # steps between finiteness checks (each one waits for the device)
 
 
 class TrainingDiverged(RuntimeError):
@@ -175,7 +177,9 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
                 torch.set_rng_state(state["rng"]["global"])
                 if "cuda" in state["rng"]:
                     torch.cuda.set_rng_state(state["rng"]["cuda"], device)
-                start_step, sums = state["step"], dict(state["partial"] or {})
+                start_step = state["step"]
+                sums = {k: v if k == "n" else torch.tensor(v, dtype=torch.float64, device=device)
+                        for k, v in (state["partial"] or {}).items()}
                 state["rng"] = state["partial"] = None
             # Dynamics epochs are never checkpointed mid-way (below), so their stats cover the whole epoch.
             stats = GradientStats(cfg["model"]["proj_dim"]) if dynamics_epoch(cfg, epoch) else None
@@ -191,10 +195,6 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
                     v2 = v2.contiguous(memory_format=torch.channels_last)
                 with autocast(device, cfg["train"]["precision"]):
                     loss, parts = model.training_loss(v1, v2)
-                if not torch.isfinite(loss):
-                    raise TrainingDiverged(
-                        f"loss is {loss.item()} at epoch {epoch + 1}, step {step + 1}; stopped. The last good "
-                        f"checkpoint is kept at {ckpt_path} (lower train.base_lr or check the data)")
                 o = parts.pop("out")
                 zp = o.get("zplus")
                 if stats is not None:
@@ -205,20 +205,30 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
                     stats.update(zp.detach().float(), zp.grad.float())
                 opt.step()
                 n_img += x.shape[0]
-                vals = {"loss": loss.item(), **{k: v.item() for k, v in parts.items()}}
+                # Running sums stay on the device: a per-step .item() would stall the GPU queue every step.
+                vals = {"loss": loss, **parts}
                 if "gate" in o:
-                    vals["open_gates"] = (o["gate"] > 0.5).float().mean().item()
+                    vals["open_gates"] = (o["gate"] > 0.5).float().mean()
                 for k, v in vals.items():
-                    sums[k] = sums.get(k, 0.0) + v
+                    v = v.detach().double()
+                    sums[k] = sums[k] + v if k in sums else v
                 sums["n"] = sums.get("n", 0) + 1
                 bar.update(1)
-                bar.set_postfix(epoch=epoch + 1, loss=f"{vals['loss']:.4f}", lr=f"{lr:.3g}")
-                if stop["signal"] is not None and step + 1 < steps and stats is None:
-                    save(epoch, step + 1, _rng_state(gen), sums)
+                last = step + 1 == steps
+                preempt = stop["signal"] is not None and not last and stats is None
+                if last or preempt or (step + 1) % CHECK_EVERY == 0:
+                    mean_loss = sums["loss"].item() / sums["n"]
+                    if not math.isfinite(mean_loss):  # before any save: NaN weights are never checkpointed
+                        raise TrainingDiverged(
+                            f"loss is {mean_loss} in epoch {epoch + 1} (seen by step {step + 1}); stopped. The "
+                            f"last good checkpoint is kept at {ckpt_path} (lower train.base_lr or check the data)")
+                    bar.set_postfix(epoch=epoch + 1, loss=f"{mean_loss:.4f}", lr=f"{lr:.3g}")
+                if preempt:
+                    save(epoch, step + 1, _rng_state(gen), {k: float(v) for k, v in sums.items()})
                     raise Preempted
             seconds = time.perf_counter() - t0
             n = sums.pop("n")
-            line = {"epoch": epoch + 1, **{k: v / n for k, v in sums.items()}, "lr": lr,
+            line = {"epoch": epoch + 1, **{k: float(v) / n for k, v in sums.items()}, "lr": lr,
                     "epoch_seconds": seconds, "img_per_s": n_img / max(seconds, 1e-9), "steps": steps,
                     "peak_mem_mb": peak_memory_mb(device)}
             if stats is not None:
