@@ -19,7 +19,8 @@ Steps (each timed and guarded: a failing step records its error and the next one
   grid_estimate   GPU-hours of config/paper.yaml's pretraining jobs from the measured rate, scaled by FLOPs
 Writes DIR/gpu_check.json and DIR/gpu_check.md after every step (so a run cut short still leaves its
 figures) and prints a summary with the targets: BayesNCL overhead <= 3%, >= 3x the official-style feed,
->= 15% of the measured bf16 matmul peak.
+>= 15% of the measured bf16 matmul peak. The commit recorded is --commit, else $BAYESNCL_COMMIT, else git HEAD
+when no file differs from it, else "unknown" (a copied tree's .git can be older than its files).
 """
 
 from __future__ import annotations
@@ -131,13 +132,32 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def git_commit() -> str | None:
+def git_commit(explicit: str | None = None) -> tuple[str, str]:
+    """(commit, where it came from): --commit, else BAYESNCL_COMMIT, else git HEAD only while no file differs
+    from it, else "unknown". A copied working tree (the device machine's) can hold a .git whose HEAD is far
+    older than its files, so a HEAD with changes on top is never recorded as the commit."""
+    if explicit:
+        return explicit, "--commit"
+    if os.environ.get("BAYESNCL_COMMIT", "").strip():
+        return os.environ["BAYESNCL_COMMIT"].strip(), "BAYESNCL_COMMIT"
+    fix = "pass --commit or set BAYESNCL_COMMIT"
     try:
-        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                           timeout=10)
-        return r.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0 or not head.stdout.strip():
+            return "unknown", f"no git HEAD here; {fix}"
+        # no optional locks: other processes may be committing in this checkout
+        status = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain"], cwd=ROOT,
+                                capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        return "unknown", f"git failed ({type(e).__name__}); {fix}"
+    sha = head.stdout.strip()
+    if status.returncode != 0:
+        return "unknown", f"git status failed with HEAD {sha}; {fix}"
+    changed = len(status.stdout.splitlines())
+    if changed:
+        return "unknown", f"{changed} paths changed or untracked against git HEAD {sha}; {fix}"
+    return sha, "git HEAD, no file changed"
 
 
 def tail(path: Path, n: int = 1500) -> str:
@@ -184,7 +204,7 @@ def write_jpeg_tree(root: Path, n_files: int, n_classes: int = 4, seed: int = 0)
 # ---------------------------------------------------------------- the check
 
 class Check:
-    def __init__(self, device: torch.device, tiny: bool, out: Path, budget_s: float):
+    def __init__(self, device: torch.device, tiny: bool, out: Path, budget_s: float, commit: str | None = None):
         self.device, self.tiny, self.out, self.budget_s = device, tiny, out, budget_s
         self.s = TINY if tiny else FULL
         self.t_start = time.perf_counter()
@@ -193,7 +213,9 @@ class Check:
                     "PYTHONPATH": os.pathsep.join([str(SRC)] + [p for p in os.environ.get("PYTHONPATH", "").split(
                         os.pathsep) if p])}
         self.workers = cpu_count() if self.s.max_workers is None else min(cpu_count(), self.s.max_workers)
-        info = {"device": str(device), "tiny": tiny, "commit": git_commit(), "torch": torch.__version__,
+        sha, source = git_commit(commit)
+        info = {"device": str(device), "tiny": tiny, "commit": sha, "commit_source": source,
+                "torch": torch.__version__,
                 "python": platform.python_version(), "cpus": cpu_count(), "workers": self.workers,
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         if device.type == "cuda":
@@ -237,6 +259,8 @@ class Check:
             if name not in only:
                 if previous and name in previous.get("steps", {}):  # a rerun of some steps keeps the others
                     self.report["steps"][name] = {**previous["steps"][name], "from_previous": True}
+                    prev = previous.get("info", {})
+                    self.report["info"]["previous_run"] = {k: prev.get(k) for k in ("date", "commit")}
                 continue
             elapsed = time.perf_counter() - self.t_start
             if elapsed > self.budget_s:
@@ -790,9 +814,13 @@ def key_figures(name: str, r: dict) -> str:
 def markdown(report: dict) -> str:
     i = report["info"]
     lines = [f"# GPU check: {i.get('gpu', i['device'])}{' (tiny)' if i['tiny'] else ''}", "",
-             f"date {i['date']}, commit {i['commit']}, torch {i['torch']}"
+             f"date {i['date']}, commit {i['commit']}"
+             + (f" ({i['commit_source']})" if i.get("commit") == "unknown" and i.get("commit_source") else "")
+             + f", torch {i['torch']}"
              + (f" (CUDA {i['cuda']})" if "cuda" in i else "") + f", {i['cpus']} CPUs"
-             + (f", total {i['total_seconds']} s" if "total_seconds" in i else ""), "",
+             + (f", total {i['total_seconds']} s" if "total_seconds" in i else "")
+             + (f"; steps marked (previous run) are from {i['previous_run']['date']}, commit "
+                f"{i['previous_run']['commit']}" if i.get("previous_run") else ""), "",
              "| step | status | seconds | figures |", "|---|---|---|---|"]
     for name, e in report["steps"].items():
         if e["status"] == "ok":
@@ -839,6 +867,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="a gpu_check.json whose results stand in for the steps not run now (with --only)")
     p.add_argument("--budget-s", type=float, default=360.0,
                    help="start no step after this many seconds (default 360)")
+    p.add_argument("--commit", help="the commit recorded for this run (default: $BAYESNCL_COMMIT, else git HEAD "
+                   "if no file differs from it, else 'unknown'); give it where the tree is a copy without git")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -863,7 +893,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpu_check: --previous {args.previous}: cannot read it as a gpu_check.json ({e}); "
                   "give the file an earlier run wrote", file=sys.stderr)
             return 2
-    return Check(device, args.tiny, out, args.budget_s).run(args.only, previous)
+    return Check(device, args.tiny, out, args.budget_s, args.commit).run(args.only, previous)
 
 
 if __name__ == "__main__":
