@@ -27,7 +27,7 @@ class WideResNet(ResNet):
         self.layer3 = self._make_layer(block, 4 * width, layers[2], stride=2)
         self.layer4 = self._make_layer(block, 8 * width, layers[3], stride=2)
         if stem == "cifar":
-            # METHOD.md: 3x3 stride-1 conv, padding 1, no max-pool.
+            # docs/METHOD.md: 3x3 stride-1 conv, padding 1, no max-pool.
             self.conv1 = nn.Conv2d(3, width, kernel_size=3, stride=1, padding=1, bias=False)
             self.maxpool = nn.Identity()
         elif stem != "imagenet":

@@ -21,7 +21,7 @@ DATASETS = ("synthetic", "cifar10", "cifar100", "imagenet100")
 # The keys of bayesncl.methods.METHODS, named here so validating a config (e.g. when Snakemake builds the
 # DAG) needs no torch import; methods.py checks at import that the two agree.
 METHOD_NAMES = ("cl", "ncl", "topk_ncl", "bayesncl")
-# Table 2 retrieval K per dataset (METHOD.md section 5); the synthetic set uses a CIFAR-10-like K.
+# Table 2 retrieval K per dataset (docs/METHOD.md section 5); the synthetic set uses a CIFAR-10-like K.
 RETRIEVAL_K = {"synthetic": 32, "cifar10": 64, "cifar100": 128, "imagenet100": 256}
 
 DEFAULTS: dict[str, Any] = {
@@ -48,7 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "model": {"arch": "resnet18", "width": 64, "stem": "cifar", "proj_hidden": 2048, "proj_dim": 256},
     "method": {
         "name": "bayesncl",
-        # rep_relu: the released BayesNCL configs' non-negativity (METHOD.md section 1).
+        # rep_relu: the released BayesNCL configs' non-negativity (docs/METHOD.md section 1).
         "nonneg": "rep_relu",
         "rho": 0.8,
         "lambda": 3.0e-5,
@@ -58,7 +58,7 @@ DEFAULTS: dict[str, Any] = {
         "tau_g": 1.0,
         "head_lr_mult": 0.25,
         "temperature": 0.2,
-        # Top-k NCL's k; null = round(D / 10) [choice] (METHOD.md section 2).
+        # Top-k NCL's k; null = round(D / 10) [choice] (docs/METHOD.md section 2).
         "topk_k": None,
     },
     "train": {

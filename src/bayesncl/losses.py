@@ -1,4 +1,4 @@
-"""Pure loss and gate functions (METHOD.md section 1). No state, no modules."""
+"""Pure loss and gate functions (docs/METHOD.md section 1). No state, no modules."""
 
 from __future__ import annotations
 

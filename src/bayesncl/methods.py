@@ -1,4 +1,4 @@
-"""Methods of METHOD.md section 1, in a registry keyed by the name config and workflow use.
+"""Methods of docs/METHOD.md section 1, in a registry keyed by the name config and workflow use.
 
 Every method shares backbone + projector + InfoNCE; they differ in the feature fed to InfoNCE (and used at
 evaluation) and in an extra loss. `training_loss` returns the total loss and its named parts.

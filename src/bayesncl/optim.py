@@ -1,4 +1,4 @@
-"""LARS parameter groups and the warm-up + cosine schedule (METHOD.md section 2)."""
+"""LARS parameter groups and the warm-up + cosine schedule (docs/METHOD.md section 2)."""
 
 from __future__ import annotations
 

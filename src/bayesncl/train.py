@@ -1,4 +1,4 @@
-"""Resumable pretraining (METHOD.md section 2).
+"""Resumable pretraining (docs/METHOD.md section 2).
 
 Determinism: the data order, the augmentation generator and the global RNG (Gumbel noise) are re-seeded
 from (seed, epoch) at every epoch start, so resuming from an epoch checkpoint replays exactly what an

@@ -42,7 +42,7 @@ __all__ = [
     "eval_transform",
 ]
 
-# METHOD.md section 2.
+# docs/METHOD.md section 2.
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)

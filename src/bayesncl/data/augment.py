@@ -3,7 +3,7 @@
 One call of :class:`SimCLRAugment` maps a uint8 batch [B,3,S,S] to one float32 view [B,3,size,size];
 the trainer calls it twice for the two views.  All randomness comes from the explicit
 ``torch.Generator`` passed in (on the batch's device), so a view is reproducible from the generator
-state.  The ops follow METHOD.md section 2 and torchvision's semantics:
+state.  The ops follow docs/METHOD.md section 2 and torchvision's semantics:
 
 1. RandomResizedCrop(size, scale, ratio=(3/4, 4/3)), torchvision's sampling (area uniform in scale,
    log-ratio uniform, 10 tries, then the whole image clipped to the ratio range), done as one affine

@@ -1,6 +1,6 @@
 """`bayesncl evaluate`: every number of Tables 1-7 and Figures 3-4 from one pretrained checkpoint.
 
-Sections (METHOD.md sections 4-7): interpretability, linear_probe, retrieval, background, dynamics, cost.
+Sections (docs/METHOD.md sections 4-7): interpretability, linear_probe, retrieval, background, dynamics, cost.
 Writes `metrics.json` (headline numbers, format in docs/DESIGN.md) and `vectors.npz` (per-dimension
 vectors) into the output folder, both atomically.
 """

@@ -1,4 +1,4 @@
-"""Efficiency numbers of METHOD.md section 7 (Table 7): FLOPs, parameters, time, peak memory."""
+"""Efficiency numbers of docs/METHOD.md section 7 (Table 7): FLOPs, parameters, time, peak memory."""
 
 from __future__ import annotations
 

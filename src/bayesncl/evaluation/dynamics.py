@@ -1,4 +1,4 @@
-"""Gradient dynamics of METHOD.md section 6 (Table 3).
+"""Gradient dynamics of docs/METHOD.md section 6 (Table 3).
 
 Over one epoch, for every dim j of z+ (the non-negative projector output, before any gate):
 - AF_j: fraction of the epoch's training views with z+_j > eps;

@@ -1,6 +1,6 @@
-"""Interpretability metrics of METHOD.md section 4 (Table 1, 4, 5) and the background-dominance share.
+"""Interpretability metrics of docs/METHOD.md section 4 (Table 1, 4, 5) and the background-dominance share.
 
-F is an N x D feature matrix (the evaluation feature of METHOD.md section 1), y labels in 0..C-1,
+F is an N x D feature matrix (the evaluation feature of docs/METHOD.md section 1), y labels in 0..C-1,
 eps = 1e-5. With E_ij = 1[|F_ij| > eps]:
 
 - active dims  A = { j : sum_i |F_ij| > eps }
@@ -173,7 +173,7 @@ def background_dominance(
     num_backgrounds: int,
     eps: float = EPS,
 ) -> dict:
-    """Which dims encode "where" more than "what", on the lift over each label's base rate (METHOD.md
+    """Which dims encode "where" more than "what", on the lift over each label's base rate (docs/METHOD.md
     section 4): lift_L(j) = (SC_L(j) - b_L) / (1 - b_L), b_L the majority share of label L. A dim is
     background-dominated when lift_bg > lift_cls and lift_bg > 0, class-dominated when lift_cls > lift_bg
     and lift_cls > 0; an always-on dim (both lifts 0) is neither. Raw purities are not comparable: an

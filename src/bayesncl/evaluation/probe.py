@@ -1,4 +1,4 @@
-"""Linear probe on cached frozen features: the "fast" protocol of METHOD.md section 5.
+"""Linear probe on cached frozen features: the "fast" protocol of docs/METHOD.md section 5.
 
 No augmentation: features are extracted once (eval mode), standardised with the training split's
 mean and std, and one Linear(F, C) is trained with AdamW on minibatches, cosine-decayed lr. Softmax
@@ -111,7 +111,7 @@ def linear_probe_fast(
 
 
 def linear_probe_paper(model, train, test, cfg: dict, device, *, progress: bool = True) -> dict:
-    """The paper protocol (METHOD.md section 5): frozen backbone h in eval mode, one Linear(F, C), 50
+    """The paper protocol (docs/METHOD.md section 5): frozen backbone h in eval mode, one Linear(F, C), 50
     epochs (eval.probe_epochs), batch 256, RandomResizedCrop(0.08-1) + flip on the device; LARS lr 0.4
     (eta 0.02, clip, no wd on the bias), wd 1e-4, warm-up + cosine for CIFAR-style sets; SGD lr 1.0,
     momentum 0.9, wd 0 for ImageNet-100."""

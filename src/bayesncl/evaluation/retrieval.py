@@ -1,4 +1,4 @@
-"""Image retrieval with feature selection (METHOD.md section 5, Table 2 and Figure 3).
+"""Image retrieval with feature selection (docs/METHOD.md section 5, Table 2 and Figure 3).
 
 Normalise F per sample; rank dimensions globally by sum_i F_ij (descending); keep the top K;
 renormalise; cosine similarity; every sample queries all the others (itself excluded);

@@ -8,7 +8,7 @@ set is never loaded whole). Two parts:
 
 - **The mechanism at a glance**, one panel per run: for every active dim of z+, activation frequency (x)
   against SC (y), coloured by the closed-gate rate (share of the images with z+_ij > eps whose gate is 0);
-  background-dominated dims (lift rule of METHOD.md section 4) ringed where a background label exists.
+  background-dominated dims (lift rule of docs/METHOD.md section 4) ringed where a background label exists.
 - **Dimension sheets**: the N most consistent dims of z+ and, for a gated run, the N dims whose gate closes
   most often, each a row of its top-k activating test images, annotated with SC, activation frequency,
   closed-gate rate, majority class and majority background. A red frame marks an image whose gate is
@@ -33,7 +33,7 @@ from ..errors import BayesNCLError
 __all__ = ["AtlasError", "AtlasRun", "DimStats", "Sheet", "SheetRow", "atlas_runs", "build_sheets",
            "dim_stats", "load_run", "rank_dims", "render_atlas", "top_images", "write_atlas"]
 
-EPS = 1e-5  # METHOD.md section 4 (same as evaluation.metrics.EPS)
+EPS = 1e-5  # docs/METHOD.md section 4 (same as evaluation.metrics.EPS)
 GATE_NAMES = {"ste": "STE", "gumbel": "Gumbel", "soft": "soft gate"}
 
 

@@ -1,10 +1,10 @@
-"""The claims table (``results/tables/claims.{tex,md}``): each claim of METHOD.md section 9, checked on the
+"""The claims table (``results/tables/claims.{tex,md}``): each claim of docs/METHOD.md section 9, checked on the
 grid's own runs, and the outcome printed to the terminal when the report is written.
 
 Each row is one comparison between two sides (a claim with several parts gets one row per part: 1a-c,
 2a-b, 6a-c, 7a-d, 10a and one 10b per width D, 11a-b, 12a-b). A side is the group of runs (seeds) of one
 variant in the set the claim reads, found by its settings, not its display name (e.g. BayesNCL = method
-``bayesncl``, STE gate, detach, 2-layer head). Verdicts (METHOD.md section 9):
+``bayesncl``, STE gate, detach, 2-layer head). Verdicts (docs/METHOD.md section 9):
 
 - directional claims: "holds" when the means differ in the stated direction by more than the larger of
   the two stds, with at least 2 seeds on both sides; "same direction, within noise" when only the means
@@ -164,7 +164,7 @@ class Comparison:
     left: Side
     right: Side
     verdict: str
-    paper: str = ""         # the paper's values (METHOD.md section 8), "$...$" math
+    paper: str = ""         # the paper's values (docs/METHOD.md section 8), "$...$" math
     right_text: str | None = None  # shown instead of the right side's value (a constant)
 
 
@@ -172,7 +172,7 @@ class Comparison:
 class Claim:
     number: int
     sets: tuple[str, ...]
-    title: str  # what the paper states (METHOD.md section 9), in short
+    title: str  # what the paper states (docs/METHOD.md section 9), in short
     build: Callable[[Runs], list[Comparison]]
 
 
