@@ -6,7 +6,7 @@ API:
     read_summary(csv_path) -> DataFrame         runs.csv back with stable dtypes
     render_tables(df, out_dir)                  table1..7 .tex/.md
     write_claims(df, out_dir)                   claims.tex/.md (docs/METHOD.md section 9)
-    render_figures(df, out_dir)                 figure3, figure4a, figure4b .pdf/.png
+    render_figures(df, out_dir)                 figure3, figure4a, figure4b, gates .pdf/.png
     write_report(summary_csv, out_root)         out_root/tables/* and out_root/figures/*, then prints the
                                                 claims and the main comparison to the terminal
 """
