@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import torch
-from timm.optim import Lars
 
 from .methods import Method
 
@@ -17,6 +16,8 @@ def peak_lr(train_cfg: dict) -> float:
 def build_optimizer(model: Method, cfg: dict) -> torch.optim.Optimizer:
     """timm's LARS with trust_clip; 1-D parameters (biases, norms) get no weight decay, which in timm's
     LARS also means no trust-ratio scaling. The gating head keeps its own lr multiplier."""
+    from timm.optim import Lars  # here, not at module level: importing timm costs seconds per process
+
     t = cfg["train"]
     groups = []
     mults = {"main": 1.0, "gate_head": cfg["method"]["head_lr_mult"]}
