@@ -43,8 +43,8 @@ def test_demo_dag_trains_each_config_once(tmp_path):
     r = snakemake("-n", "--config", f"results={tmp_path}")
     assert r.returncode == 0, r.stderr + r.stdout
     # Tables 1-2: 5 methods x 3 seeds (15); Table 4: 4 ablations (4); Table 5: 2 ResNet-50 runs (2);
-    # Figure 4a: 2 more widths x 2 methods (4); Figure 4b: 2 more rho and 2 more lambda values (4).
-    assert job_counts(r.stdout)["pretrain"] == 15 + 4 + 2 + 4 + 4
+    # Figure 4a: 1 more width x 2 methods (2); Figure 4b: 2 more lambda values (2).
+    assert job_counts(r.stdout)["pretrain"] == 15 + 4 + 2 + 2 + 2
 
 
 def test_slurm_profile_by_name_puts_only_gpu_rules_on_the_gpu_partition(tmp_path):
