@@ -157,3 +157,17 @@ def test_render_writes_every_figure_even_without_runs(tmp_path, frame):
 def test_fmt_is_short_and_exact():
     assert [figures._fmt(v) for v in (3e-5, 1e-4, 0.0, 0.8, 256.0)] == ["3e-5", "1e-4", "0", "0.8", "256"]
     assert figures._fmt(math.nan) == "?"
+
+
+def test_figure4b_lambda_only_sweep_keeps_the_main_default_and_says_rho_is_not_swept():
+    # The demo's shape: every sweep point appears once, so the default must come from the main runs.
+    rows = [_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4b", "lambda", sc=36.0, probe_top1=61.0)
+            for s in range(3)]
+    rows += [_row("NCL", "ncl", s, "table1", sc=30.0, probe_top1=60.0) for s in range(3)]
+    rows += [_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0)
+             for lam in (0.0, 1e-4)]
+    fig = figures._figure4b(summ.prepare(pd.DataFrame(rows)))
+    sc_rho, sc_lam = fig.axes[:2]
+    assert not sc_rho.lines and "not swept" in sc_rho.texts[0].get_text()
+    assert _line(sc_lam, "default operating point").get_xdata()[0] == pytest.approx(3e-5)
+    assert "λ = 3e-5" in _title(fig)

@@ -378,7 +378,7 @@ def _figure4b(df: pd.DataFrame) -> Figure:
     for b, ds in enumerate(datasets):
         part = rows[rows["dataset"] == ds]
         sweeps = {p: sweep_rows(part, p) for p in ("rho", "lambda")}
-        base = {"rho": _mode(part["rho"]), "lambda": _mode(part["lambda"])}
+        base = _default_point(df, ds) if len(part) else {"rho": math.nan, "lambda": math.nan}
         ncl = _ncl_reference(df, part)
         for r, (y, ylabel) in enumerate(METRICS):
             for c, param in enumerate(("rho", "lambda")):
@@ -390,6 +390,11 @@ def _figure4b(df: pd.DataFrame) -> Figure:
                 ax.set_xlabel("ρ, prior keep rate" if param == "rho" else "λ, KL weight (log scale)")
                 ax.set_ylabel(ylabel)
                 xs = sorted({v for v in sweeps[param][param] if math.isfinite(v)})
+                if len(xs) < 2:  # one point is no sweep: say so rather than draw it
+                    _no_runs(ax, f"{sym} is not swept in this grid")
+                    ax.set_xticks([])
+                    ax.set_yticks([])
+                    continue
                 xmap = _lambda_axis(ax, xs) if param == "lambda" else (lambda v: v)
                 for label, lp in _lines(sweeps[param], param):
                     pts = _points(lp, param, y)
@@ -457,7 +462,7 @@ def _gates(df: pd.DataFrame) -> Figure:
         if len(lam_values) > 1:
             panels.append((ds, f"{_ds(ds)}: λ sweep ({lam['variant'].iloc[0]}, ρ = {_fmt(_mode(lam['rho']))})",
                            [(f"λ = {_fmt(v)}", lam[lam["lambda"] == v]) for v in lam_values]))
-    fig = _figure(max(3.6 * len(panels), 5.0), 3.3)
+    fig = _figure(max(3.6 * len(panels), 5.0), 4.8)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (ds, title, lines) in zip(axes, panels):
         ax.set_title(title)
@@ -477,7 +482,8 @@ def _gates(df: pd.DataFrame) -> Figure:
         ax.set_ylim(-2, 102)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if ax.lines:
-            ax.legend(frameon=False, loc="best")  # per panel: the sweep panel's entries differ
+            # per panel (the sweep panel's entries differ), below the axes so no curve is hidden
+            ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=1)
         else:
             _no_runs(ax, "no BayesNCL run with a gate curve")
     _suptitle(fig, "Open gates during pretraining (hard gate m = 1[α > 0.5]): do the gates leave their "
