@@ -349,7 +349,7 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
                     flags.append(f"{s.label}{where} is {s.repeats}")
         title = DATASET_NAMES.get(dataset, dataset) if dataset else "Not run on any dataset"
         blocks.append({"title": fmt.esc(title), "rows": rows})
-    caption = ("The paper's claims (METHOD.md section 9) on this grid's runs, one row per comparison. "
+    caption = ("The paper's claims (docs/METHOD.md section 9) on this grid's runs, one row per comparison. "
                "Left, right: the two sides of the claim, mean ± std (seeds); paper: the paper's values "
                "(ImageNet-100 unless stated). Verdict: holds when the means differ in the stated direction by more "
                "than the larger std, with at least 2 seeds per side; same direction, within noise when only "
@@ -408,7 +408,7 @@ def outcome(df: pd.DataFrame) -> str:
                       disable_numparse=True, maxcolwidths=[None, None, 48, None, None, None])
     counts = pd.Series([r[-1] for r in lines]).value_counts()
     tally = "; ".join(f"{v}: {counts[v]}" for v in VERDICTS if v in counts)
-    return (f"Claims (METHOD.md section 9; mean ± std (seeds), left vs right): {tally}\n{claims}\n\n"
+    return (f"Claims (docs/METHOD.md section 9; mean ± std (seeds), left vs right): {tally}\n{claims}\n\n"
             f"Main comparison (Tables 1-2; ‡ repeats another row's result):\n{_headline(df, fmt)}\n")
 
 
