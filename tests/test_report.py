@@ -530,7 +530,7 @@ def test_report_writes_tables_and_nonempty_figures(tmp_path):
                            + [f"figures/{f}.{e}" for f in figures_module().FIGURE_NAMES for e in ("pdf", "png")])
     # The outcome in the terminal: the claims and the main comparison of Tables 1-2.
     text = out.getvalue()
-    assert text.startswith("Claims (METHOD.md section 9") and "Main comparison (Tables 1-2" in text
+    assert text.startswith("Claims (docs/METHOD.md section 9") and "Main comparison (Tables 1-2" in text
     assert "SC: BayesNCL > NCL" in text and "60.00" in text
     for stem in figures_module().FIGURE_NAMES:
         pdf = (tmp_path / "out/figures" / f"{stem}.pdf").read_bytes()

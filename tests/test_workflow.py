@@ -156,7 +156,7 @@ def test_tiny_grid_end_to_end(tmp_path):
     every = {c.claim for _, comps in claims.claims_rows(summary.prepare(pd.DataFrame())) for c in comps}
     md = (out / "tables" / "claims.md").read_text()
     assert every <= {line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ")}
-    assert "Claims (METHOD.md section 9" in r.stdout + r.stderr  # the outcome, on the terminal
+    assert "Claims (docs/METHOD.md section 9" in r.stdout + r.stderr  # the outcome, on the terminal
 
     again = snakemake("-n", *args)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
