@@ -33,6 +33,7 @@ def test_cifar_stem_is_3x3_no_maxpool():
 
 def test_eval_features_follow_the_spec():
     x = torch.randn(3, 3, 16, 16)
+    assert build_method(tiny("topk_ncl")).k == 1
     for name in METHODS:
         m = build_method(tiny(name)).eval()
         out = m.features(x)
@@ -43,7 +44,7 @@ def test_eval_features_follow_the_spec():
             ref = F.normalize(F.relu(z), dim=1)
         elif name == "topk_ncl":
             zp = F.relu(z)
-            k = round(0.8 * 8)
+            k = max(1, round(8 / 10))  # method.topk_k unset: round(D / 10), D = 8
             mask = torch.zeros_like(zp).scatter_(1, zp.topk(k, 1).indices, 1.0)
             ref = F.normalize(zp * mask, dim=1)
         else:
@@ -78,3 +79,13 @@ def test_bayesncl_param_groups_split_gate_head():
     groups = m.param_groups()
     assert {id(p) for p in groups["gate_head"]} == {id(p) for p in m.gate_head.parameters()}
     assert len(groups["main"]) + len(groups["gate_head"]) == len(list(m.parameters()))
+
+
+def test_topk_k_is_explicit_or_a_tenth_of_d():
+    from bayesncl.config import ConfigError, resolve
+
+    assert build_method(resolve(sets=["method.name=topk_ncl", "model.proj_dim=256"])).k == 26
+    assert build_method(resolve(sets=["method.name=topk_ncl", "model.proj_dim=2048"])).k == 205
+    assert build_method(resolve(sets=["method.name=topk_ncl", "model.proj_dim=64", "method.topk_k=6"])).k == 6
+    with pytest.raises(ConfigError, match="method.topk_k"):
+        resolve(sets=["method.name=topk_ncl", "model.proj_dim=64", "method.topk_k=65"])
