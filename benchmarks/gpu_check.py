@@ -425,10 +425,25 @@ class Check:
             print(f"{method:9s} {m['img_per_s']:10.1f} images/s, {m['achieved_tflops']:.1f} TFLOP/s, "
                   f"peak {m['peak_mem_mb']} MiB", flush=True)
         res["overhead_pct"] = 100 * (res["ncl"]["img_per_s"] / res["bayesncl"]["img_per_s"] - 1)
+        if self.device.type == "cuda":  # the same loop with train.compile (fewer, fused kernels)
+            for method in ("ncl", "bayesncl"):
+                sets = self.s.tput_model + data + self.device_sets() + [
+                    f"method.name={method}", f"train.precision={self.precision()}", "train.compile=true"]
+                steps = res[method]["steps_per_epoch"]
+                log = run_pretrain(pretrain, resolve(sets=sets + ["train.epochs=3",
+                                                                 f"train.max_steps_per_epoch={steps}"]),
+                                   self.work / "tput" / f"{method}_compiled")
+                rate = statistics.median([r["img_per_s"] for r in log[1:]])  # epoch 1 holds the compile
+                res[f"{method}_compiled"] = {"img_per_s": rate, "first_epoch_s": log[0]["epoch_seconds"],
+                                             "achieved_tflops": rate * 2 * 3 * res[method]["gflops_fwd_per_view"] / 1e3}
+                print(f"{method:9s} {rate:10.1f} images/s with train.compile", flush=True)
+            res["overhead_pct_compiled"] = 100 * (res["ncl_compiled"]["img_per_s"]
+                                                  / res["bayesncl_compiled"]["img_per_s"] - 1)
         peak = self.step_result("matmul_peak")
         if peak:
-            for method in ("ncl", "bayesncl"):
-                res[method]["peak_frac"] = res[method]["achieved_tflops"] / peak["tflops"]
+            for key in ("ncl", "bayesncl", "ncl_compiled", "bayesncl_compiled"):
+                if key in res:
+                    res[key]["peak_frac"] = res[key]["achieved_tflops"] / peak["tflops"]
         return res
 
     def precision(self) -> str:
@@ -768,6 +783,16 @@ def targets(steps: dict) -> list[dict]:
                 out.append({"name": f"{m} achieved / bf16 matmul peak", "value": f"{100 * v:.1f}%",
                             "target": f">= {100 * TARGETS['peak_frac_min']:g}%",
                             "pass": v >= TARGETS["peak_frac_min"]})
+        if "ncl_compiled" in t:
+            v = t["overhead_pct_compiled"]
+            out.append({"name": "BayesNCL overhead with train.compile", "value": f"{v:+.2f}%",
+                        "target": f"<= {TARGETS['overhead_pct_max']:g}%", "pass": v <= TARGETS["overhead_pct_max"]})
+            for m in ("ncl_compiled", "bayesncl_compiled"):
+                if "peak_frac" in t[m]:
+                    v = t[m]["peak_frac"]
+                    out.append({"name": f"{m} achieved / bf16 matmul peak", "value": f"{100 * v:.1f}%",
+                                "target": f">= {100 * TARGETS['peak_frac_min']:g}%",
+                                "pass": v >= TARGETS["peak_frac_min"]})
     f = res("official_feed")
     if f and "ratio" in f:
         out.append({"name": "ours / official-style feed (NCL)", "value": f"{f['ratio']:.2f}x",
@@ -793,7 +818,11 @@ def key_figures(name: str, r: dict) -> str:
     if name == "throughput":
         parts = [f"{m} {_fmt(r[m]['img_per_s'], 0)} img/s, {_fmt(r[m]['achieved_tflops'])} TFLOP/s, "
                  f"peak {_fmt(r[m]['peak_mem_mb'], 0)} MiB" for m in ("ncl", "bayesncl")]
-        return "; ".join(parts) + f"; overhead {r['overhead_pct']:+.2f}%"
+        s = "; ".join(parts) + f"; overhead {r['overhead_pct']:+.2f}%"
+        if "ncl_compiled" in r:
+            s += (f"; with train.compile: ncl {_fmt(r['ncl_compiled']['img_per_s'], 0)}, bayesncl "
+                  f"{_fmt(r['bayesncl_compiled']['img_per_s'], 0)} img/s, overhead {r['overhead_pct_compiled']:+.2f}%")
+        return s
     if name == "official_feed":
         s = f"{_fmt(r['img_per_s'], 0)} img/s with {r['workers']} workers"
         return s + (f"; ours {_fmt(r['ratio'], 2)}x" if "ratio" in r else "")

@@ -154,6 +154,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
     atomic_write_text(out / "config.resolved.yaml", dump_yaml(cfg))
     augment = SimCLRAugment(train_set.crop_size, train_set.mean, train_set.std,
                             crop_scale=(cfg["train"]["crop_min_scale"], 1.0))
+    loss_fn = torch.compile(model.training_loss) if cfg["train"]["compile"] else model.training_loss
     stop = {"signal": None}
     previous = signal.signal(signal.SIGTERM, lambda s, f: stop.update(signal=s))
 
@@ -194,7 +195,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
                     v1 = v1.contiguous(memory_format=torch.channels_last)
                     v2 = v2.contiguous(memory_format=torch.channels_last)
                 with autocast(device, cfg["train"]["precision"]):
-                    loss, parts = model.training_loss(v1, v2)
+                    loss, parts = loss_fn(v1, v2)
                 o = parts.pop("out")
                 zp = o.get("zplus")
                 if stats is not None:
