@@ -27,7 +27,6 @@ import json
 import math
 import os
 import textwrap
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +37,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..atomic import atomic_path
-from .summary import METHOD_NAMES, prepare, sweep_rows
+from .summary import METHOD_NAMES, _mode, prepare, sweep_rows
 from .tables import ARCH_NAMES, DATASET_NAMES
 
 __all__ = ["FIGURE_NAMES", "RC", "render_figures", "save_figure", "sweep_rows"]
@@ -63,14 +62,6 @@ def _mask(df: pd.DataFrame, keep: list[bool]) -> pd.Series:
 def _k(value):
     # Grouping key for a value that may be NaN (NaN != NaN would split every group).
     return None if isinstance(value, float) and math.isnan(value) else value
-
-
-def _mode(values) -> float:
-    vals = [float(v) for v in values if math.isfinite(v)]
-    if not vals:
-        return math.nan
-    counts = Counter(vals)
-    return max(counts, key=lambda v: (counts[v], -v))  # ties: the smaller value, deterministically
 
 
 def _stats(values) -> tuple[float, float, int]:
