@@ -74,7 +74,8 @@ DEFAULTS: dict[str, Any] = {
         "device": "auto",
         "crop_min_scale": 0.08,
         "channels_last": True,
-        # torch.compile the training step (GPU: fewer kernel launches); resumes are not bit-identical then.
+        # torch.compile the training step (opt-in; measured no faster on an H200, docs/BENCHMARKS.md). Bit-identical
+        # resume is tested without it only.
         "compile": False,
         "threads": 0,
         "dynamics_every": 0,
