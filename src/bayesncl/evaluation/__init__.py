@@ -189,9 +189,13 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
     return metrics_path
 
 
+def _log_lines(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
 def _training(log: Path) -> dict:
     """Per-epoch loss and open-gate fraction from the training log."""
-    lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    lines = _log_lines(log)
     r = {"epochs": [x["epoch"] for x in lines], "loss": [x.get("loss") for x in lines]}
     if lines and "open_gates" in lines[-1]:
         r["open_gates"] = [x.get("open_gates") for x in lines]
@@ -236,7 +240,6 @@ def _cost(model, cfg, device, run_dir: Path, cost) -> dict:
     log = run_dir / "log.jsonl"
     if log.exists():
         r.update(cost.training_time_from_log(log))
-        peaks = [json.loads(line).get("peak_mem_mb") for line in log.read_text().splitlines() if line.strip()]
-        peaks = [p for p in peaks if p is not None]
+        peaks = [p for p in (x.get("peak_mem_mb") for x in _log_lines(log)) if p is not None]
         r["peak_mem_mb"] = max(peaks) if peaks else None
     return r

@@ -38,7 +38,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ..atomic import atomic_path
 from .summary import METHOD_NAMES, _mode, prepare, sweep_rows
-from .tables import ARCH_NAMES, DATASET_NAMES
+from .tables import ARCH_NAMES, DATASET_NAMES, stat
 
 __all__ = ["FIGURE_NAMES", "RC", "render_figures", "save_figure", "sweep_rows"]
 
@@ -65,11 +65,9 @@ def _k(value):
 
 
 def _stats(values) -> tuple[float, float, int]:
-    """Mean, sample std (NaN below two values) and the number of finite values."""
-    vals = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-    if vals.size == 0:
-        return math.nan, math.nan, 0
-    return float(vals.mean()), (float(vals.std(ddof=1)) if vals.size > 1 else math.nan), int(vals.size)
+    """Mean, sample std (NaN below two values) and the number of finite values: the tables' cell statistic."""
+    s = stat(values, 0)
+    return s.mean, s.std, s.n
 
 
 def _lines(rows: pd.DataFrame, x: str) -> list[tuple[str, pd.DataFrame]]:
