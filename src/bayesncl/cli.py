@@ -168,10 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "is written beside it")
     sp.set_defaults(func=_summarize)
 
-    sp = sub.add_parser("report", help="render Tables 1-7 and Figures 3-4 from the summary CSV")
+    sp = sub.add_parser("report", help="render Tables 1-7, the claims table and the figures from the summary CSV")
     sp.add_argument("--summary", required=True, metavar="CSV", help="the runs.csv that `bayesncl summarize` wrote")
     sp.add_argument("--out", required=True, metavar="DIR",
-                    help="writes DIR/tables/table{1..7}.{tex,md} and DIR/figures/figure{3,4a,4b}.{pdf,png}")
+                    help="writes DIR/tables/{table1..7,claims}.{tex,md} and "
+                         "DIR/figures/{figure3,figure4a,figure4b,gates}.{pdf,png}")
     sp.set_defaults(func=_report)
 
     sp = sub.add_parser("atlas", help="feature atlas: what each dim of z+ fires on, what the gate closes",
