@@ -9,7 +9,7 @@ import torch
 import torchvision.transforms.v2.functional as TF
 
 from bayesncl.data import SimCLRAugment, eval_transform
-from bayesncl.data.augment import blur_kernel_size, hsv_to_rgb, rgb_to_hsv
+from bayesncl.data.augment import _shift_hue, blur_kernel_size
 
 MEAN, STD = (0.5, 0.4, 0.3), (0.25, 0.2, 0.3)
 OFF = dict(jitter_p=0.0, gray_p=0.0, blur_p=0.0, flip_p=0.0)  # every random op disabled
@@ -140,10 +140,20 @@ def test_color_jitter_matches_torchvision():
         assert (y[i] - r).abs().max() < 1e-4, i
 
 
-def test_hsv_roundtrip():
-    x = torch.rand(4, 3, 8, 8)
-    x[0] = 0.5  # grey: zero chroma
-    assert torch.allclose(hsv_to_rgb(rgb_to_hsv(x)), x, atol=1e-5)
+def test_fused_hue_shift_matches_torchvision_adjust_hue():
+    g = gen(5)
+    x = torch.rand(8, 3, 12, 12, generator=g)
+    x[1] = torch.randint(0, 4, (3, 12, 12), generator=g) / 3.0  # coarse levels: many tied channels
+    x[2] = 0.5  # grey: zero chroma, hue undefined
+    x[3, :, 0, :6] = torch.eye(3).repeat(1, 2)  # primaries
+    x[3, :, 1, :3] = 1 - torch.eye(3)  # secondaries
+    x[3, :, 2, :2] = torch.tensor([[0.0, 1.0]] * 3)  # black, white
+    hues = torch.tensor([-0.5, -0.3, -0.1, 0.0, 0.05, 0.25, 1 / 3, 0.5])  # incl. both wrap-around ends
+    for shift in (hues, hues.flip(0)):
+        y = _shift_hue(x, shift)
+        for i in range(len(x)):
+            ref = TF.adjust_hue(x[i], float(shift[i]))
+            assert (y[i] - ref).abs().max() < 1e-5, (i, float(shift[i]))
 
 
 def test_grayscale_and_blur_match_torchvision():

@@ -12,7 +12,6 @@ import pytest
 import torch
 from PIL import Image
 
-import bayesncl.data as D
 import bayesncl.data.synthetic as S
 from bayesncl.data import DataError, ImageSet, check_data, iter_batches, load_split, load_waterbirds
 from bayesncl.data.imagenet import imagenet100_classes
@@ -442,10 +441,3 @@ def test_iter_batches_start_skips_whole_batches(tmp_path):
     full = [b[1] for b in iter_batches(fb, 4, shuffle=True, seed=1, drop_last=True, device="cpu")]
     rest = [b[1] for b in iter_batches(fb, 4, shuffle=True, seed=1, drop_last=True, device="cpu", start=1)]
     assert len(rest) == 1 and torch.equal(rest[0], full[1])
-
-
-def test_public_api():
-    for name in ("ImageSet", "DataError", "load_split", "check_data", "iter_batches", "SimCLRAugment",
-                 "eval_transform", "load_waterbirds", "make_synthetic"):
-        assert hasattr(D, name), name
-    assert issubclass(DataError, ValueError)

@@ -1,10 +1,12 @@
-"""Methods: registry, features of METHOD.md section 1, gradient isolation of the gating head."""
+"""Methods: registry, backbone, features of METHOD.md section 1, gradient isolation of the gating head."""
 
 import pytest
 import torch
 import torch.nn.functional as F
+import torchvision
 
 from bayesncl import config as C
+from bayesncl.backbones import ScaledResNet
 from bayesncl.methods import METHODS, build_method
 
 
@@ -23,6 +25,22 @@ def test_backbone_shapes(arch, stem, size, dim):
     m = build_method(tiny("ncl", **{"model.arch": arch, "model.stem": stem}))
     out = m.eval()(torch.randn(2, 3, size, size))
     assert out["h"].shape == (2, dim) and out["z"].shape == (2, 8)
+
+
+@pytest.mark.parametrize("arch", ["resnet18", "resnet50"])
+def test_width_64_is_torchvision_network_and_width_scales_every_stage(arch):
+    ref = getattr(torchvision.models, arch)()
+    want = {k: v.shape for k, v in ref.state_dict().items() if not k.startswith("fc.")}
+    got = {k: v.shape for k, v in ScaledResNet(arch, 64, "imagenet").state_dict().items()}
+    assert got == want
+    half = ScaledResNet(arch, 32, "imagenet").state_dict()
+    for k, shape in want.items():
+        if len(shape) == 4:  # conv: out channels halve, in channels too except the RGB input's
+            assert half[k].shape[:2] == (shape[0] // 2, 3 if k == "conv1.weight" else shape[1] // 2), k
+        elif len(shape) == 1:  # batch norm
+            assert half[k].shape == (shape[0] // 2,), k
+    with pytest.raises(ValueError, match="model.arch"):
+        ScaledResNet("resnet34")
 
 
 def test_cifar_stem_is_3x3_no_maxpool():

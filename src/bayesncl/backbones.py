@@ -9,13 +9,16 @@ ARCHS = {"resnet18": (BasicBlock, [2, 2, 2, 2]), "resnet50": (Bottleneck, [3, 4,
 STEMS = ("cifar", "imagenet")
 
 
-class WideResNet(ResNet):
-    """torchvision's ResNet with base width `width` (64 is the standard network).
+class ScaledResNet(ResNet):
+    """ResNet-18/50 with base width `width` (64 = the standard network).
 
-    Narrow widths (e.g. 16) give CPU-sized models with the same topology.
+    The four stages have width, 2, 4 and 8 x width planes; narrow widths (e.g. 16) give CPU-sized
+    models with the same topology.
     """
 
     def __init__(self, arch: str = "resnet18", width: int = 64, stem: str = "cifar"):
+        if arch not in ARCHS:
+            raise ValueError(f"unknown arch {arch!r} (model.arch); allowed: {', '.join(ARCHS)}")
         block, layers = ARCHS[arch]
         super().__init__(block, layers)
         # Rebuild every layer at the requested width with torchvision's own block factory.
@@ -31,7 +34,7 @@ class WideResNet(ResNet):
             self.conv1 = nn.Conv2d(3, width, kernel_size=3, stride=1, padding=1, bias=False)
             self.maxpool = nn.Identity()
         elif stem != "imagenet":
-            raise ValueError(f"unknown stem {stem!r}; allowed: {', '.join(STEMS)}")
+            raise ValueError(f"unknown stem {stem!r} (model.stem); allowed: {', '.join(STEMS)}")
         self.fc = nn.Identity()
         self.out_dim = 8 * width * block.expansion
         for m in self.modules():
@@ -42,7 +45,5 @@ class WideResNet(ResNet):
                 nn.init.zeros_(m.bias)
 
 
-def build_backbone(arch: str, width: int = 64, stem: str = "cifar") -> WideResNet:
-    if arch not in ARCHS:
-        raise ValueError(f"unknown arch {arch!r}; allowed: {', '.join(ARCHS)}")
-    return WideResNet(arch, width, stem)
+def build_backbone(arch: str, width: int = 64, stem: str = "cifar") -> ScaledResNet:
+    return ScaledResNet(arch, width, stem)

@@ -14,7 +14,8 @@ state.  The ops follow docs/METHOD.md section 2 and torchvision's semantics:
    crop's edge instead); inside, the result equals torchvision's ``resized_crop``.
 2. ColorJitter(brightness, contrast, saturation, hue) with probability ``jitter_p``.  [choice] The
    four ops run in the fixed order brightness, contrast, saturation, hue (torchvision shuffles the order
-   per image); factors are drawn per image.  Hue goes through RGB->HSV->RGB.
+   per image); factors are drawn per image.  Hue is torchvision's adjust_hue (RGB->HSV, shift,
+   ->RGB) fused into one pass.
 3. RandomGrayscale(p=gray_p) (ITU-R 601 luma, as torchvision).
 4. GaussianBlur with probability ``blur_p``, sigma ~ U(blur_sigma) per image, kernel size about 10% of
    the output size (odd, >= 3: 3 at 32, 23 at 224), reflect padding, as one grouped separable conv.
@@ -30,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["SimCLRAugment", "eval_transform", "blur_kernel_size", "rgb_to_hsv", "hsv_to_rgb", "to_float"]
+__all__ = ["SimCLRAugment", "eval_transform", "blur_kernel_size", "to_float"]
 
 _LUMA = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale weights
 _CROP_TRIES = 10
@@ -58,33 +59,6 @@ def blur_kernel_size(size: int) -> int:
 def _gray(x: torch.Tensor) -> torch.Tensor:
     r, g, b = x.unbind(1)
     return (_LUMA[0] * r + _LUMA[1] * g + _LUMA[2] * b).unsqueeze(1)
-
-
-def rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:
-    """[B,3,H,W] RGB in [0,1] -> HSV in [0,1] (torchvision's formula)."""
-    r, g, b = x.unbind(1)
-    maxc, _ = x.max(1)
-    minc, _ = x.min(1)
-    eqc = maxc == minc
-    cr = maxc - minc
-    ones = torch.ones_like(maxc)
-    s = cr / torch.where(eqc, ones, maxc)
-    crd = torch.where(eqc, ones, cr)
-    rc, gc, bc = (maxc - r) / crd, (maxc - g) / crd, (maxc - b) / crd
-    hr = (maxc == r) * (bc - gc)
-    hg = ((maxc == g) & (maxc != r)) * (2.0 + rc - bc)
-    hb = ((maxc != g) & (maxc != r)) * (4.0 + gc - rc)
-    h = torch.fmod((hr + hg + hb) / 6.0 + 1.0, 1.0)
-    return torch.stack((h, s, maxc), 1)
-
-
-def hsv_to_rgb(x: torch.Tensor) -> torch.Tensor:
-    """[B,3,H,W] HSV in [0,1] -> RGB, branch-free: c = v - v*s*clamp(min(k, 4-k), 0, 1)."""
-    h, s, v = x.unbind(1)
-    n = torch.tensor((5.0, 3.0, 1.0), dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
-    k = torch.remainder(n + h.unsqueeze(1) * 6.0, 6.0)
-    w = torch.minimum(k, 4.0 - k).clamp(0.0, 1.0)
-    return v.unsqueeze(1) - (v * s).unsqueeze(1) * w
 
 
 def _shift_hue(x: torch.Tensor, hue: torch.Tensor) -> torch.Tensor:
