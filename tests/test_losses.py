@@ -63,11 +63,24 @@ def test_gumbel_gate_uses_noise_in_training_only():
     assert torch.equal(m_eval, (torch.sigmoid(logits / 0.7) > 0.5).float())
 
 
-def test_gumbel_noise_formula():
-    g = torch.Generator().manual_seed(3)
-    u = torch.rand(1000, generator=torch.Generator().manual_seed(3))
-    expected = -torch.log(-torch.log(u + 1e-4) + 1e-4)
-    assert torch.allclose(losses.gumbel_noise((1000,), generator=g), expected)
+def test_gumbel_noise_is_standard_gumbel():
+    g = losses.gumbel_noise((200_000,), generator=torch.Generator().manual_seed(3)).double()
+    assert g.mean().item() == pytest.approx(0.5772, abs=0.01)  # Euler's gamma
+    assert g.var().item() == pytest.approx(math.pi**2 / 6, abs=0.03)
+    for x in (-1.0, 0.0, 1.0, 2.5):
+        assert (g <= x).double().mean().item() == pytest.approx(math.exp(-math.exp(-x)), abs=0.005), x
+
+
+@pytest.mark.parametrize("tau", [0.05, 1.0])
+def test_gumbel_gate_open_rate_is_the_gumbel_tail(tau):
+    # The gate opens when logit + G > 0, so over many draws its open rate is P(G > -logit) =
+    # 1 - exp(-exp(logit)) at any tau (not sigmoid(logit): G is one Gumbel draw, not a logistic one).
+    logits = torch.tensor([-2.0, -0.5, 0.0, 0.5, 1.5]).repeat(100_000, 1)
+    torch.manual_seed(0)
+    m, _ = losses.gate_mask(logits, "gumbel", tau, training=True)
+    rate = m.mean(0).double()
+    want = 1 - torch.exp(-torch.exp(logits[0].double()))
+    assert torch.allclose(rate, want, atol=0.006), (rate, want)
 
 
 def test_soft_gate_is_alpha():
