@@ -53,17 +53,25 @@ def config_diff(a: dict, b: dict, ignore: tuple[str, ...] = ()) -> list[str]:
 def load_model(path: str | Path, map_location="cpu") -> tuple[Method, dict]:
     """Rebuild the method from the config stored in the checkpoint and load its weights (eval mode)."""
     state = load(path, map_location)
+    return model_from_state(state, path), stored_config(state, path)
+
+
+def stored_config(state: dict, path: str | Path) -> dict:
+    """The validated config of a loaded checkpoint `state` (read from `path`)."""
     for key in ("config", "model"):
         if key not in state:
             raise CheckpointError(f"checkpoint {path}: missing entry {key!r}; is this a bayesncl checkpoint?")
     try:
-        cfg = validate(state["config"])
+        return validate(state["config"])
     except (ConfigError, KeyError, TypeError) as e:
         raise CheckpointError(f"checkpoint {path}: its stored config is invalid: {e}") from e
-    model = build_method(cfg)
+
+
+def model_from_state(state: dict, path: str | Path) -> Method:
+    """The model a loaded checkpoint `state` (read from `path`) describes, with its weights, in eval mode."""
+    model = build_method(stored_config(state, path))
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as e:
         raise CheckpointError(f"checkpoint {path}: weights do not match the model its config describes: {e}") from e
-    model.eval()
-    return model, cfg
+    return model.eval()

@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from .atomic import atomic_write_text, check_writable_dir
+from .atomic import check_writable_dir
 from .config import METHOD_NAMES
-from .errors import BayesNCLError, ConfigError, ManifestError, OutputError
+from .errors import BayesNCLError, ConfigError, OutputError
 
 
 def _input_file(path: str, what: str, fix: str, error=BayesNCLError) -> None:
@@ -20,42 +20,49 @@ def _input_file(path: str, what: str, fix: str, error=BayesNCLError) -> None:
         raise error(f"{what} {p} {state}; {fix}")
 
 
+def _json_object(text: str, flag: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{flag}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag}: expected a JSON object of config keys")
+    return value
+
+
 def _pretrain(args) -> int:
     from .config import resolve
     from .data import check_data
-    from .train import pretrain
+    from .train import REQUEUE_EXIT, Preempted, TrainingDiverged, pretrain
 
-    base = None
-    if args.config_json:
-        try:
-            base = json.loads(args.config_json)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"--config-json: not valid JSON ({e})") from None
-        if not isinstance(base, dict):
-            raise ConfigError("--config-json: expected a JSON object of config keys")
+    base = _json_object(args.config_json, "--config-json") if args.config_json else None
     cfg = resolve(file=args.config, base=base, sets=args.set)
     check_data(cfg["data"])
     check_writable_dir(args.out)
-    path = pretrain(cfg, args.out, progress=not args.quiet)
+    try:
+        path = pretrain(cfg, args.out, progress=not args.quiet)
+    except Preempted as e:  # the SLURM profile retries exit 75, and the rerun resumes
+        print(f"bayesncl pretrain: {e} (exit {REQUEUE_EXIT})", file=sys.stderr)
+        return REQUEUE_EXIT
+    except TrainingDiverged as e:
+        print(f"bayesncl pretrain: training diverged: {e}", file=sys.stderr)
+        return 1
     print(f"pretrained model: {path}")
     return 0
 
 
 def _evaluate(args) -> int:
     from .config import parse_set
-    from .evaluation import SECTIONS, evaluate
+    from .evaluation import evaluate
 
     for item in args.set:  # a bad value fails before the checkpoint is loaded
         parse_set(item)
+    overrides = _json_object(args.config_json, "--config-json") if args.config_json else None
     _input_file(args.checkpoint, "--checkpoint", "give the model.pt that `bayesncl pretrain` wrote")
     check_writable_dir(args.out)
-    only = args.only
-    if only is None:  # everything the run has: dynamics only where pretraining recorded them
-        recorded = (Path(args.checkpoint).parent / "dynamics.pt").exists()
-        only = [s for s in SECTIONS if s != "dynamics" or recorded]
-    path = evaluate(args.checkpoint, args.out, only=only, sets=args.set, expect_config=args.config,
-                    progress=not args.quiet)
-    print(f"metrics: {path}")
+    for path in evaluate(args.checkpoint, args.out, only=args.only, sets=args.set, overrides=overrides,
+                         expect_config=args.config, progress=not args.quiet):
+        print(f"wrote {path}")
     return 0
 
 
@@ -66,17 +73,19 @@ def _summarize(args) -> int:
     if out.is_dir():
         raise OutputError(f"--out {out} is a folder; give the CSV file to write, e.g. {out / 'runs.csv'}")
     check_writable_dir(out.parent, what=f"--out {out}")
-    manifest = args.manifest
-    if manifest is not None:
-        _input_file(manifest, "--manifest", "give the JSON list of runs to collect", ManifestError)
-    else:
+    if args.grid is not None:
+        import yaml
+
+        _input_file(args.grid, "--grid", "give the workflow config, e.g. config/config.yaml")
         try:
-            entries = json.loads(args.manifest_json)
-        except json.JSONDecodeError as e:
-            raise ManifestError(f"--manifest-json: not valid JSON ({e})") from None
-        manifest = out.with_name("manifest.json")
-        atomic_write_text(manifest, json.dumps(entries, indent=1) + "\n")
-    write_summary(manifest, args.out)
+            grid = yaml.safe_load(Path(args.grid).read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--grid {args.grid}: not valid YAML ({e})") from None
+        if not isinstance(grid, dict):
+            raise ConfigError(f"--grid {args.grid}: expected a mapping (results, seeds, defaults, datasets, ...)")
+    else:
+        grid = _json_object(args.grid_json, "--grid-json")
+    write_summary(grid, args.out)
     print(f"summary: {args.out}")
     return 0
 
@@ -145,24 +154,33 @@ def build_parser() -> argparse.ArgumentParser:
                          "config.resolved.yaml; created if missing")
     sp.set_defaults(func=_pretrain)
 
-    sp = sub.add_parser("evaluate", help="evaluate a pretrained checkpoint",
-                        description="Compute the metrics of Tables 1-7 and Figures 3-4 for one pretrained model.")
+    sections = "\n".join(f"  {n:<17} {s.doc}" for n, s in SECTIONS.items())
+    sp = sub.add_parser(
+        "evaluate", help="evaluate a pretrained checkpoint, section by section",
+        description="Compute the metrics of Tables 1-7 and Figures 3-4 for one pretrained model. Each section "
+                    "writes OUT/<section>.json; `features` writes the cached features the others read.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"sections (docs/DESIGN.md):\n{sections}\n"
+               "linear_probe and background_probe run on the GPU for the paper protocol and Waterbirds.")
     sp.add_argument("--checkpoint", required=True, metavar="CKPT",
                     help="the model.pt that `bayesncl pretrain` wrote (its config is stored inside)")
     sp.add_argument("--out", required=True, metavar="DIR",
-                    help="folder for metrics.json and vectors.npz; created if missing")
-    sp.add_argument("--only", nargs="+", choices=SECTIONS,
-                    help="compute only these sections (default: all; dynamics only when the run recorded dynamics.pt)")
+                    help="folder for the section files (the run's eval/); created if missing")
+    sp.add_argument("--only", nargs="+", choices=list(SECTIONS), metavar="SECTION",
+                    help="compute only these sections (default: every section that applies to the run)")
     sp.add_argument("--config", help="the run's config: refuse a checkpoint trained with a different one")
     sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override an eval.* or data.* key (e.g. data.root, eval.waterbirds_root)")
+    sp.add_argument("--config-json", help=argparse.SUPPRESS)  # the workflow's eval.*/data.* settings
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.set_defaults(func=_evaluate)
 
-    sp = sub.add_parser("summarize", help="collect metrics.json files named by a manifest into one CSV")
+    sp = sub.add_parser("summarize", help="collect every run's eval/<section>.json of a grid into one CSV",
+                        description="Expand the workflow config's grid (as Snakemake does) and collect each run's "
+                                    "evaluation files, results/runs/<run>/eval/<section>.json, into one CSV row.")
     src = sp.add_mutually_exclusive_group(required=True)
-    src.add_argument("--manifest", help="JSON list of {metrics, sets, variant, sweep} entries")
-    src.add_argument("--manifest-json", help="the same list inline (kept as manifest.json beside --out)")
+    src.add_argument("--grid", metavar="YAML", help="the workflow config, e.g. config/config.yaml")
+    src.add_argument("--grid-json", help=argparse.SUPPRESS)  # the workflow's config, as Snakemake holds it
     sp.add_argument("--out", required=True, metavar="CSV",
                     help="the summary CSV to write (one row per run); metrics.json, the dvc metrics, "
                          "is written beside it")
@@ -204,13 +222,6 @@ def main(argv: list[str] | None = None) -> int:
     except BayesNCLError as e:  # bad input; anything else is a bug and keeps its traceback
         print(f"bayesncl {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except RuntimeError as e:
-        from .train import TrainingDiverged  # only pretrain raises it, and has imported it
-
-        if not isinstance(e, TrainingDiverged):
-            raise
-        print(f"bayesncl {args.command}: training diverged: {e}", file=sys.stderr)
-        return 1
 
 
 if __name__ == "__main__":

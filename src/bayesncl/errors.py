@@ -15,6 +15,7 @@ __all__ = [
     "OutputError",
     "ManifestError",
     "MetricsFileError",
+    "MissingInputError",
 ]
 
 
@@ -44,3 +45,7 @@ class ManifestError(BayesNCLError):
 
 class MetricsFileError(BayesNCLError):
     """A metrics.json named by the manifest is missing or unreadable (message names the file)."""
+
+
+class MissingInputError(BayesNCLError):
+    """A file a step reads does not exist yet; the message names it and the command that writes it."""

@@ -8,6 +8,7 @@ tables use is one run: runs are keyed by their resolved training config. Run ids
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass, field
 
 from .config import RUNTIME_KEYS, ConfigError, flatten, nest, resolve, topk_k
@@ -17,7 +18,13 @@ ALWAYS_NAMED = {"bayesncl": ("method.rho", "method.lambda"), "topk_ncl": ("metho
 # Order of the path components after the method.
 ID_ORDER = ("model.arch", "model.width", "model.proj_dim", "method.gate", "method.detach", "method.head_depth",
             "method.nonneg", "method.rho", "method.lambda", "method.topk_k")
-SHORT = {"model.proj_dim": "D", "method.head_depth": "depth", "method.topk_k": "k"}
+SHORT = {"model.proj_dim": "D", "method.head_depth": "depth", "method.topk_k": "k", "train.dynamics_every": "dyn"}
+# The tables and figures a set can feed (bayesncl.report renders each).
+SETS = ("table1", "table2", "table3", "table4", "table5", "table6", "table7", "figure3", "figure4a", "figure4b")
+
+
+class GridWarning(UserWarning):
+    """The grid is valid but probably not what was meant (two variants that are one run)."""
 
 
 @dataclass
@@ -72,11 +79,11 @@ def run_id(cfg: dict, base: dict) -> str:
     return "/".join([cfg["data"]["dataset"], method, *parts, f"seed~{cfg['seed']}"])
 
 
-def expand_grid(wf: dict) -> dict[str, Run]:
-    """Workflow config -> {run_id: Run}. Raises ConfigError naming the offending key."""
-    runs: dict[str, Run] = {}
-    idents: dict[str, tuple] = {}
+def _points(wf: dict):
+    """Every (set, dataset, variant, swept key, seed) point of the grid with its raw run config."""
     for set_name, spec in wf["sets"].items():
+        if set_name not in SETS:
+            raise ConfigError(f"sets.{set_name}: unknown set; the report renders {', '.join(SETS)}")
         datasets = spec.get("datasets", list(wf["datasets"]))
         seeds = spec.get("seeds", wf["seeds"])
         if not seeds:
@@ -95,46 +102,67 @@ def expand_grid(wf: dict) -> dict[str, Run]:
                     for seed in seeds:
                         raw = _merged(wf["defaults"], wf["datasets"][ds], wf["variants"][variant],
                                       spec.get("overrides"), nest({key: value}) if key else None, {"seed": seed})
-                        if spec.get("dynamics_every"):
-                            raw = _merged(raw, {"train": {"dynamics_every": spec["dynamics_every"]}})
-                        where = f"datasets.{ds} / variants.{variant} / sets.{set_name}"
-                        try:
-                            cfg = resolve(base=raw)
-                        except ConfigError as e:
-                            raise ConfigError(f"{where}: {e}") from None
-                        base = resolve(base=_merged(wf["defaults"], wf["datasets"][ds], {"method": {"name": cfg["method"]["name"]}}))
-                        rid = run_id(cfg, base)
-                        if idents.setdefault(rid, _identity(cfg)) != _identity(cfg):
-                            raise ConfigError(f"{where}: two different configs map to run {rid!r}")
-                        if rid in runs:
-                            run = runs[rid]
-                            # Recording options are the union over the sets that use the run.
-                            e = cfg["train"]["dynamics_every"]
-                            if e and not run.config["train"]["dynamics_every"]:
-                                run.config["train"]["dynamics_every"] = e
-                        else:
-                            run = runs[rid] = Run(rid, cfg, variant)
-                        if set_name not in run.sets:
-                            run.sets.append(set_name)
-                        if key and key.split(".")[-1] not in run.sweeps:
-                            run.sweeps.append(key.split(".")[-1])
+                        yield set_name, ds, variant, key, raw, spec.get("dynamics_every", 0)
+
+
+def expand_grid(wf: dict) -> dict[str, Run]:
+    """Workflow config -> {run_id: Run}. Raises ConfigError naming the offending key.
+
+    Recording gradient dynamics is part of a run's identity (it decides what the run writes), but a run that
+    table3 needs with dynamics and table1 without is trained once, with them: the sets' requests are united
+    before the run ids are made.
+    """
+    points: dict[tuple, dict] = {}  # training identity without dynamics_every -> what the sets ask of it
+    for set_name, ds, variant, key, raw, dyn in _points(wf):
+        where = f"datasets.{ds} / variants.{variant} / sets.{set_name}"
+        try:
+            cfg = resolve(base=raw)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        ident = _identity({**cfg, "train": {**cfg["train"], "dynamics_every": 0}})
+        p = points.setdefault(ident, {"cfg": cfg, "ds": ds, "variant": variant, "sets": [], "sweeps": [],
+                                      "dyn": 0, "where": where})
+        if variant != p["variant"]:
+            warnings.warn(f"{where}: variant {variant!r} resolves to the same run config as {p['variant']!r} "
+                          f"({p['where']}); the run is trained once and its rows show {p['variant']!r}",
+                          GridWarning, stacklevel=2)
+        if dyn and p["dyn"] and dyn != p["dyn"]:
+            raise ConfigError(f"sets.{set_name}.dynamics_every: {dyn} conflicts with {p['dyn']} asked for the same "
+                              f"run by {p['where']}; use one value")
+        p["dyn"] = p["dyn"] or dyn
+        if set_name not in p["sets"]:
+            p["sets"].append(set_name)
+        if key and key.split(".")[-1] not in p["sweeps"]:
+            p["sweeps"].append(key.split(".")[-1])
+    runs: dict[str, Run] = {}
+    for p in points.values():
+        cfg = p["cfg"]
+        cfg["train"]["dynamics_every"] = p["dyn"]
+        base = resolve(base=_merged(wf["defaults"], wf["datasets"][p["ds"]], {"method": {"name": cfg["method"]["name"]}}))
+        rid = run_id(cfg, base)
+        if rid in runs:
+            raise ConfigError(f"{p['where']}: two different configs map to run {rid!r}")
+        runs[rid] = Run(rid, cfg, p["variant"], p["sets"], p["sweeps"])
+    for run in runs.values():
+        evaluation_sections(run)  # a set that needs a section its runs cannot have fails here
     return runs
 
 
-def check_workflow_config(wf: dict) -> None:
-    """What a JSON schema cannot say: real datasets need a root."""
-    for ds, over in wf["datasets"].items():
-        data = over.get("data", {})
-        if data.get("dataset", "synthetic") != "synthetic" and not data.get("root"):
-            raise ConfigError(f"datasets.{ds}.data.root: dataset {data.get('dataset')!r} needs a root path")
+# The evaluation sections a set's rows read beyond the ones every run gets (features, interpretability,
+# retrieval, linear_probe); dynamics follow from train.dynamics_every, which the set turns on.
+SET_SECTIONS = {"table6": ("background_probe",), "table7": ("cost",)}
+EVERY_RUN = ("features", "interpretability", "retrieval", "linear_probe", "dynamics")
 
 
 def evaluation_sections(run: Run) -> list[str]:
-    sections = ["interpretability", "linear_probe", "cost"]
-    if run.config["method"]["name"] != "cl":
-        sections.append("retrieval")
-    if "table6" in run.sets:
-        sections.append("background")
-    if run.config["train"]["dynamics_every"]:
-        sections.append("dynamics")
-    return sections
+    """The evaluation sections (bayesncl.evaluation.SECTIONS) this run's sets need and its config allows."""
+    from .evaluation.sections import SECTIONS
+
+    out = [name for name in EVERY_RUN if SECTIONS[name].skip(run.config) is None]
+    for set_name in run.sets:
+        for name in SET_SECTIONS.get(set_name, ()):
+            why = SECTIONS[name].skip(run.config)
+            if why is not None:
+                raise ConfigError(f"sets.{set_name}: run {run.run_id} needs the {name} section, but {why}")
+            out.append(name)
+    return [name for name in SECTIONS if name in out]

@@ -3,12 +3,11 @@
 Determinism: the data order, the augmentation generator and the global RNG (Gumbel noise) are re-seeded
 from (seed, epoch) at every epoch start, so resuming from an epoch checkpoint replays exactly what an
 uninterrupted run does. A SIGTERM (SLURM time limit or preemption) saves a mid-epoch checkpoint with the
-RNG states and exits with REQUEUE_EXIT; the rerun continues from that step.
+RNG states and raises Preempted (the CLI exits with REQUEUE_EXIT); the rerun continues from that step.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import math
@@ -23,12 +22,12 @@ from tqdm.auto import tqdm
 from . import checkpoint as ckpt_io
 from .atomic import atomic_write_text
 from .config import RUNTIME_KEYS, ConfigError, dump_yaml
-from .data import SimCLRAugment, eval_transform, iter_batches, load_split
-from .evaluation.cost import peak_memory_mb
+from .data import SimCLRAugment, iter_batches, load_split
 from .evaluation.dynamics import GradientStats
 from .evaluation.metrics import consistency_per_dim
 from .methods import build_method
 from .optim import build_optimizer, lr_at, set_lr
+from .runtime import autocast, channels_last, embed, peak_memory_mb, resolve_device
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: "try again"; the SLURM profile retries, and the rerun resumes
 CHECKPOINT = "checkpoint.pt"
@@ -39,32 +38,11 @@ CHECK_EVERY = 50  # steps between finiteness checks (each one waits for the devi
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
+    """The loss became NaN or infinite; the last good checkpoint is kept (the CLI exits 1)."""
 
 
 class Preempted(Exception):
-    pass
-
-
-def resolve_device(cfg: dict) -> torch.device:
-    want = cfg["train"]["device"]
-    if want == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device: 'cuda' was asked for but no CUDA device is available")
-    if want == "auto":
-        want = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(want)
-
-
-def autocast(device: torch.device, precision: str):
-    use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
-    if use_bf16:
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def channels_last(cfg: dict, device: torch.device) -> bool:
-    """channels_last speeds up convolutions on GPUs; on CPU it crashes some oneDNN kernels for tiny widths."""
-    return cfg["train"]["channels_last"] and device.type == "cuda"
+    """SIGTERM arrived; a checkpoint to resume from is saved (the CLI exits REQUEUE_EXIT)."""
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
@@ -84,26 +62,6 @@ def steps_per_epoch(n: int, cfg: dict) -> int:
 def dynamics_epoch(cfg: dict, epoch: int) -> bool:
     e = cfg["train"]["dynamics_every"]
     return bool(e) and (epoch + 1) % e == 0
-
-
-@torch.no_grad()
-def embed(model, ds, cfg: dict, device, key: str = "feature") -> tuple[torch.Tensor, ...]:
-    """Evaluation-mode outputs `key` (a tuple of keys allowed) over a whole split, with labels."""
-    keys = (key,) if isinstance(key, str) else tuple(key)
-    was_training = model.training
-    model.eval()
-    outs: dict[str, list] = {k: [] for k in keys}
-    for x, _, _ in iter_batches(ds, cfg["eval"]["batch_size"], shuffle=False, seed=0, drop_last=False,
-                                device=device, num_workers=cfg["data"]["num_workers"]):
-        x = eval_transform(x, ds.mean, ds.std, ds.crop_size)
-        if channels_last(cfg, device):
-            x = x.contiguous(memory_format=torch.channels_last)
-        with autocast(device, cfg["train"]["precision"]):
-            out = model(x)
-        for k in keys:
-            outs[k].append(out[k].float().cpu())
-    model.train(was_training)
-    return tuple(torch.cat(outs[k]) for k in keys)
 
 
 def _rng_state(gen: torch.Generator) -> dict:
@@ -226,7 +184,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
                     bar.set_postfix(epoch=epoch + 1, loss=f"{mean_loss:.4f}", lr=f"{lr:.3g}")
                 if preempt:
                     save(epoch, step + 1, _rng_state(gen), {k: float(v) for k, v in sums.items()})
-                    raise Preempted
+                    raise Preempted(f"SIGTERM: checkpoint saved in {ckpt_path}; rerun the same command to resume")
             seconds = time.perf_counter() - t0
             n = sums.pop("n")
             line = {"epoch": epoch + 1, **{k: float(v) / n for k, v in sums.items()}, "lr": lr,
@@ -241,12 +199,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
             save(epoch + 1, 0)
             atomic_write_text(out / LOG, "".join(json.dumps(r) + "\n" for r in state["log"]))
             if stop["signal"] is not None:
-                raise Preempted
-    except Preempted:
-        bar.close()
-        print(f"SIGTERM: checkpoint saved in {ckpt_path}; rerun the same command to resume "
-              f"(exit {REQUEUE_EXIT})", file=sys.stderr)
-        sys.exit(REQUEUE_EXIT)
+                raise Preempted(f"SIGTERM: checkpoint saved in {ckpt_path}; rerun the same command to resume")
     finally:
         signal.signal(signal.SIGTERM, previous)
         bar.close()

@@ -4,8 +4,7 @@
 
 rule atlas:
     input:
-        # metrics.json is written last by `bayesncl evaluate`, after features.npz
-        lambda wc: [f"{RESULTS}/runs/{rid}/eval/metrics.json" for rid in ATLAS_RUNS[wc.dataset]],
+        lambda wc: [f"{RESULTS}/runs/{rid}/eval/features.npz" for rid in ATLAS_RUNS[wc.dataset]],
     output:
         pdf=f"{RESULTS}/figures/atlas_{{dataset}}.pdf",
         png=f"{RESULTS}/figures/atlas_{{dataset}}.png",

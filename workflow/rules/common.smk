@@ -1,18 +1,19 @@
 # Grid expansion: config -> distinct runs (bayesncl.grid); everything the rules need is derived here.
 import json
 import os
+import shlex
 
 from snakemake.utils import validate
 
-from bayesncl.config import ConfigError
-from bayesncl.grid import check_workflow_config, evaluation_sections, expand_grid
+from bayesncl.errors import ConfigError
+from bayesncl.grid import evaluation_sections, expand_grid
 from bayesncl.report.atlas import atlas_runs
 
 
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
 try:
-    check_workflow_config(config)
     RUNS = expand_grid(config)
+    EVAL_SECTIONS = {rid: evaluation_sections(run) for rid, run in RUNS.items()}
 except ConfigError as e:
     raise WorkflowError(f"invalid workflow config: {e}")
 
@@ -23,7 +24,7 @@ TABLES = expand(f"{RESULTS}/tables/{{name}}.{{ext}}", name=TABLE_NAMES, ext=["te
 FIGURES = expand(f"{RESULTS}/figures/{{name}}.{{ext}}", name=FIGURE_NAMES, ext=["pdf", "png"])
 ATLAS_RUNS = atlas_runs(RUNS)  # {dataset: [NCL run, BayesNCL (STE) run]}, rules/atlas.smk
 ATLAS = expand(f"{RESULTS}/figures/atlas_{{ds}}.{{ext}}", ds=list(ATLAS_RUNS), ext=["pdf", "png"])
-METRICS = [f"{RESULTS}/runs/{rid}/eval/metrics.json" for rid in RUNS]
+EVAL_OUTPUTS = [f"{RESULTS}/runs/{rid}/eval/{name}.json" for rid, names in EVAL_SECTIONS.items() for name in names]
 
 
 wildcard_constraints:
@@ -31,20 +32,19 @@ wildcard_constraints:
 
 
 def run_config_text(wildcards):
-    return json.dumps(RUNS[wildcards.run].config, sort_keys=True)
+    """What pretraining needs: the run config without eval.* (evaluation options never retrain a run)."""
+    cfg = {k: v for k, v in RUNS[wildcards.run].config.items() if k != "eval"}
+    return json.dumps(cfg, sort_keys=True)
 
 
-def run_sections(wildcards):
-    return " ".join(evaluation_sections(RUNS[wildcards.run]))
+def evaluate_command(section):
+    """`bayesncl evaluate --only <section>` on a run, with the grid's eval.* and data.* settings."""
 
+    def command(wildcards):
+        cfg = RUNS[wildcards.run].config
+        run_dir = f"{RESULTS}/runs/{wildcards.run}"
+        settings = json.dumps({"eval": cfg["eval"], "data": cfg["data"]}, sort_keys=True)
+        return (f"bayesncl evaluate --checkpoint {shlex.quote(run_dir + '/model.pt')} --out "
+                f"{shlex.quote(run_dir + '/eval')} --only {section} --config-json {shlex.quote(settings)} --quiet")
 
-def manifest():
-    return [
-        {
-            "metrics": f"{RESULTS}/runs/{rid}/eval/metrics.json",
-            "sets": run.sets,
-            "variant": run.variant,
-            "sweep": run.sweeps,
-        }
-        for rid, run in RUNS.items()
-    ]
+    return command

@@ -38,6 +38,16 @@ def run_gpus(wildcards):
     return 0 if RUNS[wildcards.run].config["train"]["device"] == "cpu" else 1
 
 
+def section_gpus(section):
+    """Resource function: one GPU where the evaluation section runs the network and the run is not CPU-only."""
+    from bayesncl.evaluation import SECTIONS
+
+    def gpus(wildcards):
+        return int(SECTIONS[section].gpu(RUNS[wildcards.run].config)) * run_gpus(wildcards)
+
+    return gpus
+
+
 def gpu_slot(wildcards, resources):
     """Command prefix that runs a local GPU job on a GPU of its own ('' elsewhere)."""
     if not LOCAL_GPUS or resources.gpu < 1:

@@ -1,21 +1,21 @@
-# runs.csv -> Tables 1-7 and Figures 3-4.
+# Every run's eval/<section>.json -> runs.csv -> Tables 1-7, the claims table and the figures.
 
 
 rule summarize:
     input:
-        METRICS,
+        EVAL_OUTPUTS,
     output:
         csv=f"{RESULTS}/summary/runs.csv",
         headline=f"{RESULTS}/summary/metrics.json",
     log:
         f"{RESULTS}/summary/summarize.log",
     params:
-        manifest=lambda wc: json.dumps(manifest()),
+        grid=json.dumps(config, sort_keys=True),  # summarize expands the same grid (bayesncl.grid)
     localrule: True
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "bayesncl summarize --manifest-json {params.manifest:q} --out {output.csv} > {log} 2>&1"
+        "bayesncl summarize --grid-json {params.grid:q} --out {output.csv} > {log} 2>&1"
 
 
 rule report:

@@ -1,0 +1,260 @@
+"""The evaluation sections: one registry entry per job of the workflow (docs/METHOD.md sections 4-7).
+
+A section is one function `compute(ctx) -> {json key: body}` registered with `@section`, saying whether it
+runs the network (`gpu`: it needs the model on the device; the others read the cached features on the CPU)
+and to which runs it applies. `bayesncl evaluate --only NAME` runs it and writes `eval/NAME.json`; the
+workflow has one rule per section (workflow/rules/evaluate.smk) with its own resources. Adding a metric is
+one function here plus one rule.
+
+    features          (GPU) one pass over the test split (and the train split where a CPU section needs it):
+                      eval/features.npz, eval/features_train.npz; the training curves from log.jsonl
+    interpretability  (CPU) SC, semantic entropies, activation ratio, background dominance, closed gates
+    retrieval         (CPU) P@k with the top-K dims by activation frequency (not for SimCLR)
+    linear_probe      fast protocol: CPU on the cached h; paper protocol: GPU, augmented crops
+    background_probe  predict the background from h: Waterbirds (GPU) or the synthetic set's label (CPU)
+    dynamics          (CPU) Spearman correlations of AF, GV, SC from dynamics.pt (train.dynamics_every > 0)
+    cost              (CPU) FLOPs and parameters counted on the model; time and peak memory from log.jsonl
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from ..config import RETRIEVAL_K, crop_size
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from .runner import Context
+
+__all__ = ["SECTIONS", "Section", "applicable", "section"]
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    compute: Callable[["Context"], dict]
+    gpu: Callable[[dict], bool]                 # cfg -> does it run the network?
+    skip: Callable[[dict], str | None]          # cfg -> why it does not apply to this run (None: it applies)
+
+    @property
+    def doc(self) -> str:
+        return (self.compute.__doc__ or "").strip().splitlines()[0]
+
+
+SECTIONS: dict[str, Section] = {}
+
+
+def section(name: str, *, gpu: Callable[[dict], bool] = lambda cfg: False,
+            skip: Callable[[dict], str | None] = lambda cfg: None):
+    def register(fn):
+        SECTIONS[name] = Section(name, fn, gpu, skip)
+        return fn
+    return register
+
+
+def applicable(cfg: dict) -> list[str]:
+    """The sections that apply to a run config, in registry order (features first)."""
+    return [name for name, s in SECTIONS.items() if s.skip(cfg) is None]
+
+
+def _has_backgrounds(cfg: dict) -> bool:
+    return cfg["data"]["dataset"] == "synthetic"
+
+
+def _needs_train_h(cfg: dict) -> bool:
+    """The CPU sections that read the train split's h: the fast probe, the background probe without Waterbirds."""
+    return cfg["eval"]["probe"] == "fast" or (not cfg["eval"]["waterbirds_root"] and _has_backgrounds(cfg))
+
+
+# ------------------------------------------------------------------------------------------------ features
+@section("features", gpu=lambda cfg: True)
+def features(ctx) -> dict:
+    """Embed the test split (and the train split where needed) once; cache what the CPU sections read."""
+    from ..rundir import read_log
+
+    cfg = ctx.cfg
+    method = cfg["method"]["name"]
+    keys = ("feature", "h") + (("zplus",) if method != "cl" else ()) + \
+        {"bayesncl": ("gate",), "topk_ncl": ("mask",)}.get(method, ())
+    test = ctx.split("test")
+    arrays = ctx.labels(test) | {k: v.numpy() for k, v in zip(keys, ctx.embed(test, keys))}
+    for k in ("gate", "mask"):  # hard 0/1 (every reader thresholds at 0.5)
+        if k in arrays:
+            arrays[k] = (arrays[k] > 0.5).astype(np.uint8)
+    ctx.save_arrays("features", arrays)
+    n_train = 0
+    if _needs_train_h(cfg):
+        train = ctx.split("train")
+        h, = ctx.embed(train, ("h",))
+        ctx.save_arrays("features_train", ctx.labels(train) | {"h": h.numpy()})
+        n_train = len(train.labels)
+    log = read_log(ctx.run_dir)
+    training = {"epochs": [r["epoch"] for r in log], "loss": [r["loss"] for r in log]}
+    if log and "open_gates" in log[-1]:
+        training["open_gates"] = [r["open_gates"] for r in log]
+        training["open_gates_last"] = log[-1]["open_gates"]
+    return {"features": {"test_images": len(test.labels), "train_images": n_train, "arrays": sorted(arrays)},
+            "training": training}
+
+
+# ------------------------------------------------------------------------------------------- interpretability
+@section("interpretability")
+def interpretability(ctx) -> dict:
+    """SC, SE-Sum/Mean/Freq and Act. on the evaluation feature and z+; background dominance; gate/mask binding."""
+    import torch
+
+    from . import metrics
+
+    f = ctx.features("test")
+    labels, C = torch.from_numpy(f["labels"]), int(f["num_classes"])
+    outs = {k: torch.from_numpy(f[k]) for k in ("feature", "zplus", "gate", "mask") if k in f}
+    vectors: dict[str, np.ndarray] = {}
+    r = metrics.interpretability(outs["feature"], labels, C)
+    for k, v in r.pop("per_dim").items():
+        vectors[f"feature_{k}"] = np.asarray(v)
+    r.pop("active", None)
+    if "zplus" in outs:
+        rz = metrics.interpretability(outs["zplus"], labels, C)
+        for k, v in rz.pop("per_dim").items():
+            vectors[f"zplus_{k}"] = np.asarray(v)
+        r["zplus"] = {k: v for k, v in rz.items() if k != "active"}
+    dom = None
+    if "backgrounds" in f:
+        bg, B = torch.from_numpy(f["backgrounds"]), int(f["num_backgrounds"])
+        for name in ("zplus", "feature"):
+            if name in outs:
+                d = metrics.background_dominance(outs[name], labels, bg, C, B)
+                r[f"bg_dominated_{name}"] = d["share"]
+                for k in ("bg_sc", "lift_bg", "lift_cls"):
+                    vectors[f"{name}_{k}"] = np.asarray(d[k])
+                if name == "zplus":
+                    dom = d
+    if "gate" in outs:  # the mechanism: does the gate switch background dims off?
+        closed = metrics.closed_gate_rate(outs["zplus"], outs["gate"])
+        vectors["zplus_closed_rate"] = np.asarray(closed)
+        if dom is not None:
+            for key, sel in (("closed_bg", dom["bg_dom"]), ("closed_cls", dom["cls_dom"])):
+                v = closed[sel & torch.isfinite(closed)]
+                r[key] = float(v.mean()) if v.numel() else math.nan
+    if "mask" in outs:
+        b = metrics.topk_binding(outs["zplus"], outs["mask"])
+        r["topk_bound"], r["topk_removed"] = b["bound"], b["removed"]
+    ctx.save_arrays("vectors", vectors)
+    return {"interpretability": r}
+
+
+# ---------------------------------------------------------------------------------------------------- retrieval
+@section("retrieval", skip=lambda cfg: "not reported for SimCLR (docs/METHOD.md section 5)"
+         if cfg["method"]["name"] == "cl" else None)
+def retrieval(ctx) -> dict:
+    """P@k (k = 1, 3, 5, 10) with the top-K dims by activation frequency, and P@10 over K."""
+    import torch
+
+    from . import retrieval as ret
+
+    f = ctx.features("test")
+    F, y = torch.from_numpy(f["feature"]), torch.from_numpy(f["labels"])
+    K = min(ctx.cfg["eval"]["retrieval_k"] or RETRIEVAL_K[ctx.cfg["data"]["dataset"]], F.shape[1])
+    r = ret.retrieval_precision(F, y, K=K)
+    r["K"] = K
+    r["curve"] = {str(k): v for k, v in ret.retrieval_curve(F, y, ret.default_Ks(F.shape[1])).items()}
+    return {"retrieval": r}
+
+
+# ------------------------------------------------------------------------------------------------- linear probe
+@section("linear_probe", gpu=lambda cfg: cfg["eval"]["probe"] == "paper")
+def linear_probe(ctx) -> dict:
+    """Top-1/Top-5 of a linear classifier on frozen h (fast: cached h; paper: augmented crops on the GPU)."""
+    import torch
+
+    from . import probe
+
+    cfg = ctx.cfg
+    if cfg["eval"]["probe"] == "paper":
+        r = probe.linear_probe_paper(ctx.model, ctx.split("train"), ctx.split("test"), cfg, ctx.device,
+                                     progress=ctx.progress)
+    else:
+        tr, te = ctx.features("train"), ctx.features("test")
+        r = probe.linear_probe_fast(torch.from_numpy(tr["h"]), torch.from_numpy(tr["labels"]),
+                                    torch.from_numpy(te["h"]), torch.from_numpy(te["labels"]),
+                                    int(te["num_classes"]), seed=cfg["seed"])
+    return {"linear_probe": r}
+
+
+# --------------------------------------------------------------------------------------------- background probe
+def _background_skip(cfg: dict) -> str | None:
+    if cfg["eval"]["waterbirds_root"] or _has_backgrounds(cfg):
+        return None
+    return (f"dataset {cfg['data']['dataset']!r} has no background labels; set "
+            "eval.waterbirds_root=/path/to/waterbird_complete95_forest2water2")
+
+
+@section("background_probe", gpu=lambda cfg: bool(cfg["eval"]["waterbirds_root"]), skip=_background_skip)
+def background_probe(ctx) -> dict:
+    """Accuracy of predicting the background from frozen h: Waterbirds `place`, else the synthetic set's label."""
+    import torch
+
+    from ..data import load_waterbirds
+    from . import probe
+
+    cfg = ctx.cfg
+    root = cfg["eval"]["waterbirds_root"]
+    if root:
+        wb = {s: ctx.nonempty(load_waterbirds(root, s), f"Waterbirds {s} split under {root}") for s in ("train", "test")}
+        (htr,), (hte,) = ctx.embed(wb["train"], ("h",)), ctx.embed(wb["test"], ("h",))
+        r = probe.linear_probe_fast(htr, wb["train"].backgrounds, hte, wb["test"].backgrounds, 2, seed=cfg["seed"])
+        return {"background_probe": {"acc": r["top1"], "protocol": r["protocol"], "target": "waterbirds_place"}}
+    tr, te = ctx.features("train"), ctx.features("test")
+    r = probe.linear_probe_fast(torch.from_numpy(tr["h"]), torch.from_numpy(tr["backgrounds"]),
+                                torch.from_numpy(te["h"]), torch.from_numpy(te["backgrounds"]),
+                                int(te["num_backgrounds"]), seed=cfg["seed"])
+    return {"background_probe": {"acc": r["top1"], "protocol": r["protocol"],
+                                 "target": f"{cfg['data']['dataset']}_background"}}
+
+
+# ------------------------------------------------------------------------------------------------------ dynamics
+@section("dynamics", skip=lambda cfg: None if cfg["train"]["dynamics_every"] else
+         "the run recorded no gradient dynamics; pretrain with train.dynamics_every > 0")
+def dynamics(ctx) -> dict:
+    """Spearman rho(AF, GV), rho(GV, SC), rho(AF, SC) per recorded epoch (Table 3)."""
+    from .. import checkpoint as ckpt_io
+    from ..errors import MissingInputError
+    from ..rundir import DYNAMICS
+    from .dynamics import spearman_table
+
+    path = ctx.run_dir / DYNAMICS
+    if not path.is_file():
+        raise MissingInputError(f"dynamics: {path} does not exist; pretraining with train.dynamics_every > 0 writes it")
+    dyn = ckpt_io.load(path)
+    epochs = sorted(dyn, key=int)
+    rows = [spearman_table(dyn[e]["af"], dyn[e]["gv"], dyn[e]["sc"]) for e in epochs]
+    return {"dynamics": {"epochs": [int(e) for e in epochs],
+                         **{k: [row[k] for row in rows] for k in ("af_gv", "gv_sc", "af_sc")}}}
+
+
+# ---------------------------------------------------------------------------------------------------------- cost
+@section("cost")
+def cost(ctx) -> dict:
+    """GFLOPs per image of the training forward and parameters (counted), time and peak memory (training log)."""
+    import copy
+
+    import torch
+
+    from ..rundir import read_log
+    from . import cost as c
+
+    size = crop_size(ctx.cfg)
+    model = copy.deepcopy(ctx.cpu_model).train()  # the training forward (Gumbel noise and all); BN stats change
+    flops = c.count_flops_per_image(model, torch.randn(2, 3, size, size))
+    return {"cost": {"gflops": flops / 1e9, "params_m": c.count_params(model) / 1e6,
+                     **c.training_time(read_log(ctx.run_dir))}}
+
+
+def check_applies(name: str, cfg: dict) -> None:
+    why = SECTIONS[name].skip(cfg)
+    if why is not None:
+        raise ConfigError(f"evaluate --only {name}: {why}")
