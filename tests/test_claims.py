@@ -193,6 +193,13 @@ def test_inverted_u_and_widths():
     assert one(sweep([(0.0, 10.0), (1e-5, 20.0), (3e-5, 25.0), (1e-4, 30.0)]), "11a").verdict == "does not hold"
     assert one(sweep([(0.0, 10.0), (1e-5, 20.0)]), "11a").verdict == "not run"  # no inner point
     assert one(u, "11b").verdict == "not run"  # no rho sweep
+    # The sweep column decides: the default point (rho 0.8, lambda 3e-5) as a point of the rho sweep only,
+    # as when the lambda sweep's values leave out the default, is no lambda point.
+    lam = [row("BayesNCL (STE)", 0, "figure4b", sweep="lambda", sc=sc, **{"lambda": x})
+           for x, sc in ((0.0, 10.0), (1e-5, 20.0), (1e-4, 5.0))]
+    rho = [row("BayesNCL (STE)", 0, "figure4b", sweep="rho", sc=sc, rho=x) for x, sc in ((0.5, 30.0), (0.8, 50.0))]
+    c = one(frame(lam + rho), "11a")
+    assert "inner $\\lambda$ = 1e-05" in c.text and (c.left.stat.mean, c.right.stat.mean) == (20.0, 10.0)
 
     widths = frame([row(v, s, "figure4a", proj_dim=D, sc=base * D / 32 + s)
                     for v, base in (("NCL", 10.0), ("BayesNCL (STE)", 20.0)) for D in (32.0, 64.0) for s in range(2)])

@@ -29,14 +29,14 @@ def _gate_curve(final, seed, epochs=6):
 def frame():
     rows = []
     for s in range(3):  # main comparison: 3 seeds, also the base point of every sweep
-        rows.append(_row("NCL", "ncl", s, "table1;figure3;figure4a", "width", sc=30.0 + s, probe_top1=60.0 + s,
+        rows.append(_row("NCL", "ncl", s, "table1;figure3;figure4a", "proj_dim", sc=30.0 + s, probe_top1=60.0 + s,
                          ret_curve=json.dumps({"32": 40.0 + s, "64": 45.0}), ret_K=64))
-        rows.append(_row("BayesNCL (STE)", "bayesncl", s, "table1;figure3;figure4a;figure4b", "width;rho;lambda",
+        rows.append(_row("BayesNCL (STE)", "bayesncl", s, "table1;figure3;figure4a;figure4b", "proj_dim;rho;lambda",
                          sc=36.0 + s, probe_top1=61.0, ret_curve=json.dumps({"32": 42.0, "64": 47.0 + s}), ret_K=64,
                          gate_curve=_gate_curve(0.5, s)))
     for D in (512, 1024):
         for v, m in (("NCL", "ncl"), ("BayesNCL (STE)", "bayesncl")):
-            rows.append(_row(v, m, 0, "figure4a", "width", D=D, sc=40.0, probe_top1=62.0))
+            rows.append(_row(v, m, 0, "figure4a", "proj_dim", D=D, sc=40.0, probe_top1=62.0))
     for rho in (0.5, 0.95):
         rows.append(_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "rho", rho=rho, sc=30.0, probe_top1=59.0))
     for lam in (0.0, 1e-5, 1e-3):
@@ -171,3 +171,30 @@ def test_figure4b_lambda_only_sweep_keeps_the_main_default_and_says_rho_is_not_s
     assert not sc_rho.lines and "not swept" in sc_rho.texts[0].get_text()
     assert _line(sc_lam, "default operating point").get_xdata()[0] == pytest.approx(3e-5)
     assert "λ = 3e-5" in _title(fig)
+
+
+def test_figure4b_draws_the_grids_sweep_points_only():
+    # tiny.yaml's shape: the lambda sweep's values leave out the default 3e-5, so the main run is a point of
+    # the rho sweep only and the lambda panel has no 3e-5 point.
+    rows = [_row("BayesNCL (STE)", "bayesncl", 0, "table1;figure4b", "rho", sc=36.0, probe_top1=61.0),
+            _row("NCL", "ncl", 0, "table1", sc=30.0, probe_top1=60.0),
+            _row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "rho", rho=0.5, sc=30.0, probe_top1=59.0)]
+    rows += [_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0)
+             for lam in (0.0, 1e-4, 3e-3)]
+    fig = figures._figure4b(summ.prepare(pd.DataFrame(rows)))
+    sc_rho, sc_lam = fig.axes[:2]
+    assert list(_line(sc_rho, "BayesNCL").get_xdata()) == [0.5, 0.8]
+    assert [t.get_text() for t in sc_lam.get_xticklabels()] == ["0", "1e-4", "3e-3"]
+    assert list(_line(sc_lam, "BayesNCL").get_xdata()) == pytest.approx([1e-4, 3e-3])
+
+
+def test_default_point_is_the_main_comparisons_even_when_sweep_runs_outnumber_it():
+    rows = [_row("BayesNCL (STE)", "bayesncl", 0, "table1;table2", D=64)]
+    rows += [_row("BayesNCL (STE)", "bayesncl", s, "figure4b", "lambda", lam=lam, D=64)
+             for lam in (0.0, 1e-4) for s in range(2)]
+    rows += [_row("BayesNCL (STE)", "bayesncl", s, "figure4a", "proj_dim", D=128) for s in range(3)]
+    point = figures._default_point(summ.prepare(pd.DataFrame(rows)), "cifar100")
+    assert point == {"proj_dim": 64, "rho": 0.8, "lambda": 3e-5}
+    # Without main runs: the value most runs use (ties: the smaller).
+    point = figures._default_point(summ.prepare(pd.DataFrame(rows[1:5])), "cifar100")
+    assert point == {"proj_dim": 64, "rho": 0.8, "lambda": 0.0}

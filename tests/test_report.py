@@ -69,6 +69,10 @@ from pathlib import Path  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
+import yaml  # noqa: E402
+
+from bayesncl import grid  # noqa: E402
+from bayesncl.errors import ConfigError  # noqa: E402
 from bayesncl.report import summary as summ  # noqa: E402
 from bayesncl.report import tables  # noqa: E402
 
@@ -106,141 +110,206 @@ def _md_cells(md: str, label: str) -> list[str]:
     return rows[0][1:]
 
 
-def _write_metrics(path: Path, data: dict) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
-    return str(path)
+TINY = Path(__file__).parents[1] / "config" / "tiny.yaml"
+MAIN_BAYES = "synthetic/bayesncl/rho~0.8/lambda~3e-05/seed~0"  # tiny.yaml's main BayesNCL run
 
 
-FULL_METRICS = {
-    "run": {"dataset": "cifar100", "arch": "resnet18", "method": "bayesncl", "gate": "ste",
-            "detach": True, "head_depth": 2, "rho": 0.8, "lambda": 3e-5, "proj_dim": 256, "seed": 1},
-    "interpretability": {"sc": 36.1, "se_sum": 1.2, "se_mean": 1.3, "se_freq": 1.4, "act": 12.5,
-                         "alive": 200, "alive_frac": 0.78, "bg_dominated_zplus": 0.1,
-                         "bg_dominated_feature": 0.05, "closed_bg": 0.7, "closed_cls": 0.2},
-    "linear_probe": {"top1": 70.4, "top5": 91.0, "protocol": "fast"},
-    "retrieval": {"K": 128, "p@1": 0.60, "p@3": 0.58, "p@5": 0.57, "p@10": 0.55,  # fractions
-                  "curve": {"128": 0.55, "32": 0.40, "64": 0.50}},
-    "background": {"acc": 93.4, "protocol": "fast", "target": "place"},
-    "dynamics": {"epochs": [10, 20], "af_gv": [0.5, 0.3], "gv_sc": [-0.4, -0.2], "af_sc": [0.1, 0.2]},
-    "cost": {"gflops": 1.419, "params_m": 11.9, "sec_per_epoch": 21.0, "img_per_s": 2400.0,
-             "peak_mem_mb": 5000.0, "train_minutes": 75.1},
-    "training": {"epochs": [1, 2, 3], "loss": [5.0, 4.5, None], "open_gates": [1.0, 0.8, 0.55],
-                 "open_gates_last": 0.55},
-}
-FULL_METRICS["run"]["weights_sha"] = "0123456789ab"
+def _tiny(results: Path | str, **sets) -> dict:
+    """config/tiny.yaml with ``results`` and some sets replaced."""
+    wf = yaml.safe_load(TINY.read_text(encoding="utf-8"))
+    wf["results"] = str(results)
+    wf["sets"].update(sets)
+    return wf
+
+
+def _content(section: str, run, i: int) -> dict:
+    """What `bayesncl evaluate` writes for ``section`` of ``run`` (the i-th run of the grid)."""
+    method = run.config["method"]["name"]
+    interp = {"sc": 30.0 + i, "se_sum": 1.2, "se_mean": 1.3, "se_freq": 1.4, "act": 12.5, "alive": 200,
+              "alive_frac": 0.78, "bg_dominated_zplus": 0.1, "bg_dominated_feature": 0.05}
+    if method == "bayesncl":
+        interp.update(closed_bg=0.7, closed_cls=0.2)
+    if method == "topk_ncl":
+        interp.update(topk_bound=0.0, topk_removed=0.0)
+    return {
+        "interpretability": interp,
+        "linear_probe": {"top1": 70.0 + i, "top5": 91.0, "protocol": "fast", "train_top1": 80.0},
+        "retrieval": {"K": 8, "p@1": 0.60, "p@3": 0.58, "p@5": 0.57, "p@10": 0.55,  # fractions
+                      "curve": {"8": 0.55, "2": 0.40, "4": 0.50}},
+        "background_probe": {"acc": 93.4, "protocol": "fast", "target": "background"},
+        "dynamics": {"epochs": [1], "af_gv": [0.5], "gv_sc": [-0.4], "af_sc": [0.1]},
+        "cost": {"gflops": 1.419, "params_m": 11.9, "sec_per_epoch": 21.0, "img_per_s": 2400.0,
+                 "peak_mem_mb": 5000.0, "train_minutes": 75.1},
+    }[section]
+
+
+def _write_eval(wf: dict, base: Path | None = None) -> dict:
+    """features.json and every section file of every run of the grid, in the per-section layout;
+    returns the grid."""
+    runs = grid.expand_grid(wf)
+    results = Path(wf["results"]) if base is None else base / wf["results"]
+    for i, (rid, run) in enumerate(runs.items()):
+        cfg = run.config
+        info = {"dataset": cfg["data"]["dataset"], "method": cfg["method"]["name"], "seed": cfg["seed"],
+                "weights_sha": f"sha{i:02d}"}
+        training = {"epochs": [1, 2, 3], "loss": [5.0, 4.5, None]}
+        if cfg["method"]["name"] == "bayesncl":
+            training.update(open_gates=[1.0, 0.8, 0.55], open_gates_last=0.55)
+        folder = results / "runs" / rid / "eval"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "features.json").write_text(json.dumps({"run": info, "features": {"test_images": 120},
+                                                          "training": training}))
+        for section in grid.evaluation_sections(run):
+            if section == "features":
+                continue
+            (folder / f"{section}.json").write_text(json.dumps({"run": info, section: _content(section, run, i)}))
+    return runs
+
+
+def _by_id(df: pd.DataFrame) -> dict[str, dict]:
+    return {r["run_id"]: r for r in df.to_dict("records")}
 
 
 # --------------------------------------------------------------------------- summary
+def test_summarize_one_row_per_grid_run_identity_from_the_grid(tmp_path):
+    wf = _tiny(tmp_path / "results")
+    runs = _write_eval(wf)
+    df = summ.summarize(wf)
+    assert list(df.columns) == summ.COLUMNS and list(df["run_id"]) == list(runs)  # the grid's order
+    rows = _by_id(df)
+    r = rows[MAIN_BAYES]
+    assert (r["dataset"], r["arch"], r["method"], r["variant"], r["gate"]) == (
+        "synthetic", "resnet18", "bayesncl", "BayesNCL (STE)", "ste")
+    assert r["sets"] == "table1;table2;table3;table4;table6;table7;figure3;figure4a;figure4b"
+    assert r["sweep"] == "proj_dim;rho"  # the default D and rho 0.8 are sweep points; lambda 3e-5 is not
+    assert (r["rho"], r["lambda"], r["proj_dim"], r["seed"], r["head_depth"], r["detach"]) == (
+        0.8, 3e-5, 16, 0, 2, 1.0)
+    narrow = rows["synthetic/bayesncl/D~8/rho~0.8/lambda~3e-05/seed~0"]
+    assert (narrow["proj_dim"], narrow["sets"], narrow["sweep"]) == (8, "figure4a", "proj_dim")
+    r50 = rows["synthetic/ncl/arch~resnet50/width~2/seed~0"]
+    assert (r50["arch"], r50["variant"], r50["sets"], r50["sweep"]) == ("resnet50", "NCL", "table5", "")
+    soft = rows["synthetic/bayesncl/gate~soft/rho~0.8/lambda~3e-05/seed~0"]
+    assert (soft["variant"], soft["gate"], soft["sets"]) == ("Soft gate", "soft", "table4")
+    cl = rows["synthetic/cl/seed~0"]
+    assert (cl["method"], cl["variant"], cl["sets"], cl["sweep"]) == ("cl", "SimCLR", "table1;table2", "")
+    # Numbers are each run's own files: sc = 30 + the run's position in the grid.
+    assert list(df["sc"]) == [30.0 + i for i in range(len(runs))]
+    assert list(df["weights_sha"]) == [f"sha{i:02d}" for i in range(len(runs))]
+
+
 def test_summarize_flattens_every_section(tmp_path):
-    m = _write_metrics(tmp_path / "results/runs/cifar100/resnet18/bayesncl/rho~0.8/seed~1/eval/metrics.json",
-                       FULL_METRICS)
-    df = summ.summarize([{"metrics": m, "sets": ["table1", "figure3"], "variant": "BayesNCL (STE)",
-                          "sweep": "rho"}])
-    assert list(df.columns) == summ.COLUMNS
-    r = df.iloc[0]
-    assert r["run_id"] == "cifar100/resnet18/bayesncl/rho~0.8/seed~1"
-    assert (r["dataset"], r["arch"], r["method"], r["variant"]) == ("cifar100", "resnet18", "bayesncl",
-                                                                    "BayesNCL (STE)")
-    assert r["sets"] == "table1;figure3" and r["sweep"] == "rho" and r["gate"] == "ste"
-    assert (r["rho"], r["lambda"], r["proj_dim"], r["seed"], r["head_depth"]) == (0.8, 3e-5, 256, 1, 2)
-    assert r["sc"] == 36.1 and r["alive"] == 200 and r["bg_dominated_feature"] == 0.05
-    assert (r["probe_top1"], r["probe_top5"], r["probe_protocol"]) == (70.4, 91.0, "fast")
-    assert r["ret_K"] == 128  # P@k: a fraction in metrics.json, percent in runs.csv
+    wf = _tiny(tmp_path / "results")
+    runs = _write_eval(wf)
+    rows = _by_id(summ.summarize(wf))
+    # The main run has every section (table3: dynamics, table6: background, table7: cost); SimCLR, in
+    # tables 1-2 only, has no retrieval, background, dynamics or cost.
+    assert {"interpretability", "linear_probe", "retrieval", "background_probe", "dynamics", "cost"} <= set(
+        grid.evaluation_sections(runs[MAIN_BAYES]))
+    assert not {"retrieval", "background_probe", "dynamics", "cost"} & set(
+        grid.evaluation_sections(runs["synthetic/cl/seed~0"]))
+    r = rows[MAIN_BAYES]
+    assert r["alive"] == 200 and r["bg_dominated_feature"] == 0.05 and (r["closed_bg"], r["closed_cls"]) == (0.7, 0.2)
+    assert (r["probe_top1"], r["probe_top5"], r["probe_protocol"]) == (73.0, 91.0, "fast")
+    assert r["ret_K"] == 8  # P@k: a fraction in retrieval.json, percent in runs.csv
     assert (r["ret_p1"], r["ret_p10"]) == (pytest.approx(60.0), pytest.approx(55.0))
-    assert json.loads(r["ret_curve"]) == pytest.approx({"32": 40.0, "64": 50.0, "128": 55.0})
-    assert list(json.loads(r["ret_curve"])) == ["32", "64", "128"]  # sorted numerically
+    assert json.loads(r["ret_curve"]) == pytest.approx({"2": 40.0, "4": 50.0, "8": 55.0})
+    assert list(json.loads(r["ret_curve"])) == ["2", "4", "8"]  # sorted numerically
     assert (r["bg_acc"], r["bg_protocol"]) == (93.4, "fast")
-    assert json.loads(r["dyn_gv_sc"]) == [-0.4, -0.2] and json.loads(r["dyn_epochs"]) == [10, 20]
+    assert json.loads(r["dyn_gv_sc"]) == [-0.4] and json.loads(r["dyn_epochs"]) == [1]
     assert (r["gflops"], r["train_minutes"]) == (1.419, 75.1)
-    assert r["weights_sha"] == "0123456789ab" and (r["closed_bg"], r["closed_cls"]) == (0.7, 0.2)
     assert math.isnan(r["topk_bound"]) and math.isnan(r["topk_removed"])  # Top-k NCL only
     assert r["open_gates_last"] == 0.55 and json.loads(r["gate_curve"]) == [1.0, 0.8, 0.55]
     assert json.loads(r["loss_curve"]) == [5.0, 4.5, None]
+    topk = rows["synthetic/topk_ncl/k~2/seed~0"]
+    assert (topk["topk_bound"], topk["topk_removed"]) == (0.0, 0.0)
+    assert topk["gate_curve"] == "" and math.isnan(topk["open_gates_last"]) and math.isnan(topk["closed_bg"])
+    # Sections a run does not have are empty.
+    cl = rows["synthetic/cl/seed~0"]
+    assert cl["sc"] == 30.0 and cl["probe_top1"] == 70.0 and math.isnan(cl["gflops"])
+    assert math.isnan(cl["ret_K"]) and math.isnan(cl["ret_p10"]) and cl["ret_curve"] == ""
+    assert math.isnan(cl["bg_acc"]) and cl["bg_protocol"] == "" and cl["dyn_epochs"] == ""
 
 
-def test_summarize_topk_fields(tmp_path):
-    m = _write_metrics(tmp_path / "runs/t/seed~0/eval/metrics.json",
-                       {"run": {"dataset": "synthetic", "method": "topk_ncl", "weights_sha": "00ff"},
-                        "interpretability": {"sc": 5.0, "topk_bound": 0.0, "topk_removed": 0.0}})
-    r = summ.summarize([{"metrics": m, "sets": ["table1"]}]).iloc[0]
-    assert (r["topk_bound"], r["topk_removed"], r["weights_sha"]) == (0.0, 0.0, "00ff")
-    assert r["gate_curve"] == "" and math.isnan(r["open_gates_last"]) and math.isnan(r["closed_bg"])
-
-def test_summarize_missing_sections_are_empty(tmp_path):
-    m = _write_metrics(tmp_path / "runs/cifar10/resnet18/cl/seed~2/eval/metrics.json",
-                       {"run": {"dataset": "cifar10", "arch": "resnet18", "method": "cl"},
-                        "interpretability": {"sc": 10.0}})
-    r = summ.summarize([{"metrics": m, "sets": []}]).iloc[0]
-    assert r["variant"] == "SimCLR"  # default display name when the manifest gives none
-    assert r["seed"] == 2  # recovered from the seed~2 path component
-    assert r["sc"] == 10.0 and math.isnan(r["se_sum"]) and math.isnan(r["probe_top1"])
-    assert r["ret_curve"] == "" and r["probe_protocol"] == "" and r["dyn_epochs"] == "" and r["sets"] == ""
-    assert math.isnan(r["gflops"])
+def test_summarize_ignores_files_of_sections_the_run_does_not_have(tmp_path):
+    wf = _tiny(tmp_path / "results")
+    _write_eval(wf)
+    stray = tmp_path / "results/runs/synthetic/cl/seed~0/eval/retrieval.json"
+    stray.write_text(json.dumps({"run": {}, "retrieval": {"K": 8, "p@10": 0.9}}))
+    assert math.isnan(_by_id(summ.summarize(wf))["synthetic/cl/seed~0"]["ret_p10"])
 
 
-def test_summarize_nested_run_config_and_relative_paths(tmp_path):
-    _write_metrics(tmp_path / "results/runs/a/seed~0/eval/metrics.json",
-                   {"run": {"dataset": "cifar10", "method": "ncl", "model": {"proj_dim": 128},
-                            "seed": 0}})
-    df = summ.summarize([{"metrics": "results/runs/a/seed~0/eval/metrics.json", "sets": ["table1"]}],
-                        base_dir=tmp_path)
-    assert df.iloc[0]["proj_dim"] == 128 and df.iloc[0]["run_id"] == "a/seed~0"
+def test_sweep_membership_is_the_grids(tmp_path):
+    wf = _tiny(tmp_path / "results")
+    _write_eval(wf)
+    df = summ.summarize(wf)
+    fig4b = df[[("figure4b" in s.split(";")) for s in df["sets"]]]
+    assert sorted(summ.sweep_rows(fig4b, "rho")["rho"]) == [0.5, 0.8]
+    # The main run (lambda 3e-5) is not a point of tiny's lambda sweep [0, 3e-3]: it is left out.
+    assert sorted(summ.sweep_rows(fig4b, "lambda")["lambda"]) == [0.0, 3e-3]
+    # With the default lambda among the sweep's values, the main run is a point of both sweeps.
+    wf = _tiny(tmp_path / "both", figure4b={"variants": ["BayesNCL (STE)"],
+                                            "sweep": {"method.rho": [0.5, 0.8], "method.lambda": [0.0, 3e-5]}})
+    _write_eval(wf)
+    df = summ.summarize(wf)
+    assert _by_id(df)[MAIN_BAYES]["sweep"] == "proj_dim;rho;lambda"
+    fig4b = df[[("figure4b" in s.split(";")) for s in df["sets"]]]
+    lam = summ.sweep_rows(fig4b, "lambda")
+    assert sorted(lam["lambda"]) == [0.0, 3e-5] and set(lam["rho"]) == {0.8}
+    assert sorted(summ.sweep_rows(fig4b, "rho")["rho"]) == [0.5, 0.8]
+    assert summ.sweep_rows(df, "proj_dim")["proj_dim"].tolist() == [16.0, 8.0]
+    # A run of no sweep (table1/table2 only) is in none.
+    assert "synthetic/cl/seed~0" not in {*summ.sweep_rows(df, "rho")["run_id"],
+                                         *summ.sweep_rows(df, "lambda")["run_id"]}
 
 
-def test_summarize_errors_name_the_file(tmp_path):
-    missing = tmp_path / "nope" / "metrics.json"
-    with pytest.raises(summ.MetricsFileError, match=re.escape(str(missing))):
-        summ.summarize([{"metrics": str(missing), "sets": []}])
-    bad = tmp_path / "bad" / "metrics.json"
-    bad.parent.mkdir()
-    bad.write_text("{not json")
-    with pytest.raises(summ.MetricsFileError, match=re.escape(str(bad))):
-        summ.summarize([{"metrics": str(bad), "sets": []}])
-    with pytest.raises(summ.ManifestError, match="entry 0"):
-        summ.summarize([{"sets": ["table1"]}])
+def test_summarize_relative_results_against_base_dir(tmp_path):
+    wf = _tiny("res")
+    _write_eval(wf, base=tmp_path)
+    df = summ.summarize(wf, base_dir=tmp_path)
+    assert len(df) == len(grid.expand_grid(wf)) and df["sc"].notna().all()
 
 
-def test_summarize_merges_duplicate_entries(tmp_path):
-    m = _write_metrics(tmp_path / "runs/x/seed~0/eval/metrics.json", FULL_METRICS)
-    df = summ.summarize([{"metrics": m, "sets": ["table1"], "variant": "BayesNCL"},
-                         {"metrics": m, "sets": ["table2", "table1"], "variant": "BayesNCL"},
-                         {"metrics": m, "sets": ["table4"], "variant": "STE (default)"}])
-    assert list(df["sets"]) == ["table1;table2", "table4"]
+def test_summarize_errors_name_the_file_and_the_fix(tmp_path):
+    wf = _tiny(tmp_path / "results")
+    _write_eval(wf)
+    folder = tmp_path / "results/runs/synthetic/topk_ncl/k~2/seed~0/eval"
 
+    def fails(path: Path, *needles: str):
+        with pytest.raises(summ.MetricsFileError) as err:
+            summ.summarize(wf)
+        for needle in (str(path), *needles):
+            assert needle in str(err.value), (needle, str(err.value))
 
-def test_sweep_hint_accepts_dotted_config_keys(tmp_path):
-    m = _write_metrics(tmp_path / "runs/x/seed~0/eval/metrics.json", FULL_METRICS)
-    df = summ.summarize([{"metrics": m, "variant": v, "sweep": h} for v, h in
-                         (("a", "method.rho"), ("b", "method.lambda"), ("c", "model.proj_dim"),
-                          ("d", "width"), ("e", None),
-                          ("f", ["model.proj_dim", "method.rho", "method.lambda"]))])
-    assert list(df["sweep"]) == ["rho", "lambda", "width", "width", "", "width;rho;lambda"]
+    gone = folder / "retrieval.json"
+    text = gone.read_text()
+    gone.unlink()
+    fails(gone, "not found", f"snakemake {gone}", "--only retrieval")
+    gone.write_text("{not json")
+    fails(gone, "not valid JSON")
+    gone.write_text(json.dumps({"run": {}, "retrieval_v0": {}}))
+    fails(gone, "no 'retrieval' object")
+    gone.write_text(json.dumps({**json.loads(text), "run": {"weights_sha": "other"}}))
+    fails(gone, "weights_sha other", "stale")
+    gone.write_text(text)
+    (folder / "features.json").unlink()
+    fails(folder / "features.json", "not found", f"snakemake {folder / 'features.json'}")
+    with pytest.raises(ConfigError, match="results"):
+        summ.summarize({k: v for k, v in wf.items() if k != "results"})
 
 
 def test_write_summary_roundtrip(tmp_path):
-    m = _write_metrics(tmp_path / "runs/x/seed~0/eval/metrics.json", FULL_METRICS)
-    m2 = _write_metrics(tmp_path / "runs/y/seed~0/eval/metrics.json", {"run": {"dataset": "cifar10"}})
-    manifest = tmp_path / "manifest.json"
-    m3 = _write_metrics(tmp_path / "runs/z/seed~0/eval/metrics.json", FULL_METRICS)
-    manifest.write_text(json.dumps([{"metrics": m, "sets": ["table1"], "variant": "B"},
-                                    {"metrics": m2, "sets": ["table2"]},
-                                    {"metrics": m3, "sets": ["table4"], "variant": "ablation"}]))
+    wf = _tiny(tmp_path / "results")
+    _write_eval(wf)
     out = tmp_path / "summary" / "runs.csv"
-    df = summ.write_summary(manifest, out)
+    df = summ.write_summary(wf, out)
     back = summ.read_summary(out)
     pd.testing.assert_frame_equal(df, back)
     assert sorted(p.name for p in out.parent.iterdir()) == ["metrics.json", "runs.csv"]  # no temp files left
     headline = json.loads((out.parent / "metrics.json").read_text())
-    assert set(headline) == {str(d) for d in df["dataset"]}
-    row = df[df["variant"] == "B"].iloc[0]
-    assert headline[str(row["dataset"])]["B"]["sc"] == pytest.approx(row["sc"], abs=1e-4)
-    assert "ablation" not in headline[str(row["dataset"])]  # only the main comparison (Tables 1-2)
-    # JSON-lines manifests and {"runs": [...]} are accepted too.
-    manifest.write_text("\n".join(json.dumps(e) for e in [{"metrics": m, "sets": ["table1"]}]))
-    assert len(summ.load_manifest(manifest)) == 1
-    manifest.write_text(json.dumps({"runs": [{"metrics": m}]}))
-    assert len(summ.load_manifest(manifest)) == 1
+    assert list(headline) == ["synthetic"]
+    # Only the main comparison (Tables 1-2): not the ablation (Soft gate) nor ResNet-50's table5 runs.
+    assert set(headline["synthetic"]) == {"SimCLR", "NCL", "Top-k NCL", "BayesNCL (STE)"}
+    assert headline["synthetic"]["BayesNCL (STE)"]["sc"] == pytest.approx(_by_id(df)[MAIN_BAYES]["sc"])
 
 
 # --------------------------------------------------------------------------- tables
@@ -315,14 +384,13 @@ def test_table6_background_columns_in_percent_never_bold():
     assert _md_rows(md)[0] == ["Method", "BG acc.", "BG-dom. z+", "BG-dom. feat.", "Closed BG", "Closed cls."]
 
 
-def test_retrieval_in_percent_from_metrics_json(tmp_path):
-    metrics = {"run": {"dataset": "cifar10", "method": "ncl", "seed": 0},
-               "linear_probe": {"top1": 55.5, "protocol": "fast"},
-               "retrieval": {"K": 64, "p@1": 0.5, "p@3": 0.25, "p@5": 0.125, "p@10": 0.0625}}
-    m = _write_metrics(tmp_path / "runs/n/seed~0/eval/metrics.json", metrics)
-    df = summ.summarize([{"metrics": m, "sets": ["table2"]}])
-    assert _cells(tables.render_table(df, "table2"), "NCL") == ["$55.50$", "--", "$50.00$", "$25.00$", "$12.50$",
-                                                                 "$6.25$"]
+def test_table2_from_summarize_retrieval_in_percent(tmp_path):
+    wf = _tiny(tmp_path / "results")
+    _write_eval(wf)
+    tex = tables.render_table(summ.summarize(wf), "table2")
+    # NCL is the grid's 2nd run: top-1 71; retrieval.json's fractions 0.60 .. 0.55 printed in percent.
+    assert _cells(tex, "NCL") == ["$71.00$", "$91.00$", "$60.00$", "$58.00$", "$57.00$", "$55.00$"]
+    assert _cells(tex, "SimCLR")[2:] == ["--"] * 4 and "$K = 8$" in tex
 
 
 def test_std_over_seeds_and_caption_seed_count():
@@ -373,6 +441,19 @@ def test_simclr_retrieval_is_a_dash():
     assert _cells(tex, "SimCLR")[2:] == ["--"] * 4
     assert _cells(tex, "NCL")[0] == r"$\mathbf{81.00}$"
     assert "$K = 64$" in tex
+
+
+def test_table_behaviour_follows_its_spec_not_its_name(monkeypatch):
+    import dataclasses
+    df = _frame([_row("SimCLR", 0, method="cl", sets="table2;table6", probe_top1=80.0, probe_protocol="paper",
+                      ret_K=64, ret_p1=99.0, bg_acc=90.0, bg_protocol="fast"),
+                 _row("NCL", 0, method="ncl", sets="table2;table6", probe_top1=81.0, probe_protocol="fast",
+                      ret_K=32, ret_p1=50.0, bg_acc=91.0, bg_protocol="paper")])
+    for name in ("table2", "table6"):
+        monkeypatch.setitem(tables._SPECS, "renamed", dataclasses.replace(tables._SPECS[name], name="renamed"))
+        got, want = tables.build_table(df, "renamed"), tables.build_table(df, name)
+        assert (got["caption"], got["blocks"]) == (want["caption"], want["blocks"]), name
+    assert "$K = 32$" in tables.render_table(df, "table2")  # SimCLR's K is not reported
 
 
 def test_probe_protocol_note():
@@ -484,33 +565,13 @@ def _figure_frame():
     for width in (64, 128, 256):
         rows += [_row(f"BayesNCL D={width}", s, sets="figure4a", proj_dim=width, sc=20.0 + s,
                       probe_top1=60.0 + s) for s in range(2)]
-    for rho in (0.6, 0.8, 0.9):
+    for rho in (0.6, 0.8, 0.9):  # (0.8, 3e-5): the default point, in both sweeps
         rows.append(_row("BayesNCL", 0, sets="figure4b", rho=rho, **{"lambda": 3e-5}, sc=rho * 10,
-                         probe_top1=60.0))
+                         probe_top1=60.0, sweep="rho;lambda" if rho == 0.8 else "rho"))
     for lam in (0.0, 1e-5, 5e-5):
         rows.append(_row("BayesNCL", 0, sets="figure4b", rho=0.8, **{"lambda": lam}, sc=lam * 1e5,
-                         probe_top1=60.0))
+                         probe_top1=60.0, sweep="lambda"))
     return _frame(rows)
-
-
-def test_figure4b_sweep_membership():
-    df = _figure_frame()
-    rows = df[df["sets"] == "figure4b"]
-    rho = sorted(figures_module().sweep_rows(rows, "rho")["rho"])
-    lam = sorted(figures_module().sweep_rows(rows, "lambda")["lambda"])
-    assert rho == [0.6, 0.8, 0.9] and lam == [0.0, 1e-5, 3e-5, 5e-5]
-    # Hints win over inference: a "width" row at the base rho/lambda is in neither sweep, and a
-    # hinted row is kept even when it also moves the other parameter.
-    hinted = _frame([_row("B", 0, sets="figure4b", rho=0.8, **{"lambda": 3e-5}, proj_dim=64, sweep="width"),
-                     _row("B", 0, sets="figure4b", rho=0.8, **{"lambda": 3e-5}, sweep="rho"),
-                     _row("B", 0, sets="figure4b", rho=0.8, **{"lambda": 3e-5}, sweep="rho"),
-                     _row("B", 0, sets="figure4b", rho=0.5, **{"lambda": 1e-5}, sweep="rho"),
-                     _row("B", 0, sets="figure4b", rho=0.8, **{"lambda": 0.0}, sweep="lambda"),
-                     # the default operating point, a point of every sweep
-                     _row("B", 0, sets="figure4b", rho=0.8, **{"lambda": 3e-5}, sweep="width;rho;lambda")])
-    sweep = figures_module().sweep_rows
-    assert sorted(sweep(hinted, "rho")["rho"]) == [0.5, 0.8, 0.8, 0.8]
-    assert sorted(sweep(hinted, "lambda")["lambda"]) == [0.0, 3e-5, 3e-5, 3e-5]
 
 
 def figures_module():

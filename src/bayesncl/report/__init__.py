@@ -1,8 +1,9 @@
 """Runs summary (runs.csv), LaTeX/Markdown tables and figures for the paper's Tables 1-7, Figures 3-4.
 
 API:
-    summarize(manifest) -> DataFrame            one row per manifest entry (see summary.COLUMNS)
-    write_summary(manifest_path, out_csv)       the same, written atomically to CSV
+    summarize(grid_config) -> DataFrame         one row per run of the workflow config's grid, read from
+                                                its eval/ files (see summary.COLUMNS)
+    write_summary(grid_config, out_csv)         the same, written atomically to CSV
     read_summary(csv_path) -> DataFrame         runs.csv back with stable dtypes
     render_tables(df, out_dir)                  table1..7 .tex/.md
     write_claims(df, out_dir)                   claims.tex/.md (docs/METHOD.md section 9)
@@ -17,11 +18,10 @@ import os
 from pathlib import Path
 from typing import TextIO
 
-from .summary import (COLUMNS, ManifestError, MetricsFileError, load_manifest, read_summary,
-                      summarize, write_summary)
+from .summary import COLUMNS, MetricsFileError, read_summary, summarize, write_summary
 
-__all__ = ["COLUMNS", "ManifestError", "MetricsFileError", "load_manifest", "read_summary",
-           "render_figures", "render_tables", "summarize", "write_claims", "write_report", "write_summary"]
+__all__ = ["COLUMNS", "MetricsFileError", "read_summary", "render_figures", "render_tables", "summarize",
+           "write_claims", "write_report", "write_summary"]
 
 
 def render_tables(df, out_dir):  # lazy: jinja2 is only needed for the report step

@@ -4,11 +4,11 @@
   variant, one panel per dataset (set ``figure3``); ``cl`` rows are skipped (no retrieval for SimCLR).
   The K of Table 2 is marked.
 - figure4a: latent width D (``proj_dim``) against SC and linear-probe top-1 (set ``figure4a``), one row
-  of panels per dataset; the default D (the one most runs of that dataset use) is marked.
-- figure4b: sensitivity of SC and top-1 to rho and to lambda (set ``figure4b``; sweep membership:
-  ``summary.sweep_rows``). lambda is on a log axis with lambda = 0 drawn apart at the left, behind an
-  axis break; the default operating point is marked, and NCL's value at the same dataset, backbone and
-  D is a dashed reference line.
+  of panels per dataset; the default D (the main comparison's, Tables 1-2) is marked.
+- figure4b: sensitivity of SC and top-1 to rho and to lambda (set ``figure4b``; a run is a point of a
+  sweep when its ``sweep`` column names it, as the grid says: ``summary.sweep_rows``). lambda is on a
+  log axis with lambda = 0 drawn apart at the left, behind an axis break; the default operating point
+  is marked, and NCL's value at the same dataset, backbone and D is a dashed reference line.
 - gates: open-gate fraction per training epoch (``gate_curve``) of the BayesNCL runs at the default
   operating point, one line per variant, and of the lambda sweep when there is one: do the gates leave
   their initial state?
@@ -27,6 +27,7 @@ import json
 import math
 import os
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from ..atomic import atomic_path
-from .summary import METHOD_NAMES, _mode, prepare, sweep_rows
+from .summary import METHOD_NAMES, prepare, sweep_rows
 from .tables import ARCH_NAMES, DATASET_NAMES, stat
 
 __all__ = ["FIGURE_NAMES", "RC", "render_figures", "save_figure", "sweep_rows"]
@@ -190,12 +191,33 @@ def _arch_text(rows: pd.DataFrame) -> str:
     return "/".join(archs)
 
 
+def _mode(values) -> float:
+    """The most common finite value (ties: the smaller); NaN when there is none."""
+    vals = [float(v) for v in values if math.isfinite(v)]
+    if not vals:
+        return math.nan
+    counts = Counter(vals)
+    return max(counts, key=lambda v: (counts[v], -v))
+
+
+MAIN_SETS = {"table1", "table2"}
+
+
 def _default_point(df: pd.DataFrame, dataset: str) -> dict[str, float]:
-    """The dataset's default operating point: the D, rho and lambda that most of its runs use (the main
-    comparison and the ablations share it; each sweep moves one value away from it)."""
+    """The dataset's default operating point: the D of its main comparison (Tables 1-2) and the rho and
+    lambda of its BayesNCL runs there (each sweep moves one value away from it). A value the main runs
+    do not give is the one most of the dataset's runs use."""
     rows = df[df["dataset"] == dataset]
-    bayes = rows[rows["method"] == "bayesncl"]
-    return {"proj_dim": _mode(rows["proj_dim"]), "rho": _mode(bayes["rho"]), "lambda": _mode(bayes["lambda"])}
+    main = rows[_mask(rows, [bool(MAIN_SETS & set(s.split(";"))) for s in rows["sets"]])]
+    out = {}
+    for key, bayes_only in (("proj_dim", False), ("rho", True), ("lambda", True)):
+        for part in (main, rows):
+            if bayes_only:
+                part = part[part["method"] == "bayesncl"]
+            out[key] = _mode(part[key])
+            if math.isfinite(out[key]):
+                break
+    return out
 
 
 def _save(fig: Figure, out_dir: Path, stem: str, formats: tuple[str, ...]) -> list[Path]:

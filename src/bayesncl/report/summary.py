@@ -1,21 +1,26 @@
 """Collect evaluated runs into one flat table (``results/summary/runs.csv``).
 
-The manifest (written by the Snakemake workflow) lists one entry per run and display variant::
+The workflow config says which runs exist: ``summarize`` expands it with ``bayesncl.grid.expand_grid``
+and gives one row per run, in the grid's order, with the columns of ``COLUMNS``. A run's identity
+(``run_id``, ``variant``, ``sets`` joined with ";", ``sweep``, and the settings ``dataset`` ... ``seed``)
+comes from the grid and its resolved config; its numbers come from its evaluation folder
+``<results>/runs/<run_id>/eval/``:
 
-    {"metrics": "results/runs/.../seed~0/eval/metrics.json",
-     "sets": ["table1", "figure3"], "variant": "BayesNCL (STE)", "sweep": "rho"}   # sweep optional
+- ``features.json``: ``{"run": {...}, "training": {...}}``, every run has it; ``weights_sha`` and the
+  training curves come from here;
+- ``<section>.json`` for each other section of ``grid.evaluation_sections(run)``: ``{"run": {...},
+  "<section>": {...}}`` (interpretability, linear_probe, retrieval, background_probe, dynamics, cost).
 
-``summarize`` returns one row per entry (entries naming the same metrics file with the same variant
-are merged, their sets united, so a run is never counted twice in a table) with the columns of
-``COLUMNS``. Sections absent from metrics.json give NaN (numbers) or "" (text). ``run_id`` is the
-run dir relative to ``results/runs``; ``sweep`` (after ``sets``) is the entry's sweep hint, used by
-Figure 4b; ``ret_curve`` is a JSON object {K: P@10} sorted by K and ``dyn_*``, ``gate_curve``
-(open-gate fraction per epoch) and ``loss_curve`` are JSON lists. ``weights_sha`` is the trained
-weights' hash: equal hashes mean bit-identical training.
+A missing or malformed file raises ``MetricsFileError`` naming it and the command that writes it; a
+section the run does not have gives NaN (numbers) or "" (text). ``sweep`` lists the swept keys (their
+last component: "rho", "lambda", "proj_dim") the run is a point of, ";"-joined: the default point of
+several sweeps is in each, exactly as the grid says. ``ret_curve`` is a JSON object {K: P@10} sorted by
+K and ``dyn_*``, ``gate_curve`` (open-gate fraction per epoch) and ``loss_curve`` are JSON lists.
+``weights_sha`` is the trained weights' hash: equal hashes mean bit-identical training.
 
-Units: metrics.json stores retrieval precision as a fraction; runs.csv holds it in percent (``ret_p*``
+Units: the retrieval section stores precision as a fraction; runs.csv holds it in percent (``ret_p*``
 and ``ret_curve``), like every accuracy. The shares ``bg_dominated_*``, ``closed_*``, ``topk_*`` and
-``open_gates_last`` stay fractions (0-1), as in metrics.json.
+``open_gates_last`` stay fractions (0-1), as in the section files.
 """
 
 from __future__ import annotations
@@ -23,17 +28,17 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 
 from ..atomic import atomic_path, atomic_write_text
-from ..errors import ManifestError, MetricsFileError  # re-exported: their old home
+from ..errors import ConfigError, MetricsFileError  # MetricsFileError re-exported: its old home
+from ..grid import Run, evaluation_sections, expand_grid
 
-__all__ = ["COLUMNS", "ManifestError", "MetricsFileError", "load_manifest", "prepare",
-           "read_summary", "summarize", "sweep_rows", "write_summary"]
+__all__ = ["COLUMNS", "MetricsFileError", "prepare", "read_summary", "summarize", "sweep_rows",
+           "write_summary"]
 
 ID_COLUMNS = ["run_id", "dataset", "arch", "method", "variant", "sets", "sweep"]
 RUN_COLUMNS = ["gate", "detach", "head_depth", "rho", "lambda", "proj_dim", "seed", "weights_sha"]
@@ -54,7 +59,7 @@ TEXT_COLUMNS = {
     "gate_curve", "loss_curve",
 }
 
-# (section, key in metrics.json, column)
+# (section, key in the section, column); "training" is features.json's training block.
 _SCALARS = [
     *[("interpretability", k, k) for k in (
         "sc", "se_sum", "se_mean", "se_freq", "act", "alive", "alive_frac",
@@ -62,41 +67,18 @@ _SCALARS = [
         "topk_removed")],
     ("linear_probe", "top1", "probe_top1"), ("linear_probe", "top5", "probe_top5"),
     ("retrieval", "K", "ret_K"),
-    ("background", "acc", "bg_acc"),
+    ("background_probe", "acc", "bg_acc"),
     *[("cost", k, k) for k in (
         "gflops", "params_m", "sec_per_epoch", "img_per_s", "peak_mem_mb", "train_minutes")],
     ("training", "open_gates_last", "open_gates_last"),
 ]
 _PERCENT = [("retrieval", f"p@{k}", f"ret_p{k}") for k in (1, 3, 5, 10)]  # fraction -> percent
-_TEXTS = [("linear_probe", "protocol", "probe_protocol"), ("background", "protocol", "bg_protocol")]
+_TEXTS = [("linear_probe", "protocol", "probe_protocol"), ("background_probe", "protocol", "bg_protocol")]
 _LISTS = [("dynamics", "epochs", "dyn_epochs"), ("dynamics", "af_gv", "dyn_af_gv"),
           ("dynamics", "gv_sc", "dyn_gv_sc"), ("dynamics", "af_sc", "dyn_af_sc"),
           ("training", "open_gates", "gate_curve"), ("training", "loss", "loss_curve")]
 
 METHOD_NAMES = {"cl": "SimCLR", "ncl": "NCL", "topk_ncl": "Top-k NCL", "bayesncl": "BayesNCL"}
-
-
-def load_manifest(manifest_path: str | os.PathLike) -> list[dict]:
-    """Read a manifest: a JSON list, a JSON object with a ``runs`` list, or JSON lines."""
-    path = Path(manifest_path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ManifestError(f"cannot read manifest {path}: {exc}") from exc
-    try:
-        data = json.loads(text) if text.strip() else []
-    except json.JSONDecodeError:
-        try:
-            data = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except json.JSONDecodeError as exc:
-            raise ManifestError(f"manifest {path} is neither JSON nor JSON lines: {exc}") from exc
-    if isinstance(data, dict) and isinstance(data.get("runs"), list):
-        data = data["runs"]
-    elif isinstance(data, dict) and "metrics" in data:  # a one-line JSON-lines manifest
-        data = [data]
-    if not isinstance(data, list):
-        raise ManifestError(f"manifest {path}: expected a list of entries, got {type(data).__name__}")
-    return data
 
 
 def _num(value: Any) -> float:
@@ -108,58 +90,51 @@ def _num(value: Any) -> float:
         return math.nan
 
 
-def _find(run: dict, key: str) -> Any:
-    """``run[key]``, else the first nested dict holding ``key`` (run configs may be nested)."""
-    if key in run:
-        return run[key]
-    for value in run.values():
-        if isinstance(value, dict):
-            found = _find(value, key)
-            if found is not None:
-                return found
-    return None
-
-
-def _run_dir(metrics: Path) -> Path:
-    return metrics.parent.parent if metrics.parent.name == "eval" else metrics.parent
-
-
-def _run_id(metrics_entry: str) -> str:
-    """Run dir as a posix path relative to ``results/runs`` (the part after the last ``runs``)."""
-    parts = _run_dir(Path(metrics_entry)).parts
-    if "runs" in parts:
-        idx = len(parts) - 1 - parts[::-1].index("runs")
-        parts = parts[idx + 1:]
-    return "/".join(p for p in parts if p not in ("/", ""))
-
-
-def _path_params(run_id: str) -> dict[str, str]:
-    # Fallback for missing "run" fields: the run dir encodes them as param~value components.
-    out = {}
-    for comp in run_id.split("/"):
-        if "~" in comp:
-            k, _, v = comp.partition("~")
-            out[k] = v
-    return out
-
-
-def _read_metrics(path: Path) -> dict:
+def _read_json(path: Path, section: str | None, fix: str) -> dict:
+    """The file's object, checked: a "run" object, and the ``section`` object when one is named."""
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise MetricsFileError(f"metrics file not found: {path}") from exc
+    except FileNotFoundError:
+        raise MetricsFileError(f"evaluation file not found: {path}; {fix}") from None
     except OSError as exc:
-        raise MetricsFileError(f"cannot read metrics file {path}: {exc}") from exc
+        raise MetricsFileError(f"cannot read evaluation file {path}: {exc}; {fix}") from exc
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise MetricsFileError(f"metrics file {path} is not valid JSON: {exc}") from exc
+        raise MetricsFileError(f"evaluation file {path} is not valid JSON ({exc}); {fix}") from None
     if not isinstance(data, dict):
-        raise MetricsFileError(f"metrics file {path}: expected a JSON object, got {type(data).__name__}")
-    for section, body in data.items():
-        if body is not None and not isinstance(body, dict):
-            raise MetricsFileError(f"metrics file {path}: section {section!r} is not an object")
+        raise MetricsFileError(f"evaluation file {path}: expected a JSON object, got {type(data).__name__}; {fix}")
+    for key in ("run", section):
+        if key is not None and not isinstance(data.get(key), dict):
+            raise MetricsFileError(f"evaluation file {path}: no {key!r} object; {fix}")
+    if data.get("training") is not None and not isinstance(data["training"], dict):
+        raise MetricsFileError(f"evaluation file {path}: 'training' is not an object; {fix}")
     return data
+
+
+def _fix(eval_dir: Path, section: str) -> str:
+    path = eval_dir / f"{section}.json"
+    return (f"write it with `snakemake {path}` (or `bayesncl evaluate --checkpoint {eval_dir.parent / 'model.pt'} "
+            f"--out {eval_dir} --only {section}`)")
+
+
+def _read_run(run: Run, eval_dir: Path) -> dict[str, dict]:
+    """{section: its object} for the run, plus "run" and "training" from features.json."""
+    features = eval_dir / "features.json"
+    data = _read_json(features, None, _fix(eval_dir, "features"))
+    out = {"run": data["run"], "training": data.get("training") or {}}
+    sha = data["run"].get("weights_sha")
+    for section in evaluation_sections(run):
+        if section == "features":  # read above
+            continue
+        path, fix = eval_dir / f"{section}.json", _fix(eval_dir, section)
+        body = _read_json(path, section, fix)
+        other = body["run"].get("weights_sha")
+        if sha and other and other != sha:  # evaluated on another checkpoint than features.json
+            raise MetricsFileError(f"evaluation file {path}: weights_sha {other} differs from {features}'s "
+                                   f"{sha}, so it is stale; delete it and {fix}")
+        out[section] = body[section]
+    return out
 
 
 def _json_num(value: Any) -> float | None:
@@ -176,30 +151,15 @@ def _sorted_curve(curve: dict) -> str:
     return json.dumps({str(k): v for k, v in items})
 
 
-def _flatten(entry: dict, metrics: dict) -> dict:
+def _flatten(run: Run, metrics: dict[str, dict]) -> dict:
     row: dict[str, Any] = {c: ("" if c in TEXT_COLUMNS else math.nan) for c in COLUMNS}
-    run_id = _run_id(entry["metrics"])
-    row["run_id"] = run_id
-    run = metrics.get("run") or {}
-    from_path = _path_params(run_id)
-    for key in ("dataset", "arch", "method", *RUN_COLUMNS):
-        # Top level first, then the run dir's param~value components, then nested config sections.
-        value = run.get(key)
-        if value is None:
-            value = from_path.get(key)
-        if value is None:
-            value = _find(run, key)
-        if isinstance(value, dict):  # a nested config section, e.g. method: {name: ...}
-            value = value.get("name")
-        if value is None:
-            continue
-        if key in TEXT_COLUMNS:
-            row[key] = str(value)
-        else:
-            row[key] = _num(value)
-    row["variant"] = str(entry.get("variant") or METHOD_NAMES.get(row["method"], row["method"]))
-    row["sets"] = ";".join(str(s) for s in entry.get("sets") or [])
-    row["sweep"] = _sweep_name(entry.get("sweep"))
+    cfg, mc = run.config, run.config["method"]
+    row.update(run_id=run.run_id, dataset=str(cfg["data"]["dataset"]), arch=str(cfg["model"]["arch"]),
+               method=str(mc["name"]), variant=run.variant, sets=";".join(run.sets), sweep=";".join(run.sweeps),
+               gate=str(mc["gate"]), detach=_num(mc["detach"]), head_depth=_num(mc["head_depth"]),
+               rho=_num(mc["rho"]), proj_dim=_num(cfg["model"]["proj_dim"]), seed=_num(cfg["seed"]),
+               weights_sha=str(metrics["run"].get("weights_sha") or ""))
+    row["lambda"] = _num(mc["lambda"])
     for section, key, col in _SCALARS:
         row[col] = _num((metrics.get(section) or {}).get(key))
     for section, key, col in _PERCENT:
@@ -217,53 +177,27 @@ def _flatten(entry: dict, metrics: dict) -> dict:
     return row
 
 
-def _sweep_name(hint: Any) -> str:
-    """"rho" | "lambda" | "width" | other, ";"-joined when a run is a point of several sweeps (the
-    default operating point is in each). The workflow may give dotted config keys ("method.rho",
-    "model.proj_dim") or a list of them: keep the last component and call proj_dim "width"."""
-    if not hint:
-        return ""
-    hints = hint if isinstance(hint, (list, tuple)) else str(hint).split(";")
-    names = [str(h).rsplit(".", 1)[-1] for h in hints if str(h)]
-    return ";".join("width" if n == "proj_dim" else n for n in names)
+def summarize(grid_config: dict, base_dir: str | os.PathLike | None = None) -> pd.DataFrame:
+    """One row per run of the workflow config's grid, columns ``COLUMNS``, in the grid's order.
 
-
-def _merge_duplicates(manifest: Iterable[dict]) -> list[dict]:
-    merged: dict[tuple, dict] = {}
-    for i, entry in enumerate(manifest):
-        if not isinstance(entry, dict) or not entry.get("metrics"):
-            raise ManifestError(f"manifest entry {i} has no 'metrics' path: {entry!r}")
-        sets = entry.get("sets") or []
-        if isinstance(sets, str):
-            sets = [s for s in sets.split(";") if s]
-        key = (str(entry["metrics"]), entry.get("variant"))
-        if key in merged:
-            have = merged[key]
-            have["sets"] += [s for s in sets if s not in have["sets"]]
-            have["sweep"] = have.get("sweep") or entry.get("sweep")
-        else:
-            merged[key] = {**entry, "sets": list(sets)}
-    return list(merged.values())
-
-
-def summarize(manifest: list[dict], base_dir: str | os.PathLike | None = None) -> pd.DataFrame:
-    """One row per manifest entry, columns ``COLUMNS``, in manifest order.
-
-    Relative metrics paths are resolved against ``base_dir`` (default: the current directory, which
-    is the Snakemake working directory).
+    A relative ``results`` folder is resolved against ``base_dir`` (default: the current directory,
+    which is the Snakemake working directory).
     """
-    base = Path(base_dir) if base_dir is not None else Path.cwd()
-    rows = []
-    for entry in _merge_duplicates(manifest):
-        path = Path(entry["metrics"])
-        rows.append(_flatten(entry, _read_metrics(path if path.is_absolute() else base / path)))
+    if not grid_config.get("results"):
+        raise ConfigError("results: the workflow config names no results folder; set `results: results`")
+    results = Path(grid_config["results"])
+    if not results.is_absolute():
+        results = (Path(base_dir) if base_dir is not None else Path.cwd()) / results
+    rows = [_flatten(run, _read_run(run, results / "runs" / run_id / "eval"))
+            for run_id, run in expand_grid(grid_config).items()]
     return prepare(pd.DataFrame(rows, columns=COLUMNS))
 
 
-def write_summary(manifest_path: str | os.PathLike, out_csv: str | os.PathLike,
+def write_summary(grid_config: dict, out_csv: str | os.PathLike,
                   base_dir: str | os.PathLike | None = None) -> pd.DataFrame:
-    """Read the manifest, summarize it and write ``out_csv`` atomically; returns the table."""
-    df = summarize(load_manifest(manifest_path), base_dir=base_dir)
+    """Summarize the grid's runs and write ``out_csv`` (and the headline ``metrics.json`` beside it)
+    atomically; returns the table."""
+    df = summarize(grid_config, base_dir=base_dir)
     with atomic_path(out_csv) as tmp:
         df.to_csv(tmp, index=False, lineterminator="\n")
     atomic_write_text(Path(out_csv).with_name("metrics.json"), json.dumps(headline(df), indent=1) + "\n")
@@ -318,29 +252,9 @@ def read_summary(csv_path: str | os.PathLike) -> pd.DataFrame:
     return prepare(df)
 
 
-def _mode(values) -> float:
-    vals = [float(v) for v in values if math.isfinite(v)]
-    if not vals:
-        return math.nan
-    counts = Counter(vals)
-    return max(counts, key=lambda v: (counts[v], -v))  # ties: the smaller value, deterministically
-
-
 def sweep_rows(rows: pd.DataFrame, param: str) -> pd.DataFrame:
-    """The rows (of a figure4b set) that belong to the ``param`` ("rho" or "lambda") sweep.
-
-    The manifest's sweep hint decides; a row without hints belongs when only ``param`` differs from the
-    set's most common value of the other parameter; the other sweep's base point is in both sweeps.
-    """
-    other = "lambda" if param == "rho" else "rho"
-    base_p, base_o = _mode(rows[param]), _mode(rows[other])
-    keep = []
-    for rec in rows.to_dict("records"):
-        hints = {h for h in str(rec["sweep"] or "").split(";") if h}
-        if param in hints:
-            keep.append(True)
-        elif other in hints:
-            keep.append(rec[param] == base_p and rec[other] == base_o)
-        else:
-            keep.append(not hints and rec[other] == base_o)  # other hints ("width"): not this sweep
+    """The rows that are points of the ``param`` sweep ("rho", "lambda", "proj_dim"): those whose
+    ``sweep`` names it. The grid fills ``sweep`` exactly, so a run at the default point is in every
+    sweep whose values include that point. Callers pass the rows of one set (figure4b)."""
+    keep = [param in str(s or "").split(";") for s in rows["sweep"]]
     return rows[pd.Series(keep, index=rows.index, dtype=bool)]

@@ -2,7 +2,7 @@
 
 Conventions (the same for every table):
 - Rows are the runs whose ``sets`` contain the table's set, grouped by (dataset, arch, variant) in
-  order of first appearance (= manifest order); one block per dataset. The arch is appended to the
+  order of first appearance (= the grid's order); one block per dataset. The arch is appended to the
   row label only when a block mixes architectures.
 - A cell is ``mean ± std`` over the group's runs (seeds); std is the sample std (ddof = 1). With a
   single value the cell shows the mean alone: "± 0.00" would claim a spread that was never measured.
@@ -19,6 +19,8 @@ Conventions (the same for every table):
 - The caption states the seed count; when groups differ, rows off the most common count are marked.
 - One caption per table, written once with ``$...$`` math: LaTeX keeps the math, Markdown gets a
   plain-text rendering of it (``caption_text``).
+- What differs between tables is a field of ``TableSpec`` (values not reported for some methods, the
+  block title's values, caption notes), never a test of the table's name.
 - Layout: a two-column paper with the ICML geometry (text width 6.75 in = 487.8 pt, column width
   3.25 in = 234.9 pt, 10 pt body, tables in ``\\small``). ``TableSpec.wide`` tables are ``table*``
   (full text width); the others fit one column. tests/test_latex.py compiles them and fails on an
@@ -352,6 +354,11 @@ def repeat_note(groups: list[Group], multi_dataset: bool) -> str:
 
 
 # ----------------------------------------------------------------------------- table specs
+def _protocol(column: str, what: str, names: dict[str, str] | None = None) -> Callable[[list[Group]], str]:
+    """A caption note on the protocol(s) in ``column`` (see ``_protocol_note``)."""
+    return functools.partial(_protocol_note, column=column, what=what, names=names)
+
+
 @dataclass(frozen=True)
 class TableSpec:
     name: str
@@ -360,6 +367,16 @@ class TableSpec:
     columns: tuple[str, ...]
     kind: str = "metrics"  # "metrics" or "dynamics"
     wide: bool = False     # table* over both columns
+    # {column prefix: methods}: those methods' values of the matching columns are not reported (a dash)
+    not_reported: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # (column, math symbol): the block title lists the reported values of the column, e.g. "(K = 64)"
+    title_values: tuple[str, str] | None = None
+    # caption notes after ``caption``, each from the table's groups (may mark groups, e.g. with a dagger)
+    notes: tuple[Callable[[list[Group]], str], ...] = ()
+
+    def reported(self, column: str, method: str) -> bool:
+        return not any(column.startswith(prefix) and method in methods
+                       for prefix, methods in self.not_reported.items())
 
 
 TABLES = [
@@ -372,7 +389,9 @@ TABLES = [
               "Linear probe accuracy (%) on the frozen backbone feature and image retrieval precision "
               "P@$k$ (%) with the top-$K$ feature dimensions ($K$ in the block header; retrieval is not "
               "reported for SimCLR).",
-              ("probe_top1", "probe_top5", "ret_p1", "ret_p3", "ret_p5", "ret_p10"), wide=True),
+              ("probe_top1", "probe_top5", "ret_p1", "ret_p3", "ret_p5", "ret_p10"), wide=True,
+              not_reported={"ret_": ("cl",)}, title_values=("ret_K", "K"),
+              notes=(_protocol("probe_protocol", "Linear probe", PROBE_PROTOCOLS),)),
     TableSpec("table3", "table3",
               "Gradient dynamics: Spearman correlations between per-dimension activation frequency "
               "(AF), gradient variance (GV) and semantic consistency (SC) of $z^+$ at each recorded epoch.",
@@ -393,7 +412,8 @@ TABLES = [
               "of the evaluation feature whose lift over the base rate is larger for the background than "
               "for the class. Closed BG / cls.: closed-gate rate (%) on the background- and "
               "class-dominated dimensions of $z^+$ (BayesNCL only).",
-              ("bg_acc", "bg_dominated_zplus", "bg_dominated_feature", "closed_bg", "closed_cls"), wide=True),
+              ("bg_acc", "bg_dominated_zplus", "bg_dominated_feature", "closed_bg", "closed_cls"), wide=True,
+              notes=(_protocol("bg_protocol", "Background probe"),)),
     TableSpec("table7", "table7",
               "Training cost: forward GFLOPs per image (backbone, projector, gating head), parameters, "
               "seconds per epoch, throughput, peak accelerator memory and total pretraining time.",
@@ -404,11 +424,12 @@ _SPECS = {t.name: t for t in TABLES}
 
 def _block_title(dataset: str, groups: list[Group], spec: TableSpec, fmt: Fmt) -> str:
     title = fmt.esc(DATASET_NAMES.get(dataset, dataset) or "(unknown dataset)")
-    if spec.name == "table2":
-        ks = sorted({int(r["ret_K"]) for g in groups for r in g.rows
-                     if r["method"] != "cl" and math.isfinite(r["ret_K"])})
-        if ks:
-            title += " (" + fmt.text("$K = " + ", ".join(map(str, ks)) + "$") + ")"
+    if spec.title_values:
+        col, symbol = spec.title_values
+        values = sorted({r[col] for g in groups for r in g.rows
+                         if spec.reported(col, r["method"]) and math.isfinite(r[col])})
+        if values:
+            title += " (" + fmt.text(f"${symbol} = " + ", ".join(f"{v:g}" for v in values) + "$") + ")"
     return title
 
 
@@ -418,8 +439,7 @@ def _metric_rows(groups: list[Group], block: list[Group], spec: TableSpec, fmt: 
     for g in groups:
         cells = []
         for m in metrics:
-            skip_cl = spec.name == "table2" and m.key.startswith("ret_")  # not reported for SimCLR
-            c = m.stat([r[m.key] for r in g.rows if not (skip_cl and r["method"] == "cl")])
+            c = m.stat([r[m.key] for r in g.rows if spec.reported(m.key, r["method"])])
             c.mark = "‡" if g.repeats else ""
             cells.append(c)
         rows.append([_label(g, block, fmt), *cells])
@@ -468,11 +488,7 @@ def build_table(df: pd.DataFrame, name: str, kind: str = "tex") -> dict:
     df = prepare(df)
     blocks = _blocks(df, spec.set_name)
     groups = [g for _, gs in blocks for g in gs]
-    notes = []
-    if spec.name == "table2":
-        notes.append(_protocol_note(groups, "probe_protocol", "Linear probe", PROBE_PROTOCOLS))
-    if spec.name == "table6":
-        notes.append(_protocol_note(groups, "bg_protocol", "Background probe"))
+    notes = [note(groups) for note in spec.notes]
     notes.append(repeat_note(groups, multi_dataset=len(blocks) > 1))
     notes.append(_seed_caption(groups))
     metrics = [METRICS[c] for c in spec.columns]
