@@ -20,7 +20,7 @@ from bayesncl.config import resolve
 from bayesncl.data import SimCLRAugment
 from bayesncl.methods import build_method
 from bayesncl.optim import build_optimizer
-from bayesncl.train import autocast, channels_last
+from bayesncl.runtime import autocast, channels_last
 
 PRESETS = {
     "cifar": ["model.width=64", "model.proj_hidden=2048", "model.proj_dim=256", "train.batch_size=256"],

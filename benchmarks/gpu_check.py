@@ -390,7 +390,6 @@ class Check:
     # ------------------------------------------------------------ 2. training throughput, the real loop
     def throughput(self) -> dict:
         from bayesncl.config import resolve
-        from bayesncl.evaluation.cost import reset_peak_memory
         from bayesncl.train import pretrain
 
         bs = self.s.batch
@@ -410,7 +409,8 @@ class Check:
             rough = log[-1]["img_per_s"]
             epoch_steps = max(3, min(steps_in_data, int(rough * self.s.tput_seconds / 3 / bs)))
             epochs = max(2, min(8, math.ceil(rough * self.s.tput_seconds / (epoch_steps * bs))))
-            reset_peak_memory(self.device)
+            if self.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(self.device)
             log = run_pretrain(pretrain, resolve(sets=sets + [f"train.epochs={epochs}",
                                                              f"train.max_steps_per_epoch={epoch_steps}"]),
                                self.work / "tput" / method)
@@ -461,7 +461,7 @@ class Check:
         from bayesncl.data import load_split
         from bayesncl.methods import build_method
         from bayesncl.optim import build_optimizer, lr_at, set_lr
-        from bayesncl.train import autocast, channels_last
+        from bayesncl.runtime import autocast, channels_last
 
         bs, dev = self.s.batch, self.device
         cfg = resolve(sets=self.s.tput_model + self.device_sets() + [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from bayesncl.atomic import atomic_path, atomic_write_text, check_writable_dir
 from bayesncl.cli import build_parser, main
 from bayesncl.config import METHOD_NAMES, ConfigError, parse_set
 from bayesncl.data import DataError, iter_batches, load_split
-from bayesncl.errors import BayesNCLError, CheckpointError, ManifestError, MetricsFileError, OutputError
+from bayesncl.errors import BayesNCLError, CheckpointError, MetricsFileError, MissingInputError, OutputError
 
 from test_data import WNIDS, in_cfg, write_imagenet
 
@@ -71,7 +72,7 @@ def test_out_under_a_regular_file_fails_before_work(tmp_path, capsys, no_work):
                  ["pretrain", "--out", str(blocker)],
                  ["evaluate", "--checkpoint", str(ckpt), "--out", str(blocker / "a" / "eval")],
                  ["report", "--summary", str(ckpt), "--out", str(blocker / "r")],
-                 ["summarize", "--manifest-json", "[]", "--out", str(blocker / "s" / "runs.csv")]):
+                 ["summarize", "--grid-json", "{}", "--out", str(blocker / "s" / "runs.csv")]):
         assert main(argv) == 2, argv
         _one_line_error(capsys, str(blocker), "not a folder")
 
@@ -189,8 +190,8 @@ def test_project_errors_share_a_base_and_old_names():
     import bayesncl.report.summary as summary
 
     assert config.ConfigError is ConfigError and data.DataError is DataError
-    assert summary.ManifestError is ManifestError and summary.MetricsFileError is MetricsFileError
-    for cls in (ConfigError, DataError, CheckpointError, OutputError, ManifestError, MetricsFileError):
+    assert summary.MetricsFileError is MetricsFileError
+    for cls in (ConfigError, DataError, CheckpointError, OutputError, MetricsFileError, MissingInputError):
         assert issubclass(cls, BayesNCLError) and issubclass(cls, ValueError)  # old `except ValueError` still works
 
 
@@ -271,8 +272,6 @@ def test_help_describes_every_option_and_hides_internal_ones():
 
 # ---------------------------------------------------------------------------------- evaluate's default sections
 def test_evaluate_by_default_computes_what_the_run_has(tmp_path, tiny_sets, capsys):
-    import json
-
     from bayesncl.config import resolve
 
     run = tmp_path / "run"
@@ -280,31 +279,39 @@ def test_evaluate_by_default_computes_what_the_run_has(tmp_path, tiny_sets, caps
                             progress=False)
     assert not (run / "dynamics.pt").exists()
     assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"), "--quiet"]) == 0
-    metrics = json.loads((run / "eval" / "metrics.json").read_text())
-    assert "dynamics" not in metrics
-    assert {"interpretability", "linear_probe", "retrieval", "background", "cost"} <= set(metrics)
+    written = {p.name for p in (run / "eval").glob("*.json")}
+    assert written == {f"{s}.json" for s in ("features", "interpretability", "retrieval", "linear_probe",
+                                             "background_probe", "cost")}
     # Asked for explicitly, missing dynamics are still an error.
+    capsys.readouterr()
     assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"),
                  "--only", "dynamics"]) == 2
-    _one_line_error(capsys, "dynamics.pt")
+    _one_line_error(capsys, "train.dynamics_every")
 
 
 def test_summarize_checks_its_inputs_and_output(tmp_path, capsys):
-    import json
+    import yaml
 
-    metrics = tmp_path / "runs" / "synthetic" / "ncl" / "seed~0" / "eval" / "metrics.json"
-    metrics.parent.mkdir(parents=True)
-    metrics.write_text(json.dumps({"run": {"dataset": "synthetic", "method": "ncl", "seed": 0},
-                                   "linear_probe": {"top1": 50.0}}))
-    entries = json.dumps([{"metrics": str(metrics), "sets": ["main"]}])
+    grid = {"results": str(tmp_path / "results"), "seeds": [0], "defaults": {"model": {"proj_dim": 16}},
+            "datasets": {"synthetic": {"data": {"dataset": "synthetic"}}},
+            "variants": {"NCL": {"method": {"name": "ncl"}}}, "sets": {"table1": {"variants": ["NCL"]}}}
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid))
+    run = {"dataset": "synthetic", "method": "ncl", "seed": 0, "weights_sha": "ab"}
+    evald = tmp_path / "results" / "runs" / "synthetic" / "ncl" / "seed~0" / "eval"
+    evald.mkdir(parents=True)
+    bodies = {"features": {"training": {"epochs": [1], "loss": [5.0]}},
+              "interpretability": {"interpretability": {"sc": 20.0}}, "retrieval": {"retrieval": {"K": 8}},
+              "linear_probe": {"linear_probe": {"top1": 50.0, "protocol": "fast"}}}
+    for name, body in bodies.items():
+        (evald / f"{name}.json").write_text(json.dumps({"run": run, **body}))
     out = tmp_path / "summary" / "runs.csv"
-    assert main(["summarize", "--manifest-json", entries, "--out", str(out)]) == 0
-    assert "50.0" in out.read_text() and (out.parent / "manifest.json").is_file()
-    for argv, needle in ((["--manifest-json", entries, "--out", str(out.parent)], "is a folder"),
-                         (["--manifest", str(tmp_path / "none.json"), "--out", str(out)], "none.json"),
-                         (["--manifest-json", "[{", "--out", str(out)], "--manifest-json"),
-                         (["--manifest-json", json.dumps([{"metrics": str(tmp_path / "gone.json")}]),
-                           "--out", str(out)], "gone.json")):
+    assert main(["summarize", "--grid", str(tmp_path / "grid.yaml"), "--out", str(out)]) == 0
+    assert "50.0" in out.read_text()
+    (evald / "retrieval.json").unlink()
+    for argv, needle in ((["--grid-json", json.dumps(grid), "--out", str(out.parent)], "is a folder"),
+                         (["--grid", str(tmp_path / "none.yaml"), "--out", str(out)], "none.yaml"),
+                         (["--grid-json", "{", "--out", str(out)], "--grid-json"),
+                         (["--grid-json", json.dumps(grid), "--out", str(out)], "retrieval.json")):
         capsys.readouterr()
         assert main(["summarize", *argv]) == 2, argv
         _one_line_error(capsys, needle)

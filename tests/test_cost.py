@@ -1,11 +1,11 @@
-import json
 import math
 
 import pytest
 import torch
 from torch import nn
 
-from bayesncl.evaluation.cost import count_flops_per_image, count_params, peak_memory_mb, training_time_from_log
+from bayesncl.evaluation.cost import count_flops_per_image, count_params, training_time
+from bayesncl.runtime import peak_memory_mb
 
 
 def test_linear_flops_per_image():
@@ -13,9 +13,9 @@ def test_linear_flops_per_image():
     assert count_flops_per_image(lin, torch.randn(4, 10)) == 2 * 10 * 20
 
 
-def test_flops_of_a_small_mlp_with_tuple_input():
+def test_flops_of_a_small_mlp_and_a_conv():
     mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-    flops = count_flops_per_image(lambda xs: mlp(xs[0]) + mlp(xs[1]), (torch.randn(3, 8), torch.randn(3, 8)))
+    flops = count_flops_per_image(lambda x: mlp(x) + mlp(x.flip(0)), torch.randn(3, 8))
     assert flops == 2 * 2 * (8 * 16 + 16 * 4)  # two views per image
     conv = nn.Conv2d(3, 5, 3, padding=1, bias=False)
     assert count_flops_per_image(conv, torch.randn(2, 3, 6, 6)) == 2 * 3 * 5 * 9 * 36
@@ -36,24 +36,19 @@ def test_peak_memory_cpu():
     assert rss is not None and rss > 10  # a python process with torch loaded
 
 
-def test_log_parser_with_resumed_epoch(tmp_path):
-    lines = [
-        {"epoch": 0, "epoch_seconds": 10.0, "img_per_s": 100.0, "loss": 5.0},
-        {"epoch": 1, "epoch_seconds": 99.0, "img_per_s": 1.0},  # interrupted, redone after resume
-        {"epoch": 1, "epoch_seconds": 12.0, "img_per_s": 90.0},
-        {"epoch": 2, "epoch_seconds": 14.0, "img_per_s": 80.0},
+def test_training_time_from_log_records():
+    log = [
+        {"epoch": 1, "epoch_seconds": 10.0, "img_per_s": 100.0, "peak_mem_mb": None},
+        {"epoch": 2, "epoch_seconds": 12.0, "img_per_s": 90.0, "peak_mem_mb": 700.0},
+        {"epoch": 3, "epoch_seconds": 14.0, "img_per_s": 80.0, "peak_mem_mb": 650.0},
     ]
-    p = tmp_path / "log.jsonl"
-    p.write_text("\n".join(json.dumps(r) for r in lines) + "\n\n" + '{"epoch": 3, "epoch_sec')
-    out = training_time_from_log(p)
-    assert set(out) == {"train_minutes", "sec_per_epoch", "img_per_s"}
+    out = training_time(log)
     assert out["train_minutes"] == pytest.approx(36.0 / 60)
     assert out["sec_per_epoch"] == pytest.approx(12.0)
     assert out["img_per_s"] == pytest.approx(90.0)
+    assert out["peak_mem_mb"] == 700.0
 
 
-def test_log_parser_empty(tmp_path):
-    p = tmp_path / "log.jsonl"
-    p.write_text("")
-    out = training_time_from_log(p)
-    assert math.isnan(out["train_minutes"]) and math.isnan(out["img_per_s"])
+def test_training_time_of_an_empty_log():
+    out = training_time([])
+    assert math.isnan(out["train_minutes"]) and math.isnan(out["img_per_s"]) and out["peak_mem_mb"] is None

@@ -2,7 +2,7 @@
 
 `bayesncl` commands print these as one line and exit 2; anything else is a bug and keeps its traceback.
 They subclass ValueError so callers that predate this module keep working.  The old names stay importable
-from where they lived (`config.ConfigError`, `data.DataError`, `report.ManifestError`, ...).
+from where they lived (`config.ConfigError`, `data.DataError`, ...).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ __all__ = [
     "DataError",
     "CheckpointError",
     "OutputError",
-    "ManifestError",
     "MetricsFileError",
     "MissingInputError",
 ]
@@ -39,12 +38,8 @@ class OutputError(BayesNCLError):
     """An output location cannot be created or written; the message names it."""
 
 
-class ManifestError(BayesNCLError):
-    """The manifest is missing, unreadable or has a malformed entry."""
-
-
 class MetricsFileError(BayesNCLError):
-    """A metrics.json named by the manifest is missing or unreadable (message names the file)."""
+    """A run's evaluation file (eval/<section>.json) is missing, unreadable or stale (message names the file)."""
 
 
 class MissingInputError(BayesNCLError):
