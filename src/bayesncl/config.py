@@ -1,7 +1,10 @@
-"""Run configuration: defaults, YAML files, `--set key=value` overrides and validation.
+"""Run configuration: one typed definition, YAML files, `--set key=value` overrides and validation.
 
-A config is a nested dict. Every key has a default here; validation runs before any work and names the
-bad key, the value it got and what is allowed.
+The dataclasses below (`Config` and its sections) are the definition: a field's annotation is its type
+(`typing.Literal` for a choice), its default the default, and its metadata the range, what null means
+and a one-line doc. The rest of the code uses plain nested dicts (`cfg["train"]["epochs"]`);
+`DEFAULTS`, the per-key checks `RULES`, `DATASETS` and `METHOD_NAMES` are derived from the definition.
+Validation runs before any work and names the bad key, the value it got and what is allowed.
 """
 
 from __future__ import annotations
@@ -9,92 +12,174 @@ from __future__ import annotations
 import copy
 import json
 import math
+import numbers
 import shlex
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from types import NoneType, UnionType
+from typing import Any, Callable, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
 from .errors import ConfigError  # re-exported: its old home
 
-DATASETS = ("synthetic", "cifar10", "cifar100", "imagenet100")
+Dataset = Literal["synthetic", "cifar10", "cifar100", "imagenet100"]
 # The keys of bayesncl.methods.METHODS, named here so validating a config (e.g. when Snakemake builds the
 # DAG) needs no torch import; methods.py checks at import that the two agree.
-METHOD_NAMES = ("cl", "ncl", "topk_ncl", "bayesncl")
+MethodName = Literal["cl", "ncl", "topk_ncl", "bayesncl"]
+DATASETS: tuple[str, ...] = get_args(Dataset)
+METHOD_NAMES: tuple[str, ...] = get_args(MethodName)
 # Table 2 retrieval K per dataset (docs/METHOD.md section 5); the synthetic set uses a CIFAR-10-like K.
 RETRIEVAL_K = {"synthetic": 32, "cifar10": 64, "cifar100": 128, "imagenet100": 256}
 
-DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "data": {
-        "dataset": "synthetic",
-        "root": None,
-        "download": False,
-        "cache_dir": None,
-        "imagenet_stored_size": 256,
-        "classes": None,
-        "num_workers": 4,
-        "synthetic": {
-            "num_classes": 10,
-            "num_backgrounds": 6,
-            "num_common": 2,
-            "prevalence": 0.8,
-            "train_size": 2000,
-            "test_size": 1000,
-            "image_size": 32,
-            "seed": 0,
-        },
-    },
-    "model": {"arch": "resnet18", "width": 64, "stem": "cifar", "proj_hidden": 2048, "proj_dim": 256},
-    "method": {
-        "name": "bayesncl",
-        # rep_relu: the released BayesNCL configs' non-negativity (docs/METHOD.md section 1).
-        "nonneg": "rep_relu",
-        "rho": 0.8,
-        "lambda": 3.0e-5,
-        "gate": "ste",
-        "detach": True,
-        "head_depth": 2,
-        "tau_g": 1.0,
-        "head_lr_mult": 0.25,
-        "temperature": 0.2,
-        # Top-k NCL's k; null = round(D / 10) [choice] (docs/METHOD.md section 2).
-        "topk_k": None,
-    },
-    "train": {
-        "epochs": 200,
-        "batch_size": 256,
-        "base_lr": 0.4,
-        "weight_decay": 1.0e-4,
-        "momentum": 0.9,
-        "trust_coeff": 0.02,
-        "warmup_epochs": 10,
-        "warmup_start_lr": 3.0e-5,
-        "precision": "auto",
-        "device": "auto",
-        "crop_min_scale": 0.08,
-        "channels_last": True,
-        # torch.compile the training step (opt-in; measured no faster on an H200, docs/BENCHMARKS.md). Bit-identical
-        # resume is tested without it only.
-        "compile": False,
-        "threads": 0,
-        "dynamics_every": 0,
-        "max_steps_per_epoch": 0,
-    },
-    "eval": {
-        "probe": "fast",
-        "probe_epochs": 50,
-        "retrieval_k": None,
-        "waterbirds_root": None,
-        "batch_size": 512,
-    },
-}
+# What the synthetic generator can draw: len(bayesncl.data.synthetic.SHAPES) and len(TEXTURES) (checked
+# there at import), named here so validating a config needs no torch import.
+SYNTHETIC_SHAPES = 13
+SYNTHETIC_TEXTURES = 8
+
+_PATH = "a path (string) or null"
+
+
+def _field(default, doc: str, **meta) -> Any:
+    """A config key: its default, a one-line doc and optional constraints: ge/gt/le/lt (range), null (what
+    null means), note (why the range), expected (the allowed-values phrase where the type cannot say it),
+    key (the config key where it is not a Python name)."""
+    return field(default=default, metadata={"doc": doc, **meta})
+
+
+def _section(cls, doc: str) -> Any:
+    return field(default_factory=cls, metadata={"doc": doc})
+
+
+@dataclass
+class SyntheticConfig:
+    """`data.synthetic`: the generated compositional set (docs/METHOD.md section 3.1)."""
+
+    # At least 2 classes: with one there is nothing to classify.
+    num_classes: int = _field(10, "classes: the first num_classes of the generator's shapes",
+                              ge=2, le=SYNTHETIC_SHAPES, note=f"the generator draws {SYNTHETIC_SHAPES} shapes")
+    # 1 background: no nuisance at all (a control).
+    num_backgrounds: int = _field(6, "background textures: the first num_backgrounds of the generator's",
+                                  ge=1, le=SYNTHETIC_TEXTURES,
+                                  note=f"the generator draws {SYNTHETIC_TEXTURES} textures")
+    # 0: every texture equally often; equal to num_backgrounds: the same (prevalence then has no effect).
+    num_common: int = _field(2, "the first num_common textures are drawn with probability prevalence; at "
+                                "most num_backgrounds", ge=0)
+    prevalence: float = _field(0.8, "probability that an image's background is one of the common textures",
+                               ge=0, le=1)
+    train_size: int = _field(2000, "training images", gt=0)
+    test_size: int = _field(1000, "test images", gt=0)
+    # 8 px: an object is then 6-7 px across; smaller images still draw, but the shapes are a few pixels.
+    image_size: int = _field(32, "image side in pixels, also the training crop", ge=8)
+    seed: int = _field(0, "the generator's seed (the set does not change with the run's seed)", ge=0)
+
+
+@dataclass
+class DataConfig:
+    """`data`: the dataset."""
+
+    dataset: Dataset = _field("synthetic", "the training dataset")
+    root: str | None = _field(None, "the dataset's folder; every dataset but synthetic needs one",
+                              expected=_PATH)
+    download: bool = _field(False, "let torchvision download CIFAR into root when it is missing")
+    cache_dir: str | None = _field(None, "the synthetic set's cache folder; null: $BAYESNCL_CACHE or "
+                                         "~/.cache/bayesncl", expected=_PATH)
+    imagenet_stored_size: int = _field(256, "ImageNet-100 images are decoded once to this side (short side "
+                                            "resized, central square)", gt=0)
+    classes: str | list[str] | None = _field(
+        None, "the ImageNet-100 classes",
+        expected="null (the shipped ImageNet-100 list), a file of WordNet ids, or a list of them")
+    num_workers: int = _field(4, "DataLoader workers for file-backed datasets", ge=0)
+    synthetic: SyntheticConfig = _section(SyntheticConfig, "the synthetic set's parameters")
+
+
+@dataclass
+class ModelConfig:
+    """`model`: backbone and projector."""
+
+    arch: Literal["resnet18", "resnet50"] = _field("resnet18", "the backbone")
+    width: int = _field(64, "the backbone's base width (64: the standard network)", gt=0)
+    stem: Literal["cifar", "imagenet"] = _field("cifar", "cifar: 3x3 conv, no max-pool; imagenet: torchvision's")
+    proj_hidden: int = _field(2048, "the projector's hidden width H (also the gating head's)", gt=0)
+    proj_dim: int = _field(256, "the feature dimension D", gt=0)
+
+
+@dataclass
+class MethodConfig:
+    """`method`: the method and its settings (docs/METHOD.md section 1)."""
+
+    name: MethodName = _field("bayesncl", "the method (docs/METHOD.md section 1)")
+    # rep_relu: the released BayesNCL configs' non-negativity (docs/METHOD.md section 1).
+    nonneg: Literal["relu", "rep_relu"] = _field("rep_relu", "how z+ is made non-negative")
+    rho: float = _field(0.8, "the gate prior Bern(rho)", gt=0, lt=1)
+    lambda_: float = _field(3.0e-5, "the KL term's weight", ge=0, key="lambda")
+    gate: Literal["ste", "gumbel", "soft"] = _field("ste", "the gate kind (Table 4)")
+    detach: bool = _field(True, "the gating head reads the backbone feature with its gradient stopped")
+    head_depth: Literal[1, 2, 3] = _field(2, "the gating head's layers (Table 4)")
+    tau_g: float = _field(1.0, "the gate temperature", gt=0)
+    head_lr_mult: float = _field(0.25, "the gating head's lr as a multiple of the backbone's", gt=0)
+    temperature: float = _field(0.2, "the InfoNCE temperature T", gt=0)
+    # Top-k NCL's k; null = round(D / 10) [choice] (docs/METHOD.md section 2).
+    topk_k: int | None = _field(None, "Top-k NCL's k", gt=0, null="round(D / 10)")
+
+
+@dataclass
+class TrainConfig:
+    """`train`: pretraining (docs/METHOD.md section 2)."""
+
+    epochs: int = _field(200, "training epochs", gt=0)
+    batch_size: int = _field(256, "images per step (each view needs another image's views as negatives)", ge=2)
+    base_lr: float = _field(0.4, "the peak lr at batch 256 (scaled by batch / 256)", gt=0)
+    weight_decay: float = _field(1.0e-4, "LARS weight decay", ge=0)
+    momentum: float = _field(0.9, "LARS momentum", ge=0, lt=1)
+    trust_coeff: float = _field(0.02, "the LARS trust coefficient", gt=0)
+    warmup_epochs: int = _field(10, "linear warm-up epochs before the cosine decay", ge=0)
+    warmup_start_lr: float = _field(3.0e-5, "the lr the warm-up starts from", ge=0)
+    precision: Literal["auto", "bf16", "fp32"] = _field("auto", "auto: bf16 autocast on CUDA, fp32 on CPU")
+    device: Literal["auto", "cpu", "cuda"] = _field("auto", "auto: CUDA when available, else CPU")
+    crop_min_scale: float = _field(0.08, "RandomResizedCrop's smallest area scale", gt=0, le=1)
+    channels_last: bool = _field(True, "channels-last memory format (CUDA only)")
+    # torch.compile the training step (opt-in; measured no faster on an H200, docs/BENCHMARKS.md). Bit-identical
+    # resume is tested without it only.
+    compile: bool = _field(False, "torch.compile the training step")
+    threads: int = _field(0, "torch CPU threads; 0: torch's default", ge=0)
+    dynamics_every: int = _field(0, "record gradient dynamics every this many epochs; 0: never", ge=0)
+    max_steps_per_epoch: int = _field(0, "cap on steps per epoch; 0: no cap", ge=0)
+
+
+@dataclass
+class EvalConfig:
+    """`eval`: evaluation."""
+
+    probe: Literal["fast", "paper"] = _field("fast", "the linear probe protocol (docs/METHOD.md section 5)")
+    probe_epochs: int = _field(50, "epochs of the paper-protocol probe", gt=0)
+    retrieval_k: int | None = _field(None, "retrieval's K (docs/METHOD.md section 5)", gt=0,
+                                     null="the dataset's RETRIEVAL_K")
+    waterbirds_root: str | None = _field(None, "Waterbirds folder: the background probe for datasets without "
+                                               "background labels", expected=_PATH)
+    batch_size: int = _field(512, "images per evaluation forward pass", gt=0)
+
+
+@dataclass
+class Config:
+    """The run config; `as_dict(Config())` is DEFAULTS."""
+
+    seed: int = _field(0, "the run's seed (initialisation, data order, augmentation)", ge=0)
+    data: DataConfig = _section(DataConfig, "the dataset")
+    model: ModelConfig = _section(ModelConfig, "backbone and projector")
+    method: MethodConfig = _section(MethodConfig, "the method and its settings")
+    train: TrainConfig = _section(TrainConfig, "pretraining")
+    eval: EvalConfig = _section(EvalConfig, "evaluation")
 
 
 # Keys that never change the trained weights (where things run, what is recorded, how it is evaluated):
 # a checkpoint may be resumed or evaluated with other values, and the workflow leaves them out of a run's id.
 RUNTIME_KEYS = ("train.dynamics_every", "train.device", "train.threads", "data.num_workers", "data.cache_dir",
                 "data.root", "eval.")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Derived from the definition
 
 
 def _isnum(v) -> bool:
@@ -105,74 +190,91 @@ def _isint(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _choice(*allowed):
-    return (lambda v: v in allowed, "one of " + ", ".join(map(str, allowed)))
+def _range_phrase(noun: str, m: dict) -> str:
+    ge, gt, le, lt = (m.get(k) for k in ("ge", "gt", "le", "lt"))
+    lo, hi = (ge if ge is not None else gt), (le if le is not None else lt)
+    a = "an" if noun[0] in "aeiou" else "a"
+    if lo is not None and hi is not None:
+        if gt is not None and lt is not None:
+            return f"{a} {noun} strictly between {lo} and {hi}"
+        return f"{a} {noun} in {'[' if ge is not None else '('}{lo}, {hi}{']' if le is not None else ')'}"
+    if gt == 0:
+        return f"a positive {noun}"
+    if lo is not None:
+        return f"{a} {noun} {'>=' if ge is not None else '>'} {lo}"
+    if hi is not None:
+        return f"{a} {noun} {'<=' if le is not None else '<'} {hi}"
+    return f"{a} {noun}"
 
 
-_POS_INT = (lambda v: _isint(v) and v > 0, "a positive integer")
-_NONNEG_INT = (lambda v: _isint(v) and v >= 0, "an integer >= 0")
-_POS_NUM = (lambda v: _isnum(v) and v > 0, "a positive number")
-_NONNEG_NUM = (lambda v: _isnum(v) and v >= 0, "a number >= 0")
-_BOOL = (lambda v: isinstance(v, bool), "true or false")
-_OPT_STR = (lambda v: v is None or isinstance(v, str), "a path (string) or null")
-_UNIT_OPEN = (lambda v: _isnum(v) and 0 < v < 1, "a number strictly between 0 and 1")
+def _in_range(v, m: dict) -> bool:
+    return ((m.get("ge") is None or v >= m["ge"]) and (m.get("gt") is None or v > m["gt"])
+            and (m.get("le") is None or v <= m["le"]) and (m.get("lt") is None or v < m["lt"]))
 
-RULES: dict[str, tuple] = {
-    "seed": _NONNEG_INT,
-    "data.dataset": _choice(*DATASETS),
-    "data.root": _OPT_STR,
-    "data.download": _BOOL,
-    "data.cache_dir": _OPT_STR,
-    "data.imagenet_stored_size": _POS_INT,
-    "data.num_workers": _NONNEG_INT,
-    "data.classes": (lambda v: v is None or isinstance(v, str) or (isinstance(v, list) and v),
-                     "null (the shipped ImageNet-100 list), a file of WordNet ids, or a list of them"),
-    "data.synthetic.num_classes": (lambda v: _isint(v) and 10 <= v <= 13, "an integer in [10, 13] (shapes drawn)"),
-    "data.synthetic.num_backgrounds": (lambda v: _isint(v) and 2 <= v <= 8, "an integer in [2, 8] (textures)"),
-    "data.synthetic.num_common": _POS_INT,
-    "data.synthetic.prevalence": (lambda v: _isnum(v) and 0 <= v <= 1, "a number in [0, 1]"),
-    "data.synthetic.train_size": _POS_INT,
-    "data.synthetic.test_size": _POS_INT,
-    "data.synthetic.image_size": (lambda v: _isint(v) and v >= 16, "an integer >= 16"),
-    "data.synthetic.seed": _NONNEG_INT,
-    "model.arch": _choice("resnet18", "resnet50"),
-    "model.width": _POS_INT,
-    "model.stem": _choice("cifar", "imagenet"),
-    "model.proj_hidden": _POS_INT,
-    "model.proj_dim": _POS_INT,
-    "method.name": _choice(*METHOD_NAMES),
-    "method.nonneg": _choice("relu", "rep_relu"),
-    "method.rho": _UNIT_OPEN,
-    "method.lambda": _NONNEG_NUM,
-    "method.gate": _choice("ste", "gumbel", "soft"),
-    "method.detach": _BOOL,
-    "method.head_depth": _choice(1, 2, 3),
-    "method.tau_g": _POS_NUM,
-    "method.head_lr_mult": _POS_NUM,
-    "method.temperature": _POS_NUM,
-    "method.topk_k": (lambda v: v is None or (_isint(v) and v > 0), "a positive integer or null (round(D / 10))"),
-    "train.epochs": _POS_INT,
-    "train.batch_size": (lambda v: _isint(v) and v >= 2, "an integer >= 2"),
-    "train.base_lr": _POS_NUM,
-    "train.weight_decay": _NONNEG_NUM,
-    "train.momentum": (lambda v: _isnum(v) and 0 <= v < 1, "a number in [0, 1)"),
-    "train.trust_coeff": _POS_NUM,
-    "train.warmup_epochs": _NONNEG_INT,
-    "train.warmup_start_lr": _NONNEG_NUM,
-    "train.precision": _choice("auto", "bf16", "fp32"),
-    "train.device": _choice("auto", "cpu", "cuda"),
-    "train.crop_min_scale": (lambda v: _isnum(v) and 0 < v <= 1, "a number in (0, 1]"),
-    "train.channels_last": _BOOL,
-    "train.compile": _BOOL,
-    "train.threads": _NONNEG_INT,
-    "train.dynamics_every": _NONNEG_INT,
-    "train.max_steps_per_epoch": _NONNEG_INT,
-    "eval.probe": _choice("fast", "paper"),
-    "eval.probe_epochs": _POS_INT,
-    "eval.retrieval_k": (lambda v: v is None or (_isint(v) and v > 0), "a positive integer or null"),
-    "eval.waterbirds_root": _OPT_STR,
-    "eval.batch_size": _POS_INT,
-}
+
+def _base_rule(tp, m: dict) -> tuple[Callable[[Any], bool], str]:
+    """(check, allowed phrase) for one non-None type."""
+    if get_origin(tp) is Literal:
+        allowed = get_args(tp)
+        # type as well as value: True == 1, but true is no head depth
+        return (lambda v: any(type(v) is type(a) and v == a for a in allowed),
+                "one of " + ", ".join(map(str, allowed)))
+    if tp is bool:
+        return (lambda v: isinstance(v, bool)), "true or false"
+    if tp is int:
+        return (lambda v: _isint(v) and _in_range(v, m)), _range_phrase("integer", m)
+    if tp is float:
+        return (lambda v: _isnum(v) and _in_range(v, m)), _range_phrase("number", m)
+    if tp is str:
+        return (lambda v: isinstance(v, str)), "a string"
+    if get_origin(tp) is list and get_args(tp) == (str,):
+        return (lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v),
+                "a non-empty list of strings")
+    raise TypeError(f"config definition: no check for type {tp!r}")
+
+
+def _rule(tp, m: dict) -> tuple[Callable[[Any], bool], str]:
+    alts = get_args(tp) if get_origin(tp) in (Union, UnionType) else (tp,)
+    nullable = NoneType in alts
+    rules = [_base_rule(a, m) for a in alts if a is not NoneType]
+    allowed = " or ".join(p for _, p in rules)
+    if m.get("note"):
+        allowed += f" ({m['note']})"
+    if nullable:
+        allowed += " or null" + (f" ({m['null']})" if m.get("null") else "")
+    checks = [c for c, _ in rules]
+    return (lambda v: (nullable and v is None) or any(c(v) for c in checks)), m.get("expected", allowed)
+
+
+def _walk(cls, prefix: str = ""):
+    """(dotted key, type, metadata) of every leaf key of a config dataclass, in definition order."""
+    hints = get_type_hints(cls)
+    for f in fields(cls):
+        key, tp = prefix + f.metadata.get("key", f.name), hints[f.name]
+        if is_dataclass(tp):
+            yield from _walk(tp, key + ".")
+        else:
+            yield key, tp, f.metadata
+
+
+def as_dict(obj) -> dict:
+    """A config dataclass instance as the nested dict the code uses (config keys, not Python names)."""
+    out = {}
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        out[f.metadata.get("key", f.name)] = as_dict(v) if is_dataclass(v) else copy.deepcopy(v)
+    return out
+
+
+DEFAULTS: dict[str, Any] = as_dict(Config())
+# Dotted key -> (check, allowed): what `validate` applies to every key.
+RULES: dict[str, tuple[Callable[[Any], bool], str]] = {key: _rule(tp, m) for key, tp, m in _walk(Config)}
+# Number keys, by kind: where a YAML string like "3e-5" is read as a number, and what synthetic params coerce to.
+_KIND: dict[str, type] = {key: tp for key, tp, _ in _walk(Config) if tp in (int, float)}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Dicts, overrides, validation
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -186,7 +288,8 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _merge(base: dict, over: dict, prefix: str = "") -> dict:
+def merge(base: dict, over: dict, prefix: str = "") -> dict:
+    """Write `over` into `base` (in place, and returned); a key `base` lacks is an error naming it."""
     for k, v in over.items():
         key = f"{prefix}{k}"
         if k not in base:
@@ -195,15 +298,18 @@ def _merge(base: dict, over: dict, prefix: str = "") -> dict:
         if isinstance(base[k], dict):
             if not isinstance(v, dict):
                 raise ConfigError(f"{key}: expected a mapping of {', '.join(base[k])}, got {v!r}")
-            _merge(base[k], v, key + ".")
+            merge(base[k], v, key + ".")
         else:
-            if _isnum(base[k]) and isinstance(v, str):
-                v = _number(v, key)
+            if _KIND.get(key) is float and isinstance(v, str):
+                v = _number(v)
             base[k] = v
     return base
 
 
-def _number(v: str, key: str):
+_merge = merge  # its old name (evaluation, report.atlas)
+
+
+def _number(v: str):
     """YAML 1.1 reads `3e-5` (no dot) as a string; accept it where a number is expected."""
     try:
         return float(v)
@@ -240,20 +346,40 @@ def nest(pairs: dict[str, Any]) -> dict:
     return out
 
 
-def validate(cfg: dict) -> dict:
-    flat = flatten(cfg)
+def _check(flat: dict, prefix: str = "") -> None:
     for key, (check, allowed) in RULES.items():
-        value = flat.get(key)
-        if not check(value):
+        if key.startswith(prefix) and not check(value := flat.get(key[len(prefix):])):
             raise ConfigError(f"{key}: got {value!r}, expected {allowed}")
+
+
+def _check_synthetic_mix(syn: dict) -> None:
+    # The one rule across synthetic keys (the generator draws any num_common from 0 to num_backgrounds).
+    if syn["num_common"] > syn["num_backgrounds"]:
+        raise ConfigError(f"data.synthetic.num_common: got {syn['num_common']!r}, expected an integer in "
+                          f"[0, data.synthetic.num_backgrounds = {syn['num_backgrounds']}]")
+
+
+def synthetic_params(params: dict | None) -> dict[str, Any]:
+    """The `data.synthetic` section filled with its defaults and validated: the generator's parameters.
+
+    Integers (numpy's too) become int and numbers float, so equal parameters hash to one cache key."""
+    out = merge(copy.deepcopy(DEFAULTS["data"]["synthetic"]), dict(params or {}), "data.synthetic.")
+    for k, v in out.items():
+        if _KIND[f"data.synthetic.{k}"] is int and isinstance(v, numbers.Integral) and not isinstance(v, bool):
+            out[k] = int(v)
+    _check(out, "data.synthetic.")
+    _check_synthetic_mix(out)
+    return {k: _KIND[f"data.synthetic.{k}"](v) for k, v in out.items()}
+
+
+def validate(cfg: dict) -> dict:
+    _check(flatten(cfg))
     # Real datasets are read from a path the user gives.
     if cfg["data"]["dataset"] != "synthetic" and not cfg["data"]["root"]:
         raise ConfigError(
             f"data.root: dataset {cfg['data']['dataset']!r} needs a root path (set data.root=/path/to/data)"
         )
-    syn = cfg["data"]["synthetic"]
-    if syn["num_common"] >= syn["num_backgrounds"]:
-        raise ConfigError("data.synthetic.num_common: must be smaller than data.synthetic.num_backgrounds")
+    _check_synthetic_mix(cfg["data"]["synthetic"])
     if cfg["method"]["name"] == "topk_ncl" and not 1 <= topk_k(cfg) <= cfg["model"]["proj_dim"]:
         raise ConfigError(f"method.topk_k: k = {topk_k(cfg)} must lie in [1, model.proj_dim = "
                           f"{cfg['model']['proj_dim']}] for topk_ncl")
@@ -287,16 +413,12 @@ def resolve(base: dict | None = None, sets: list[str] | tuple = (), file: str | 
             raise ConfigError(f"config file {path}: not valid YAML ({e})") from e
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path}: expected a mapping at the top level")
-        _merge(cfg, loaded)
+        merge(cfg, loaded)
     if base:
-        _merge(cfg, copy.deepcopy(base))
+        merge(cfg, copy.deepcopy(base))
     if sets:
-        _merge(cfg, nest(dict(parse_set(s) for s in sets)))
+        merge(cfg, nest(dict(parse_set(s) for s in sets)))
     return validate(cfg)
-
-
-def load_yaml(path: str | Path) -> dict:
-    return yaml.safe_load(Path(path).read_text()) or {}
 
 
 def dump_yaml(cfg: dict) -> str:

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 import torch
 
+from ..config import DATASETS  # the training datasets: the run config's choices
 from ..errors import DataError  # re-exported: its old home
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "DATASETS",
+    "LOADERS",
     "load_split",
     "check_data",
     "iter_batches",
@@ -50,7 +52,9 @@ CIFAR100_STD = (0.2673, 0.2564, 0.2762)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-DATASETS = ("synthetic", "cifar10", "cifar100", "imagenet100", "waterbirds")
+# What load_split / check_data read: the training datasets, and Waterbirds (the background probe's data,
+# never trained on).
+LOADERS = DATASETS + ("waterbirds",)
 
 
 @dataclass
@@ -103,8 +107,8 @@ from .waterbirds import check_waterbirds, load_waterbirds  # noqa: E402
 
 def _dataset_name(data_cfg: dict) -> str:
     name = data_cfg.get("dataset", "synthetic")
-    if name not in DATASETS:
-        raise DataError(f"data.dataset: unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
+    if name not in LOADERS:
+        raise DataError(f"data.dataset: unknown dataset {name!r}; allowed: {', '.join(LOADERS)}")
     return name
 
 

@@ -36,7 +36,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..config import DEFAULTS
+from ..config import DEFAULTS, SYNTHETIC_SHAPES, SYNTHETIC_TEXTURES, ConfigError, synthetic_params
 from . import DataError, ImageSet
 
 __all__ = [
@@ -265,49 +265,22 @@ TEXTURES: dict[str, Callable[..., np.ndarray]] = {
     "forest": _forest,
 }
 
+# The config's limits on num_classes / num_backgrounds are these counts.
+assert (len(SHAPES), len(TEXTURES)) == (SYNTHETIC_SHAPES, SYNTHETIC_TEXTURES), \
+    "bayesncl.config.SYNTHETIC_SHAPES / SYNTHETIC_TEXTURES must count SHAPES / TEXTURES"
+
 
 # ---------------------------------------------------------------------------------------------------
 # Params
 
 
 def resolve_params(params: dict | None) -> dict[str, Any]:
-    """Fill defaults, coerce types and validate; errors name the ``data.synthetic.<key>``."""
-    params = dict(params or {})
-    unknown = sorted(set(params) - set(DEFAULT_SYNTHETIC))
-    if unknown:
-        raise DataError(
-            f"data.synthetic: unknown key(s) {unknown}; allowed: {sorted(DEFAULT_SYNTHETIC)}"
-        )
-    out = {**DEFAULT_SYNTHETIC, **params}
-
-    def bad(key, expected):
-        return DataError(f"data.synthetic.{key}: got {out[key]!r}, expected {expected}")
-
-    for key in ("num_classes", "num_backgrounds", "num_common", "train_size", "test_size", "image_size", "seed"):
-        v = out[key]
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise bad(key, "an integer")
-        out[key] = int(v)
-    if not isinstance(out["prevalence"], (int, float)) or isinstance(out["prevalence"], bool):
-        raise bad("prevalence", "a number in [0, 1]")
-    out["prevalence"] = float(out["prevalence"])
-    if not 2 <= out["num_classes"] <= len(SHAPES):
-        raise bad("num_classes", f"an integer in [2, {len(SHAPES)}] (shapes: {', '.join(SHAPES)})")
-    if not 1 <= out["num_backgrounds"] <= len(TEXTURES):
-        raise bad("num_backgrounds", f"an integer in [1, {len(TEXTURES)}] (textures: {', '.join(TEXTURES)})")
-    if not 0 <= out["num_common"] <= out["num_backgrounds"]:
-        raise bad("num_common", f"an integer in [0, num_backgrounds={out['num_backgrounds']}]")
-    if not 0.0 <= out["prevalence"] <= 1.0:
-        raise bad("prevalence", "a number in [0, 1]")
-    if out["train_size"] < 1:
-        raise bad("train_size", "an integer >= 1")
-    if out["test_size"] < 1:
-        raise bad("test_size", "an integer >= 1")
-    if out["image_size"] < 8:
-        raise bad("image_size", "an integer >= 8")
-    if out["seed"] < 0:
-        raise bad("seed", "an integer >= 0")
-    return out
+    """Fill defaults, coerce types and validate, by the run config's definition of ``data.synthetic``
+    (bayesncl.config: the one set of limits); errors are :class:`DataError` naming ``data.synthetic.<key>``."""
+    try:
+        return synthetic_params(params)
+    except ConfigError as e:
+        raise DataError(str(e)) from None
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -144,7 +144,7 @@ def run_name(cfg: dict) -> str:
 def load_run(run_dir: str | os.PathLike, data_sets: list[str] | tuple = (), load_images: bool = True) -> AtlasRun:
     """A run folder's features.npz and test images; ``data_sets`` are ``data.*=value`` overrides (e.g. a
     dataset root that moved since training)."""
-    from ..config import ConfigError, _merge, load_yaml, nest, parse_set, validate
+    from ..config import ConfigError, _merge, nest, parse_set, resolve, validate
     from ..data import load_split
 
     run = Path(run_dir)
@@ -154,7 +154,7 @@ def load_run(run_dir: str | os.PathLike, data_sets: list[str] | tuple = (), load
     if not feat_path.is_file():
         raise AtlasError(f"{feat_path}: not found; run `bayesncl evaluate --checkpoint {run / 'model.pt'} "
                          f"--out {run / 'eval'}` first (it writes features.npz)")
-    cfg = load_yaml(cfg_path)
+    cfg = resolve(file=cfg_path)
     if data_sets:
         over = nest(dict(parse_set(s) for s in data_sets))
         if set(over) - {"data"}:

@@ -1,0 +1,195 @@
+"""The run config: one typed definition, its derived defaults and checks, and the synthetic generator's limits."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import numpy as np
+import pytest
+import torch
+
+import bayesncl.data.synthetic as S
+from bayesncl import config as C
+from bayesncl.config import DEFAULTS, RULES, ConfigError, resolve, validate
+from bayesncl.data import LOADERS, DataError, load_split
+
+
+def _with(key: str, value) -> dict:
+    cfg = copy.deepcopy(DEFAULTS)
+    *path, last = key.split(".")
+    node = cfg
+    for p in path:
+        node = node[p]
+    node[last] = value
+    return cfg
+
+
+def _accepts(key: str, value) -> bool:
+    """Whether a run config with `key` = `value` resolves (the path a YAML file or `--set` takes)."""
+    try:
+        resolve(base=C.nest({key: value}))
+    except ConfigError:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------ defaults
+def test_defaults_round_trip_and_validate():
+    assert resolve() == DEFAULTS
+    assert C.as_dict(C.Config()) == DEFAULTS
+    assert validate(copy.deepcopy(DEFAULTS)) == DEFAULTS
+    # Config keys, not Python names: `lambda` is a keyword in Python.
+    assert DEFAULTS["method"]["lambda"] == 3.0e-5 and "lambda_" not in DEFAULTS["method"]
+    # One check per key of the defaults, and no check for a key that has no default.
+    assert list(RULES) == list(C.flatten(DEFAULTS))
+
+
+def test_choices_come_from_the_definition():
+    for name in C.DATASETS:
+        assert resolve(sets=[f"data.dataset={name}", "data.root=/data"])["data"]["dataset"] == name
+    for name in C.METHOD_NAMES:
+        assert resolve(sets=[f"method.name={name}"])["method"]["name"] == name
+    from bayesncl.methods import METHODS
+
+    assert tuple(METHODS) == C.METHOD_NAMES
+    # Waterbirds is read (background probe), never trained on.
+    assert "waterbirds" in LOADERS and "waterbirds" not in C.DATASETS
+    with pytest.raises(ConfigError) as err:
+        resolve(sets=["data.dataset=waterbirds", "data.root=/data"])
+    assert str(err.value) == ("data.dataset: got 'waterbirds', expected one of "
+                              "synthetic, cifar10, cifar100, imagenet100")
+
+
+# ------------------------------------------------------------------------------------------ per-key checks
+@pytest.mark.parametrize("key", list(RULES))
+def test_every_key_rejects_a_wrong_type_naming_the_key(key):
+    wrong = 12 if RULES[key][0]("a string") else "a string"
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}: got {re.escape(repr(wrong))}, expected "):
+        validate(_with(key, wrong))
+    # The same through `--set`, where the value is YAML.
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}: got "):
+        resolve(sets=[f"{key}={wrong!r}" if isinstance(wrong, str) else f"{key}={wrong}"])
+
+
+def test_error_says_what_is_allowed():
+    with pytest.raises(ConfigError) as err:
+        resolve(sets=["method.rho=1.5"])
+    assert str(err.value) == "method.rho: got 1.5, expected a number strictly between 0 and 1"
+    with pytest.raises(ConfigError) as err:
+        resolve(sets=["method.topk_k=0"])
+    assert str(err.value) == "method.topk_k: got 0, expected a positive integer or null (round(D / 10))"
+
+
+RANGES = [  # key, accepted, rejected
+    ("method.rho", [1e-6, 0.5, 1 - 1e-6], [0, 1, 1.5, -0.1]),
+    ("method.lambda", [0, 3e-5], [-1e-9, float("nan"), float("inf")]),
+    ("method.tau_g", [1e-3, 1], [0, float("inf")]),
+    ("method.head_depth", [1, 2, 3], [0, 4, 2.0, True]),
+    ("method.topk_k", [None, 1], [0, -3, 1.5]),
+    ("train.momentum", [0, 0.99], [1, -0.1]),
+    ("train.crop_min_scale", [1, 0.01], [0, 1.01]),
+    ("train.batch_size", [2], [1, 0]),
+    ("train.warmup_epochs", [0], [-1]),
+    ("train.epochs", [1], [0, 1.0, True]),
+    ("model.width", [1], [0]),
+    ("eval.retrieval_k", [None, 1], [0]),
+    ("seed", [0], [-1]),
+    ("data.classes", [None, "classes.txt", ["n01440764"]], [[], [1], 3]),
+    ("data.synthetic.num_classes", [2, C.SYNTHETIC_SHAPES], [1, C.SYNTHETIC_SHAPES + 1]),
+    ("data.synthetic.num_backgrounds", [2, C.SYNTHETIC_TEXTURES], [0, C.SYNTHETIC_TEXTURES + 1]),
+    ("data.synthetic.num_common", [0, 1], [-1]),
+    ("data.synthetic.prevalence", [0, 1, 0.5], [-0.01, 1.01]),
+    ("data.synthetic.image_size", [8], [7]),
+    ("data.synthetic.train_size", [1], [0]),
+]
+
+
+@pytest.mark.parametrize("key,good,bad", RANGES, ids=[r[0] for r in RANGES])
+def test_range_ends(key, good, bad):
+    for v in good:
+        assert _accepts(key, v), (key, v)
+    for v in bad:
+        assert not _accepts(key, v), (key, v)
+
+
+def test_unknown_key_names_it_and_lists_the_known_ones(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        resolve(sets=["method.rhoo=0.5"])
+    msg = str(err.value)
+    assert msg.startswith("method.rhoo: unknown key; known keys here: ")
+    assert set(msg.split(": ")[-1].split(", ")) == set(DEFAULTS["method"])
+    path = tmp_path / "c.yaml"
+    path.write_text("data:\n  synthetic:\n    colours: 3\n")
+    with pytest.raises(ConfigError, match=r"^data\.synthetic\.colours: unknown key; known keys here: .*num_common"):
+        resolve(file=path)
+    with pytest.raises(ConfigError, match=r"^train: expected a mapping of epochs, "):
+        resolve(base={"train": 3})
+
+
+def test_yaml_string_float_is_read_as_a_number(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("method: {lambda: 3e-5, rho: 5e-1}\ntrain: {weight_decay: 1e-4}\n")  # YAML 1.1: strings
+    cfg = resolve(file=path)
+    assert cfg["method"]["lambda"] == 3e-5 and cfg["method"]["rho"] == 0.5 and cfg["train"]["weight_decay"] == 1e-4
+    assert resolve(sets=["method.lambda=4e-5"])["method"]["lambda"] == 4e-5
+    # Only where a number is expected: a string stays a string elsewhere, and the check names the key.
+    assert resolve(sets=["data.dataset=cifar10", "data.root=1e3"])["data"]["root"] == "1e3"
+    with pytest.raises(ConfigError, match=r"^train\.epochs: got '3e2', expected a positive integer$"):
+        resolve(base={"train": {"epochs": "3e2"}})
+    with pytest.raises(ConfigError, match=r"^method\.rho: got 'high', expected "):
+        resolve(base={"method": {"rho": "high"}})
+
+
+# ------------------------------------------------------------------------------------------ cross-key rules
+def test_cross_key_rules():
+    with pytest.raises(ConfigError, match=r"^data\.root: dataset 'cifar10' needs a root path"):
+        resolve(sets=["data.dataset=cifar10"])
+    with pytest.raises(ConfigError) as err:
+        resolve(sets=["data.synthetic.num_backgrounds=3", "data.synthetic.num_common=4"])
+    assert str(err.value) == ("data.synthetic.num_common: got 4, expected an integer in "
+                              "[0, data.synthetic.num_backgrounds = 3]")
+    # All backgrounds common is what the generator draws (uniform over all of them).
+    assert resolve(sets=["data.synthetic.num_backgrounds=3", "data.synthetic.num_common=3"])
+    assert resolve(sets=["data.synthetic.num_backgrounds=1", "data.synthetic.num_common=0"])
+    with pytest.raises(ConfigError, match=r"^method\.topk_k: k = 65 must lie in \[1, model\.proj_dim = 64\]"):
+        resolve(sets=["method.name=topk_ncl", "model.proj_dim=64", "method.topk_k=65"])
+    assert resolve(sets=["method.name=ncl", "model.proj_dim=64", "method.topk_k=65"])  # k is Top-k NCL's only
+
+
+# ------------------------------------------------------------------------------------------ the generator agrees
+SYN_VALUES = [-1, 0, 1, 2, 6, 7, 8, 9, 13, 14, 0.5, 1.0, "0.5", "8", True, None, float("nan")]
+
+
+@pytest.mark.parametrize("key", list(DEFAULTS["data"]["synthetic"]))
+def test_config_and_generator_accept_the_same_synthetic_values(key):
+    def error(fn):
+        try:
+            fn()
+        except (ConfigError, DataError) as e:
+            return str(e)
+        return None
+
+    for v in SYN_VALUES:
+        by_config = error(lambda: resolve(base={"data": {"synthetic": {key: v}}}))
+        by_generator = error(lambda: S.resolve_params({key: v}))
+        assert by_config == by_generator, (key, v)  # both accept, or both reject with one message
+        assert by_config is None or by_config.startswith("data.synthetic."), by_config
+
+
+def test_num_common_zero_draws_every_background_at_the_smallest_size(tmp_path):
+    cfg = resolve(sets=["data.synthetic.num_common=0", "data.synthetic.image_size=8", "data.synthetic.num_classes=2",
+                        "data.synthetic.num_backgrounds=3", "data.synthetic.train_size=300",
+                        "data.synthetic.test_size=4", f"data.cache_dir={tmp_path}"])
+    tr = load_split(cfg["data"], "train")
+    assert tr.images.shape == (300, 3, 8, 8) and tr.num_classes == 2
+    counts = torch.bincount(tr.backgrounds, minlength=3)
+    assert counts.min() > 70  # uniform over all three (100 each expected), not only the first num_common
+
+
+def test_generator_params_are_coerced_so_the_cache_key_is_stable(tmp_path):
+    a = S.synthetic_cache_path({"seed": np.int64(3), "prevalence": 1}, tmp_path)
+    assert a == S.synthetic_cache_path({"seed": 3, "prevalence": 1.0}, tmp_path)
+    p = S.resolve_params({"seed": np.int64(3), "prevalence": 1})
+    assert type(p["seed"]) is int and type(p["prevalence"]) is float
+    assert p == {**DEFAULTS["data"]["synthetic"], "seed": 3, "prevalence": 1.0}
