@@ -35,7 +35,14 @@ def test_paper_dag_builds_without_data(tmp_path):
     # default D = 2048 x 2 methods (18); Figure 4b 4 more rho and 4 more lambda values (24). Tables 3, 6, 7
     # and Figure 3 reuse runs already counted.
     runs = 45 + 12 + 9 + 18 + 24
-    assert counts["pretrain"] == runs and counts["evaluate"] == runs
+    assert counts["pretrain"] == runs
+    # One evaluation job per section and run: every run gets features, interpretability and the linear probe;
+    # retrieval all but the 12 SimCLR runs (Tables 1-2 and 5); the background probe Table 6's NCL and BayesNCL
+    # runs on ImageNet-100 (6); dynamics Table 3's (6, CIFAR-100); cost Table 7's (2 methods x 3 datasets x 3).
+    assert counts["features"] == counts["interpretability"] == counts["linear_probe"] == runs
+    assert counts["retrieval"] == runs - 12
+    assert counts["background_probe"] == 6 and counts["dynamics"] == 6 and counts["cost"] == 18
+    assert "evaluate" not in counts
     assert counts["summarize"] == 1 and counts["report"] == 1
 
 
@@ -57,10 +64,11 @@ def test_slurm_profile_by_name_puts_only_gpu_rules_on_the_gpu_partition(tmp_path
         fields = dict(kv.split("=", 1) for kv in res.split(", "))
         partitions.setdefault(rule, set()).add(fields.get("slurm_partition"))
         gpus.setdefault(rule, set()).add(fields.get("gpu"))
-    assert partitions["pretrain"] == partitions["evaluate"] == {"gpu"}, partitions
-    assert gpus["pretrain"] == gpus["evaluate"] == {"1"}, gpus
-    for rule in ("summarize", "report"):
-        assert "gpu" not in partitions[rule] and gpus[rule] == {None}, (rule, partitions[rule], gpus[rule])
+    # The paper grid probes with the paper protocol and on Waterbirds: both run the network.
+    for rule in ("pretrain", "features", "linear_probe", "background_probe"):
+        assert partitions[rule] == {"gpu"} and gpus[rule] == {"1"}, (rule, partitions[rule], gpus[rule])
+    for rule in ("interpretability", "retrieval", "dynamics", "cost", "summarize", "report", "atlas"):
+        assert "gpu" not in partitions[rule] and gpus[rule] <= {None, "0"}, (rule, partitions[rule], gpus[rule])
 
 
 def test_lint():
@@ -78,11 +86,15 @@ def _bad_config(tmp_path, edit) -> Path:
 
 BAD = [
     (lambda c: c["variants"]["NCL"]["method"].update(name="simsiam"), "method.name"),
-    (lambda c: c["datasets"].update(cifar10={"data": {"dataset": "cifar10"}}), "datasets.cifar10.data.root"),
+    (lambda c: c["datasets"].update(cifar10={"data": {"dataset": "cifar10"}}),
+     "data.root: dataset 'cifar10' needs a root path"),
     (lambda c: c.update(seeds=[]), "seeds"),
     (lambda c: c["sets"]["table1"].update(seeds=[]), "seeds"),
     (lambda c: c["sets"]["table1"]["variants"].append("MoCo"), "sets.table1.variants"),
     (lambda c: c["defaults"]["method"].update(rho=1.5), "method.rho"),
+    (lambda c: c["sets"].update(table8={"variants": ["NCL"]}), "sets.table8"),
+    # Table 6 probes the background: a dataset without background labels needs Waterbirds
+    (lambda c: c["datasets"].update(cifar10={"data": {"dataset": "cifar10", "root": "/x"}}), "eval.waterbirds_root"),
 ]
 
 
@@ -99,13 +111,12 @@ def test_bad_config_is_reported_with_its_key(tmp_path, edit, message):
     import jsonschema
 
     from bayesncl.config import ConfigError
-    from bayesncl.grid import check_workflow_config, expand_grid
+    from bayesncl.grid import expand_grid
 
     cfg = yaml.safe_load(_bad_config(tmp_path, edit).read_text())
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
     with pytest.raises((ConfigError, jsonschema.ValidationError)) as err:
         jsonschema.validate(cfg, schema)
-        check_workflow_config(cfg)
         expand_grid(cfg)
     text = str(err.value) if isinstance(err.value, ConfigError) else ".".join(map(str, err.value.path)) + str(err.value)
     assert message in text
@@ -166,12 +177,50 @@ def test_shared_run_is_one_readable_run():
     from bayesncl.grid import expand_grid
 
     runs = expand_grid(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
-    run = runs["cifar100/bayesncl/rho~0.8/lambda~3e-05/seed~0"]
+    # Table 3 records dynamics in the run Tables 1, 2, 4 and 7 share: trained once, and its id says so
+    run = runs["cifar100/bayesncl/rho~0.8/lambda~3e-05/dyn~10/seed~0"]
     assert {"table1", "table2", "table3", "table4", "table7"} <= set(run.sets)
-    assert run.config["train"]["dynamics_every"] == 10  # Table 3 records dynamics in the shared run
+    assert run.config["train"]["dynamics_every"] == 10
     assert run.config["method"]["gate"] == "ste" and run.config["method"]["head_depth"] == 2
     assert "cifar100/bayesncl/gate~soft/rho~0.8/lambda~3e-05/seed~0" in runs
     assert "cifar100/ncl/arch~resnet50/seed~2" in runs
+    assert not [rid for rid in runs if rid.startswith("cifar10/") and "dyn~" in rid]  # no Table 3 there
+
+
+def test_two_variants_that_are_one_run_are_reported():
+    from bayesncl.grid import GridWarning, expand_grid
+
+    cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    cfg["variants"]["Also STE"] = {"method": {"name": "bayesncl", "gate": "ste"}}
+    cfg["sets"]["table4"]["variants"].append("Also STE")
+    with pytest.warns(GridWarning, match="'Also STE' resolves to the same run config as 'BayesNCL \\(STE\\)'"):
+        runs = expand_grid(cfg)
+    assert len(runs) == len(expand_grid(yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())))
+
+
+def test_sets_asking_different_dynamics_for_one_run_fail():
+    from bayesncl.config import ConfigError
+    from bayesncl.grid import expand_grid
+
+    cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    cfg["sets"]["table7"]["dynamics_every"] = 2
+    with pytest.raises(ConfigError, match="sets.table7.dynamics_every: 2 conflicts with 1"):
+        expand_grid(cfg)
+
+
+def test_evaluation_sections_follow_the_sets():
+    from bayesncl.grid import evaluation_sections, expand_grid
+
+    runs = expand_grid(yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text()))
+    by_id = {rid: evaluation_sections(run) for rid, run in runs.items()}
+    simclr = next(rid for rid in runs if "/cl/" in rid)
+    assert by_id[simclr] == ["features", "interpretability", "linear_probe"]  # no retrieval for SimCLR
+    main = next(rid for rid, r in runs.items() if {"table3", "table6", "table7"} <= set(r.sets)
+                and r.config["method"]["name"] == "ncl")
+    assert by_id[main] == ["features", "interpretability", "retrieval", "linear_probe", "background_probe",
+                           "dynamics", "cost"]
+    sweep = next(rid for rid, r in runs.items() if r.sets == ["figure4b"])
+    assert by_id[sweep] == ["features", "interpretability", "retrieval", "linear_probe"]
 
 
 STUB = """\

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from .atomic import atomic_path
 from .config import ConfigError, flatten, validate
 from .errors import CheckpointError
-from .methods import Method, build_method
+
+if TYPE_CHECKING:
+    from .methods import Method
 
 
 def save(obj: dict, path: str | Path) -> None:
@@ -33,11 +36,11 @@ def load(path: str | Path, map_location="cpu") -> dict:
         raise CheckpointError(f"checkpoint {path} could not be read as a bayesncl checkpoint: {e}") from e
 
 
-def weights_digest(model: torch.nn.Module) -> str:
-    """A short hash of the weights (parameters and buffers, in state-dict order): equal digests mean two runs
-    trained bit-identical models."""
+def weights_digest(weights: torch.nn.Module | dict) -> str:
+    """A short hash of the weights (a model, or its state dict: parameters and buffers, in state-dict order):
+    equal digests mean two runs trained bit-identical models."""
     h = hashlib.sha256()
-    for name, t in model.state_dict().items():
+    for name, t in (weights if isinstance(weights, dict) else weights.state_dict()).items():
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()[:16]
@@ -69,6 +72,8 @@ def stored_config(state: dict, path: str | Path) -> dict:
 
 def model_from_state(state: dict, path: str | Path) -> Method:
     """The model a loaded checkpoint `state` (read from `path`) describes, with its weights, in eval mode."""
+    from .methods import build_method  # torchvision: only where a model is built
+
     model = build_method(stored_config(state, path))
     try:
         model.load_state_dict(state["model"])

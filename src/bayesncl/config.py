@@ -172,10 +172,10 @@ class Config:
     eval: EvalConfig = _section(EvalConfig, "evaluation")
 
 
-# Keys that never change the trained weights (where things run, what is recorded, how it is evaluated):
+# Keys that change neither the trained weights nor what a run records (where things run, how it is evaluated):
 # a checkpoint may be resumed or evaluated with other values, and the workflow leaves them out of a run's id.
-RUNTIME_KEYS = ("train.dynamics_every", "train.device", "train.threads", "data.num_workers", "data.cache_dir",
-                "data.root", "eval.")
+# train.dynamics_every is not one: it decides whether the run writes dynamics.pt.
+RUNTIME_KEYS = ("train.device", "train.threads", "data.num_workers", "data.cache_dir", "data.root", "eval.")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -27,13 +27,10 @@ from .evaluation.dynamics import GradientStats
 from .evaluation.metrics import consistency_per_dim
 from .methods import build_method
 from .optim import build_optimizer, lr_at, set_lr
+from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
 from .runtime import autocast, channels_last, embed, peak_memory_mb, resolve_device
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: "try again"; the SLURM profile retries, and the rerun resumes
-CHECKPOINT = "checkpoint.pt"
-FINAL = "model.pt"
-LOG = "log.jsonl"
-DYNAMICS = "dynamics.pt"
 CHECK_EVERY = 50  # steps between finiteness checks (each one waits for the device)
 
 
@@ -103,13 +100,10 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
         opt.load_state_dict(saved["optimizer"])
         state.update({k: saved[k] for k in ("epoch", "step", "log", "dynamics", "rng", "partial")})
     if state["epoch"] >= epochs and final.exists():
-        if cfg["train"]["dynamics_every"] and not (out / DYNAMICS).exists():
-            raise ConfigError(f"train.dynamics_every: {out} finished training without recording gradient "
-                              "dynamics; remove the folder (or its model.pt and checkpoint.pt) to retrain with it")
         return final
 
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "config.resolved.yaml", dump_yaml(cfg))
+    atomic_write_text(out / CONFIG, dump_yaml(cfg))
     augment = SimCLRAugment(train_set.crop_size, train_set.mean, train_set.std,
                             crop_scale=(cfg["train"]["crop_min_scale"], 1.0))
     loss_fn = torch.compile(model.training_loss) if cfg["train"]["compile"] else model.training_loss

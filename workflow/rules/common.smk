@@ -42,9 +42,9 @@ def evaluate_command(section):
 
     def command(wildcards):
         cfg = RUNS[wildcards.run].config
-        run_dir = f"{RESULTS}/runs/{wildcards.run}"
+        model, out = f"{RESULTS}/runs/{wildcards.run}/model.pt", f"{RESULTS}/runs/{wildcards.run}/eval"
         settings = json.dumps({"eval": cfg["eval"], "data": cfg["data"]}, sort_keys=True)
-        return (f"bayesncl evaluate --checkpoint {shlex.quote(run_dir + '/model.pt')} --out "
-                f"{shlex.quote(run_dir + '/eval')} --only {section} --config-json {shlex.quote(settings)} --quiet")
+        return (f"bayesncl evaluate --checkpoint {shlex.quote(model)} --out {shlex.quote(out)} --only {section} "
+                f"--config-json {shlex.quote(settings)} --quiet")
 
     return command

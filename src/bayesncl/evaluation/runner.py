@@ -60,13 +60,11 @@ class Context:
         self.checkpoint, self.out, self.cfg, self.progress = checkpoint, out, cfg, progress
         self.run_dir = checkpoint.parent
         self._state = state
-        self.weights_sha: str | None = None
+        self.weights_sha = ckpt_io.weights_digest(state["model"])
 
     @cached_property
     def cpu_model(self):
-        model = ckpt_io.model_from_state(self._state, self.checkpoint)
-        self.weights_sha = ckpt_io.weights_digest(model)
-        return model
+        return ckpt_io.model_from_state(self._state, self.checkpoint)
 
     @cached_property
     def device(self):
@@ -163,7 +161,6 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
     written = []
     for name in names:
         result = SECTIONS[name].compute(ctx)
-        ctx.cpu_model  # noqa: B018 (loads the weights, for the hash)
         run = {**run_info(cfg), "checkpoint": str(checkpoint), "weights_sha": ctx.weights_sha}
         path = out / f"{name}.json"
         atomic_write_text(path, json.dumps(_clean({"run": run, **result}), indent=2) + "\n")
