@@ -15,7 +15,7 @@ Steps (each timed and guarded: a failing step records its error and the next one
                   two views in DataLoader workers (one per CPU); images/s and ours / official-style
   imagenet_input  generated 500x375 JPEGs decoded and resized as bayesncl.data.imagenet does, with 1 worker and
                   with one per CPU, feeding the 224 px on-device crop: images/s per worker
-  cli_end_to_end  `bayesncl pretrain` + `bayesncl evaluate` on synthetic 32 px data: metrics.json written
+  cli_end_to_end  `bayesncl pretrain` + `bayesncl evaluate` on synthetic 32 px data: every eval/<section>.json written
   grid_estimate   GPU-hours of config/paper.yaml's pretraining jobs from the measured rate, scaled by FLOPs
 Writes DIR/gpu_check.json and DIR/gpu_check.md after every step (so a run cut short still leaves its
 figures) and prints a summary with the targets: BayesNCL overhead <= 3%, >= 3x the official-style feed,
@@ -62,7 +62,7 @@ TARGETS = {"overhead_pct_max": 3.0, "feed_ratio_min": 3.0, "peak_frac_min": 0.15
 PAPER_MINUTES = {"ncl": 70.95, "bayesncl": 75.12}  # CIFAR-100, 200 epochs (Table 7)
 TRAIN_IMAGES = {"cifar10": 50_000, "cifar100": 50_000, "imagenet100": 126_689}
 # Every section the synthetic set supports (its own background label stands in for Waterbirds').
-E2E_SECTIONS = ("interpretability", "linear_probe", "retrieval", "background", "dynamics", "cost")
+E2E_SECTIONS = ("features", "interpretability", "linear_probe", "retrieval", "background_probe", "dynamics", "cost")
 PAPER_MODEL = ["model.arch=resnet18", "model.width=64", "model.stem=cifar", "model.proj_hidden=2048",
                "model.proj_dim=256"]
 
@@ -574,13 +574,12 @@ class Check:
                      *E2E_SECTIONS, sets=["eval.probe=fast"], log=base / "evaluate.log")
         if e.returncode != 0:
             raise StepFailed(f"evaluate exited {e.returncode}: {tail(base / 'evaluate.log')}")
-        metrics_path = run / "eval" / "metrics.json"
-        if not metrics_path.is_file():
-            raise StepFailed(f"evaluate exited 0 but wrote no {metrics_path}")
-        m = json.loads(metrics_path.read_text())
-        missing = [k for k in ("run", *E2E_SECTIONS) if k not in m]
+        missing = [name for name in E2E_SECTIONS if not (run / "eval" / f"{name}.json").is_file()]
         if missing:
-            raise StepFailed(f"metrics.json lacks sections {missing}")
+            raise StepFailed(f"evaluate exited 0 but wrote no {', '.join(f'eval/{n}.json' for n in missing)}")
+        m = {}
+        for name in E2E_SECTIONS:
+            m.update(json.loads((run / "eval" / f"{name}.json").read_text()))
         log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
         return {"pretrain_seconds": round(t1 - t0, 1), "evaluate_seconds": round(time.perf_counter() - t1, 1),
                 "epochs": len(log), "loss": [round(r["loss"], 4) for r in log],

@@ -202,13 +202,13 @@ def test_cli_errors_name_the_file_and_the_fix(tmp_path, tiny_sets, capsys):
 
 
 def test_a_trained_run_gets_its_atlas(tmp_path, tiny_sets):
-    """pretrain -> evaluate (interpretability) -> atlas, the way the workflow runs them."""
-    from bayesncl.evaluation import evaluate
+    """pretrain -> evaluate (features) -> atlas, the way the workflow runs them."""
+    from bayesncl.evaluation.runner import evaluate
     from bayesncl.train import pretrain
 
     cfg = C.resolve(sets=tiny_sets + ["method.name=bayesncl", "train.epochs=1", "train.max_steps_per_epoch=1"])
     pretrain(cfg, tmp_path / "run", progress=False)
-    evaluate(tmp_path / "run" / "model.pt", tmp_path / "run" / "eval", only=["interpretability"], progress=False)
+    evaluate(tmp_path / "run" / "model.pt", tmp_path / "run" / "eval", only=["features"], progress=False)
     assert main(["atlas", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "atlas_synthetic")]) == 0
     assert (tmp_path / "atlas_synthetic.png").stat().st_size > 0
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import bayesncl.evaluation
+import bayesncl.evaluation.runner
 import bayesncl.report
 import bayesncl.train
 from bayesncl.atomic import atomic_path, atomic_write_text, check_writable_dir
@@ -34,7 +34,7 @@ def no_work(monkeypatch):
         raise AssertionError("the command started its work")
 
     monkeypatch.setattr(bayesncl.train, "pretrain", started)
-    monkeypatch.setattr(bayesncl.evaluation, "evaluate", started)
+    monkeypatch.setattr(bayesncl.evaluation.runner, "evaluate", started)
     monkeypatch.setattr(bayesncl.report, "write_report", started)
 
 
@@ -315,3 +315,17 @@ def test_summarize_checks_its_inputs_and_output(tmp_path, capsys):
         capsys.readouterr()
         assert main(["summarize", *argv]) == 2, argv
         _one_line_error(capsys, needle)
+
+
+def test_make_synthetic_generates_the_synthetic_set_only(tmp_path, capsys):
+    sets = ["--set", "data.synthetic.train_size=40", "--set", "data.synthetic.test_size=20",
+            "--set", "data.synthetic.image_size=8", "--set", f"data.cache_dir={tmp_path}"]
+    assert main(["make-synthetic", *sets]) == 0
+    out = capsys.readouterr().out
+    assert "train: 40 images" in out and "test: 20 images" in out
+    assert len(list(tmp_path.glob("synthetic-*.pt"))) == 1
+    assert main(["make-synthetic", *sets, "--set", "train.epochs=3"]) == 2
+    _one_line_error(capsys, "train.epochs", "data.synthetic.*")
+    (tmp_path / "c.yaml").write_text("data: {dataset: cifar10, root: /x}\n")
+    assert main(["make-synthetic", "--config", str(tmp_path / "c.yaml")]) == 2
+    _one_line_error(capsys, "data.dataset", "cifar10")

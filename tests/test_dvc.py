@@ -71,7 +71,7 @@ def test_dvc_repro_in_a_fresh_clone(clone):
     md5 = runs_out["md5"]
     listing = json.loads((path / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]).read_text())
     files = [e["relpath"] for e in listing]
-    assert any(f.endswith("/model.pt") for f in files) and any(f.endswith("eval/metrics.json") for f in files)
+    assert any(f.endswith("/model.pt") for f in files) and any(f.endswith("eval/features.json") for f in files)
     assert not any(f.endswith("checkpoint.pt") for f in files), [f for f in files if "checkpoint" in f]
 
     rc, out = run([DVC, "repro"], path, env)

@@ -12,7 +12,8 @@ from bayesncl import checkpoint as ckpt_io
 from bayesncl import config as C
 from bayesncl.cli import main
 from bayesncl.errors import DataError, MissingInputError
-from bayesncl.evaluation import SECTIONS, evaluate
+from bayesncl.evaluation.runner import evaluate
+from bayesncl.evaluation.sections import SECTIONS
 from bayesncl.evaluation.sections import applicable
 from bayesncl.grid import expand_grid
 from bayesncl.methods import build_method

@@ -245,17 +245,20 @@ def test_real_tiny_workflow(tmp_path, cluster_state):
     argv = (cluster_state / "snakemake.argv").read_text().splitlines()
     assert argv[:4] == ["snakemake", "--profile", "slurm", "all"], argv
     assert rc == 0, _tail(out)
-    # Every pretrain and evaluate job went through SLURM; summarize and report are local rules.
+    # Every pretrain and evaluation job went through SLURM; summarize and report are local rules.
     import yaml
 
-    from bayesncl.grid import expand_grid
+    from bayesncl.grid import evaluation_sections, expand_grid
 
     runs = expand_grid(yaml.safe_load((REPO / "config" / "tiny.yaml").read_text()))
     submitted = re.findall(r"has been submitted with SLURM jobid \d+ \(log: \S*/rule_(\w+)/", out)
-    assert submitted.count("pretrain") == submitted.count("evaluate") == len(runs), (submitted, _tail(out))
+    assert submitted.count("pretrain") == submitted.count("features") == len(runs), (submitted, _tail(out))
+    sections = {rid: evaluation_sections(run) for rid, run in runs.items()}
+    assert submitted.count("cost") == sum("cost" in s for s in sections.values()), submitted
     for rid in runs:
-        metrics = json.loads((results / "runs" / rid / "eval" / "metrics.json").read_text())
-        assert metrics["run"]["method"] == runs[rid].config["method"]["name"]
+        for name in sections[rid]:
+            written = json.loads((results / "runs" / rid / "eval" / f"{name}.json").read_text())
+            assert written["run"]["method"] == runs[rid].config["method"]["name"], (rid, name)
     for i in range(1, 8):
         assert (results / "tables" / f"table{i}.tex").stat().st_size > 0
     for name in ("figure3", "figure4a", "figure4b"):

@@ -53,7 +53,7 @@ def _pretrain(args) -> int:
 
 def _evaluate(args) -> int:
     from .config import parse_set
-    from .evaluation import evaluate
+    from .evaluation.runner import evaluate
 
     for item in args.set:  # a bad value fails before the checkpoint is loaded
         parse_set(item)
@@ -101,18 +101,22 @@ def _report(args) -> int:
 
 
 def _make_synthetic(args) -> int:
-    from .config import resolve
-    from .data import load_split
-    from .data.synthetic import synthetic_cache_path
+    from .config import parse_set, resolve
+    from .data.synthetic import get_synthetic, synthetic_cache_path
 
+    for item in args.set:
+        key = parse_set(item)[0]
+        if not (key.startswith("data.synthetic.") or key == "data.cache_dir"):
+            raise ConfigError(f"--set {key}: make-synthetic takes data.synthetic.* and data.cache_dir only")
     cfg = resolve(file=args.config, sets=args.set)
     if cfg["data"]["dataset"] != "synthetic":
-        raise ConfigError(f"data.dataset: make-synthetic generates the synthetic set, got "
-                          f"{cfg['data']['dataset']!r}; drop that --set")
+        raise ConfigError(f"data.dataset: make-synthetic generates the synthetic set, but {args.config} trains on "
+                          f"{cfg['data']['dataset']!r}")
+    params, cache = cfg["data"]["synthetic"], cfg["data"]["cache_dir"]
+    data = get_synthetic(params, cache)
     for split in ("train", "test"):
-        ds = load_split(cfg["data"], split)
-        print(f"{split}: {len(ds.labels)} images, {ds.num_classes} classes")
-    print(f"cached in {synthetic_cache_path(cfg['data']['synthetic'], cfg['data']['cache_dir'])}")
+        print(f"{split}: {len(data[f'{split}_labels'])} images, {params['num_classes']} classes")
+    print(f"cached in {synthetic_cache_path(params, cache)}")
     return 0
 
 
@@ -127,7 +131,7 @@ def _atlas(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .evaluation import SECTIONS
+    from .evaluation.sections import SECTIONS
 
     p = argparse.ArgumentParser(prog="bayesncl", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -144,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Pretrain one configuration; rerunning the same command resumes from DIR/checkpoint.pt.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"methods (--set method.name=...): {', '.join(METHOD_NAMES)}\n"
-               "every key and its default: src/bayesncl/config.py (DEFAULTS; RULES says what is allowed)\n"
+               "every key, its default and what it allows: the dataclasses in src/bayesncl/config.py\n"
                "formulas, defaults and protocols: docs/METHOD.md\n"
                "example: bayesncl pretrain --out runs/demo --set method.name=ncl --set train.epochs=20")
     common(sp)

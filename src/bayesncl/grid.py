@@ -155,7 +155,7 @@ EVERY_RUN = ("features", "interpretability", "retrieval", "linear_probe", "dynam
 
 
 def evaluation_sections(run: Run) -> list[str]:
-    """The evaluation sections (bayesncl.evaluation.SECTIONS) this run's sets need and its config allows."""
+    """The evaluation sections (bayesncl.evaluation.sections.SECTIONS) this run's sets need and its config allows."""
     from .evaluation.sections import SECTIONS
 
     out = [name for name in EVERY_RUN if SECTIONS[name].skip(run.config) is None]

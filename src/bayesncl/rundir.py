@@ -5,7 +5,7 @@
     <run>/model.pt               final weights + config: what evaluation reads
     <run>/log.jsonl              one JSON object per finished epoch (rewritten whole, atomically)
     <run>/dynamics.pt            per-dimension AF / GV / SC every train.dynamics_every epochs
-    <run>/eval/                  one <section>.json per evaluation section (bayesncl.evaluation)
+    <run>/eval/                  one <section>.json per evaluation section (bayesncl.evaluation.sections)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-# Evaluation, one rule per section of bayesncl.evaluation.SECTIONS, each writing eval/<section>.json.
+# Evaluation, one rule per section of bayesncl.evaluation.sections.SECTIONS, each writing eval/<section>.json.
 # `features` embeds the test (and, where needed, train) split once on the GPU; the CPU sections read its
 # cache, so a failed or preempted probe reruns alone and a new section reruns no pretraining. Which
 # sections a run gets: bayesncl.grid.evaluation_sections (common.smk, EVAL_OUTPUTS).

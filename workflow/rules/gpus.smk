@@ -40,7 +40,7 @@ def run_gpus(wildcards):
 
 def section_gpus(section):
     """Resource function: one GPU where the evaluation section runs the network and the run is not CPU-only."""
-    from bayesncl.evaluation import SECTIONS
+    from bayesncl.evaluation.sections import SECTIONS
 
     def gpus(wildcards):
         return int(SECTIONS[section].gpu(RUNS[wildcards.run].config)) * run_gpus(wildcards)

@@ -120,7 +120,7 @@ def linear_probe_paper(model, train, test, cfg: dict, device, *, progress: bool 
 
     from ..data import SimCLRAugment, iter_batches
     from ..optim import lr_at
-    from ..train import autocast, embed
+    from ..runtime import autocast, embed
 
     imagenet = cfg["data"]["dataset"] == "imagenet100"
     bs, epochs, seed = 256, cfg["eval"]["probe_epochs"], cfg["seed"]

@@ -1,0 +1,110 @@
+"""The package's layers (docs/DESIGN.md): every import, at module level or inside a function, runs from a
+higher layer to a lower one or within a layer, and the module import graph has no cycle."""
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# Lowest first. A package name stands for all its modules unless a module is listed on its own.
+LAYERS = [
+    ["bayesncl", "bayesncl.errors", "bayesncl.atomic", "bayesncl.evaluation"],
+    ["bayesncl.config"],
+    ["bayesncl.data", "bayesncl.losses", "bayesncl.backbones", "bayesncl.rundir"],
+    ["bayesncl.methods", "bayesncl.optim", "bayesncl.checkpoint", "bayesncl.runtime"],
+    ["bayesncl.evaluation.metrics", "bayesncl.evaluation.retrieval", "bayesncl.evaluation.probe",
+     "bayesncl.evaluation.dynamics", "bayesncl.evaluation.cost"],
+    ["bayesncl.train"],
+    ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner"],
+    ["bayesncl.grid"],
+    ["bayesncl.report"],
+    ["bayesncl.cli"],
+]
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in (SRC / "bayesncl").rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def layer(module: str) -> int:
+    best = None
+    for i, names in enumerate(LAYERS):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and (best is None or len(name) > best[1]):
+                best = (i, len(name))
+    assert best is not None, f"{module} is in no layer of tests/test_layers.py; add it (and to docs/DESIGN.md)"
+    return best[0]
+
+
+def imports(module: str, path: Path, known: set[str]) -> set[str]:
+    """The bayesncl modules `module` imports anywhere in its file (TYPE_CHECKING blocks excluded)."""
+    tree = ast.parse(path.read_text())
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+            and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("bayesncl")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and node.module.startswith("bayesncl"):
+                target = node.module
+            else:
+                continue
+            for a in node.names:  # `from . import metrics` names a module
+                found.add(f"{target}.{a.name}" if f"{target}.{a.name}" in known else target)
+    return {m for m in found if m in known and m != module}
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {m: imports(m, p, set(mods)) for m, p in mods.items()}
+
+
+def test_every_import_runs_down_the_layers():
+    upward = [f"{m} (layer {layer(m)}) imports {t} (layer {layer(t)})"
+              for m, targets in graph().items() for t in sorted(targets) if layer(t) > layer(m)]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycle_between_modules():
+    g = graph()
+    # A package's __init__ re-exporting its submodules, which import names from it, is one unit.
+    def unit(m: str) -> str:
+        return "bayesncl.data" if m.startswith("bayesncl.data") else m
+
+    edges = {}
+    for m, targets in g.items():
+        edges.setdefault(unit(m), set()).update(unit(t) for t in targets if unit(t) != unit(m))
+    state: dict[str, int] = {}
+
+    def visit(m, path):
+        state[m] = 1
+        for t in sorted(edges.get(m, ())):
+            assert state.get(t) != 1, "import cycle: " + " -> ".join(path + [t])
+            if t not in state:
+                visit(t, path + [t])
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
+    known = {"bayesncl.train", "bayesncl.evaluation", "bayesncl.evaluation.metrics", "bayesncl.runtime"}
+    mod = tmp_path / "x.py"
+    mod.write_text("def f():\n    from ..train import pretrain\n    from . import metrics\n"
+                   "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..runtime import embed\n")
+    assert imports("bayesncl.evaluation.x", mod, known) == {"bayesncl.train", "bayesncl.evaluation.metrics"}
+    assert layer("bayesncl.train") > layer("bayesncl.evaluation.metrics")
