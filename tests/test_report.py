@@ -601,3 +601,13 @@ def test_report_writes_tables_and_nonempty_figures(tmp_path):
     # Empty sets still produce every figure.
     figures_module().render_figures(_frame([_row("A", 0, sets="table1")]), tmp_path / "empty", ("pdf",))
     assert len(list((tmp_path / "empty").glob("*.pdf"))) == len(figures_module().FIGURE_NAMES)
+
+
+def test_every_set_the_grid_accepts_is_rendered():
+    """grid.SETS is the one list of set names; each is a table spec's set or a figure of the report."""
+    from bayesncl.grid import SETS
+    from bayesncl.report.figures import FIGURE_NAMES
+    from bayesncl.report.tables import TABLES
+
+    rendered = {spec.set_name for spec in TABLES} | set(FIGURE_NAMES)
+    assert set(SETS) <= rendered and {spec.set_name for spec in TABLES} <= set(SETS)
