@@ -11,6 +11,8 @@ Steps (each timed and guarded: a failing step records its error and the next one
   throughput      `bayesncl.train.pretrain` itself (on-device augmentation + forward/backward + LARS) on a
                   CIFAR-100-format set of random images, NCL and BayesNCL: images/s, overhead, peak memory,
                   achieved FLOP/s (counted forward FLOPs x 3 for forward+backward, x 2 views)
+  step_profile    where one training step's time goes, NCL and BayesNCL: augmentation (two views), forward +
+                  loss, backward, LARS step (median ms from device events after warm-up, one batch reused)
   official_feed   the same model and optimizer fed the released code's way: per-image PIL augmentations of
                   two views in DataLoader workers (one per CPU); images/s and ours / official-style
   imagenet_input  generated 500x375 JPEGs decoded and resized as bayesncl.data.imagenet does, with 1 worker and
@@ -56,8 +58,8 @@ import torch  # noqa: E402
 
 from bayesncl.atomic import atomic_write_text  # noqa: E402
 
-STEPS = ("cuda_tests", "sigterm_resume", "matmul_peak", "throughput", "official_feed", "imagenet_input",
-         "cli_end_to_end", "grid_estimate")
+STEPS = ("cuda_tests", "sigterm_resume", "matmul_peak", "throughput", "step_profile", "official_feed",
+         "imagenet_input", "cli_end_to_end", "grid_estimate")
 TARGETS = {"overhead_pct_max": 3.0, "feed_ratio_min": 3.0, "peak_frac_min": 0.15}
 PAPER_MINUTES = {"ncl": 70.95, "bayesncl": 75.12}  # CIFAR-100, 200 epochs (Table 7)
 TRAIN_IMAGES = {"cifar10": 50_000, "cifar100": 50_000, "imagenet100": 126_689}
@@ -84,6 +86,7 @@ class Sizes:
     jpeg_batch: int
     e2e_sets: list            # the CLI end-to-end run
     max_workers: int | None   # cap on DataLoader workers (None: one per CPU)
+    profile_steps: tuple      # (warm-up, timed) steps of the step profile
     subprocess_timeout: int
 
 
@@ -97,7 +100,7 @@ FULL = Sizes(
                             "data.synthetic.image_size=32", "train.batch_size=256", "train.epochs=3",
                             "train.warmup_epochs=1", "train.dynamics_every=1", "method.name=bayesncl",
                             "eval.probe=fast"],
-    max_workers=None, subprocess_timeout=240,
+    max_workers=None, subprocess_timeout=240, profile_steps=(10, 30),
 )
 TINY = Sizes(
     sig_sets=["data.synthetic.train_size=256", "data.synthetic.test_size=64", "data.synthetic.image_size=16",
@@ -112,7 +115,7 @@ TINY = Sizes(
               "data.synthetic.test_size=200", "data.synthetic.image_size=32", "train.batch_size=64",
               "train.epochs=2", "train.warmup_epochs=1", "train.dynamics_every=1", "train.threads=1",
               "method.name=bayesncl", "eval.probe=fast", "eval.batch_size=128"],
-    max_workers=2, subprocess_timeout=180,
+    max_workers=2, subprocess_timeout=180, profile_steps=(1, 3),
 )
 
 
@@ -452,6 +455,72 @@ class Check:
     def step_result(self, name: str) -> dict | None:
         e = self.report["steps"].get(name)
         return e.get("result") if e and e["status"] == "ok" else None
+
+    # ------------------------------------------------------------ 2b. where a training step's time goes
+    def step_profile(self) -> dict:
+        from bayesncl.config import resolve
+        from bayesncl.data import SimCLRAugment, iter_batches, load_split
+        from bayesncl.methods import build_method
+        from bayesncl.optim import build_optimizer
+        from bayesncl.runtime import autocast, channels_last
+
+        bs, dev = self.s.batch, self.device
+        warm, timed = self.s.profile_steps
+
+        def mark():
+            if dev.type == "cuda":
+                e = torch.cuda.Event(enable_timing=True)
+                e.record()
+                return e
+            return time.perf_counter()
+
+        def ms(a, b) -> float:
+            return a.elapsed_time(b) if dev.type == "cuda" else (b - a) * 1e3
+
+        names = ("augment", "forward", "backward", "optimizer")
+        res: dict = {"batch": bs, "warm_steps": warm, "timed_steps": timed}
+        for method in ("ncl", "bayesncl"):
+            cfg = resolve(sets=self.s.tput_model + self.device_sets() + [
+                f"method.name={method}", f"train.batch_size={bs}", f"train.precision={self.precision()}",
+                "data.dataset=cifar100", f"data.root={self.cifar_root}"])
+            train = load_split(cfg["data"], "train")
+            aug = SimCLRAugment(train.crop_size, train.mean, train.std, crop_scale=(cfg["train"]["crop_min_scale"], 1.0))
+            torch.manual_seed(0)
+            model = build_method(cfg).to(dev)
+            cl = channels_last(cfg, dev)
+            if cl:
+                model = model.to(memory_format=torch.channels_last)
+            opt = build_optimizer(model, cfg)
+            model.train()
+            gen = torch.Generator(device=dev)
+            gen.manual_seed(0)
+            x = next(iter_batches(train, bs, shuffle=True, seed=0, drop_last=True, device=dev, num_workers=0))[0]
+            steps = []
+            for i in range(warm + timed):
+                m = [mark()]
+                v1, v2 = aug(x, gen), aug(x, gen)
+                if cl:
+                    v1, v2 = (v.contiguous(memory_format=torch.channels_last) for v in (v1, v2))
+                m.append(mark())
+                with autocast(dev, cfg["train"]["precision"]):
+                    loss, _ = model.training_loss(v1, v2)
+                m.append(mark())
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                m.append(mark())
+                opt.step()
+                m.append(mark())
+                if i >= warm:
+                    steps.append(m)
+            sync(dev)
+            per = {n: statistics.median(ms(st[k], st[k + 1]) for st in steps) for k, n in enumerate(names)}
+            per["total"] = statistics.median(ms(st[0], st[-1]) for st in steps)
+            res[method] = {k: round(v, 3) for k, v in per.items()}
+            del model, opt
+        res["bayesncl_minus_ncl_ms"] = {k: round(res["bayesncl"][k] - res["ncl"][k], 3) for k in (*names, "total")}
+        print("step profile (ms): " + "; ".join(f"{m} " + ", ".join(f"{k} {res[m][k]:.2f}" for k in (*names, "total"))
+                                                 for m in ("ncl", "bayesncl")), flush=True)
+        return res
 
     # ------------------------------------------------------------ 3. the released code's way of feeding CIFAR
     def official_feed(self) -> dict:
@@ -822,6 +891,11 @@ def key_figures(name: str, r: dict) -> str:
             s += (f"; with train.compile: ncl {_fmt(r['ncl_compiled']['img_per_s'], 0)}, bayesncl "
                   f"{_fmt(r['bayesncl_compiled']['img_per_s'], 0)} img/s, overhead {r['overhead_pct_compiled']:+.2f}%")
         return s
+    if name == "step_profile":
+        d = r["bayesncl_minus_ncl_ms"]
+        return (f"ms per step, NCL / BayesNCL: " + ", ".join(f"{k} {_fmt(r['ncl'][k], 2)} / {_fmt(r['bayesncl'][k], 2)}"
+                                                             for k in ("augment", "forward", "backward", "optimizer", "total"))
+                + f"; BayesNCL's extra: " + ", ".join(f"{k} {d[k]:+.2f}" for k in ("forward", "backward", "optimizer")))
     if name == "official_feed":
         s = f"{_fmt(r['img_per_s'], 0)} img/s with {r['workers']} workers"
         return s + (f"; ours {_fmt(r['ratio'], 2)}x" if "ratio" in r else "")

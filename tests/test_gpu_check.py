@@ -139,6 +139,11 @@ def test_tiny_mode_runs_every_step_on_cpu(gc, tmp_path):
     assert steps["cuda_tests"]["result"]["skipped"] == steps["cuda_tests"]["result"]["tests"] > 0
     t = steps["throughput"]["result"]
     assert t["ncl"]["img_per_s"] > 0 and t["bayesncl"]["gflops_fwd_per_view"] > t["ncl"]["gflops_fwd_per_view"]
+    prof = steps["step_profile"]["result"]
+    for m in ("ncl", "bayesncl"):  # the phases are parts of the step
+        parts = sum(prof[m][k] for k in ("augment", "forward", "backward", "optimizer"))
+        assert all(prof[m][k] > 0 for k in ("forward", "backward", "optimizer")) and parts == pytest.approx(
+            prof[m]["total"], rel=0.5), prof
     assert {"interpretability", "linear_probe", "cost"} <= set(steps["cli_end_to_end"]["result"]["sections"])
     assert steps["grid_estimate"]["result"]["jobs"] > 0 and report["targets"]
     md = (out / "gpu_check.md").read_text()
