@@ -153,7 +153,7 @@ def load_run(run_dir: str | os.PathLike, data_sets: list[str] | tuple = (), load
         raise AtlasError(f"{cfg_path}: not found; --run must name a run folder written by `bayesncl pretrain`")
     if not feat_path.is_file():
         raise AtlasError(f"{feat_path}: not found; run `bayesncl evaluate --checkpoint {run / 'model.pt'} "
-                         f"--out {run / 'eval'}` first (it writes features.npz)")
+                         f"--out {run / 'eval'} --only features` first")
     cfg = resolve(file=cfg_path)
     if data_sets:
         over = nest(dict(parse_set(s) for s in data_sets))
