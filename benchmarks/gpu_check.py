@@ -893,9 +893,9 @@ def key_figures(name: str, r: dict) -> str:
         return s
     if name == "step_profile":
         d = r["bayesncl_minus_ncl_ms"]
-        return (f"ms per step, NCL / BayesNCL: " + ", ".join(f"{k} {_fmt(r['ncl'][k], 2)} / {_fmt(r['bayesncl'][k], 2)}"
+        return ("ms per step, NCL / BayesNCL: " + ", ".join(f"{k} {_fmt(r['ncl'][k], 2)} / {_fmt(r['bayesncl'][k], 2)}"
                                                              for k in ("augment", "forward", "backward", "optimizer", "total"))
-                + f"; BayesNCL's extra: " + ", ".join(f"{k} {d[k]:+.2f}" for k in ("forward", "backward", "optimizer")))
+                + "; BayesNCL's extra: " + ", ".join(f"{k} {d[k]:+.2f}" for k in ("forward", "backward", "optimizer")))
     if name == "official_feed":
         s = f"{_fmt(r['img_per_s'], 0)} img/s with {r['workers']} workers"
         return s + (f"; ours {_fmt(r['ratio'], 2)}x" if "ratio" in r else "")
