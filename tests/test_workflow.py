@@ -196,6 +196,17 @@ def test_two_variants_that_are_one_run_are_reported():
     with pytest.warns(GridWarning, match="'Also STE' resolves to the same run config as 'BayesNCL \\(STE\\)'"):
         runs = expand_grid(cfg)
     assert len(runs) == len(expand_grid(yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())))
+    assert [n for r in runs.values() for n in r.notes if "'Also STE'" in n]
+
+
+def test_the_dag_build_prints_the_grid_notes(tmp_path):
+    cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    cfg["variants"]["Also STE"] = {"method": {"name": "bayesncl", "gate": "ste"}}
+    cfg["sets"]["table4"]["variants"].append("Also STE")
+    (tmp_path / "alias.yaml").write_text(yaml.safe_dump(cfg))
+    r = snakemake("-n", "--configfile", str(tmp_path / "alias.yaml"), "--config", f"results={tmp_path}")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "warning: " in r.stderr and "variant 'Also STE' resolves to the same run config" in r.stderr
 
 
 def test_sets_asking_different_dynamics_for_one_run_fail():

@@ -34,6 +34,7 @@ class Run:
     variant: str
     sets: list[str] = field(default_factory=list)
     sweeps: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the grid should hear about this run (GridWarning)
 
 
 def _merged(*parts: dict) -> dict:
@@ -121,11 +122,12 @@ def expand_grid(wf: dict) -> dict[str, Run]:
             raise ConfigError(f"{where}: {e}") from None
         ident = _identity({**cfg, "train": {**cfg["train"], "dynamics_every": 0}})
         p = points.setdefault(ident, {"cfg": cfg, "ds": ds, "variant": variant, "sets": [], "sweeps": [],
-                                      "dyn": 0, "where": where})
+                                      "dyn": 0, "where": where, "notes": []})
         if variant != p["variant"]:
-            warnings.warn(f"{where}: variant {variant!r} resolves to the same run config as {p['variant']!r} "
-                          f"({p['where']}); the run is trained once and its rows show {p['variant']!r}",
-                          GridWarning, stacklevel=2)
+            note = (f"{where}: variant {variant!r} resolves to the same run config as {p['variant']!r} "
+                    f"({p['where']}); the run is trained once and its rows show {p['variant']!r}")
+            p["notes"].append(note)
+            warnings.warn(note, GridWarning, stacklevel=2)
         if dyn and p["dyn"] and dyn != p["dyn"]:
             raise ConfigError(f"sets.{set_name}.dynamics_every: {dyn} conflicts with {p['dyn']} asked for the same "
                               f"run by {p['where']}; use one value")
@@ -142,7 +144,7 @@ def expand_grid(wf: dict) -> dict[str, Run]:
         rid = run_id(cfg, base)
         if rid in runs:
             raise ConfigError(f"{p['where']}: two different configs map to run {rid!r}")
-        runs[rid] = Run(rid, cfg, p["variant"], p["sets"], p["sweeps"])
+        runs[rid] = Run(rid, cfg, p["variant"], p["sets"], p["sweeps"], p["notes"])
     for run in runs.values():
         evaluation_sections(run)  # a set that needs a section its runs cannot have fails here
     return runs

@@ -2,6 +2,7 @@
 import json
 import os
 import shlex
+import sys
 
 from snakemake.utils import validate
 
@@ -13,6 +14,8 @@ from bayesncl.report.atlas import atlas_runs
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
 try:
     RUNS = expand_grid(config)
+    for note in (n for run in RUNS.values() for n in run.notes):
+        print(f"warning: {note}", file=sys.stderr)
     EVAL_SECTIONS = {rid: evaluation_sections(run) for rid, run in RUNS.items()}
 except ConfigError as e:
     raise WorkflowError(f"invalid workflow config: {e}")
