@@ -311,6 +311,7 @@ def test_summarize_checks_its_inputs_and_output(tmp_path, capsys):
     for argv, needle in ((["--grid-json", json.dumps(grid), "--out", str(out.parent)], "is a folder"),
                          (["--grid", str(tmp_path / "none.yaml"), "--out", str(out)], "none.yaml"),
                          (["--grid-json", "{", "--out", str(out)], "--grid-json"),
+                         (["--grid-json", json.dumps({"results": "r", "seeds": [0]}), "--out", str(out)], "defaults"),
                          (["--grid-json", json.dumps(grid), "--out", str(out)], "retrieval.json")):
         capsys.readouterr()
         assert main(["summarize", *argv]) == 2, argv

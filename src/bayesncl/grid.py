@@ -113,6 +113,10 @@ def expand_grid(wf: dict) -> dict[str, Run]:
     table3 needs with dynamics and table1 without is trained once, with them: the sets' requests are united
     before the run ids are made.
     """
+    missing = [k for k in ("seeds", "defaults", "datasets", "variants", "sets") if not isinstance(wf.get(k), (dict, list))]
+    if missing:
+        raise ConfigError(f"{missing[0]}: the workflow config has none; see config/config.yaml for the keys a grid "
+                          "needs (seeds, defaults, datasets, variants, sets)")
     points: dict[tuple, dict] = {}  # training identity without dynamics_every -> what the sets ask of it
     for set_name, ds, variant, key, raw, dyn in _points(wf):
         where = f"datasets.{ds} / variants.{variant} / sets.{set_name}"
