@@ -215,8 +215,10 @@ if isinstance(sres, dict):
 sres = [s for s in map(str, sres) if s.split(":", 1)[1].split("=", 1)[0] not in CLUSTER]
 sres = [f"{s.split('=', 1)[0]}={fit(s.split(':', 1)[1].split('=', 1)[0], s.split('=', 1)[1])}"
         for s in sres]
-for r in rules:  # after the profile's entries, so these win (also over the rules' own resources)
-    sres += [f"{r}:slurm_partition={partition}", f"{r}:gpu=0", f"{r}:mem_mb={mem_cap}"]
+# After the profile's entries, so these win (also over the rules' own resources). One CPU a job: the rules
+# ask for up to 8, and a job asking for more CPUs than this node has would pend forever (PartitionConfig).
+for r in rules:
+    sres += [f"{r}:slurm_partition={partition}", f"{r}:gpu=0", f"{r}:mem_mb={mem_cap}", f"{r}:cpus_per_task=1"]
 args = ["--default-resources", *[f"{k}={v}" for k, v in dres],
         "--set-resources", *sres,
         "--max-threads", str(cpus),
