@@ -456,13 +456,31 @@ class Check:
         e = self.report["steps"].get(name)
         return e.get("result") if e and e["status"] == "ok" else None
 
-    # ------------------------------------------------------------ 2b. where a training step's time goes
-    def step_profile(self) -> dict:
+    def step_config(self, method: str) -> dict:
+        """The throughput model on the generated CIFAR-100 set, for a training step outside `pretrain`."""
         from bayesncl.config import resolve
-        from bayesncl.data import SimCLRAugment, iter_batches, load_split
+
+        return resolve(sets=self.s.tput_model + self.device_sets() + [
+            f"method.name={method}", f"train.batch_size={self.s.batch}", f"train.precision={self.precision()}",
+            "data.dataset=cifar100", f"data.root={self.cifar_root}"])
+
+    def step_model(self, cfg: dict):
+        """(model in train mode on the device, its LARS optimizer, whether inputs go channels_last)."""
         from bayesncl.methods import build_method
         from bayesncl.optim import build_optimizer
-        from bayesncl.runtime import autocast, channels_last
+        from bayesncl.runtime import channels_last
+
+        torch.manual_seed(0)
+        model = build_method(cfg).to(self.device)
+        cl = channels_last(cfg, self.device)
+        if cl:
+            model = model.to(memory_format=torch.channels_last)
+        return model.train(), build_optimizer(model, cfg), cl
+
+    # ------------------------------------------------------------ 2b. where a training step's time goes
+    def step_profile(self) -> dict:
+        from bayesncl.data import SimCLRAugment, iter_batches, load_split
+        from bayesncl.runtime import autocast
 
         bs, dev = self.s.batch, self.device
         warm, timed = self.s.profile_steps
@@ -480,18 +498,10 @@ class Check:
         names = ("augment", "forward", "backward", "optimizer")
         res: dict = {"batch": bs, "warm_steps": warm, "timed_steps": timed}
         for method in ("ncl", "bayesncl"):
-            cfg = resolve(sets=self.s.tput_model + self.device_sets() + [
-                f"method.name={method}", f"train.batch_size={bs}", f"train.precision={self.precision()}",
-                "data.dataset=cifar100", f"data.root={self.cifar_root}"])
+            cfg = self.step_config(method)
             train = load_split(cfg["data"], "train")
             aug = SimCLRAugment(train.crop_size, train.mean, train.std, crop_scale=(cfg["train"]["crop_min_scale"], 1.0))
-            torch.manual_seed(0)
-            model = build_method(cfg).to(dev)
-            cl = channels_last(cfg, dev)
-            if cl:
-                model = model.to(memory_format=torch.channels_last)
-            opt = build_optimizer(model, cfg)
-            model.train()
+            model, opt, cl = self.step_model(cfg)
             gen = torch.Generator(device=dev)
             gen.manual_seed(0)
             x = next(iter_batches(train, bs, shuffle=True, seed=0, drop_last=True, device=dev, num_workers=0))[0]
@@ -526,29 +536,19 @@ class Check:
     def official_feed(self) -> dict:
         from torch.utils.data import DataLoader, RandomSampler
 
-        from bayesncl.config import resolve
         from bayesncl.data import load_split
-        from bayesncl.methods import build_method
-        from bayesncl.optim import build_optimizer, lr_at, set_lr
-        from bayesncl.runtime import autocast, channels_last
+        from bayesncl.optim import lr_at, set_lr
+        from bayesncl.runtime import autocast
 
         bs, dev = self.s.batch, self.device
-        cfg = resolve(sets=self.s.tput_model + self.device_sets() + [
-            "method.name=ncl", f"train.batch_size={bs}", f"train.precision={self.precision()}",
-            "data.dataset=cifar100", f"data.root={self.cifar_root}"])
+        cfg = self.step_config("ncl")
         train = load_split(cfg["data"], "train")
         ds = PILCifar(np.ascontiguousarray(train.images.permute(0, 2, 3, 1).numpy()), train.labels.tolist(),
                       TwoViews(official_transform(32, train.mean, train.std)))
         sampler = RandomSampler(ds, num_samples=10**7)  # no epoch ends (and worker restarts) inside the window
         loader = DataLoader(ds, batch_size=bs, sampler=sampler, num_workers=self.workers, drop_last=True,
                             pin_memory=dev.type == "cuda")
-        torch.manual_seed(0)
-        model = build_method(cfg).to(dev)
-        cl = channels_last(cfg, dev)
-        if cl:
-            model = model.to(memory_format=torch.channels_last)
-        opt = build_optimizer(model, cfg)
-        model.train()
+        model, opt, cl = self.step_model(cfg)
         skip = self.workers + 2  # the first batches arrive together (every worker starts at once)
         t0, n, i = None, 0, 0
         for i, ((v1, v2), _) in enumerate(loader):
