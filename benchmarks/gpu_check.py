@@ -123,6 +123,15 @@ class StepFailed(RuntimeError):
     """A step ran but its check did not hold; the message says what was seen."""
 
 
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
 def cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -218,7 +227,7 @@ class Check:
         self.workers = cpu_count() if self.s.max_workers is None else min(cpu_count(), self.s.max_workers)
         sha, source = git_commit(commit)
         info = {"device": str(device), "tiny": tiny, "commit": sha, "commit_source": source,
-                "torch": torch.__version__,
+                "torch": torch.__version__, "timm": _version("timm"),
                 "python": platform.python_version(), "cpus": cpu_count(), "workers": self.workers,
                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         if device.type == "cuda":
@@ -918,7 +927,7 @@ def markdown(report: dict) -> str:
     lines = [f"# GPU check: {i.get('gpu', i['device'])}{' (tiny)' if i['tiny'] else ''}", "",
              f"date {i['date']}, commit {i['commit']}"
              + (f" ({i['commit_source']})" if i.get("commit") == "unknown" and i.get("commit_source") else "")
-             + f", torch {i['torch']}"
+             + f", torch {i['torch']}, timm {i.get('timm')}"
              + (f" (CUDA {i['cuda']})" if "cuda" in i else "") + f", {i['cpus']} CPUs"
              + (f", total {i['total_seconds']} s" if "total_seconds" in i else "")
              + (f"; steps marked (previous run) are from {i['previous_run']['date']}, commit "
