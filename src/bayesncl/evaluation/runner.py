@@ -19,7 +19,7 @@ from .. import checkpoint as ckpt_io
 from ..atomic import atomic_path, atomic_write_text
 from ..config import RUNTIME_KEYS, merge, nest, parse_set, resolve, validate
 from ..errors import ConfigError, DataError, MissingInputError
-from .sections import SECTIONS, check_applies
+from .sections import SECTIONS, applicable, check_applies
 
 __all__ = ["Context", "evaluate", "run_info"]
 
@@ -60,6 +60,7 @@ class Context:
         self.checkpoint, self.out, self.cfg, self.progress = checkpoint, out, cfg, progress
         self.run_dir = checkpoint.parent
         self._state = state
+        self._splits: dict = {}
         self.weights_sha = ckpt_io.weights_digest(state["model"])
 
     @cached_property
@@ -75,8 +76,6 @@ class Context:
     @cached_property
     def model(self):
         """The model on the evaluation device (a copy: `cpu_model` stays on the CPU)."""
-        import copy
-
         import torch
 
         from ..runtime import channels_last
@@ -94,11 +93,10 @@ class Context:
     def split(self, name: str):
         from ..data import load_split
 
-        cache = self.__dict__.setdefault("_splits", {})
-        if name not in cache:
+        if name not in self._splits:
             ds = self.cfg["data"]["dataset"]
-            cache[name] = self.nonempty(load_split(self.cfg["data"], name), f"{ds} {name} split")
-        return cache[name]
+            self._splits[name] = self.nonempty(load_split(self.cfg["data"], name), f"{ds} {name} split")
+        return self._splits[name]
 
     def embed(self, ds, keys: tuple[str, ...]):
         from ..runtime import embed
@@ -151,17 +149,17 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
     checkpoint, out = Path(checkpoint), Path(out_dir)
     state = ckpt_io.load(checkpoint)
     cfg = _config(state, checkpoint, sets, overrides, expect_config)
-    names = list(only) if only else [n for n, s in SECTIONS.items() if s.skip(cfg) is None]
+    names = list(only) if only else applicable(cfg)
     for name in names:
         if name not in SECTIONS:
             raise ConfigError(f"evaluate --only {name}: unknown section; known: {', '.join(SECTIONS)}")
         check_applies(name, cfg)
     names = [n for n in SECTIONS if n in names]  # features before the sections that read it
     ctx = Context(checkpoint, out, state, cfg, progress)
+    run = {**run_info(cfg), "checkpoint": str(checkpoint), "weights_sha": ctx.weights_sha}
     written = []
     for name in names:
         result = SECTIONS[name].compute(ctx)
-        run = {**run_info(cfg), "checkpoint": str(checkpoint), "weights_sha": ctx.weights_sha}
         path = out / f"{name}.json"
         atomic_write_text(path, json.dumps(_clean({"run": run, **result}), indent=2) + "\n")
         written.append(path)
