@@ -52,6 +52,7 @@ __all__ = [
     "load_imagenet100",
     "prepare_imagenet100",
     "prepared_dir",
+    "prepared_manifests",
     "PREPARED_SPLITS",
 ]
 
@@ -248,6 +249,15 @@ def prepared_dir(root, stored_size: int = 256, classes=None, cache_dir=None) -> 
     tag = hashlib.sha256(json.dumps([str(root_p), imagenet100_classes(classes)]).encode()).hexdigest()[:12]
     base = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     return base / "imagenet100" / f"{int(stored_size)}px-{tag}"
+
+
+def prepared_manifests(data_cfg: dict) -> list[str]:
+    """The manifest paths of the prepared splits a run config reads (train, test); [] unless ImageNet-100."""
+    if data_cfg.get("dataset") != "imagenet100":
+        return []
+    folder = prepared_dir(data_cfg.get("root"), int(data_cfg.get("imagenet_stored_size", 256)),
+                          data_cfg.get("classes"), data_cfg.get("cache_dir"))
+    return [str(folder / f"{split}.json") for split in PREPARED_SPLITS]
 
 
 def _listing_key(split_dir: Path, wnids: list[str], paths: list[str], labels: list[int], stored_size: int) -> str:
