@@ -9,8 +9,9 @@ rounds (A B, B A, ...; medians printed):
 
 - in process (``num_workers=0``, torch on one thread): the whole feed on one core; images per second of
   wall time and per CPU second of this process;
-- a DataLoader with ``--workers`` workers: images per second of wall time;
-- the prepared copy read cold (its pages dropped from the page cache before each round, where the OS allows).
+- ``num_workers=--workers`` (JPEG: DataLoader worker processes; prepared copy: reading threads): images per
+  second of wall time;
+- one epoch of the prepared copy read cold (its pages dropped from the page cache first, where the OS allows).
 
 Each image fed is one training image: its two views are cropped from it on the training device
 (``SimCLRAugment``), which is not timed here. The prepared copy is in the page cache unless stated.
@@ -19,7 +20,6 @@ Each image fed is one training image: its two views are cropped from it on the t
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import shutil
 import statistics
@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
 
-from gpu_check import write_jpeg_tree  # noqa: E402
+from gpu_check import repeated, write_jpeg_tree  # noqa: E402
 
 from bayesncl.data import iter_batches  # noqa: E402
 from bayesncl.data.imagenet import load_imagenet100, prepare_imagenet100  # noqa: E402
@@ -50,27 +50,6 @@ def drop_page_cache(path: str) -> bool:
     finally:
         os.close(fd)
     return True
-
-
-class Repeated(torch.utils.data.Dataset):
-    """The dataset's items ``reps`` times over (index i is item i mod N): one long epoch, so DataLoader
-    workers start once per measure, as in training."""
-
-    def __init__(self, dataset, reps: int) -> None:
-        self.dataset, self.n, self.reps = dataset, len(dataset), reps
-        self.stored_size = dataset.stored_size
-        if hasattr(dataset, "fetch"):
-            self.fetch = lambda idx, pin=False: dataset.fetch(torch.as_tensor(idx) % self.n, pin)
-
-    def __len__(self) -> int:
-        return self.n * self.reps
-
-    def __getitem__(self, i):
-        return self.dataset[i % self.n]
-
-
-def repeated(ds, reps: int):
-    return dataclasses.replace(ds, dataset=Repeated(ds.dataset, reps), labels=ds.labels.repeat(reps))
 
 
 def feed_rate(ds, batch: int, seconds: float, workers: int) -> dict:
@@ -89,6 +68,17 @@ def feed_rate(ds, batch: int, seconds: float, workers: int) -> dict:
         raise SystemExit("the dataset is too small for one timed batch: raise --files or lower --batch")
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"img_per_s": n / wall, "img_per_cpu_s": n / cpu if cpu > 0 else float("nan")}
+
+
+def cold_epoch(ds, batch: int, seed: int) -> dict:
+    """One shuffled epoch of a prepared split, in process, after its pages are dropped from the page cache."""
+    ds.dataset._images = None  # a fresh map once the old one is gone
+    dropped = drop_page_cache(ds.dataset.path)
+    t0, c0, n = time.perf_counter(), time.process_time(), 0
+    for x, _, _ in iter_batches(ds, batch, shuffle=True, seed=seed, drop_last=False, device="cpu"):
+        n += x.shape[0]
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"img_per_s": n / wall, "img_per_cpu_s": n / cpu if cpu > 0 else float("nan"), "dropped": dropped}
 
 
 def main(argv=None) -> int:
@@ -126,7 +116,7 @@ def main(argv=None) -> int:
         print(f"prepare (once, in process): {len(paths) / prep_wall:.0f} images/s, {len(paths) / prep_cpu:.0f} per CPU "
               f"second; {len(paths) * 3 * args.stored_size**2 / 2**20:.0f} MiB; max |prepared - decoded| = {diff}")
 
-        data_file = str(prepared.dataset.path)
+        once = prepared
         reps = 1_000_000 // len(paths) + 1  # never exhausted within a measure
         files, prepared = repeated(files, reps), repeated(prepared, reps)
         rows: dict[str, list[dict]] = {k: [] for k in ("jpeg_0", "prep_0", "jpeg_w", "prep_w", "cold_0")}
@@ -137,9 +127,8 @@ def main(argv=None) -> int:
                 rows[f"{name}_0"].append(feed_rate(ds, args.batch, args.seconds, 0))
             for name, ds in (pair[::-1] if r % 2 == 0 else pair):
                 rows[f"{name}_w"].append(feed_rate(ds, args.batch, args.seconds, args.workers))
-            cold_ok = drop_page_cache(data_file) and cold_ok
-            prepared.dataset.dataset._images = None  # a fresh map: its pages come from the disk again
-            rows["cold_0"].append(feed_rate(prepared, args.batch, min(args.seconds, 1.0), 0))
+            rows["cold_0"].append(cold_epoch(once, args.batch, seed=r))
+            cold_ok = cold_ok and rows["cold_0"][-1]["dropped"]
             print(f"round {r + 1}: in process {rows['jpeg_0'][-1]['img_per_s']:.0f} / "
                   f"{rows['prep_0'][-1]['img_per_s']:.0f}, {args.workers} worker(s) {rows['jpeg_w'][-1]['img_per_s']:.0f} / "
                   f"{rows['prep_w'][-1]['img_per_s']:.0f} images/s (JPEG / prepared)", flush=True)
@@ -156,9 +145,10 @@ def main(argv=None) -> int:
         print(f"| in process, 1 core: per wall second | {med('jpeg_0'):,.0f} | {med('prep_0'):,.0f} |")
         print(f"| in process, 1 core: per CPU second | {med('jpeg_0', 'img_per_cpu_s'):,.0f} | "
               f"{med('prep_0', 'img_per_cpu_s'):,.0f} |")
-        print(f"| DataLoader, {args.workers} worker(s): per wall second | {med('jpeg_w'):,.0f} | {med('prep_w'):,.0f} |")
-        print(f"| in process, prepared copy read cold{'' if cold_ok else ' (page cache NOT dropped)'} | | "
-              f"{med('cold_0'):,.0f} |")
+        print(f"| num_workers={args.workers} (JPEG: DataLoader processes; prepared: reading threads): per wall second "
+              f"| {med('jpeg_w'):,.0f} | {med('prep_w'):,.0f} |")
+        print(f"| in process, 1 core: one epoch of the prepared copy read cold"
+              f"{'' if cold_ok else ' (page cache NOT dropped)'} | | {med('cold_0'):,.0f} |")
         print(f"prepared / JPEG, in process, per round: median {ratio:.1f}x; load average {load1[0]:.1f} at the end")
         target = 450
         print(f"{'PASS' if med('prep_0') >= target else 'FAIL'}: prepared feed {med('prep_0'):,.0f} images/s on one core "
