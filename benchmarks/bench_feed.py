@@ -117,7 +117,7 @@ def main(argv=None) -> int:
               f"second; {len(paths) * 3 * args.stored_size**2 / 2**20:.0f} MiB; max |prepared - decoded| = {diff}")
 
         once = prepared
-        reps = 1_000_000 // len(paths) + 1  # never exhausted within a measure
+        reps = int(50_000 * args.seconds) // len(paths) + 1  # not exhausted within a measure below 50k images/s
         files, prepared = repeated(files, reps), repeated(prepared, reps)
         rows: dict[str, list[dict]] = {k: [] for k in ("jpeg_0", "prep_0", "jpeg_w", "prep_w", "cold_0")}
         cold_ok = True
