@@ -111,7 +111,7 @@ TINY = Sizes(
     tput_model=["model.arch=resnet18", "model.width=4", "model.stem=cifar", "model.proj_hidden=64",
                 "model.proj_dim=32"],
     batch=32, cifar_train=1024, tput_seconds=1.5, warm_steps=2, feed_seconds=1.5, matmul_n=256, jpeg_files=24,
-    jpeg_seconds=1.0, jpeg_batch=8,
+    jpeg_seconds=1.0, jpeg_batch=4,
     e2e_sets=["model.width=4", "model.proj_hidden=64", "model.proj_dim=32", "data.synthetic.train_size=256",
               "data.synthetic.test_size=200", "data.synthetic.image_size=32", "train.batch_size=64",
               "train.epochs=2", "train.warmup_epochs=1", "train.dynamics_every=1", "train.threads=1",
