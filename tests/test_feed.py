@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -255,10 +257,72 @@ def test_cpus_per_gpu():
 
 @pytest.mark.slow
 def test_bench_feed_runs(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_feed.py"), "--files", "12", "--rounds", "1",
-                        "--seconds", "0.2", "--batch", "4"],
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_feed.py"), "--files", "8", "--rounds", "1",
+                        "--seconds", "0.1", "--batch", "4"],
                        capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "max |prepared - decoded| = 0" in r.stdout
     assert "| in process, 1 core: per wall second |" in r.stdout and ("PASS:" in r.stdout or "FAIL:" in r.stdout)
+
+
+# --------------------------------------------------------------------------------------------------
+# The workflow's preparation rule (rules/prepare.smk)
+
+SNAKEMAKE = shutil.which("snakemake")
+
+
+def _grid(tmp_path: Path, tree: Path) -> Path:
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    cfg["results"] = str(tmp_path / "results")
+    cfg["defaults"]["data"]["cache_dir"] = str(tmp_path / "cache")
+    cfg["datasets"] = {"imagenet100": {"data": {"dataset": "imagenet100", "root": str(tree), "classes": list(WNIDS),
+                                                "imagenet_stored_size": S},
+                                       "model": {"stem": "imagenet"}, "train": {"batch_size": 6, "max_steps_per_epoch": 1}}}
+    cfg["sets"] = {"table1": {"variants": ["NCL", "BayesNCL (STE)"]}}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _snakemake(*args, timeout=600):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([SNAKEMAKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed")
+def test_workflow_prepares_once_before_the_jobs_that_read_images(tree, tmp_path):
+    grid = _grid(tmp_path, tree)
+    r = _snakemake("-n", "--configfile", str(grid))
+    assert r.returncode == 0, r.stdout + r.stderr
+    table = r.stdout.split("Job stats:")[1]
+    counts = {m[0]: int(m[1]) for m in (line.split() for line in table.splitlines()) if len(m) == 2 and m[1].isdigit()}
+    assert counts["prepare_imagenet100"] == 1 and counts["pretrain"] == 2  # one copy for both runs
+    marker = re.search(r"rule prepare_imagenet100:\n    output: (\S+)", r.stdout).group(1)
+    for rule in ("pretrain", "features", "linear_probe"):
+        jobs = re.findall(rf"^rule {rule}:\n    input: ([^\n]*)", r.stdout, re.M)
+        assert len(jobs) == 2 and all(marker in j for j in jobs), (rule, jobs)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed")
+def test_workflow_jobs_read_the_copy_and_a_cleared_cache_retrains_nothing(tree, tmp_path):
+    import yaml
+
+    from bayesncl.grid import expand_grid
+
+    grid = _grid(tmp_path, tree)
+    rid = next(rid for rid, run in expand_grid(yaml.safe_load(grid.read_text())).items()
+               if run.config["method"]["name"] == "ncl")
+    model = str(tmp_path / "results" / "runs" / rid / "model.pt")
+    r = _snakemake(model, "--cores", "2", "--configfile", str(grid))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "prepare_imagenet100" in r.stdout + r.stderr
+    log = Path(model).with_name("pretrain.log").read_text()
+    assert "RuntimeWarning" not in log and "prepared copy" not in log, log  # it read the copy
+    assert len(list((tmp_path / "cache" / "imagenet100").glob("*/train-*.u8"))) == 1
+    shutil.rmtree(tmp_path / "cache")  # the finished run must not be retrained for a new copy
+    r = _snakemake("-n", model, "--configfile", str(grid))
+    assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, r.stdout + r.stderr

@@ -7,7 +7,7 @@
 rule features:
     input:
         model=f"{RESULTS}/runs/{{run}}/model.pt",
-        prepared=lambda wc: [] if os.path.exists(f"{RESULTS}/runs/{wc.run}/eval/features.json") else PREPARED_OF[wc.run],  # rules/prepare.smk
+        prepared=lambda wc: PREPARED_OF[wc.run],  # rules/prepare.smk
     output:
         json=f"{RESULTS}/runs/{{run}}/eval/features.json",  # written last: eval/features_train.npz too, where needed
         test=f"{RESULTS}/runs/{{run}}/eval/features.npz",
@@ -70,7 +70,7 @@ rule linear_probe:
     input:
         features=rules.features.output.json,
         model=f"{RESULTS}/runs/{{run}}/model.pt",
-        prepared=lambda wc: [] if os.path.exists(f"{RESULTS}/runs/{wc.run}/eval/linear_probe.json") else PREPARED_OF[wc.run],  # rules/prepare.smk
+        prepared=lambda wc: PREPARED_OF[wc.run],  # rules/prepare.smk
     output:
         f"{RESULTS}/runs/{{run}}/eval/linear_probe.json",
     log:

@@ -3,7 +3,7 @@
 
 rule pretrain:
     input:
-        lambda wc: [] if os.path.exists(f"{RESULTS}/runs/{wc.run}/model.pt") else PREPARED_OF[wc.run],  # rules/prepare.smk
+        lambda wc: PREPARED_OF[wc.run],  # rules/prepare.smk
     output:
         f"{RESULTS}/runs/{{run}}/model.pt",
     log:
