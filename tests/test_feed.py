@@ -109,6 +109,18 @@ def test_prepared_feed_yields_the_jpeg_feeds_batches(tree, tmp_path, workers):
     it.close()
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_prepared_feed_on_cuda_reads_into_page_locked_memory(tree, tmp_path):
+    prepare_imagenet100(tree, "train", **kw(tmp_path))
+    a, b = load(tree, tmp_path), load(tree, tmp_path, prepared=False)
+    x, y, bg = a.dataset.fetch([3, 0, 5], pin=True)
+    assert x.is_pinned() and y.is_pinned() and bg.is_pinned()
+    for workers in (0, 2):
+        got = list(iter_batches(a, 5, shuffle=True, seed=2, drop_last=False, device="cuda", num_workers=workers))
+        want = list(iter_batches(b, 5, shuffle=True, seed=2, drop_last=False, device="cuda", num_workers=workers))
+        assert all(x.is_cuda and torch.equal(x, x2) and torch.equal(y, y2) for (x, y, _), (x2, y2, _) in zip(got, want))
+
+
 def test_a_stale_or_damaged_copy_is_never_read(tree, tmp_path, monkeypatch):
     manifest, _ = prepare_imagenet100(tree, "train", **kw(tmp_path))
     data = manifest.parent / json.loads(manifest.read_text())["data_file"]

@@ -155,7 +155,10 @@ class PreparedImages(Dataset):
         out = x.numpy()
         for j, i in enumerate(idx.tolist()):  # one contiguous copy per image (numpy releases the GIL)
             out[j] = images[i]
-        return x, self.labels[idx], torch.full((len(idx),), -1, dtype=torch.int64)
+        y, bg = self.labels[idx], torch.full((len(idx),), -1, dtype=torch.int64)
+        if pin:  # all three: a copy from pageable memory would wait for the GPU's queue to drain
+            y, bg = y.pin_memory(), bg.pin_memory()
+        return x, y, bg
 
 
 def imagenet100_classes(classes: str | os.PathLike | Sequence[str] | None = None) -> list[str]:
