@@ -15,8 +15,9 @@ Steps (each timed and guarded: a failing step records its error and the next one
                   loss, backward, LARS step (median ms from device events after warm-up, one batch reused)
   official_feed   the same model and optimizer fed the released code's way: per-image PIL augmentations of
                   two views in DataLoader workers (one per CPU); images/s and ours / official-style
-  imagenet_input  generated 500x375 JPEGs decoded and resized as bayesncl.data.imagenet does, with 1 worker and
-                  with one per CPU, feeding the 224 px on-device crop: images/s per worker
+  imagenet_input  generated 500x375 JPEGs decoded and resized as bayesncl.data.imagenet does, and their prepared
+                  copy (bayesncl prepare-imagenet), with 1 worker and one per CPU, feeding the 224 px on-device
+                  crop: images/s; the CPUs per GPU to ask for come from the prepared copy's per-core rate
   cli_end_to_end  `bayesncl pretrain` + `bayesncl evaluate` on synthetic 32 px data: every eval/<section>.json written
   grid_estimate   GPU-hours of config/paper.yaml's pretraining jobs from the measured rate, scaled by FLOPs
 Writes DIR/gpu_check.json and DIR/gpu_check.md after every step (so a run cut short still leaves its
@@ -110,7 +111,7 @@ TINY = Sizes(
     tput_model=["model.arch=resnet18", "model.width=4", "model.stem=cifar", "model.proj_hidden=64",
                 "model.proj_dim=32"],
     batch=32, cifar_train=1024, tput_seconds=1.5, warm_steps=2, feed_seconds=1.5, matmul_n=256, jpeg_files=24,
-    jpeg_seconds=1.0, jpeg_batch=8,
+    jpeg_seconds=1.0, jpeg_batch=4,
     e2e_sets=["model.width=4", "model.proj_hidden=64", "model.proj_dim=32", "data.synthetic.train_size=256",
               "data.synthetic.test_size=200", "data.synthetic.image_size=32", "train.batch_size=64",
               "train.epochs=2", "train.warmup_epochs=1", "train.dynamics_every=1", "train.threads=1",
@@ -590,33 +591,49 @@ class Check:
         print(f"official-style feed: {rate:.1f} images/s with {self.workers} workers", flush=True)
         return res
 
-    # ------------------------------------------------------------ 4. ImageNet-100 JPEG input path
+    # ------------------------------------------------------------ 4. ImageNet-100 input path
     def imagenet_input(self) -> dict:
         from bayesncl.data import IMAGENET_MEAN, IMAGENET_STD, SimCLRAugment, iter_batches
-        from bayesncl.data.imagenet import ImageFileDataset, decode_image, load_imagenet100
+        from bayesncl.data.imagenet import PreparedImages, decode_image, load_imagenet100, prepare_imagenet100
 
-        root = self.work / "jpeg"
+        root, cache = self.work / "jpeg", self.work / "jpeg_cache"
         wnids = write_jpeg_tree(root, self.s.jpeg_files)
-        ds = load_imagenet100(root, "train", classes=wnids)
+        ds = load_imagenet100(root, "train", classes=wnids, prepared=False)
         files = ds.dataset.paths
         mean_kb = sum(os.path.getsize(p) for p in files) / len(files) / 1024
-        # In-process decode+resize alone, one core.
-        t0, n = time.perf_counter(), 0
-        while time.perf_counter() - t0 < self.s.jpeg_seconds / 2:
-            decode_image(files[n % len(files)], ds.stored_size)
-            n += 1
-        decode_rate = n / (time.perf_counter() - t0)
-        # Through the project's DataLoader path, feeding the on-device 224 px crops of two views.
+        cuda = self.device.type == "cuda"
+
+        def per_core(fn) -> float:  # in process, one core
+            t0, n = time.perf_counter(), 0
+            while time.perf_counter() - t0 < self.s.jpeg_seconds / 2:
+                n += fn(n)
+            return n / (time.perf_counter() - t0)
+
+        decode_rate = per_core(lambda i: (decode_image(files[i % len(files)], ds.stored_size), 1)[1])
+        # The prepared copy (bayesncl prepare-imagenet): decoded once, then read through a memory map.
+        t0 = time.perf_counter()
+        prepare_imagenet100(root, "train", classes=wnids, cache_dir=cache, workers=self.workers)
+        prepare_s = time.perf_counter() - t0
+        prep = load_imagenet100(root, "train", classes=wnids, cache_dir=cache)
+        if not isinstance(prep.dataset, PreparedImages):
+            raise StepFailed("the loader did not read the prepared copy it was just given")
+        same = all(torch.equal(prep.dataset[i][0], ds.dataset[i][0]) for i in range(len(files)))
+        if not same:
+            raise StepFailed("the prepared images differ from the decoded JPEGs")
+        gidx = torch.Generator().manual_seed(0)
+        # Reading a batch into page-locked memory (on CUDA), the CPU's whole share of a prepared batch.
+        fetch_rate = per_core(lambda i: prep.dataset.fetch(
+            torch.randint(len(files), (self.s.jpeg_batch,), generator=gidx), pin=cuda)[0].shape[0])
+
+        # Through iter_batches, feeding the on-device 224 px crops of two views.
         reps = 100_000 // len(files) + 1
-        big = dataclasses.replace(ds, dataset=ImageFileDataset(files * reps, ds.dataset.labels * reps,
-                                                               ds.stored_size),
-                                  labels=ds.labels.repeat(reps))
+        big, big_prep = repeated(ds, reps), repeated(prep, reps)
         aug = SimCLRAugment(ds.crop_size, IMAGENET_MEAN, IMAGENET_STD)
         gen = torch.Generator(device=self.device).manual_seed(0)
-        rates = {}
-        for workers in sorted({1, self.workers}):
+
+        def fed(source, workers: int) -> float:
             t0, n = None, 0
-            batches = iter_batches(big, self.s.jpeg_batch, shuffle=True, seed=0, drop_last=True,
+            batches = iter_batches(source, self.s.jpeg_batch, shuffle=True, seed=0, drop_last=True,
                                    device=self.device, num_workers=workers)
             for i, (x, _, _) in enumerate(batches):
                 aug(x, gen), aug(x, gen)  # the two views training makes
@@ -629,13 +646,23 @@ class Check:
                         break
             sync(self.device)
             batches.close()
-            rates[workers] = n / (time.perf_counter() - t0)
-            print(f"JPEG feed, {workers:2d} workers: {rates[workers]:8.1f} images/s", flush=True)
+            return n / (time.perf_counter() - t0)
+
+        rates, prep_rates = {}, {}
+        for workers in sorted({1, self.workers}):
+            rates[workers] = fed(big, workers)
+            prep_rates[workers] = fed(big_prep, workers)
+            print(f"ImageNet-100 feed, {workers:2d} workers: JPEG {rates[workers]:8.1f}, prepared "
+                  f"{prep_rates[workers]:8.1f} images/s", flush=True)
         return {"files": len(files), "size": "500x375", "mean_kb": mean_kb, "stored_size": ds.stored_size,
                 "crop": ds.crop_size, "decode_img_per_s_1core": decode_rate,
                 "img_per_s_1_worker": rates[1], "workers": self.workers,
                 "img_per_s_all_workers": rates[self.workers],
-                "img_per_s_per_worker_all": rates[self.workers] / self.workers}
+                "img_per_s_per_worker_all": rates[self.workers] / self.workers,
+                "prepare_img_per_s": len(files) / prepare_s, "prepared_identical": same,
+                "prepared_fetch_img_per_s_1core": fetch_rate,
+                "prepared_img_per_s_1_worker": prep_rates[1],
+                "prepared_img_per_s_all_workers": prep_rates[self.workers]}
 
     # ------------------------------------------------------------ 5. a real run through the CLI
     def cli_end_to_end(self) -> dict:
@@ -679,14 +706,48 @@ class Check:
         feed = self.step_result("imagenet_input")
         if feed and "imagenet100" in est["per_dataset"]:
             need = est["per_dataset"]["imagenet100"]["img_per_s_resnet18"]
-            per_worker = feed["img_per_s_per_worker_all"]
-            # One core per decoding worker, plus one for the training process.
-            est["imagenet_cpus_per_gpu"] = math.ceil(need / per_worker) + 1
             est["imagenet_img_per_s_needed"] = need
+            est["imagenet_cpus_per_gpu_jpeg"] = cpus_per_gpu(need, feed["img_per_s_per_worker_all"])
+            if "prepared_fetch_img_per_s_1core" in feed:  # a run from before the prepared copy has none
+                est["imagenet_cpus_per_gpu"] = cpus_per_gpu(need, feed["prepared_fetch_img_per_s_1core"])
+            else:
+                est["imagenet_cpus_per_gpu"] = est["imagenet_cpus_per_gpu_jpeg"]
         return est
 
 
 # ---------------------------------------------------------------- helpers the steps share (tested alone)
+
+def cpus_per_gpu(need_img_per_s: float, per_core_img_per_s: float) -> int:
+    """CPUs to ask for per GPU: enough feeding cores for the GPU's images/s, plus one for the training process."""
+    return math.ceil(need_img_per_s / per_core_img_per_s) + 1
+
+
+def repeated(ds, reps: int):
+    """A file-backed split ``reps`` times over (JPEG files or a prepared copy): one long epoch to time, so
+    loader workers start once per measure, as in training."""
+    from bayesncl.data.imagenet import ImageFileDataset
+
+    d = ds.dataset
+    d = ImageFileDataset(d.paths * reps, d.labels * reps, d.stored_size) if isinstance(d, ImageFileDataset) \
+        else _Repeated(d, reps)
+    return dataclasses.replace(ds, dataset=d, labels=ds.labels.repeat(reps))
+
+
+class _Repeated(torch.utils.data.Dataset):
+    """A prepared split ``reps`` times over (index i is image i mod N)."""
+
+    def __init__(self, dataset, reps: int) -> None:
+        self.dataset, self.n, self.reps, self.stored_size = dataset, len(dataset), reps, dataset.stored_size
+
+    def __len__(self) -> int:
+        return self.n * self.reps
+
+    def __getitem__(self, i):
+        return self.dataset[i % self.n]
+
+    def fetch(self, idx, pin: bool = False):
+        return self.dataset.fetch(torch.as_tensor(idx) % self.n, pin)
+
 
 def cuda_test_ids(tests: Path) -> list[str]:
     """Node ids of the tests that skip without CUDA: functions under a skipif naming cuda, or whole files
@@ -909,10 +970,15 @@ def key_figures(name: str, r: dict) -> str:
         s = f"{_fmt(r['img_per_s'], 0)} img/s with {r['workers']} workers"
         return s + (f"; ours {_fmt(r['ratio'], 2)}x" if "ratio" in r else "")
     if name == "imagenet_input":
-        return (f"decode {_fmt(r['decode_img_per_s_1core'], 0)} img/s/core; "
-                f"1 worker {_fmt(r['img_per_s_1_worker'], 0)}, "
-                f"{r['workers']} workers {_fmt(r['img_per_s_all_workers'], 0)} img/s "
-                f"({_fmt(r['img_per_s_per_worker_all'], 0)} per worker)")
+        s = (f"JPEG: decode {_fmt(r['decode_img_per_s_1core'], 0)} img/s/core; "
+             f"1 worker {_fmt(r['img_per_s_1_worker'], 0)}, "
+             f"{r['workers']} workers {_fmt(r['img_per_s_all_workers'], 0)} img/s "
+             f"({_fmt(r['img_per_s_per_worker_all'], 0)} per worker)")
+        if "prepared_fetch_img_per_s_1core" in r:
+            s += (f"; prepared copy: read {_fmt(r['prepared_fetch_img_per_s_1core'], 0)} img/s/core, "
+                  f"1 thread {_fmt(r['prepared_img_per_s_1_worker'], 0)}, {r['workers']} threads "
+                  f"{_fmt(r['prepared_img_per_s_all_workers'], 0)} img/s, same pixels: {r['prepared_identical']}")
+        return s
     if name == "cli_end_to_end":
         return (f"{r['epochs']} epochs in {r['pretrain_seconds']} s, evaluate {r['evaluate_seconds']} s; "
                 f"SC {_fmt(r['sc'])}, probe top-1 {_fmt(r['probe_top1'])}")
@@ -962,8 +1028,9 @@ def markdown(report: dict) -> str:
                   f"{_fmt(r['probe_gpu_hours'])} for the paper-protocol linear probes. Paper, CIFAR-100 "
                   f"(200 epochs): {p['ncl']} / {p['bayesncl']} minutes per run (NCL / BayesNCL)."]
         if "imagenet_cpus_per_gpu" in r:
-            lines.append(f"ImageNet-100 needs about {_fmt(r['imagenet_img_per_s_needed'], 0)} decoded images/s per "
-                         f"GPU: {r['imagenet_cpus_per_gpu']} CPUs per GPU (decoding workers + 1).")
+            lines.append(f"ImageNet-100 needs about {_fmt(r['imagenet_img_per_s_needed'], 0)} images/s per GPU: "
+                         f"{r['imagenet_cpus_per_gpu']} CPUs per GPU from the prepared copy (reading cores + 1; "
+                         f"decoding the JPEGs: {r.get('imagenet_cpus_per_gpu_jpeg', '-')}).")
     return "\n".join(lines) + "\n"
 
 

@@ -82,8 +82,8 @@ class DataConfig:
     root: str | None = _field(None, "the dataset's folder; every dataset but synthetic needs one",
                               expected=_PATH)
     download: bool = _field(False, "let torchvision download CIFAR into root when it is missing")
-    cache_dir: str | None = _field(None, "the synthetic set's cache folder; null: $BAYESNCL_CACHE or "
-                                         "~/.cache/bayesncl", expected=_PATH)
+    cache_dir: str | None = _field(None, "the cache folder of the synthetic set and of ImageNet-100's prepared "
+                                         "copy; null: $BAYESNCL_CACHE or ~/.cache/bayesncl", expected=_PATH)
     imagenet_stored_size: int = _field(256, "ImageNet-100 images are decoded once to this side (short side "
                                             "resized, central square)", gt=0)
     classes: str | list[str] | None = _field(

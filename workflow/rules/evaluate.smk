@@ -7,6 +7,7 @@
 rule features:
     input:
         model=f"{RESULTS}/runs/{{run}}/model.pt",
+        prepared=lambda wc: PREPARED_OF[wc.run],  # rules/prepare.smk
     output:
         json=f"{RESULTS}/runs/{{run}}/eval/features.json",  # written last: eval/features_train.npz too, where needed
         test=f"{RESULTS}/runs/{{run}}/eval/features.npz",
@@ -69,6 +70,7 @@ rule linear_probe:
     input:
         features=rules.features.output.json,
         model=f"{RESULTS}/runs/{{run}}/model.pt",
+        prepared=lambda wc: PREPARED_OF[wc.run],  # rules/prepare.smk
     output:
         f"{RESULTS}/runs/{{run}}/eval/linear_probe.json",
     log:

@@ -2,6 +2,8 @@
 
 
 rule pretrain:
+    input:
+        lambda wc: PREPARED_OF[wc.run],  # rules/prepare.smk
     output:
         f"{RESULTS}/runs/{{run}}/model.pt",
     log:

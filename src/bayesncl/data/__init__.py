@@ -7,7 +7,8 @@ inputs.  Datasets:
 - ``synthetic``: generated locally (shape = class, texture = background), in memory.
 - ``cifar10`` / ``cifar100``: torchvision's on-disk pickles under ``root``, in memory.
 - ``imagenet100``: ImageNet-1k ``root/{train,val}/<wnid>/`` restricted to the shipped 100-wnid list,
-  file-backed (decoded by PIL, stored short-side-resized + centre-cropped to ``imagenet_stored_size``).
+  file-backed (decoded by PIL, stored short-side-resized + centre-cropped to ``imagenet_stored_size``), read
+  from its prepared copy under ``cache_dir`` when ``bayesncl prepare-imagenet`` has made one.
 - ``waterbirds`` (also :func:`load_waterbirds`): ``root/metadata.csv`` + images, file-backed.
 
 Errors about missing or malformed data are :class:`DataError` and name the path, the expected layout
@@ -132,6 +133,7 @@ def load_split(data_cfg: dict, split: str) -> ImageSet:
             stored_size=int(data_cfg.get("imagenet_stored_size", 256)),
             crop_size=int(data_cfg.get("imagenet_crop_size", 224)),
             classes=data_cfg.get("classes"),
+            cache_dir=data_cfg.get("cache_dir"),
         )
     return load_waterbirds(
         root,
@@ -171,7 +173,8 @@ def iter_batches(
     The order is a permutation drawn from a CPU ``torch.Generator`` seeded with ``seed`` alone (pass
     e.g. ``seed * 1000 + epoch`` for a per-epoch order), identical for in-memory and file-backed sets.
     In-memory sets are copied to ``device`` once (cached on the ImageSet) and indexed there;
-    file-backed sets go through a DataLoader with ``num_workers`` workers. ``start`` skips that many
+    file-backed sets go through a DataLoader with ``num_workers`` workers, except those that read whole
+    batches (a prepared ImageNet-100 copy), which ``num_workers`` threads read ahead. ``start`` skips that many
     batches of the same order without loading them (a resumed epoch).
     """
     if batch_size < 1:
@@ -203,6 +206,9 @@ def iter_batches(
     from torch.utils.data import DataLoader
 
     workers = num_workers > 0
+    if hasattr(ds.dataset, "fetch"):
+        yield from _fetched_batches(ds, order, first, stop, batch_size, device, num_workers)
+        return
     loader = DataLoader(
         _ReportDataErrors(ds.dataset) if workers else ds.dataset,
         batch_size=batch_size,
@@ -244,6 +250,40 @@ class _ReportDataErrors(torch.utils.data.Dataset):
             return self.dataset[i]
         except DataError as e:
             return _ItemError(str(e))
+
+
+def _fetched_batches(ds: ImageSet, order, first: int, stop: int, batch_size: int, device, num_workers: int):
+    """Batches of a dataset that reads whole batches (``fetch``, a prepared copy), in order.
+
+    ``num_workers`` > 0: that many threads read ahead (two batches each), not processes: a batch is one
+    memory copy per image, which releases the GIL, and handing it back through shared memory would cost
+    more than reading it. On CUDA the batch is read straight into page-locked memory.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    cuda = device.type == "cuda"
+    pending = [order[s : min(s + batch_size, stop)] for s in range(first, stop, batch_size)]
+
+    def move(batch):
+        x, y, bg = batch
+        return (x.to(device, non_blocking=cuda), y.to(device, non_blocking=cuda),
+                bg.to(device, non_blocking=cuda) if ds.backgrounds is not None else None)
+
+    if num_workers == 0:
+        for idx in pending:
+            yield move(ds.dataset.fetch(idx, pin=cuda))
+        return
+    pool = ThreadPoolExecutor(num_workers, thread_name_prefix="bayesncl-fetch")
+    try:
+        ahead = [pool.submit(ds.dataset.fetch, idx, cuda) for idx in pending[: 2 * num_workers]]
+        for k in range(len(pending)):
+            batch = ahead[k].result()
+            ahead[k] = None  # let the batch go once the consumer has
+            if k + 2 * num_workers < len(pending):
+                ahead.append(pool.submit(ds.dataset.fetch, pending[k + 2 * num_workers], cuda))
+            yield move(batch)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _collate_or_error(items: list):

@@ -15,11 +15,23 @@ full frame); evaluation centre-crops 224 of 256, the standard Resize(256)+Center
 
 ``classes`` (argument or ``data.classes``) overrides the class list: a list of wnids or a path to a
 one-wnid-per-line file.  Used by tests and for other subsets; every listed class must be present.
+
+Prepared copy ([choice], docs/METHOD.md section 3): :func:`prepare_imagenet100` (``bayesncl prepare-imagenet``)
+decodes every image of a split once with :func:`decode_image` and stores the result, uint8 [N,3,S,S], in one
+file under ``<cache_dir>/imagenet100/``; the loader then reads that file through a memory map instead of
+decoding JPEGs (same pixels, several times the images/s per core: docs/BENCHMARKS.md).  The copy is used
+only when its manifest (written last, atomically) names the same key: a hash of every source file's
+relative path, byte size and label, the class list, the stored size and the decoder version.  Otherwise the
+loader decodes the JPEGs as before and warns.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Sequence
@@ -33,15 +45,26 @@ from . import IMAGENET_MEAN, IMAGENET_STD, DataError, ImageSet
 __all__ = [
     "IMAGE_EXTENSIONS",
     "ImageFileDataset",
+    "PreparedImages",
     "decode_image",
     "imagenet100_classes",
     "check_imagenet100",
     "load_imagenet100",
+    "prepare_imagenet100",
+    "prepared_dir",
+    "prepared_manifests",
+    "PREPARED_SPLITS",
 ]
 
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp", ".webp")
 _SPLIT_DIR = {"train": "train", "test": "val", "val": "val"}
 _LAYOUT = "<root>/train/<wnid>/*.JPEG and <root>/val/<wnid>/*.JPEG (ImageNet-1k class folders)"
+
+# The prepared copy. Bump DECODE_VERSION whenever decode_image's output changes: old copies then no longer
+# match and are never read.
+PREPARED_FORMAT = "bayesncl-imagenet100-prepared"
+DECODE_VERSION = 1
+PREPARED_SPLITS = ("train", "test")
 
 
 def decode_image(path: str | os.PathLike, stored_size: int) -> torch.Tensor:
@@ -93,6 +116,49 @@ class ImageFileDataset(Dataset):
         x = decode_image(self.paths[i], self.stored_size)
         bg = self.backgrounds[i] if self.backgrounds is not None else -1
         return x, self.labels[i], bg
+
+
+class PreparedImages(Dataset):
+    """A prepared split: uint8 [N,3,S,S] in one raw file, read through a memory map.
+
+    Items as :class:`ImageFileDataset`'s; :meth:`fetch` reads a whole batch (``iter_batches`` uses it, in
+    threads). The map is opened on first use in each process and never pickled.
+    """
+
+    def __init__(self, path: str | os.PathLike, stored_size: int, labels: Sequence[int]) -> None:
+        self.path = str(path)
+        self.stored_size = int(stored_size)
+        self.labels = torch.as_tensor(list(labels), dtype=torch.int64)
+        self._images: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_images": None}
+
+    def images(self) -> np.ndarray:
+        if self._images is None:
+            s = self.stored_size
+            self._images = np.memmap(self.path, dtype=np.uint8, mode="r", shape=(len(self), 3, s, s))
+        return self._images
+
+    def __getitem__(self, i: int):
+        return torch.from_numpy(np.array(self.images()[int(i)])), int(self.labels[int(i)]), -1
+
+    def fetch(self, idx, pin: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(x uint8 [B,3,S,S], y [B], bg [B] of -1)`` for the indices ``idx``, in their order; ``pin``:
+        ``x`` in page-locked memory, ready for an asynchronous copy to the GPU."""
+        idx = torch.as_tensor(idx, dtype=torch.int64)
+        images, s = self.images(), self.stored_size
+        x = torch.empty((len(idx), 3, s, s), dtype=torch.uint8, pin_memory=pin)
+        out = x.numpy()
+        for j, i in enumerate(idx.tolist()):  # one contiguous copy per image (numpy releases the GIL)
+            out[j] = images[i]
+        y, bg = self.labels[idx], torch.full((len(idx),), -1, dtype=torch.int64)
+        if pin:  # all three: a copy from pageable memory would wait for the GPU's queue to drain
+            y, bg = y.pin_memory(), bg.pin_memory()
+        return x, y, bg
 
 
 def imagenet100_classes(classes: str | os.PathLike | Sequence[str] | None = None) -> list[str]:
@@ -153,22 +219,14 @@ def _list_images(folder: Path) -> list[str]:
     return [str(folder / n) for n in sorted(names)]  # sorted: order independent of the filesystem
 
 
-def load_imagenet100(
-    root,
-    split: str,
-    *,
-    stored_size: int = 256,
-    crop_size: int = 224,
-    classes: str | os.PathLike | Sequence[str] | None = None,
-) -> ImageSet:
-    """``split`` "train" reads ``train/``, "test" (or "val") reads ``val/``."""
+def _listing(root, split: str, classes) -> tuple[Path, list[str], list[str], list[int]]:
+    """``(split folder, wnids, image paths, labels)`` of a split, checked as the loader needs it."""
     if split not in _SPLIT_DIR:
         raise DataError(f"ImageNet-100: split must be 'train' or 'test', got {split!r}")
     root_p = _require_root(root)
     wnids = imagenet100_classes(classes)
     split_dir = root_p / _SPLIT_DIR[split]
     _check_split_dir(root_p, split_dir, wnids)
-
     paths: list[str] = []
     labels: list[int] = []
     for label, w in enumerate(wnids):
@@ -179,9 +237,170 @@ def load_imagenet100(
             )
         paths += files
         labels += [label] * len(files)
+    return split_dir, wnids, paths, labels
+
+
+def prepared_dir(root, stored_size: int = 256, classes=None, cache_dir=None) -> Path:
+    """Where the prepared splits of this root, class list and stored size live (nothing is read there).
+
+    ``<cache_dir>/imagenet100/<S>px-<hash of the resolved root and the class list>``; ``cache_dir`` None:
+    ``$BAYESNCL_CACHE``, else ``~/.cache/bayesncl`` (as the synthetic set's cache).
+    """
+    from .synthetic import default_cache_dir
+
+    root_p = _require_root(root).resolve()
+    tag = hashlib.sha256(json.dumps([str(root_p), imagenet100_classes(classes)]).encode()).hexdigest()[:12]
+    base = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    return base / "imagenet100" / f"{int(stored_size)}px-{tag}"
+
+
+def prepared_manifests(data_cfg: dict) -> list[str]:
+    """The manifest paths of the prepared splits a run config reads (train, test); [] unless ImageNet-100."""
+    if data_cfg.get("dataset") != "imagenet100":
+        return []
+    folder = prepared_dir(data_cfg.get("root"), int(data_cfg.get("imagenet_stored_size", 256)),
+                          data_cfg.get("classes"), data_cfg.get("cache_dir"))
+    return [str(folder / f"{split}.json") for split in PREPARED_SPLITS]
+
+
+def _listing_key(split_dir: Path, wnids: list[str], paths: list[str], labels: list[int], stored_size: int) -> str:
+    """What a prepared split must match: every file's relative path, byte size and label, the class list,
+    the stored size and the decoder version."""
+    h = hashlib.sha256(json.dumps({"format": PREPARED_FORMAT, "decode": DECODE_VERSION, "stored_size": stored_size,
+                                   "classes": wnids}).encode())
+    for p, y in zip(paths, labels):
+        try:
+            size = os.stat(p).st_size
+        except OSError as exc:
+            raise DataError(f"{p}: cannot read image file ({exc.strerror})") from exc
+        h.update(f"{os.path.relpath(p, split_dir)}\0{size}\0{y}\n".encode())
+    return h.hexdigest()
+
+
+def _read_manifest(path: Path) -> dict | None:
+    try:
+        m = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return m if isinstance(m, dict) and m.get("format") == PREPARED_FORMAT else None
+
+
+def _usable(manifest: dict | None, folder: Path, key: str, count: int, stored_size: int) -> tuple[Path | None, str]:
+    """``(data file, "")`` when the manifest describes a complete copy with this key, else ``(None, why)``."""
+    if manifest is None:
+        return None, "its manifest is missing or unreadable"
+    if manifest.get("key") != key:
+        return None, "it was prepared from other files (the listing, a file size or the decoder changed)"
+    data = folder / str(manifest.get("data_file", ""))
+    want = count * 3 * stored_size * stored_size
+    try:
+        size = data.stat().st_size if data.is_file() else -1
+    except OSError:
+        size = -1
+    if manifest.get("count") != count or size != want:
+        return None, f"{data} is missing or not {want} bytes"
+    return data, ""
+
+
+def prepare_imagenet100(
+    root,
+    split: str,
+    *,
+    stored_size: int = 256,
+    classes=None,
+    cache_dir=None,
+    workers: int = 0,
+    batch_size: int = 64,
+) -> tuple[Path, bool]:
+    """Decode every image of ``split`` once into the prepared copy; returns ``(manifest path, decoded)``.
+
+    Nothing is decoded when a valid copy exists (``decoded`` False).  The images go to a temp file renamed
+    into place once complete and synced (``<split>-<key>.u8``); the manifest, written last and atomically,
+    is what the loader checks, so a half-written or stale copy is never read.
+    """
+    from ..atomic import atomic_path, atomic_write_text
+    from . import iter_batches
+
+    stored_size = int(stored_size)
+    split_dir, wnids, paths, labels = _listing(root, split, classes)
+    key = _listing_key(split_dir, wnids, paths, labels, stored_size)
+    split = "test" if split == "val" else split
+    folder = prepared_dir(root, stored_size, classes, cache_dir)
+    manifest_path = folder / f"{split}.json"
+    data, _ = _usable(_read_manifest(manifest_path), folder, key, len(paths), stored_size)
+    if data is not None:
+        return manifest_path, False
+    data = folder / f"{split}-{key[:16]}.u8"
+    per_image = 3 * stored_size * stored_size
+    decoded = not (data.is_file() and data.stat().st_size == len(paths) * per_image)  # renamed in only when whole
+    if decoded:
+        folder.mkdir(parents=True, exist_ok=True)
+        need = len(paths) * per_image
+        free = shutil.disk_usage(folder).free
+        if free < need:
+            raise DataError(f"{folder}: {need / 2**30:.1f} GiB needed for the prepared ImageNet-100 {split} split, "
+                            f"{free / 2**30:.1f} GiB free; set data.cache_dir (or $BAYESNCL_CACHE) to a larger disk")
+        files = ImageSet(images=None, dataset=ImageFileDataset(paths, labels, stored_size),
+                         labels=torch.tensor(labels, dtype=torch.int64), backgrounds=None, num_classes=len(wnids),
+                         num_backgrounds=0, mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_size=stored_size,
+                         name="imagenet100")
+        with atomic_path(data) as tmp, open(tmp, "wb") as fh:
+            for x, _, _ in iter_batches(files, batch_size, shuffle=False, seed=0, drop_last=False, device="cpu",
+                                        num_workers=workers):
+                fh.write(x.numpy().tobytes())
+            if fh.tell() != len(paths) * per_image:  # never expected: the loader checks the size as well
+                raise DataError(f"{tmp}: wrote {fh.tell()} bytes, expected {len(paths) * per_image}")
+    from PIL import Image, features
+
+    manifest = {"format": PREPARED_FORMAT, "decode": DECODE_VERSION, "key": key, "split": split,
+                "split_dir": str(split_dir), "stored_size": stored_size, "count": len(paths), "classes": wnids,
+                "data_file": data.name, "dtype": "uint8", "shape": [len(paths), 3, stored_size, stored_size],
+                "pillow": Image.__version__, "libjpeg_turbo": features.version("libjpeg_turbo")}
+    atomic_write_text(manifest_path, json.dumps(manifest, indent=1) + "\n")
+    for old in folder.glob(f"{split}-*.u8"):  # copies of an older listing; a reader's open map survives this
+        if old != data:
+            old.unlink(missing_ok=True)
+    return manifest_path, decoded
+
+
+def load_imagenet100(
+    root,
+    split: str,
+    *,
+    stored_size: int = 256,
+    crop_size: int = 224,
+    classes: str | os.PathLike | Sequence[str] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    prepared: bool = True,
+) -> ImageSet:
+    """``split`` "train" reads ``train/``, "test" (or "val") reads ``val/``.
+
+    With ``prepared`` (default) the split is read from its prepared copy when a valid one exists
+    (:func:`prepare_imagenet100`); the images are the same either way.
+    """
+    stored_size = int(stored_size)
+    split_dir, wnids, paths, labels = _listing(root, split, classes)
+    dataset: Dataset = ImageFileDataset(paths, labels, stored_size)
+    if prepared:
+        folder = prepared_dir(root, stored_size, classes, cache_dir)
+        name = "test" if split in ("test", "val") else "train"
+        manifest_path = folder / f"{name}.json"
+        if manifest_path.is_file():
+            key = _listing_key(split_dir, wnids, paths, labels, stored_size)
+            data, why = _usable(_read_manifest(manifest_path), folder, key, len(paths), stored_size)
+            if data is not None:
+                dataset = PreparedImages(data, stored_size, labels)
+            else:
+                warnings.warn(f"ImageNet-100 {name}: the prepared copy in {folder} is not used ({why}); decoding "
+                              f"the JPEGs instead. Rerun `bayesncl prepare-imagenet` with this config.",
+                              RuntimeWarning, stacklevel=2)
+        else:
+            warnings.warn(f"ImageNet-100 {name}: no prepared copy ({manifest_path}); decoding the JPEGs, several "
+                          f"times slower per core. `bayesncl prepare-imagenet` with this config makes it once.",
+                          RuntimeWarning, stacklevel=2)
     return ImageSet(
         images=None,
-        dataset=ImageFileDataset(paths, labels, stored_size),
+        dataset=dataset,
         labels=torch.tensor(labels, dtype=torch.int64),
         backgrounds=None,
         num_classes=len(wnids),

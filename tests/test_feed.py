@@ -1,0 +1,340 @@
+"""The prepared ImageNet-100 copy: the same pixels and batches as decoding the JPEGs, never read when stale
+or half-written, and the command and benchmark that make and time it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import bayesncl.data.imagenet as I
+from bayesncl.cli import main as cli_main
+from bayesncl.data import DataError, iter_batches, load_split
+from bayesncl.data.imagenet import (PreparedImages, decode_image, load_imagenet100, prepare_imagenet100,
+                                    prepared_manifests)
+
+ROOT = Path(__file__).resolve().parents[1]
+WNIDS = I.imagenet100_classes()[:3]
+S = 32  # stored size: small, so the tests take seconds
+# (width, height): landscape, portrait, square, smaller than S (upscaled), odd sides
+SIZES = [(50, 38), (38, 50), (40, 40), (20, 15), (45, 33)]
+
+
+def _photo(path: Path, size, seed: int) -> None:
+    """Photo-like: smooth structure plus grain (a flat colour would hide resampling differences)."""
+    rng = np.random.default_rng(seed)
+    w, h = size
+    low = rng.integers(0, 256, (max(h // 6, 2), max(w // 6, 2), 3), dtype=np.uint8)
+    im = np.asarray(Image.fromarray(low).resize((w, h), Image.Resampling.BICUBIC), dtype=np.int16)
+    im = np.clip(im + rng.integers(-20, 21, im.shape, dtype=np.int16), 0, 255).astype(np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(im).save(path, quality=90)
+
+
+def write_tree(root: Path, n_train: int = 4, n_val: int = 2) -> None:
+    k = 0
+    for w in WNIDS:
+        for split, n in (("train", n_train), ("val", n_val)):
+            for i in range(n):
+                ext = ".png" if k % 7 == 3 else ".JPEG"
+                _photo(root / split / w / f"{w}_{i}{ext}", SIZES[k % len(SIZES)], k)
+                k += 1
+
+
+def kw(tmp_path: Path) -> dict:
+    return {"stored_size": S, "classes": list(WNIDS), "cache_dir": tmp_path / "cache"}
+
+
+def load(root: Path, tmp_path: Path, split="train", **extra):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return load_imagenet100(root, split, **kw(tmp_path), **extra)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "imagenet"
+    write_tree(root)
+    return root
+
+
+def test_prepared_images_are_the_decoded_images(tree, tmp_path):
+    for split in ("train", "test"):
+        manifest, decoded = prepare_imagenet100(tree, split, **kw(tmp_path))
+        assert decoded and manifest.name == f"{split}.json"
+        ds = load(tree, tmp_path, split)
+        assert isinstance(ds.dataset, PreparedImages) and ds.stored_size == S
+        files = load(tree, tmp_path, split, prepared=False).dataset
+        assert ds.labels.tolist() == files.labels and len(ds) == len(files.paths) == (12 if split == "train" else 6)
+        for i, path in enumerate(files.paths):  # exactly today's decode, not a bound: max |difference| = 0
+            x, y, bg = ds.dataset[i]
+            assert torch.equal(x, decode_image(path, S)) and (y, bg) == (files.labels[i], -1)
+    m = json.loads(manifest.read_text())
+    assert m["count"] == 6 and m["shape"] == [6, 3, S, S] and m["classes"] == sorted(WNIDS)
+    assert (manifest.parent / m["data_file"]).stat().st_size == 6 * 3 * S * S
+    assert [str(manifest.parent / f"{s}.json") for s in ("train", "test")] == prepared_manifests(
+        {"dataset": "imagenet100", "root": str(tree), "imagenet_stored_size": S, "classes": list(WNIDS),
+         "cache_dir": str(tmp_path / "cache")})
+    assert prepared_manifests({"dataset": "cifar10", "root": "/x"}) == []
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_prepared_feed_yields_the_jpeg_feeds_batches(tree, tmp_path, workers):
+    prepare_imagenet100(tree, "train", **kw(tmp_path))
+    a, b = load(tree, tmp_path), load(tree, tmp_path, prepared=False)
+    assert isinstance(a.dataset, PreparedImages) and not isinstance(b.dataset, PreparedImages)
+    for seed, drop_last, start in ((0, True, 0), (7, False, 0), (7, False, 1), (3, True, 2)):
+        got = list(iter_batches(a, 5, shuffle=True, seed=seed, drop_last=drop_last, device="cpu",
+                                num_workers=workers, start=start))
+        want = list(iter_batches(b, 5, shuffle=True, seed=seed, drop_last=drop_last, device="cpu",
+                                 num_workers=workers, start=start))
+        assert len(got) == len(want) == (2 if drop_last else 3) - start
+        for (x, y, bg), (x2, y2, bg2) in zip(got, want):
+            assert torch.equal(x, x2) and torch.equal(y, y2) and bg is None and bg2 is None
+            assert x.dtype == torch.uint8 and x.shape[1:] == (3, S, S)
+    # A consumer that stops early (islice in training) leaves no reading thread behind.
+    it = iter_batches(a, 2, shuffle=True, seed=1, drop_last=True, device="cpu", num_workers=workers)
+    next(it)
+    it.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_prepared_feed_on_cuda_reads_into_page_locked_memory(tree, tmp_path):
+    prepare_imagenet100(tree, "train", **kw(tmp_path))
+    a, b = load(tree, tmp_path), load(tree, tmp_path, prepared=False)
+    x, y, bg = a.dataset.fetch([3, 0, 5], pin=True)
+    assert x.is_pinned() and y.is_pinned() and bg.is_pinned()
+    for workers in (0, 2):
+        got = list(iter_batches(a, 5, shuffle=True, seed=2, drop_last=False, device="cuda", num_workers=workers))
+        want = list(iter_batches(b, 5, shuffle=True, seed=2, drop_last=False, device="cuda", num_workers=workers))
+        assert all(x.is_cuda and torch.equal(x, x2) and torch.equal(y, y2) for (x, y, _), (x2, y2, _) in zip(got, want))
+
+
+def test_a_stale_or_damaged_copy_is_never_read(tree, tmp_path, monkeypatch):
+    manifest, _ = prepare_imagenet100(tree, "train", **kw(tmp_path))
+    data = manifest.parent / json.loads(manifest.read_text())["data_file"]
+
+    def check_not_used(why: str):
+        with pytest.warns(RuntimeWarning, match=why):
+            ds = load_imagenet100(tree, "train", **kw(tmp_path))
+        assert not isinstance(ds.dataset, PreparedImages)
+        return ds
+
+    # A new file: the listing changed. The JPEG path then reads it; preparing again makes a new copy.
+    extra = tree / "train" / WNIDS[1] / "zz_new.JPEG"
+    _photo(extra, (44, 36), 99)
+    ds = check_not_used("prepared from other files")
+    assert len(ds) == 13
+    _, decoded = prepare_imagenet100(tree, "train", **kw(tmp_path))
+    assert decoded and not data.exists()  # the old listing's copy is removed
+    ds = load(tree, tmp_path)
+    assert isinstance(ds.dataset, PreparedImages) and torch.equal(ds.dataset[len(ds) - 5][0], decode_image(extra, S))
+    # A file replaced by another of a different size.
+    _photo(extra, (60, 20), 100)
+    check_not_used("prepared from other files")
+    prepare_imagenet100(tree, "train", **kw(tmp_path))
+    manifest_text = manifest.read_text()
+    data = manifest.parent / json.loads(manifest_text)["data_file"]
+    # Another decoder version.
+    monkeypatch.setattr(I, "DECODE_VERSION", I.DECODE_VERSION + 1)
+    check_not_used("prepared from other files")
+    monkeypatch.undo()
+    # A truncated data file, a damaged manifest, no manifest.
+    with open(data, "r+b") as fh:
+        fh.truncate(data.stat().st_size - 1)
+    check_not_used("not .* bytes")
+    manifest.write_text("{")
+    check_not_used("no prepared copy|manifest is missing or unreadable")
+    manifest.unlink()
+    check_not_used("no prepared copy")
+
+
+def test_a_half_written_copy_is_never_read(tree, tmp_path, monkeypatch):
+    real = I.decode_image
+    calls = {"n": 0}
+
+    def dies_midway(path, size):
+        calls["n"] += 1
+        if calls["n"] == 7:
+            raise DataError(f"{path}: cannot decode image (simulated)")
+        return real(path, size)
+
+    monkeypatch.setattr(I, "decode_image", dies_midway)
+    with pytest.raises(DataError, match="simulated"):
+        prepare_imagenet100(tree, "train", **kw(tmp_path))
+    folder = I.prepared_dir(tree, S, list(WNIDS), tmp_path / "cache")
+    assert not list(folder.iterdir())  # neither a data file nor a manifest: the temp file was removed
+    assert not isinstance(load(tree, tmp_path).dataset, PreparedImages)
+    monkeypatch.undo()
+    # Killed after the data file was renamed in but before the manifest: the data file is whole (it is renamed
+    # only once written and synced), so preparing again writes the manifest without decoding anything.
+    manifest, _ = prepare_imagenet100(tree, "train", **kw(tmp_path))
+    manifest.unlink()
+    assert not isinstance(load(tree, tmp_path).dataset, PreparedImages)
+
+    def no_decoding(path, size):
+        raise AssertionError("decoded again")
+
+    monkeypatch.setattr(I, "decode_image", no_decoding)
+    assert prepare_imagenet100(tree, "train", **kw(tmp_path)) == (manifest, False) and manifest.is_file()
+    assert isinstance(load(tree, tmp_path).dataset, PreparedImages)
+
+
+def test_prepare_errors_name_the_path_and_layout(tree, tmp_path, monkeypatch):
+    with pytest.raises(DataError) as exc:
+        prepare_imagenet100(tmp_path / "nope", "train", **kw(tmp_path))
+    assert str(tmp_path / "nope" / "train") in str(exc.value) and "<root>/train/<wnid>/*.JPEG" in str(exc.value)
+    with pytest.raises(DataError, match="split must be"):
+        prepare_imagenet100(tree, "holdout", **kw(tmp_path))
+    bad = tree / "train" / WNIDS[0] / f"{WNIDS[0]}_0.JPEG"
+    bad.write_bytes(b"not a jpeg")
+    with pytest.raises(DataError, match=f"{bad}: cannot decode image"):
+        prepare_imagenet100(tree, "train", **kw(tmp_path), workers=2)
+    monkeypatch.setattr(I.shutil, "disk_usage", lambda p: type("U", (), {"free": 10})())
+    with pytest.raises(DataError, match=r"GiB needed .* set data.cache_dir"):
+        prepare_imagenet100(tree, "test", **kw(tmp_path))
+
+
+def test_load_split_reads_the_copy_from_data_cache_dir(tree, tmp_path):
+    cfg = {"dataset": "imagenet100", "root": str(tree), "classes": list(WNIDS), "imagenet_stored_size": S,
+           "cache_dir": str(tmp_path / "cache")}
+    with pytest.warns(RuntimeWarning, match="bayesncl prepare-imagenet"):
+        assert not isinstance(load_split(cfg, "test").dataset, PreparedImages)
+    prepare_imagenet100(tree, "test", **kw(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a valid copy: no warning
+        assert isinstance(load_split(cfg, "test").dataset, PreparedImages)
+    assert not isinstance(load_split({**cfg, "cache_dir": str(tmp_path / "other")}, "test").dataset, PreparedImages)
+
+
+@pytest.mark.slow
+def test_training_sees_the_same_pixels(tree, tmp_path, tiny_sets):
+    """One short pretraining from the JPEGs and one from the prepared copy: the same weights, bit for bit."""
+    from bayesncl.config import resolve
+    from bayesncl.train import pretrain
+
+    sets = [s for s in tiny_sets if not s.startswith("data.synthetic")] + [
+        "data.dataset=imagenet100", f"data.root={tree}", f"data.classes=[{','.join(WNIDS)}]",
+        f"data.imagenet_stored_size={S}", "train.batch_size=4", "train.epochs=1", "train.max_steps_per_epoch=2",
+        "model.stem=imagenet", "data.num_workers=1", "train.device=cpu"]
+    out = {}
+    for name, cache in (("jpeg", tmp_path / "none"), ("prepared", tmp_path / "cache")):
+        cfg = resolve(sets=sets + [f"data.cache_dir={cache}"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            if name == "prepared":
+                prepare_imagenet100(tree, "train", **kw(tmp_path))
+                assert isinstance(load_split(cfg["data"], "train").dataset, PreparedImages)
+            out[name] = torch.load(pretrain(cfg, tmp_path / name, progress=False), map_location="cpu")
+    a, b = out["jpeg"]["model"], out["prepared"]["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_cli_prepare_imagenet(tree, tmp_path, capsys):
+    base = ["prepare-imagenet", "--set", "data.dataset=imagenet100", "--set", f"data.classes=[{','.join(WNIDS)}]",
+            "--set", f"data.imagenet_stored_size={S}", "--set", f"data.cache_dir={tmp_path / 'cache'}"]
+    args = base + ["--set", f"data.root={tree}", "--workers", "0"]
+    assert cli_main(args) == 0
+    out = capsys.readouterr().out
+    assert "train: prepared: " in out and "test: prepared: " in out
+    assert cli_main(args) == 0 and capsys.readouterr().out.count("already prepared") == 2
+    assert isinstance(load(tree, tmp_path).dataset, PreparedImages)
+    assert cli_main(["prepare-imagenet", "--set", "data.dataset=cifar10", "--set", "data.root=/x"]) == 2
+    assert "prepare-imagenet prepares ImageNet-100" in capsys.readouterr().err
+    assert cli_main(base + ["--set", f"data.root={tmp_path / 'nope'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(tmp_path / "nope") in err and "<root>/val/<wnid>" in err
+
+
+def test_cpus_per_gpu():
+    spec = importlib.util.spec_from_file_location("gpu_check_feed", ROOT / "benchmarks" / "gpu_check.py")
+    gc = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = gc
+    spec.loader.exec_module(gc)
+    assert gc.cpus_per_gpu(3200, 450) == 9  # 7.1 -> 8 reading cores + the training process
+    assert gc.cpus_per_gpu(3200, 3200) == 2 and gc.cpus_per_gpu(3200, 10_000) == 2
+    assert gc.cpus_per_gpu(3200, 115) == 29  # the JPEG figure in docs/BENCHMARKS.md
+
+
+@pytest.mark.slow
+def test_bench_feed_runs(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_feed.py"), "--files", "8", "--rounds", "1",
+                        "--seconds", "0.1", "--batch", "4"],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "max |prepared - decoded| = 0" in r.stdout
+    assert "| in process, 1 core: per wall second |" in r.stdout and ("PASS:" in r.stdout or "FAIL:" in r.stdout)
+
+
+# --------------------------------------------------------------------------------------------------
+# The workflow's preparation rule (rules/prepare.smk)
+
+SNAKEMAKE = shutil.which("snakemake")
+
+
+def _grid(tmp_path: Path, tree: Path) -> Path:
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    cfg["results"] = str(tmp_path / "results")
+    cfg["defaults"]["data"]["cache_dir"] = str(tmp_path / "cache")
+    cfg["datasets"] = {"imagenet100": {"data": {"dataset": "imagenet100", "root": str(tree), "classes": list(WNIDS),
+                                                "imagenet_stored_size": S},
+                                       "model": {"stem": "imagenet"}, "train": {"batch_size": 6, "max_steps_per_epoch": 1}}}
+    cfg["sets"] = {"table1": {"variants": ["NCL", "BayesNCL (STE)"]}}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _snakemake(*args, timeout=600):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([SNAKEMAKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed")
+def test_workflow_prepares_once_before_the_jobs_that_read_images(tree, tmp_path):
+    grid = _grid(tmp_path, tree)
+    r = _snakemake("-n", "--configfile", str(grid))
+    assert r.returncode == 0, r.stdout + r.stderr
+    table = r.stdout.split("Job stats:")[1]
+    counts = {m[0]: int(m[1]) for m in (line.split() for line in table.splitlines()) if len(m) == 2 and m[1].isdigit()}
+    assert counts["prepare_imagenet100"] == 1 and counts["pretrain"] == 2  # one copy for both runs
+    marker = re.search(r"rule prepare_imagenet100:\n    output: (\S+)", r.stdout).group(1)
+    for rule in ("pretrain", "features", "linear_probe"):
+        jobs = re.findall(rf"^rule {rule}:\n    input: ([^\n]*)", r.stdout, re.M)
+        assert len(jobs) == 2 and all(marker in j for j in jobs), (rule, jobs)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed")
+def test_workflow_jobs_read_the_copy_and_a_cleared_cache_retrains_nothing(tree, tmp_path):
+    import yaml
+
+    from bayesncl.grid import expand_grid
+
+    grid = _grid(tmp_path, tree)
+    rid = next(rid for rid, run in expand_grid(yaml.safe_load(grid.read_text())).items()
+               if run.config["method"]["name"] == "ncl")
+    model = str(tmp_path / "results" / "runs" / rid / "model.pt")
+    r = _snakemake(model, "--cores", "2", "--configfile", str(grid))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "prepare_imagenet100" in r.stdout + r.stderr
+    log = Path(model).with_name("pretrain.log").read_text()
+    assert "RuntimeWarning" not in log and "prepared copy" not in log, log  # it read the copy
+    assert len(list((tmp_path / "cache" / "imagenet100").glob("*/train-*.u8"))) == 1
+    shutil.rmtree(tmp_path / "cache")  # the finished run must not be retrained for a new copy
+    r = _snakemake("-n", model, "--configfile", str(grid))
+    assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, r.stdout + r.stderr

@@ -1,0 +1,52 @@
+# ImageNet-100, prepared once (`bayesncl prepare-imagenet`): every image of train/ and val/ decoded into the
+# cache the loader reads (data.cache_dir, else $BAYESNCL_CACHE, else ~/.cache/bayesncl; on a cluster, a
+# filesystem the GPU nodes see), so no pretraining or evaluation job decodes a JPEG. The rules that read the
+# images (pretrain, features, linear_probe) take the rule's marker, {RESULTS}/prepared/<hash>.txt, as an
+# ancient input: a later preparation never reruns them. A job that finds no valid copy still runs, decoding
+# the JPEGs (the same pixels, slower, with a warning); after clearing the cache, prepare again with
+# `snakemake --forcerun prepare_imagenet100 ...`.
+import hashlib
+
+from bayesncl.data.imagenet import prepared_manifests
+from bayesncl.errors import BayesNCLError
+
+try:
+    _manifests = {rid: prepared_manifests(run.config["data"]) for rid, run in RUNS.items()}
+except BayesNCLError as e:
+    raise WorkflowError(f"invalid workflow config: {e}")
+# marker tag -> (the prepared folder's manifests, the data settings that name it)
+PREPARED = {
+    hashlib.sha256(os.path.dirname(m[0]).encode()).hexdigest()[:16]: (
+        m,
+        {k: RUNS[rid].config["data"][k] for k in ("dataset", "root", "classes", "imagenet_stored_size", "cache_dir")},
+    )
+    for rid, m in _manifests.items()
+    if m
+}
+# run -> its marker (flagged ancient), or none
+PREPARED_OF = {
+    rid: [ancient(f"{RESULTS}/prepared/{tag}.txt") for tag, (m, _) in PREPARED.items() if m == ms]
+    for rid, ms in _manifests.items()
+}
+
+
+rule prepare_imagenet100:
+    output:
+        f"{RESULTS}/prepared/{{tag}}.txt",  # lists the manifests, which the loader checks
+    log:
+        f"{RESULTS}/prepared/{{tag}}.log",
+    wildcard_constraints:
+        tag="[0-9a-f]{16}",
+    params:
+        config=lambda wc: json.dumps({"data": PREPARED[wc.tag][1]}, sort_keys=True),
+        manifests=lambda wc: PREPARED[wc.tag][0],
+    threads: 16
+    resources:
+        cpus_per_task=16,  # JPEG decoding, ~120 images/s per core: 131,689 images in about 18 core-minutes
+        mem_mb=16000,
+        runtime=240,
+    conda:
+        "../envs/bayesncl.yaml"
+    shell:
+        "bayesncl prepare-imagenet --config-json {params.config:q} --workers {threads} --quiet > {log} 2>&1"
+        " && printf '%s\\n' {params.manifests:q} > {output}"
