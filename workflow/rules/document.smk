@@ -15,7 +15,7 @@ report: "../report/workflow.rst"
 # The grid config file(s) this run read: named, with their hash, in every generated file.
 GRID_FILES = [os.path.relpath(f) for f in workflow.configfiles] or ["config/config.yaml"]
 GRID_FILE = GRID_FILES[-1]
-OVERRIDES = dict(workflow.config_settings.overwrite_config or {})
+OVERRIDES = dict(workflow.config_settings.config or {})  # --config key=value (not the config files)
 FIGURE_STEMS = [Path(f).stem for f in FIGURES + ATLAS if f.endswith(".pdf")]
 PAGES = {p.name: p for p in report_pages([(r.config["data"]["dataset"], r.sets) for r in RUNS.values()],
                                          FIGURE_STEMS)}

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..atomic import atomic_path, atomic_write_text
 from ..errors import BayesNCLError, MissingInputError
+from . import provenance
 
 __all__ = ["FIGURE_CAPTIONS", "PDFLATEX_HINT", "Page", "build_pdf", "report_pages", "write_document"]
 
@@ -164,11 +165,14 @@ def claim_rows(ctx: dict) -> list[dict]:
 
 
 def outcome_text(rows: list[dict]) -> str:
-    """"24 comparisons: holds 5; does not hold 9; ..." (verdicts in order of first appearance)."""
+    """"24 comparisons ...: holds: 5; does not hold: 9; ..." (verdicts in claims.VERDICTS order)."""
+    from .claims import VERDICTS
+
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    tally = "; ".join(f"{v}: {n}" for v, n in counts.items())
+    order = [v for v in VERDICTS if v in counts] + [v for v in counts if v not in VERDICTS]
+    tally = "; ".join(f"{v}: {counts[v]}" for v in order)
     return f"{len(rows)} comparison{'s' if len(rows) != 1 else ''} of the paper's claims on this grid's runs: {tally}."
 
 
@@ -200,14 +204,14 @@ _HTML = """<!DOCTYPE html>
 <!-- {stamp} -->
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
-body {{ font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; font-size: 14px; margin: 1.2em;
+body {{ font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; font-size: 13px; margin: 1em;
        color: #222; }}
 p.caption {{ max-width: 62em; line-height: 1.4; }}
 table {{ border-collapse: collapse; margin-top: 0.6em; }}
-th, td {{ padding: 3px 10px; text-align: right; white-space: nowrap; }}
+th, td {{ padding: 2px 7px; text-align: right; white-space: nowrap; vertical-align: top; }}
 th {{ border-top: 2px solid #222; border-bottom: 1px solid #222; }}
 td.left, th.left {{ text-align: left; }}
-td.wrap {{ white-space: normal; min-width: 16em; max-width: 28em; }}
+td.wrap {{ white-space: normal; min-width: 9em; max-width: 22em; }}
 tr.block td {{ font-style: italic; padding-top: 8px; border-bottom: 1px solid #bbb; text-align: left; }}
 tbody tr:last-child td {{ border-bottom: 2px solid #222; }}
 p.stamp {{ color: #777; font-size: 11px; margin-top: 1.2em; }}
@@ -228,7 +232,7 @@ p.stamp {{ color: #777; font-size: 11px; margin-top: 1.2em; }}
 def table_html(ctx: dict, title: str, blocks: list[dict], stamp: str, dataset_note: str = "") -> str:
     """A table context (kind "md") as an HTML page: caption, header, a title row per block, the rows."""
     align = ctx["align"]
-    wide = {i for i, h in enumerate(ctx["header"]) if h in ("Claim", "Paper")}
+    wide = {i for i, h in enumerate(ctx["header"]) if h in ("Claim", "Paper", "Verdict")}  # text that may wrap
 
     def cls(i: int) -> str:
         names = (["left"] if align[i] == "left" else []) + (["wrap"] if i in wide else [])
@@ -301,8 +305,9 @@ def provenance_items(prov, tex: bool) -> list[tuple[str, str]]:
         commit = tt(git.commit) + esc(", with uncommitted changes to tracked files" if git.dirty
                                       else ", no uncommitted changes to tracked files")
     grid = esc("none (made by hand)") if prov.grid is None else path(prov.grid)
-    if prov.grid_sha256:
-        grid += esc(", SHA-256 ") + (r"{\footnotesize" + tt(prov.grid_sha256) + "}" if tex else prov.grid_sha256)
+    if prov.grid_sha256:  # in full on the page; its first 12 digits on screen (provenance.json has it all)
+        grid += esc(", SHA-256 ") + (r"{\footnotesize" + tt(prov.grid_sha256) + "}" if tex
+                                     else prov.grid_sha256[:provenance.HASH_CHARS] + "...")
     overrides = ", ".join(f"{k}={v}" for k, v in prov.overrides.items())
     per_ds = ", ".join(f"{DATASET_NAMES.get(d, d)}: {n}" for d, n in prov.runs_per_dataset.items())
     devices = ", ".join(f"{d}: {n} run{'s' if n != 1 else ''}" for d, n in prov.devices.items()) or "none"
@@ -340,7 +345,7 @@ def _latex_context(df, prov, figures: list[str], results: Path) -> dict:
     for stem in figures:
         title, caption = figure_caption(stem, "tex")
         figs.append({"file": stem, "title": title, "caption": caption,
-                     "height": "0.62" if stem.startswith("atlas_") else "0.5",
+                     "height": "0.7" if stem.startswith("atlas_") else "0.6",
                      "claims": claims_for(stem, rows_tex, dash)})
     grid = prov.grid or "no grid config"
     commit = prov.git.commit[:12] if prov.git.commit else "unknown commit"
@@ -407,7 +412,6 @@ def write_document(summary_csv: str | Path, results: str | Path, grid: str | Pat
     """Write report.tex, the HTML pages, their captions, the provenance files and the DVC plot data (see
     the module docstring); returns the paths written. ``figures``: the figure stems to show, in order."""
     from .plots import write_plots
-    from .provenance import collect
     from .summary import prepare, read_summary
     from .tables import TABLES, build_table
 
@@ -419,7 +423,7 @@ def write_document(summary_csv: str | Path, results: str | Path, grid: str | Pat
             raise MissingInputError(f"figure {results / 'figures' / (stem + '.pdf')} does not exist; "
                                     "run `bayesncl report` (and `bayesncl atlas`) first")
     df = prepare(read_summary(summary_csv))
-    prov = collect(df, results, grid, overrides)
+    prov = provenance.collect(df, results, grid, overrides)
     stamp = prov.stamp()
     out = results / "report"
     written = []
