@@ -1,8 +1,7 @@
 # The reproduction report: results/report.pdf (where pdflatex exists) and what `snakemake --report
 # results/report.html` shows: the claims table, Tables 1-7 (as HTML, per dataset), the figures and the atlas,
 # each with its caption (bayesncl.report.document), and the provenance on its front page.
-# Included before `rule all` (which asks for DOCUMENT); report.smk and atlas.smk mark their figures with
-# `reported`.
+# Included before `rule all` (which asks for DOCUMENT); report.smk marks its figures from REPORTED.
 import shutil
 from pathlib import Path
 
@@ -21,24 +20,24 @@ PAGES = {p.name: p for p in report_pages([(r.config["data"]["dataset"], r.sets) 
                                          FIGURE_STEMS)}
 DOCUMENT_DIR = f"{RESULTS}/report"
 PDF = f"{RESULTS}/report.pdf"
-HTML_PAGES = [f"{DOCUMENT_DIR}/html/{p.name}.html" for p in PAGES.values() if p.category in ("Claims", "Tables")]
+# The report's pages as files: a table's HTML (rule document), a figure's PNG (rule report; the atlas marks
+# its own, by wildcard, in atlas.smk).
+PAGE_FILES = {
+    name: f"{DOCUMENT_DIR}/html/{name}.html" if p.category in ("Claims", "Tables") else f"{RESULTS}/figures/{name}.png"
+    for name, p in PAGES.items()
+    if p.category != "Atlas"
+}
+HTML_PAGES = [path for path in PAGE_FILES.values() if path.endswith(".html")]
 DOCUMENT = HTML_PAGES + ([PDF] if shutil.which("pdflatex") else [])  # for `rule all`
 if not shutil.which("pdflatex"):
     print(PDFLATEX_HINT, file=sys.stderr)
-
-
-def caption_file(name):
-    """The caption `bayesncl document` writes for a page of the report (absolute: Snakemake reads captions
-    relative to the rule file, and this one lies under the results folder)."""
-    return os.path.abspath(f"{DOCUMENT_DIR}/captions/{name}.rst")
-
-
-def reported(path):
-    """``path`` marked for Snakemake's report when it is a page of it (a table's HTML, a figure's PNG)."""
-    page = PAGES.get(Path(path).stem)
-    if page is None or Path(path).suffix not in (".html", ".png"):
-        return path
-    return report(path, caption=caption_file(page.name), category=page.category, labels=page.labels)
+# Each page marked for the report. Its caption is the file `bayesncl document` writes (absolute: Snakemake
+# reads captions relative to the rule file, and these lie under the results folder).
+REPORTED = {
+    path: report(path, caption=os.path.abspath(f"{DOCUMENT_DIR}/captions/{name}.rst"),
+                 category=PAGES[name].category, labels=PAGES[name].labels)
+    for name, path in PAGE_FILES.items()
+}
 
 
 rule document:
@@ -49,14 +48,14 @@ rule document:
         atlas=ATLAS,
     output:
         tex=f"{DOCUMENT_DIR}/report.tex",
-        html=[reported(f) for f in HTML_PAGES],
+        html=[REPORTED[f] for f in HTML_PAGES],
         captions=[f"{DOCUMENT_DIR}/captions/{name}.rst" for name in PAGES],
         provenance=f"{DOCUMENT_DIR}/provenance.rst",
         plots=directory(f"{RESULTS}/plots"),
     log:
         f"{RESULTS}/summary/document.log",
     params:
-        out=RESULTS,
+        out=lambda wc, input: os.path.dirname(os.path.dirname(input.summary)),
         grid=GRID_FILE,
         figures=FIGURE_STEMS,
         overrides=json.dumps(OVERRIDES, sort_keys=True, default=str),

@@ -23,7 +23,7 @@ rule report:
         rules.summarize.output.csv,
     output:
         TABLES,
-        [reported(f) for f in FIGURES],  # the PNGs, in Snakemake's report (rules/document.smk)
+        [REPORTED.get(f, f) for f in FIGURES],  # the PNGs, in Snakemake's report (rules/document.smk)
     log:
         f"{RESULTS}/summary/report.log",
     params:
