@@ -157,6 +157,28 @@ def test_write_plots_replaces_stale_lines(tmp_path):
     assert list(pd.read_csv(written[0]).columns) == ["epoch", "open_gates", "sd", "seeds"]
 
 
+# --------------------------------------------------------------------------- the commands' errors
+def test_document_and_pdf_commands_fail_in_one_line(tmp_path, monkeypatch, capsys):
+    from bayesncl.cli import main
+
+    assert main(["document", "--summary", str(tmp_path / "none.csv"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "none.csv does not exist" in err and "bayesncl summarize" in err
+    monkeypatch.setattr(document.shutil, "which", lambda name: None)
+    assert main(["pdf", "--tex", str(tmp_path / "report.tex"), "--out", str(tmp_path / "report.pdf")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and document.PDFLATEX_HINT in err
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="needs pdflatex")
+def test_pdf_failure_names_the_latex_error_and_the_log(tmp_path):
+    tex = tmp_path / "report.tex"
+    tex.write_text("\\documentclass{article}\\begin{document}\\undefinedmacro\\end{document}\n")
+    with pytest.raises(document.PdfError, match=r"Undefined control sequence.*report\.log"):
+        document.build_pdf(tex, tmp_path / "out.pdf")
+    assert not (tmp_path / "out.pdf").exists()
+
+
 # --------------------------------------------------------------------------- the workflow without pdflatex
 @pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed (pip install -e '.[workflow]')")
 def test_without_pdflatex_the_workflow_says_how_to_get_it_once_and_plans_the_rest(tmp_path):
@@ -186,7 +208,7 @@ def tiny(tmp_path_factory):
     args = ("--configfile", "config/tiny.yaml", "--config", f"results={out}")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
     r = subprocess.run([SNAKEMAKE, "--cores", "2", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=1200)
+                       timeout=2400)  # a minute or two on an idle 2-core machine
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
     report = out.parent / "report.html"
     r = subprocess.run([SNAKEMAKE, "--report", str(report), *args], cwd=ROOT, env=env, capture_output=True,
