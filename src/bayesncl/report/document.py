@@ -17,6 +17,7 @@ and the DVC plot data under ``<results>/plots/`` (``plots.write_plots``).
 from __future__ import annotations
 
 import html
+import math
 import re
 import shutil
 import string
@@ -27,6 +28,8 @@ from pathlib import Path
 from ..atomic import atomic_path, atomic_write_text
 from ..errors import BayesNCLError, MissingInputError
 from . import provenance
+from .claims import CLAIMS, VERDICTS, build_claims
+from .tables import DATASET_NAMES, TABLES, _environment, build_table, caption_text, latex_escape
 
 __all__ = ["FIGURE_CAPTIONS", "PDFLATEX_HINT", "Page", "build_pdf", "report_pages", "write_document"]
 
@@ -64,23 +67,19 @@ class Page:
 
 
 def _names(datasets) -> str:
-    from .tables import DATASET_NAMES
-
     return ", ".join(DATASET_NAMES.get(d, d) for d in datasets) or "none"
 
 
 def report_pages(runs: list[tuple[str, list[str] | str]], figures: list[str]) -> list[Page]:
     """The pages of Snakemake's report for a grid whose runs are ``[(dataset, sets), ...]`` (sets as a
     list or ";"-joined) and whose figure stems are ``figures`` ("figure3", ..., "atlas_<dataset>")."""
-    from .tables import DATASET_NAMES, TABLES
-
     runs = [(str(d), s.split(";") if isinstance(s, str) else list(s)) for d, s in runs]
     datasets = list(dict.fromkeys(d for d, _ in runs))
     pages = [Page("claims", "Claims", {"table": "Claims", "dataset": _names(datasets)}, "claims")]
     for i, spec in enumerate(TABLES, start=1):
         for ds in dict.fromkeys(d for d, sets in runs if spec.set_name in sets):
-            pages.append(Page(f"{spec.name}_{ds}", "Tables", {"table": f"Table {i}", "dataset": DATASET_NAMES.get(ds, ds)},
-                              spec.name, ds))
+            labels = {"table": f"Table {i}", "dataset": DATASET_NAMES.get(ds, ds)}
+            pages.append(Page(f"{spec.name}_{ds}", "Tables", labels, spec.name, ds))
     for stem in figures:
         if stem.startswith("atlas_"):
             ds = stem.removeprefix("atlas_")
@@ -96,16 +95,12 @@ def report_pages(runs: list[tuple[str, list[str] | str]], figures: list[str]) ->
 def figure_caption(stem: str, kind: str = "txt") -> tuple[str, str]:
     """(title, caption) of a figure stem as LaTeX (``kind`` "tex") or plain text ("txt"); a figure without
     an entry keeps its own title."""
-    from .tables import caption_text
-
     title, text = _figure_caption(stem)
     return caption_text(title, kind), caption_text(text, kind)
 
 
 def _figure_caption(stem: str) -> tuple[str, str]:
     if stem.startswith("atlas_"):
-        from .tables import DATASET_NAMES
-
         ds = stem.removeprefix("atlas_")
         title, text = FIGURE_CAPTIONS["atlas"]
         return f"{title}, {DATASET_NAMES.get(ds, ds)}", text
@@ -133,18 +128,10 @@ def _html_cell(cell: str) -> str:
 
 def _tex_path(path: str) -> str:
     """A path in \\texttt that may break after each slash."""
-    from .tables import latex_escape
-
     return r"\texttt{" + latex_escape(path).replace("/", r"/\allowbreak{}") + "}"
 
 
 # --------------------------------------------------------------------------- the claims, per table
-def _claims_context(df, kind: str) -> dict:
-    from .claims import build_claims
-
-    return build_claims(df, kind)
-
-
 def _column(header: list[str], name: str) -> int | None:
     return header.index(name) if name in header else None
 
@@ -166,8 +153,6 @@ def claim_rows(ctx: dict) -> list[dict]:
 
 def outcome_text(rows: list[dict]) -> str:
     """"24 comparisons ...: holds: 5; does not hold: 9; ..." (verdicts in claims.VERDICTS order)."""
-    from .claims import VERDICTS
-
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
@@ -177,8 +162,6 @@ def outcome_text(rows: list[dict]) -> str:
 
 
 def _claim_sets() -> dict[str, tuple[str, ...]]:
-    from .claims import CLAIMS
-
     return {str(c.number): tuple(c.sets) for c in CLAIMS}
 
 
@@ -253,8 +236,6 @@ def table_html(ctx: dict, title: str, blocks: list[dict], stamp: str, dataset_no
 
 def _block_of(blocks: list[dict], dataset: str) -> list[dict]:
     """The blocks of one dataset: their title is the dataset's name, maybe with values after it."""
-    from .tables import DATASET_NAMES
-
     name = DATASET_NAMES.get(dataset, dataset)
     return [b for b in blocks if b["title"] == name or str(b["title"]).startswith(name + " (")]
 
@@ -265,8 +246,6 @@ def caption_rst(title: str, caption: str, stamp: str) -> str:
 
 # --------------------------------------------------------------------------- the LaTeX document
 def _hms(seconds: float) -> str:
-    import math
-
     if not math.isfinite(seconds):
         return "--"
     s = int(round(seconds))
@@ -274,10 +253,6 @@ def _hms(seconds: float) -> str:
 
 
 def _cost_rows(costs: list[dict], tex: bool) -> list[dict]:
-    import math
-
-    from .tables import latex_escape
-
     esc = latex_escape if tex else (lambda s: s)
     return [{"rule": esc(c["rule"]), "jobs": c["jobs"], "unmeasured": c["unmeasured"], "wall": _hms(c["seconds"]),
              "rss": f"{c['max_rss_mb']:.0f}" if math.isfinite(c["max_rss_mb"]) else ("--" if tex else "-"),
@@ -293,8 +268,6 @@ def _seeds_text(seeds: list[int]) -> str:
 
 def provenance_items(prov, tex: bool) -> list[tuple[str, str]]:
     """(key, value) rows of the provenance page, as LaTeX (``tex``) or plain text."""
-    from .tables import DATASET_NAMES, latex_escape
-
     esc = latex_escape if tex else (lambda s: s)
     tt = (lambda s: r"\texttt{" + latex_escape(s) + "}") if tex else (lambda s: s)
     path = _tex_path if tex else (lambda s: s)
@@ -333,9 +306,7 @@ def provenance_items(prov, tex: bool) -> list[tuple[str, str]]:
 
 
 def _latex_context(df, prov, figures: list[str], results: Path) -> dict:
-    from .tables import TABLES, latex_escape
-
-    claims_tex = _claims_context(df, "tex")
+    claims_tex = build_claims(df, "tex")
     rows_tex = claim_rows(claims_tex)
     dash = "--"
     stamp = prov.stamp()
@@ -354,7 +325,7 @@ def _latex_context(df, prov, figures: list[str], results: Path) -> dict:
         "stamp": stamp, "title": "BayesNCL reproduction report",
         "subtitle": latex_escape(f"Grid {grid} · commit {commit}{' (uncommitted changes)' if prov.git.dirty else ''}"
                                  f" · {prov.date}").replace("·", r"\textperiodcentered{}"),
-        "outcome": latex_escape(outcome_text(claim_rows(_claims_context(df, "txt")))),
+        "outcome": latex_escape(outcome_text(claim_rows(build_claims(df, "txt")))),
         "claims_note": latex_escape(f"{prov.runs} runs; seeds {seeds}. The claims table "
                                     "(tables/claims.tex) follows; each row's verdict follows the rule in its caption."),
         "tables": tables, "figures": figs,
@@ -382,8 +353,6 @@ def _pdf_string(text: str) -> str:
 
 
 def _render_tex(ctx: dict) -> str:
-    from .tables import _environment
-
     return _environment().get_template("report.tex.j2").render(**ctx)
 
 
@@ -411,10 +380,8 @@ def write_document(summary_csv: str | Path, results: str | Path, grid: str | Pat
                    figures: list[str] | tuple[str, ...] = (), overrides: dict | None = None) -> list[Path]:
     """Write report.tex, the HTML pages, their captions, the provenance files and the DVC plot data (see
     the module docstring); returns the paths written. ``figures``: the figure stems to show, in order."""
-    from .plots import write_plots
+    from .plots import write_plots  # matplotlib: not needed when the workflow lists the pages
     from .summary import prepare, read_summary
-    from .tables import TABLES, build_table
-
     summary_csv, results = Path(summary_csv), Path(results)
     if not summary_csv.is_file():
         raise MissingInputError(f"--summary {summary_csv} does not exist; run `bayesncl summarize` first")
@@ -431,7 +398,7 @@ def write_document(summary_csv: str | Path, results: str | Path, grid: str | Pat
     runs = list(zip(df["dataset"], df["sets"]))
     pages = report_pages(runs, list(figures))
     contexts = {spec.name: build_table(df, spec.name, "md") for spec in TABLES}
-    contexts["claims"] = _claims_context(df, "md")
+    contexts["claims"] = build_claims(df, "md")
     for page in pages:
         if page.category in ("Claims", "Tables"):
             ctx = contexts[page.source]
@@ -445,7 +412,7 @@ def write_document(summary_csv: str | Path, results: str | Path, grid: str | Pat
             title, caption = figure_caption(page.source)
         written.append(atomic_write_text(out / "captions" / f"{page.name}.rst", caption_rst(title, caption, stamp)))
 
-    outcome = outcome_text(claim_rows(_claims_context(df, "txt")))
+    outcome = outcome_text(claim_rows(build_claims(df, "txt")))
     written.append(atomic_write_text(out / "provenance.rst", provenance_rst(prov, outcome, results)))
     written.append(atomic_write_text(out / "provenance.json", prov.to_json()))
     written.append(atomic_write_text(out / "report.tex", _render_tex(_latex_context(df, prov, list(figures), results))))
