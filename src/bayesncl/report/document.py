@@ -257,7 +257,7 @@ def _cost_rows(costs: list[dict], tex: bool) -> list[dict]:
     return [{"rule": esc(c["rule"]), "jobs": c["jobs"], "unmeasured": c["unmeasured"], "wall": _hms(c["seconds"]),
              "rss": f"{c['max_rss_mb']:.0f}" if math.isfinite(c["max_rss_mb"]) else ("--" if tex else "-"),
              "gpu": f"{c['gpu_hours']:.2f}" if math.isfinite(c["gpu_hours"]) else "not recorded",
-             "last": c["rule"] == "all"} for c in costs]
+             "last": c["rule"] == "all"} for c in costs]  # "all": the sum over every rule
 
 
 def _seeds_text(seeds: list[int]) -> str:
@@ -368,7 +368,7 @@ def provenance_rst(prov, outcome: str, results: Path) -> str:
     lines += ["", "**Wall time and GPU-hours per rule**", ""]
     if prov.costs:
         for r in _cost_rows(prov.costs, tex=False):
-            lines.append(f"- {rst_text(r['rule'])}: {r['jobs']} jobs ({r['unmeasured']} unmeasured), wall time "
+            lines.append(f"- {rst_text(r['rule'])}: {r['jobs']} jobs ({r['unmeasured']} unmeasured), wall time (sum of jobs) "
                          f"{rst_text(r['wall'])}, max RSS {rst_text(r['rss'])} MB, GPU-hours {rst_text(r['gpu'])}")
     else:
         lines.append(f"Not recorded: this run wrote no {rst_text(_relative(prov.jobs_csv, results))}.")
