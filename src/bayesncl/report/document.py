@@ -368,8 +368,9 @@ def provenance_rst(prov, outcome: str, results: Path) -> str:
     lines += ["", "**Wall time and GPU-hours per rule**", ""]
     if prov.costs:
         for r in _cost_rows(prov.costs, tex=False):
-            lines.append(f"- {rst_text(r['rule'])}: {r['jobs']} jobs ({r['unmeasured']} unmeasured), wall time (sum of jobs) "
-                         f"{rst_text(r['wall'])}, max RSS {rst_text(r['rss'])} MB, GPU-hours {rst_text(r['gpu'])}")
+            lines.append(f"- {rst_text(r['rule'])}: {r['jobs']} jobs ({r['unmeasured']} unmeasured), wall time "
+                         f"(sum of jobs) {rst_text(r['wall'])}, max RSS {rst_text(r['rss'])} MB, "
+                         f"GPU-hours {rst_text(r['gpu'])}")
     else:
         lines.append(f"Not recorded: this run wrote no {rst_text(_relative(prov.jobs_csv, results))}.")
     return "\n".join(lines) + "\n"
