@@ -125,6 +125,40 @@ def test_table_html_keeps_caption_bold_and_one_datasets_block():
     assert "<!-- made by X -->" in page
 
 
+def test_write_document_inputs_every_table_and_figure_and_shows_the_papers_numbers(tmp_path):
+    from bayesncl.report import figures, write_report
+
+    csv = tmp_path / "runs.csv"
+    full_grid().to_csv(csv, index=False)
+    write_report(csv, tmp_path, echo=False, grid=ROOT / "config" / "tiny.yaml")
+    stems = list(figures.FIGURE_NAMES)
+    written = document.write_document(csv, tmp_path, grid=ROOT / "config" / "tiny.yaml", figures=stems)
+    tex = (tmp_path / "report" / "report.tex").read_text()
+    inputs = re.findall(r"^\\input\{(\w+)\}", tex, re.M)
+    assert inputs == ["glyphtounicode", "claims"] + [f"table{i}" for i in range(1, 8)]  # each by \input
+    assert re.findall(r"\\includegraphics\[[^]]*\]\{(\w+)\}", tex) == stems
+    table1 = tex[tex.index("\\input{table1}"):tex.index("\\input{table2}")]
+    assert "paper 36.14 vs 14.93" in table1 and "\\textbf{1a}" in table1 and "\\textbf{2a}" not in table1
+    assert provenance.stamp(ROOT / "config" / "tiny.yaml") in tex
+    pages = document.report_pages(list(zip(full_grid()["dataset"], full_grid()["sets"])), stems)
+    names = {p.relative_to(tmp_path / "report").as_posix() for p in written if "report" in p.parts}
+    for page in pages:
+        assert f"captions/{page.name}.rst" in names
+        assert (f"html/{page.name}.html" in names) == (page.category in ("Claims", "Tables"))
+
+
+def test_figures_carry_the_stamp_in_their_metadata(tmp_path):
+    from PIL import Image
+
+    from bayesncl.report import figures
+
+    rows = [_row("BayesNCL (STE)", "bayesncl", 0, "table1", gate_curve=_gate_curve(0.5, 0))]
+    figures.render_figures(summary.prepare(pd.DataFrame(rows)), tmp_path, stamp="made by X (at Y)")
+    for stem in figures.FIGURE_NAMES:
+        assert Image.open(tmp_path / f"{stem}.png").info["Comment"] == "made by X (at Y)"
+        assert b"/Subject (made by X \\(at Y\\))" in (tmp_path / f"{stem}.pdf").read_bytes()
+
+
 # --------------------------------------------------------------------------- DVC plot data
 def test_plot_data_is_the_figures_means_one_file_per_line():
     rows = [_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4a;figure4b", "proj_dim;rho;lambda",
