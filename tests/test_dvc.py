@@ -87,3 +87,24 @@ def test_dvc_repro_in_a_fresh_clone(clone):
     assert "results-tiny/summary/metrics.json" in out, out
     for key, value in headline.items():
         assert key in out and str(round(value, 5)) in out, (key, value, out)
+
+    # The open-gate curves and the Figure 4 sweeps as DVC plots: every CSV the report wrote, with its rows.
+    rc, out = run([DVC, "plots", "show", "--json"], path, env)
+    assert rc == 0, out
+    shown = json.loads(out[out.index("{"):])["data"]
+    written = sorted((path / "results-tiny" / "plots").rglob("*.csv"))
+    assert {f.parent.name for f in written} == {"gates", "figure4a", "figure4b_rho", "figure4b_lambda"}, written
+    for f in written:
+        rows = [v for plot in shown[f.relative_to(path).as_posix()] for v in plot["content"]["data"]["values"]]
+        assert len(rows) >= len(f.read_text().splitlines()) - 1, f
+
+    # Committed (dvc.yaml, as pointed at the tiny grid, and dvc.lock), `dvc plots diff` reads that commit's
+    # plots from the DVC cache beside the workspace's.
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "dvc.yaml", "dvc.lock"], cwd=path, check=True)
+    subprocess.run([*git, "commit", "-qm", "reproduced"], cwd=path, check=True)
+    rc, out = run([DVC, "plots", "diff", "HEAD", "--json"], path, env)
+    diff = json.loads(out[out.index("{"):])
+    assert rc == 0 and not diff.get("errors"), out[:3000]
+    line = diff["data"][written[0].relative_to(path).as_posix()]
+    assert {r for plot in line for r in plot["revisions"]} == {"HEAD", "workspace"}, out[:3000]

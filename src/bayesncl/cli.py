@@ -1,4 +1,5 @@
-"""Command line: `bayesncl pretrain | evaluate | summarize | report | atlas | make-synthetic | prepare-imagenet`."""
+"""Command line: `bayesncl pretrain | evaluate | summarize | report | atlas | document | pdf | make-synthetic |
+prepare-imagenet`."""
 
 from __future__ import annotations
 
@@ -94,9 +95,32 @@ def _report(args) -> int:
     from .report import write_report
 
     _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
+    if args.grid is not None:
+        _input_file(args.grid, "--grid", "give the workflow config the runs came from, e.g. config/config.yaml")
     check_writable_dir(args.out)
-    write_report(args.summary, args.out)
+    write_report(args.summary, args.out, grid=args.grid)
     print(f"tables and figures under {args.out}")
+    return 0
+
+
+def _document(args) -> int:
+    from .report.document import write_document
+
+    _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
+    if args.grid is not None:
+        _input_file(args.grid, "--grid", "give the workflow config the runs came from, e.g. config/config.yaml")
+    overrides = _json_object(args.overrides_json, "--overrides-json") if args.overrides_json else None
+    check_writable_dir(args.out)
+    written = write_document(args.summary, args.out, grid=args.grid, figures=args.figures, overrides=overrides)
+    print(f"report sources: {Path(args.out) / 'report' / 'report.tex'} and {len(written) - 1} more files")
+    return 0
+
+
+def _pdf(args) -> int:
+    from .report.document import build_pdf
+
+    check_writable_dir(Path(args.out).parent, what=f"--out {args.out}")
+    print(f"report: {build_pdf(args.tex, args.out)}")
     return 0
 
 
@@ -145,10 +169,13 @@ def _prepare_imagenet(args) -> int:
 
 def _atlas(args) -> int:
     from .report.atlas import write_atlas
+    from .report.provenance import stamp
 
     out = args.out or str(Path(args.run[0]) / "eval" / "atlas")
     out = out[:-4] if out.endswith((".pdf", ".png")) else out
-    for path in write_atlas(args.run, out, n=args.dims, k=args.images, data_sets=args.set):
+    if args.grid is not None:
+        _input_file(args.grid, "--grid", "give the workflow config the runs came from, e.g. config/config.yaml")
+    for path in write_atlas(args.run, out, n=args.dims, k=args.images, data_sets=args.set, stamp=stamp(args.grid)):
         print(f"atlas: {path}")
     return 0
 
@@ -218,7 +245,31 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True, metavar="DIR",
                     help="writes DIR/tables/{table1..7,claims}.{tex,md} and "
                          "DIR/figures/{figure3,figure4a,figure4b,gates}.{pdf,png}")
+    sp.add_argument("--grid", metavar="YAML", help="the workflow config the runs came from: named, with its "
+                                                   "hash and the commit, in every file written")
     sp.set_defaults(func=_report)
+
+    sp = sub.add_parser("document", help="the reproduction report's sources: report.tex, the HTML report's "
+                                         "pages and captions, the provenance, the DVC plot data",
+                        description="Assemble the reproduction report from the generated tables and figures: "
+                                    "DIR/report/report.tex (build it with `bayesncl pdf`), DIR/report/html/*.html "
+                                    "and DIR/report/captions/*.rst (for `snakemake --report`), "
+                                    "DIR/report/provenance.{rst,json} and DIR/plots/ (for `dvc plots`).")
+    sp.add_argument("--summary", required=True, metavar="CSV", help="the runs.csv that `bayesncl summarize` wrote")
+    sp.add_argument("--out", required=True, metavar="DIR",
+                    help="the results folder that holds tables/ and figures/ (`bayesncl report --out`)")
+    sp.add_argument("--grid", metavar="YAML", help="the workflow config the runs came from (named with its hash)")
+    sp.add_argument("--figures", nargs="*", default=[], metavar="STEM",
+                    help="figures to show, in order: stems of DIR/figures/STEM.pdf (e.g. figure3 atlas_synthetic)")
+    sp.add_argument("--overrides-json", help=argparse.SUPPRESS)  # the workflow's --config overrides
+    sp.set_defaults(func=_document)
+
+    sp = sub.add_parser("pdf", help="compile the reproduction report (report.tex) with pdflatex",
+                        description="Compile DIR/report/report.tex from `bayesncl document` with pdflatex (the log "
+                                    "stays beside it) and write the PDF.")
+    sp.add_argument("--tex", required=True, metavar="TEX", help="the report.tex that `bayesncl document` wrote")
+    sp.add_argument("--out", required=True, metavar="PDF", help="the PDF to write, e.g. results/report.pdf")
+    sp.set_defaults(func=_pdf)
 
     sp = sub.add_parser("atlas", help="feature atlas: what each dim of z+ fires on, what the gate closes",
                         description="Dimension sheets (top activating test images of the most consistent and "
@@ -232,6 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--images", type=int, default=8, metavar="K", help="images per dim (default 8)")
     sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a data.* key of the runs' config, e.g. data.root=/new/path")
+    sp.add_argument("--grid", metavar="YAML", help="the workflow config the runs came from: named, with its "
+                                                   "hash and the commit, in the figures' metadata")
     sp.set_defaults(func=_atlas)
 
     sp = sub.add_parser("make-synthetic", help="generate (and cache) the synthetic dataset",

@@ -7,7 +7,8 @@ rule atlas:
         lambda wc: [f"{RESULTS}/runs/{rid}/eval/features.npz" for rid in ATLAS_RUNS[wc.dataset]],
     output:
         pdf=f"{RESULTS}/figures/atlas_{{dataset}}.pdf",
-        png=f"{RESULTS}/figures/atlas_{{dataset}}.png",
+        png=report(f"{RESULTS}/figures/atlas_{{dataset}}.png", caption="../report/atlas.rst", category="Atlas",
+                   labels=lambda wc: PAGES[f"atlas_{wc.dataset}"].labels),  # rules/document.smk
     log:
         f"{RESULTS}/summary/atlas_{{dataset}}.log",
     wildcard_constraints:
@@ -15,8 +16,9 @@ rule atlas:
     params:
         runs=lambda wc: [f"{RESULTS}/runs/{rid}" for rid in ATLAS_RUNS[wc.dataset]],
         out=lambda wc, output: output.pdf[: -len(".pdf")],
+        grid=GRID_FILE,
     threads: 1
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "bayesncl atlas --run {params.runs:q} --out {params.out:q} > {log} 2>&1"
+        "bayesncl atlas --run {params.runs:q} --out {params.out:q} --grid {params.grid:q} > {log} 2>&1"

@@ -23,13 +23,14 @@ rule report:
         rules.summarize.output.csv,
     output:
         TABLES,
-        FIGURES,
+        [REPORTED.get(f, f) for f in FIGURES],  # the PNGs, in Snakemake's report (rules/document.smk)
     log:
         f"{RESULTS}/summary/report.log",
     params:
         out=lambda wc, output: os.path.dirname(os.path.dirname(output[0])),
+        grid=GRID_FILE,
     localrule: True
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "bayesncl report --summary {input} --out {params.out} 2>&1 | tee {log}"  # the outcome, on the terminal too
+        "bayesncl report --summary {input} --out {params.out} --grid {params.grid:q} 2>&1 | tee {log}"  # the outcome, on the terminal too

@@ -10,6 +10,9 @@ API:
     render_figures(df, out_dir)                 figure3, figure4a, figure4b, gates .pdf/.png
     write_report(summary_csv, out_root)         out_root/tables/* and out_root/figures/*, then prints the
                                                 claims and the main comparison to the terminal
+    write_document(summary_csv, results, ...)   the reproduction report: report.tex (-> report.pdf), the
+                                                pages of Snakemake's HTML report, DVC plot data (document.py)
+Every generated file carries ``provenance.stamp``: the commit and the grid config that made it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import TextIO
 from .summary import COLUMNS, MetricsFileError, read_summary, summarize, write_summary
 
 __all__ = ["COLUMNS", "MetricsFileError", "read_summary", "render_figures", "render_tables", "summarize",
-           "write_claims", "write_report", "write_summary"]
+           "write_claims", "write_document", "write_report", "write_summary"]
 
 
 def render_tables(df, out_dir):  # lazy: jinja2 is only needed for the report step
@@ -34,21 +37,31 @@ def write_claims(df, out_dir):
     return _write(df, out_dir)
 
 
-def render_figures(df, out_dir, formats=("pdf", "png")):  # lazy: matplotlib is slow to import
+def render_figures(df, out_dir, formats=("pdf", "png"), stamp=None):  # lazy: matplotlib is slow to import
     from .figures import render_figures as _render
-    return _render(df, out_dir, formats)
+    return _render(df, out_dir, formats, stamp)
+
+
+def write_document(summary_csv, results, grid=None, figures=(), overrides=None):
+    from .document import write_document as _write
+    return _write(summary_csv, results, grid, figures, overrides)
 
 
 def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike, *, echo: bool = True,
-                 stream: TextIO | None = None) -> list[Path]:
-    """Render every table into ``out_root/tables`` and every figure into ``out_root/figures``; then, with
-    ``echo``, print the outcome (claims, main comparison) to ``stream`` (default: the current stdout)."""
+                 stream: TextIO | None = None, grid: str | os.PathLike | None = None) -> list[Path]:
+    """Render every table into ``out_root/tables`` and every figure into ``out_root/figures``, each
+    stamped with the commit and the grid config file ``grid`` (provenance.stamp); then, with ``echo``,
+    print the outcome (claims, main comparison) to ``stream`` (default: the current stdout)."""
     from .claims import print_outcome
+    from .provenance import stamp, stamp_file
 
     df = read_summary(summary_csv)
     root = Path(out_root)
-    written = (render_tables(df, root / "tables") + write_claims(df, root / "tables")
-               + render_figures(df, root / "figures"))
+    made_by = stamp(grid)
+    tables = render_tables(df, root / "tables") + write_claims(df, root / "tables")
+    for path in tables:
+        stamp_file(path, made_by)
+    written = tables + render_figures(df, root / "figures", stamp=made_by)
     if echo:
         print_outcome(df, stream)
     return written

@@ -310,8 +310,9 @@ def _scatter(ax, run: AtlasRun, norm, cmap):
 
 
 def render_atlas(runs: list[AtlasRun], out_stem: str | os.PathLike, n: int = 6, k: int = 8,
-                 formats: tuple[str, ...] = ("pdf", "png")) -> list[Path]:
-    """Draw the atlas of ``runs`` (side by side) into ``out_stem``.{pdf,png}; returns the paths."""
+                 formats: tuple[str, ...] = ("pdf", "png"), stamp: str | None = None) -> list[Path]:
+    """Draw the atlas of ``runs`` (side by side) into ``out_stem``.{pdf,png}, ``stamp`` (commit and grid)
+    in their metadata; returns the paths."""
     from matplotlib import colormaps, rc_context
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import Normalize
@@ -361,11 +362,12 @@ def render_atlas(runs: list[AtlasRun], out_stem: str | os.PathLike, n: int = 6, 
                 _strip(ax, run, row, k, size)
             for ax in row_axes[len(sheet.rows):]:
                 ax.set_axis_off()
-        return save_figure(fig, Path(out_stem).parent, Path(out_stem).name, formats)
+        return save_figure(fig, Path(out_stem).parent, Path(out_stem).name, formats, stamp)
 
 
 def write_atlas(run_dirs: list[str | os.PathLike], out_stem: str | os.PathLike, n: int = 6, k: int = 8,
-                data_sets: list[str] | tuple = (), formats: tuple[str, ...] = ("pdf", "png")) -> list[Path]:
+                data_sets: list[str] | tuple = (), formats: tuple[str, ...] = ("pdf", "png"),
+                stamp: str | None = None) -> list[Path]:
     """Load each run folder and draw them side by side (one dataset: the first run's test images)."""
     if n < 1 or k < 1:
         raise AtlasError(f"atlas: --dims and --images must be >= 1, got {n} and {k}")
@@ -374,7 +376,7 @@ def write_atlas(run_dirs: list[str | os.PathLike], out_stem: str | os.PathLike, 
     if len(datasets) > 1:
         raise AtlasError(f"atlas: the runs are on different datasets ({', '.join(sorted(datasets))}); "
                          "draw one dataset per atlas")
-    return render_atlas(runs, out_stem, n, k, formats)
+    return render_atlas(runs, out_stem, n, k, formats, stamp)
 
 
 # --------------------------------------------------------------------------- workflow

@@ -220,10 +220,15 @@ def _default_point(df: pd.DataFrame, dataset: str) -> dict[str, float]:
     return out
 
 
-def _save(fig: Figure, out_dir: Path, stem: str, formats: tuple[str, ...]) -> list[Path]:
+def _save(fig: Figure, out_dir: Path, stem: str, formats: tuple[str, ...], stamp: str | None = None) -> list[Path]:
+    """Save ``fig`` in each format; ``stamp`` (provenance.stamp: commit and grid) goes into the metadata."""
     paths = []
     for ext in formats:
-        meta = {"CreationDate": None} if ext == "pdf" else None  # no timestamp: reproducible bytes
+        meta = None
+        if ext == "pdf":  # no timestamp: reproducible bytes
+            meta = {"CreationDate": None, **({"Subject": stamp} if stamp else {})}
+        elif ext == "png" and stamp:
+            meta = {"Comment": stamp}
         path = out_dir / f"{stem}.{ext}"
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=ext, metadata=meta)
@@ -503,13 +508,14 @@ def _gates(df: pd.DataFrame) -> Figure:
 
 
 def render_figures(df: pd.DataFrame, out_dir: str | os.PathLike,
-                   formats: tuple[str, ...] = ("pdf", "png")) -> list[Path]:
-    """Write every figure of ``FIGURE_NAMES`` (each in ``formats``) into ``out_dir``; returns the paths."""
+                   formats: tuple[str, ...] = ("pdf", "png"), stamp: str | None = None) -> list[Path]:
+    """Write every figure of ``FIGURE_NAMES`` (each in ``formats``) into ``out_dir``, ``stamp`` in their
+    metadata; returns the paths."""
     out = Path(out_dir)
     df = prepare(df)
     written = []
     makers = {"figure3": _figure3, "figure4a": _figure4a, "figure4b": _figure4b, "gates": _gates}
     with rc_context(RC):
         for stem in FIGURE_NAMES:
-            written += _save(makers[stem](df), out, stem, formats)
+            written += _save(makers[stem](df), out, stem, formats, stamp)
     return written

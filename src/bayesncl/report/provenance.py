@@ -1,0 +1,235 @@
+"""Where a generated file came from, and what the grid cost.
+
+- ``stamp(grid)``: the one line every generated table, figure and document carries: the commit of the
+  checkout that holds the bayesncl code (with "+ uncommitted changes" when tracked files differ from it)
+  and the grid config file with its SHA-256. Tables and Markdown get it as a comment under their "do not
+  edit" line (``stamp_file``); figures in their metadata (PDF Subject, PNG Comment).
+- ``collect(...)``: the report's provenance page: the stamp's parts, seeds and runs, package versions,
+  the machine, the date, and wall time / GPU-hours per rule from ``summary/jobs.csv`` when the workflow
+  wrote one (columns rule, run, seconds, max_rss_mb and, when known, gpu: GPUs the job held).
+
+No date goes into the stamp: the same code, grid and results give the same bytes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from ..atomic import atomic_write_text
+
+__all__ = ["GitState", "Provenance", "collect", "file_sha256", "git_state", "job_costs", "machine", "stamp",
+           "stamp_file", "versions"]
+
+PACKAGES = ("torch", "torchvision", "snakemake", "dvc", "numpy", "pandas", "matplotlib")
+HASH_CHARS = 12  # of a grid file's SHA-256: enough to tell two configs apart in print
+
+
+@dataclass(frozen=True)
+class GitState:
+    commit: str | None  # full hash; None outside a git checkout
+    dirty: bool         # tracked files differ from the commit (untracked files do not count)
+    root: str | None
+
+    def text(self) -> str:
+        if self.commit is None:
+            return "commit unknown (not a git checkout)"
+        return f"commit {self.commit}" + (" + uncommitted changes" if self.dirty else "")
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def git_state(start: str | os.PathLike | None = None) -> GitState:
+    """The checkout holding ``start`` (default: the bayesncl code, else the current folder)."""
+    places = [Path(start)] if start is not None else [Path(__file__).resolve().parent, Path.cwd()]
+    for place in places:
+        root = _git(["rev-parse", "--show-toplevel"], place)
+        if root:
+            commit = _git(["rev-parse", "HEAD"], place)
+            status = _git(["status", "--porcelain", "--untracked-files=no"], place)
+            return GitState(commit, bool(status), root)
+    return GitState(None, False, None)
+
+
+def file_sha256(path: str | os.PathLike) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _grid_text(grid: str | os.PathLike | None) -> str:
+    if grid is None:
+        return "no grid config (made by hand)"
+    digest = file_sha256(grid)
+    return f"grid {grid} (sha256 {digest[:HASH_CHARS]})" if digest else f"grid {grid} (not readable)"
+
+
+def stamp(grid: str | os.PathLike | None = None, git: GitState | None = None) -> str:
+    """"made by bayesncl at commit <hash> from grid <file> (sha256 <hash>)"."""
+    git = git or git_state()
+    return f"made by bayesncl at {git.text()} from {_grid_text(grid)}"
+
+
+_COMMENT = {".tex": ("% ", ""), ".md": ("<!-- ", " -->"), ".html": ("<!-- ", " -->"), ".rst": (".. ", "")}
+
+
+def stamp_file(path: str | os.PathLike, line: str) -> Path:
+    """Add ``line`` as a comment to a generated text file: under its first line when that is a comment
+    (the "generated ...; do not edit" line), else at the top."""
+    path = Path(path)
+    start, end = _COMMENT[path.suffix]
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    comment = f"{start}{line}{end}\n"
+    at = 1 if lines and lines[0].startswith(start.strip()) else 0
+    return atomic_write_text(path, "".join(lines[:at] + [comment] + lines[at:]))
+
+
+# --------------------------------------------------------------------------- the provenance page
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("bayesncl", *PACKAGES):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _gpus() -> list[str]:
+    """GPU names from nvidia-smi (no torch import: this runs in the report step)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in r.stdout.splitlines() if line.strip()] if r.returncode == 0 else []
+
+
+def machine() -> dict[str, str]:
+    gpus = _gpus()
+    names = {g: gpus.count(g) for g in dict.fromkeys(gpus)}
+    return {"cpu": f"{_cpu_model()} ({os.cpu_count()} logical cores)",
+            "gpu": ", ".join(f"{n} x {g}" for g, n in names.items()) or "none visible",
+            "host": platform.node() or "unknown", "os": f"{platform.system()} {platform.release()}"}
+
+
+def job_costs(jobs_csv: str | os.PathLike) -> list[dict] | None:
+    """Per rule: jobs, wall seconds (sum), max RSS (MB, max) and GPU-hours, from the workflow's jobs.csv
+    (rule, run, seconds, max_rss_mb[, gpu]); a last row "all" sums them. None when there is no such file.
+    Jobs without a measurement (too short to sample: NA) are counted apart, never as 0."""
+    import pandas as pd  # the report step has it; the DAG build does not need it
+
+    path = Path(jobs_csv)
+    if not path.is_file():
+        return None
+    df = pd.read_csv(path)
+    if "rule" not in df or "seconds" not in df:
+        return None
+    df["seconds"] = pd.to_numeric(df["seconds"], errors="coerce")
+    rss = pd.to_numeric(df["max_rss_mb"], errors="coerce") if "max_rss_mb" in df else None
+    gpu = None
+    if "gpu" in df:  # a flag (True/False) or a count
+        gpu = pd.to_numeric(df["gpu"].replace({True: 1, False: 0, "True": 1, "False": 0}), errors="coerce")
+    rows = []
+    for rule, idx in df.groupby("rule", sort=False).groups.items():
+        rows.append(_cost_row(str(rule), df.loc[idx, "seconds"], None if rss is None else rss[idx],
+                              None if gpu is None else gpu[idx]))
+    rows.append(_cost_row("all", df["seconds"], rss, gpu))
+    return rows
+
+
+def _cost_row(rule: str, seconds, rss, gpu) -> dict:
+    measured = seconds.notna()
+    row = {"rule": rule, "jobs": int(len(seconds)), "unmeasured": int((~measured).sum()),
+           "seconds": float(seconds[measured].sum()) if measured.any() else math.nan,
+           "max_rss_mb": float(rss.max()) if rss is not None and rss.notna().any() else math.nan,
+           "gpu_hours": math.nan}
+    if gpu is not None:
+        both = measured & gpu.notna()
+        row["gpu_hours"] = float((seconds[both] * gpu[both]).sum() / 3600.0)
+    return row
+
+
+def run_devices(results: Path, run_ids: list[str]) -> dict[str, int]:
+    """{train.device: runs} from each run's config.resolved.yaml ("auto": CUDA when the job saw a GPU)."""
+    import yaml
+
+    out: dict[str, int] = {}
+    for rid in run_ids:
+        try:
+            cfg = yaml.safe_load((results / "runs" / rid / "config.resolved.yaml").read_text(encoding="utf-8"))
+            device = str(cfg["train"]["device"])
+        except (OSError, yaml.YAMLError, KeyError, TypeError):
+            device = "not recorded"
+        out[device] = out.get(device, 0) + 1
+    return out
+
+
+@dataclass
+class Provenance:
+    git: GitState
+    grid: str | None
+    grid_sha256: str | None
+    overrides: dict
+    seeds: list[int]
+    runs: int
+    runs_per_dataset: dict[str, int]
+    devices: dict[str, int]     # train.device of the runs' resolved configs: runs per setting
+    versions: dict[str, str]
+    machine: dict[str, str]
+    costs: list[dict] | None    # job_costs(); None: not recorded
+    jobs_csv: str
+    date: str
+    command: str = field(default="")
+
+    def stamp(self) -> str:
+        return stamp(self.grid, self.git)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, default=str) + "\n"
+
+
+def collect(df, results: str | os.PathLike, grid: str | os.PathLike | None = None,
+            overrides: dict | None = None) -> Provenance:
+    """The provenance of a report made from the runs summary ``df`` (runs.csv) under ``results``."""
+    seeds = sorted({int(s) for s in df["seed"] if isinstance(s, (int, float)) and math.isfinite(s)})
+    per_ds = {str(k): int(v) for k, v in df["dataset"].value_counts(sort=False).items()} if len(df) else {}
+    devices = run_devices(Path(results), [str(r) for r in df["run_id"]]) if "run_id" in df else {}
+    jobs = Path(results) / "summary" / "jobs.csv"
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return Provenance(
+        git=git_state(), grid=None if grid is None else str(grid),
+        grid_sha256=None if grid is None else file_sha256(grid), overrides=dict(overrides or {}),
+        seeds=seeds, runs=int(len(df)), runs_per_dataset=per_ds, devices=devices, versions=versions(),
+        machine=machine(), costs=job_costs(jobs), jobs_csv=str(jobs), date=now.strftime("%Y-%m-%d %H:%M UTC"),
+        command=" ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv)))
