@@ -306,10 +306,12 @@ def test_write_summary_roundtrip(tmp_path):
     pd.testing.assert_frame_equal(df, back)
     assert sorted(p.name for p in out.parent.iterdir()) == ["metrics.json", "runs.csv"]  # no temp files left
     headline = json.loads((out.parent / "metrics.json").read_text())
-    assert list(headline) == ["synthetic"]
+    assert list(headline) == ["synthetic"] and list(headline["synthetic"]) == ["resnet18"]
     # Only the main comparison (Tables 1-2): not the ablation (Soft gate) nor ResNet-50's table5 runs.
-    assert set(headline["synthetic"]) == {"SimCLR", "NCL", "Top-k NCL", "BayesNCL (STE)"}
-    assert headline["synthetic"]["BayesNCL (STE)"]["sc"] == pytest.approx(_by_id(df)[MAIN_BAYES]["sc"])
+    main = headline["synthetic"]["resnet18"]
+    assert set(main) == {"SimCLR", "NCL", "Top-k NCL", "BayesNCL (STE)"}
+    assert main["BayesNCL (STE)"]["sc"] == pytest.approx(_by_id(df)[MAIN_BAYES]["sc"])
+    assert main["BayesNCL (STE)"]["seeds"] == 1 and "sc_seeds" not in main["BayesNCL (STE)"]
 
 
 # --------------------------------------------------------------------------- tables

@@ -208,14 +208,21 @@ HEADLINE = ("sc", "se_sum", "act", "probe_top1", "ret_p10", "bg_acc")
 
 
 def headline(df: pd.DataFrame) -> dict:
-    """{dataset: {variant: {metric: mean over seeds}}} for the main comparison (the runs of Tables 1-2,
-    not the sweeps or ablations): what `dvc metrics show` prints."""
+    """{dataset: {arch: {variant: {metric: mean over seeds, "seeds": runs}}}} for the main comparison (the
+    runs of Tables 1-2, not the sweeps or ablations): what `dvc metrics show` prints. A metric some runs left
+    undefined (NaN, e.g. a collapsed run) is the mean of the others, and "<metric>_seeds" counts them."""
     out: dict = {}
     main = df[df["sets"].fillna("").str.split(";").apply(lambda s: bool({"table1", "table2"} & set(s)))]
-    for (dataset, variant), g in main.groupby(["dataset", "variant"], sort=False):
-        means = g[list(HEADLINE)].apply(pd.to_numeric, errors="coerce").mean()
-        out.setdefault(str(dataset), {})[str(variant)] = {k: round(float(v), 4) for k, v in means.items()
-                                                          if pd.notna(v)}
+    for (dataset, arch, variant), g in main.groupby(["dataset", "arch", "variant"], sort=False):
+        values = g[list(HEADLINE)].apply(pd.to_numeric, errors="coerce")
+        entry: dict = {"seeds": len(g)}
+        for k in HEADLINE:
+            finite = values[k].dropna()
+            if len(finite):
+                entry[k] = round(float(finite.mean()), 4)
+                if len(finite) < len(g):
+                    entry[f"{k}_seeds"] = len(finite)
+        out.setdefault(str(dataset), {}).setdefault(str(arch), {})[str(variant)] = entry
     return out
 
 
