@@ -290,7 +290,16 @@ def test_summarize_errors_name_the_file_and_the_fix(tmp_path):
     fails(gone, "no 'retrieval' object")
     gone.write_text(json.dumps({**json.loads(text), "run": {"weights_sha": "other"}}))
     fails(gone, "weights_sha other", "stale")
+    for run in ({}, {"weights_sha": None}, {"weights_sha": ""}):  # no hash: the stale check cannot run
+        gone.write_text(json.dumps({**json.loads(text), "run": run}))
+        fails(gone, "records no weights_sha", f"snakemake {gone}", "--only retrieval")
     gone.write_text(text)
+    features = folder / "features.json"
+    good = features.read_text()
+    features.write_text(json.dumps({**json.loads(good), "run": {"dataset": "synthetic"}}))
+    fails(features, "records no weights_sha", "--only features")
+    features.write_text(good)
+    summ.summarize(wf)  # every file back: it reads
     (folder / "features.json").unlink()
     fails(folder / "features.json", "not found", f"snakemake {folder / 'features.json'}")
     with pytest.raises(ConfigError, match="results"):
