@@ -147,7 +147,7 @@ def reference(left, right, kind: claims.Kind, better: str = "up") -> dict:
     else:
         holds, fails, lean = -tol <= lo and hi <= tol, lo > tol or hi < -tol, abs(diff) <= tol
     verdict = HOLDS if ci is not None and holds else FAILS if ci is not None and fails else FOR if lean else AGAINST
-    return {"verdict": verdict, "test": test, "n": n, "diff": diff, "low": lo, "high": hi, "tol": tol}
+    return {"verdict": verdict, "test": test, "n": n, "diff": diff, "low": lo, "high": hi, "tol": tol, "ref": ref}
 
 
 def agrees(got: claims.Outcome, want: dict) -> None:
@@ -157,6 +157,7 @@ def agrees(got: claims.Outcome, want: dict) -> None:
         return
     assert (got.test, got.n) == (want["test"], want["n"])
     assert got.diff == pytest.approx(want["diff"], abs=1e-9) and got.tol == pytest.approx(want["tol"])
+    assert got.ref == pytest.approx(want["ref"])
     if math.isnan(want["low"]):
         assert not got.has_interval
     else:
@@ -195,18 +196,24 @@ def test_rule_reaches_every_verdict_and_matches_scipy(kind, test, better):
     assert reached == {HOLDS, FAILS, FOR, AGAINST}, (kind, test, reached)
 
 
-@pytest.mark.parametrize("better", ["up", "down"])
-def test_one_sample_rule_matches_scipy(better):
+@pytest.mark.parametrize("kind, better", [("better", "up"), ("better", "down"), ("not worse", "up"),
+                                          ("within", "up"), ("within relative", "up")])
+@pytest.mark.parametrize("const", [0.0, 100.0])
+def test_one_sample_rule_matches_scipy(kind, better, const):
+    """Claims 7a-b compare with 0; the rule is the same against any constant (2 values already give an interval)."""
+    k = KINDS[kind]
+    scale = 0.06 * const if k.relative and const else 1.0
     reached = set()
-    for shift in np.linspace(-1, 1, 20):
-        for spread in (0.02, 0.3):
-            left = [(s, shift + spread * e) for s, e in enumerate(NOISE)]
-            want = reference(left, 0.0, claims.BETTER, better)
-            got = claims.compare(left, 0.0, claims.BETTER, better)
+    for shift in np.linspace(-3, 3, 24) * scale:
+        for spread, noise in ((0.02, NOISE), (0.3, NOISE), (0.3, NOISE[:2])):
+            left = [(s, const + shift + spread * scale * e) for s, e in enumerate(noise)]
+            want = reference(left, const, k, better)
+            got = claims.compare(left, const, k, better)
             agrees(got, want)
-            assert got.test == "one-sample"
+            assert got.test == "one-sample" and got.has_interval
             reached.add(got.verdict)
-    assert reached == {HOLDS, FAILS, FOR, AGAINST}
+    if not (k.relative and const == 0):  # a relative tolerance around 0 is 0: nothing lies inside
+        assert reached == {HOLDS, FAILS, FOR, AGAINST}, reached
 
 
 def test_rule_matches_scipy_on_random_rows():
@@ -493,8 +500,10 @@ def _side(rows, spec, metric, last=False, absolute=False):
     return [(s, abs(v)) for s, v in vals] if absolute else vals
 
 
-def test_every_claim_reads_its_sets_metric_direction_and_points():
-    rows = wired_rows()
+@pytest.mark.parametrize("order", ["grid", "reversed"])
+def test_every_claim_reads_its_sets_metric_direction_and_points(order):
+    """Reversed rows: a side is found by its settings, not by coming first (Top-k NCL before NCL, ...)."""
+    rows = wired_rows() if order == "grid" else wired_rows()[::-1]
     comps = comparisons(frame(rows))
     expected = dict(WIRING)
     for cid, (metric, lspec, rspec, kind, better) in expected.items():
@@ -529,8 +538,8 @@ def test_every_claim_reads_its_sets_metric_direction_and_points():
     # 11: the best inner point (lambda 1e-5; rho 0.8) against each end, paired by seed; the weaker part shows.
     for cid, param, inner, ends in (("11a", "lambda", 1e-5, (0.0, 1e-4)), ("11b", "rho", 0.8, (0.5, 0.95))):
         (c,) = comps[cid]
-        parts = [reference(_side(rows, (B, "figure4b", {param: inner}), "sc"),
-                           _side(rows, (B, "figure4b", {param: e}), "sc"), claims.BETTER) for e in ends]
+        parts = [reference(_side(rows, (B, "figure4b", {param: inner, "sweep": param}), "sc"),
+                           _side(rows, (B, "figure4b", {param: e, "sweep": param}), "sc"), claims.BETTER) for e in ends]
         weakest = min(parts, key=lambda p: (claims._STRENGTH[p["verdict"]], p["diff"]))
         agrees(c.result, weakest)
         assert f"= {inner:g} $>$ ends {ends[0]:g}, {ends[1]:g}" in c.text
@@ -548,6 +557,15 @@ def test_wiring_verdicts_and_rows_that_a_wrong_reading_would_change():
     assert v["11b"].verdict == FAILS and v["11b"].right.stat.mean > v["11b"].left.stat.mean  # rho 0.95 beats 0.8
     md = claims.render_claims(frame(wired_rows()), "md")
     assert "+1.44% [1.44, 1.44]" in md
+
+
+def test_sides_found_by_settings_with_defaults_for_missing_ones():
+    """A runs.csv without gate/detach/head depth (NaN, "") reads them as the defaults: STE, detach, 2 layers."""
+    bare = [dict(row(B, s, "table1", sc=30.0 + s), gate="", detach=math.nan, head_depth=math.nan) for s in range(3)]
+    twin = [row("3-layer head", s, "table1", sc=50.0 + s) for s in range(3)]  # first, but not the default head
+    ncl = [row(N, s, "table1", sc=20.0 + 2 * s) for s in range(3)]
+    c = one(frame(twin + bare + ncl), "1a")
+    assert (c.left.label, c.left.stat.mean, c.right.stat.mean) == (B, 31.0, 22.0)
 
 
 # --------------------------------------------------------------------------- architectures

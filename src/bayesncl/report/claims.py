@@ -219,7 +219,7 @@ DEFAULT_LABELS = {"bayes": "BayesNCL", "ncl": "NCL", "topk": "Top-k NCL", "simcl
 @dataclass
 class Side:
     """One side of a comparison: its runs' (seed, value) pairs; ``stat`` is set from the values the test
-    used (mean +- std over them, ``Stat.of`` = the side's runs)."""
+    used (mean +- std over them)."""
     label: str
     values: list[tuple[float, float]] = field(default_factory=list)
     decimals: int = 2
@@ -237,7 +237,6 @@ class Side:
 
     def use(self, used: Sequence[float]) -> None:
         self.stat = stat(used, self.decimals, sig=self.sig)
-        self.stat.of = self.runs
 
 
 class Runs:
