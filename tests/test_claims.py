@@ -377,9 +377,11 @@ def test_dynamics_claim_reads_the_last_epoch():
     flipped = frame([dyn("NCL", s, [0.0, 0.6 + s / 100], [0.0, -0.5]) for s in range(3)]
                     + [dyn("BayesNCL (STE)", s, [0.0, -0.7 - s / 100], [0.0, 0.5]) for s in range(3)])
     assert one(flipped, "7c").verdict == FAILS
-    # A missing (NaN) value at the last epoch is not replaced by an earlier epoch's; it is counted.
-    undefined = frame([dyn("NCL", s, [0.6, None], [-0.5, None]) for s in range(2)])
-    assert one(undefined, "7a").verdict == NOT_RUN and one(undefined, "7a").left.nan == 2
+    # A missing (NaN) value at the last epoch is not replaced by an earlier epoch's; it is counted, and so
+    # is a run that recorded no epoch at all.
+    undefined = frame([dyn("NCL", s, [0.6, None], [-0.5, None]) for s in range(2)]
+                      + [row("NCL", 2, "table3", dyn_epochs="", dyn_af_gv="", dyn_gv_sc="")])
+    assert one(undefined, "7a").verdict == NOT_RUN and one(undefined, "7a").left.nan == 3
 
 
 def test_inverted_u_and_widths():
@@ -439,9 +441,9 @@ def wired_rows() -> list[dict]:
                 ";table4" if v in ("BayesNCL (STE)", "BayesNCL (Gumbel)") else "")
             last = {"NCL": (0.5, -0.3), "BayesNCL (STE)": (0.2, -0.25)}.get(v, (0.0, 0.0))
             rows.append(row(v, s, sets, **{m: _value(m, v, s) for m in METRIC_BASE}, ret_K=16.0,
-                            gflops=gflops.get(v, math.nan), dyn_epochs="[10, 20]",
-                            dyn_af_gv=json.dumps([-last[0], last[0] + JITTER[s] / 20]),
-                            dyn_gv_sc=json.dumps([-last[1], last[1] + JITTER[s] / 30])))
+                            gflops=gflops.get(v, math.nan), dyn_epochs="[10, 20, 30]",
+                            dyn_af_gv=json.dumps([-last[0], 0.9, last[0] + JITTER[s] / 20]),
+                            dyn_gv_sc=json.dumps([-last[1], -0.9, last[1] + JITTER[s] / 30])))
     # The heads' shifts bring their SC within noise of BayesNCL's: 6b leans for (+0.2), 6c against (-0.2).
     for v, shift in (("Soft gate", 0.5), ("w/o detach", 0.5), ("1-layer head", -12.24), ("3-layer head", -14.85)):
         rows += [row(v, s, "table4", **{m: _value(m, v, s, shift=shift) for m in METRIC_BASE}) for s in SEEDS[:3]]
@@ -566,6 +568,52 @@ def test_sides_found_by_settings_with_defaults_for_missing_ones():
     ncl = [row(N, s, "table1", sc=20.0 + 2 * s) for s in range(3)]
     c = one(frame(twin + bare + ncl), "1a")
     assert (c.left.label, c.left.stat.mean, c.right.stat.mean) == (B, 31.0, 22.0)
+
+
+def _md_row(md: str, cid: str, nth: int = 0) -> list[str]:
+    lines = [x for x in md.splitlines() if x.startswith(f"| {cid} ")]
+    return [x.strip() for x in lines[nth].split("|")[1:-1]]
+
+
+def _tex_row(tex: str, cid: str) -> list[str]:
+    line = next(x for x in tex.splitlines() if x.startswith(f"{cid} & "))
+    return [x.strip() for x in line.removesuffix(r"\\").split(" & ")]
+
+
+def test_cells_as_printed():
+    df = frame(wired_rows())
+    md, tex = claims.render_claims(df, "md"), claims.render_claims(df, "tex")
+    assert _md_row(md, "7a")[2:] == ["0.516 ± 0.029 (5)", "0", "+0.516 [0.479, 0.553]", "one-sample (5)", "-", "holds"]
+    assert _md_row(md, "7b")[4:6] == ["+0.289 [0.265, 0.314]", "one-sample (5), -left"]
+    assert _md_row(md, "1c")[4:6] == ["-0.606 [-0.621, -0.592]", "paired (5), right - left"]
+    assert _md_row(md, "12a")[2:6] == ["0.004567 ± 0.000000 (5)", "0.004502 ± 0.000000 (5)", "+1.44% [1.44, 1.44]",
+                                       "paired (5)"]
+    assert _md_row(md, "5")[2:4] == ["22.14 ± 0.78 (3/5)", "28.66 ± 0.89 (3)"]  # paired on the 3 shared seeds
+    assert _tex_row(tex, "12a")[4] == r"$+1.44$\% [1.44, 1.44] \newline paired (5)"
+    assert _tex_row(tex, "5")[2:5] == [r"\begin{tabular}[t]{@{}r@{}}$22.14_{\pm 0.78}$\\(3/5)\end{tabular}",
+                                       r"\begin{tabular}[t]{@{}r@{}}$28.66_{\pm 0.89}$\\(3)\end{tabular}",
+                                       r"$-6.52$ [$-$6.80, $-$6.24] \newline paired (3)"]
+    assert _tex_row(tex, "7b")[3:5] == ["0", r"$+0.289$ [0.265, 0.314] \newline one-sample (5), $-$left"]
+    assert _tex_row(tex, "6c")[-1] == r"inconclusive \newline (leans against)"
+    # Equal sides: an exact zero difference has no sign, whichever way the claim points.
+    same = frame([row(v, s, "table1", sc=20.0 + s, se_sum=1.5 + s) for v in (B, N) for s in range(3)])
+    md = claims.render_claims(same, "md")
+    assert _md_row(md, "1a")[4] == "+0.00 [0.00, 0.00]" and _md_row(md, "1c")[4] == "+0.000 [0.000, 0.000]"
+    # A side without runs is a dash; the other side still shows its values; no Δ, no test.
+    alone = frame([row(B, s, "table1", sc=20.0 + s) for s in range(3)])
+    md = claims.render_claims(alone, "md")
+    assert _md_row(md, "1a")[1:] == ["SC: BayesNCL (STE) > NCL", "21.00 ± 1.00 (3)", "-", "-", "-", "36.14 vs 14.93",
+                                     "not run"]
+    assert _md_row(md, "9")[1:4] == ["SC (ResNet-50): BayesNCL > NCL", "-", "-"]  # in the not-run block
+    # A side that repeats another result carries the double dagger in its cell.
+    assert _md_row(claims.render_claims(_topk_grid([0.0, 0.0]), "md"), "1b")[3] == "20.50 ± 0.71‡ (2)"
+
+
+def test_inverted_u_with_a_collapsed_end_is_not_run():
+    rows = [row(B, s, "figure4b", sweep="lambda", sc=sc, **{"lambda": x})
+            for x, sc in ((0.0, math.nan), (1e-5, 20.0), (1e-4, 5.0)) for s in range(3)]
+    c = one(frame(rows), "11a")
+    assert c.verdict == NOT_RUN and c.right.nan == 3 and "(right: 0)" in c.text
 
 
 # --------------------------------------------------------------------------- architectures

@@ -181,10 +181,8 @@ def compare(left: Values, right: "Values | float", kind: Kind = BETTER, better: 
 def combine(parts: list[Outcome]) -> tuple[str, Outcome]:
     """A claim of several comparisons: "does not hold" when any part does not hold, "holds" only when every
     part holds, else inconclusive with the lean of the weakest part; returns the verdict and the part
-    that decides it (the weakest; among equals, the smallest mean difference)."""
-    if not parts or any(p.verdict == NOT_RUN for p in parts):
-        return NOT_RUN, next((p for p in parts if p.verdict == NOT_RUN), Outcome(NOT_RUN))
-    weakest = min(parts, key=lambda p: (_STRENGTH[p.verdict], p.diff))
+    that decides it (the weakest; among equals, the smallest mean difference). ``parts`` is not empty."""
+    weakest = min(parts, key=lambda p: (_STRENGTH[p.verdict], p.diff))  # "not run" is the weakest
     return weakest.verdict, weakest
 
 
@@ -256,21 +254,23 @@ class Runs:
     def has(self, *set_names: str) -> bool:
         return any(self.groups(s) for s in set_names)
 
-    def side(self, set_names: tuple[str, ...], role: str, values: Callable[[dict], float],
-             metric: "Metric | int", where: Callable[[dict], bool] = lambda r: True) -> Side:
+    def side(self, set_names: tuple[str, ...], role: str, values: Callable[[dict], float], m: Metric,
+             where: Callable[[dict], bool] = lambda r: True) -> Side:
         """The first group in the first set that has runs matching ``role`` (and ``where``); ``values``
-        gives a run's value; ``metric`` formats the values (or a number of decimals)."""
-        m = metric if isinstance(metric, Metric) else Metric("", "", metric, None)
+        gives a run's value (in the units of ``m``, which formats it)."""
         for s in set_names:
             for g in self.groups(s):
                 rows = [r for r in g.rows if ROLES[role](r) and where(r)]
                 if rows:
-                    return Side(g.variant, [(r["seed"], values(r) * m.scale) for r in rows], m.decimals, m.sig,
-                                g.repeats)
+                    return Side(g.variant, [(r["seed"], values(r)) for r in rows], m.decimals, m.sig, g.repeats)
         return Side(DEFAULT_LABELS[role], [], m.decimals, m.sig)
 
 
+RHO = Metric("rho", "$\\rho$", 3, None)  # claim 7's correlations (the last recorded epoch's)
+
+
 def _column(key: str) -> Callable[[dict], float]:
+    # Every metric a claim reads is printed in its runs.csv unit (Metric.scale 1).
     return lambda r: r[key]
 
 
@@ -307,10 +307,7 @@ def _judged(cid: str, text: str, left: Side, right: "Side | float", kind: Kind, 
     """A comparison of two sides (or of a side with a constant), the sides' stats set from the values used."""
     const = not isinstance(right, Side)
     res = result or compare(left.values, right if const else right.values, kind, better)
-    if const:
-        right_side = Side(f"{right:g}", [], left.decimals)
-    else:
-        right_side = right
+    right_side = Side(f"{right:g}") if const else right
     left.use(res.left if res.test else [v for _, v in _finite(left.values)])
     if not const:
         right_side.use(res.right if res.test else [v for _, v in _finite(right_side.values)])
@@ -331,15 +328,15 @@ def _directional(cid: str, text: str, sets: tuple[str, ...], metric: str, left: 
 
 def _sign(cid: str, text: str, key: str, better: str) -> Callable:
     def build(runs: Runs) -> list[Comparison]:
-        a = runs.side(("table3",), "ncl", _last(key), 3)
+        a = runs.side(("table3",), "ncl", _last(key), RHO)
         return [_judged(cid, text, a, 0.0, BETTER, better)]
     return build
 
 
 def _weakens(cid: str, text: str, key: str) -> Callable:
     def build(runs: Runs) -> list[Comparison]:
-        a = runs.side(("table3",), "bayes", _last(key, absolute=True), 3)
-        b = runs.side(("table3",), "ncl", _last(key, absolute=True), 3)
+        a = runs.side(("table3",), "bayes", _last(key, absolute=True), RHO)
+        b = runs.side(("table3",), "ncl", _last(key, absolute=True), RHO)
         return [_judged(cid, text, a, b, BETTER, "down")]
     return build
 
@@ -386,7 +383,7 @@ def _inverted_u(cid: str, param: str, symbol: str, paper: str) -> Callable:
         if rows:
             sweep = sweep_rows(prepare(pd.DataFrame(rows)), param)
             for value, part in sweep.groupby(param, sort=True):
-                points[float(value)] = list(zip(part["seed"], part["sc"] * sc.scale))
+                points[float(value)] = list(zip(part["seed"], part["sc"]))
         label = rows[0]["variant"] if rows else DEFAULT_LABELS["bayes"]
         xs = sorted(points)
         mean = {x: np.mean(f) if (f := [v for _, v in _finite(points[x])]) else -math.inf for x in xs}
