@@ -267,6 +267,11 @@ def test_std_zero_gives_a_degenerate_interval():
     assert (shifted.low, shifted.high, shifted.verdict) == (2.0, 2.0, HOLDS)
 
 
+def test_direction_is_up_or_down():
+    with pytest.raises(ValueError, match="better"):
+        claims.compare([(0, 1.0), (1, 2.0)], [(0, 0.0), (1, 1.0)], claims.BETTER, "higher")
+
+
 def test_combine_several_parts():
     def part(verdict, diff):
         return claims.Outcome(verdict, "paired", (3,), diff)
@@ -350,6 +355,8 @@ def test_tolerance_claims():
     assert one(bg([95.0, 95.2, 95.1], [93.0, 93.1, 93.0]), "8").verdict == FAILS      # 2 points apart
     assert one(bg([93.0, 96.0, 94.0], [93.0, 93.1, 93.0]), "8").verdict == AGAINST    # +1.3, wide interval
     assert one(bg([93.4], [93.3]), "8").verdict == FOR                                # one seed each
+    assert one(bg([94.0], [93.0]), "8").verdict == FOR                                # exactly 1 point: within
+    assert one(bg([94.5], [93.0]), "8").verdict == AGAINST
     assert one(bg([93.4], []), "8").verdict == NOT_RUN
 
     def cost(bayes_min, ncl_min, bayes_gf=1.419, ncl_gf=1.416):
@@ -450,7 +457,7 @@ def wired_rows() -> list[dict]:
     for v in ("NCL", "BayesNCL (STE)"):  # ResNet-50: other numbers than the ResNet-18 runs of Table 1
         rows += [row(v, s, "table5", arch="resnet50", **{m: _value(m, v, s, shift=40.0 - 6 * CODE[v])
                                                          for m in METRIC_BASE}) for s in SEEDS[:3]]
-        for D in (16.0, 32.0, 128.0):
+        for D in (16.0, 32.0, 2048.0):
             rows += [row(v, s, "figure4a", proj_dim=D, **{m: _value(m, v, s, shift=D / 8 * (1 + (v == B)))
                                                           for m in METRIC_BASE}) for s in SEEDS[:3]]
     for param, points in (("lambda", {0.0: 1.0, 1e-5: 6.0, 3e-5: 4.0, 1e-4: -3.0}),
@@ -486,7 +493,7 @@ WIRING = {
     "6c": ("sc", (B, "table4"), ("3-layer head", "table4"), "better", "up"),
     "8": ("bg_acc", (B, "table6"), (N, "table6"), "within", "up"),
     "9": ("sc", (B, "table5", {"arch": "resnet50"}), (N, "table5", {"arch": "resnet50"}), "better", "up"),
-    "10a": ("sc", (B, "figure4a", {"proj_dim": 128.0}), (B, "figure4a", {"proj_dim": 16.0}), "better", "up"),
+    "10a": ("sc", (B, "figure4a", {"proj_dim": 2048.0}), (B, "figure4a", {"proj_dim": 16.0}), "better", "up"),
     "12a": ("gflops", (B, "table7"), (N, "table7"), "within 1% of the right", "up"),
     "12b": ("train_minutes", (B, "table7"), (N, "table7"), "within 6% of the right", "up"),
 }
@@ -520,8 +527,9 @@ def test_every_claim_reads_its_sets_metric_direction_and_points(order):
         assert c.left.stat.mean == pytest.approx(np.mean([v for _, v in left])), cid
         assert c.right.stat.mean == pytest.approx(np.mean([v for _, v in right])), cid
     # 10b: one row per width, BayesNCL against NCL at the same width.
-    assert [c.text for c in comps["10b"]] == [f"SC at $D = {d}$: @A $>$ @B" for d in (16, 32, 128)]
-    for c, d in zip(comps["10b"], (16.0, 32.0, 128.0)):
+    assert [c.text for c in comps["10b"]] == [f"SC at $D = {d}$: @A $>$ @B" for d in (16, 32, 2048)]
+    assert [c.paper for c in comps["10b"]] == ["", "", "$2\\times$ NCL at $D = 2048$"]
+    for c, d in zip(comps["10b"], (16.0, 32.0, 2048.0)):
         left, right = _side(rows, (B, "figure4a", {"proj_dim": d}), "sc"), _side(rows, (N, "figure4a", {"proj_dim": d}), "sc")
         agrees(c.result, reference(left, right, claims.BETTER))
         assert (c.left.stat.mean, c.right.stat.mean) == (pytest.approx(np.mean([v for _, v in left])),
@@ -544,6 +552,7 @@ def test_every_claim_reads_its_sets_metric_direction_and_points(order):
                            _side(rows, (B, "figure4b", {param: e, "sweep": param}), "sc"), claims.BETTER) for e in ends]
         weakest = min(parts, key=lambda p: (claims._STRENGTH[p["verdict"]], p["diff"]))
         agrees(c.result, weakest)
+        assert (c.left.label, c.right.label) == (B, B)
         assert f"= {inner:g} $>$ ends {ends[0]:g}, {ends[1]:g}" in c.text
     assert {c.verdict for cs in comps.values() for c in cs} == {HOLDS, FAILS, FOR, AGAINST}
 
@@ -570,6 +579,12 @@ def test_sides_found_by_settings_with_defaults_for_missing_ones():
     assert (c.left.label, c.left.stat.mean, c.right.stat.mean) == (B, 31.0, 22.0)
 
 
+def _md_rows_of(md: str) -> list[list[str]]:
+    import re
+    return [[x.strip() for x in re.split(r"(?<!\\)\|", line)[1:-1]] for line in md.splitlines()
+            if line.startswith("| ") and not line.startswith("|  ")]
+
+
 def _md_row(md: str, cid: str, nth: int = 0) -> list[str]:
     lines = [x for x in md.splitlines() if x.startswith(f"| {cid} ")]
     return [x.strip() for x in lines[nth].split("|")[1:-1]]
@@ -586,8 +601,14 @@ def test_cells_as_printed():
     assert _md_row(md, "7a")[2:] == ["0.516 ± 0.029 (5)", "0", "+0.516 [0.479, 0.553]", "one-sample (5)", "-", "holds"]
     assert _md_row(md, "7b")[4:6] == ["+0.289 [0.265, 0.314]", "one-sample (5), -left"]
     assert _md_row(md, "1c")[4:6] == ["-0.606 [-0.621, -0.592]", "paired (5), right - left"]
-    assert _md_row(md, "12a")[2:6] == ["0.004567 ± 0.000000 (5)", "0.004502 ± 0.000000 (5)", "+1.44% [1.44, 1.44]",
-                                       "paired (5)"]
+    assert _md_row(md, "12a")[2:] == ["0.004567 ± 0.000000 (5)", "0.004502 ± 0.000000 (5)", "+1.44% [1.44, 1.44]",
+                                      "paired (5)", "1.419 vs 1.416", FAILS]
+    assert [_md_row(md, cid)[6] for cid in ("1b", "8", "10a", "12b")] == ["-", "93.38 vs 93.33", "36.14 at D = 2048",
+                                                                        "75.12 vs 70.95 min"]
+    assert _md_row(md, "10a")[1] == "SC: BayesNCL (STE) at D = 2048 > at D = 16"
+    assert _md_row(md, "11a")[1:3] == ["SC of BayesNCL (STE): λ = 1e-05 > ends 0, 0.0001 (right: 0)",
+                                       "28.14 ± 0.78 (3)"]
+    assert _md_row(md, "11a")[6] == "worse for λ > 4e-5" and _md_row(md, "11b")[6] == "inverted U"
     assert _md_row(md, "5")[2:4] == ["22.14 ± 0.78 (3/5)", "28.66 ± 0.89 (3)"]  # paired on the 3 shared seeds
     assert _tex_row(tex, "12a")[4] == r"$+1.44$\% [1.44, 1.44] \newline paired (5)"
     assert _tex_row(tex, "5")[2:5] == [r"\begin{tabular}[t]{@{}r@{}}$22.14_{\pm 0.78}$\\(3/5)\end{tabular}",
@@ -609,11 +630,17 @@ def test_cells_as_printed():
     assert _md_row(claims.render_claims(_topk_grid([0.0, 0.0]), "md"), "1b")[3] == "20.50 ± 0.71‡ (2)"
 
 
-def test_inverted_u_with_a_collapsed_end_is_not_run():
-    rows = [row(B, s, "figure4b", sweep="lambda", sc=sc, **{"lambda": x})
-            for x, sc in ((0.0, math.nan), (1e-5, 20.0), (1e-4, 5.0)) for s in range(3)]
-    c = one(frame(rows), "11a")
+def test_inverted_u_with_collapsed_points():
+    def sweep(points):
+        return frame([row(B, s, "figure4b", sweep="lambda", sc=sc, **{"lambda": x}) for x, sc in points
+                      for s in range(3)])
+    c = one(sweep([(0.0, math.nan), (1e-5, 20.0), (1e-4, 5.0)]), "11a")
     assert c.verdict == NOT_RUN and c.right.nan == 3 and "(right: 0)" in c.text
+    # A collapsed inner point is no candidate for the best one; with none left, not run.
+    c = one(sweep([(0.0, 1.0), (1e-5, math.nan), (3e-5, 20.0), (1e-4, 5.0)]), "11a")
+    assert "λ$ = 3e-05 $>$" in c.text.replace("\\lambda", "λ") and c.verdict == HOLDS
+    c = one(sweep([(0.0, 1.0), (1e-5, math.nan), (1e-4, 5.0)]), "11a")
+    assert c.verdict == NOT_RUN and c.text == "SC of @A: inverted U over $\\lambda$"
 
 
 # --------------------------------------------------------------------------- architectures
@@ -626,6 +653,11 @@ def test_claims_never_pool_architectures():
     assert [c.left.stat.mean for c in comps["1a"]] == [31.0, 81.0] and [c.result.n for c in comps["1a"]] == [(3,), (3,)]
     (c9,) = comps["9"]  # Table 5 alone, never Table 1's runs of the same architecture
     assert (c9.left.stat.mean, c9.right.stat.mean, c9.verdict) == (13.0, 15.0, FAILS)
+    assert c9.text == "SC (ResNet-50): @A $>$ @B"
+    # Claim 9 names the architecture its runs have; an architecture without a display name keeps its own.
+    other = [dict(r, arch="convnext_t") for r in rows if r["sets"] == "table5"]
+    assert one(frame(other), "9").text == "SC (convnext_t): @A $>$ @B"
+    assert one(frame([dict(r, arch="resnet18") for r in other]), "9").text == "SC (ResNet-18): @A $>$ @B"
     # The headline of the terminal and metrics.json keep the architectures apart too.
     out = claims.outcome(frame(rows))
     assert "ResNet-18" in out and "ResNet-50" in out
@@ -664,7 +696,27 @@ def test_every_claim_row_on_a_full_grid(tmp_path):
     assert "paired (3)" in out and "inconclusive (leans for)" in out
 
 
+NOT_RUN_ROWS = [  # how each claim reads before any run: (claim, text, left, right, the paper's values)
+    ("1a", "SC: BayesNCL > NCL", "36.14 vs 14.93"), ("1b", "SC: BayesNCL > Top-k NCL", "-"),
+    ("1c", "SE-Sum: BayesNCL < NCL", "-"), ("2a", "Top-1: BayesNCL ≥ NCL", "70.44 vs 69.63"),
+    ("2b", "Top-1: BayesNCL ≥ SimCLR", "70.44 vs 68.31"), ("3", "P@10 (top-K dims): BayesNCL ≥ NCL", "-"),
+    ("4", "SC: BayesNCL ≥ BayesNCL (Gumbel)", "-"), ("5", "SC: BayesNCL > Soft gate", "22.0 vs 8.5 (CIFAR-100)"),
+    ("6a", "SC: BayesNCL ≥ w/o detach", "-"), ("6b", "SC: BayesNCL > 1-layer head", "-"),
+    ("6c", "SC: BayesNCL > 3-layer head", "-"), ("7a", "ρ(AF, GV) of NCL > 0", "-"), ("7b", "ρ(GV, SC) of NCL < 0", "-"),
+    ("7c", r"\|ρ(AF, GV)\|: BayesNCL < NCL", "-"), ("7d", r"\|ρ(GV, SC)\|: BayesNCL < NCL", "-"),
+    ("8", "BG acc.: BayesNCL within 1 point of NCL", "93.38 vs 93.33"), ("9", "SC (ResNet-50): BayesNCL > NCL", "-"),
+    ("10a", "SC: BayesNCL rises with D", "36.14 at D = 2048"), ("10b", "SC at each D: BayesNCL > NCL", "-"),
+    ("11a", "SC of BayesNCL: inverted U over λ", "worse for λ > 4e-5"),
+    ("11b", "SC of BayesNCL: inverted U over ρ", "inverted U"),
+    ("12a", "GFLOPs: BayesNCL within 1% of NCL", "1.419 vs 1.416"),
+    ("12b", "Train time: BayesNCL within 6% of NCL", "75.12 vs 70.95 min"),
+]
+
+
 def test_claims_not_run_anywhere_are_listed():
+    rows = [r for r in _md_rows_of(claims.render_claims(frame([]), "md")) if r[0] and not r[0].startswith("*")]
+    assert [(r[0], r[1], r[6]) for r in rows] == NOT_RUN_ROWS
+    assert all(r[2:6] == ["-", "0" if r[0] in ("7a", "7b") else "-", "-", "-"] and r[7] == NOT_RUN for r in rows)
     df = frame([row("NCL", 0, "table1", sc=1.0)])
     blocks = claims.claims_rows(df)
     assert [d for d, _ in blocks] == ["synthetic", ""]
