@@ -436,6 +436,23 @@ def test_caption_says_when_seed_counts_differ():
     assert "Single seed (mean only, no std)." in single
 
 
+def test_cells_say_when_they_average_fewer_seeds_than_their_row():
+    # Seed 1 of A collapsed (SC NaN): the SC cell averages 2 of 3 runs and says so; the caption explains.
+    df = _frame([_row("A", s, sc=v, se_sum=1.0 + s) for s, v in enumerate([10.0, float("nan"), 14.0])]
+                + [_row("B", s, sc=5.0 + s, se_sum=2.0) for s in range(3)])
+    tex, md = tables.render_table(df, "table1"), tables.render_table(df, "table1", "md")
+    assert _cells(tex, "A")[:2] == [r"$\mathbf{12.00}_{\pm 2.83}^{2/3}$", r"$2.000_{\pm 1.000}$"]  # SE tie: no bold
+    assert _md_cells(md, "A")[0] == "**12.00 ± 2.83** (2/3)" and _md_cells(md, "B")[0] == "6.00 ± 1.00"
+    assert "Mean ± std over 3 seeds." in md and "A cell marked (k/n) averages the k of its row's n seeds" in md
+    assert "$^{k/n}$" in tex
+    # Table 3: per epoch, a correlation left undefined in one run.
+    dyn = _frame([_row("NCL", s, method="ncl", sets="table3", dyn_epochs="[10, 20]", dyn_af_gv=json.dumps([0.5, v]),
+                       dyn_gv_sc="[0.1, 0.2]", dyn_af_sc="[0.1, 0.2]") for s, v in enumerate([0.4, None])])
+    tex = tables.render_table(dyn, "table3")
+    assert r" & 20 & $0.400^{1/2}$ & $0.200_{\pm 0.000}$" in tex and "k/n" in tex
+    assert "k/n" not in tables.render_table(_frame([_row("A", s, sc=1.0 + s) for s in range(2)]), "table1")
+
+
 def test_nan_never_bold_and_rendered_as_dash():
     df = _frame([_row("A", 0, sc=float("nan"), se_sum=1.0), _row("B", 0, sc=5.0, se_sum=2.0),
                  _row("C", 0, sc=4.0, se_sum=3.0)])
