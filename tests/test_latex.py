@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 
+import pandas as pd
 import pytest
 
 from bayesncl.report import claims, summary, tables
@@ -37,7 +38,12 @@ def _long_names():
     df.loc[df["variant"] == "NCL", "img_per_s"] = 123456.0
     df.loc[df["variant"] == "NCL", "sc"] = -100.0  # a sign and three digits
     df.loc[df["variant"] == "Top-k NCL", "topk_bound"] = 0.0  # flagged rows
-    return df
+    # A collapsed seed (NaN) on each side of the claims: cells that count "(k/n; j NaN)"
+    df.loc[(df["variant"] == "BayesNCL (STE)") & (df["seed"] == 1), ["sc", "se_sum", "probe_top1"]] = float("nan")
+    df.loc[(df["variant"] == "NCL") & (df["seed"] == 2), ["dyn_af_gv", "bg_acc"]] = ["[0.1, null]", float("nan")]
+    extra = [row(v, 0, "figure4a", dataset=d, proj_dim=2048.0, sc=-123.45, probe_top1=60.0)  # the paper's 4 widths
+             for d in ("synthetic", "cifar100") for v in ("NCL", "BayesNCL (STE)")]
+    return pd.concat([df, frame(extra)], ignore_index=True)
 
 
 def _sources():

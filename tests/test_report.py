@@ -290,7 +290,16 @@ def test_summarize_errors_name_the_file_and_the_fix(tmp_path):
     fails(gone, "no 'retrieval' object")
     gone.write_text(json.dumps({**json.loads(text), "run": {"weights_sha": "other"}}))
     fails(gone, "weights_sha other", "stale")
+    for run in ({}, {"weights_sha": None}, {"weights_sha": ""}):  # no hash: the stale check cannot run
+        gone.write_text(json.dumps({**json.loads(text), "run": run}))
+        fails(gone, "records no weights_sha", f"snakemake {gone}", "--only retrieval")
     gone.write_text(text)
+    features = folder / "features.json"
+    good = features.read_text()
+    features.write_text(json.dumps({**json.loads(good), "run": {"dataset": "synthetic"}}))
+    fails(features, "records no weights_sha", "--only features")
+    features.write_text(good)
+    summ.summarize(wf)  # every file back: it reads
     (folder / "features.json").unlink()
     fails(folder / "features.json", "not found", f"snakemake {folder / 'features.json'}")
     with pytest.raises(ConfigError, match="results"):
@@ -306,10 +315,12 @@ def test_write_summary_roundtrip(tmp_path):
     pd.testing.assert_frame_equal(df, back)
     assert sorted(p.name for p in out.parent.iterdir()) == ["metrics.json", "runs.csv"]  # no temp files left
     headline = json.loads((out.parent / "metrics.json").read_text())
-    assert list(headline) == ["synthetic"]
+    assert list(headline) == ["synthetic"] and list(headline["synthetic"]) == ["resnet18"]
     # Only the main comparison (Tables 1-2): not the ablation (Soft gate) nor ResNet-50's table5 runs.
-    assert set(headline["synthetic"]) == {"SimCLR", "NCL", "Top-k NCL", "BayesNCL (STE)"}
-    assert headline["synthetic"]["BayesNCL (STE)"]["sc"] == pytest.approx(_by_id(df)[MAIN_BAYES]["sc"])
+    main = headline["synthetic"]["resnet18"]
+    assert set(main) == {"SimCLR", "NCL", "Top-k NCL", "BayesNCL (STE)"}
+    assert main["BayesNCL (STE)"]["sc"] == pytest.approx(_by_id(df)[MAIN_BAYES]["sc"])
+    assert main["BayesNCL (STE)"]["seeds"] == 1 and "sc_seeds" not in main["BayesNCL (STE)"]
 
 
 # --------------------------------------------------------------------------- tables
@@ -423,6 +434,23 @@ def test_caption_says_when_seed_counts_differ():
     assert _md_cells(tables.render_table(df, "table1", "md"), "B (n=1)")[0] == "**5.00**"
     single = tables.render_table(_frame([_row("A", 0, sc=1.0)]), "table1")
     assert "Single seed (mean only, no std)." in single
+
+
+def test_cells_say_when_they_average_fewer_seeds_than_their_row():
+    # Seed 1 of A collapsed (SC NaN): the SC cell averages 2 of 3 runs and says so; the caption explains.
+    df = _frame([_row("A", s, sc=v, se_sum=1.0 + s) for s, v in enumerate([10.0, float("nan"), 14.0])]
+                + [_row("B", s, sc=5.0 + s, se_sum=2.0) for s in range(3)])
+    tex, md = tables.render_table(df, "table1"), tables.render_table(df, "table1", "md")
+    assert _cells(tex, "A")[:2] == [r"$\mathbf{12.00}_{\pm 2.83}^{2/3}$", r"$2.000_{\pm 1.000}$"]  # SE tie: no bold
+    assert _md_cells(md, "A")[0] == "**12.00 ± 2.83** (2/3)" and _md_cells(md, "B")[0] == "6.00 ± 1.00"
+    assert "Mean ± std over 3 seeds." in md and "A cell marked (k/n) averages the k of its row's n seeds" in md
+    assert "$^{k/n}$" in tex
+    # Table 3: per epoch, a correlation left undefined in one run.
+    dyn = _frame([_row("NCL", s, method="ncl", sets="table3", dyn_epochs="[10, 20]", dyn_af_gv=json.dumps([0.5, v]),
+                       dyn_gv_sc="[0.1, 0.2]", dyn_af_sc="[0.1, 0.2]") for s, v in enumerate([0.4, None])])
+    tex = tables.render_table(dyn, "table3")
+    assert r" & 20 & $0.400^{1/2}$ & $0.200_{\pm 0.000}$" in tex and "k/n" in tex
+    assert "k/n" not in tables.render_table(_frame([_row("A", s, sc=1.0 + s) for s in range(2)]), "table1")
 
 
 def test_nan_never_bold_and_rendered_as_dash():

@@ -11,8 +11,9 @@ comes from the grid and its resolved config; its numbers come from its evaluatio
 - ``<section>.json`` for each other section of ``grid.evaluation_sections(run)``: ``{"run": {...},
   "<section>": {...}}`` (interpretability, linear_probe, retrieval, background_probe, dynamics, cost).
 
-A missing or malformed file raises ``MetricsFileError`` naming it and the command that writes it; a
-section the run does not have gives NaN (numbers) or "" (text). ``sweep`` lists the swept keys (their
+A missing or malformed file raises ``MetricsFileError`` naming it and the command that writes it, and so
+does a file without ``weights_sha`` or with another one than features.json's (stale: evaluated on other
+weights); a section the run does not have gives NaN (numbers) or "" (text). ``sweep`` lists the swept keys (their
 last component: "rho", "lambda", "proj_dim") the run is a point of, ";"-joined: the default point of
 several sweeps is in each, exactly as the grid says. ``ret_curve`` is a JSON object {K: P@10} sorted by
 K and ``dyn_*``, ``gate_curve`` (open-gate fraction per epoch) and ``loss_curve`` are JSON lists.
@@ -118,19 +119,28 @@ def _fix(eval_dir: Path, section: str) -> str:
             f"--out {eval_dir} --only {section}`)")
 
 
+def _sha(path: Path, data: dict, fix: str) -> str:
+    """The file's ``weights_sha``: without it the file cannot be checked against the others (stale)."""
+    sha = data["run"].get("weights_sha")
+    if not sha or not isinstance(sha, str):
+        raise MetricsFileError(f"evaluation file {path} records no weights_sha, so whether it is stale cannot be "
+                               f"checked; delete it and {fix}")
+    return sha
+
+
 def _read_run(run: Run, eval_dir: Path) -> dict[str, dict]:
     """{section: its object} for the run, plus "run" and "training" from features.json."""
     features = eval_dir / "features.json"
     data = _read_json(features, None, _fix(eval_dir, "features"))
     out = {"run": data["run"], "training": data.get("training") or {}}
-    sha = data["run"].get("weights_sha")
+    sha = _sha(features, data, _fix(eval_dir, "features"))
     for section in evaluation_sections(run):
         if section == "features":  # read above
             continue
         path, fix = eval_dir / f"{section}.json", _fix(eval_dir, section)
         body = _read_json(path, section, fix)
-        other = body["run"].get("weights_sha")
-        if sha and other and other != sha:  # evaluated on another checkpoint than features.json
+        other = _sha(path, body, fix)
+        if other != sha:  # evaluated on another checkpoint than features.json
             raise MetricsFileError(f"evaluation file {path}: weights_sha {other} differs from {features}'s "
                                    f"{sha}, so it is stale; delete it and {fix}")
         out[section] = body[section]
@@ -208,14 +218,21 @@ HEADLINE = ("sc", "se_sum", "act", "probe_top1", "ret_p10", "bg_acc")
 
 
 def headline(df: pd.DataFrame) -> dict:
-    """{dataset: {variant: {metric: mean over seeds}}} for the main comparison (the runs of Tables 1-2,
-    not the sweeps or ablations): what `dvc metrics show` prints."""
+    """{dataset: {arch: {variant: {metric: mean over seeds, "seeds": runs}}}} for the main comparison (the
+    runs of Tables 1-2, not the sweeps or ablations): what `dvc metrics show` prints. A metric some runs left
+    undefined (NaN, e.g. a collapsed run) is the mean of the others, and "<metric>_seeds" counts them."""
     out: dict = {}
     main = df[df["sets"].fillna("").str.split(";").apply(lambda s: bool({"table1", "table2"} & set(s)))]
-    for (dataset, variant), g in main.groupby(["dataset", "variant"], sort=False):
-        means = g[list(HEADLINE)].apply(pd.to_numeric, errors="coerce").mean()
-        out.setdefault(str(dataset), {})[str(variant)] = {k: round(float(v), 4) for k, v in means.items()
-                                                          if pd.notna(v)}
+    for (dataset, arch, variant), g in main.groupby(["dataset", "arch", "variant"], sort=False):
+        values = g[list(HEADLINE)].apply(pd.to_numeric, errors="coerce")
+        entry: dict = {"seeds": len(g)}
+        for k in HEADLINE:
+            finite = values[k].dropna()
+            if len(finite):
+                entry[k] = round(float(finite.mean()), 4)
+                if len(finite) < len(g):
+                    entry[f"{k}_seeds"] = len(finite)
+        out.setdefault(str(dataset), {}).setdefault(str(arch), {})[str(variant)] = entry
     return out
 
 

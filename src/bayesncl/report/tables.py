@@ -8,7 +8,9 @@ Conventions (the same for every table):
   single value the cell shows the mean alone: "± 0.00" would claim a spread that was never measured.
   LaTeX writes the std as a subscript (``$30.00_{\\pm 1.50}$``) so that the tables fit the page.
 - Every accuracy and share is printed in percent (``Metric.scale`` turns 0-1 fractions into percent).
-- NaN values are ignored in mean/std; a cell with no value is a dash and is never bold.
+- NaN values (a run whose value is undefined, e.g. collapsed to no active dimension) are left out of
+  mean/std, and a cell averaged over k of its row's n runs says so (``Stat.of``: a superscript k/n in
+  LaTeX, "(k/n)" in text, explained in the caption); a cell with no value is a dash and is never bold.
 - Bold marks the best value of a column within a dataset block, in the metric's direction
   (``Metric.better``), only when it differs from the runner-up at the printed precision (no bold on
   ties as printed). Columns without a direction (Act., alive dims, background measures, Table 3
@@ -29,6 +31,7 @@ Conventions (the same for every table):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -112,7 +115,7 @@ _MATH_RE = re.compile(r"\$([^$]*)\$")
 # Plain-text rendering of the little math the captions, headers and claims use.
 _PLAIN_MATH = [(r"\mathrm", ""), (r"\text", ""), (r"\ddagger", "‡"), (r"\dagger", "†"), (r"\rho", "ρ"),
                (r"\lambda", "λ"), (r"\pm", "±"), (r"\approx", "≈"), (r"\times", "×"), (r"\geq", "≥"),
-               (r"\leq", "≤"), (r"\uparrow", "↑"), (r"\downarrow", "↓"), (r"\,", " "), ("^+", "+"),
+               (r"\leq", "≤"), (r"\Delta", "Δ"), (r"\uparrow", "↑"), (r"\downarrow", "↓"), (r"\,", " "), ("^+", "+"),
                ("^", ""), ("_", ""), ("{", ""), ("}", "")]
 
 
@@ -151,6 +154,7 @@ class Stat:
     decimals: int
     bold: bool = False
     mark: str = ""  # a flag symbol after the value ("‡")
+    of: int = 0     # the runs the values came from; n < of: some were NaN (shown as k/n)
 
     def printed(self) -> float:
         """The mean as printed (rounded to ``decimals``): what bold ties are judged on."""
@@ -191,23 +195,26 @@ class Fmt:
     def dash(self) -> str:
         return "--" if self.tex else "-"
 
-    def cell(self, c: "Stat | str", with_n: bool = False) -> str:
+    def cell(self, c: "Stat | str") -> str:
         if isinstance(c, str):
             return c
         if not math.isfinite(c.mean):
             return self.dash()
         mean, std = _num(c.mean, c.decimals), (_num(c.std, c.decimals) if math.isfinite(c.std) else "")
-        n = f" ({c.n})" if with_n else ""
+        part = f"{c.n}/{c.of}" if c.n < c.of else ""  # some runs NaN
         if self.tex:
             body = rf"\mathbf{{{mean}}}" if c.bold else mean
             if std:
                 body += rf"_{{\pm {std}}}"
-            mark = r"^\ddagger" if c.mark else ""
-            return f"${body}{mark}$" + n
+            if part:
+                body += "^{" + (r"\ddagger," if c.mark else "") + part + "}"
+            elif c.mark:
+                body += r"^\ddagger"
+            return f"${body}$"
         body = f"{mean} ± {std}" if std else mean
         if c.bold and self.kind == "md":
             body = f"**{body}**"
-        return body + c.mark + n
+        return body + c.mark + (f" ({part})" if part else "")
 
     def header(self, m: Metric) -> str:
         arrow = {"up": r" $\uparrow$", "down": r" $\downarrow$"}.get(m.better or "", "")
@@ -303,6 +310,10 @@ def bold_best(cells: list[Stat], better: str | None) -> None:
     best = max(printed) if better == "up" else min(printed)
     if printed.count(best) == 1:
         cells[printed.index(best)].bold = True
+
+
+NAN_NOTE = ("A cell marked $^{k/n}$ averages the k of its row's n seeds whose value is defined; the others are "
+            "NaN (e.g. a run collapsed to no active dimension).")
 
 
 def _seed_caption(groups: list[Group]) -> str:
@@ -439,8 +450,9 @@ def _metric_rows(groups: list[Group], block: list[Group], spec: TableSpec, fmt: 
     for g in groups:
         cells = []
         for m in metrics:
-            c = m.stat([r[m.key] for r in g.rows if spec.reported(m.key, r["method"])])
-            c.mark = "‡" if g.repeats else ""
+            values = [r[m.key] for r in g.rows if spec.reported(m.key, r["method"])]
+            c = m.stat(values)
+            c.mark, c.of = ("‡" if g.repeats else ""), len(values)
             cells.append(c)
         rows.append([_label(g, block, fmt), *cells])
     for j, m in enumerate(metrics):
@@ -478,7 +490,8 @@ def _dynamics_rows(groups: list[Group], block: list[Group], spec: TableSpec, fmt
         for i, e in enumerate(sorted(per_epoch)):
             epoch = str(int(e)) if float(e).is_integer() else str(e)
             rows.append([label if i == 0 else "", epoch,
-                         *[stat(per_epoch[e][m.key], m.decimals) for m in metrics]])
+                         *[dataclasses.replace(stat(per_epoch[e][m.key], m.decimals), of=len(per_epoch[e][m.key]))
+                           for m in metrics]])
     return rows
 
 
@@ -494,11 +507,14 @@ def build_table(df: pd.DataFrame, name: str, kind: str = "tex") -> dict:
     metrics = [METRICS[c] for c in spec.columns]
     header = ["Method"] + (["Epoch"] if spec.kind == "dynamics" else []) + [fmt.header(m) for m in metrics]
     make_rows: Callable = _dynamics_rows if spec.kind == "dynamics" else _metric_rows
-    out_blocks = []
+    out_blocks, partial = [], False
     for dataset, gs in blocks:
         rows = make_rows(gs, gs, spec, fmt)
+        partial |= any(isinstance(c, Stat) and 0 < c.n < c.of for r in rows for c in r)
         out_blocks.append({"title": _block_title(dataset, gs, spec, fmt),
                            "rows": [[fmt.cell(c) for c in r] for r in rows]})
+    if partial:
+        notes.append(NAN_NOTE)
     caption = fmt.text(" ".join([spec.caption, *[n for n in notes if n]]))
     return table_context(name, name.removeprefix("table"), caption, header, out_blocks, wide=spec.wide)
 
