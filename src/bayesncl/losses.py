@@ -182,23 +182,25 @@ class _BernoulliKL(torch.autograd.Function):
     @staticmethod
     def forward(ctx, alpha, rho, weight):
         a = alpha.clamp(*KL_CLAMP)
-        la, l1a = a.log(), torch.log1p(-a)
-        lr, l1r = math.log(rho), math.log1p(-rho)
-        kl = (la - lr).mul_(a).add_((l1a - l1r).mul_(1 - a))
-        rows = alpha.shape[0]
-        # d/d alpha: logit(a) - logit(rho) inside the clamp range (clamp passes the gradient on its bounds)
-        inside = (alpha >= KL_CLAMP[0]) & (alpha <= KL_CLAMP[1])
-        ctx.save_for_backward((la - l1a).sub_(lr - l1r).mul_(inside).mul_(weight / rows))
-        return kl.sum().mul_(weight / rows)
+        l1a = torch.log1p(-a)
+        # slope = logit(a) - logit(rho) = d KL / d a; KL = a * slope + log(1 - a) - log(1 - rho)
+        slope = (a.log() - l1a).sub_(math.log(rho) - math.log1p(-rho))
+        kl = torch.addcmul(l1a.sub_(math.log1p(-rho)), a, slope)
+        ctx.save_for_backward(alpha, slope)
+        ctx.scale = weight / alpha.shape[0]
+        return kl.sum().mul_(ctx.scale)
 
     @staticmethod
     def backward(ctx, grad):
-        (slope,) = ctx.saved_tensors
-        return slope * grad, None, None
+        alpha, slope = ctx.saved_tensors
+        # torch.clamp passes the gradient strictly inside its range (none on the bounds)
+        inside = (alpha > KL_CLAMP[0]) & (alpha < KL_CLAMP[1])
+        return slope * inside * (grad * ctx.scale), None, None
 
 
 def bernoulli_kl(alpha: torch.Tensor, rho: float, weight: float = 1.0) -> torch.Tensor:
     """weight * KL(Bern(alpha) || Bern(rho)) summed over dims, averaged over rows; both clamped to
-    [0.01, 0.99]. One node; computed as a (log a - log r) + (1 - a)(log1p(-a) - log1p(-r))."""
+    [0.01, 0.99]. One node, computed as a (logit a - logit r) + log(1 - a) - log(1 - r), the same sum
+    regrouped (a log(a / r) + (1 - a) log((1 - a) / (1 - r)) up to rounding)."""
     r = min(max(float(rho), KL_CLAMP[0]), KL_CLAMP[1])
     return _BernoulliKL.apply(alpha.float(), r, float(weight))

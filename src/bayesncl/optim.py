@@ -55,34 +55,36 @@ class Lars(torch.optim.Optimizer):
         self.refresh()
 
     def refresh(self) -> None:
-        """Flatten the groups into per-parameter lists and vectors (read by every step)."""
-        groups = self.param_groups
-        self._params = [p for g in groups for p in g["params"]]
+        """Flatten the groups into per-parameter lists and vectors (read by every step). The LARS-adapted
+        parameters come first, in runs of equal weight decay (one run in practice), then the others."""
+        flat = [(g, p, i) for i, g in enumerate(self.param_groups) for p in g["params"]]
+        adapted = lambda g: g["weight_decay"] != 0 or g["always_adapt"]  # noqa: E731
+        flat.sort(key=lambda gp: (not adapted(gp[0]), gp[0]["weight_decay"]))  # stable: group order kept
+        self._group_of = [i for _, _, i in flat]
+        flat = [(g, p) for g, p, _ in flat]
+        self._params = [p for _, p in flat]
         self._bufs = [self.state[p]["momentum_buffer"] for p in self._params]
-        if not self._params:
-            return
-        dev = self._params[0].device
+        self._n_adapt = sum(adapted(g) for g, _ in flat)
+        self._runs = []  # (start, end, weight decay) over the adapted parameters
+        for i, (g, _) in enumerate(flat[: self._n_adapt]):
+            if self._runs and self._runs[-1][2] == g["weight_decay"]:
+                self._runs[-1][1] = i + 1
+            else:
+                self._runs.append([i, i + 1, g["weight_decay"]])
+        dev = self._params[0].device if self._params else torch.device("cpu")
 
-        def per_param(fn):
-            return [fn(g) for g in groups for _ in g["params"]]
+        def vec(key, items):
+            return torch.tensor([float(g.get(key, 1.0)) for g, _ in items], dtype=torch.float32, device=dev)
 
-        def vec(fn, dtype=torch.float32):
-            return torch.tensor(per_param(fn), dtype=dtype, device=dev)
-
-        self._wd = per_param(lambda g: float(g["weight_decay"]))
-        self._momentum = per_param(lambda g: float(g["momentum"]))
-        self._wd_vec = vec(lambda g: g["weight_decay"])
-        self._eta = vec(lambda g: g["trust_coeff"])
-        self._eps = vec(lambda g: g["eps"])
-        self._mult = vec(lambda g: g.get("lr_mult", 1.0))
-        self._adapt = vec(lambda g: g["weight_decay"] != 0 or g["always_adapt"], torch.bool)
-        self._clip = vec(lambda g: g["trust_clip"], torch.bool)
-        self._any_decay = any(self._wd)
-        self._any_momentum = any(self._momentum)
+        ad = flat[: self._n_adapt]
+        self._wd_vec, self._eta, self._eps = vec("weight_decay", ad), vec("trust_coeff", ad), vec("eps", ad)
+        self._clip = torch.tensor([bool(g["trust_clip"]) for g, _ in ad], dtype=torch.bool, device=dev)
+        self._mult = vec("lr_mult", flat)
+        self._momentum = [float(g["momentum"]) for g, _ in flat]
 
     def state_tensors(self) -> list[torch.Tensor]:
         """The tensors a step reads or writes besides the parameters (momentum buffers, per-parameter settings)."""
-        return [*self._bufs, self._wd_vec, self._eta, self._eps, self._mult, self._adapt, self._clip]
+        return [*self._bufs, self._wd_vec, self._eta, self._eps, self._clip, self._mult]
 
     @property
     def params(self) -> list[torch.Tensor]:
@@ -104,33 +106,32 @@ class Lars(torch.optim.Optimizer):
     def update(self, grads: list[torch.Tensor] | tuple, lr: torch.Tensor | None = None) -> None:
         """One LARS step with `grads` (one per parameter of `params`, in that order). `lr`: a 0-d tensor, each
         group's lr being lr x its lr_mult; None: the groups' "lr" entries."""
-        params = self._params
+        params, na = self._params, self._n_adapt
         if lr is None:  # the groups' own lr entries (timm's interface; not the trainer's path)
-            lrs = torch.tensor([float(g["lr"]) for g in self.param_groups for _ in g["params"]],
-                               dtype=torch.float32, device=self._mult.device)
+            lrs = torch.tensor([float(self.param_groups[i]["lr"]) for i in self._group_of], dtype=torch.float32,
+                               device=self._mult.device)
         else:
             lrs = lr.to(torch.float32) * self._mult
         grads = list(grads)
 
-        # Trust ratios of every parameter as one vector.
-        w = torch.stack(torch._foreach_norm(params))
-        g = torch.stack(torch._foreach_norm(grads))
-        ratio = self._eta * w / (g + w * self._wd_vec + self._eps)
-        ratio = torch.where((w > 0) & (g > 0), ratio, 1.0)
-        ratio = torch.where(self._clip, torch.clamp(ratio / lrs, max=1.0), ratio)
-        ratio = torch.where(self._adapt, ratio, 1.0)
+        # LARS-adapted parameters: d = (g + wd p) r, the trust ratios of all of them as one vector.
+        d = []
+        if na:
+            pa, ga = params[:na], grads[:na]
+            w = torch.stack(torch._foreach_norm(pa))
+            g = torch.stack(torch._foreach_norm(ga))
+            ratio = self._eta * w / (g + w * self._wd_vec + self._eps)
+            ratio = torch.where((w > 0) & (g > 0), ratio, 1.0)
+            ratio = torch.where(self._clip, torch.clamp(ratio / lrs[:na], max=1.0), ratio)
+            for start, end, wd in self._runs:  # one per distinct weight decay, not per parameter
+                d += torch._foreach_add(ga[start:end], pa[start:end], alpha=wd)
+            torch._foreach_mul_(d, ratio.unbind(0))
+        d += grads[na:]  # the others: d = g
 
-        # d = (g + wd p) r; a parameter that is not adapted has wd 0 and r 1, so d = g exactly.
-        d = torch._foreach_add(grads, torch._foreach_mul(params, self._wd)) if self._any_decay else \
-            torch._foreach_mul(grads, 1.0)
-        torch._foreach_mul_(d, ratio.unbind(0))
         bufs = self._bufs
-        if self._any_momentum:
-            torch._foreach_mul_(bufs, self._momentum)
-            torch._foreach_add_(bufs, d)
-        else:
-            torch._foreach_copy_(bufs, d)
-        torch._foreach_add_(params, torch._foreach_mul(bufs, lrs.neg().unbind(0)))
+        torch._foreach_mul_(bufs, self._momentum)  # a zero buffer (first step) becomes d, as timm's clone
+        torch._foreach_add_(bufs, d)
+        torch._foreach_addcmul_(params, bufs, lrs.neg().unbind(0))
 
 
 def build_optimizer(model: Method, cfg: dict) -> Lars:

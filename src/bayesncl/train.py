@@ -79,7 +79,7 @@ class TrainStep:
     """One training step on device tensors: two augmented views, forward, loss, backward, LARS update, and the
     running sums of the logged values; no host sync and the same shapes every step.
 
-    `train.graph` decides how it runs: "off" eager; "compile" the step without its random draws as one
+    `train.graph` decides how it runs: "eager"; "compile" the step without its random draws as one
     torch.compile graph (fullgraph; CUDA graphs too on CUDA), the draws (a few generator calls) made eagerly
     and passed in; "cudagraph" draws and step captured together in one CUDA graph (the generator registered
     with it) and replayed. The global step counter `t` and the sums are device tensors; the lr of step t is
@@ -87,11 +87,11 @@ class TrainStep:
     """
 
     def __init__(self, model: Method, opt: Lars, augment: SimCLRAugment, cfg: dict, device: torch.device,
-                 steps: int):
+                 steps: int, *, backend: str = "inductor"):
         self.model, self.opt, self.augment, self.device = model, opt, augment, device
         self.mode = cfg["train"]["graph"]
         if self.mode == "cudagraph" and device.type != "cuda":
-            raise ConfigError("train.graph: 'cudagraph' needs a CUDA device; use 'compile' or 'off' on CPU")
+            raise ConfigError("train.graph: 'cudagraph' needs a CUDA device; use 'compile' or 'eager' on CPU")
         self.precision = cfg["train"]["precision"]
         self.channels_last = channels_last(cfg, device)
         self.names = ("loss", "infonce", *model.extra_names, *model.stat_names)
@@ -104,7 +104,7 @@ class TrainStep:
             if device.type == "cuda":
                 for x in static:  # state the step mutates or reads: fixed addresses for CUDA graphs
                     torch._dynamo.mark_static_address(x)
-            compiled = torch.compile(self.body, fullgraph=True, dynamic=False,
+            compiled = torch.compile(self.body, fullgraph=True, dynamic=False, backend=backend,
                                      mode="reduce-overhead" if device.type == "cuda" else None)
             # torch.autograd.grad inside the compiled step: traced into the graph instead of a graph break.
             self._compiled = torch._dynamo.config.patch(trace_autograd_ops=True)(compiled)
