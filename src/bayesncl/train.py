@@ -37,6 +37,7 @@ from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
 from .runtime import autocast, channels_last, embed, peak_memory_mb, resolve_device
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: "try again"; the SLURM profile retries, and the rerun resumes
+COMPILE_BACKEND = "inductor"  # torch.compile's backend for train.graph=compile
 CHECK_EVERY = 50  # steps between finiteness checks (read one check late, so they never stall the device queue)
 _clock = time.perf_counter  # what epoch_seconds is measured with (tests inject their own)
 
@@ -87,7 +88,7 @@ class TrainStep:
     """
 
     def __init__(self, model: Method, opt: Lars, augment: SimCLRAugment, cfg: dict, device: torch.device,
-                 steps: int, *, backend: str = "inductor"):
+                 steps: int):
         self.model, self.opt, self.augment, self.device = model, opt, augment, device
         self.mode = cfg["train"]["graph"]
         if self.mode == "cudagraph" and device.type != "cuda":
@@ -104,8 +105,9 @@ class TrainStep:
             if device.type == "cuda":
                 for x in static:  # state the step mutates or reads: fixed addresses for CUDA graphs
                     torch._dynamo.mark_static_address(x)
-            compiled = torch.compile(self.body, fullgraph=True, dynamic=False, backend=backend,
-                                     mode="reduce-overhead" if device.type == "cuda" else None)
+            compiled = torch.compile(self.body, fullgraph=True, dynamic=False, backend=COMPILE_BACKEND,
+                                     mode="reduce-overhead" if device.type == "cuda" and COMPILE_BACKEND == "inductor"
+                                     else None)
             # torch.autograd.grad inside the compiled step: traced into the graph instead of a graph break.
             self._compiled = torch._dynamo.config.patch(trace_autograd_ops=True)(compiled)
 
