@@ -137,6 +137,12 @@ def timm_optimizer(model, cfg):
     return Lars(groups, lr=0.1, momentum=t["momentum"], trust_coeff=t["trust_coeff"], trust_clip=True)
 
 
+def set_group_lrs(opt, i: int, train_cfg: dict) -> None:
+    """The trainer's per-step lr as it was: host floats into every group."""
+    for g in opt.param_groups:
+        g["lr"] = lr_at(i, 10, train_cfg) * g["lr_mult"]
+
+
 def count_before(cfg, x, counter: OpCounter, reps: int = 2) -> None:
     torch.manual_seed(0)
     model = build_method(cfg).train()
@@ -160,8 +166,7 @@ def count_before(cfg, x, counter: OpCounter, reps: int = 2) -> None:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             phase("optimizer")
-            for g in opt.param_groups:
-                g["lr"] = lr_at(i, 10, cfg["train"]) * g["lr_mult"]
+            set_group_lrs(opt, i, cfg["train"])
             opt.step()
             phase("sums")
             vals = {"loss": loss, **parts}
