@@ -203,8 +203,13 @@ def phases(sets: list[str], size: int, device: torch.device, steps: int, warmup:
     for when in ("before", "after"):
         ov = 100 * (totals[("bayesncl", when)] / totals[("ncl", when)] - 1)
         print(f"BayesNCL's extra time per step, {when}: {ov:+.1f}%")
+    # Paired: each after step against the before step next to it, then the median of those ratios.
+    print(f"{'after / before, paired medians':27s}" + "".join(f"{p:>10s}" for p in (*PHASES, "total")))
     for m in ("ncl", "bayesncl"):
-        print(f"{m}: after / before = {totals[(m, 'after')] / totals[(m, 'before')]:.3f}")
+        b, a = rows[(m, "before")], rows[(m, "after")]
+        ratios = [statistics.median(ai[k] / bi[k] for ai, bi in zip(a, b)) for k in range(len(PHASES))]
+        tot = statistics.median(sum(ai) / sum(bi) for ai, bi in zip(a, b))
+        print(f"{m:27s}" + "".join(f"{v:10.3f}" for v in (*ratios, tot)))
 
 
 def main() -> None:
