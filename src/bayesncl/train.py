@@ -153,6 +153,8 @@ class TrainStep:
         if self.mode == "cudagraph" and not want_zplus:
             if self._graph is None:
                 self._capture(x, gen)
+            elif gen is not self._gen:
+                raise ValueError("a captured step replays the draws of the generator it was captured with")
             self._static_x.copy_(x)
             self._graph.replay()
             return None
@@ -180,13 +182,14 @@ class TrainStep:
             for _ in range(2):
                 self._eager(self._static_x, gen)
         torch.cuda.current_stream(self.device).wait_stream(side)
-        with torch.cuda.graph(graph):
+        # thread_local: a DataLoader's pin-memory thread may call CUDA while this thread captures
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self._eager(self._static_x, gen)
         with torch.no_grad():
             for s, v in zip(state, saved):
                 s.copy_(v)
         gen.set_state(gen_state)
-        self._graph = graph
+        self._graph, self._gen = graph, gen
 
 
 class _LaggedCheck:
