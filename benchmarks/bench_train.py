@@ -181,8 +181,8 @@ def phases(sets: list[str], size: int, device: torch.device, steps: int, warmup:
     print(f"per-phase medians over {steps} steps after {warmup} warm-up, ms of "
           f"{'thread CPU time' if device.type == 'cpu' else 'device time'}; before and after alternate step by step")
     print(f"{'':9s} {'':7s}" + "".join(f"{p:>10s}" for p in (*PHASES, "total")))
-    # Four steppers (NCL and BayesNCL, before and after), one step of each in turn: a change in the machine's
-    # load hits all four alike.
+    # Four steppers (NCL and BayesNCL, before and after), one step of each in turn, the order rotated every
+    # round (so that none always follows the same one): a change in the machine's load hits all four alike.
     runners = {}
     for method in ("ncl", "bayesncl"):
         runners[(method, "before")] = (Before(method, sets, size, device), torch.Generator(device=device).manual_seed(0))
@@ -190,8 +190,10 @@ def phases(sets: list[str], size: int, device: torch.device, steps: int, warmup:
         runners[(method, "after")] = (lambda x, g, s=step: after_phases(s, x, g),
                                       torch.Generator(device=device).manual_seed(0))
     rows = {k: [] for k in runners}
+    keys = list(runners)
     for i in range(warmup + steps):
-        for k, (fn, gen) in runners.items():
+        for k in keys[i % 4:] + keys[: i % 4]:
+            fn, gen = runners[k]
             r = fn(x, gen)
             if i >= warmup:
                 rows[k].append(r)
@@ -206,7 +208,7 @@ def phases(sets: list[str], size: int, device: torch.device, steps: int, warmup:
     # Paired: each after step against the before step next to it, then the median of those ratios.
     print(f"{'after / before, paired medians':27s}" + "".join(f"{p:>10s}" for p in (*PHASES, "total")))
     for m in ("ncl", "bayesncl"):
-        b, a = rows[(m, "before")], rows[(m, "after")]
+        b, a = rows[(m, "before")], rows[(m, "after")]  # step i of each: the same round
         ratios = [statistics.median(ai[k] / bi[k] for ai, bi in zip(a, b)) for k in range(len(PHASES))]
         tot = statistics.median(sum(ai) / sum(bi) for ai, bi in zip(a, b))
         print(f"{m:27s}" + "".join(f"{v:10.3f}" for v in (*ratios, tot)))
