@@ -89,7 +89,7 @@ class TrainStep:
 
     def __init__(self, model: Method, opt: Lars, augment: SimCLRAugment, cfg: dict, device: torch.device,
                  steps: int):
-        self.model, self.opt, self.augment, self.device = model, opt, augment, device
+        self.model, self.opt, self.augment, self.device = model, opt, augment.to(device), device
         self.mode = cfg["train"]["graph"]
         if self.mode == "cudagraph" and device.type != "cuda":
             raise ConfigError("train.graph: 'cudagraph' needs a CUDA device; use 'compile' or 'eager' on CPU")

@@ -44,22 +44,9 @@ def to_float(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float32)
 
 
-_CONSTANTS: dict = {}
-
-
-def _constant(values: Sequence[float], like: torch.Tensor) -> torch.Tensor:
-    """A small constant tensor on `like`'s device, made once: a step that is captured (CUDA graphs) must not
-    copy from the host, and in eager mode this saves a copy per call."""
-    key = (tuple(values), like.dtype, like.device)
-    t = _CONSTANTS.get(key)
-    if t is None:
-        t = _CONSTANTS[key] = torch.tensor(values, dtype=like.dtype, device=like.device)
-    return t
-
-
 def _normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
-    m = _constant(tuple(mean), x).view(1, -1, 1, 1)
-    s = _constant(tuple(std), x).view(1, -1, 1, 1)
+    m = torch.as_tensor(mean, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
+    s = torch.as_tensor(std, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
     return (x - m) / s
 
 
@@ -83,7 +70,7 @@ def _shift_hue(x: torch.Tensor, hue: torch.Tensor) -> torch.Tensor:
     inv = 1.0 / torch.where(chroma == 0, torch.ones_like(chroma), chroma)
     h6 = torch.where(maxc == r, (g - b) * inv, torch.where(maxc == g, 2.0 + (b - r) * inv, 4.0 + (r - g) * inv))
     h6 = h6 + 6.0 * hue.view(-1, 1, 1)
-    n = _constant((5.0, 3.0, 1.0), x).view(1, 3, 1, 1)
+    n = torch.arange(5.0, 0.0, -2.0, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)  # (5, 3, 1), no host copy
     k = torch.remainder(n + h6.unsqueeze(1), 6.0)
     w = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)
     return maxc.unsqueeze(1) - chroma.unsqueeze(1) * w
@@ -162,6 +149,9 @@ class SimCLRAugment(nn.Module):
         if self.blur_kernel % 2 == 0:
             raise ValueError(f"blur_kernel must be odd, got {self.blur_kernel}")
         self.channels_last = channels_last
+        # Buffers (moved with the module): a step captured in a CUDA graph must not copy them from the host.
+        self.register_buffer("_mean", torch.tensor(self.mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("_std", torch.tensor(self.std).view(1, 3, 1, 1), persistent=False)
 
     def extra_repr(self) -> str:
         return (
@@ -271,7 +261,7 @@ class SimCLRAugment(nn.Module):
 
         x = torch.where(p["blur"].view(-1, 1, 1, 1), _gaussian_blur(x, p["sigma"].to(x.dtype), self.blur_kernel), x)
 
-        x = _normalize(x, self.mean, self.std)
+        x = (x - self._mean.to(x.device)) / self._std.to(x.device)
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return x
