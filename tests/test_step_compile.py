@@ -4,7 +4,7 @@ graph break, against the eager step over several steps, for NCL and BayesNCL; on
 The model is the real method (heads, losses, LARS, augmentation) on a tiny two-conv backbone: compile time
 grows with the graph, and the step's structure is what is tested. Tolerances: "aot_eager" (dynamo +
 AOTAutograd tracing, eager kernels) must reproduce the eager step exactly; inductor (generated kernels, other
-summation orders) within 1e-5 on every parameter and running sum after 5 steps.
+summation orders; BayesNCL, marked slow) within 1e-5 on every parameter, buffer and running sum over 5 steps.
 """
 
 import json
@@ -96,11 +96,11 @@ def test_whole_step_traces_as_one_graph_and_reproduces_eager(tiny_backbone, monk
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", list(METHODS))
-def test_inductor_compiled_step_matches_eager(tiny_backbone, method):
-    """What train.graph=compile runs on CPU: inductor's generated kernels, within 1e-5 of eager."""
+def test_inductor_compiled_step_matches_eager(tiny_backbone):
+    """What train.graph=compile runs on CPU: inductor's generated kernels, within 1e-5 of eager. BayesNCL only
+    (its step holds NCL's): inductor's code generation is most of this test's time."""
     torch._dynamo.reset()
-    ref, got = run(make_step(method, "eager")), run(make_step(method, "compile"))
+    ref, got = run(make_step("bayesncl", "eager")), run(make_step("bayesncl", "compile"))
     assert_close_runs(ref, got, 1e-5)
 
 
