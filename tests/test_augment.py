@@ -214,3 +214,21 @@ def test_cuda_matches_shape_and_reproduces():
     ident = SimCLRAugment(32, MEAN, STD, crop_scale=(1.0, 1.0), **OFF)
     assert torch.allclose(ident(x, g1), eval_transform(x, MEAN, STD, 32), atol=1e-4)
     assert math.isfinite(float(aug(batch(4, 256).cuda(), g1).sum()))
+
+
+def test_two_views_in_one_pass_equal_two_calls():
+    """The trainer's path: both views of a batch in one pass, from the same generator draws as two calls."""
+    for size, stored in ((16, 16), (32, 32), (24, 40)):
+        aug, x = SimCLRAugment(size, MEAN, STD), batch(12, stored)
+        g = gen(5)
+        ref = torch.cat([aug(x, g), aug(x, g)])
+        assert torch.equal(aug.two_views(x, gen(5)), ref)
+        g = gen(5)
+        draws = [aug.draw(12, "cpu", g) for _ in range(2)]
+        assert torch.equal(aug.views(x, draws), ref)
+
+
+def test_sample_params_are_params_from_draws():
+    aug = SimCLRAugment(32, MEAN, STD)
+    p, q = aug.sample_params(9, 32, 32, "cpu", gen(2)), aug.params_from_draws(aug.draw(9, "cpu", gen(2)), 32, 32)
+    assert p.keys() == q.keys() and all(torch.equal(p[k], q[k]) for k in p)

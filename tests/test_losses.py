@@ -142,3 +142,101 @@ def test_normalize_matches_f_normalize_and_stops_gradient_of_zero_rows():
     assert torch.isfinite(z.grad).all()
     assert torch.equal(z.grad[0], torch.zeros(4))  # plain F.normalize gives ~1e11 here
     assert z.grad[1].abs().sum() > 0
+
+
+# ---- the single-node functions against their formulas under autograd (float64: rounding out of the way)
+
+
+def _ref_normalize(x, eps=1e-12):
+    y = F.normalize(x, dim=1, eps=eps)
+    dead = torch.linalg.vector_norm(x.detach(), dim=1, keepdim=True) <= eps
+    return torch.where(dead, y.detach(), y)
+
+
+def _grads(fn, inputs, weight):
+    xs = [x.detach().clone().requires_grad_(True) for x in inputs]
+    out = fn(*xs)
+    gs = torch.autograd.grad((out * weight).sum(), xs, allow_unused=True)
+    return out.detach(), [torch.zeros_like(x) if g is None else g for x, g in zip(xs, gs)]
+
+
+def _assert_same(fast, ref, inputs, weight, tol):
+    (y, g), (y_ref, g_ref) = _grads(fast, inputs, weight), _grads(ref, inputs, weight)
+    torch.testing.assert_close(y, y_ref, rtol=tol, atol=tol)
+    for a, b in zip(g, g_ref):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+def _nonneg_rows():
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(12, 9, generator=g, dtype=torch.float64)
+    z[0] = -1.0  # a row with nothing active
+    return torch.relu(z), g
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_rep_relu_node_matches_its_formula(dtype, tol):
+    z = torch.randn(40, 7, dtype=dtype)
+    z[0, 0] = 0.0
+    w = torch.randn(40, 7, dtype=dtype)
+    _assert_same(losses.rep_relu, lambda v: (lambda g: g - g.detach() + F.relu(v).detach())(F.gelu(v)), [z], w, tol)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_normalize_node_matches_f_normalize_with_dead_rows(dtype, tol):
+    x, g = _nonneg_rows()
+    x = x.to(dtype)
+    w = torch.randn(x.shape, generator=g).to(dtype)
+    _assert_same(losses.normalize, _ref_normalize, [x], w, tol)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_gated_normalize_is_the_two_normalizations(dtype, tol):
+    x, g = _nonneg_rows()
+    m = (torch.rand(x.shape, generator=g, dtype=torch.float64) > 0.4).double()
+    m[1] = 0.0  # every dim gated off: the outer normalization sees a zero row
+    m[2] = (x[2] == 0).double()  # only inactive dims open: zero row again
+    x, m = x.to(dtype), m.to(dtype)
+    w = torch.randn(x.shape, generator=g).to(dtype)
+    _assert_same(losses.gated_normalize, lambda a, b: _ref_normalize(_ref_normalize(a) * b), [x, m], w, tol)
+
+
+def test_ste_node_matches_sg_hard_minus_alpha_plus_alpha():
+    alpha = torch.rand(30, 8, dtype=torch.float64)
+    alpha[0, :3] = torch.tensor([0.5, 0.5 + 1e-12, 0.0])
+    w = torch.randn(30, 8, dtype=torch.float64)
+    _assert_same(losses.ste_gate, lambda a: ((a > 0.5).to(a.dtype) - a).detach() + a, [alpha], w, 0.0)
+    a32 = torch.rand(1000, dtype=torch.float32)  # sg[hard - a] + a is exactly the hard value in float32 too
+    assert torch.equal(((a32 > 0.5).float() - a32) + a32, losses.ste_gate(a32))
+
+
+@pytest.mark.parametrize("rho,weight", [(0.8, 1.0), (0.3, 3e-5), (0.999, 2.0)])
+def test_kl_node_matches_the_formula_and_the_clamps_gradient(rho, weight):
+    alpha = 0.02 + 0.96 * torch.rand(9, 11, dtype=torch.float64)  # inside the clamp range but for:
+    alpha[0, :4] = torch.tensor([0.0, 0.01, 0.99, 1.0])  # outside and on the clamp's bounds
+    alpha[1, :2] = torch.tensor([0.005, 0.995])
+
+    def ref(a):
+        c = a.clamp(0.01, 0.99)
+        r = min(max(rho, 0.01), 0.99)
+        return weight * (c * torch.log(c / r) + (1 - c) * torch.log((1 - c) / (1 - r))).sum(1).mean()
+
+    def fast(a):
+        return losses.bernoulli_kl(a, rho, weight=weight).double()
+
+    # bernoulli_kl computes in float32 (alpha.float()), so compare at float32 rounding
+    _assert_same(fast, ref, [alpha], torch.tensor(1.0, dtype=torch.float64), 1e-5)
+    a = alpha.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(losses.bernoulli_kl(a, rho, weight), a)
+    # clamped (outside or on the bounds, as torch.clamp): no gradient; inside: the slope logit(a) - logit(rho)
+    assert (g[0, :4] == 0).all() and (g[1, :2] == 0).all()
+    r = min(max(rho, 0.01), 0.99)
+    inside = alpha[2:]
+    slope = weight / 9 * (torch.log(inside / (1 - inside)) - math.log(r / (1 - r)))
+    torch.testing.assert_close(g[2:], slope, rtol=1e-5, atol=1e-7)
+
+
+def test_gumbel_from_uniform_is_the_spec_formula():
+    u = torch.rand(1000, dtype=torch.float64)
+    ref = -torch.log(-torch.log(u + losses.GUMBEL_EPS) + losses.GUMBEL_EPS)
+    torch.testing.assert_close(losses.gumbel_from_uniform(u), ref, rtol=0, atol=1e-15)

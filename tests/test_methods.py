@@ -6,6 +6,7 @@ import torch.nn.functional as F
 import torchvision
 
 from bayesncl import config as C
+from bayesncl import losses
 from bayesncl.backbones import ScaledResNet
 from bayesncl.methods import METHODS, build_method
 
@@ -107,3 +108,35 @@ def test_topk_k_is_explicit_or_a_tenth_of_d():
     assert build_method(resolve(sets=["method.name=topk_ncl", "model.proj_dim=64", "method.topk_k=6"])).k == 6
     with pytest.raises(ConfigError, match="method.topk_k"):
         resolve(sets=["method.name=topk_ncl", "model.proj_dim=64", "method.topk_k=65"])
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_views_loss_is_training_loss_and_logged_names_are_its_parts(name):
+    m = build_method(tiny(name)).train()
+    x1, x2 = torch.randn(4, 3, 16, 16), torch.randn(4, 3, 16, 16)
+    torch.manual_seed(0)
+    loss, parts = m.training_loss(x1, x2)
+    torch.manual_seed(0)
+    loss2, parts2 = m.views_loss(torch.cat([x1, x2]))
+    assert torch.equal(loss, loss2)
+    out = parts.pop("out")
+    assert tuple(parts) == ("infonce", *m.extra_names)
+    assert tuple(m.stats(out)) == m.stat_names
+    torch.testing.assert_close(loss, sum(parts.values()))
+
+
+@pytest.mark.parametrize("gate", ["ste", "gumbel", "soft"])
+def test_gate_draws_feed_the_gumbel_gate_and_open_gates_is_the_open_fraction(gate):
+    m = build_method(tiny(**{"method.gate": gate})).train()
+    x = torch.randn(6, 3, 16, 16)
+    shape = m.gate_draws(6)
+    assert shape == ((6, 8) if gate == "gumbel" else None)
+    u = torch.rand(6, 8) if shape else None
+    out = m(x, u)
+    alpha = torch.sigmoid(m.gate_head(out["h"]))
+    if gate == "gumbel":
+        noisy = torch.sigmoid(m.gate_head(out["h"]) + losses.gumbel_from_uniform(u))
+        assert torch.equal(out["gate"], (noisy > 0.5).float())
+    elif gate == "ste":
+        assert torch.equal(out["gate"], (alpha > 0.5).float())
+    assert m.stats(out)["open_gates"].item() == pytest.approx(float((out["gate"] > 0.5).float().mean()))

@@ -176,3 +176,59 @@ def test_checkpoint_from_another_config_is_refused(tmp_path, tiny_sets):
     other = C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=1", "train.epochs=1", "method.rho=0.5"])
     with pytest.raises(C.ConfigError, match="method.rho"):
         pretrain(other, tmp_path, progress=False)
+
+
+def _timed_run(monkeypatch, sigterm_at_call=None):
+    """pretrain with an injected clock that advances exactly 1 s per training step (and nowhere else), and
+    optionally a SIGTERM to itself during step call number `sigterm_at_call` (counted over the run)."""
+    import bayesncl.train as T
+
+    now = {"t": 1000.0, "calls": 0}
+    monkeypatch.setattr(T, "_clock", lambda: now["t"])
+    real = T.TrainStep.__call__
+
+    def step(self, x, gen, want_zplus=False):
+        now["t"] += 1.0
+        now["calls"] += 1
+        if now["calls"] == sigterm_at_call:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, x, gen, want_zplus)
+
+    monkeypatch.setattr(T.TrainStep, "__call__", step)
+    return now
+
+
+def test_preempted_epoch_keeps_the_seconds_spent_before_the_preemption(tmp_path, tiny_sets, monkeypatch):
+    from bayesncl.train import Preempted
+
+    cfg = C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=6", "train.epochs=2"])
+    _timed_run(monkeypatch)
+    pretrain(cfg, tmp_path / "ref", progress=False)
+    ref = [json.loads(l) for l in (tmp_path / "ref" / "log.jsonl").read_text().splitlines()]
+    assert [r["epoch_seconds"] for r in ref] == [6.0, 6.0]
+
+    run = tmp_path / "run"
+    now = _timed_run(monkeypatch, sigterm_at_call=9)  # epoch 2, step 3
+    with pytest.raises(Preempted):
+        pretrain(cfg, run, progress=False)
+    state = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert (state["epoch"], state["step"]) == (1, 3) and state["partial"]["seconds"] == 3.0
+    now["t"] += 500.0  # the time between the two jobs is not training time
+    monkeypatch.setattr("bayesncl.train._clock", lambda: now["t"])
+    pretrain(cfg, run, progress=False)
+    log = [json.loads(l) for l in (run / "log.jsonl").read_text().splitlines()]
+    # 3 s before the preemption + 3 s after: the epoch's time as in the uninterrupted run, and so its rate;
+    # the running sums carried over too, so the logged means are the uninterrupted run's.
+    assert [r["epoch_seconds"] for r in log] == [6.0, 6.0]
+    assert log[1]["img_per_s"] == ref[1]["img_per_s"] == 6 * cfg["train"]["batch_size"] / 6.0
+    for key in ("loss", "infonce", "kl", "open_gates"):
+        assert log[1][key] == ref[1][key], key
+    assert _same_weights(run / "model.pt", tmp_path / "ref" / "model.pt")
+
+
+@pytest.mark.parametrize("bad", ["train.graph=fast", "train.graph=off"])
+def test_graph_switch_is_validated(tiny_sets, bad):
+    with pytest.raises(C.ConfigError, match="train.graph"):
+        C.resolve(sets=tiny_sets + [bad])
+    with pytest.raises(C.ConfigError, match="train.graph.*CUDA"):
+        C.resolve(sets=tiny_sets + ["train.graph=cudagraph", "train.device=cpu"])

@@ -139,9 +139,12 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = _field("auto", "auto: CUDA when available, else CPU")
     crop_min_scale: float = _field(0.08, "RandomResizedCrop's smallest area scale", gt=0, le=1)
     channels_last: bool = _field(True, "channels-last memory format (CUDA only)")
-    # torch.compile the training step (opt-in; measured no faster on an H200, docs/BENCHMARKS.md). Bit-identical
-    # resume is tested without it only.
-    compile: bool = _field(False, "torch.compile the training step")
+    # How the training step runs (docs/BENCHMARKS.md, "The training step"): eager; compile = torch.compile of the
+    # whole step (augmentation, forward, loss, backward, LARS) as one graph, with CUDA graphs on CUDA; cudagraph =
+    # the eager step captured once in a CUDA graph and replayed (CUDA only). Bit-identical resume is tested in eager
+    # mode; the graph modes compute the same step up to rounding (tests/test_step_compile.py).
+    graph: Literal["eager", "compile", "cudagraph"] = _field("eager", "how the training step runs: eager, compiled, "
+                                                                  "or captured in a CUDA graph (CUDA only)")
     threads: int = _field(0, "torch CPU threads; 0: torch's default", ge=0)
     dynamics_every: int = _field(0, "record gradient dynamics every this many epochs; 0: never", ge=0)
     max_steps_per_epoch: int = _field(0, "cap on steps per epoch; 0: no cap", ge=0)
@@ -380,6 +383,9 @@ def validate(cfg: dict) -> dict:
             f"data.root: dataset {cfg['data']['dataset']!r} needs a root path (set data.root=/path/to/data)"
         )
     _check_synthetic_mix(cfg["data"]["synthetic"])
+    if cfg["train"]["graph"] == "cudagraph" and cfg["train"]["device"] == "cpu":
+        raise ConfigError("train.graph: 'cudagraph' captures the step in a CUDA graph and needs train.device cuda "
+                          "(or auto on a CUDA machine); use 'compile' or 'eager' on CPU")
     if cfg["method"]["name"] == "topk_ncl" and not 1 <= topk_k(cfg) <= cfg["model"]["proj_dim"]:
         raise ConfigError(f"method.topk_k: k = {topk_k(cfg)} must lie in [1, model.proj_dim = "
                           f"{cfg['model']['proj_dim']}] for topk_ncl")

@@ -6,6 +6,8 @@ evaluation) and in an extra loss. `training_loss` returns the total loss and its
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Callable
 
 import torch
@@ -40,6 +42,8 @@ def mlp(dims: list[int]) -> nn.Sequential:
 
 class Method(nn.Module):
     name = "base"
+    extra_names: tuple[str, ...] = ()  # the keys of extra_loss
+    stat_names: tuple[str, ...] = ()  # the keys of stats
 
     def __init__(self, cfg: dict):
         super().__init__()
@@ -49,28 +53,44 @@ class Method(nn.Module):
         self.backbone = build_backbone(m["arch"], m["width"], m["stem"])
         self.projector = mlp([self.backbone.out_dim, m["proj_hidden"], m["proj_dim"]])
 
-    # The subclass hook: from (h, z) to the InfoNCE/evaluation feature and extra outputs.
-    def head(self, h: torch.Tensor, z: torch.Tensor) -> dict[str, torch.Tensor]:
+    # The subclass hook: from (h, z) to the InfoNCE/evaluation feature and extra outputs. `gate_u` are uniform
+    # draws for a stochastic head (BayesNCL's Gumbel gate; see `gate_draws`), None elsewhere.
+    def head(self, h: torch.Tensor, z: torch.Tensor, gate_u: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
     def extra_loss(self, out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {}
 
-    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    def stats(self, out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Per-step scalars the trainer logs beside the loss parts (epoch means)."""
+        return {}
+
+    def gate_draws(self, views: int) -> tuple[int, ...] | None:
+        """Shape of the uniform draws a training forward of `views` images needs, or None. The trainer draws
+        them from its generator, so that every random number of a step comes from one generator."""
+        return None
+
+    def forward(self, x: torch.Tensor, gate_u: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         h = self.backbone(x)
         z = self.projector(h)
         out = {"h": h, "z": z}
-        out.update(self.head(h, z))
+        out.update(self.head(h, z, gate_u))
         return out
 
-    def training_loss(self, x1: torch.Tensor, x2: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    def training_loss(self, x1: torch.Tensor, x2: torch.Tensor,
+                      gate_u: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """Both views in one forward pass; returns (loss, parts). parts["out"] keeps the tensors."""
-        n = x1.shape[0]
-        out = self(torch.cat([x1, x2]))
+        return self.views_loss(torch.cat([x1, x2]), gate_u)
+
+    def views_loss(self, x: torch.Tensor, gate_u: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+        """training_loss on the two views already stacked: x = [view 1 of N images; view 2 of the same N]."""
+        n = x.shape[0] // 2
+        out = self(x, gate_u)
         f = out["feature"]
-        nce = losses.info_nce(f[:n], f[n:], self.temperature)
+        # Every method's feature is normalized (rows of norm 1, or 0 where nothing is active).
+        nce = losses.info_nce(f[:n], f[n:], self.temperature, normalized=True)
         parts = {"infonce": nce, **self.extra_loss(out)}
-        loss = sum(parts.values())
+        loss = functools.reduce(operator.add, parts.values())
         return loss, {**parts, "out": out}
 
     @torch.no_grad()
@@ -87,7 +107,7 @@ class Method(nn.Module):
 class CL(Method):
     """SimCLR: normalize(z)."""
 
-    def head(self, h, z):
+    def head(self, h, z, gate_u=None):
         return {"feature": F.normalize(z.float(), dim=1)}
 
 
@@ -95,7 +115,7 @@ class CL(Method):
 class NCL(Method):
     """Non-negative CL: normalize(z+), z+ = ReLU(z) (or rep_relu)."""
 
-    def head(self, h, z):
+    def head(self, h, z, gate_u=None):
         zp = losses.nonneg(z, self.cfg["method"]["nonneg"])
         return {"zplus": zp, "feature": losses.normalize(zp.float())}
 
@@ -108,7 +128,7 @@ class TopKNCL(Method):
         super().__init__(cfg)
         self.k = topk_k(cfg)
 
-    def head(self, h, z):
+    def head(self, h, z, gate_u=None):
         zp = losses.nonneg(z, self.cfg["method"]["nonneg"])
         mask = losses.topk_mask(zp, self.k)
         return {"zplus": zp, "mask": mask, "feature": losses.normalize((zp * mask).float())}
@@ -117,6 +137,9 @@ class TopKNCL(Method):
 @register("bayesncl")
 class BayesNCL(Method):
     """NCL with a Bernoulli gate per dimension: normalize(normalize(z+) * m) + lambda * KL(alpha || rho)."""
+
+    extra_names = ("kl",)
+    stat_names = ("open_gates",)
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -127,15 +150,24 @@ class BayesNCL(Method):
         self.gate, self.detach, self.tau = mc["gate"], mc["detach"], mc["tau_g"]
         self.rho, self.lam = mc["rho"], mc["lambda"]
 
-    def head(self, h, z):
+    def head(self, h, z, gate_u=None):
         zp = losses.nonneg(z, self.cfg["method"]["nonneg"])
         logits = self.gate_head(h.detach() if self.detach else h).float()
-        m, alpha = losses.gate_mask(logits, self.gate, self.tau, training=self.training)
-        feat = losses.normalize(losses.normalize(zp.float()) * m)
+        noise = losses.gumbel_from_uniform(gate_u) if gate_u is not None and self.training else None
+        m, alpha = losses.gate_mask(logits, self.gate, self.tau, training=self.training, noise=noise)
+        feat = losses.gated_normalize(zp.float(), m)  # normalize(normalize(z+) * m), one node
         return {"zplus": zp, "alpha": alpha, "gate": m, "feature": feat}
 
     def extra_loss(self, out):
-        return {"kl": self.lam * losses.bernoulli_kl(out["alpha"], self.rho)}
+        return {"kl": losses.bernoulli_kl(out["alpha"], self.rho, weight=self.lam)}
+
+    def stats(self, out):
+        m = out["gate"].detach()
+        # A hard gate is exactly 0 or 1, so its mean is the open fraction.
+        return {"open_gates": (m > 0.5).float().mean() if self.gate == "soft" else m.mean()}
+
+    def gate_draws(self, views):
+        return (views, self.cfg["model"]["proj_dim"]) if self.gate == "gumbel" else None
 
     def param_groups(self):
         head = {id(p) for p in self.gate_head.parameters()}

@@ -1,4 +1,4 @@
-"""LARS parameter groups and the warm-up + cosine schedule (docs/METHOD.md section 2)."""
+"""LARS (multi-tensor), its parameter groups, and the warm-up + cosine schedule (docs/METHOD.md section 2)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,130 @@ def peak_lr(train_cfg: dict) -> float:
     return train_cfg["base_lr"] * train_cfg["batch_size"] / 256
 
 
-def build_optimizer(model: Method, cfg: dict) -> torch.optim.Optimizer:
-    """timm's LARS with trust_clip; 1-D parameters (biases, norms) get no weight decay, which in timm's
-    LARS also means no trust-ratio scaling. The gating head keeps its own lr multiplier."""
-    from timm.optim import Lars  # here, not at module level: importing timm costs seconds per process
+class Lars(torch.optim.Optimizer):
+    """timm's `Lars` (SGD momentum with LARC trust-ratio scaling and clipping) over every parameter group at
+    once with `torch._foreach_*` ops: no per-parameter or per-group Python loop in `step`, no host sync, and
+    the momentum buffers exist from construction (zero), so that a step can be captured in a graph.
 
+    Per parameter p with gradient g in a group with weight decay wd, trust coefficient eta and lr:
+        adapt (wd != 0 or always_adapt): r = eta |p| / (|g| + wd |p| + eps), 1 where |p| or |g| is 0;
+                 with trust_clip r = min(r / lr, 1); d = (g + wd p) r;   otherwise d = g
+        buf = momentum buf + d (buf = d on the first step: a zero buffer gives exactly that)
+        p -= lr buf
+    `step(lr)` takes the lr as a (device) tensor: each group's lr is then lr x its `lr_mult` (default 1), and
+    the groups' "lr" entries are not read. Without it, each group's "lr" entry is used, as in timm.
+    Differences to timm: no dampening or Nesterov (the method uses neither); every parameter must have a
+    gradient when `step` runs; hyperparameters other than lr are read at construction and after
+    `load_state_dict` (call `refresh()` after changing them in `param_groups`).
+    """
+
+    def __init__(self, params, lr: float = 1.0, momentum: float = 0.0, weight_decay: float = 0.0,
+                 trust_coeff: float = 0.001, eps: float = 1e-8, trust_clip: bool = False,
+                 always_adapt: bool = False):
+        if lr < 0.0:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if momentum < 0.0:
+            raise ValueError(f"Invalid momentum value: {momentum}")
+        if weight_decay < 0.0:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, trust_coeff=trust_coeff, eps=eps,
+                        trust_clip=trust_clip, always_adapt=always_adapt, lr_mult=1.0)
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p]["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        self.refresh()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:  # a state saved before its first step has no buffers yet
+            for p in group["params"]:
+                self.state[p].setdefault("momentum_buffer", torch.zeros_like(p, memory_format=torch.preserve_format))
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Flatten the groups into per-parameter lists and vectors (read by every step). The LARS-adapted
+        parameters come first, in runs of equal weight decay (one run in practice), then the others."""
+        flat = [(g, p, i) for i, g in enumerate(self.param_groups) for p in g["params"]]
+        adapted = lambda g: g["weight_decay"] != 0 or g["always_adapt"]  # noqa: E731
+        flat.sort(key=lambda gp: (not adapted(gp[0]), gp[0]["weight_decay"]))  # stable: group order kept
+        self._group_of = [i for _, _, i in flat]
+        flat = [(g, p) for g, p, _ in flat]
+        self._params = [p for _, p in flat]
+        self._bufs = [self.state[p]["momentum_buffer"] for p in self._params]
+        self._n_adapt = sum(adapted(g) for g, _ in flat)
+        self._runs = []  # (start, end, weight decay) over the adapted parameters
+        for i, (g, _) in enumerate(flat[: self._n_adapt]):
+            if self._runs and self._runs[-1][2] == g["weight_decay"]:
+                self._runs[-1][1] = i + 1
+            else:
+                self._runs.append([i, i + 1, g["weight_decay"]])
+        dev = self._params[0].device if self._params else torch.device("cpu")
+
+        def vec(key, items):
+            return torch.tensor([float(g.get(key, 1.0)) for g, _ in items], dtype=torch.float32, device=dev)
+
+        ad = flat[: self._n_adapt]
+        self._wd_vec, self._eta, self._eps = vec("weight_decay", ad), vec("trust_coeff", ad), vec("eps", ad)
+        self._clip = torch.tensor([bool(g["trust_clip"]) for g, _ in ad], dtype=torch.bool, device=dev)
+        self._mult = vec("lr_mult", flat)
+        self._momentum = [float(g["momentum"]) for g, _ in flat]
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """The tensors a step reads or writes besides the parameters (momentum buffers, per-parameter settings)."""
+        return [*self._bufs, self._wd_vec, self._eta, self._eps, self._clip, self._mult]
+
+    @property
+    def params(self) -> list[torch.Tensor]:
+        """Every parameter, in the order `update` takes their gradients."""
+        return self._params
+
+    @torch.no_grad()
+    def step(self, closure=None, lr: torch.Tensor | None = None):
+        """Update from each parameter's .grad (the torch.optim interface); see `update`."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self._params:
+            self.update([p.grad for p in self._params], lr)
+        return loss
+
+    @torch.no_grad()
+    def update(self, grads: list[torch.Tensor] | tuple, lr: torch.Tensor | None = None) -> None:
+        """One LARS step with `grads` (one per parameter of `params`, in that order). `lr`: a 0-d tensor, each
+        group's lr being lr x its lr_mult; None: the groups' "lr" entries."""
+        params, na = self._params, self._n_adapt
+        if lr is None:  # the groups' own lr entries (timm's interface; not the trainer's path)
+            lrs = torch.tensor([float(self.param_groups[i]["lr"]) for i in self._group_of], dtype=torch.float32,
+                               device=self._mult.device)
+        else:
+            lrs = lr.to(torch.float32) * self._mult
+        grads = list(grads)
+
+        # LARS-adapted parameters: d = (g + wd p) r, the trust ratios of all of them as one vector.
+        d = []
+        if na:
+            pa, ga = params[:na], grads[:na]
+            w = torch.stack(torch._foreach_norm(pa))
+            g = torch.stack(torch._foreach_norm(ga))
+            ratio = self._eta * w / (g + w * self._wd_vec + self._eps)
+            ratio = torch.where((w > 0) & (g > 0), ratio, 1.0)
+            ratio = torch.where(self._clip, torch.clamp(ratio / lrs[:na], max=1.0), ratio)
+            for start, end, wd in self._runs:  # one per distinct weight decay, not per parameter
+                d += torch._foreach_add(ga[start:end], pa[start:end], alpha=wd)
+            torch._foreach_mul_(d, ratio.unbind(0))
+        d += grads[na:]  # the others: d = g
+
+        bufs = self._bufs
+        torch._foreach_mul_(bufs, self._momentum)  # a zero buffer (first step) becomes d, as timm's clone
+        torch._foreach_add_(bufs, d)
+        torch._foreach_addcmul_(params, bufs, lrs.neg().unbind(0))
+
+
+def build_optimizer(model: Method, cfg: dict) -> Lars:
+    """LARS with trust_clip; 1-D parameters (biases, norms) get no weight decay, which (as in timm's LARS)
+    also means no trust-ratio scaling. The gating head keeps its own lr multiplier."""
     t = cfg["train"]
     groups = []
     mults = {"main": 1.0, "gate_head": cfg["method"]["head_lr_mult"]}
@@ -44,6 +163,13 @@ def lr_at(step: int, steps_per_epoch: int, train_cfg: dict) -> float:
     return 0.5 * peak * (1 + math.cos(math.pi * progress))
 
 
+def lr_schedule(steps_per_epoch: int, train_cfg: dict, device: torch.device | str = "cpu") -> torch.Tensor:
+    """lr_at for every step of the run, as one float32 tensor on `device` (a step indexes it on the device)."""
+    total = train_cfg["epochs"] * steps_per_epoch
+    return torch.tensor([lr_at(s, steps_per_epoch, train_cfg) for s in range(total)], dtype=torch.float32,
+                        device=device)
+
+
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
     for g in opt.param_groups:
-        g["lr"] = lr * g["lr_mult"]
+        g["lr"] = lr * g.get("lr_mult", 1.0)

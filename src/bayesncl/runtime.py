@@ -24,10 +24,12 @@ def resolve_device(cfg: dict) -> torch.device:
     return torch.device(want)
 
 
-def autocast(device: torch.device, precision: str):
+def autocast(device: torch.device, precision: str, *, cache: bool = True):
+    """bf16 autocast where `precision` asks for it. cache=False for a step captured in a CUDA graph (autocast's
+    weight-cast cache would otherwise hold tensors of the capture)."""
     use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
     if use_bf16:
-        return torch.autocast(device.type, dtype=torch.bfloat16)
+        return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache)
     return contextlib.nullcontext()
 
 

@@ -1,9 +1,15 @@
 """Resumable pretraining (docs/METHOD.md section 2).
 
-Determinism: the data order, the augmentation generator and the global RNG (Gumbel noise) are re-seeded
-from (seed, epoch) at every epoch start, so resuming from an epoch checkpoint replays exactly what an
+Determinism: the data order and the step's generator (augmentation and Gumbel draws) are re-seeded from
+(seed, epoch) at every epoch start, so resuming from an epoch checkpoint replays exactly what an
 uninterrupted run does. A SIGTERM (SLURM time limit or preemption) saves a mid-epoch checkpoint with the
-RNG states and raises Preempted (the CLI exits with REQUEUE_EXIT); the rerun continues from that step.
+generator states, the running sums and the epoch's seconds so far, and raises Preempted (the CLI exits with
+REQUEUE_EXIT); the rerun continues from that step.
+
+The step (`TrainStep`) is a function of device tensors only: the lr comes from a device table indexed by a
+device step counter, the logged values are summed on the device and read at epoch ends, every batch has the
+same shape (the last partial batch is dropped), and all its random numbers come from one generator. So
+`train.graph` can run it eagerly, compile it whole (torch.compile, fullgraph) or capture it in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -25,13 +31,15 @@ from .config import RUNTIME_KEYS, ConfigError, dump_yaml
 from .data import SimCLRAugment, iter_batches, load_split
 from .evaluation.dynamics import GradientStats
 from .evaluation.metrics import consistency_per_dim
-from .methods import build_method
-from .optim import build_optimizer, lr_at, set_lr
+from .methods import Method, build_method
+from .optim import Lars, build_optimizer, lr_at, lr_schedule
 from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
 from .runtime import autocast, channels_last, embed, peak_memory_mb, resolve_device
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: "try again"; the SLURM profile retries, and the rerun resumes
-CHECK_EVERY = 50  # steps between finiteness checks (each one waits for the device)
+COMPILE_BACKEND = "inductor"  # torch.compile's backend for train.graph=compile
+CHECK_EVERY = 50  # steps between finiteness checks (read one check late, so they never stall the device queue)
+_clock = time.perf_counter  # what epoch_seconds is measured with (tests inject their own)
 
 
 class TrainingDiverged(RuntimeError):
@@ -63,9 +71,156 @@ def dynamics_epoch(cfg: dict, epoch: int) -> bool:
 
 def _rng_state(gen: torch.Generator) -> dict:
     state = {"aug": gen.get_state(), "global": torch.get_rng_state()}
-    if gen.device.type == "cuda":  # Gumbel noise on the GPU comes from its own global generator
+    if gen.device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(gen.device)
     return state
+
+
+class TrainStep:
+    """One training step on device tensors: two augmented views, forward, loss, backward, LARS update, and the
+    running sums of the logged values; no host sync and the same shapes every step.
+
+    `train.graph` decides how it runs: "eager"; "compile" the step without its random draws as one
+    torch.compile graph (fullgraph; CUDA graphs too on CUDA), the draws (a few generator calls) made eagerly
+    and passed in; "cudagraph" draws and step captured together in one CUDA graph (the generator registered
+    with it) and replayed. The global step counter `t` and the sums are device tensors; the lr of step t is
+    `lr_table[t]`.
+    """
+
+    def __init__(self, model: Method, opt: Lars, augment: SimCLRAugment, cfg: dict, device: torch.device,
+                 steps: int):
+        self.model, self.opt, self.augment, self.device = model, opt, augment.to(device), device
+        self.mode = cfg["train"]["graph"]
+        if self.mode == "cudagraph" and device.type != "cuda":
+            raise ConfigError("train.graph: 'cudagraph' needs a CUDA device; use 'compile' or 'eager' on CPU")
+        self.precision = cfg["train"]["precision"]
+        self.channels_last = channels_last(cfg, device)
+        self.names = ("loss", "infonce", *model.extra_names, *model.stat_names)
+        self.lr_table = lr_schedule(steps, cfg["train"], device)
+        self.t = torch.zeros(1, dtype=torch.long, device=device)
+        self.sums = torch.zeros(len(self.names), dtype=torch.float64, device=device)
+        self._compiled = self._graph = None
+        if self.mode == "compile":
+            static = [self.t, self.sums, self.lr_table, *opt.state_tensors()]
+            if device.type == "cuda":
+                for x in static:  # state the step mutates or reads: fixed addresses for CUDA graphs
+                    torch._dynamo.mark_static_address(x)
+            compiled = torch.compile(self.body, fullgraph=True, dynamic=False, backend=COMPILE_BACKEND,
+                                     mode="reduce-overhead" if device.type == "cuda" and COMPILE_BACKEND == "inductor"
+                                     else None)
+            # torch.autograd.grad inside the compiled step: traced into the graph instead of a graph break.
+            self._compiled = torch._dynamo.config.patch(trace_autograd_ops=True)(compiled)
+
+    def start(self, t: int, sums: list[float] | None = None) -> None:
+        """Set the global step counter and the epoch's running sums (zero, or those of a resumed epoch)."""
+        self.t.fill_(t)
+        if sums is None:
+            self.sums.zero_()
+        else:
+            self.sums.copy_(torch.tensor(sums, dtype=torch.float64))
+
+    def read_sums(self) -> list[float]:
+        """The running sums on the host (waits for the device)."""
+        return self.sums.tolist()
+
+    def draws(self, batch: int, gen: torch.Generator) -> tuple[list, torch.Tensor | None]:
+        """Every random number of a step, from `gen`: each view's augmentation draws, the gate's uniforms."""
+        views = [self.augment.draw(batch, self.device, gen) for _ in range(2)]
+        shape = self.model.gate_draws(2 * batch)
+        return views, (torch.rand(shape, generator=gen, device=self.device) if shape else None)
+
+    def body(self, x: torch.Tensor, views: list, gate_u: torch.Tensor | None, want_zplus: bool = False):
+        """The step given its draws. Returns (z+, dL/dz+) when `want_zplus` (gradient dynamics), else None."""
+        lr = self.lr_table.index_select(0, self.t)
+        v = self.augment.views(x, views)
+        if self.channels_last:
+            v = v.contiguous(memory_format=torch.channels_last)
+        with autocast(self.device, self.precision, cache=self.mode != "cudagraph"):
+            loss, parts = self.model.views_loss(v, gate_u)
+        out = parts.pop("out")
+        params = self.opt.params
+        wrt = [*params, out["zplus"]] if want_zplus else params
+        grads = torch.autograd.grad(loss, wrt)
+        self.opt.update(grads[: len(params)], lr)
+        stats = self.model.stats(out)
+        vals = [loss, parts["infonce"], *(parts[k] for k in self.model.extra_names),
+                *(stats[k] for k in self.model.stat_names)]
+        self.sums.add_(torch.stack(vals).detach().double())
+        self.t.add_(1)
+        return (out["zplus"].detach().float(), grads[-1].float()) if want_zplus else None
+
+    def __call__(self, x: torch.Tensor, gen: torch.Generator, want_zplus: bool = False):
+        if self.mode == "cudagraph" and not want_zplus:
+            if self._graph is None:
+                self._capture(x, gen)
+            elif gen is not self._gen:
+                raise ValueError("a captured step replays the draws of the generator it was captured with")
+            self._static_x.copy_(x)
+            self._graph.replay()
+            return None
+        views, gate_u = self.draws(x.shape[0], gen)
+        if self._compiled is not None and not want_zplus:
+            return self._compiled(x, views, gate_u)
+        return self.body(x, views, gate_u, want_zplus)
+
+    def _eager(self, x: torch.Tensor, gen: torch.Generator) -> None:
+        views, gate_u = self.draws(x.shape[0], gen)
+        self.body(x, views, gate_u)
+
+    def _capture(self, x: torch.Tensor, gen: torch.Generator) -> None:
+        """Capture draws + step in a CUDA graph. Two warm-up steps first (lazy initialisation, autotuning) on a
+        side stream; everything they changed is put back, so the run's steps are unchanged."""
+        state = [*self.model.parameters(), *self.model.buffers(), *self.opt.state_tensors(), self.t, self.sums]
+        saved = [s.detach().clone() for s in state]
+        gen_state = gen.get_state()
+        self._static_x = x.clone()
+        graph = torch.cuda.CUDAGraph()
+        graph.register_generator_state(gen)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._eager(self._static_x, gen)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        # thread_local: a DataLoader's pin-memory thread may call CUDA while this thread captures
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            self._eager(self._static_x, gen)
+        with torch.no_grad():
+            for s, v in zip(state, saved):
+                s.copy_(v)
+        gen.set_state(gen_state)
+        self._graph, self._gen = graph, gen
+
+
+class _LaggedCheck:
+    """The running mean loss, read one check late: the copy of check k is started at check k and read at
+    check k + 1, by when the device has long finished it (no stall of its queue)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.pending = None
+
+    def push(self, sums: torch.Tensor, steps: int, at_step: int) -> tuple[float, int] | None:
+        """Start reading sums[0] / steps; return the previous reading (mean loss, its step) if any."""
+        prev = self.pop()
+        if self.device.type == "cuda":
+            host = torch.empty((), dtype=sums.dtype, pin_memory=True)
+            host.copy_(sums[0], non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+            self.pending = (host, event, steps, at_step)
+        else:
+            self.pending = (sums[0].clone(), None, steps, at_step)
+        return prev
+
+    def pop(self) -> tuple[float, int] | None:
+        if self.pending is None:
+            return None
+        host, event, steps, at_step = self.pending
+        self.pending = None
+        if event is not None:
+            event.synchronize()
+        return float(host) / steps, at_step
 
 
 def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
@@ -106,7 +261,8 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
     atomic_write_text(out / CONFIG, dump_yaml(cfg))
     augment = SimCLRAugment(train_set.crop_size, train_set.mean, train_set.std,
                             crop_scale=(cfg["train"]["crop_min_scale"], 1.0))
-    loss_fn = torch.compile(model.training_loss) if cfg["train"]["compile"] else model.training_loss
+    train_step = TrainStep(model, opt, augment, cfg, device, steps)
+    names = train_step.names
     stop = {"signal": None}
     previous = signal.signal(signal.SIGTERM, lambda s, f: stop.update(signal=s))
 
@@ -115,74 +271,63 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
                       "epoch": epoch, "step": step, "log": state["log"], "dynamics": state["dynamics"],
                       "rng": rng, "partial": partial}, ckpt_path)
 
+    def finite(mean_loss: float, epoch: int, step: int) -> None:
+        if not math.isfinite(mean_loss):  # before any save: NaN weights are never checkpointed
+            raise TrainingDiverged(
+                f"loss is {mean_loss} in epoch {epoch + 1} (seen by step {step}); stopped. The last good "
+                f"checkpoint is kept at {ckpt_path} (lower train.base_lr or check the data)")
+
     bar = tqdm(total=epochs * steps, initial=state["epoch"] * steps + state["step"], disable=not progress,
                desc=f"{cfg['method']['name']} {cfg['data']['dataset']}", unit="step", dynamic_ncols=True,
                mininterval=1.0 if sys.stderr.isatty() else 30.0)
     model.train()
+    # One generator for the whole run, re-seeded each epoch (a CUDA graph keeps the generator it captured).
+    gen = torch.Generator(device=device)
     try:
         for epoch in range(state["epoch"], epochs):
-            gen = torch.Generator(device=device)
             gen.manual_seed(epoch_seed(seed, epoch))
             torch.manual_seed(epoch_seed(seed, epoch) + 1)
-            start_step, sums = 0, {}
+            start_step, sums0, carried = 0, None, 0.0
             if state["rng"] is not None:  # resuming a preempted epoch mid-way
                 gen.set_state(state["rng"]["aug"])
                 torch.set_rng_state(state["rng"]["global"])
                 if "cuda" in state["rng"]:
                     torch.cuda.set_rng_state(state["rng"]["cuda"], device)
                 start_step = state["step"]
-                sums = {k: v if k == "n" else torch.tensor(v, dtype=torch.float64, device=device)
-                        for k, v in (state["partial"] or {}).items()}
+                sums0, carried = state["partial"]["sums"], state["partial"]["seconds"]
                 state["rng"] = state["partial"] = None
+            train_step.start(epoch * steps + start_step, sums0)
             # Dynamics epochs are never checkpointed mid-way (below), so their stats cover the whole epoch.
             stats = GradientStats(cfg["model"]["proj_dim"]) if dynamics_epoch(cfg, epoch) else None
-            t0, n_img = time.perf_counter(), 0
+            # The epoch's seconds include those spent in it before a preemption.
+            t0 = _clock() - carried
+            check = _LaggedCheck(device)
             batches = iter_batches(train_set, bs, shuffle=True, seed=epoch_seed(seed, epoch), drop_last=True,
                                    device=device, num_workers=cfg["data"]["num_workers"], start=start_step)
             for step, (x, _, _) in enumerate(itertools.islice(batches, steps - start_step), start=start_step):
-                lr = lr_at(epoch * steps + step, steps, cfg["train"])
-                set_lr(opt, lr)
-                v1, v2 = augment(x, gen), augment(x, gen)
-                if channels_last(cfg, device):
-                    v1 = v1.contiguous(memory_format=torch.channels_last)
-                    v2 = v2.contiguous(memory_format=torch.channels_last)
-                with autocast(device, cfg["train"]["precision"]):
-                    loss, parts = loss_fn(v1, v2)
-                o = parts.pop("out")
-                zp = o.get("zplus")
+                r = train_step(x, gen, want_zplus=stats is not None)
                 if stats is not None:
-                    zp.retain_grad()
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if stats is not None:
-                    stats.update(zp.detach().float(), zp.grad.float())
-                opt.step()
-                n_img += x.shape[0]
-                # Running sums stay on the device: a per-step .item() would stall the GPU queue every step.
-                vals = {"loss": loss, **parts}
-                if "gate" in o:
-                    vals["open_gates"] = (o["gate"] > 0.5).float().mean()
-                for k, v in vals.items():
-                    v = v.detach().double()
-                    sums[k] = sums[k] + v if k in sums else v
-                sums["n"] = sums.get("n", 0) + 1
+                    stats.update(*r)
                 bar.update(1)
                 last = step + 1 == steps
                 preempt = stop["signal"] is not None and not last and stats is None
-                if last or preempt or (step + 1) % CHECK_EVERY == 0:
-                    mean_loss = sums["loss"].item() / sums["n"]
-                    if not math.isfinite(mean_loss):  # before any save: NaN weights are never checkpointed
-                        raise TrainingDiverged(
-                            f"loss is {mean_loss} in epoch {epoch + 1} (seen by step {step + 1}); stopped. The "
-                            f"last good checkpoint is kept at {ckpt_path} (lower train.base_lr or check the data)")
-                    bar.set_postfix(epoch=epoch + 1, loss=f"{mean_loss:.4f}", lr=f"{lr:.3g}")
                 if preempt:
-                    save(epoch, step + 1, _rng_state(gen), {k: float(v) for k, v in sums.items()})
+                    sums = train_step.read_sums()
+                    finite(sums[0] / (step + 1), epoch, step + 1)
+                    save(epoch, step + 1, _rng_state(gen), {"sums": sums, "seconds": _clock() - t0})
                     raise Preempted(f"SIGTERM: checkpoint saved in {ckpt_path}; rerun the same command to resume")
-            seconds = time.perf_counter() - t0
-            n = sums.pop("n")
-            line = {"epoch": epoch + 1, **{k: float(v) / n for k, v in sums.items()}, "lr": lr,
-                    "epoch_seconds": seconds, "img_per_s": n_img / max(seconds, 1e-9), "steps": steps,
+                if not last and (step + 1) % CHECK_EVERY == 0:
+                    seen = check.push(train_step.sums, step + 1, step + 1)
+                    if seen is not None:
+                        finite(seen[0], epoch, seen[1])
+                        bar.set_postfix(epoch=epoch + 1, loss=f"{seen[0]:.4f}")
+            sums = train_step.read_sums()  # waits for the device: then the clock
+            finite(sums[0] / steps, epoch, steps)
+            seconds = _clock() - t0
+            lr = lr_at(epoch * steps + steps - 1, steps, cfg["train"])
+            bar.set_postfix(epoch=epoch + 1, loss=f"{sums[0] / steps:.4f}", lr=f"{lr:.3g}")
+            line = {"epoch": epoch + 1, **{k: v / steps for k, v in zip(names, sums)}, "lr": lr,
+                    "epoch_seconds": seconds, "img_per_s": steps * bs / max(seconds, 1e-9), "steps": steps,
                     "peak_mem_mb": peak_memory_mb(device)}
             if stats is not None:
                 zp_test, = embed(model, test_set, cfg, device, key="zplus")

@@ -70,7 +70,7 @@ def _shift_hue(x: torch.Tensor, hue: torch.Tensor) -> torch.Tensor:
     inv = 1.0 / torch.where(chroma == 0, torch.ones_like(chroma), chroma)
     h6 = torch.where(maxc == r, (g - b) * inv, torch.where(maxc == g, 2.0 + (b - r) * inv, 4.0 + (r - g) * inv))
     h6 = h6 + 6.0 * hue.view(-1, 1, 1)
-    n = torch.tensor((5.0, 3.0, 1.0), dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
+    n = torch.arange(5.0, 0.0, -2.0, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)  # (5, 3, 1), no host copy
     k = torch.remainder(n + h6.unsqueeze(1), 6.0)
     w = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)
     return maxc.unsqueeze(1) - chroma.unsqueeze(1) * w
@@ -88,7 +88,7 @@ def _gaussian_blur(x: torch.Tensor, sigma: torch.Tensor, ksize: int) -> torch.Te
     half = ksize // 2
     t = torch.arange(ksize, dtype=x.dtype, device=x.device) - half
     k = torch.exp(-(t.view(1, -1) ** 2) / (2.0 * sigma.view(-1, 1) ** 2))
-    k = (k / k.sum(1, keepdim=True)).repeat_interleave(C, 0)  # [B*C, k]
+    k = (k / k.sum(1, keepdim=True)).unsqueeze(1).expand(B, C, ksize).reshape(B * C, ksize)  # [B*C, k]
     y = x.reshape(1, B * C, H, W)
     y = F.conv2d(F.pad(y, (half, half, 0, 0), mode="reflect"), k.view(B * C, 1, 1, ksize), groups=B * C)
     y = F.conv2d(F.pad(y, (0, 0, half, half), mode="reflect"), k.view(B * C, 1, ksize, 1), groups=B * C)
@@ -149,6 +149,9 @@ class SimCLRAugment(nn.Module):
         if self.blur_kernel % 2 == 0:
             raise ValueError(f"blur_kernel must be odd, got {self.blur_kernel}")
         self.channels_last = channels_last
+        # Buffers (moved with the module): a step captured in a CUDA graph must not copy them from the host.
+        self.register_buffer("_mean", torch.tensor(self.mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("_std", torch.tensor(self.std).view(1, 3, 1, 1), persistent=False)
 
     def extra_repr(self) -> str:
         return (
@@ -158,16 +161,25 @@ class SimCLRAugment(nn.Module):
 
     # -- parameters ---------------------------------------------------------------------------------
 
-    def sample_params(
-        self, batch: int, height: int, width: int, device: torch.device | str, generator: torch.Generator | None
-    ) -> dict[str, torch.Tensor]:
-        """Per-image crop box (top, left, h, w in input pixels), flip/jitter/gray/blur flags and factors."""
+    def draw(self, batch: int, device: torch.device | str, generator: torch.Generator | None) -> tuple:
+        """Every random number one view of `batch` images needs, from `generator` (the same draws, in the same
+        order, as `sample_params`): (u_crop float64 [4, batch, 10], u float32 [9, batch])."""
         device = torch.device(device)
         if generator is not None and torch.device(generator.device).type != device.type:
             raise ValueError(f"generator is on {generator.device}, the batch on {device}: they must match")
         u_crop = torch.rand(4, batch, _CROP_TRIES, generator=generator, device=device, dtype=torch.float64)
         u = torch.rand(9, batch, generator=generator, device=device)
+        return u_crop, u
 
+    def sample_params(
+        self, batch: int, height: int, width: int, device: torch.device | str, generator: torch.Generator | None
+    ) -> dict[str, torch.Tensor]:
+        """Per-image crop box (top, left, h, w in input pixels), flip/jitter/gray/blur flags and factors."""
+        return self.params_from_draws(self.draw(batch, device, generator), height, width)
+
+    def params_from_draws(self, draws: tuple, height: int, width: int) -> dict[str, torch.Tensor]:
+        """`sample_params` from the draws of `draw`: no randomness and no host sync, so it can be captured."""
+        u_crop, u = draws
         # RandomResizedCrop.get_params, vectorised over images and tries.
         area = height * width
         lo, hi = self.crop_scale
@@ -249,7 +261,7 @@ class SimCLRAugment(nn.Module):
 
         x = torch.where(p["blur"].view(-1, 1, 1, 1), _gaussian_blur(x, p["sigma"].to(x.dtype), self.blur_kernel), x)
 
-        x = _normalize(x, self.mean, self.std)
+        x = (x - self._mean.to(x.device)) / self._std.to(x.device)
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return x
@@ -259,6 +271,19 @@ class SimCLRAugment(nn.Module):
         # float32 whatever autocast the caller runs under (the blur conv would otherwise go bf16).
         with torch.autocast(device_type=x.device.type, enabled=False):
             return self.apply(x, p)
+
+    def views(self, x: torch.Tensor, draws: list[tuple]) -> torch.Tensor:
+        """Several views of the batch `x` in one pass, stacked ([view 1 of every image; view 2; ...]), from one
+        `draw` each: the same images as calling `forward` once per view with those draws (per-image ops)."""
+        H, W = x.shape[-2:]
+        # Parameters are per image, so the views' draws are joined first and turned into parameters once.
+        p = self.params_from_draws(tuple(torch.cat(d, dim=1) for d in zip(*draws)), H, W)
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return self.apply(x.repeat(len(draws), 1, 1, 1), p)
+
+    def two_views(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """[view 1; view 2] of `x`, equal to torch.cat([self(x, generator), self(x, generator)])."""
+        return self.views(x, [self.draw(x.shape[0], x.device, generator) for _ in range(2)])
 
 
 def eval_transform(x: torch.Tensor, mean: Sequence[float], std: Sequence[float], size: int) -> torch.Tensor:

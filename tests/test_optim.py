@@ -1,0 +1,170 @@
+"""The multi-tensor LARS against timm's Lars, its state, and the lr schedule as a device table."""
+
+import copy
+
+import pytest
+import torch
+from timm.optim import Lars as TimmLars
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from bayesncl import config as C
+from bayesncl.methods import build_method
+from bayesncl.optim import Lars, build_optimizer, lr_at, lr_schedule, set_lr
+
+SHAPES = [(16, 8), (16,), (4, 3, 3, 3), (4,), (4,), (32, 16), (32,), (8, 32), (8,)]
+
+
+def params(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=g).requires_grad_(True) for s in SHAPES]
+
+
+def groups(ps, head_group: bool, mult=0.25):
+    """The trainer's layout: weights with weight decay (LARS-scaled), 1-D without; optionally a gating-head
+    pair of groups with its own lr multiplier."""
+    body, head = (ps[:5], ps[5:]) if head_group else (ps, [])
+    out = [{"params": [p for p in body if p.ndim > 1], "weight_decay": 1e-4, "lr_mult": 1.0},
+           {"params": [p for p in body if p.ndim <= 1], "weight_decay": 0.0, "lr_mult": 1.0}]
+    if head:
+        out += [{"params": [p for p in head if p.ndim > 1], "weight_decay": 1e-4, "lr_mult": mult},
+                {"params": [p for p in head if p.ndim <= 1], "weight_decay": 0.0, "lr_mult": mult}]
+    return out
+
+
+KW = dict(momentum=0.9, trust_coeff=0.02, trust_clip=True)
+
+
+@pytest.mark.parametrize("head_group", [False, True], ids=["one lr", "gate head lr"])
+@pytest.mark.parametrize("foreach", [False, True], ids=["timm per-parameter", "timm foreach"])
+def test_lars_equals_timm_over_many_steps(head_group, foreach):
+    a, b = params(), params()
+    ref = TimmLars(groups(a, head_group), lr=0.3, foreach=foreach, **KW)
+    ours = Lars(groups(b, head_group), lr=0.3, **KW)
+    g = torch.Generator().manual_seed(1)
+    worst = 0.0
+    for step in range(300):
+        lr = 0.4 * (0.5 + 0.5 * torch.rand((), generator=g).item())
+        for p, q in zip(a, b):
+            grad = torch.randn(p.shape, generator=g) * (0.1 if step % 5 == 0 else 0.01)
+            if step == 7:
+                grad = torch.zeros_like(grad)  # a zero gradient: trust ratio 1, as in timm
+            p.grad, q.grad = grad.clone(), grad.clone()
+        set_lr(ref, lr)
+        ref.step()
+        ours.step(lr=torch.tensor(lr))
+        worst = max(worst, max(float((p - q).detach().abs().max()) for p, q in zip(a, b)))
+    assert max(float(p.abs().max()) for p in a) > 1.0  # the parameters moved at their own scale
+    assert worst <= 1e-6, worst
+
+
+def test_group_lrs_and_lr_tensor_agree():
+    a, b = params(), params()
+    by_group, by_tensor = Lars(groups(a, True), lr=0.3, **KW), Lars(groups(b, True), lr=0.3, **KW)
+    for _ in range(5):
+        for p, q in zip(a, b):
+            p.grad = torch.randn(p.shape)
+            q.grad = p.grad.clone()
+        set_lr(by_group, 0.2)
+        by_group.step()
+        by_tensor.update([q.grad for q in by_tensor.params], torch.tensor(0.2))
+    assert all(torch.equal(p, q) for p, q in zip(a, b))
+
+
+def test_the_head_multiplier_reaches_the_head_only():
+    """At an lr below the trust ratio (clipping at 1) every step is lr x d: the head's is 0.25 x the same
+    group's at multiplier 1; the other groups' are unchanged."""
+    a, b = params(), params()
+    one, quarter = Lars(groups(a, True, mult=1.0), lr=0.3, **KW), Lars(groups(b, True, mult=0.25), lr=0.3, **KW)
+    for p, q in zip(a, b):
+        p.grad = torch.randn(p.shape)
+        q.grad = p.grad.clone()
+    before = [p.detach().clone() for p in a]
+    one.step(lr=torch.tensor(0.005))
+    quarter.step(lr=torch.tensor(0.005))
+    for i, (p, q, p0) in enumerate(zip(a, b, before)):
+        if i < 5:
+            assert torch.equal(p, q)
+        else:
+            torch.testing.assert_close(q - p0, 0.25 * (p - p0), rtol=1e-3, atol=1e-6)
+
+
+class _Count(TorchDispatchMode):
+    n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_one_step_dispatches_the_same_ops_for_any_number_of_parameters():
+    """Multi-tensor: no per-parameter op (timm's per-parameter path dispatches ~10 per parameter)."""
+    counts = []
+    for n in (3, 30):
+        ps = [torch.randn(5, 4).requires_grad_(True) for _ in range(n)] + [torch.randn(4).requires_grad_(True)]
+        opt = Lars([{"params": ps[:-1], "weight_decay": 1e-4}, {"params": ps[-1:], "weight_decay": 0.0}], lr=0.1, **KW)
+        for p in ps:
+            p.grad = torch.randn(p.shape)
+        opt.step(lr=torch.tensor(0.1))  # warm-up
+        with _Count() as c:
+            opt.update([p.grad for p in opt.params], torch.tensor(0.1))
+        counts.append(c.n)
+    assert counts[0] == counts[1] < 40, counts
+
+
+def test_state_dict_resumes_exactly():
+    a, b = params(), params()
+    first = Lars(groups(a, True), lr=0.3, **KW)
+    g = torch.Generator().manual_seed(0)
+    grads = [[torch.randn(s, generator=g) for s in SHAPES] for _ in range(6)]
+    for step in range(3):
+        for p, gr in zip(a, grads[step]):
+            p.grad = gr.clone()
+        first.step(lr=torch.tensor(0.1))
+    resumed = Lars(groups(b, True), lr=0.3, **KW)
+    with torch.no_grad():
+        for p, q in zip(a, b):
+            q.copy_(p)
+    resumed.load_state_dict(copy.deepcopy(first.state_dict()))  # as through a checkpoint file
+    for step in range(3, 6):
+        for opt, ps in ((first, a), (resumed, b)):
+            for p, gr in zip(ps, grads[step]):
+                p.grad = gr.clone()
+            opt.step(lr=torch.tensor(0.1))
+    assert all(torch.equal(p, q) for p, q in zip(a, b))
+
+
+def test_loads_a_timm_lars_state_dict():
+    """A checkpoint written with timm's Lars (the trainer's optimizer before) resumes with this one."""
+    a, b = params(), params()
+    ref = TimmLars(groups(a, False), lr=0.3, **KW)
+    for p in a:
+        p.grad = torch.randn(p.shape)
+    ref.step()
+    ours = Lars(groups(b, False), lr=0.3, **KW)
+    ours.load_state_dict(ref.state_dict())
+    for p, q in zip(a, b):
+        torch.testing.assert_close(ours.state[q]["momentum_buffer"], ref.state[p]["momentum_buffer"])
+
+
+def test_build_optimizer_groups_and_lr_schedule_table():
+    cfg = C.resolve(sets=["model.width=4", "model.proj_hidden=16", "model.proj_dim=8", "method.name=bayesncl",
+                          "train.epochs=3", "train.warmup_epochs=1"])
+    model = build_method(cfg)
+    opt = build_optimizer(model, cfg)
+    head = {id(p) for p in model.gate_head.parameters()}
+    for g in opt.param_groups:
+        assert g["weight_decay"] == (cfg["train"]["weight_decay"] if g["params"][0].ndim > 1 else 0.0)
+        assert g["lr_mult"] == (cfg["method"]["head_lr_mult"] if id(g["params"][0]) in head else 1.0)
+    assert len(opt.params) == len(list(model.parameters()))
+    table = lr_schedule(7, cfg["train"])
+    assert table.dtype == torch.float32 and table.shape == (21,)
+    assert table.tolist() == pytest.approx([lr_at(s, 7, cfg["train"]) for s in range(21)], rel=1e-6)
+
+
+def test_every_parameter_needs_a_gradient():
+    ps = params()
+    opt = Lars(groups(ps, False), lr=0.1, **KW)
+    for p in ps[1:]:
+        p.grad = torch.randn(p.shape)
+    with pytest.raises((TypeError, RuntimeError)):
+        opt.step()

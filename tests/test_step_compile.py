@@ -1,0 +1,152 @@
+"""The training step as one graph (train.graph): torch.compile(fullgraph=True) of the whole step, with no
+graph break, against the eager step over several steps, for NCL and BayesNCL; on CUDA, the captured step.
+
+The model is the real method (heads, losses, LARS, augmentation) on a tiny two-conv backbone: compile time
+grows with the graph, and the step's structure is what is tested. Tolerances: "aot_eager" (dynamo +
+AOTAutograd tracing, eager kernels) must reproduce the eager step exactly; inductor (generated kernels, other
+summation orders; BayesNCL, marked slow) within 1e-5 on every parameter, buffer and running sum over 5 steps.
+"""
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+from torch import nn
+
+import bayesncl.methods as methods_mod
+import bayesncl.train as T
+from bayesncl import config as C
+from bayesncl.data import SimCLRAugment
+from bayesncl.optim import build_optimizer
+
+STEPS = 5
+
+
+class TinyBackbone(nn.Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU(inplace=True),
+            nn.Conv2d(4, 8, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.out_dim = 8
+
+    def forward(self, x):
+        return self.net(x)
+
+
+@pytest.fixture
+def tiny_backbone(monkeypatch):
+    monkeypatch.setattr(methods_mod, "build_backbone", TinyBackbone)
+
+
+SETS = ["data.synthetic.image_size=16", "model.proj_hidden=32", "model.proj_dim=16", "train.batch_size=16",
+        "train.epochs=2", "train.warmup_epochs=1", "train.base_lr=4", "train.threads=1"]
+METHODS = {"ncl": ["method.name=ncl"], "bayesncl": ["method.name=bayesncl", "method.gate=gumbel"]}
+
+
+def make_step(method, graph, device="cpu"):
+    cfg = C.resolve(sets=SETS + METHODS[method] + [f"train.graph={graph}", f"train.device={device}"])
+    torch.manual_seed(0)
+    model = methods_mod.build_method(cfg).to(device).train()
+    aug = SimCLRAugment(16, (0.5,) * 3, (0.25,) * 3)
+    step = T.TrainStep(model, build_optimizer(model, cfg), aug, cfg, torch.device(device), STEPS)
+    step.start(0)
+    return step
+
+
+def run(step, device="cpu"):
+    """STEPS steps on a fixed batch; the parameters, BN buffers and running sums after each."""
+    x = torch.randint(0, 256, (16, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    x = x.to(device)
+    gen = torch.Generator(device=device).manual_seed(3)
+    out = []
+    for _ in range(STEPS):
+        step(x, gen)
+        state = [t.detach().clone().cpu() for t in (*step.model.parameters(), *step.model.buffers(), step.sums)]
+        out.append(state)
+    return out
+
+
+def assert_close_runs(a, b, tol):
+    for i, (sa, sb) in enumerate(zip(a, b)):
+        for ta, tb in zip(sa, sb):
+            if tol == 0:
+                assert torch.equal(ta, tb), f"step {i + 1}"
+            else:
+                torch.testing.assert_close(ta.double(), tb.double(), rtol=tol, atol=tol, msg=f"step {i + 1}")
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_whole_step_traces_as_one_graph_and_reproduces_eager(tiny_backbone, monkeypatch, method):
+    """fullgraph=True raises on any graph break: augmentation, forward, loss, backward (autograd.grad), the
+    LARS update and the sums are one graph. With eager kernels it must give the eager step's numbers exactly."""
+    monkeypatch.setattr(T, "COMPILE_BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    compiled = make_step(method, "compile")
+    got = run(compiled)  # first in the process: a step with side effects outside its graph would recompile
+    assert counters["stats"]["unique_graphs"] == 1  # one graph, traced once: no recompilation per step
+    ref = run(make_step(method, "eager"))
+    assert_close_runs(ref, got, 0)
+    assert ref[-1][-1][0] != ref[0][-1][0]  # the sums grew: steps ran
+
+
+@pytest.mark.slow
+def test_inductor_compiled_step_matches_eager(tiny_backbone):
+    """What train.graph=compile runs on CPU: inductor's generated kernels, within 1e-5 of eager. BayesNCL only
+    (its step holds NCL's): inductor's code generation is most of this test's time."""
+    torch._dynamo.reset()
+    ref, got = run(make_step("bayesncl", "eager")), run(make_step("bayesncl", "compile"))
+    assert_close_runs(ref, got, 1e-5)
+
+
+def test_pretrain_in_compile_mode_resumes_to_the_eager_runs_weights(tiny_backbone, monkeypatch, tmp_path):
+    """The trainer around the compiled step, preempted mid-epoch and resumed: the weights and log of an
+    uninterrupted eager run (exactly: eager kernels under aot_eager)."""
+    monkeypatch.setattr(T, "COMPILE_BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    base = SETS + METHODS["bayesncl"] + ["data.synthetic.train_size=64", "data.synthetic.test_size=32",
+                                         "train.max_steps_per_epoch=3"]
+    T.pretrain(C.resolve(sets=base + ["train.graph=eager"]), tmp_path / "eager", progress=False)
+    cfg = C.resolve(sets=base + ["train.graph=compile"])
+    real, calls = T.TrainStep.__call__, {"n": 0}
+
+    def step(self, x, gen, want_zplus=False):
+        calls["n"] += 1
+        if calls["n"] == 5:  # epoch 2, step 2
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, x, gen, want_zplus)
+
+    monkeypatch.setattr(T.TrainStep, "__call__", step)
+    run = tmp_path / "compile"
+    with pytest.raises(T.Preempted):
+        T.pretrain(cfg, run, progress=False)
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["step"] == 2
+    T.pretrain(cfg, run, progress=False)
+    a, b = (torch.load(tmp_path / n / "model.pt", weights_only=True)["model"] for n in ("eager", "compile"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    logs = [[json.loads(l) for l in (tmp_path / n / "log.jsonl").read_text().splitlines()] for n in ("eager", "compile")]
+    assert [(r["loss"], r["kl"]) for r in logs[0]] == [(r["loss"], r["kl"]) for r in logs[1]]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("method", list(METHODS))
+def test_cuda_step_has_no_host_sync_and_its_graph_replays_the_eager_step(tiny_backbone, method):
+    """On CUDA: the eager step never synchronises with the host (sync debug mode "error"), and train.graph=
+    cudagraph (draws + step captured once, replayed) gives the eager step's numbers within 1e-5."""
+    eager = make_step(method, "eager", "cuda")
+    x = torch.randint(0, 256, (16, 3, 16, 16), dtype=torch.uint8, device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    eager(x, gen)  # lazy initialisation outside the check
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        eager(x, gen)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    ref, got = run(make_step(method, "eager", "cuda"), "cuda"), run(make_step(method, "cudagraph", "cuda"), "cuda")
+    assert_close_runs(ref, got, 1e-5)
