@@ -74,13 +74,10 @@ def _summarize(args) -> int:
         raise OutputError(f"--out {out} is a folder; give the CSV file to write, e.g. {out / 'runs.csv'}")
     check_writable_dir(out.parent, what=f"--out {out}")
     if args.grid is not None:
-        import yaml
+        from .config import load_yaml_file
 
         _input_file(args.grid, "--grid", "give the workflow config, e.g. config/config.yaml")
-        try:
-            grid = yaml.safe_load(Path(args.grid).read_text())
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--grid {args.grid}: not valid YAML ({e})") from None
+        grid = load_yaml_file(args.grid, "--grid")
         if not isinstance(grid, dict):
             raise ConfigError(f"--grid {args.grid}: expected a mapping (results, seeds, defaults, datasets, ...)")
     else:
