@@ -1,4 +1,4 @@
-"""Command line: `bayesncl pretrain | evaluate | summarize | report | atlas | make-synthetic`."""
+"""Command line: `bayesncl pretrain | evaluate | summarize | report | jobs | atlas | make-synthetic`."""
 
 from __future__ import annotations
 
@@ -93,7 +93,22 @@ def _report(args) -> int:
     _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
     check_writable_dir(args.out)
     write_report(args.summary, args.out)
+    if args.smoke:
+        from .report.smoke import NOTE, mark_tables
+
+        mark_tables(Path(args.out) / "tables")
+        print(NOTE)
     print(f"tables and figures under {args.out}")
+    return 0
+
+
+def _jobs(args) -> int:
+    from .report.jobs import write_jobs
+
+    check_writable_dir(Path(args.out).parent, what=f"--out {args.out}")
+    csv, md, text = write_jobs(args.benchmarks, args.out, smoke=args.smoke)
+    print(text, end="")
+    print(f"jobs: {csv}, {md}")
     return 0
 
 
@@ -192,7 +207,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True, metavar="DIR",
                     help="writes DIR/tables/{table1..7,claims}.{tex,md} and "
                          "DIR/figures/{figure3,figure4a,figure4b,gates}.{pdf,png}")
+    sp.add_argument("--smoke", action="store_true", help="mark every table as a smoke run's (not results)")
     sp.set_defaults(func=_report)
+
+    sp = sub.add_parser("jobs", help="what each workflow job cost: its benchmark files in one CSV, totals per rule",
+                        description="Collect the workflow's benchmark files (wall time, peak memory, GPUs held) "
+                                    "into one CSV row per job, and the totals per rule and the GPU-hours as run "
+                                    "into a Markdown table beside it.")
+    sp.add_argument("--benchmarks", required=True, metavar="DIR", help="the workflow's <results>/benchmarks folder")
+    sp.add_argument("--out", required=True, metavar="CSV", help="the CSV to write; the totals go to the .md beside it")
+    sp.add_argument("--smoke", action="store_true", help="mark the totals as a smoke run's")
+    sp.set_defaults(func=_jobs)
 
     sp = sub.add_parser("atlas", help="feature atlas: what each dim of z+ fires on, what the gate closes",
                         description="Dimension sheets (top activating test images of the most consistent and "

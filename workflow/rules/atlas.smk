@@ -10,6 +10,8 @@ rule atlas:
         png=f"{RESULTS}/figures/atlas_{{dataset}}.png",
     log:
         f"{RESULTS}/summary/atlas_{{dataset}}.log",
+    benchmark:
+        f"{BENCHMARKS}/atlas/{{dataset}}.tsv"
     wildcard_constraints:
         dataset="[^/]+",
     params:
