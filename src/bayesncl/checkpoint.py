@@ -39,8 +39,8 @@ def load(path: str | Path, map_location="cpu") -> dict:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError:
         # torch's message advises weights_only=False: never for a file nobody vouches for
-        raise CheckpointError(f"checkpoint {path}: not a file of tensors and plain values (it holds Python "
-                              f"objects, or is no torch file at all); {EXPECTED}") from None
+        raise CheckpointError(f"checkpoint {path} could not be read: it is not a file of tensors and plain values "
+                              f"(it holds Python objects, or is no torch file at all); {EXPECTED}") from None
     except Exception as e:  # a truncated or foreign file
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {path} could not be read ({reason}); {EXPECTED}") from None

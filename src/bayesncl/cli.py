@@ -77,7 +77,8 @@ def _summarize(args) -> int:
         from .config import load_yaml_file
 
         _input_file(args.grid, "--grid", "give the workflow config, e.g. config/config.yaml")
-        grid = load_yaml_file(args.grid, "--grid")
+        grid = load_yaml_file(args.grid, "--grid", "expected the workflow config, a YAML text file (results, "
+                                                   "seeds, defaults, datasets, variants, sets), e.g. config/config.yaml")
         if not isinstance(grid, dict):
             raise ConfigError(f"--grid {args.grid}: expected a mapping (results, seeds, defaults, datasets, ...)")
     else:

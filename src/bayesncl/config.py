@@ -400,11 +400,11 @@ def topk_k(cfg: dict) -> int:
     return int(k) if k is not None else max(1, int(round(cfg["model"]["proj_dim"] / 10)))
 
 
-def load_yaml_file(file: str | Path, what: str):
+def load_yaml_file(file: str | Path, what: str,
+                   expected: str = "expected a YAML text file of config keys (data:, model:, method:, train:, eval:)"):
     """The YAML document in `file`; a missing, unreadable, binary or malformed file is one ConfigError line
     naming it and what was expected."""
     path = Path(file)
-    expected = "expected a YAML text file of config keys (data:, model:, method:, train:, eval:)"
     if not path.is_file():
         raise ConfigError(f"{what} {path} " + ("is a folder" if path.is_dir() else "does not exist") + f"; {expected}")
     try:

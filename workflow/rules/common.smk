@@ -11,6 +11,10 @@ from bayesncl.grid import evaluation_sections, expand_grid, smoke_results
 from bayesncl.report.atlas import atlas_runs
 
 
+# `--config smoke=true` arrives as a string.
+if isinstance(config.get("smoke"), str):
+    config["smoke"] = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}.get(
+        config["smoke"].strip().lower(), config["smoke"])
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
 # The smoke switch (`--config smoke=true`): every job of the grid shrunk (bayesncl.grid.SMOKE) into
 # <results>-smoke, its tables marked as a smoke run. Rewritten here, so summarize (given `config`) agrees.
