@@ -3,6 +3,7 @@ own tests compare them with naive loops), and a section job that reads the featu
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,10 @@ def test_cache_reading_sections_import_no_torch(tmp_path):
     for name in ("interpretability", "retrieval"):  # the run block the features section read from the checkpoint
         body = json.loads((out / f"{name}.json").read_text())
         assert body["run"] == recorded["run"] and body[name], name
+    # A section that needs torch runs it on train.threads threads (1 here), not on every core
+    probe = ("import sys; from bayesncl.cli import main; "
+             f"rc = main(['evaluate', '--checkpoint', {str(run / 'model.pt')!r}, '--out', {str(out)!r}, "
+             "'--only', 'linear_probe', '--quiet']); import torch; print(torch.get_num_threads()); sys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "OMP_NUM_THREADS": ""})
+    assert r.returncode == 0 and r.stdout.split()[-1] == "1", r.stdout + r.stderr

@@ -247,6 +247,16 @@ def test_tiny_grid_end_to_end(tmp_path):
     md = (out / "tables" / "claims.md").read_text()
     assert every <= {line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ")}
     assert "Claims (docs/METHOD.md section 9" in r.stdout + r.stderr  # the outcome, on the terminal
+    # What each job cost: every job of every rule but the last (jobs itself), GPUs as held (none here)
+    from bayesncl.grid import expand_grid
+
+    jobs = pd.read_csv(out / "summary" / "jobs.csv")
+    n_runs = len(expand_grid(cfg))
+    assert (jobs["rule"] == "pretrain").sum() == (jobs["rule"] == "features").sum() == n_runs
+    assert {"interpretability", "retrieval", "linear_probe", "background_probe", "dynamics", "cost", "atlas",
+            "summarize", "report"} <= set(jobs["rule"])
+    assert (jobs["seconds"] > 0).all() and (jobs["gpus"] == 0).all()
+    assert "GPU-hours of the grid as run: 0.00" in (out / "summary" / "jobs.md").read_text()
 
     again = snakemake("-n", *args)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import sys
 from pathlib import Path
 
 from ..atomic import atomic_write_text
@@ -54,6 +56,18 @@ def _recorded(out: Path) -> dict | None:
     return data
 
 
+def _torch_threads(cfg: dict) -> None:
+    """train.threads bounds evaluation's torch threads too (0: torch's default): jobs run side by side, and two
+    of them each spinning two threads on two cores cost the fast probe three times its CPU time."""
+    n = cfg["train"]["threads"]
+    if not n:
+        return
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(n)
+    else:
+        os.environ["OMP_NUM_THREADS"] = str(n)  # read when a section first imports torch
+
+
 def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(), overrides: dict | None = None,
              expect_config=None, progress: bool = True) -> list[Path]:
     """Run the sections `only` (default: every section that applies to the run, features first) and return
@@ -79,6 +93,7 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
         weights_sha = ckpt_io.weights_digest(state["model"])
     else:
         weights_sha = recorded["run"]["weights_sha"]
+    _torch_threads(cfg)
     names = list(only) if only else applicable(cfg)
     for name in names:
         check_applies(name, cfg)
