@@ -16,7 +16,7 @@ LAYERS = [
      "bayesncl.evaluation.dynamics", "bayesncl.evaluation.cost", "bayesncl.evaluation.arrays"],
     ["bayesncl.train"],
     ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner", "bayesncl.evaluation.context"],
-    ["bayesncl.grid"],
+    ["bayesncl.grid", "bayesncl.preflight"],
     ["bayesncl.report"],
     ["bayesncl.cli"],
 ]
