@@ -31,6 +31,8 @@ RUN = SCRIPTS / "run_workflow.sh"
 CLUSTER = SCRIPTS / "local_cluster.sh"
 # Whole-test limit; snakemake itself gets SLURM_TEST_TIMEOUT (run_workflow.sh).
 TEST_TIMEOUT = int(os.environ.get("SLURM_PYTEST_TIMEOUT", "280"))
+# The tiny grid's limit for snakemake (a slow or shared machine needs more).
+TINY_LIMIT = int(os.environ.get("SLURM_TINY_LIMIT", "420"))
 
 
 def _snakemake() -> str | None:
@@ -297,7 +299,7 @@ def test_real_tiny_workflow(tmp_path, cluster_state):
         rc, out = run_workflow(
             cluster_state, "--profile", "slurm", "all",
             "--configfile", "config/tiny.yaml", "--config", f"results={results}",
-            directory=REPO, limit=420, timeout=480,
+            directory=REPO, limit=TINY_LIMIT, timeout=TINY_LIMIT + 60,
         )
     finally:
         killer.stop.set()

@@ -86,8 +86,9 @@ def run_id(cfg: dict, base: dict) -> str:
 
 
 def smoke_results(results: str) -> str:
-    """Where a smoke run writes: beside the real results, never into them."""
-    return results.rstrip("/") + "-smoke"
+    """Where a smoke run writes: beside the real results, never into them (a folder already named so stays)."""
+    results = results.rstrip("/")
+    return results if results.endswith("-smoke") else results + "-smoke"
 
 
 def _smoke(wf: dict) -> dict | None:

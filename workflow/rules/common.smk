@@ -19,7 +19,7 @@ validate(config, workflow.source_path("../schemas/config.schema.yaml"))
 # The smoke switch (`--config smoke=true`): every job of the grid shrunk (bayesncl.grid.SMOKE) into
 # <results>-smoke, its tables marked as a smoke run. Rewritten here, so summarize (given `config`) agrees.
 SMOKE = bool(config.get("smoke"))
-if SMOKE and not config["results"].rstrip("/").endswith("-smoke"):
+if SMOKE:
     config["results"] = smoke_results(config["results"])
 try:
     RUNS = expand_grid(config)

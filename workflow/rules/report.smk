@@ -53,9 +53,10 @@ rule jobs:
     log:
         f"{RESULTS}/summary/jobs.log",
     params:
+        benchmarks=BENCHMARKS,
         smoke="--smoke" if SMOKE else "",
     localrule: True
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "bayesncl jobs --benchmarks {BENCHMARKS} --out {output.csv} {params.smoke} 2>&1 | tee {log}"
+        "bayesncl jobs --benchmarks {params.benchmarks:q} --out {output.csv:q} {params.smoke} 2>&1 | tee {log}"
