@@ -68,7 +68,7 @@ def test_smoke_run_of_the_paper_grid_on_real_format_files(tmp_path):
     results = tmp_path / "results"
     cfg = paper_for_two_cores(roots, results)
     (tmp_path / "paper.yaml").write_text(yaml.safe_dump(cfg))
-    r = snakemake("--cores", "2", "--configfile", str(tmp_path / "paper.yaml"), "--config", "smoke=true")
+    r = snakemake("--cores", "2", "--configfile", str(tmp_path / "paper.yaml"), "--config", "smoke=true", timeout=2400)
     assert r.returncode == 0, r.stderr[-6000:]
     smoke = Path(f"{results}-smoke")
     assert not results.exists()  # never into the real results
