@@ -311,10 +311,11 @@ def test_real_tiny_workflow(tmp_path, cluster_state):
     # What Snakemake submitted: pretrain and atlas jobs, and one group per run (the victim's twice).
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+) \(log: (\S+?)\)", out)
     kinds: dict[str, list[str]] = {}
-    for jobid, log in submitted:
-        m = re.search(r"/group_eval_(.+)/\d+\.log$", log) or re.search(r"/rule_(\w+)/", log)
-        assert m, log
-        kinds.setdefault(f"eval {m.group(1)}" if "/group_eval_" in log else m.group(1), []).append(jobid)
+    for jobid, log in submitted:  # logs: .../rule_<rule>/... or .../group_eval_<run>_<its sections>/<id>.log
+        group = [rid for rid in runs if f"/group_eval_{rid}_" in log]
+        m = re.search(r"/rule_(\w+)/", log)
+        assert group or m, log
+        kinds.setdefault(f"eval {max(group, key=len)}" if group else m.group(1), []).append(jobid)
     assert len(kinds["pretrain"]) == len(runs), kinds  # nothing retrained
     assert len(kinds["atlas"]) == 1
     for rid in runs:
