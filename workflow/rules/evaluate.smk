@@ -38,9 +38,10 @@ EVAL_RULES = {
     "cost": dict(input={"model": MODEL}, cpus=2, mem_mb=16000, runtime=15),
 }
 
-# Submitting to a cluster (not locally, not inside a submission): members of a group may not share a layer,
-# so the group asks for the largest member, not the sum. `local`: counted per submission, not across the queue.
-if workflow.is_main_process and workflow.nodes is not None and "serial" not in workflow.global_resources:
+# On a cluster, members of a group may not share a layer: where it is submitted, the group asks for its largest
+# member, not the sum; inside the submission, its members run one at a time. `local`: counted per submission,
+# not across the queue. Locally (no groups) every section is a job of its own and nothing changes.
+if not LOCAL and "serial" not in workflow.global_resources:
     workflow.register_resource("serial", 1)
 
 
