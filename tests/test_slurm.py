@@ -240,7 +240,7 @@ class KillSection(threading.Thread):
         self.eval_dir, self.section = str(eval_dir), section
         self.stop, self.killed, self.ended_before = threading.Event(), None, None
 
-    def _target(self) -> int | None:
+    def _find(self) -> int | None:
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 argv = [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
@@ -253,7 +253,7 @@ class KillSection(threading.Thread):
 
     def run(self):
         while not self.stop.is_set():
-            pid = self._target()
+            pid = self._find()
             if pid is not None:
                 self.ended_before = sorted(p.stem for p in Path(self.eval_dir).glob("*.json"))
                 os.kill(pid, signal.SIGKILL)
