@@ -32,7 +32,7 @@ CLUSTER = SCRIPTS / "local_cluster.sh"
 # Whole-test limit; snakemake itself gets SLURM_TEST_TIMEOUT (run_workflow.sh).
 TEST_TIMEOUT = int(os.environ.get("SLURM_PYTEST_TIMEOUT", "280"))
 # The tiny grid's limit for snakemake (a slow or shared machine needs more).
-TINY_LIMIT = int(os.environ.get("SLURM_TINY_LIMIT", "420"))
+TINY_LIMIT = int(os.environ.get("SLURM_TINY_LIMIT", "600"))
 
 
 def _snakemake() -> str | None:
