@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import bayesncl.config
 import bayesncl.evaluation.runner
 import bayesncl.report
 import bayesncl.train
@@ -219,6 +220,34 @@ def test_corrupt_checkpoint_is_one_line(tmp_path, capsys):
     bad.write_bytes(b"truncated")
     assert main(["evaluate", "--checkpoint", str(bad), "--out", str(tmp_path / "e")]) == 2
     _one_line_error(capsys, str(bad), "could not be read")
+
+
+@pytest.mark.parametrize("content", [b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, "pickle"], ids=["bytes", "pickle"])
+def test_junk_checkpoint_is_one_line_without_torchs_advice(content, tmp_path, capsys):
+    """Random bytes, or a pickle of a Python object (torch's weights-only load refuses it and advises
+    weights_only=False, which is no advice for a file nobody vouches for)."""
+    junk = tmp_path / "model.pt"
+    if content == "pickle":
+        torch.save({"model": {}, "config": {}, "note": Path("x")}, junk)
+    else:
+        junk.write_bytes(content)
+    assert main(["evaluate", "--checkpoint", str(junk), "--out", str(tmp_path / "e")]) == 2
+    err = _one_line_error(capsys, str(junk), "expected a file that `bayesncl pretrain` wrote")
+    assert "weights_only" not in err and "unsafe" not in err.lower()
+
+
+@pytest.mark.parametrize("argv", [["pretrain", "--out", "run"], ["evaluate", "--checkpoint", "model.pt", "--out", "e"],
+                                  ["summarize", "--out", "runs.csv"]])
+def test_binary_config_file_is_one_line(argv, tmp_path, monkeypatch, capsys, no_work):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model.pt").write_bytes(b"")
+    (tmp_path / "config.bin").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
+    flag = "--grid" if argv[0] == "summarize" else "--config"
+    if argv[0] == "evaluate":
+        monkeypatch.setattr(bayesncl.evaluation.runner, "evaluate", lambda *a, **k: bayesncl.config.resolve(
+            file=k["expect_config"]))  # evaluate reads --config as the run's config
+    assert main([*argv, flag, "config.bin"]) == 2
+    _one_line_error(capsys, "config.bin", "not a text file", "expected")
 
 
 # ---------------------------------------------------------------------------------- DataLoader workers

@@ -13,10 +13,10 @@ LAYERS = [
     ["bayesncl.data", "bayesncl.losses", "bayesncl.backbones", "bayesncl.rundir"],
     ["bayesncl.methods", "bayesncl.optim", "bayesncl.checkpoint", "bayesncl.runtime"],
     ["bayesncl.evaluation.metrics", "bayesncl.evaluation.retrieval", "bayesncl.evaluation.probe",
-     "bayesncl.evaluation.dynamics", "bayesncl.evaluation.cost"],
+     "bayesncl.evaluation.dynamics", "bayesncl.evaluation.cost", "bayesncl.evaluation.arrays"],
     ["bayesncl.train"],
-    ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner"],
-    ["bayesncl.grid"],
+    ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner", "bayesncl.evaluation.context"],
+    ["bayesncl.grid", "bayesncl.preflight"],
     ["bayesncl.report"],
     ["bayesncl.cli"],
 ]

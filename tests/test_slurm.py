@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +31,8 @@ RUN = SCRIPTS / "run_workflow.sh"
 CLUSTER = SCRIPTS / "local_cluster.sh"
 # Whole-test limit; snakemake itself gets SLURM_TEST_TIMEOUT (run_workflow.sh).
 TEST_TIMEOUT = int(os.environ.get("SLURM_PYTEST_TIMEOUT", "280"))
+# The tiny grid's limit for snakemake (a slow or shared machine needs more).
+TINY_LIMIT = int(os.environ.get("SLURM_TINY_LIMIT", "600"))
 
 
 def _snakemake() -> str | None:
@@ -228,6 +231,47 @@ def test_failing_rule_fails_run_and_shows_job_log(tmp_path, cluster_state):
     assert "rule-log-marker-49" in out, _tail(out)
 
 
+class KillSection(threading.Thread):
+    """Kills (SIGKILL) the process of one evaluation section of one run, the first time it runs, and records
+    which sections of that run had ended by then."""
+
+    def __init__(self, eval_dir: Path, section: str):
+        super().__init__(daemon=True)
+        self.eval_dir, self.section = str(eval_dir), section
+        self.stop, self.killed, self.ended_before = threading.Event(), None, None
+
+    def _find(self) -> int | None:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                argv = [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+            except OSError:
+                continue
+            # `bayesncl evaluate ... --out EVAL --only SECTION` itself (not the shell or srun around it)
+            if "evaluate" in argv and "--only" in argv and self.section in argv and self.eval_dir in argv:
+                return int(pid)
+        return None
+
+    def run(self):
+        while not self.stop.is_set():
+            pid = self._find()
+            if pid is not None:
+                self.ended_before = sorted(p.stem for p in Path(self.eval_dir).glob("*.json"))
+                os.kill(pid, signal.SIGKILL)
+                self.killed = pid
+                return
+            time.sleep(0.05)
+
+
+def _minutes(limit: str) -> int:
+    """A SLURM time limit (minutes, [D-]HH:MM:SS or MM:SS) in minutes."""
+    if limit.isdigit():
+        return int(limit)
+    days, _, clock = limit.rpartition("-")
+    parts = [int(x) for x in clock.split(":")]
+    h, m, sec = ([0] * (3 - len(parts)) + parts)
+    return (int(days or 0) * 24 + h) * 60 + m + (sec > 0)
+
+
 def test_real_tiny_workflow(tmp_path, cluster_state):
     """The README's command, `snakemake --profile slurm all`, from the repository root.
 
@@ -235,26 +279,68 @@ def test_real_tiny_workflow(tmp_path, cluster_state):
     datasets, GPUs and days) writing to a temp dir (`--config results=...`, so old results in the tree
     neither make the run a no-op nor get overwritten), and run_workflow.sh's overrides for the one-node
     cluster (its partition, no account, no GPU, memory it has, squeue status checks).
+
+    Two submissions per run (pretraining, then the run's evaluation group), one for the atlas: counted by the
+    cluster itself (its job completion log). One evaluation section is killed mid-run: its submission is
+    retried, that section runs again and the sections that had ended are restored, not run again; nothing is
+    retrained.
     """
-    results = tmp_path / "results"
-    rc, out = run_workflow(
-        cluster_state, "--profile", "slurm", "all",
-        "--configfile", "config/tiny.yaml", "--config", f"results={results}",
-        directory=REPO, limit=420, timeout=480,
-    )
-    argv = (cluster_state / "snakemake.argv").read_text().splitlines()
-    assert argv[:4] == ["snakemake", "--profile", "slurm", "all"], argv
-    assert rc == 0, _tail(out)
-    # Every pretrain and evaluation job went through SLURM; summarize and report are local rules.
     import yaml
 
     from bayesncl.grid import evaluation_sections, expand_grid
 
+    results = tmp_path / "results"
     runs = expand_grid(yaml.safe_load((REPO / "config" / "tiny.yaml").read_text()))
-    submitted = re.findall(r"has been submitted with SLURM jobid \d+ \(log: \S*/rule_(\w+)/", out)
-    assert submitted.count("pretrain") == submitted.count("features") == len(runs), (submitted, _tail(out))
     sections = {rid: evaluation_sections(run) for rid, run in runs.items()}
-    assert submitted.count("cost") == sum("cost" in s for s in sections.values()), submitted
+    victim = max(runs, key=lambda rid: (len(sections[rid]), rid))
+    killer = KillSection(results / "runs" / victim / "eval", "linear_probe")
+    killer.start()
+    try:
+        rc, out = run_workflow(
+            cluster_state, "--profile", "slurm", "all",
+            "--configfile", "config/tiny.yaml", "--config", f"results={results}",
+            directory=REPO, limit=TINY_LIMIT, timeout=TINY_LIMIT + 60,
+        )
+    finally:
+        killer.stop.set()
+    argv = (cluster_state / "snakemake.argv").read_text().splitlines()
+    assert argv[:4] == ["snakemake", "--profile", "slurm", "all"], argv
+    assert rc == 0, _tail(out)
+    assert killer.killed is not None, "the linear_probe section of " + victim + " never ran"
+
+    # What Snakemake submitted: pretrain and atlas jobs, and one group per run (the victim's twice).
+    submitted = re.findall(r"has been submitted with SLURM jobid (\d+) \(log: (\S+?)\)", out)
+    kinds: dict[str, list[str]] = {}
+    for jobid, log in submitted:  # logs: .../rule_<rule>/... or .../group_eval_<run>_<its sections>/<id>.log
+        group = [rid for rid in runs if f"/group_eval_{rid}_" in log]
+        m = re.search(r"/rule_(\w+)/", log)
+        assert group or m, log
+        kinds.setdefault(f"eval {max(group, key=len)}" if group else m.group(1), []).append(jobid)
+    assert len(kinds["pretrain"]) == len(runs), kinds  # nothing retrained
+    assert len(kinds["atlas"]) == 1
+    for rid in runs:
+        assert len(kinds[f"eval {rid}"]) == (2 if rid == victim else 1), (rid, kinds)
+    expected = 2 * len(runs) + 1 + 1  # pretraining and evaluation per run, the atlas, the retried evaluation
+    assert sum(map(len, kinds.values())) == expected, kinds
+
+    # What the cluster ran: its job completion log, one line per job.
+    lines = (cluster_state / "log" / "jobcomp.txt").read_text().splitlines()
+    jobs = {m.group(1): line for line in lines if (m := re.search(r"\bJobId=(\d+)", line))}
+    assert set(jobs) == {j for ids in kinds.values() for j in ids}, (sorted(jobs), kinds)
+    first, retry = kinds[f"eval {victim}"]
+    assert "JobState=FAILED" in jobs[first] and "JobState=COMPLETED" in jobs[retry], (jobs[first], jobs[retry])
+    # The sections of a submission run in series: it asks for the sum of their runtimes.
+    runtime = {"features": 60, "interpretability": 30, "retrieval": 60, "linear_probe": 240,
+               "background_probe": 60, "dynamics": 15, "cost": 15}
+    limit = re.search(r"\bTimeLimit=(\S+)", jobs[retry]).group(1)
+    assert _minutes(limit) == sum(runtime[s] for s in sections[victim]), jobs[retry]
+
+    # The retry ran the killed section alone: the ones that had ended were restored.
+    eval_dir = results / "runs" / victim / "eval"
+    assert "features" in killer.ended_before and "linear_probe" not in killer.ended_before
+    for name in killer.ended_before:
+        assert "restored from attempt 1" in (eval_dir / f"{name}.log").read_text(), name
+    assert "restored" not in (eval_dir / "linear_probe.log").read_text()
     for rid in runs:
         for name in sections[rid]:
             written = json.loads((results / "runs" / rid / "eval" / f"{name}.json").read_text())
@@ -263,6 +349,8 @@ def test_real_tiny_workflow(tmp_path, cluster_state):
         assert (results / "tables" / f"table{i}.tex").stat().st_size > 0
     for name in ("figure3", "figure4a", "figure4b"):
         assert (results / "figures" / f"{name}.pdf").stat().st_size > 0
+    jobs_csv = (results / "summary" / "jobs.csv").read_text()
+    assert jobs_csv.count("\npretrain,") == len(runs)
 
 
 # One job that runs until it is cancelled; it records the PID of its payload.

@@ -54,23 +54,102 @@ def test_demo_dag_trains_each_config_once(tmp_path):
     assert job_counts(r.stdout)["pretrain"] == 15 + 4 + 2 + 2 + 2
 
 
-def test_slurm_profile_by_name_puts_only_gpu_rules_on_the_gpu_partition(tmp_path):
-    """`snakemake --profile slurm all` as the README types it, from the repository root (dry run)."""
-    r = snakemake("-n", "--profile", "slurm", "all", "--config", f"results={tmp_path}")
-    assert r.returncode == 0, r.stderr + r.stdout
-    partitions: dict[str, set[str]] = {}
-    gpus: dict[str, set[str]] = {}
-    for rule, res in re.findall(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", r.stdout, re.M):
+# `snakemake ARGS` that also prints, per group job, what its SLURM submission asks for: Snakemake's group
+# resources as a cluster run computes them (members in series inside the submission) and its members' own.
+PLAN = """\
+import json, sys
+from snakemake.cli import main
+from snakemake.resources import GroupResources
+import snakemake.dag
+
+update = snakemake.dag.DAG.update_groups
+
+def update_groups(self):
+    update(self)
+    for g in {id(g): g for g in self._group.values()}.values():
+        asked = GroupResources.basic_layered(toposorted_jobs=g.toposorted, constraints=g.global_resources,
+                                             run_local=False, additive_resources=["runtime"], sortby=["runtime"])
+        members = {j.rule.name: {k: v for k, v in j.resources.items() if isinstance(v, (int, str))} for j in g.jobs}
+        print("GROUP " + json.dumps({"id": g.groupid, "asked": {k: v for k, v in asked.items()
+                                     if isinstance(v, (int, str))}, "members": members}), file=sys.stderr)
+
+snakemake.dag.DAG.update_groups = update_groups
+sys.argv = ["snakemake", *sys.argv[1:]]
+main()
+"""
+
+
+def plan(*args, cwd=ROOT):
+    """(dry-run stdout, {group id: {"asked": ..., "members": {rule: resources}}}) of `snakemake -n ARGS`."""
+    r = subprocess.run([sys.executable, "-c", PLAN, "-n", *args], cwd=cwd, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-5000:] + r.stdout[-3000:]
+    groups = {}
+    for line in r.stderr.splitlines():
+        if line.startswith("GROUP "):
+            g = json.loads(line[len("GROUP "):])
+            groups[g["id"]] = g
+    return r.stdout, groups
+
+
+def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
+    """`snakemake --profile slurm all` as the README types it (dry run): per run one pretraining job and one
+    evaluation submission (group eval_<run>) holding all its sections, run in series on one GPU node."""
+    import yaml
+
+    from bayesncl.grid import evaluation_sections, expand_grid
+
+    out, groups = plan("--profile", "slurm", "all", "--config", f"results={tmp_path}")
+    runs = expand_grid(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
+    top = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", out, re.M)  # not in a group
+    local = {"all", "summarize", "report", "jobs"}  # run by Snakemake itself (localrule)
+    submitted = [rule for rule, _ in top if rule not in local] + [f"group {g}" for g in groups]
+    assert len(groups) == len(runs) and {f"eval_{rid}" for rid in runs} == set(groups)
+    assert sorted(rule for rule, _ in top if rule not in local) == ["atlas"] * 3 + ["pretrain"] * len(runs)
+    assert len(submitted) == 2 * len(runs) + 3  # 219: at most 2 per run, plus the 3 atlases
+    assert out.count("Group job eval_") == len(runs)
+    for rule, res in top:
         fields = dict(kv.split("=", 1) for kv in res.split(", "))
-        partitions.setdefault(rule, set()).add(fields.get("slurm_partition"))
-        gpus.setdefault(rule, set()).add(fields.get("gpu"))
-    # The paper grid probes with the paper protocol and on Waterbirds: both run the network.
-    for rule in ("pretrain", "features", "linear_probe", "background_probe"):
-        assert partitions[rule] == {"gpu"} and gpus[rule] == {"1"}, (rule, partitions[rule], gpus[rule])
-    for rule in ("interpretability", "retrieval", "dynamics", "cost", "summarize", "report", "atlas"):
-        assert "gpu" not in partitions[rule] and gpus[rule] <= {None, "0"}, (rule, partitions[rule], gpus[rule])
+        if rule == "pretrain":
+            assert fields["slurm_partition"] == "gpu" and fields["gpu"] == "1"
+        elif rule not in local:
+            assert fields["slurm_partition"] != "gpu" and fields.get("gpu", "0") == "0", (rule, fields)
+    for gid, g in groups.items():
+        rid = gid[len("eval_"):]
+        members, asked = g["members"], g["asked"]
+        assert sorted(members) == sorted(evaluation_sections(runs[rid])), gid
+        # one partition (a group must name one); one GPU, not one per GPU section: members run in series
+        assert {m["slurm_partition"] for m in members.values()} == {"gpu"} == {asked["slurm_partition"]}
+        for key in ("gpu", "cpus_per_task", "mem_mb"):
+            assert asked[key] == max(m[key] for m in members.values()), (gid, key)
+        assert asked["gpu"] == 1 and asked["runtime"] == sum(m["runtime"] for m in members.values()), gid
+        # the paper protocol and Waterbirds run the network
+        assert {r for r, m in members.items() if m["gpu"]} == {"features", "linear_probe"} | (
+            {"background_probe"} & set(members)), gid
+    longest = max(g["asked"]["runtime"] for g in groups.values())
+    assert f"up to {longest} minutes" in (ROOT / "slurm" / "config.yaml").read_text()  # what the profile says
 
 
+def test_a_failed_section_is_planned_alone(tmp_path):
+    """The sections of a run that ended stay; the next plan submits only the missing one, without pretraining."""
+    from bayesncl.grid import evaluation_sections, expand_grid
+
+    runs = expand_grid(yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text()))
+    rid = next(r for r in runs if "/ncl/" in r and "table6" in runs[r].sets)
+    run = tmp_path / "runs" / rid
+    (run / "eval").mkdir(parents=True)
+    (run / "model.pt").write_text("x")
+    sections = evaluation_sections(runs[rid])
+    for name in sections:  # written after the model, in order
+        if name != "linear_probe":
+            for f in {"features": ["features.json", "features.npz"],
+                      "interpretability": ["interpretability.json", "vectors.npz"]}.get(name, [f"{name}.json"]):
+                (run / "eval" / f).write_text("{}")
+    targets = [str(run / "eval" / f"{name}.json") for name in sections]
+    out, groups = plan("--profile", "slurm", *targets, "--configfile", "config/tiny.yaml",
+                       "--config", f"results={tmp_path}")
+    assert list(groups) == [f"eval_{rid}"] and list(groups[f"eval_{rid}"]["members"]) == ["linear_probe"]
+    assert "rule pretrain:" not in out
 def test_lint():
     r = snakemake("--lint")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -168,6 +247,16 @@ def test_tiny_grid_end_to_end(tmp_path):
     md = (out / "tables" / "claims.md").read_text()
     assert every <= {line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ")}
     assert "Claims (docs/METHOD.md section 9" in r.stdout + r.stderr  # the outcome, on the terminal
+    # What each job cost: every job of every rule but the last (jobs itself), GPUs as held (none here)
+    from bayesncl.grid import expand_grid
+
+    jobs = pd.read_csv(out / "summary" / "jobs.csv")
+    n_runs = len(expand_grid(cfg))
+    assert (jobs["rule"] == "pretrain").sum() == (jobs["rule"] == "features").sum() == n_runs
+    assert {"interpretability", "retrieval", "linear_probe", "background_probe", "dynamics", "cost", "atlas",
+            "summarize", "report"} <= set(jobs["rule"])
+    assert (jobs["seconds"] > 0).all() and (jobs["gpus"] == 0).all()
+    assert "GPU-hours of the grid as run: 0.00" in (out / "summary" / "jobs.md").read_text()
 
     again = snakemake("-n", *args)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr

@@ -6,14 +6,16 @@ A checkpoint is a dict of tensors and plain Python values only (no pickled objec
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import pickle
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from .atomic import atomic_path
-from .config import ConfigError, flatten, validate
+from .config import DEFAULTS, ConfigError, flatten, validate
 from .errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -26,14 +28,25 @@ def save(obj: dict, path: str | Path) -> None:
         torch.save(obj, tmp)
 
 
+EXPECTED = "expected a file that `bayesncl pretrain` wrote (model.pt, checkpoint.pt, dynamics.pt)"
+
+
 def load(path: str | Path, map_location="cpu") -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist (run `bayesncl pretrain` first)")
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError:
+        # torch's message advises weights_only=False: never for a file nobody vouches for
+        raise CheckpointError(f"checkpoint {path} could not be read: it is not a file of tensors and plain values "
+                              f"(it holds Python objects, or is no torch file at all); {EXPECTED}") from None
     except Exception as e:  # a truncated or foreign file
-        raise CheckpointError(f"checkpoint {path} could not be read as a bayesncl checkpoint: {e}") from e
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"checkpoint {path} could not be read ({reason}); {EXPECTED}") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {path} holds a {type(state).__name__}, not a dict; {EXPECTED}")
+    return state
 
 
 def weights_digest(weights: torch.nn.Module | dict) -> str:
@@ -64,8 +77,12 @@ def stored_config(state: dict, path: str | Path) -> dict:
     for key in ("config", "model"):
         if key not in state:
             raise CheckpointError(f"checkpoint {path}: missing entry {key!r}; is this a bayesncl checkpoint?")
+    cfg = state["config"]
+    if isinstance(cfg, dict) and isinstance(cfg.get("eval", {}), dict):
+        # Evaluation keys newer than the checkpoint take their defaults: they never change what was trained.
+        cfg = {**cfg, "eval": {**copy.deepcopy(DEFAULTS["eval"]), **cfg.get("eval", {})}}
     try:
-        return validate(state["config"])
+        return validate(cfg)
     except (ConfigError, KeyError, TypeError) as e:
         raise CheckpointError(f"checkpoint {path}: its stored config is invalid: {e}") from e
 

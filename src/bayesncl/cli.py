@@ -1,5 +1,5 @@
-"""Command line: `bayesncl pretrain | evaluate | summarize | report | atlas | document | pdf | make-synthetic |
-prepare-imagenet`."""
+"""Command line: `bayesncl pretrain | evaluate | summarize | report | jobs | atlas | document | pdf |
+make-synthetic | prepare-imagenet`."""
 
 from __future__ import annotations
 
@@ -75,13 +75,11 @@ def _summarize(args) -> int:
         raise OutputError(f"--out {out} is a folder; give the CSV file to write, e.g. {out / 'runs.csv'}")
     check_writable_dir(out.parent, what=f"--out {out}")
     if args.grid is not None:
-        import yaml
+        from .config import load_yaml_file
 
         _input_file(args.grid, "--grid", "give the workflow config, e.g. config/config.yaml")
-        try:
-            grid = yaml.safe_load(Path(args.grid).read_text())
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--grid {args.grid}: not valid YAML ({e})") from None
+        grid = load_yaml_file(args.grid, "--grid", "expected the workflow config, a YAML text file (results, "
+                                                   "seeds, defaults, datasets, variants, sets), e.g. config/config.yaml")
         if not isinstance(grid, dict):
             raise ConfigError(f"--grid {args.grid}: expected a mapping (results, seeds, defaults, datasets, ...)")
     else:
@@ -99,6 +97,11 @@ def _report(args) -> int:
         _input_file(args.grid, "--grid", "give the workflow config the runs came from, e.g. config/config.yaml")
     check_writable_dir(args.out)
     write_report(args.summary, args.out, grid=args.grid)
+    if args.smoke:
+        from .report.smoke import NOTE, mark_tables
+
+        mark_tables(Path(args.out) / "tables")
+        print(NOTE)
     print(f"tables and figures under {args.out}")
     return 0
 
@@ -121,6 +124,16 @@ def _pdf(args) -> int:
 
     check_writable_dir(Path(args.out).parent, what=f"--out {args.out}")
     print(f"report: {build_pdf(args.tex, args.out)}")
+    return 0
+
+
+def _jobs(args) -> int:
+    from .report.jobs import write_jobs
+
+    check_writable_dir(Path(args.out).parent, what=f"--out {args.out}")
+    csv, md, text = write_jobs(args.benchmarks, args.out, smoke=args.smoke)
+    print(text, end="")
+    print(f"jobs: {csv}, {md}")
     return 0
 
 
@@ -247,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "DIR/figures/{figure3,figure4a,figure4b,gates}.{pdf,png}")
     sp.add_argument("--grid", metavar="YAML", help="the workflow config the runs came from: named, with its "
                                                    "hash and the commit, in every file written")
+    sp.add_argument("--smoke", action="store_true", help="mark every table as a smoke run's (not results)")
     sp.set_defaults(func=_report)
 
     sp = sub.add_parser("document", help="the reproduction report's sources: report.tex, the HTML report's "
@@ -270,6 +284,15 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--tex", required=True, metavar="TEX", help="the report.tex that `bayesncl document` wrote")
     sp.add_argument("--out", required=True, metavar="PDF", help="the PDF to write, e.g. results/report.pdf")
     sp.set_defaults(func=_pdf)
+
+    sp = sub.add_parser("jobs", help="what each workflow job cost: its benchmark files in one CSV, totals per rule",
+                        description="Collect the workflow's benchmark files (wall time, peak memory, GPUs held) "
+                                    "into one CSV row per job, and the totals per rule and the GPU-hours as run "
+                                    "into a Markdown table beside it.")
+    sp.add_argument("--benchmarks", required=True, metavar="DIR", help="the workflow's <results>/benchmarks folder")
+    sp.add_argument("--out", required=True, metavar="CSV", help="the CSV to write; the totals go to the .md beside it")
+    sp.add_argument("--smoke", action="store_true", help="mark the totals as a smoke run's")
+    sp.set_defaults(func=_jobs)
 
     sp = sub.add_parser("atlas", help="feature atlas: what each dim of z+ fires on, what the gate closes",
                         description="Dimension sheets (top activating test images of the most consistent and "

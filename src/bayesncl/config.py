@@ -161,6 +161,8 @@ class EvalConfig:
     waterbirds_root: str | None = _field(None, "Waterbirds folder: the background probe for datasets without "
                                                "background labels", expected=_PATH)
     batch_size: int = _field(512, "images per evaluation forward pass", gt=0)
+    # The smoke run's small evaluation subsets (workflow config `smoke: true`).
+    max_images: int = _field(0, "cap on the images of each evaluated split (a seeded subset); 0: all", ge=0)
 
 
 @dataclass
@@ -404,21 +406,35 @@ def topk_k(cfg: dict) -> int:
     return int(k) if k is not None else max(1, int(round(cfg["model"]["proj_dim"] / 10)))
 
 
+def load_yaml_file(file: str | Path, what: str,
+                   expected: str = "expected a YAML text file of config keys (data:, model:, method:, train:, eval:)"):
+    """The YAML document in `file`; a missing, unreadable, binary or malformed file is one ConfigError line
+    naming it and what was expected."""
+    path = Path(file)
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} " + ("is a folder" if path.is_dir() else "does not exist") + f"; {expected}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{what} {path}: cannot be read ({e.strerror}); {expected}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} {path}: not a text file (it is not UTF-8); {expected}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{what} {path}: not valid YAML{where} ({problem}); {expected}") from None
+
+
 def resolve(base: dict | None = None, sets: list[str] | tuple = (), file: str | Path | None = None) -> dict:
     """Defaults <- YAML file <- base dict <- `--set` overrides, then validate."""
     cfg = copy.deepcopy(DEFAULTS)
     if file is not None:
-        path = Path(file)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except OSError as e:
-            raise ConfigError(f"config file {path}: cannot be read ({e.strerror})") from e
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {path}: not valid YAML ({e})") from e
+        loaded = load_yaml_file(file, "config file") or {}
         if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {path}: expected a mapping at the top level")
+            raise ConfigError(f"config file {file}: expected a mapping at the top level")
         merge(cfg, loaded)
     if base:
         merge(cfg, copy.deepcopy(base))

@@ -19,6 +19,11 @@ ALWAYS_NAMED = {"bayesncl": ("method.rho", "method.lambda"), "topk_ncl": ("metho
 ID_ORDER = ("model.arch", "model.width", "model.proj_dim", "method.gate", "method.detach", "method.head_depth",
             "method.nonneg", "method.rho", "method.lambda", "method.topk_k")
 SHORT = {"model.proj_dim": "D", "method.head_depth": "depth", "method.topk_k": "k", "train.dynamics_every": "dyn"}
+# The smoke run (workflow config `smoke: true`): every job of the grid, each shrunk to minutes, so that every
+# code path meets the user's data and cluster before the real run. Laid over every run config (and the base
+# its id is read against, so ids stay those of the real grid); sets that record dynamics record them every epoch.
+SMOKE = {"train": {"epochs": 1, "warmup_epochs": 0, "max_steps_per_epoch": 2},
+         "eval": {"probe_epochs": 1, "max_images": 256}}
 # The tables and figures a set can feed (bayesncl.report renders each).
 SETS = ("table1", "table2", "table3", "table4", "table5", "table6", "table7", "figure3", "figure4a", "figure4b")
 
@@ -80,6 +85,16 @@ def run_id(cfg: dict, base: dict) -> str:
     return "/".join([cfg["data"]["dataset"], method, *parts, f"seed~{cfg['seed']}"])
 
 
+def smoke_results(results: str) -> str:
+    """Where a smoke run writes: beside the real results, never into them (a folder already named so stays)."""
+    results = results.rstrip("/")
+    return results if results.endswith("-smoke") else results + "-smoke"
+
+
+def _smoke(wf: dict) -> dict | None:
+    return SMOKE if wf.get("smoke") else None
+
+
 def _points(wf: dict):
     """Every (set, dataset, variant, swept key, seed) point of the grid with its raw run config."""
     for set_name, spec in wf["sets"].items():
@@ -102,8 +117,10 @@ def _points(wf: dict):
                 for key, value in sweeps:
                     for seed in seeds:
                         raw = _merged(wf["defaults"], wf["datasets"][ds], wf["variants"][variant],
-                                      spec.get("overrides"), nest({key: value}) if key else None, {"seed": seed})
-                        yield set_name, ds, variant, key, raw, spec.get("dynamics_every", 0)
+                                      spec.get("overrides"), nest({key: value}) if key else None, _smoke(wf),
+                                      {"seed": seed})
+                        dyn = spec.get("dynamics_every", 0)
+                        yield set_name, ds, variant, key, raw, min(dyn, 1) if _smoke(wf) else dyn
 
 
 def expand_grid(wf: dict) -> dict[str, Run]:
@@ -144,7 +161,8 @@ def expand_grid(wf: dict) -> dict[str, Run]:
     for p in points.values():
         cfg = p["cfg"]
         cfg["train"]["dynamics_every"] = p["dyn"]
-        base = resolve(base=_merged(wf["defaults"], wf["datasets"][p["ds"]], {"method": {"name": cfg["method"]["name"]}}))
+        base = resolve(base=_merged(wf["defaults"], wf["datasets"][p["ds"]], {"method": {"name": cfg["method"]["name"]}},
+                                    _smoke(wf)))
         rid = run_id(cfg, base)
         if rid in runs:
             raise ConfigError(f"{p['where']}: two different configs map to run {rid!r}")

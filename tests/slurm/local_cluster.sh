@@ -109,7 +109,9 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
+# One line per finished job (id, state, time limit, TRES): what the tests count submissions from.
+JobCompType=jobcomp/filetxt
+JobCompLoc=$dir/log/jobcomp.txt
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory

@@ -192,6 +192,11 @@ for src in set(srcs):
     text = open(src, errors="replace").read()
     rules |= set(re.findall(r"^\s*(?:rule|checkpoint)\s+([A-Za-z_]\w*)\s*:", text, re.M))
     rules |= set(re.findall(r"^\s*use\s+rule\s+.*?\s+as\s+([A-Za-z_]\w*)", text, re.M))
+    rules |= set(re.findall(r"^\s*name:\s*[\"']([A-Za-z_]\w*)[\"']", text, re.M))
+# Rules made in a loop (`rule:` with a computed `name:`) have no name in the source; the profile's
+# per-rule settings name them.
+sres_conf = conf.get("set-resources") or {}
+rules |= set(sres_conf) if isinstance(sres_conf, dict) else {str(s).split(":", 1)[0] for s in sres_conf}
 rules = sorted(rules)
 print("per-rule overrides for: " + " ".join(rules), file=sys.stderr)
 

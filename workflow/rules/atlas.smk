@@ -11,6 +11,8 @@ rule atlas:
                    labels=lambda wc: PAGES[f"atlas_{wc.dataset}"].labels),  # rules/document.smk
     log:
         f"{RESULTS}/summary/atlas_{{dataset}}.log",
+    benchmark:
+        f"{BENCHMARKS}/atlas/{{dataset}}.tsv"
     wildcard_constraints:
         dataset="[^/]+",
     params:

@@ -7,11 +7,20 @@ import sys
 from snakemake.utils import validate
 
 from bayesncl.errors import ConfigError
-from bayesncl.grid import evaluation_sections, expand_grid
+from bayesncl.grid import evaluation_sections, expand_grid, smoke_results
 from bayesncl.report.atlas import atlas_runs
 
 
+# `--config smoke=true` arrives as a string.
+if isinstance(config.get("smoke"), str):
+    config["smoke"] = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}.get(
+        config["smoke"].strip().lower(), config["smoke"])
 validate(config, workflow.source_path("../schemas/config.schema.yaml"))
+# The smoke switch (`--config smoke=true`): every job of the grid shrunk (bayesncl.grid.SMOKE) into
+# <results>-smoke, its tables marked as a smoke run. Rewritten here, so summarize (given `config`) agrees.
+SMOKE = bool(config.get("smoke"))
+if SMOKE:
+    config["results"] = smoke_results(config["results"])
 try:
     RUNS = expand_grid(config)
     for note in (n for run in RUNS.values() for n in run.notes):
@@ -21,6 +30,13 @@ except ConfigError as e:
     raise WorkflowError(f"invalid workflow config: {e}")
 
 RESULTS = config["results"]
+BENCHMARKS = f"{RESULTS}/benchmarks"  # each job's wall time and memory (`benchmark:`), summary/jobs.csv
+# The extended benchmark record also names the rule, the wildcards and the resources a job was given (its GPUs,
+# for the GPU-hours as run): what `bayesncl jobs` reads. Snakemake's --benchmark-extended, set for every run.
+try:
+    workflow.output_settings.benchmark_extended = True
+except AttributeError:  # a Snakemake without it: jobs.csv then has no GPUs (NA)
+    pass
 TABLE_NAMES = [f"table{i}" for i in range(1, 8)] + ["claims"]
 FIGURE_NAMES = ["figure3", "figure4a", "figure4b", "gates"]
 TABLES = expand(f"{RESULTS}/tables/{{name}}.{{ext}}", name=TABLE_NAMES, ext=["tex", "md"])
@@ -28,6 +44,7 @@ FIGURES = expand(f"{RESULTS}/figures/{{name}}.{{ext}}", name=FIGURE_NAMES, ext=[
 ATLAS_RUNS = atlas_runs(RUNS)  # {dataset: [NCL run, BayesNCL (STE) run]}, rules/atlas.smk
 ATLAS = expand(f"{RESULTS}/figures/atlas_{{ds}}.{{ext}}", ds=list(ATLAS_RUNS), ext=["pdf", "png"])
 EVAL_OUTPUTS = [f"{RESULTS}/runs/{rid}/eval/{name}.json" for rid, names in EVAL_SECTIONS.items() for name in names]
+JOBS = [f"{RESULTS}/summary/jobs.csv", f"{RESULTS}/summary/jobs.md"]
 
 
 wildcard_constraints:
@@ -51,3 +68,35 @@ def evaluate_command(section):
                 f"--config-json {shlex.quote(settings)} --quiet")
 
     return command
+
+
+def preflight(todo, dry_run):
+    """Every dataset root a run still to be done reads must pass its check (bayesncl.preflight): one line per
+    bad root; it ends Snakemake (exit 2) before any job is queued, and a dry run reports and still plans."""
+    from bayesncl.preflight import missing_data
+
+    where = " or ".join(map(str, workflow.overwrite_configfiles or [])) or "the workflow config"
+    problems = missing_data(config, RUNS, todo, where)
+    for line in problems:
+        print(f"pre-flight{' (dry run)' if dry_run else ''}: {line}", file=sys.stderr)
+    if problems and not dry_run:
+        sys.exit(2)
+
+
+if workflow.is_main_process and workflow.output_settings.dryrun:  # no DAG to ask yet: judge by the files
+    from bayesncl.preflight import todo_from_files
+
+    preflight(todo_from_files(RUNS, EVAL_SECTIONS, RESULTS, ATLAS_RUNS), dry_run=True)
+
+
+onstart:
+    # The DAG is built and nothing is queued yet: what it plans to run is what needs data.
+    if not workflow.touch:
+        todo = {rid: set() for rid in RUNS}
+        for job in workflow.dag.needrun_jobs():
+            if "run" in job.wildcards.keys() and job.wildcards.run in todo:
+                todo[job.wildcards.run].add(job.rule.name)
+            elif job.rule.name == "atlas":
+                for rid in ATLAS_RUNS[job.wildcards.dataset]:
+                    todo[rid].add("atlas")
+        preflight(todo, dry_run=False)

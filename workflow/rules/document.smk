@@ -46,6 +46,7 @@ rule document:
         tables=TABLES,
         figures=FIGURES,
         atlas=ATLAS,
+        jobs=JOBS[0],  # what each job cost, on the provenance page (rule jobs)
     output:
         tex=f"{DOCUMENT_DIR}/report.tex",
         html=[REPORTED[f] for f in HTML_PAGES],

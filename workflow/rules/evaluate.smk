@@ -1,149 +1,113 @@
-# Evaluation, one rule per section of bayesncl.evaluation.sections.SECTIONS, each writing eval/<section>.json.
-# `features` embeds the test (and, where needed, train) split once on the GPU; the CPU sections read its
-# cache, so a failed or preempted probe reruns alone and a new section reruns no pretraining. Which
-# sections a run gets: bayesncl.grid.evaluation_sections (common.smk, EVAL_OUTPUTS).
+# Evaluation: one rule per section of bayesncl.evaluation.sections.SECTIONS, each writing eval/<section>.json,
+# all made by the loop at the end from EVAL_RULES. `features` embeds the test (and, where needed, train) split
+# once on the GPU; the CPU sections read its cache. Which sections a run gets: bayesncl.grid.evaluation_sections
+# (common.smk, EVAL_OUTPUTS).
+#
+# On a cluster, a run's sections are one submission: they share the group eval_{run}, whose pieces (the
+# sections that read features, and dynamics and cost, which read only model.pt) the SLURM profile joins with
+# --group-components. Inside the submission they run one after another (the `serial` resource below), so it asks
+# for the largest of its sections' GPUs, CPUs and memory and the sum of their runtimes. Locally, groups are
+# ignored: every section is a job of its own, as before.
+#
+# A failed or preempted section reruns alone, without retraining and without redoing the sections that ended:
+# - within one Snakemake invocation, a retried submission restores the sections that ended in an earlier attempt
+#   (hard links kept under eval/.attempt/, written only after a section succeeded) instead of running them again;
+# - in the next invocation, only the sections whose output is missing are planned (slurm/config.yaml keeps the
+#   outputs of a failed submission's finished sections: keep-incomplete; every output here is written atomically,
+#   so a section that failed has none).
+
+MODEL = f"{RESULTS}/runs/{{run}}/model.pt"
+PREPARED_INPUT = lambda wc: PREPARED_OF[wc.run]  # the ImageNet-100 prepared copy where a run reads it (rules/prepare.smk)
+EVAL_DIR = f"{RESULTS}/runs/{{run}}/eval"
+FEATURES = f"{EVAL_DIR}/features.json"
+
+# section: what it reads, the outputs beside eval/<section>.json, and what one job needs on a cluster (SLURM reads
+# these; locally only `gpu` is enforced, see rules/gpus.smk).
+EVAL_RULES = {
+    # written last: eval/features_train.npz too, where a CPU section needs the train split
+    "features": dict(input={"model": MODEL, "prepared": PREPARED_INPUT}, output={"test": "features.npz"}, cpus=8,
+                     mem_mb=64000, runtime=60),
+    "interpretability": dict(input={"features": FEATURES}, output={"vectors": "vectors.npz"}, cpus=4,
+                             mem_mb=16000, runtime=30),
+    # all-pairs similarities over the test split, at every K of the curve
+    "retrieval": dict(input={"features": FEATURES}, cpus=8, mem_mb=32000, runtime=60),
+    # the paper protocol runs the network on augmented crops (GPU); the fast one reads the cache
+    "linear_probe": dict(input={"features": FEATURES, "model": MODEL, "prepared": PREPARED_INPUT}, cpus=8,
+                         mem_mb=64000, runtime=240),
+    # Waterbirds is embedded on the GPU; the synthetic set's background label is cached
+    "background_probe": dict(input={"features": FEATURES, "model": MODEL}, cpus=8, mem_mb=32000, runtime=60),
+    "dynamics": dict(input={"model": MODEL}, cpus=1, mem_mb=4000, runtime=15),  # dynamics.pt, written before model.pt
+    # FLOPs are counted, not timed; time and peak memory come from the training log
+    "cost": dict(input={"model": MODEL}, cpus=2, mem_mb=16000, runtime=15),
+}
+
+# On a cluster, members of a group may not share a layer: where it is submitted, the group asks for its largest
+# member, not the sum; inside the submission, its members run one at a time. `local`: counted per submission,
+# not across the queue. Locally (no groups) every section is a job of its own and nothing changes.
+if not LOCAL and "serial" not in workflow.global_resources:
+    workflow.register_resource("serial", 1)
 
 
-rule features:
-    input:
-        model=f"{RESULTS}/runs/{{run}}/model.pt",
-        prepared=lambda wc: PREPARED_OF[wc.run],  # rules/prepare.smk
-    output:
-        json=f"{RESULTS}/runs/{{run}}/eval/features.json",  # written last: eval/features_train.npz too, where needed
-        test=f"{RESULTS}/runs/{{run}}/eval/features.npz",
-    log:
-        f"{RESULTS}/runs/{{run}}/eval/features.log",
-    params:
-        cmd=evaluate_command("features"),
-        gpu_slot=gpu_slot,
-    resources:
-        gpu=section_gpus("features"),
-        cpus_per_task=8,  # data loading; one GPU
-        mem_mb=64000,
-        runtime=60,
-    conda:
-        "../envs/bayesncl.yaml"
-    shell:
-        "{params.gpu_slot}{params.cmd} > {log} 2>&1"
+resource_scopes:
+    serial="local",
 
 
-rule interpretability:
-    input:
-        features=rules.features.output.json,
-    output:
-        json=f"{RESULTS}/runs/{{run}}/eval/interpretability.json",
-        vectors=f"{RESULTS}/runs/{{run}}/eval/vectors.npz",
-    log:
-        f"{RESULTS}/runs/{{run}}/eval/interpretability.log",
-    params:
-        cmd=evaluate_command("interpretability"),
-    resources:
-        cpus_per_task=4,
-        mem_mb=16000,
-        runtime=30,
-    conda:
-        "../envs/bayesncl.yaml"
-    shell:
-        "{params.cmd} > {log} 2>&1"
+def attempt_guard(section, outputs):
+    """Shell before and after the section's command on a cluster: restore on a retry, keep links on success."""
+    keep, log = f"{EVAL_DIR}/.attempt/{section}", f"{EVAL_DIR}/{section}.log"
+    names = [os.path.basename(o) for o in outputs]
+
+    def before(wildcards, resources):
+        if LOCAL:
+            return ""
+        k = shlex.quote(keep.format(run=wildcards.run))
+        restore = " && ".join(f"ln -f {k}/{n} {shlex.quote(o.format(run=wildcards.run))}"
+                              for n, o in zip(names, outputs))
+        note = shlex.quote(f"{section}: restored from attempt {resources.attempt - 1} of this invocation")
+        return (f"if [ {resources.attempt} -gt 1 ] && [ -d {k} ] && {restore}; then "
+                f"echo {note} > {shlex.quote(log.format(run=wildcards.run))}; exit 0; fi; rm -rf {k}; ")
+
+    def after(wildcards):
+        if LOCAL:
+            return ""
+        k = shlex.quote(keep.format(run=wildcards.run))
+        files = " ".join(shlex.quote(o.format(run=wildcards.run)) for o in outputs)
+        return f"; mkdir -p {k}.tmp && ln -f {files} {k}.tmp/ && mv {k}.tmp {k}"
+
+    return before, after
 
 
-rule retrieval:
-    input:
-        features=rules.features.output.json,
-    output:
-        f"{RESULTS}/runs/{{run}}/eval/retrieval.json",
-    log:
-        f"{RESULTS}/runs/{{run}}/eval/retrieval.log",
-    params:
-        cmd=evaluate_command("retrieval"),
-    resources:
-        cpus_per_task=8,  # all-pairs similarities over the test split, at every K of the curve
-        mem_mb=32000,
-        runtime=60,
-    conda:
-        "../envs/bayesncl.yaml"
-    shell:
-        "{params.cmd} > {log} 2>&1"
+for _section, _spec in EVAL_RULES.items():
+    _outputs = [f"{EVAL_DIR}/{_section}.json", *(f"{EVAL_DIR}/{f}" for f in _spec.get("output", {}).values())]
+    _before, _after = attempt_guard(_section, _outputs)
 
-
-rule linear_probe:
-    input:
-        features=rules.features.output.json,
-        model=f"{RESULTS}/runs/{{run}}/model.pt",
-        prepared=lambda wc: PREPARED_OF[wc.run],  # rules/prepare.smk
-    output:
-        f"{RESULTS}/runs/{{run}}/eval/linear_probe.json",
-    log:
-        f"{RESULTS}/runs/{{run}}/eval/linear_probe.log",
-    params:
-        cmd=evaluate_command("linear_probe"),
-        gpu_slot=gpu_slot,
-    resources:
-        gpu=section_gpus("linear_probe"),  # the paper protocol (augmented crops); the fast one runs on the CPU
-        cpus_per_task=8,
-        mem_mb=64000,
-        runtime=240,
-    conda:
-        "../envs/bayesncl.yaml"
-    shell:
-        "{params.gpu_slot}{params.cmd} > {log} 2>&1"
-
-
-rule background_probe:
-    input:
-        features=rules.features.output.json,
-        model=f"{RESULTS}/runs/{{run}}/model.pt",
-    output:
-        f"{RESULTS}/runs/{{run}}/eval/background_probe.json",
-    log:
-        f"{RESULTS}/runs/{{run}}/eval/background_probe.log",
-    params:
-        cmd=evaluate_command("background_probe"),
-        gpu_slot=gpu_slot,
-    resources:
-        gpu=section_gpus("background_probe"),  # Waterbirds is embedded on the GPU; the synthetic label is cached
-        cpus_per_task=8,
-        mem_mb=32000,
-        runtime=60,
-    conda:
-        "../envs/bayesncl.yaml"
-    shell:
-        "{params.gpu_slot}{params.cmd} > {log} 2>&1"
-
-
-rule dynamics:
-    input:
-        model=f"{RESULTS}/runs/{{run}}/model.pt",  # dynamics.pt is written just before it
-    output:
-        f"{RESULTS}/runs/{{run}}/eval/dynamics.json",
-    log:
-        f"{RESULTS}/runs/{{run}}/eval/dynamics.log",
-    params:
-        cmd=evaluate_command("dynamics"),
-    resources:
-        cpus_per_task=1,
-        mem_mb=4000,
-        runtime=15,
-    conda:
-        "../envs/bayesncl.yaml"
-    shell:
-        "{params.cmd} > {log} 2>&1"
-
-
-rule cost:
-    input:
-        model=f"{RESULTS}/runs/{{run}}/model.pt",
-    output:
-        f"{RESULTS}/runs/{{run}}/eval/cost.json",
-    log:
-        f"{RESULTS}/runs/{{run}}/eval/cost.log",
-    params:
-        cmd=evaluate_command("cost"),
-    resources:
-        cpus_per_task=2,  # FLOPs are counted, not timed; time and peak memory come from the training log
-        mem_mb=16000,
-        runtime=15,
-    conda:
-        "../envs/bayesncl.yaml"
-    shell:
-        "{params.cmd} > {log} 2>&1"
+    rule:
+        name:
+            _section
+        input:
+            **_spec["input"],
+        output:
+            json=_outputs[0],
+            **{k: f"{EVAL_DIR}/{f}" for k, f in _spec.get("output", {}).items()},
+        log:
+            f"{EVAL_DIR}/{_section}.log",
+        benchmark:
+            f"{BENCHMARKS}/{_section}/{{run}}.tsv"
+        group:
+            "eval_{run}"
+        params:
+            cmd=evaluate_command(_section),
+            gpu_slot=gpu_slot,
+            before=_before,
+            after=_after,
+        resources:
+            gpu=section_gpus(_section),
+            cpus_per_task=_spec["cpus"],
+            mem_mb=_spec["mem_mb"],
+            runtime=_spec["runtime"],
+            serial=1,
+            attempt=lambda wc, attempt: attempt,
+        conda:
+            "../envs/bayesncl.yaml"
+        shell:
+            "{params.before}{params.gpu_slot}{params.cmd} > {log} 2>&1{params.after}"

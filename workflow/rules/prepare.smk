@@ -35,6 +35,8 @@ rule prepare_imagenet100:
         f"{RESULTS}/prepared/{{tag}}.txt",  # lists the manifests, which the loader checks
     log:
         f"{RESULTS}/prepared/{{tag}}.log",
+    benchmark:
+        f"{BENCHMARKS}/prepare_imagenet100/{{tag}}.tsv"
     wildcard_constraints:
         tag="[0-9a-f]{16}",
     params:

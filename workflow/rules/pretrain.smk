@@ -8,6 +8,8 @@ rule pretrain:
         f"{RESULTS}/runs/{{run}}/model.pt",
     log:
         f"{RESULTS}/runs/{{run}}/pretrain.log",
+    benchmark:
+        f"{BENCHMARKS}/pretrain/{{run}}.tsv"
     params:
         config=run_config_text,
         out=lambda wc, output: os.path.dirname(output[0]),

@@ -9,6 +9,8 @@ rule summarize:
         headline=f"{RESULTS}/summary/metrics.json",
     log:
         f"{RESULTS}/summary/summarize.log",
+    benchmark:
+        f"{BENCHMARKS}/summarize.tsv"
     params:
         grid=json.dumps(config, sort_keys=True),  # summarize expands the same grid (bayesncl.grid)
     localrule: True
@@ -26,11 +28,36 @@ rule report:
         [REPORTED.get(f, f) for f in FIGURES],  # the PNGs, in Snakemake's report (rules/document.smk)
     log:
         f"{RESULTS}/summary/report.log",
+    benchmark:
+        f"{BENCHMARKS}/report.tsv"
     params:
         out=lambda wc, output: os.path.dirname(os.path.dirname(output[0])),
         grid=GRID_FILE,
+        smoke="--smoke" if SMOKE else "",
     localrule: True
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "bayesncl report --summary {input} --out {params.out} --grid {params.grid:q} 2>&1 | tee {log}"  # the outcome, on the terminal too
+        "bayesncl report --summary {input} --out {params.out} --grid {params.grid:q} {params.smoke} 2>&1 | tee {log}"  # the outcome, on the terminal too
+
+
+# What each job cost: every rule's benchmark file (wall time, peak memory; the resources it was given) in one
+# CSV, and the totals per rule with the GPU-hours of the grid as run. Last, so that it sees every other job.
+rule jobs:
+    input:
+        TABLES,
+        FIGURES,
+        ATLAS,
+    output:
+        csv=JOBS[0],
+        md=JOBS[1],
+    log:
+        f"{RESULTS}/summary/jobs.log",
+    params:
+        benchmarks=BENCHMARKS,
+        smoke="--smoke" if SMOKE else "",
+    localrule: True
+    conda:
+        "../envs/bayesncl.yaml"
+    shell:
+        "bayesncl jobs --benchmarks {params.benchmarks:q} --out {output.csv:q} {params.smoke} 2>&1 | tee {log}"

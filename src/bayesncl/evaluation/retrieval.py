@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .arrays import default_Ks  # one definition: the NumPy sections use it without torch
+
 __all__ = ["select_dims", "retrieval_precision", "retrieval_curve", "default_Ks"]
 
 
@@ -73,16 +75,3 @@ def retrieval_precision(
 def retrieval_curve(F: Tensor, y: Tensor, Ks, k: int = 10, chunk_size: int = 1024) -> dict:
     """{K: P@k} for each number of kept dims K (Figure 3 plots P@10 against K)."""
     return {int(K): retrieval_precision(F, y, ks=(k,), K=int(K), chunk_size=chunk_size)[f"p@{k}"] for K in Ks}
-
-
-def default_Ks(D: int) -> list[int]:
-    """Figure 3's K grid: 32, 64, 128, ... (doubling [choice]) up to min(512, D), the end point
-    included; [D] when D < 32."""
-    top = min(512, D)
-    Ks, K = [], 32
-    while K <= top:
-        Ks.append(K)
-        K *= 2
-    if not Ks or Ks[-1] != top:
-        Ks.append(top)
-    return Ks

@@ -1,10 +1,12 @@
 """The evaluation sections: one registry entry per job of the workflow (docs/METHOD.md sections 4-7).
 
 A section is one function `compute(ctx) -> {json key: body}` registered with `@section`, saying whether it
-runs the network (`gpu`: it needs the model on the device; the others read the cached features on the CPU)
-and to which runs it applies. `bayesncl evaluate --only NAME` runs it and writes `eval/NAME.json`; the
-workflow has one rule per section (workflow/rules/evaluate.smk) with its own resources. Adding a metric is
-one function here plus one rule.
+runs the network (`gpu`: it needs the model on the device; the others read the cached features on the CPU),
+whether it reads the model at all (`model`: the checkpoint is loaded; the others get the run's config and
+identity from features.json and import no torch unless their measure does) and to which runs it applies.
+`bayesncl evaluate --only NAME` runs it and writes `eval/NAME.json`; the workflow makes one rule per section
+(workflow/rules/evaluate.smk) with its own resources. Adding a metric is one function here plus one entry
+there.
 
     features          (GPU) one pass over the test split (and the train split where a CPU section needs it):
                       eval/features.npz, eval/features_train.npz; the training curves from log.jsonl
@@ -28,7 +30,7 @@ from ..config import RETRIEVAL_K, crop_size
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from .runner import Context
+    from .context import Context
 
 __all__ = ["SECTIONS", "Section", "applicable", "section"]
 
@@ -39,6 +41,7 @@ class Section:
     compute: Callable[["Context"], dict]
     gpu: Callable[[dict], bool]                 # cfg -> does it run the network?
     skip: Callable[[dict], str | None]          # cfg -> why it does not apply to this run (None: it applies)
+    model: Callable[[dict], bool]               # cfg -> does it read the checkpoint's model?
 
     @property
     def doc(self) -> str:
@@ -49,9 +52,10 @@ SECTIONS: dict[str, Section] = {}
 
 
 def section(name: str, *, gpu: Callable[[dict], bool] = lambda cfg: False,
-            skip: Callable[[dict], str | None] = lambda cfg: None):
+            skip: Callable[[dict], str | None] = lambda cfg: None, model: Callable[[dict], bool] | None = None):
+    """Register `compute` as section `name`; `model` defaults to `gpu` (running the network reads the model)."""
     def register(fn):
-        SECTIONS[name] = Section(name, fn, gpu, skip)
+        SECTIONS[name] = Section(name, fn, gpu, skip, model or gpu)
         return fn
     return register
 
@@ -98,20 +102,18 @@ def features(ctx) -> dict:
         training["open_gates"] = [r["open_gates"] for r in log]
         training["open_gates_last"] = log[-1]["open_gates"]
     return {"features": {"test_images": len(test.labels), "train_images": n_train, "arrays": sorted(arrays)},
-            "training": training}
+            "training": training, "config": ctx.stored_config}  # what the cache-reading sections run on
 
 
 # ------------------------------------------------------------------------------------------- interpretability
 @section("interpretability")
 def interpretability(ctx) -> dict:
     """SC, SE-Sum/Mean/Freq and Act. on the evaluation feature and z+; background dominance; gate/mask binding."""
-    import torch
-
-    from . import metrics
+    from . import arrays as metrics
 
     f = ctx.features("test")
-    labels, C = torch.from_numpy(f["labels"]), int(f["num_classes"])
-    outs = {k: torch.from_numpy(f[k]) for k in ("feature", "zplus", "gate", "mask") if k in f}
+    labels, C = f["labels"], int(f["num_classes"])
+    outs = {k: f[k] for k in ("feature", "zplus", "gate", "mask") if k in f}
     vectors: dict[str, np.ndarray] = {}
     r = metrics.interpretability(outs["feature"], labels, C)
     for k, v in r.pop("per_dim").items():
@@ -124,7 +126,7 @@ def interpretability(ctx) -> dict:
         r["zplus"] = {k: v for k, v in rz.items() if k != "active"}
     dom = None
     if "backgrounds" in f:
-        bg, B = torch.from_numpy(f["backgrounds"]), int(f["num_backgrounds"])
+        bg, B = f["backgrounds"], int(f["num_backgrounds"])
         for name in ("zplus", "feature"):
             if name in outs:
                 d = metrics.background_dominance(outs[name], labels, bg, C, B)
@@ -135,11 +137,11 @@ def interpretability(ctx) -> dict:
                     dom = d
     if "gate" in outs:  # the mechanism: does the gate switch background dims off?
         closed = metrics.closed_gate_rate(outs["zplus"], outs["gate"])
-        vectors["zplus_closed_rate"] = np.asarray(closed)
+        vectors["zplus_closed_rate"] = closed
         if dom is not None:
             for key, sel in (("closed_bg", dom["bg_dom"]), ("closed_cls", dom["cls_dom"])):
-                v = closed[sel & torch.isfinite(closed)]
-                r[key] = float(v.mean()) if v.numel() else math.nan
+                v = closed[sel & np.isfinite(closed)]
+                r[key] = float(v.mean()) if v.size else math.nan
     if "mask" in outs:
         b = metrics.topk_binding(outs["zplus"], outs["mask"])
         r["topk_bound"], r["topk_removed"] = b["bound"], b["removed"]
@@ -152,12 +154,10 @@ def interpretability(ctx) -> dict:
          if cfg["method"]["name"] == "cl" else None)
 def retrieval(ctx) -> dict:
     """P@k (k = 1, 3, 5, 10) with the top-K dims by activation frequency, and P@10 over K."""
-    import torch
-
-    from . import retrieval as ret
+    from . import arrays as ret
 
     f = ctx.features("test")
-    F, y = torch.from_numpy(f["feature"]), torch.from_numpy(f["labels"])
+    F, y = f["feature"], f["labels"]
     K = min(ctx.cfg["eval"]["retrieval_k"] or RETRIEVAL_K[ctx.cfg["data"]["dataset"]], F.shape[1])
     r = ret.retrieval_precision(F, y, K=K)
     r["K"] = K
@@ -237,7 +237,7 @@ def dynamics(ctx) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------- cost
-@section("cost")
+@section("cost", model=lambda cfg: True)
 def cost(ctx) -> dict:
     """GFLOPs per image of the training forward and parameters (counted), time and peak memory (training log)."""
     import copy

@@ -6,7 +6,7 @@
   edit" line (``stamp_file``); figures in their metadata (PDF Subject, PNG Comment).
 - ``collect(...)``: the report's provenance page: the stamp's parts, seeds and runs, package versions,
   the machine, the date, and wall time / GPU-hours per rule from ``summary/jobs.csv`` when the workflow
-  wrote one (columns rule, run, seconds, max_rss_mb and, when known, gpu: GPUs the job held).
+  wrote one (columns rule, run, seconds, max_rss_mb and, when known, gpus: GPUs the job held).
 
 No date goes into the stamp: the same code, grid and results give the same bytes.
 """
@@ -145,7 +145,8 @@ def machine() -> dict[str, str]:
 
 def job_costs(jobs_csv: str | os.PathLike) -> list[dict] | None:
     """Per rule: jobs, wall seconds (sum), max RSS (MB, max) and GPU-hours, from the workflow's jobs.csv
-    (rule, run, seconds, max_rss_mb[, gpu]); a last row "all" sums them. None when there is no such file.
+    (rule, run, seconds, max_rss_mb[, gpus]: bayesncl.report.jobs.COLUMNS); a last row "all" sums them.
+    None when there is no such file.
     Jobs without a measurement (too short to sample: NA) are counted apart, never as 0."""
     import pandas as pd  # the report step has it; the DAG build does not need it
 
@@ -158,8 +159,9 @@ def job_costs(jobs_csv: str | os.PathLike) -> list[dict] | None:
     df["seconds"] = pd.to_numeric(df["seconds"], errors="coerce")
     rss = pd.to_numeric(df["max_rss_mb"], errors="coerce") if "max_rss_mb" in df else None
     gpu = None
-    if "gpu" in df:  # a flag (True/False) or a count
-        gpu = pd.to_numeric(df["gpu"].replace({True: 1, False: 0, "True": 1, "False": 0}), errors="coerce")
+    gcol = next((c for c in ("gpus", "gpu") if c in df), None)
+    if gcol is not None:  # a count (or a flag True/False)
+        gpu = pd.to_numeric(df[gcol].replace({True: 1, False: 0, "True": 1, "False": 0}), errors="coerce")
     rows = []
     for rule, idx in df.groupby("rule", sort=False).groups.items():
         rows.append(_cost_row(str(rule), df.loc[idx, "seconds"], None if rss is None else rss[idx],

@@ -1,0 +1,82 @@
+"""The workflow's pre-flight: before Snakemake queues a job, check every dataset root that a run still to be
+trained or evaluated will read (workflow/rules/common.smk: once the DAG is built, from the jobs it plans; in a
+dry run, from the outputs that exist).
+
+A run reads its dataset's images when it is pretrained, when its features are embedded, in the
+paper-protocol probe (sections that run the network: Section.gpu) and for its dataset's atlas; Waterbirds in
+the background probe. A run whose outputs exist reads nothing, so moving the data away never blocks
+re-rendering the tables. The checks are the cheap ones training starts with (bayesncl.data.check_data).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import DataError
+from .evaluation.sections import SECTIONS
+from .grid import Run
+
+__all__ = ["missing_data", "todo_from_files"]
+
+
+def _key(wf: dict, section: str, field: str, value) -> str:
+    """The workflow config key that set `section.field` to `value` (a dataset block, else the defaults)."""
+    for name, block in wf.get("datasets", {}).items():
+        if (block.get(section) or {}).get(field) == value:
+            return f"datasets.{name}.{section}.{field}"
+    return f"defaults.{section}.{field}"
+
+
+def _reads(run: Run, todo: set[str]) -> tuple[bool, bool]:
+    """(reads its dataset, reads Waterbirds) for the jobs still to be done in this run: "pretrain", "atlas" (its
+    dataset's atlas shows test images) and evaluation sections."""
+    cfg = run.config
+    dataset = bool(todo & {"pretrain", "atlas"}) or any(
+        SECTIONS[s].gpu(cfg) for s in todo if s in SECTIONS and s != "background_probe")
+    waterbirds = "background_probe" in todo and bool(cfg["eval"]["waterbirds_root"])
+    return dataset, waterbirds
+
+
+def todo_from_files(runs: dict[str, Run], sections: dict[str, list[str]], results: str | Path,
+                    atlas: dict[str, list[str]]) -> dict[str, set[str]]:
+    """What is still to be done per run, judged by which outputs exist (a dry run has no DAG to ask)."""
+    todo: dict[str, set[str]] = {}
+    for rid in runs:
+        d = Path(results) / "runs" / rid
+        todo[rid] = {s for s in sections[rid] if not (d / "eval" / f"{s}.json").is_file()}
+        if not (d / "model.pt").is_file():
+            todo[rid].add("pretrain")
+    for ds, rids in atlas.items():
+        if not all((Path(results) / "figures" / f"atlas_{ds}.{ext}").is_file() for ext in ("pdf", "png")):
+            for rid in rids:
+                todo[rid].add("atlas")
+    return todo
+
+
+def missing_data(wf: dict, runs: dict[str, Run], todo: dict[str, set[str]], where: str = "the workflow config") -> list[str]:
+    """One line per dataset root that a run still to be done needs and that fails its check: the dataset,
+    the workflow config key that set the root, what is wrong, and the fix. `todo`: run id -> the jobs still
+    to be done ("pretrain", "atlas", section names)."""
+    checks: dict[tuple[str, str, str], str] = {}  # (what, key, root) -> a run that needs it
+    for rid, jobs in todo.items():
+        run = runs[rid]
+        data = run.config["data"]
+        reads, waterbirds = _reads(run, jobs)
+        if reads and data["dataset"] != "synthetic":
+            checks.setdefault((data["dataset"], _key(wf, "data", "root", data["root"]), data["root"]), rid)
+        if waterbirds:
+            root = run.config["eval"]["waterbirds_root"]
+            checks.setdefault(("waterbirds", _key(wf, "eval", "waterbirds_root", root), root), rid)
+    if not checks:
+        return []
+    from .data import check_data  # torch: only where a real dataset is to be read
+
+    problems = []
+    for (what, key, root), rid in checks.items():
+        data = runs[rid].config["data"]
+        try:
+            check_data({**data, "dataset": what, "root": root} if what == "waterbirds" else data)
+        except DataError as e:
+            problems.append(f"{what} ({key}: {root}): {e}. Fix: set {key} in {where} to the folder that holds "
+                            f"it (needed by {rid} and any other run still to be done)")
+    return problems

@@ -1,0 +1,104 @@
+"""What each job of the workflow cost: Snakemake's `benchmark:` files collected into one CSV, and the totals.
+
+Every rule writes `<results>/benchmarks/<rule>/<run>.tsv` (`<rule>.tsv` for the one-off rules; the atlas's
+`<run>` is its dataset) in Snakemake's extended format, which also records the rule, its wildcards and the
+resources the job was given. `summary/jobs.csv` has one row per job:
+
+    rule, run, seconds (wall), max_rss_mb (peak resident memory; NA when the job ended before Snakemake's
+    first sample), gpus (the GPUs the job held: its `gpu` resource; NA where the file does not say),
+    cpu_seconds (NA like max_rss_mb), benchmark (the file)
+
+and `summary/jobs.md` the totals per rule and the GPU-hours of the grid as run (seconds x GPUs held).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from ..atomic import atomic_write_text
+
+__all__ = ["COLUMNS", "collect", "totals", "write_jobs"]
+
+COLUMNS = ["rule", "run", "seconds", "max_rss_mb", "gpus", "cpu_seconds", "benchmark"]
+
+
+def _literal(text) -> dict:
+    try:
+        value = ast.literal_eval(text) if isinstance(text, str) else None
+    except (ValueError, SyntaxError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return out if math.isfinite(out) else math.nan
+
+
+def _row(path: Path, root: Path) -> dict:
+    parts = path.relative_to(root).with_suffix("").parts
+    rule, run = parts[0], "/".join(parts[1:])
+    table = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
+    rec = table.iloc[-1].to_dict() if len(table) else {}
+    resources = _literal(rec.get("resources"))
+    if "rule_name" in rec and rec["rule_name"] not in ("", "-"):
+        rule = rec["rule_name"]
+    gpus = _number(resources.get("gpu", 0)) if "resources" in rec else math.nan
+    return {"rule": rule, "run": run, "seconds": _number(rec.get("s")), "max_rss_mb": _number(rec.get("max_rss")),
+            "gpus": gpus, "cpu_seconds": _number(rec.get("cpu_time")), "benchmark": str(path)}
+
+
+def collect(benchmarks: str | Path) -> pd.DataFrame:
+    """One row per benchmark file under `benchmarks` (columns COLUMNS), sorted by rule and run."""
+    root = Path(benchmarks)
+    rows = [_row(p, root) for p in sorted(root.rglob("*.tsv"))] if root.is_dir() else []
+    return pd.DataFrame(rows, columns=COLUMNS).sort_values(["rule", "run"], kind="stable", ignore_index=True)
+
+
+def totals(jobs: pd.DataFrame) -> pd.DataFrame:
+    """Per rule: jobs, total and median wall seconds, the largest peak memory, GPU-hours (seconds x GPUs held)."""
+    gpu_h = (jobs["seconds"] * jobs["gpus"] / 3600).rename("gpu_hours")
+    per = (jobs.assign(gpu_hours=gpu_h).groupby("rule", sort=True)
+           .agg(jobs=("run", "size"), seconds=("seconds", "sum"), median_seconds=("seconds", "median"),
+                max_rss_mb=("max_rss_mb", "max"), gpu_hours=("gpu_hours", lambda v: v.sum(min_count=1))))
+    return per.reset_index()
+
+
+def _fmt(v, digits: int) -> str:
+    return "NA" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}"
+
+
+def render(jobs: pd.DataFrame, smoke: bool = False) -> str:
+    per = totals(jobs)
+    lines = []
+    if smoke:
+        lines += ["> **SMOKE RUN**: every job shrunk to test that it runs; these costs are not the grid's.", ""]
+    lines += ["| rule | jobs | wall hours | median seconds | max RSS (MB) | GPU-hours |", "|---|---|---|---|---|---|"]
+    for r in per.itertuples():
+        lines.append(f"| {r.rule} | {r.jobs} | {_fmt(r.seconds / 3600, 2)} | {_fmt(r.median_seconds, 1)} | "
+                     f"{_fmt(r.max_rss_mb, 0)} | {_fmt(r.gpu_hours, 2)} |")
+    unknown = int(jobs["gpus"].isna().sum())
+    gpu_hours = float((jobs["seconds"] * jobs["gpus"]).sum(min_count=1) / 3600) if len(jobs) else math.nan
+    lines += ["", f"{len(jobs)} jobs, {_fmt(jobs['seconds'].sum() / 3600, 2)} wall hours in all; GPU-hours of the "
+                  f"grid as run: {_fmt(0.0 if math.isnan(gpu_hours) else gpu_hours, 2)}"
+              + (f" ({unknown} jobs do not record their GPUs)" if unknown else "") + ".",
+              "Peak memory is NA for jobs that ended before Snakemake's first sample."]
+    return "\n".join(lines) + "\n"
+
+
+def write_jobs(benchmarks: str | Path, out_csv: str | Path, smoke: bool = False) -> tuple[Path, Path, str]:
+    """Write jobs.csv and jobs.md (beside it); return their paths and the totals text."""
+    jobs = collect(benchmarks)
+    out_csv = Path(out_csv)
+    out_md = out_csv.with_suffix(".md")
+    atomic_write_text(out_csv, jobs.to_csv(index=False, na_rep="NA"))
+    text = render(jobs, smoke)
+    atomic_write_text(out_md, text)
+    return out_csv, out_md, text

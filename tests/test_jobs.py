@@ -1,0 +1,58 @@
+"""`bayesncl jobs`: the workflow's benchmark files (Snakemake's extended format) in one CSV, and the totals."""
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bayesncl.cli import main
+from bayesncl.report.jobs import collect, render, totals
+
+HEADER = ("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\tjobid\trule_name\t"
+          "wildcards\tparams\tthreads\tcpu_usage\tresources\tinput_size_mb")
+
+
+def _write(root: Path, rel: str, seconds: float, rss, gpu, rule: str, extended: bool = True) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plain = f"{seconds}\t0:00:01\t{rss}\t{rss}\t{rss}\t{rss}\t0.1\t0.2\t50.0\t{'NA' if rss == 'NA' else 1.5}"
+    if not extended:
+        path.write_text("\t".join(HEADER.split("\t")[:10]) + "\n" + plain + "\n")
+        return
+    res = {"tmpdir": "/tmp", "_nodes": 1, "gpu": gpu, "runtime": 60, "mem_mb": 4000, "mem": "4 GB"}
+    path.write_text(HEADER + "\n" + plain + f"\t7\t{rule}\t{{'run': 'x'}}\t{{'cmd': 'a\\tb'}}\t1\tNA\t{res}\t{{}}\n")
+
+
+def test_collects_every_job_with_NA_where_memory_was_not_sampled(tmp_path):
+    b = tmp_path / "benchmarks"
+    _write(b, "pretrain/cifar10/ncl/seed~0.tsv", 3600.0, 812.5, 1, "pretrain")
+    _write(b, "pretrain/cifar10/cl/seed~0.tsv", 1800.0, 700.0, 1, "pretrain")
+    _write(b, "retrieval/cifar10/ncl/seed~0.tsv", 0.4, "NA", 0, "retrieval")  # ended before the first sample
+    _write(b, "atlas/cifar10.tsv", 12.0, 300.0, 0, "atlas")
+    _write(b, "summarize.tsv", 5.0, 200.0, None, "summarize", extended=False)
+    jobs = collect(b)
+    assert list(jobs["rule"]) == ["atlas", "pretrain", "pretrain", "retrieval", "summarize"]
+    assert list(jobs["run"]) == ["cifar10", "cifar10/cl/seed~0", "cifar10/ncl/seed~0", "cifar10/ncl/seed~0", ""]
+    assert math.isnan(jobs.loc[3, "max_rss_mb"]) and math.isnan(jobs.loc[3, "cpu_seconds"])
+    assert jobs.loc[1, "gpus"] == 1 and jobs.loc[3, "gpus"] == 0 and math.isnan(jobs.loc[4, "gpus"])
+    per = totals(jobs).set_index("rule")
+    assert per.loc["pretrain", "jobs"] == 2 and per.loc["pretrain", "seconds"] == 5400
+    assert per.loc["pretrain", "gpu_hours"] == pytest.approx(1.5) and per.loc["atlas", "gpu_hours"] == 0
+    assert math.isnan(per.loc["summarize", "gpu_hours"]) and per.loc["pretrain", "max_rss_mb"] == 812.5
+    text = render(jobs)
+    assert "GPU-hours of the grid as run: 1.50 (1 jobs do not record their GPUs)" in text
+    assert "| retrieval | 1 | 0.00 | 0.4 | NA | 0.00 |" in text
+
+
+def test_cli_writes_csv_with_NA_and_the_totals(tmp_path, capsys):
+    b = tmp_path / "benchmarks"
+    _write(b, "cost/synthetic/ncl/seed~0.tsv", 0.3, "NA", 0, "cost")
+    out = tmp_path / "summary" / "jobs.csv"
+    assert main(["jobs", "--benchmarks", str(b), "--out", str(out), "--smoke"]) == 0
+    text = out.read_text()
+    assert text.splitlines()[0] == "rule,run,seconds,max_rss_mb,gpus,cpu_seconds,benchmark"
+    assert text.splitlines()[1].startswith("cost,synthetic/ncl/seed~0,0.3,NA,0.0,NA,")
+    assert "SMOKE RUN" in (tmp_path / "summary" / "jobs.md").read_text()
+    assert "| cost | 1 |" in capsys.readouterr().out
+    assert pd.read_csv(out)["max_rss_mb"].isna().all()
