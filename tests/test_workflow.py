@@ -95,6 +95,9 @@ BAD = [
     (lambda c: c["sets"].update(table8={"variants": ["NCL"]}), "sets.table8"),
     # Table 6 probes the background: a dataset without background labels needs Waterbirds
     (lambda c: c["datasets"].update(cifar10={"data": {"dataset": "cifar10", "root": "/x"}}), "eval.waterbirds_root"),
+    (lambda c: c["sets"]["table4"].update(n_seeds=2), "sets.table4.n_seeds: 2 seeds asked for"),
+    (lambda c: c["sets"]["table4"].update(n_seeds=1, seeds=[0]), "n_seeds"),
+    (lambda c: c["sets"]["table4"].update(n_seeds=0), "n_seeds"),
 ]
 
 
@@ -217,6 +220,69 @@ def test_sets_asking_different_dynamics_for_one_run_fail():
     cfg["sets"]["table7"]["dynamics_every"] = 2
     with pytest.raises(ConfigError, match="sets.table7.dynamics_every: 2 conflicts with 1"):
         expand_grid(cfg)
+
+
+def _seeds_by_set(runs) -> dict[str, set[int]]:
+    out: dict[str, set[int]] = {}
+    for run in runs.values():
+        for set_name in run.sets:
+            out.setdefault(set_name, set()).add(run.config["seed"])
+    return out
+
+
+def test_n_seeds_takes_a_prefix_of_the_global_seed_list():
+    from bayesncl.grid import expand_grid
+
+    cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    cfg["seeds"] = [0, 1, 2]
+    cfg["sets"]["table4"]["n_seeds"] = 2
+    cfg["sets"]["figure4b"]["seeds"] = [7]
+    by_set = _seeds_by_set(expand_grid(cfg))
+    assert by_set["table1"] == {0, 1, 2} and by_set["table4"] == {0, 1} and by_set["figure4b"] == {7}
+    # One override of the global list moves every set that does not pin its own seeds.
+    cfg["seeds"] = [5, 6, 7]
+    runs = expand_grid(cfg)
+    by_set = _seeds_by_set(runs)
+    assert by_set["table1"] == {5, 6, 7} and by_set["table4"] == {5, 6} and by_set["figure4b"] == {7}
+    soft = {r.config["seed"] for r in runs.values() if r.variant == "Soft gate"}
+    assert soft == {5, 6}  # an ablation-only variant: the first two seeds, not the last two
+
+
+def test_seeds_from_the_snakemake_command_line_are_integers():
+    """`snakemake --config seeds=[5,6]` hands the items over as strings; the run ids and configs hold ints."""
+    from bayesncl.grid import expand_grid
+
+    cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    as_ints = expand_grid({**cfg, "seeds": [5, 6]})
+    as_text = expand_grid({**cfg, "seeds": ["5", "6"]})
+    assert list(as_text) == list(as_ints) and any(rid.endswith("seed~6") for rid in as_text)
+    assert {type(r.config["seed"]) for r in as_text.values()} == {int}
+    from bayesncl.config import ConfigError
+
+    for bad, message in ((["5", "x"], "seeds: 'x' is not a seed"), ([5, "5"], "repeats a seed")):
+        with pytest.raises(ConfigError, match=message):
+            expand_grid({**cfg, "seeds": bad})
+
+
+def test_demo_grid_seeds():
+    """Every set of the demo rests on at least 3 seeds, the main comparison on at least 5, and no set pins its
+    own seed list, so `--config seeds=[...]` moves the whole grid (the stability check)."""
+    from bayesncl.grid import expand_grid
+
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    assert not [name for name, spec in cfg["sets"].items() if "seeds" in spec]
+    runs = expand_grid(cfg)
+    points: dict[tuple, set[int]] = {}  # (set, variant, swept values) -> seeds
+    for run in runs.values():
+        swept = tuple(sorted(run.sweeps)) and (run.config["model"]["proj_dim"], run.config["method"]["lambda"])
+        for set_name in run.sets:
+            points.setdefault((set_name, run.variant, swept), set()).add(run.config["seed"])
+    assert min(len(s) for s in points.values()) >= 3, {k: v for k, v in points.items() if len(v) < 3}
+    main = ("NCL", "Top-k NCL", "BayesNCL (STE)", "BayesNCL (Gumbel)")
+    assert all(len(points[("table1", v, ())]) >= 5 for v in main)
+    swapped = expand_grid({**cfg, "seeds": [s + 100 for s in cfg["seeds"]]})
+    assert len(swapped) == len(runs)
+    assert all(r.config["seed"] >= 100 for r in swapped.values())
 
 
 def test_evaluation_sections_follow_the_sets():
