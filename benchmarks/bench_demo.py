@@ -75,30 +75,30 @@ def bench_step(args) -> None:
                                          device=torch.device("cpu"), num_workers=0)))
         setups[(method, threads, cl)] = (model, opt, aug, x, torch.Generator().manual_seed(0))
     parts = ("augment", "forward+loss", "backward", "optimizer")
-    times = {v: {p: [] for p in parts} for v in variants}
-    cpu = {v: [] for v in variants}  # CPU seconds of the process: what contention does not inflate
+    # CPU seconds of the process per part (on a shared machine wall time counts the other processes' turns
+    # too), and the step's wall time.
+    cpu = {v: {p: [] for p in parts} for v in variants}
+    wall = {v: [] for v in variants}
 
     def one(v, record: bool):
         model, opt, aug, x, gen = setups[v]
         torch.set_num_threads(v[1])
-        c0 = time.process_time()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         v1, v2 = aug(x, gen), aug(x, gen)
         if v[2]:
             v1, v2 = (t.contiguous(memory_format=torch.channels_last) for t in (v1, v2))
-        t1 = time.perf_counter()
+        c1 = time.process_time()
         loss, _ = model.training_loss(v1, v2)
-        t2 = time.perf_counter()
+        c2 = time.process_time()
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        t3 = time.perf_counter()
+        c3 = time.process_time()
         opt.step()
-        t4 = time.perf_counter()
-        c4 = time.process_time()
+        c4, t4 = time.process_time(), time.perf_counter()
         if record:
-            cpu[v].append(c4 - c0)
-            for p, dt in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-                times[v][p].append(dt)
+            for p, dt in zip(parts, (c1 - c0, c2 - c1, c3 - c2, c4 - c3)):
+                cpu[v][p].append(dt)
+            wall[v].append(t4 - t0)
 
     for _ in range(args.warmup):
         for v in variants:
@@ -107,21 +107,29 @@ def bench_step(args) -> None:
         for v in variants:
             one(v, True)
     print(f"training step at the demo's sizes (batch {demo_config('ncl')['train']['batch_size']}), median of "
-          f"{args.steps} interleaved steps after {args.warmup} warm-up, seconds; torch {torch.__version__}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+          f"{args.steps} interleaved steps after {args.warmup} warm-up; parts in CPU seconds of the process, "
+          f"the step in CPU and wall seconds; torch {torch.__version__}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f}")
     print(f"{'method':9s} {'threads':>7s} {'ch_last':>7s} " + " ".join(f"{p:>12s}" for p in parts)
-          + f" {'step':>8s} {'min step':>8s} {'CPU s':>8s}")
+          + f" {'step CPU':>8s} {'min CPU':>8s} {'wall':>8s}")
     for v in variants:
-        tot = [sum(ts) for ts in zip(*(times[v][p] for p in parts))]
-        print(f"{v[0]:9s} {v[1]:7d} {str(v[2]):>7s} " + " ".join(f"{_median(times[v][p]):12.4f}" for p in parts)
-              + f" {_median(tot):8.4f} {min(tot):8.4f} {_median(cpu[v]):8.4f}")
+        tot = [sum(ts) for ts in zip(*(cpu[v][p] for p in parts))]
+        print(f"{v[0]:9s} {v[1]:7d} {str(v[2]):>7s} " + " ".join(f"{_median(cpu[v][p]):12.4f}" for p in parts)
+              + f" {_median(tot):8.4f} {min(tot):8.4f} {_median(wall[v]):8.4f}")
 
 
 # --------------------------------------------------------------------------------------------- process start
-def _wall(cmd: list[str], env=None) -> float:
+def _run(cmd: list[str], env=None) -> tuple[float, float]:
+    """(wall, CPU) seconds of a command; CPU = user + sys of the finished child, which a shared machine's
+    load inflates far less than wall time."""
+    import resource
+
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 def bench_startup(args) -> None:
@@ -131,9 +139,13 @@ def bench_startup(args) -> None:
         "import numpy": [py, "-c", "import numpy"],
         "import torch": [py, "-c", "import torch"],
         "import bayesncl.cli": [py, "-c", "import bayesncl.cli"],
+        "import torch._dynamo": [py, "-c", "import torch._dynamo"],
+        "import torchvision": [py, "-c", "import torchvision"],
+        "import bayesncl.evaluation.runner": [py, "-c", "import bayesncl.evaluation.runner"],
         "import bayesncl.train": [py, "-c", "import bayesncl.train"],
         "import timm.optim": [py, "-c", "import timm.optim"],
         "import scipy.stats": [py, "-c", "import scipy.stats"],
+        "import pandas": [py, "-c", "import pandas"],
         "import matplotlib.pyplot": [py, "-c", "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot"],
         "bayesncl --help": [py, "-m", "bayesncl.cli", "--help"],
         "snakemake --version": ["snakemake", "--version"],
@@ -141,11 +153,12 @@ def bench_startup(args) -> None:
     times = {k: [] for k in cmds}
     for _ in range(args.repeats):  # interleaved
         for k, c in cmds.items():
-            times[k].append(_wall(c))
-    print(f"process start + imports, wall seconds, median of {args.repeats} interleaved runs "
-          f"(load average {os.getloadavg()[0]:.2f})")
+            times[k].append(_run(c, {**os.environ, "OMP_NUM_THREADS": "1"}))
+    print(f"process start + imports, median of {args.repeats} interleaved runs, seconds "
+          f"(OMP_NUM_THREADS=1; load average {os.getloadavg()[0]:.2f})")
+    print(f"{'command':34s} {'CPU':>7s} {'wall':>7s}")
     for k, ts in times.items():
-        print(f"{k:28s} {_median(ts):7.3f}   (min {min(ts):.3f}, max {max(ts):.3f})")
+        print(f"{k:34s} {_median([c for _, c in ts]):7.3f} {_median([w for w, _ in ts]):7.3f}")
 
 
 # ---------------------------------------------------------------------------------------------------- data
@@ -176,29 +189,39 @@ def bench_data(args) -> None:
 def bench_eval(args) -> None:
     from bayesncl.evaluation.runner import evaluate
 
+    import torch
+
+    torch.set_num_threads(1)
     run = Path(args.run)
     model = run / "model.pt"
     sections = args.sections
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    whole = {s: [] for s in sections}
-    inproc = {s: [] for s in sections}
+    whole = {s: [] for s in sections}  # (wall, CPU) of the job as the workflow runs it
+    inproc = {s: [] for s in sections}  # CPU of the same work in this process, after the imports
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "eval"
         # features first: the other sections read its cache.
         for _ in range(args.repeats):
             for s in sections:
                 cmd = [sys.executable, "-m", "bayesncl.cli", "evaluate", "--checkpoint", str(model), "--out", str(out),
-                       "--only", s, "--quiet"]
-                whole[s].append(_wall(cmd, env))
-                t0 = time.perf_counter()
-                evaluate(model, out, only=[s], progress=False)
-                inproc[s].append(time.perf_counter() - t0)
-    print(f"evaluation jobs of {run}, wall seconds, median of {args.repeats} (OMP_NUM_THREADS=1 for the "
-          f"process; in-process after imports; load average {os.getloadavg()[0]:.2f})")
-    print(f"{'section':18s} {'process':>8s} {'in-process':>10s} {'start-up share':>14s}")
+                       "--only", s, "--quiet"] + [a for kv in args.set for a in ("--set", kv)]
+                whole[s].append(_run(cmd, env))
+                c0 = time.process_time()
+                evaluate(model, out, only=[s], sets=args.set, progress=False)
+                inproc[s].append(time.process_time() - c0)
+    print(f"evaluation jobs of {run}, median of {args.repeats}, seconds (OMP_NUM_THREADS=1 for the job; the "
+          f"in-process work after the imports, same thread count: {torch_threads()}; load average "
+          f"{os.getloadavg()[0]:.2f})")
+    print(f"{'section':18s} {'job CPU':>8s} {'job wall':>8s} {'work CPU':>8s} {'start-up share of CPU':>22s}")
     for s in sections:
-        w, i = _median(whole[s]), _median(inproc[s])
-        print(f"{s:18s} {w:8.2f} {i:10.2f} {100 * (w - i) / w:13.0f}%")
+        w, c, i = _median([x[0] for x in whole[s]]), _median([x[1] for x in whole[s]]), _median(inproc[s])
+        print(f"{s:18s} {c:8.2f} {w:8.2f} {i:8.2f} {100 * (c - i) / c:21.0f}%")
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 # ----------------------------------------------------------------------------------------------------- grid
@@ -250,6 +273,8 @@ def main() -> None:
     s.add_argument("--sections", nargs="+",
                    default=["features", "interpretability", "retrieval", "linear_probe", "background_probe", "cost"])
     s.add_argument("--repeats", type=int, default=3)
+    s.add_argument("--set", action="append", default=[], help="eval.*/data.* override, e.g. "
+                   "data.synthetic.test_size=2048 (repeatable)")
     s = sub.add_parser("grid")
     s.add_argument("--config", default="config/config.yaml")
     s.add_argument("--seeds", default=None, help="JSON list replacing the global seed list")
