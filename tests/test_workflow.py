@@ -49,9 +49,17 @@ def test_paper_dag_builds_without_data(tmp_path):
 def test_demo_dag_trains_each_config_once(tmp_path):
     r = snakemake("-n", "--config", f"results={tmp_path}")
     assert r.returncode == 0, r.stderr + r.stdout
-    # Tables 1-2: 5 methods x 3 seeds (15); Table 4: 4 ablations (4); Table 5: 2 ResNet-50 runs (2);
-    # Figure 4a: 1 more width x 2 methods (2); Figure 4b: 2 more lambda values (2).
-    assert job_counts(r.stdout)["pretrain"] == 15 + 4 + 2 + 2 + 2
+    # Tables 1-2: 5 methods x 5 seeds (25); Table 4: 4 ablations x 3 seeds (12); Table 5: 2 ResNet-50 runs x 3
+    # (6); Figure 4a: 1 more width x 2 methods x 3 (6); Figure 4b: 2 more lambda values x 3 (6).
+    counts = job_counts(r.stdout)
+    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 6
+    # Table 3's dynamics, Table 6's background probe and Table 7's cost on NCL and BayesNCL x 5 seeds.
+    assert counts["dynamics"] == counts["background_probe"] == counts["cost"] == 10
+    # One override of the global seed list moves the whole grid (the stability check), as typed on a shell.
+    r = snakemake("-n", "--config", f"results={tmp_path}", "seeds=[5,6,7,8,9]")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert job_counts(r.stdout) == counts
+    assert "seed~9" in r.stdout and "seed~0" not in r.stdout
 
 
 def test_slurm_profile_by_name_puts_only_gpu_rules_on_the_gpu_partition(tmp_path):
@@ -272,14 +280,15 @@ def test_demo_grid_seeds():
     cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     assert not [name for name, spec in cfg["sets"].items() if "seeds" in spec]
     runs = expand_grid(cfg)
-    points: dict[tuple, set[int]] = {}  # (set, variant, swept values) -> seeds
+    points: dict[tuple, set[int]] = {}  # (set, variant, D, lambda) -> seeds: every point of a table or sweep
     for run in runs.values():
-        swept = tuple(sorted(run.sweeps)) and (run.config["model"]["proj_dim"], run.config["method"]["lambda"])
         for set_name in run.sets:
-            points.setdefault((set_name, run.variant, swept), set()).add(run.config["seed"])
-    assert min(len(s) for s in points.values()) >= 3, {k: v for k, v in points.items() if len(v) < 3}
+            key = (set_name, run.variant, run.config["model"]["proj_dim"], run.config["method"]["lambda"])
+            points.setdefault(key, set()).add(run.config["seed"])
+    assert len(points) >= 25 and min(len(s) for s in points.values()) >= 3, \
+        {k: v for k, v in points.items() if len(v) < 3}
     main = ("NCL", "Top-k NCL", "BayesNCL (STE)", "BayesNCL (Gumbel)")
-    assert all(len(points[("table1", v, ())]) >= 5 for v in main)
+    assert all(len(points[("table1", v, 64, 3e-5)]) >= 5 for v in main)
     swapped = expand_grid({**cfg, "seeds": [s + 100 for s in cfg["seeds"]]})
     assert len(swapped) == len(runs)
     assert all(r.config["seed"] >= 100 for r in swapped.values())
