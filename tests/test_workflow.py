@@ -137,7 +137,7 @@ def test_bad_config_is_reported_with_its_key(tmp_path, edit, message):
 REQUIRED = {
     "table1": ["sc", "se_sum", "se_mean", "se_freq", "act"],
     "table2": ["probe_top1", "probe_top5"],
-    "table3": ["dyn_af_gv", "dyn_gv_sc", "dyn_af_sc"],
+    "table3": ["dyn_af_gv", "dyn_gv_sc", "dyn_af_sc", "dyn_sc"],
     "table4": ["sc", "se_sum", "act", "probe_top1"],
     "table5": ["sc", "se_sum", "act", "probe_top1"],
     "table6": ["bg_acc", "bg_dominated_zplus", "bg_dominated_feature"],
@@ -155,7 +155,7 @@ def test_tiny_grid_end_to_end(tmp_path):
     for i in range(1, 8):
         for ext in ("tex", "md"):
             assert (out / "tables" / f"table{i}.{ext}").stat().st_size > 0
-    for name in ("figure3", "figure4a", "figure4b", "gates", "atlas_synthetic"):
+    for name in ("figure3", "figure4a", "figure4b", "gates", "sc_training", "atlas_synthetic"):
         for ext in ("pdf", "png"):
             assert (out / "figures" / f"{name}.{ext}").stat().st_size > 0
 
