@@ -253,6 +253,19 @@ def bench_grid(args) -> None:
         print(f"  {k:18s} {v}")
     for k, v in sorted(by_cost.items()):
         print(f"  runs {k:34s} {v}")
+    # The wall-time estimate: core-seconds of every job over the cores (Snakemake keeps both busy; the
+    # grid's jobs are many and short, so packing loses little).
+    r50 = sum(1 for r in runs.values() if r.config["model"]["arch"] == "resnet50")
+    epochs = {r.config["train"]["epochs"] for r in runs.values()}
+    per_epoch = (args.run_s - args.run_start_s) / args.at_epochs
+    run_s = args.run_start_s + per_epoch * max(epochs) * args.step_factor
+    pre = (len(runs) - r50) * run_s + r50 * (args.run_start_s + (run_s - args.run_start_s) * args.r50_factor)
+    jobs = sum(per_rule.values())
+    ev = len(runs) * args.grouped_s if args.grouped_s else jobs * args.eval_job_s
+    total = pre + ev + args.report_s
+    print(f"estimate at {max(epochs)} epochs: pretraining {pre:.0f} core-s ({run_s:.1f} s a ResNet-18 run), "
+          f"evaluation {ev:.0f}, report {args.report_s:.0f}: {total:.0f} core-s, {total / args.cores / 60:.1f} "
+          f"min on {args.cores} cores")
 
 
 def main() -> None:
@@ -278,6 +291,17 @@ def main() -> None:
     s = sub.add_parser("grid")
     s.add_argument("--config", default="config/config.yaml")
     s.add_argument("--seeds", default=None, help="JSON list replacing the global seed list")
+    s.add_argument("--run-s", type=float, default=36.5, help="measured seconds of one ResNet-18 pretraining "
+                   "run (one core, two runs side by side) at --at-epochs")
+    s.add_argument("--at-epochs", type=int, default=36)
+    s.add_argument("--run-start-s", type=float, default=4.0, help="of which process start, imports, data")
+    s.add_argument("--step-factor", type=float, default=1.0, help="a faster step: its time over today's")
+    s.add_argument("--r50-factor", type=float, default=1.3, help="ResNet-50 stand-in step over ResNet-18's")
+    s.add_argument("--eval-job-s", type=float, default=3.0, help="seconds of one evaluation job")
+    s.add_argument("--grouped-s", type=float, default=0.0, help="seconds of one evaluation job per run "
+                   "(all sections in one process); 0: one job per section")
+    s.add_argument("--report-s", type=float, default=30.0, help="summarize, report and atlas together")
+    s.add_argument("--cores", type=int, default=2)
     args = p.parse_args()
     {"step": bench_step, "startup": bench_startup, "data": bench_data, "eval": bench_eval,
      "grid": bench_grid}[args.part](args)
