@@ -60,6 +60,11 @@ def test_every_section_writes_its_own_file(trained, evaluated):
     assert m["retrieval"]["retrieval"]["K"] == 16 and set(m["retrieval"]["retrieval"]["curve"]) == {"16"}
     assert m["background_probe"]["background_probe"]["target"] == "synthetic_background"
     assert m["dynamics"]["dynamics"]["epochs"] == [1, 2] and len(m["dynamics"]["dynamics"]["af_gv"]) == 2
+    # SC over training ends where Table 1's SC is: the last record is the final model on the same test split
+    # (the gated feature for BayesNCL, and z+ before the gate).
+    dyn = m["dynamics"]["dynamics"]
+    assert dyn["sc"][-1] == pytest.approx(it["sc"]) and dyn["sc_zplus"][-1] == pytest.approx(it["zplus"]["sc"])
+    assert dyn["sc"][-1] != pytest.approx(dyn["sc_zplus"][-1])  # the gate changes it: the two are told apart
     c = m["cost"]["cost"]
     assert c["gflops"] > 0 and c["params_m"] > 0 and c["sec_per_epoch"] > 0
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]

@@ -1,4 +1,4 @@
-"""Figures 3, 4a, 4b and the open-gate curves, checked on the drawn matplotlib objects: titles name the
+"""Figures 3, 4a, 4b, the open-gate curves and SC over training, checked on the drawn matplotlib objects: titles name the
 dataset and the values held fixed, one legend per figure, bands only where there are seeds, NCL's
 reference in Figure 4b, lambda on a log axis with 0 set apart, gate curves as the mean over seeds."""
 
@@ -198,3 +198,59 @@ def test_default_point_is_the_main_comparisons_even_when_sweep_runs_outnumber_it
     # Without main runs: the value most runs use (ties: the smaller).
     point = figures._default_point(summ.prepare(pd.DataFrame(rows[1:5])), "cifar100")
     assert point == {"proj_dim": 64, "rho": 0.8, "lambda": 0.0}
+
+
+def _sc_rows(ncl, bayes, epochs=(10, 20, 30), last=36, dataset="synthetic"):
+    """table3 rows: per seed, SC at the recorded epochs, and the final SC at epoch ``last``."""
+    rows = []
+    for variant, method, per_seed in (("NCL", "ncl", ncl), ("BayesNCL (STE)", "bayesncl", bayes)):
+        for s, (curve, final) in enumerate(per_seed):
+            rows.append(_row(variant, method, s, "table1;table3", dataset=dataset, D=64, sc=final,
+                             dyn_epochs=json.dumps(list(epochs)), dyn_sc=json.dumps(curve),
+                             loss_curve=json.dumps([5.0] * last)))
+    return summ.prepare(pd.DataFrame(rows))
+
+
+def test_sc_training_draws_crossing_curves_with_seed_bands_and_the_paired_interval():
+    from scipy import stats
+
+    # NCL keeps improving, BayesNCL starts higher and stays flat: the curves cross between epochs 10 and 20.
+    ncl = [([10.0 + s, 20.0 + 2 * s, 30.0 + s], 33.0 + s) for s in range(3)]
+    bayes = [([20.0 + 2 * s, 21.0, 22.0 - s], 23.0 + 0.5 * s) for s in range(3)]
+    fig = figures._sc_training(_sc_rows(ncl, bayes))
+    ax, dax = fig.axes
+    n_line, b_line = _line(ax, "NCL"), _line(ax, "BayesNCL (STE)")
+    assert list(n_line.get_xdata()) == [10, 20, 30, 36]  # the final SC closes the curve at the last epoch
+    want_n = np.array([[*c, f] for c, f in ncl]).mean(0)
+    want_b = np.array([[*c, f] for c, f in bayes]).mean(0)
+    assert np.allclose(n_line.get_ydata(), want_n) and np.allclose(b_line.get_ydata(), want_b)
+    diff = b_line.get_ydata() - n_line.get_ydata()
+    assert diff[0] > 0 and diff[-1] < 0  # drawn as crossing
+    assert "n=3 seeds" in n_line.get_label() and len(_bands(ax)) == 2
+    assert len([ln for ln in ax.lines if ln.get_label() == "_seed"]) == 6  # every seed, faintly
+
+    d_line = _line(dax, "BayesNCL (STE) − NCL")
+    paired = np.array([[*b[0], b[1]] for b in bayes]) - np.array([[*n[0], n[1]] for n in ncl])
+    assert list(d_line.get_xdata()) == [10, 20, 30, 36] and np.allclose(d_line.get_ydata(), paired.mean(0))
+    assert "n=3 paired seeds" in d_line.get_label()
+    (band,) = _bands(dax)
+    verts = band.get_paths()[0].vertices
+    for i, e in enumerate((10, 20, 30, 36)):
+        lo, hi = stats.ttest_1samp(paired[:, i], 0.0).confidence_interval(0.95)
+        ys = verts[np.isclose(verts[:, 0], e), 1]
+        assert ys.min() == pytest.approx(lo) and ys.max() == pytest.approx(hi)
+    assert _line(dax, "no difference").get_ydata()[0] == 0.0
+    assert "Synthetic" in _title(fig) or "synthetic" in _title(fig).lower()
+
+
+def test_sc_training_pairs_only_shared_seeds_and_says_when_there_are_no_records():
+    ncl = [([10.0, 20.0, 30.0], 31.0)] * 2
+    bayes = [([15.0, 25.0, 35.0], 36.0)] * 3  # seed 2 has no NCL partner
+    fig = figures._sc_training(_sc_rows(ncl, bayes))
+    d_line = _line(fig.axes[1], "BayesNCL (STE) − NCL")
+    assert np.allclose(d_line.get_ydata(), 5.0) and "n=2 paired seeds" in d_line.get_label()
+    # Runs without SC records (older dynamics files): an empty panel that says why, not a broken figure.
+    rows = _sc_rows(ncl, bayes)
+    rows["dyn_sc"] = ""
+    fig = figures._sc_training(rows)
+    assert not [ln for ln in fig.axes[0].lines] and "no run recorded SC" in fig.axes[0].texts[0].get_text()

@@ -49,9 +49,17 @@ def test_paper_dag_builds_without_data(tmp_path):
 def test_demo_dag_trains_each_config_once(tmp_path):
     r = snakemake("-n", "--config", f"results={tmp_path}")
     assert r.returncode == 0, r.stderr + r.stdout
-    # Tables 1-2: 5 methods x 3 seeds (15); Table 4: 4 ablations (4); Table 5: 2 ResNet-50 runs (2);
-    # Figure 4a: 1 more width x 2 methods (2); Figure 4b: 2 more lambda values (2).
-    assert job_counts(r.stdout)["pretrain"] == 15 + 4 + 2 + 2 + 2
+    # Tables 1-2: 5 methods x 5 seeds (25); Table 4: 4 ablations x 3 seeds (12); Table 5: 2 ResNet-50 runs x 3
+    # (6); Figure 4a: 1 more width x 2 methods x 3 (6); Figure 4b: 2 more lambda values x 3 (6).
+    counts = job_counts(r.stdout)
+    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 6
+    # Table 3's dynamics, Table 6's background probe and Table 7's cost on NCL and BayesNCL x 5 seeds.
+    assert counts["dynamics"] == counts["background_probe"] == counts["cost"] == 10
+    # One override of the global seed list moves the whole grid (the stability check), as typed on a shell.
+    r = snakemake("-n", "--config", f"results={tmp_path}", "seeds=[5,6,7,8,9]")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert job_counts(r.stdout) == counts
+    assert "seed~9" in r.stdout and "seed~0" not in r.stdout
 
 
 # `snakemake ARGS` that also prints, per group job, what its SLURM submission asks for: Snakemake's group
@@ -174,6 +182,9 @@ BAD = [
     (lambda c: c["sets"].update(table8={"variants": ["NCL"]}), "sets.table8"),
     # Table 6 probes the background: a dataset without background labels needs Waterbirds
     (lambda c: c["datasets"].update(cifar10={"data": {"dataset": "cifar10", "root": "/x"}}), "eval.waterbirds_root"),
+    (lambda c: c["sets"]["table4"].update(n_seeds=2), "sets.table4.n_seeds: 2 seeds asked for"),
+    (lambda c: c["sets"]["table4"].update(n_seeds=1, seeds=[0]), "n_seeds"),
+    (lambda c: c["sets"]["table4"].update(n_seeds=0), "n_seeds"),
 ]
 
 
@@ -205,7 +216,7 @@ def test_bad_config_is_reported_with_its_key(tmp_path, edit, message):
 REQUIRED = {
     "table1": ["sc", "se_sum", "se_mean", "se_freq", "act"],
     "table2": ["probe_top1", "probe_top5"],
-    "table3": ["dyn_af_gv", "dyn_gv_sc", "dyn_af_sc"],
+    "table3": ["dyn_af_gv", "dyn_gv_sc", "dyn_af_sc", "dyn_sc"],
     "table4": ["sc", "se_sum", "act", "probe_top1"],
     "table5": ["sc", "se_sum", "act", "probe_top1"],
     "table6": ["bg_acc", "bg_dominated_zplus", "bg_dominated_feature"],
@@ -223,7 +234,7 @@ def test_tiny_grid_end_to_end(tmp_path):
     for i in range(1, 8):
         for ext in ("tex", "md"):
             assert (out / "tables" / f"table{i}.{ext}").stat().st_size > 0
-    for name in ("figure3", "figure4a", "figure4b", "gates", "atlas_synthetic"):
+    for name in ("figure3", "figure4a", "figure4b", "gates", "sc_training", "atlas_synthetic"):
         for ext in ("pdf", "png"):
             assert (out / "figures" / f"{name}.{ext}").stat().st_size > 0
 
@@ -306,6 +317,70 @@ def test_sets_asking_different_dynamics_for_one_run_fail():
     cfg["sets"]["table7"]["dynamics_every"] = 2
     with pytest.raises(ConfigError, match="sets.table7.dynamics_every: 2 conflicts with 1"):
         expand_grid(cfg)
+
+
+def _seeds_by_set(runs) -> dict[str, set[int]]:
+    out: dict[str, set[int]] = {}
+    for run in runs.values():
+        for set_name in run.sets:
+            out.setdefault(set_name, set()).add(run.config["seed"])
+    return out
+
+
+def test_n_seeds_takes_a_prefix_of_the_global_seed_list():
+    from bayesncl.grid import expand_grid
+
+    cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    cfg["seeds"] = [0, 1, 2]
+    cfg["sets"]["table4"]["n_seeds"] = 2
+    cfg["sets"]["figure4b"]["seeds"] = [7]
+    by_set = _seeds_by_set(expand_grid(cfg))
+    assert by_set["table1"] == {0, 1, 2} and by_set["table4"] == {0, 1} and by_set["figure4b"] == {7}
+    # One override of the global list moves every set that does not pin its own seeds.
+    cfg["seeds"] = [5, 6, 7]
+    runs = expand_grid(cfg)
+    by_set = _seeds_by_set(runs)
+    assert by_set["table1"] == {5, 6, 7} and by_set["table4"] == {5, 6} and by_set["figure4b"] == {7}
+    soft = {r.config["seed"] for r in runs.values() if r.variant == "Soft gate"}
+    assert soft == {5, 6}  # an ablation-only variant: the first two seeds, not the last two
+
+
+def test_seeds_from_the_snakemake_command_line_are_integers():
+    """`snakemake --config seeds=[5,6]` hands the items over as strings; the run ids and configs hold ints."""
+    from bayesncl.grid import expand_grid
+
+    cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    as_ints = expand_grid({**cfg, "seeds": [5, 6]})
+    as_text = expand_grid({**cfg, "seeds": ["5", "6"]})
+    assert list(as_text) == list(as_ints) and any(rid.endswith("seed~6") for rid in as_text)
+    assert {type(r.config["seed"]) for r in as_text.values()} == {int}
+    from bayesncl.config import ConfigError
+
+    for bad, message in ((["5", "x"], "seeds: 'x' is not a seed"), ([5, "5"], "repeats a seed")):
+        with pytest.raises(ConfigError, match=message):
+            expand_grid({**cfg, "seeds": bad})
+
+
+def test_demo_grid_seeds():
+    """Every set of the demo rests on at least 3 seeds, the main comparison on at least 5, and no set pins its
+    own seed list, so `--config seeds=[...]` moves the whole grid (the stability check)."""
+    from bayesncl.grid import expand_grid
+
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    assert not [name for name, spec in cfg["sets"].items() if "seeds" in spec]
+    runs = expand_grid(cfg)
+    points: dict[tuple, set[int]] = {}  # (set, variant, D, lambda) -> seeds: every point of a table or sweep
+    for run in runs.values():
+        for set_name in run.sets:
+            key = (set_name, run.variant, run.config["model"]["proj_dim"], run.config["method"]["lambda"])
+            points.setdefault(key, set()).add(run.config["seed"])
+    assert len(points) >= 25 and min(len(s) for s in points.values()) >= 3, \
+        {k: v for k, v in points.items() if len(v) < 3}
+    main = ("NCL", "Top-k NCL", "BayesNCL (STE)", "BayesNCL (Gumbel)")
+    assert all(len(points[("table1", v, 64, 3e-5)]) >= 5 for v in main)
+    swapped = expand_grid({**cfg, "seeds": [s + 100 for s in cfg["seeds"]]})
+    assert len(swapped) == len(runs)
+    assert all(r.config["seed"] >= 100 for r in swapped.values())
 
 
 def test_evaluation_sections_follow_the_sets():

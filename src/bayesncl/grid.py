@@ -95,15 +95,51 @@ def _smoke(wf: dict) -> dict | None:
     return SMOKE if wf.get("smoke") else None
 
 
+def seed_list(value, key: str) -> list[int]:
+    """A seed list as integers. `snakemake --config seeds=[5,6,7]` hands the items over as strings."""
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{key}: expected a list of seeds such as [0, 1, 2], got {value!r}")
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, str) and v.strip().isdigit())):
+            raise ConfigError(f"{key}: {v!r} is not a seed (a non-negative integer)")
+        out.append(int(v))
+    if len(set(out)) != len(out):
+        raise ConfigError(f"{key}: {value!r} repeats a seed")
+    return out
+
+
+def set_seeds(wf: dict, set_name: str) -> list[int]:
+    """The seeds of a set: its own `seeds` list, else the first `n_seeds` of the global list, else all of it.
+
+    `n_seeds` keeps a set's seeds a prefix of the global list, so one `--config seeds=[...]` swaps the
+    seeds of every set at once (the stability check: the same grid on another seed list)."""
+    spec = wf["sets"][set_name]
+    glob = seed_list(wf["seeds"], "seeds")
+    if "seeds" in spec and "n_seeds" in spec:
+        raise ConfigError(f"sets.{set_name}: give seeds or n_seeds, not both")
+    if "n_seeds" in spec:
+        n = spec["n_seeds"]
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"sets.{set_name}.n_seeds: {n!r} is not a positive integer")
+        if n > len(glob):
+            raise ConfigError(f"sets.{set_name}.n_seeds: {n} seeds asked for, but the global seed list has "
+                              f"{len(glob)} ({glob}); lengthen `seeds` or lower n_seeds")
+        return glob[:n]
+    seeds = seed_list(spec["seeds"], f"sets.{set_name}.seeds") if "seeds" in spec else glob
+    if not seeds:
+        where = f"sets.{set_name}.seeds" if "seeds" in spec else "seeds"
+        raise ConfigError(f"{where}: empty seed list; give at least one seed")
+    return seeds
+
+
 def _points(wf: dict):
     """Every (set, dataset, variant, swept key, seed) point of the grid with its raw run config."""
     for set_name, spec in wf["sets"].items():
         if set_name not in SETS:
             raise ConfigError(f"sets.{set_name}: unknown set; the report renders {', '.join(SETS)}")
         datasets = spec.get("datasets", list(wf["datasets"]))
-        seeds = spec.get("seeds", wf["seeds"])
-        if not seeds:
-            raise ConfigError(f"sets.{set_name}.seeds: empty seed list; give at least one seed")
+        seeds = set_seeds(wf, set_name)
         # Each swept key alone, the others at their defaults; no sweep is one point.
         sweeps = [(k, v) for k, vs in (spec.get("sweep") or {}).items() for v in vs] or [(None, None)]
         for ds in datasets:

@@ -330,10 +330,13 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
                     "epoch_seconds": seconds, "img_per_s": steps * bs / max(seconds, 1e-9), "steps": steps,
                     "peak_mem_mb": peak_memory_mb(device)}
             if stats is not None:
-                zp_test, = embed(model, test_set, cfg, device, key="zplus")
+                zp_test, f_test = embed(model, test_set, cfg, device, key=("zplus", "feature"))
                 sc = consistency_per_dim(zp_test, test_set.labels, test_set.num_classes)
+                # SC of the evaluation feature too (Table 1's, gated for BayesNCL): SC over training
+                sc_feature = consistency_per_dim(f_test, test_set.labels, test_set.num_classes)
                 r = stats.result()
-                state["dynamics"][str(epoch + 1)] = {"af": r["af"].cpu(), "gv": r["gv"].cpu(), "sc": sc.cpu()}
+                state["dynamics"][str(epoch + 1)] = {"af": r["af"].cpu(), "gv": r["gv"].cpu(), "sc": sc.cpu(),
+                                                     "sc_feature": sc_feature.cpu()}
             state["log"].append(line)
             save(epoch + 1, 0)
             atomic_write_text(out / LOG, "".join(json.dumps(r) + "\n" for r in state["log"]))

@@ -38,7 +38,7 @@ try:
 except AttributeError:  # a Snakemake without it: jobs.csv then has no GPUs (NA)
     pass
 TABLE_NAMES = [f"table{i}" for i in range(1, 8)] + ["claims"]
-FIGURE_NAMES = ["figure3", "figure4a", "figure4b", "gates"]
+FIGURE_NAMES = ["figure3", "figure4a", "figure4b", "gates", "sc_training"]
 TABLES = expand(f"{RESULTS}/tables/{{name}}.{{ext}}", name=TABLE_NAMES, ext=["tex", "md"])
 FIGURES = expand(f"{RESULTS}/figures/{{name}}.{{ext}}", name=FIGURE_NAMES, ext=["pdf", "png"])
 ATLAS_RUNS = atlas_runs(RUNS)  # {dataset: [NCL run, BayesNCL (STE) run]}, rules/atlas.smk

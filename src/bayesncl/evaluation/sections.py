@@ -14,7 +14,8 @@ there.
     retrieval         (CPU) P@k with the top-K dims by activation frequency (not for SimCLR)
     linear_probe      fast protocol: CPU on the cached h; paper protocol: GPU, augmented crops
     background_probe  predict the background from h: Waterbirds (GPU) or the synthetic set's label (CPU)
-    dynamics          (CPU) Spearman correlations of AF, GV, SC from dynamics.pt (train.dynamics_every > 0)
+    dynamics          (CPU) Spearman correlations of AF, GV, SC from dynamics.pt (train.dynamics_every > 0);
+                      SC of the evaluation feature and of z+ per recorded epoch
     cost              (CPU) FLOPs and parameters counted on the model; time and peak memory from log.jsonl
 """
 
@@ -232,8 +233,15 @@ def dynamics(ctx) -> dict:
     dyn = ckpt_io.load(path)
     epochs = sorted(dyn, key=int)
     rows = [spearman_table(dyn[e]["af"], dyn[e]["gv"], dyn[e]["sc"]) for e in epochs]
+
+    def mean_sc(v) -> float | None:  # Table 1's SC from the per-dim values: 100 x mean over the finite ones
+        v = None if v is None else np.asarray(v, dtype=float)
+        return None if v is None or not np.isfinite(v).any() else 100.0 * float(np.nanmean(v))
+
     return {"dynamics": {"epochs": [int(e) for e in epochs],
-                         **{k: [row[k] for row in rows] for k in ("af_gv", "gv_sc", "af_sc")}}}
+                         **{k: [row[k] for row in rows] for k in ("af_gv", "gv_sc", "af_sc")},
+                         "sc": [mean_sc(dyn[e].get("sc_feature")) for e in epochs],
+                         "sc_zplus": [mean_sc(dyn[e]["sc"]) for e in epochs]}}
 
 
 # ---------------------------------------------------------------------------------------------------------- cost

@@ -1,4 +1,4 @@
-"""Figures 3, 4a, 4b and the open-gate curves (PDF + PNG) from the runs summary.
+"""Figures 3, 4a, 4b, the open-gate curves and SC over training (PDF + PNG) from the runs summary.
 
 - figure3: retrieval P@10 against the number of kept dimensions K (``ret_curve``), one line per
   variant, one panel per dataset (set ``figure3``); ``cl`` rows are skipped (no retrieval for SimCLR).
@@ -12,6 +12,10 @@
 - gates: open-gate fraction per training epoch (``gate_curve``) of the BayesNCL runs at the default
   operating point, one line per variant, and of the lambda sweep when there is one: do the gates leave
   their initial state?
+- sc_training: SC of the evaluation feature over pretraining (``dyn_sc`` at the recorded epochs
+  ``dyn_epochs``, then the final ``sc`` if the last epoch was not recorded) of the runs that record
+  dynamics (set ``table3``: NCL and BayesNCL), one panel per dataset with each seed drawn faintly; beside
+  it, BayesNCL - NCL paired by seed with its 95% t-interval: does claim 1a depend on when training stops?
 
 Every figure names its dataset and the values held fixed in its title and has one legend. Lines are
 means over seeds; a band (mean +- sample std) is drawn only where a point has at least two seeds, and each
@@ -43,7 +47,7 @@ from .tables import ARCH_NAMES, DATASET_NAMES, stat
 
 __all__ = ["FIGURE_NAMES", "RC", "render_figures", "save_figure", "sweep_rows"]
 
-FIGURE_NAMES = ("figure3", "figure4a", "figure4b", "gates")
+FIGURE_NAMES = ("figure3", "figure4a", "figure4b", "gates", "sc_training")
 RC = {"font.size": 8, "axes.titlesize": 8.5, "axes.labelsize": 8, "legend.fontsize": 7,
       "figure.titlesize": 9.5, "figure.dpi": 100, "savefig.dpi": 150, "lines.linewidth": 1.4,
       "lines.markersize": 4}
@@ -507,6 +511,104 @@ def _gates(df: pd.DataFrame) -> Figure:
     return fig
 
 
+# --------------------------------------------------------------------------- SC over training
+def _sc_curve(rec: dict) -> dict[int, float]:
+    """{epoch: SC} of one run: the recorded epochs, then the final SC (Table 1's) at the last epoch."""
+    epochs, values = _curve(rec["dyn_epochs"]), _curve(rec["dyn_sc"])
+    out = {}
+    if isinstance(epochs, list) and isinstance(values, list):
+        out = {int(e): float(v) for e, v in zip(epochs, values) if v is not None and math.isfinite(float(v))}
+    losses = _curve(rec["loss_curve"])
+    last = len(losses) if isinstance(losses, list) else 0
+    if out and last > max(out) and math.isfinite(rec["sc"]):
+        out[last] = float(rec["sc"])
+    return out
+
+
+def _paired(left: dict[int, dict[int, float]], right: dict[int, dict[int, float]]):
+    """Per epoch: (epoch, mean of left - right over the seeds both have there, 95% t half-width, n)."""
+    from scipy.stats import t
+
+    out = []
+    for e in sorted(set().union(*left.values(), *right.values()) if left and right else ()):
+        d = [left[s][e] - right[s][e] for s in sorted(set(left) & set(right)) if e in left[s] and e in right[s]]
+        if not d:
+            continue
+        mean = float(np.mean(d))
+        half = float(t.ppf(0.975, len(d) - 1) * np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else math.nan
+        out.append((e, mean, half, len(d)))
+    return out
+
+
+def _sc_training(df: pd.DataFrame) -> Figure:
+    rows = _in_set(df, "table3")
+    rows = rows[_mask(rows, [bool(t) for t in rows["dyn_sc"]])]
+    datasets = list(dict.fromkeys(rows["dataset"])) or [""]
+    fig = _figure(7.0, 0.9 + 2.9 * len(datasets))
+    axes = fig.subplots(len(datasets), 2, squeeze=False)
+    colors = _colors(dict.fromkeys(rows["variant"]))
+    fixed = []
+    for r, ds in enumerate(datasets):
+        ax, dax = axes[r]
+        part = rows[rows["dataset"] == ds]
+        ax.set_title(f"{_ds(ds)}: SC over pretraining")
+        dax.set_title(f"{_ds(ds)}: BayesNCL − NCL, paired by seed")
+        for a in (ax, dax):
+            a.set_xlabel("pretraining epoch")
+            a.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("SC (%), evaluation feature")
+        dax.set_ylabel("SC difference (points)")
+        curves: dict[tuple, dict[int, dict[int, float]]] = {}  # (arch, variant, method) -> seed -> {epoch: SC}
+        for rec in part.to_dict("records"):
+            c = _sc_curve(rec)
+            if c:
+                curves.setdefault((rec["arch"], rec["variant"], rec["method"]), {})[int(rec["seed"])] = c
+        multi_arch = len({k[0] for k in curves}) > 1
+        for (arch, variant, _), seeds in curves.items():
+            label = variant + (f", {ARCH_NAMES.get(arch, arch)}" if multi_arch else "")
+            for c in seeds.values():  # each seed, faint: a crossing on some seeds only stays visible
+                ax.plot(sorted(c), [c[e] for e in sorted(c)], color=colors[variant], alpha=0.35, linewidth=0.7,
+                        label="_seed")
+            per_epoch: dict[int, list[float]] = {}
+            for c in seeds.values():
+                for e, v in c.items():
+                    per_epoch.setdefault(e, []).append(v)
+            pts = [(e, *_stats(per_epoch[e])) for e in sorted(per_epoch)]
+            _draw(ax, [p for p in pts if math.isfinite(p[1])], colors[variant], label,
+                  marker="." if len(pts) > 15 else "o")
+        for (arch, variant, method), seeds in curves.items():
+            ref = [v for (a, _, m), v in curves.items() if a == arch and m == "ncl"]
+            if method != "bayesncl" or not ref:
+                continue
+            pts = _paired(seeds, ref[0])
+            if not pts:
+                continue
+            xs, ms, hs = [p[0] for p in pts], np.array([p[1] for p in pts]), np.array([p[2] for p in pts])
+            ns = sorted({p[3] for p in pts})
+            n_text = str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+            dax.plot(xs, ms, color=colors[variant], marker="o",
+                     label=f"{variant} − NCL, mean and 95% t-interval (n={n_text} paired seeds)")
+            ok = np.isfinite(hs)
+            if ok.sum() > 1:
+                dax.fill_between(np.array(xs)[ok], (ms - hs)[ok], (ms + hs)[ok], color=colors[variant],
+                                 alpha=BAND_ALPHA, linewidth=0)
+        if not ax.lines:
+            _no_runs(ax, "no run recorded SC over training (set table3, train.dynamics_every)")
+        if dax.lines:
+            dax.axhline(0.0, color="0.2", linestyle="--", linewidth=1, zorder=0, label="no difference")
+        else:
+            _no_runs(dax, "needs NCL and BayesNCL runs on shared seeds")
+        if len(part):
+            d = _default_point(df, ds)
+            fixed.append(f"{_ds(ds)}: D = {_fmt(d['proj_dim'])}, BayesNCL at ρ = {_fmt(d['rho'])}, "
+                         f"λ = {_fmt(d['lambda'])}; faint lines: single seeds; band: ± std over seeds")
+    arch = _arch_text(rows)
+    _suptitle(fig, "SC over pretraining (test split" + (f", {arch}" if arch else "") + "): does claim 1a "
+              "depend on when training stops?", fixed)
+    _legend(fig, axes)
+    return fig
+
+
 def render_figures(df: pd.DataFrame, out_dir: str | os.PathLike,
                    formats: tuple[str, ...] = ("pdf", "png"), stamp: str | None = None) -> list[Path]:
     """Write every figure of ``FIGURE_NAMES`` (each in ``formats``) into ``out_dir``, ``stamp`` in their
@@ -514,7 +616,8 @@ def render_figures(df: pd.DataFrame, out_dir: str | os.PathLike,
     out = Path(out_dir)
     df = prepare(df)
     written = []
-    makers = {"figure3": _figure3, "figure4a": _figure4a, "figure4b": _figure4b, "gates": _gates}
+    makers = {"figure3": _figure3, "figure4a": _figure4a, "figure4b": _figure4b, "gates": _gates,
+              "sc_training": _sc_training}
     with rc_context(RC):
         for stem in FIGURE_NAMES:
             written += _save(makers[stem](df), out, stem, formats, stamp)

@@ -16,7 +16,8 @@ does a file without ``weights_sha`` or with another one than features.json's (st
 weights); a section the run does not have gives NaN (numbers) or "" (text). ``sweep`` lists the swept keys (their
 last component: "rho", "lambda", "proj_dim") the run is a point of, ";"-joined: the default point of
 several sweeps is in each, exactly as the grid says. ``ret_curve`` is a JSON object {K: P@10} sorted by
-K and ``dyn_*``, ``gate_curve`` (open-gate fraction per epoch) and ``loss_curve`` are JSON lists.
+K and ``dyn_*`` (``dyn_sc``: SC of the evaluation feature at each recorded epoch), ``gate_curve``
+(open-gate fraction per epoch) and ``loss_curve`` are JSON lists.
 ``weights_sha`` is the trained weights' hash: equal hashes mean bit-identical training.
 
 Units: the retrieval section stores precision as a fraction; runs.csv holds it in percent (``ret_p*``
@@ -49,7 +50,7 @@ METRIC_COLUMNS = [
     "probe_top1", "probe_top5", "probe_protocol",
     "ret_K", "ret_p1", "ret_p3", "ret_p5", "ret_p10", "ret_curve",
     "bg_acc", "bg_protocol",
-    "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc",
+    "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc", "dyn_sc",
     "gflops", "params_m", "sec_per_epoch", "img_per_s", "peak_mem_mb", "train_minutes",
     "open_gates_last", "gate_curve", "loss_curve",
 ]
@@ -57,7 +58,7 @@ COLUMNS = ID_COLUMNS + RUN_COLUMNS + METRIC_COLUMNS
 TEXT_COLUMNS = {
     "run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "gate", "weights_sha",
     "probe_protocol", "ret_curve", "bg_protocol", "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc",
-    "gate_curve", "loss_curve",
+    "dyn_sc", "gate_curve", "loss_curve",
 }
 
 # (section, key in the section, column); "training" is features.json's training block.
@@ -76,7 +77,7 @@ _SCALARS = [
 _PERCENT = [("retrieval", f"p@{k}", f"ret_p{k}") for k in (1, 3, 5, 10)]  # fraction -> percent
 _TEXTS = [("linear_probe", "protocol", "probe_protocol"), ("background_probe", "protocol", "bg_protocol")]
 _LISTS = [("dynamics", "epochs", "dyn_epochs"), ("dynamics", "af_gv", "dyn_af_gv"),
-          ("dynamics", "gv_sc", "dyn_gv_sc"), ("dynamics", "af_sc", "dyn_af_sc"),
+          ("dynamics", "gv_sc", "dyn_gv_sc"), ("dynamics", "af_sc", "dyn_af_sc"), ("dynamics", "sc", "dyn_sc"),
           ("training", "open_gates", "gate_curve"), ("training", "loss", "loss_curve")]
 
 METHOD_NAMES = {"cl": "SimCLR", "ncl": "NCL", "topk_ncl": "Top-k NCL", "bayesncl": "BayesNCL"}
