@@ -24,3 +24,26 @@ TINY = [
 def tiny_sets():
     """`--set` items for a CPU run of a few seconds."""
     return list(TINY)
+
+
+@pytest.fixture(scope="session")
+def tiny_grid(tmp_path_factory):
+    """`snakemake --cores 2` over config/tiny.yaml into a temp results folder, once per test session: the
+    workflow and report tests read the same run (each run of the tiny grid costs minutes on 2 cores).
+    Returns (results folder, the snakemake arguments after --cores, the CompletedProcess)."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    exe = shutil.which("snakemake", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if exe is None:
+        pytest.skip("snakemake not installed (pip install -e '.[workflow]')")
+    out = tmp_path_factory.mktemp("tiny_grid") / "results"
+    args = ("--configfile", "config/tiny.yaml", "--config", f"results={out}")
+    env = dict(os.environ, PYTHONPATH=str(root / "src"), OMP_NUM_THREADS="1")
+    r = subprocess.run([exe, "--cores", "2", *args], cwd=root, env=env, capture_output=True, text=True,
+                       timeout=2400)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    return out, args, r

@@ -234,17 +234,11 @@ def test_without_pdflatex_the_workflow_says_how_to_get_it_once_and_plans_the_res
 
 # --------------------------------------------------------------------------- the tiny grid end to end
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """The tiny grid run by the workflow (with the PDF where pdflatex exists) and its HTML report."""
-    if SNAKEMAKE is None:
-        pytest.skip("snakemake not installed (pip install -e '.[workflow]')")
-    out = tmp_path_factory.mktemp("document") / "results"
-    args = ("--configfile", "config/tiny.yaml", "--config", f"results={out}")
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
-    r = subprocess.run([SNAKEMAKE, "--cores", "2", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=2400)  # a minute or two on an idle 2-core machine
-    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+def tiny(tiny_grid):
+    """The tiny grid run by the workflow (conftest.py; with the PDF where pdflatex exists) and its HTML report."""
+    out, args, _ = tiny_grid
     report = out.parent / "report.html"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
     r = subprocess.run([SNAKEMAKE, "--report", str(report), *args], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]

@@ -226,11 +226,8 @@ REQUIRED = {
 
 
 @pytest.mark.slow
-def test_tiny_grid_end_to_end(tmp_path):
-    out = tmp_path / "results"
-    args = ("--cores", "2", "--configfile", "config/tiny.yaml", "--config", f"results={out}")
-    r = snakemake(*args, timeout=900)
-    assert r.returncode == 0, r.stderr[-5000:]
+def test_tiny_grid_end_to_end(tiny_grid):
+    out, args, r = tiny_grid  # conftest.py: `snakemake --cores 2` over config/tiny.yaml, once per session
     for i in range(1, 8):
         for ext in ("tex", "md"):
             assert (out / "tables" / f"table{i}.{ext}").stat().st_size > 0
@@ -269,7 +266,7 @@ def test_tiny_grid_end_to_end(tmp_path):
     assert (jobs["seconds"] > 0).all() and (jobs["gpus"] == 0).all()
     assert "GPU-hours of the grid as run: 0.00" in (out / "summary" / "jobs.md").read_text()
 
-    again = snakemake("-n", *args)
+    again = snakemake("-n", "--cores", "2", *args)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
 
 
