@@ -36,7 +36,7 @@ def measure(run: Path, big: int, sizes: list[int]) -> dict:
     from bayesncl.config import merge, nest
     from bayesncl.data import load_split
     from bayesncl.evaluation import metrics
-    from bayesncl.evaluation.probe import predict_logits, standardize, train_linear
+    from bayesncl.evaluation.linear import predict_logits, standardize, train_linear
     from bayesncl.runtime import embed
 
     state = ckpt_io.load(run / "model.pt")
@@ -46,12 +46,12 @@ def measure(run: Path, big: int, sizes: list[int]) -> dict:
     test, train = load_split(cfg["data"], "test"), load_split(cfg["data"], "train")
     feat, h = embed(model, test, cfg, device, key=("feature", "h"))
     h_train, = embed(model, train, cfg, device, key="h")
-    xtr, xte = standardize(h_train, h)
+    xtr, xte = standardize(h_train.numpy(), h.numpy())
     preds = {}
     for name, ytr, yte, C in (("probe_top1", train.labels, test.labels, test.num_classes),
                               ("bg_acc", train.backgrounds, test.backgrounds, test.num_backgrounds)):
-        layer = train_linear(xtr, ytr, C, seed=cfg["seed"])  # the fast protocol's defaults
-        preds[name] = (predict_logits(layer, xte).argmax(1) == yte).double().numpy() * 100.0
+        W, b = train_linear(xtr, ytr.numpy(), C, seed=cfg["seed"])  # the fast protocol's defaults
+        preds[name] = (predict_logits(W, b, xte).argmax(1) == yte.numpy()).astype(np.float64) * 100.0
     y, C = test.labels, test.num_classes
 
     def values(idx) -> dict:

@@ -170,19 +170,17 @@ def retrieval(ctx) -> dict:
 @section("linear_probe", gpu=lambda cfg: cfg["eval"]["probe"] == "paper")
 def linear_probe(ctx) -> dict:
     """Top-1/Top-5 of a linear classifier on frozen h (fast: cached h; paper: augmented crops on the GPU)."""
-    import torch
-
-    from . import probe
-
     cfg = ctx.cfg
     if cfg["eval"]["probe"] == "paper":
+        from . import probe
+
         r = probe.linear_probe_paper(ctx.model, ctx.split("train"), ctx.split("test"), cfg, ctx.device,
                                      progress=ctx.progress)
-    else:
+    else:  # NumPy on the features cache: the job imports no torch
+        from .linear import linear_probe_fast
+
         tr, te = ctx.features("train"), ctx.features("test")
-        r = probe.linear_probe_fast(torch.from_numpy(tr["h"]), torch.from_numpy(tr["labels"]),
-                                    torch.from_numpy(te["h"]), torch.from_numpy(te["labels"]),
-                                    int(te["num_classes"]), seed=cfg["seed"])
+        r = linear_probe_fast(tr["h"], tr["labels"], te["h"], te["labels"], int(te["num_classes"]), seed=cfg["seed"])
     return {"linear_probe": r}
 
 
@@ -197,22 +195,21 @@ def _background_skip(cfg: dict) -> str | None:
 @section("background_probe", gpu=lambda cfg: bool(cfg["eval"]["waterbirds_root"]), skip=_background_skip)
 def background_probe(ctx) -> dict:
     """Accuracy of predicting the background from frozen h: Waterbirds `place`, else the synthetic set's label."""
-    import torch
-
-    from ..data import load_waterbirds
-    from . import probe
+    from .linear import linear_probe_fast
 
     cfg = ctx.cfg
     root = cfg["eval"]["waterbirds_root"]
     if root:
+        from ..data import load_waterbirds
+
         wb = {s: ctx.nonempty(load_waterbirds(root, s), f"Waterbirds {s} split under {root}") for s in ("train", "test")}
         (htr,), (hte,) = ctx.embed(wb["train"], ("h",)), ctx.embed(wb["test"], ("h",))
-        r = probe.linear_probe_fast(htr, wb["train"].backgrounds, hte, wb["test"].backgrounds, 2, seed=cfg["seed"])
+        r = linear_probe_fast(htr.cpu().numpy(), wb["train"].backgrounds.cpu().numpy(), hte.cpu().numpy(),
+                              wb["test"].backgrounds.cpu().numpy(), 2, seed=cfg["seed"])
         return {"background_probe": {"acc": r["top1"], "protocol": r["protocol"], "target": "waterbirds_place"}}
-    tr, te = ctx.features("train"), ctx.features("test")
-    r = probe.linear_probe_fast(torch.from_numpy(tr["h"]), torch.from_numpy(tr["backgrounds"]),
-                                torch.from_numpy(te["h"]), torch.from_numpy(te["backgrounds"]),
-                                int(te["num_backgrounds"]), seed=cfg["seed"])
+    tr, te = ctx.features("train"), ctx.features("test")  # NumPy on the features cache: no torch
+    r = linear_probe_fast(tr["h"], tr["backgrounds"], te["h"], te["backgrounds"], int(te["num_backgrounds"]),
+                          seed=cfg["seed"])
     return {"background_probe": {"acc": r["top1"], "protocol": r["protocol"],
                                  "target": f"{cfg['data']['dataset']}_background"}}
 
