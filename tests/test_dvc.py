@@ -21,6 +21,7 @@ SNAKEMAKE = shutil.which("snakemake", path=f"{BIN}{os.pathsep}{os.environ.get('P
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.grid,
     pytest.mark.skipif(DVC is None or SNAKEMAKE is None, reason="needs dvc and snakemake (pip install -e '.[workflow]')"),
     pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the git repository"),
 ]

@@ -63,6 +63,7 @@ def snakemake(*args, timeout=900):
 
 
 @pytest.mark.slow
+@pytest.mark.grid
 def test_smoke_run_of_the_paper_grid_on_real_format_files(tmp_path):
     roots = write_datasets(tmp_path / "data")
     results = tmp_path / "results"
@@ -115,18 +116,18 @@ def test_a_bad_dataset_root_stops_the_run_before_any_job(tmp_path):
     synthetic = next(rid for rid in runs if rid.startswith("synthetic/ncl/"))
     targets = [f"{cfg['results']}/runs/{rid}/model.pt" for rid in (cifar, synthetic)]
 
-    r = snakemake("--cores", "1", "--configfile", str(path), *targets, timeout=300)
+    r = snakemake(*targets, "--cores", "1", "--configfile", str(path), timeout=300)
     lines = [x for x in r.stderr.splitlines() if x.startswith("pre-flight")]
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
     assert "cifar10 (datasets.cifar10.data.root: " in lines[0] and str(tmp_path / "nowhere") in lines[0]
     assert f"Fix: set datasets.cifar10.data.root in {path}" in lines[0]
     assert not (tmp_path / "results").exists()  # no job ran
 
-    dry = snakemake("-n", "--configfile", str(path), *targets, timeout=300)
+    dry = snakemake(*targets, "-n", "--configfile", str(path), timeout=300)
     assert dry.returncode == 0 and "pre-flight (dry run): cifar10" in dry.stderr and "Job stats" in dry.stdout
 
     (tmp_path / "results" / "runs" / cifar).mkdir(parents=True)
     (tmp_path / "results" / "runs" / cifar / "model.pt").write_bytes(b"trained before the data moved")
-    r = snakemake("--cores", "1", "--configfile", str(path), *targets, timeout=300)
+    r = snakemake(*targets, "--cores", "1", "--configfile", str(path), timeout=300)
     assert r.returncode == 0 and "pre-flight" not in r.stderr, r.stderr[-3000:]
     assert Path(targets[1]).is_file()

@@ -110,11 +110,13 @@ def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
     out, groups = plan("--profile", "slurm", "all", "--config", f"results={tmp_path}")
     runs = expand_grid(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
     top = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", out, re.M)  # not in a group
-    local = {"all", "summarize", "report", "jobs"}  # run by Snakemake itself (localrule)
+    local = {"all", "summarize", "report", "jobs", "document", "pdf"}  # run by Snakemake itself (localrule)
     submitted = [rule for rule, _ in top if rule not in local] + [f"group {g}" for g in groups]
     assert len(groups) == len(runs) and {f"eval_{rid}" for rid in runs} == set(groups)
-    assert sorted(rule for rule, _ in top if rule not in local) == ["atlas"] * 3 + ["pretrain"] * len(runs)
-    assert len(submitted) == 2 * len(runs) + 3  # 219: at most 2 per run, plus the 3 atlases
+    # once per ImageNet-100 root, before its runs: the prepared copy (rules/prepare.smk)
+    assert sorted(rule for rule, _ in top if rule not in local) == (["atlas"] * 3 + ["prepare_imagenet100"]
+                                                                    + ["pretrain"] * len(runs))
+    assert len(submitted) == 2 * len(runs) + 3 + 1  # 220: at most 2 per run, the 3 atlases, one prepared copy
     assert out.count("Group job eval_") == len(runs)
     for rule, res in top:
         fields = dict(kv.split("=", 1) for kv in res.split(", "))

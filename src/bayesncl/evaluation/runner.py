@@ -58,7 +58,7 @@ def _recorded(out: Path) -> dict | None:
 
 def _torch_threads(cfg: dict) -> None:
     """train.threads bounds evaluation's torch threads too (0: torch's default): jobs run side by side, and two
-    of them each spinning two threads on two cores cost the fast probe three times its CPU time."""
+    of them each spinning two threads on two cores cost three times the CPU time (measured on the probes)."""
     n = cfg["train"]["threads"]
     if not n:
         return

@@ -50,6 +50,10 @@ FIGURE_CAPTIONS = {
     "gates": ("Open gates", r"Open-gate fraction (% of all gates over the training batches) per pretraining "
               r"epoch, for the BayesNCL variants at the default operating point and the $\lambda$ sweep: do "
               r"the gates leave their initial state?"),
+    "sc_training": ("SC over training", r"Semantic consistency (SC, %) of the evaluation feature at the "
+                    r"recorded pretraining epochs, NCL and BayesNCL (STE), one panel per dataset: the mean over "
+                    r"seeds with each seed drawn faintly; beside it, BayesNCL $-$ NCL paired by seed with its 95% "
+                    r"t-interval. Do the curves cross, i.e. does claim 1a depend on when training stops?"),
     "atlas": ("Feature atlas", r"Per dimension of $z^+$: activation frequency against SC (colour: closed-gate "
               r"rate), then the top activating test images of the most consistent and of the most often "
               r"gated dimensions; NCL and BayesNCL (STE) side by side, at the lowest seed of the main comparison."),
