@@ -179,12 +179,12 @@ def test_paper_probe_protocol_is_labelled(trained, tmp_path):
 
 
 def test_trained_probe_beats_chance_and_random_init(tmp_path):
-    # The demo grid's NCL run (config/config.yaml) at 9 of its epochs; measured 38.9% vs 26.6% at seed 0.
-    # Fewer steps (6 epochs) gave only +8 points over random init.
+    # The demo grid's NCL run (config/config.yaml, its 16 epochs) at seed 0. At 9 epochs the probe beat
+    # random init by only 4.9 points (36.6% vs 31.7% on the 2048 test images).
     grid = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     run = next(r for r in expand_grid(grid).values()
                if r.config["method"]["name"] == "ncl" and r.config["seed"] == 0 and "table1" in r.sets)
-    cfg = C.resolve(base=run.config, sets=["train.epochs=9", "train.warmup_epochs=1", "train.dynamics_every=0"])
+    cfg = C.resolve(base=run.config, sets=["train.dynamics_every=0"])
     pretrain(cfg, tmp_path / "trained", progress=False)
     torch.manual_seed(cfg["seed"])
     ckpt_io.save({"config": cfg, "model": build_method(cfg).state_dict(), "epoch": 0}, tmp_path / "rand" / "model.pt")
