@@ -38,3 +38,15 @@ def test_exit_status_says_whether_a_decisive_verdict_reversed(tmp_path, monkeypa
         monkeypatch.setattr("sys.argv", ["claims_stability.py", str(a), str(b)])
         assert cs.main() == code
         assert ("REVERSED" in capsys.readouterr().out) == bool(code)
+
+
+def test_rows_keep_escaped_pipes_and_ignore_claim_11s_shown_end(tmp_path):
+    def one(name, stmt):
+        path = tmp_path / name
+        path.write_text(HEAD + f"| *Synthetic* | | | | | | | |\n| 7c | {stmt} | 1 | 2 | +1 [0, 2] | paired (5) | - | holds |\n")
+        return cs.read_claims(path)
+
+    a = one("a.md", r"\|ρ(AF, GV)\|: X < Y")
+    assert list(a) == [("Synthetic", "7c", "|ρ(AF, GV)|: X < Y")] and a[next(iter(a))]["Verdict"] == "holds"
+    b, c = one("b.md", "SC: λ = 3e-05 > ends 0, 0.0001 (right: 0)"), one("c.md", "SC: λ = 3e-05 > ends 0, 0.0001 (right: 0.0001)")
+    assert list(b) == list(c)
