@@ -1,7 +1,7 @@
 """The stability check: do two runs of the same grid on different seed lists reach the same verdicts?
 
     snakemake --cores 2                                                  # seeds 0-4 (the grid's own)
-    snakemake --cores 2 --config seeds=[5,6,7,8,9] results=results-b     # the same grid, other seeds
+    snakemake --cores 2 --config "seeds=[5,6,7,8,9]" results=results-b     # the same grid, other seeds
     python benchmarks/claims_stability.py results/tables/claims.md results-b/tables/claims.md
 
 Reads the two claims tables (Markdown, as `bayesncl report` writes them), pairs their rows by dataset,
