@@ -134,22 +134,12 @@ def _run(cmd: list[str], env=None) -> tuple[float, float]:
 
 def bench_startup(args) -> None:
     py = sys.executable
-    cmds = {
-        "python -c pass": [py, "-c", "pass"],
-        "import numpy": [py, "-c", "import numpy"],
-        "import torch": [py, "-c", "import torch"],
-        "import bayesncl.cli": [py, "-c", "import bayesncl.cli"],
-        "import torch._dynamo": [py, "-c", "import torch._dynamo"],
-        "import torchvision": [py, "-c", "import torchvision"],
-        "import bayesncl.evaluation.runner": [py, "-c", "import bayesncl.evaluation.runner"],
-        "import bayesncl.train": [py, "-c", "import bayesncl.train"],
-        "import timm.optim": [py, "-c", "import timm.optim"],
-        "import scipy.stats": [py, "-c", "import scipy.stats"],
-        "import pandas": [py, "-c", "import pandas"],
-        "import matplotlib.pyplot": [py, "-c", "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot"],
-        "bayesncl --help": [py, "-m", "bayesncl.cli", "--help"],
-        "snakemake --version": ["snakemake", "--version"],
-    }
+    imports = ["numpy", "torch", "bayesncl.cli", "torch._dynamo", "torchvision", "bayesncl.evaluation.runner",
+               "bayesncl.train", "timm.optim", "scipy.stats", "pandas"]
+    cmds = {"python -c pass": [py, "-c", "pass"], **{f"import {m}": [py, "-c", f"import {m}"] for m in imports},
+            "import matplotlib.pyplot": [py, "-c", "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot"],
+            "bayesncl --help": [py, "-m", "bayesncl.cli", "--help"],
+            "snakemake --version": ["snakemake", "--version"]}
     times = {k: [] for k in cmds}
     for _ in range(args.repeats):  # interleaved
         for k, c in cmds.items():
