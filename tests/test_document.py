@@ -80,7 +80,7 @@ def test_job_costs_sum_per_rule_and_count_unmeasured_jobs_apart(tmp_path):
     assert provenance.job_costs(tmp_path / "none.csv") is None
     jobs = pd.DataFrame({"rule": ["pretrain", "pretrain", "features", "features", "cost"],
                          "run": ["a", "b", "a", "b", "a"], "seconds": [3600.0, 1800.0, 60.0, None, 5.0],
-                         "max_rss_mb": [900.0, 1200.0, 300.0, None, 50.0], "gpu": [1, 2, 1, 1, 0]})
+                         "max_rss_mb": [900.0, 1200.0, 300.0, None, 50.0], "gpus": [1, 2, 1, 1, 0]})
     jobs.to_csv(tmp_path / "jobs.csv", index=False)
     rows = {r["rule"]: r for r in provenance.job_costs(tmp_path / "jobs.csv")}
     assert list(rows) == ["pretrain", "features", "cost", "all"]
@@ -89,7 +89,7 @@ def test_job_costs_sum_per_rule_and_count_unmeasured_jobs_apart(tmp_path):
     assert rows["features"]["unmeasured"] == 1 and rows["features"]["seconds"] == 60  # NA is not 0
     assert rows["features"]["gpu_hours"] == pytest.approx(60 / 3600)
     assert rows["all"]["seconds"] == 5465 and rows["all"]["gpu_hours"] == pytest.approx(2 + 60 / 3600)
-    jobs.drop(columns="gpu").to_csv(tmp_path / "jobs.csv", index=False)
+    jobs.drop(columns="gpus").to_csv(tmp_path / "jobs.csv", index=False)
     assert all(np.isnan(r["gpu_hours"]) for r in provenance.job_costs(tmp_path / "jobs.csv"))
 
 

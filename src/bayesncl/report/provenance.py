@@ -158,10 +158,7 @@ def job_costs(jobs_csv: str | os.PathLike) -> list[dict] | None:
         return None
     df["seconds"] = pd.to_numeric(df["seconds"], errors="coerce")
     rss = pd.to_numeric(df["max_rss_mb"], errors="coerce") if "max_rss_mb" in df else None
-    gpu = None
-    gcol = next((c for c in ("gpus", "gpu") if c in df), None)
-    if gcol is not None:  # a count (or a flag True/False)
-        gpu = pd.to_numeric(df[gcol].replace({True: 1, False: 0, "True": 1, "False": 0}), errors="coerce")
+    gpu = pd.to_numeric(df["gpus"], errors="coerce") if "gpus" in df else None  # GPUs the job held
     rows = []
     for rule, idx in df.groupby("rule", sort=False).groups.items():
         rows.append(_cost_row(str(rule), df.loc[idx, "seconds"], None if rss is None else rss[idx],
