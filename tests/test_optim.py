@@ -1,6 +1,8 @@
-"""The multi-tensor LARS against timm's Lars, its state, and the lr schedule as a device table."""
+"""The multi-tensor LARS against timm's Lars and against the released LARS transcribed from docs/METHOD.md
+section 2, its state, and the released warm-up + cosine schedule per parameter group as a device table."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -9,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from bayesncl import config as C
 from bayesncl.methods import build_method
-from bayesncl.optim import Lars, build_optimizer, lr_at, lr_schedule, set_lr
+from bayesncl.optim import Lars, build_optimizer, group_peaks, lr_at, lr_schedule, peak_lr, set_lr
 
 SHAPES = [(16, 8), (16,), (4, 3, 3, 3), (4,), (4,), (32, 16), (32,), (8, 32), (8,)]
 
@@ -37,6 +39,7 @@ KW = dict(momentum=0.9, trust_coeff=0.02, trust_clip=True)
 @pytest.mark.parametrize("head_group", [False, True], ids=["one lr", "gate head lr"])
 @pytest.mark.parametrize("foreach", [False, True], ids=["timm per-parameter", "timm foreach"])
 def test_lars_equals_timm_over_many_steps(head_group, foreach):
+    """Where no norm is zero, the released LARS and timm's agree (zero norms: the next test)."""
     a, b = params(), params()
     ref = TimmLars(groups(a, head_group), lr=0.3, foreach=foreach, **KW)
     ours = Lars(groups(b, head_group), lr=0.3, **KW)
@@ -46,8 +49,6 @@ def test_lars_equals_timm_over_many_steps(head_group, foreach):
         lr = 0.4 * (0.5 + 0.5 * torch.rand((), generator=g).item())
         for p, q in zip(a, b):
             grad = torch.randn(p.shape, generator=g) * (0.1 if step % 5 == 0 else 0.01)
-            if step == 7:
-                grad = torch.zeros_like(grad)  # a zero gradient: trust ratio 1, as in timm
             p.grad, q.grad = grad.clone(), grad.clone()
         set_lr(ref, lr)
         ref.step()
@@ -55,6 +56,75 @@ def test_lars_equals_timm_over_many_steps(head_group, foreach):
         worst = max(worst, max(float((p - q).detach().abs().max()) for p, q in zip(a, b)))
     assert max(float(p.abs().max()) for p in a) > 1.0  # the parameters moved at their own scale
     assert worst <= 1e-6, worst
+
+
+def released_lars_step(ps, grads, bufs, group_of, groups_, lrs, eta=0.02, momentum=0.9, eps=1e-8):
+    """The released LARS (clip_lr, exclude_bias_n_norm), one parameter at a time, transcribed from
+    docs/METHOD.md section 2: a tensor whose weight or gradient norm is 0 gets neither weight decay nor the trust
+    ratio; a 1-D tensor neither. `lrs[i]` is group i's lr."""
+    with torch.no_grad():
+        for p, g, i in zip(ps, grads, group_of):
+            wd, lr = groups_[i]["weight_decay"], lrs[i]
+            d = g.clone()
+            pn, gn = float(p.norm()), float(g.norm())
+            if p.ndim > 1 and pn != 0 and gn != 0:
+                r = min(eta * pn / (gn + pn * wd + eps) / lr, 1.0)
+                d = (g + wd * p) * r
+            if id(p) not in bufs:
+                bufs[id(p)] = d.clone()
+            else:
+                bufs[id(p)] = momentum * bufs[id(p)] + d
+            p -= lr * bufs[id(p)]
+
+
+def test_lars_follows_the_released_zero_norm_rule():
+    """A zero gradient and a zero weight: the update is the plain gradient step (timm would add wd p)."""
+    a, b = params(), params()
+    with torch.no_grad():
+        a[5].zero_()  # a zero weight tensor (its gradient is not zero)
+        b[5].zero_()
+    gs = groups(a, True, mult=1.0)
+    ours = Lars(groups(b, True, mult=1.0), lr=0.3, **KW)
+    group_of = [next(i for i, g in enumerate(gs) if any(p is q for q in g["params"])) for p in a]
+    bufs, lrs = {}, [0.3, 0.3, 0.1, 0.1]
+    g = torch.Generator().manual_seed(3)
+    for step in range(6):
+        grads = [torch.randn(p.shape, generator=g) * 0.05 for p in a]
+        if step in (1, 4):
+            grads[0] = torch.zeros_like(grads[0])  # a zero gradient of a weight-decayed tensor
+        released_lars_step(a, grads, bufs, group_of, gs, lrs)
+        order = [next(i for i, p in enumerate(b) if p is q) for q in ours.params]  # update's parameter order
+        ours.update([grads[i].clone() for i in order], torch.tensor(lrs))
+        for p, q in zip(a, b):
+            torch.testing.assert_close(q, p, rtol=0, atol=1e-6)
+    # the rule matters: weight decay on the zero-gradient tensor would have moved it differently
+    timm_like = params()
+    ref = TimmLars(groups(timm_like, True), lr=0.3, **KW)
+    for p in timm_like:
+        p.grad = torch.zeros_like(p) if p is timm_like[0] else torch.randn(p.shape) * 0.05
+    ref.step()
+    fresh = params()
+    mine = Lars(groups(fresh, True), lr=0.3, **KW)
+    grads = [torch.zeros_like(fresh[0])] + [q.grad.clone() for q in timm_like[1:]]
+    mine.update([grads[next(i for i, p in enumerate(fresh) if p is q)] for q in mine.params], torch.tensor(0.3))
+    assert torch.equal(fresh[0], params()[0])  # released: no gradient, no weight decay: unchanged
+    assert not torch.equal(timm_like[0], params()[0])  # timm: moved by its weight decay
+
+
+def test_per_group_lr_vector_equals_group_lr_entries():
+    """update(grads, lr) with one lr per group (the trainer's path) equals each group's "lr" entry (timm's)."""
+    a, b = params(), params()
+    by_entry, by_vector = Lars(groups(a, True, mult=1.0), lr=0.3, **KW), Lars(groups(b, True, mult=1.0), lr=0.3, **KW)
+    lrs = [0.2, 0.2, 0.05, 0.05]
+    for _ in range(4):
+        for p, q in zip(a, b):
+            p.grad = torch.randn(p.shape)
+            q.grad = p.grad.clone()
+        for grp, lr in zip(by_entry.param_groups, lrs):
+            grp["lr"] = lr
+        by_entry.step()
+        by_vector.update([q.grad for q in by_vector.params], torch.tensor(lrs))
+    assert all(torch.equal(p, q) for p, q in zip(a, b))
 
 
 def test_group_lrs_and_lr_tensor_agree():
@@ -148,17 +218,42 @@ def test_loads_a_timm_lars_state_dict():
 
 def test_build_optimizer_groups_and_lr_schedule_table():
     cfg = C.resolve(sets=["model.width=4", "model.proj_hidden=16", "model.proj_dim=8", "method.name=bayesncl",
-                          "train.epochs=3", "train.warmup_epochs=1"])
+                          "train.epochs=3", "train.warmup_epochs=1", "train.batch_size=128"])
     model = build_method(cfg)
     opt = build_optimizer(model, cfg)
     head = {id(p) for p in model.gate_head.parameters()}
     for g in opt.param_groups:
-        assert g["weight_decay"] == (cfg["train"]["weight_decay"] if g["params"][0].ndim > 1 else 0.0)
-        assert g["lr_mult"] == (cfg["method"]["head_lr_mult"] if id(g["params"][0]) in head else 1.0)
+        for p in g["params"]:  # every parameter, not only each group's first
+            assert g["weight_decay"] == (cfg["train"]["weight_decay"] if p.ndim > 1 else 0.0)
+            assert (id(p) in head) == (id(g["params"][0]) in head)
+        # the gating head's peak is absolute (0.1, as released), the rest scaled by batch / 256
+        assert g["peak_lr"] == (0.1 if id(g["params"][0]) in head else 0.4 * 128 / 256)
     assert len(opt.params) == len(list(model.parameters()))
     table = lr_schedule(7, cfg["train"])
     assert table.dtype == torch.float32 and table.shape == (21,)
     assert table.tolist() == pytest.approx([lr_at(s, 7, cfg["train"]) for s in range(21)], rel=1e-6)
+    per_group = lr_schedule(7, cfg["train"], peaks=group_peaks(opt))
+    assert per_group.shape == (21, len(opt.param_groups))
+    for j, g in enumerate(opt.param_groups):
+        assert per_group[:, j].tolist() == pytest.approx([lr_at(s, 7, cfg["train"], g["peak_lr"]) for s in range(21)],
+                                                         rel=1e-6)
+
+
+@pytest.mark.parametrize("peak", [0.2, 0.1], ids=["main", "gating head"])
+def test_warmup_and_cosine_as_released(peak):
+    """pl_bolts LinearWarmupCosineAnnealingLR, stepped per iteration, written out: s0 + t (peak - s0) / (W - 1)
+    over the W warm-up steps (every group starts at s0 = 3e-5), then peak/2 (1 + cos(pi (t - W) / (T - W)))."""
+    t = {"epochs": 5, "warmup_epochs": 2, "warmup_start_lr": 3e-5, "base_lr": 0.4, "batch_size": 128}
+    spe, W, T, s0 = 4, 8, 20, 3e-5
+    assert lr_at(0, spe, t, peak) == pytest.approx(s0, rel=1e-12)  # first warm-up step
+    assert lr_at(1, spe, t, peak) == pytest.approx(s0 + (peak - s0) / (W - 1), rel=1e-12)
+    assert lr_at(W - 1, spe, t, peak) == pytest.approx(peak, rel=1e-12)  # last warm-up step: the peak
+    assert lr_at(W, spe, t, peak) == pytest.approx(peak, rel=1e-12)  # the cosine's first step
+    assert lr_at(W + 3, spe, t, peak) == pytest.approx(0.5 * peak * (1 + math.cos(math.pi * 3 / (T - W))), rel=1e-12)
+    assert lr_at(T - 1, spe, t, peak) == pytest.approx(0.5 * peak * (1 + math.cos(math.pi * (T - 1 - W) / (T - W))))
+    assert peak_lr(t) == pytest.approx(0.2)
+    # one warm-up step: W - 1 = 0, pl_bolts' max(1, W - 1) keeps s0 at step 0
+    assert lr_at(0, 1, {**t, "warmup_epochs": 1}, peak) == pytest.approx(s0)
 
 
 def test_every_parameter_needs_a_gradient():

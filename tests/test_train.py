@@ -18,10 +18,10 @@ from bayesncl.methods import build_method
 from bayesncl.train import REQUEUE_EXIT, TrainingDiverged, pretrain
 
 
-def fixed_views(cfg, n=32):
+def fixed_views(cfg, n=32, seed=123):
     ds = load_split(cfg["data"], "train")
     aug = SimCLRAugment(ds.crop_size, ds.mean, ds.std)
-    g = torch.Generator().manual_seed(123)
+    g = torch.Generator().manual_seed(seed)
     x = ds.images[:n]
     return aug(x, g), aug(x, g)
 
@@ -32,14 +32,15 @@ def fixed_views(cfg, n=32):
                                   ["method.name=bayesncl", "method.gate=soft", "method.detach=false",
                                    "method.head_depth=3"]])
 def test_each_method_loss_goes_down(tmp_path, tiny_sets, sets):
-    cfg = C.resolve(sets=tiny_sets + sets + ["train.epochs=4", "method.lambda=1e-3"])
-    v1, v2 = fixed_views(cfg)
+    # 6 epochs: with BatchNorm per view (as released) SimCLR's loss on these views moves only after ~5
+    cfg = C.resolve(sets=tiny_sets + sets + ["train.epochs=6", "method.lambda=1e-3"])
+    views = [fixed_views(cfg, seed=s) for s in (123, 124, 125, 126)]  # one batch's loss is too noisy a reading
 
     def loss_of(model):
         torch.manual_seed(0)  # same Gumbel noise before and after
         model.train()
         with torch.no_grad():
-            return model.training_loss(v1, v2)[0].item()
+            return sum(model.training_loss(v1, v2)[0].item() for v1, v2 in views) / len(views)
 
     torch.manual_seed(cfg["seed"])
     before = loss_of(build_method(cfg))
@@ -49,7 +50,7 @@ def test_each_method_loss_goes_down(tmp_path, tiny_sets, sets):
     after = loss_of(model)
     assert after < before - 0.05, (before, after)
     log = [json.loads(l) for l in (tmp_path / "log.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in log] == [1, 2, 3, 4]
+    assert [r["epoch"] for r in log] == [1, 2, 3, 4, 5, 6]
     assert all(r["img_per_s"] > 0 and r["lr"] >= 0 for r in log)
     if cfg["method"]["name"] == "bayesncl":
         assert all(0 <= r["open_gates"] <= 1 and "kl" in r for r in log)

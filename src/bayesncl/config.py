@@ -109,7 +109,8 @@ class MethodConfig:
     """`method`: the method and its settings (docs/METHOD.md section 1)."""
 
     name: MethodName = _field("bayesncl", "the method (docs/METHOD.md section 1)")
-    # rep_relu: the released BayesNCL configs' non-negativity (docs/METHOD.md section 1).
+    # rep_relu: the released CIFAR configs' non-negativity; the released ImageNet-100 config uses relu
+    # (docs/METHOD.md section 1; config/paper.yaml follows each dataset's).
     nonneg: Literal["relu", "rep_relu"] = _field("rep_relu", "how z+ is made non-negative")
     rho: float = _field(0.8, "the gate prior Bern(rho)", gt=0, lt=1)
     lambda_: float = _field(3.0e-5, "the KL term's weight", ge=0, key="lambda")
@@ -117,7 +118,8 @@ class MethodConfig:
     detach: bool = _field(True, "the gating head reads the backbone feature with its gradient stopped")
     head_depth: Literal[1, 2, 3] = _field(2, "the gating head's layers (Table 4)")
     tau_g: float = _field(1.0, "the gate temperature", gt=0)
-    head_lr_mult: float = _field(0.25, "the gating head's lr as a multiple of the backbone's", gt=0)
+    # Absolute, as the released configs' optimizer.gating_head_lr (0.1 in each): not scaled by batch / 256.
+    head_lr: float = _field(0.1, "the gating head's peak lr (absolute; same warm-up and cosine as the rest)", gt=0)
     temperature: float = _field(0.2, "the InfoNCE temperature T", gt=0)
     # Top-k NCL's k; null = round(D / 10) [choice] (docs/METHOD.md section 2).
     topk_k: int | None = _field(None, "Top-k NCL's k", gt=0, null="round(D / 10)")
@@ -145,6 +147,9 @@ class TrainConfig:
     # mode; the graph modes compute the same step up to rounding (tests/test_step_compile.py).
     graph: Literal["eager", "compile", "cudagraph"] = _field("eager", "how the training step runs: eager, compiled, "
                                                                   "or captured in a CUDA graph (CUDA only)")
+    # view: the backbone once per view, as the released training step (docs/METHOD.md section 2); joint: one
+    # pass over both views (BatchNorm over 2N images), kept to measure what the protocol changes.
+    bn: Literal["view", "joint"] = _field("view", "BatchNorm batch in training: each view's N images, or both views")
     threads: int = _field(0, "torch CPU threads; 0: torch's default", ge=0)
     dynamics_every: int = _field(0, "record gradient dynamics every this many epochs; 0: never", ge=0)
     max_steps_per_epoch: int = _field(0, "cap on steps per epoch; 0: no cap", ge=0)
@@ -160,7 +165,13 @@ class EvalConfig:
                                      null="the dataset's RETRIEVAL_K")
     waterbirds_root: str | None = _field(None, "Waterbirds folder: the background probe for datasets without "
                                                "background labels", expected=_PATH)
-    batch_size: int = _field(512, "images per evaluation forward pass", gt=0)
+    # batch: BatchNorm normalises with the statistics of each batch of train.batch_size test images in dataset
+    # order, as the released evaluation script (it never calls model.eval(); its batch is the pretraining
+    # batch); the saved running statistics are left unchanged. running: eval mode. The linear and background
+    # probes' h always uses running statistics, as the released linear probe.
+    bn: Literal["batch", "running"] = _field("batch", "BatchNorm statistics of the evaluation features "
+                                                      "(docs/METHOD.md section 4)")
+    batch_size: int = _field(512, "images per evaluation forward pass (eval.bn=running)", gt=0)
     # The smoke run's small evaluation subsets (workflow config `smoke: true`).
     max_images: int = _field(0, "cap on the images of each evaluated split (a seeded subset); 0: all", ge=0)
 

@@ -74,7 +74,7 @@ def run_id(cfg: dict, base: dict) -> str:
     # Method settings that the method ignores are not part of what tells it apart.
     if method != "bayesncl":
         named = [k for k in named if k not in ("method.gate", "method.detach", "method.head_depth", "method.tau_g",
-                                               "method.head_lr_mult", "method.lambda", "method.rho")]
+                                               "method.head_lr", "method.lambda", "method.rho")]
     if method != "topk_ncl":
         named = [k for k in named if k != "method.topk_k"]
     if method == "cl":

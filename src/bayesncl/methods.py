@@ -70,8 +70,11 @@ class Method(nn.Module):
         them from its generator, so that every random number of a step comes from one generator."""
         return None
 
-    def forward(self, x: torch.Tensor, gate_u: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        h = self.backbone(x)
+    def forward(self, x: torch.Tensor, gate_u: torch.Tensor | None = None, views: int = 1) -> dict[str, torch.Tensor]:
+        """`views` > 1: x stacks that many equal chunks (views) and the backbone runs once per chunk, so its
+        BatchNorm normalises over one view's images and updates its running statistics once per view, as the
+        released training step does (docs/METHOD.md section 2). The heads, without BatchNorm, run once."""
+        h = self.backbone(x) if views == 1 else torch.cat([self.backbone(c) for c in x.chunk(views)])
         z = self.projector(h)
         out = {"h": h, "z": z}
         out.update(self.head(h, z, gate_u))
@@ -79,13 +82,13 @@ class Method(nn.Module):
 
     def training_loss(self, x1: torch.Tensor, x2: torch.Tensor,
                       gate_u: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
-        """Both views in one forward pass; returns (loss, parts). parts["out"] keeps the tensors."""
+        """Both views (the backbone once per view); returns (loss, parts). parts["out"] keeps the tensors."""
         return self.views_loss(torch.cat([x1, x2]), gate_u)
 
     def views_loss(self, x: torch.Tensor, gate_u: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """training_loss on the two views already stacked: x = [view 1 of N images; view 2 of the same N]."""
         n = x.shape[0] // 2
-        out = self(x, gate_u)
+        out = self(x, gate_u, views=2 if self.cfg["train"]["bn"] == "view" else 1)
         f = out["feature"]
         # Every method's feature is normalized (rows of norm 1, or 0 where nothing is active).
         nce = losses.info_nce(f[:n], f[n:], self.temperature, normalized=True)

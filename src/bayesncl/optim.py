@@ -19,12 +19,15 @@ class Lars(torch.optim.Optimizer):
     the momentum buffers exist from construction (zero), so that a step can be captured in a graph.
 
     Per parameter p with gradient g in a group with weight decay wd, trust coefficient eta and lr:
-        adapt (wd != 0 or always_adapt): r = eta |p| / (|g| + wd |p| + eps), 1 where |p| or |g| is 0;
-                 with trust_clip r = min(r / lr, 1); d = (g + wd p) r;   otherwise d = g
+        adapt (wd != 0 or always_adapt) and |p| > 0 and |g| > 0:
+                 r = eta |p| / (|g| + wd |p| + eps); with trust_clip r = min(r / lr, 1); d = (g + wd p) r
+        otherwise d = g  (as the released LARS: a zero weight or gradient norm gets neither weight decay nor
+                 the trust ratio; timm's would still add wd p)
         buf = momentum buf + d (buf = d on the first step: a zero buffer gives exactly that)
         p -= lr buf
-    `step(lr)` takes the lr as a (device) tensor: each group's lr is then lr x its `lr_mult` (default 1), and
-    the groups' "lr" entries are not read. Without it, each group's "lr" entry is used, as in timm.
+    `step(lr=...)`/`update(grads, lr)` take the lr as a device tensor: 0-d, each group's lr being lr x its
+    `lr_mult` (default 1); or 1-D with one lr per parameter group (the trainer's per-group schedule, x lr_mult).
+    The groups' "lr" entries are then not read. Without it, each group's "lr" entry is used, as in timm.
     Differences to timm: no dampening or Nesterov (the method uses neither); every parameter must have a
     gradient when `step` runs; hyperparameters other than lr are read at construction and after
     `load_state_dict` (call `refresh()` after changing them in `param_groups`).
@@ -56,21 +59,15 @@ class Lars(torch.optim.Optimizer):
 
     def refresh(self) -> None:
         """Flatten the groups into per-parameter lists and vectors (read by every step). The LARS-adapted
-        parameters come first, in runs of equal weight decay (one run in practice), then the others."""
+        parameters come first, then the others."""
         flat = [(g, p, i) for i, g in enumerate(self.param_groups) for p in g["params"]]
         adapted = lambda g: g["weight_decay"] != 0 or g["always_adapt"]  # noqa: E731
-        flat.sort(key=lambda gp: (not adapted(gp[0]), gp[0]["weight_decay"]))  # stable: group order kept
+        flat.sort(key=lambda gp: not adapted(gp[0]))  # stable: group order kept
         self._group_of = [i for _, _, i in flat]
         flat = [(g, p) for g, p, _ in flat]
         self._params = [p for _, p in flat]
         self._bufs = [self.state[p]["momentum_buffer"] for p in self._params]
         self._n_adapt = sum(adapted(g) for g, _ in flat)
-        self._runs = []  # (start, end, weight decay) over the adapted parameters
-        for i, (g, _) in enumerate(flat[: self._n_adapt]):
-            if self._runs and self._runs[-1][2] == g["weight_decay"]:
-                self._runs[-1][1] = i + 1
-            else:
-                self._runs.append([i, i + 1, g["weight_decay"]])
         dev = self._params[0].device if self._params else torch.device("cpu")
 
         def vec(key, items):
@@ -80,11 +77,12 @@ class Lars(torch.optim.Optimizer):
         self._wd_vec, self._eta, self._eps = vec("weight_decay", ad), vec("trust_coeff", ad), vec("eps", ad)
         self._clip = torch.tensor([bool(g["trust_clip"]) for g, _ in ad], dtype=torch.bool, device=dev)
         self._mult = vec("lr_mult", flat)
+        self._gidx = torch.tensor(self._group_of, dtype=torch.long, device=dev)
         self._momentum = [float(g["momentum"]) for g, _ in flat]
 
     def state_tensors(self) -> list[torch.Tensor]:
         """The tensors a step reads or writes besides the parameters (momentum buffers, per-parameter settings)."""
-        return [*self._bufs, self._wd_vec, self._eta, self._eps, self._clip, self._mult]
+        return [*self._bufs, self._wd_vec, self._eta, self._eps, self._clip, self._mult, self._gidx]
 
     @property
     def params(self) -> list[torch.Tensor]:
@@ -105,13 +103,16 @@ class Lars(torch.optim.Optimizer):
     @torch.no_grad()
     def update(self, grads: list[torch.Tensor] | tuple, lr: torch.Tensor | None = None) -> None:
         """One LARS step with `grads` (one per parameter of `params`, in that order). `lr`: a 0-d tensor, each
-        group's lr being lr x its lr_mult; None: the groups' "lr" entries."""
+        group's lr being lr x its lr_mult; a 1-D tensor: one lr per parameter group (x its lr_mult); None: the
+        groups' "lr" entries."""
         params, na = self._params, self._n_adapt
         if lr is None:  # the groups' own lr entries (timm's interface; not the trainer's path)
             lrs = torch.tensor([float(self.param_groups[i]["lr"]) for i in self._group_of], dtype=torch.float32,
                                device=self._mult.device)
-        else:
+        elif lr.ndim == 0:
             lrs = lr.to(torch.float32) * self._mult
+        else:
+            lrs = lr.to(torch.float32).index_select(0, self._gidx) * self._mult
         grads = list(grads)
 
         # LARS-adapted parameters: d = (g + wd p) r, the trust ratios of all of them as one vector.
@@ -120,11 +121,12 @@ class Lars(torch.optim.Optimizer):
             pa, ga = params[:na], grads[:na]
             w = torch.stack(torch._foreach_norm(pa))
             g = torch.stack(torch._foreach_norm(ga))
+            ok = (w > 0) & (g > 0)  # the released rule: otherwise d = g (no weight decay, no trust ratio)
             ratio = self._eta * w / (g + w * self._wd_vec + self._eps)
-            ratio = torch.where((w > 0) & (g > 0), ratio, 1.0)
             ratio = torch.where(self._clip, torch.clamp(ratio / lrs[:na], max=1.0), ratio)
-            for start, end, wd in self._runs:  # one per distinct weight decay, not per parameter
-                d += torch._foreach_add(ga[start:end], pa[start:end], alpha=wd)
+            ratio = torch.where(ok, ratio, 1.0)
+            wd = torch.where(ok, self._wd_vec, 0.0)
+            d += torch._foreach_add(ga, torch._foreach_mul(pa, wd.unbind(0)))  # g + wd p, wd per parameter
             torch._foreach_mul_(d, ratio.unbind(0))
         d += grads[na:]  # the others: d = g
 
@@ -135,39 +137,54 @@ class Lars(torch.optim.Optimizer):
 
 
 def build_optimizer(model: Method, cfg: dict) -> Lars:
-    """LARS with trust_clip; 1-D parameters (biases, norms) get no weight decay, which (as in timm's LARS)
-    also means no trust-ratio scaling. The gating head keeps its own lr multiplier."""
+    """LARS with trust_clip; 1-D parameters (biases, norms) get no weight decay, which (as in the released LARS
+    with exclude_bias_n_norm) also means no trust-ratio scaling. Each group records its peak lr ("peak_lr"):
+    the scaled base lr for the model, `method.head_lr` (absolute, as released) for the gating head."""
     t = cfg["train"]
     groups = []
-    mults = {"main": 1.0, "gate_head": cfg["method"]["head_lr_mult"]}
+    peaks = {"main": peak_lr(t), "gate_head": cfg["method"]["head_lr"]}
     for name, params in model.param_groups().items():
         decay = [p for p in params if p.ndim > 1]
         no_decay = [p for p in params if p.ndim <= 1]
         for suffix, ps, wd in (("", decay, t["weight_decay"]), ("_no_decay", no_decay, 0.0)):
             if ps:
-                groups.append({"params": ps, "weight_decay": wd, "lr_mult": mults[name], "name": name + suffix})
+                groups.append({"params": ps, "weight_decay": wd, "lr": peaks[name], "peak_lr": peaks[name],
+                               "name": name + suffix})
     return Lars(groups, lr=peak_lr(t), momentum=t["momentum"], trust_coeff=t["trust_coeff"], trust_clip=True)
 
 
-def lr_at(step: int, steps_per_epoch: int, train_cfg: dict) -> float:
-    """Linear warm-up from warmup_start_lr to the peak lr, then cosine to 0, per iteration."""
-    peak = peak_lr(train_cfg)
+def lr_at(step: int, steps_per_epoch: int, train_cfg: dict, peak: float | None = None) -> float:
+    """The released schedule (pl_bolts LinearWarmupCosineAnnealingLR stepped per iteration) for a group whose
+    peak lr is `peak` (default: the scaled base lr): over W = warmup_epochs x steps_per_epoch steps,
+    s0 + t (peak - s0) / (W - 1) from s0 = warmup_start_lr (every group starts there), reaching the peak at
+    step W - 1; then a cosine from the peak at step W to 0 at the last step + 1."""
+    peak = peak_lr(train_cfg) if peak is None else peak
     warm = train_cfg["warmup_epochs"] * steps_per_epoch
     total = train_cfg["epochs"] * steps_per_epoch
     if step < warm:
         start = train_cfg["warmup_start_lr"]
-        return start + (peak - start) * step / warm
+        return start + (peak - start) * step / max(1, warm - 1)
     if total <= warm:
         return peak
     progress = (step - warm) / (total - warm)
     return 0.5 * peak * (1 + math.cos(math.pi * progress))
 
 
-def lr_schedule(steps_per_epoch: int, train_cfg: dict, device: torch.device | str = "cpu") -> torch.Tensor:
-    """lr_at for every step of the run, as one float32 tensor on `device` (a step indexes it on the device)."""
+def group_peaks(opt: torch.optim.Optimizer) -> list[float]:
+    """Each parameter group's peak lr (build_optimizer's "peak_lr"; the group's "lr" where absent)."""
+    return [float(g.get("peak_lr", g["lr"])) for g in opt.param_groups]
+
+
+def lr_schedule(steps_per_epoch: int, train_cfg: dict, device: torch.device | str = "cpu",
+                peaks: list[float] | None = None) -> torch.Tensor:
+    """lr_at for every step of the run as a float32 tensor on `device` (a step indexes it on the device): shape
+    (steps,) for the scaled base lr, or (steps, groups) with one column per peak in `peaks`."""
     total = train_cfg["epochs"] * steps_per_epoch
-    return torch.tensor([lr_at(s, steps_per_epoch, train_cfg) for s in range(total)], dtype=torch.float32,
-                        device=device)
+    if peaks is None:
+        rows = [lr_at(s, steps_per_epoch, train_cfg) for s in range(total)]
+    else:
+        rows = [[lr_at(s, steps_per_epoch, train_cfg, p) for p in peaks] for s in range(total)]
+    return torch.tensor(rows, dtype=torch.float32, device=device)
 
 
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:

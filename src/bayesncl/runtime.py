@@ -12,7 +12,7 @@ import torch
 from .config import ConfigError
 from .data import eval_transform, iter_batches
 
-__all__ = ["autocast", "channels_last", "embed", "peak_memory_mb", "resolve_device"]
+__all__ = ["autocast", "bn_mode", "channels_last", "embed", "peak_memory_mb", "resolve_device"]
 
 
 def resolve_device(cfg: dict) -> torch.device:
@@ -52,21 +52,48 @@ def peak_memory_mb(device: str | torch.device, cpu_rss: bool = False) -> float |
     return rss / 2**20 if sys.platform == "darwin" else rss / 2**10  # bytes on macOS, KiB on Linux
 
 
-@torch.no_grad()
-def embed(model, ds, cfg: dict, device, key: str | tuple[str, ...] = "feature") -> tuple[torch.Tensor, ...]:
-    """Evaluation-mode outputs `key` (a tuple of keys allowed) over a whole split, in dataset order, on the CPU."""
-    keys = (key,) if isinstance(key, str) else tuple(key)
+@contextlib.contextmanager
+def bn_mode(model: torch.nn.Module, mode: str):
+    """The model in eval mode, except with mode "batch" its BatchNorm layers, which then normalise with each
+    batch's statistics (the released evaluation script never calls model.eval()). Running statistics are put
+    back afterwards, so the saved state is unchanged; the model's own training flag is restored."""
+    if mode not in ("batch", "running"):
+        raise ConfigError(f"eval.bn: {mode!r} is not a BatchNorm mode; use 'batch' or 'running'")
     was_training = model.training
     model.eval()
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)] \
+        if mode == "batch" else []
+    saved = [{k: v.clone() for k, v in m.named_buffers(recurse=False)} for m in norms]
+    for m in norms:
+        m.train()
+    try:
+        yield model
+    finally:
+        with torch.no_grad():
+            for m, bufs in zip(norms, saved):
+                for k, v in m.named_buffers(recurse=False):
+                    v.copy_(bufs[k])
+        model.train(was_training)
+
+
+@torch.no_grad()
+def embed(model, ds, cfg: dict, device, key: str | tuple[str, ...] = "feature",
+          bn: str | None = None) -> tuple[torch.Tensor, ...]:
+    """Evaluation outputs `key` (a tuple of keys allowed) over a whole split, in dataset order, on the CPU.
+    `bn`: the BatchNorm mode (bn_mode; default eval.bn). Batches of eval.batch_size images, or with "batch"
+    statistics of train.batch_size (the released evaluation's batch), the last one partial either way."""
+    keys = (key,) if isinstance(key, str) else tuple(key)
     outs: dict[str, list] = {k: [] for k in keys}
-    for x, _, _ in iter_batches(ds, cfg["eval"]["batch_size"], shuffle=False, seed=0, drop_last=False,
-                                device=device, num_workers=cfg["data"]["num_workers"]):
-        x = eval_transform(x, ds.mean, ds.std, ds.crop_size)
-        if channels_last(cfg, device):
-            x = x.contiguous(memory_format=torch.channels_last)
-        with autocast(device, cfg["train"]["precision"]):
-            out = model(x)
-        for k in keys:
-            outs[k].append(out[k].float().cpu())
-    model.train(was_training)
+    bn = bn or cfg["eval"]["bn"]
+    batch = cfg["train"]["batch_size"] if bn == "batch" else cfg["eval"]["batch_size"]
+    with bn_mode(model, bn):
+        for x, _, _ in iter_batches(ds, batch, shuffle=False, seed=0, drop_last=False,
+                                    device=device, num_workers=cfg["data"]["num_workers"]):
+            x = eval_transform(x, ds.mean, ds.std, ds.crop_size)
+            if channels_last(cfg, device):
+                x = x.contiguous(memory_format=torch.channels_last)
+            with autocast(device, cfg["train"]["precision"]):
+                out = model(x)
+            for k in keys:
+                outs[k].append(out[k].float().cpu())
     return tuple(torch.cat(outs[k]) for k in keys)

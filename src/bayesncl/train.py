@@ -32,7 +32,7 @@ from .data import SimCLRAugment, iter_batches, load_split
 from .evaluation.dynamics import GradientStats
 from .evaluation.metrics import consistency_per_dim
 from .methods import Method, build_method
-from .optim import Lars, build_optimizer, lr_at, lr_schedule
+from .optim import Lars, build_optimizer, group_peaks, lr_at, lr_schedule
 from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
 from .runtime import autocast, channels_last, embed, peak_memory_mb, resolve_device
 
@@ -96,7 +96,7 @@ class TrainStep:
         self.precision = cfg["train"]["precision"]
         self.channels_last = channels_last(cfg, device)
         self.names = ("loss", "infonce", *model.extra_names, *model.stat_names)
-        self.lr_table = lr_schedule(steps, cfg["train"], device)
+        self.lr_table = lr_schedule(steps, cfg["train"], device, peaks=group_peaks(opt))  # (steps, groups)
         self.t = torch.zeros(1, dtype=torch.long, device=device)
         self.sums = torch.zeros(len(self.names), dtype=torch.float64, device=device)
         self._compiled = self._graph = None
@@ -131,7 +131,7 @@ class TrainStep:
 
     def body(self, x: torch.Tensor, views: list, gate_u: torch.Tensor | None, want_zplus: bool = False):
         """The step given its draws. Returns (z+, dL/dz+) when `want_zplus` (gradient dynamics), else None."""
-        lr = self.lr_table.index_select(0, self.t)
+        lr = self.lr_table.index_select(0, self.t)[0]  # one lr per parameter group
         v = self.augment.views(x, views)
         if self.channels_last:
             v = v.contiguous(memory_format=torch.channels_last)

@@ -29,7 +29,8 @@ def run_info(cfg: dict) -> dict:
     m, mc = cfg["model"], cfg["method"]
     return {"dataset": cfg["data"]["dataset"], "arch": m["arch"], "width": m["width"], "method": mc["name"],
             "gate": mc["gate"], "detach": mc["detach"], "head_depth": mc["head_depth"], "rho": mc["rho"],
-            "lambda": mc["lambda"], "proj_dim": m["proj_dim"], "seed": cfg["seed"], "epochs": cfg["train"]["epochs"]}
+            "lambda": mc["lambda"], "proj_dim": m["proj_dim"], "seed": cfg["seed"], "epochs": cfg["train"]["epochs"],
+            "eval_bn": cfg["eval"]["bn"]}
 
 
 def clean(x):
@@ -132,10 +133,11 @@ class Context:
             self._splits[name] = self.nonempty(load_split(self.cfg["data"], name), f"{ds} {name} split")
         return self._splits[name]
 
-    def embed(self, ds, keys: tuple[str, ...]):
+    def embed(self, ds, keys: tuple[str, ...], bn: str):
+        """The model's outputs `keys` over `ds` with BatchNorm mode `bn` (runtime.bn_mode)."""
         from ..runtime import embed
 
-        return embed(self.model, ds, self.cfg, self.device, key=keys)
+        return embed(self.model, ds, self.cfg, self.device, key=keys, bn=bn)
 
     @staticmethod
     def labels(ds) -> dict[str, np.ndarray]:

@@ -54,7 +54,7 @@ def linear_probe_paper(model, train, test, cfg: dict, device, *, progress: bool 
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-    h_test, = embed(model, test, cfg, device, key="h")
+    h_test, = embed(model, test, cfg, device, key="h", bn="running")
     with torch.no_grad():
         logits = layer(h_test.to(device)).float().cpu()
     return {**topk_accuracy(logits.numpy(), test.labels.cpu().numpy()), "protocol": "paper", "epochs": epochs}

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..config import RETRIEVAL_K, crop_size
 from ..errors import ConfigError
+from .context import FEATURE_FILES
 
 if TYPE_CHECKING:
     from .context import Context
@@ -86,7 +87,14 @@ def features(ctx) -> dict:
     keys = ("feature", "h") + (("zplus",) if method != "cl" else ()) + \
         {"bayesncl": ("gate",), "topk_ncl": ("mask",)}.get(method, ())
     test = ctx.split("test")
-    arrays = ctx.labels(test) | {k: v.numpy() for k, v in zip(keys, ctx.embed(test, keys))}
+    bn = cfg["eval"]["bn"]
+    if bn == "running":
+        arrays = ctx.labels(test) | {k: v.numpy() for k, v in zip(keys, ctx.embed(test, keys, "running"))}
+    else:  # the probes' h with running statistics (as the released linear probe), the rest as eval.bn says
+        rest = tuple(k for k in keys if k != "h")
+        arrays = ctx.labels(test) | {k: v.numpy() for k, v in zip(rest, ctx.embed(test, rest, bn))}
+        arrays["h"] = ctx.embed(test, ("h",), "running")[0].numpy()
+    arrays["eval_bn"] = np.array(bn)
     for k in ("gate", "mask"):  # hard 0/1 (every reader thresholds at 0.5)
         if k in arrays:
             arrays[k] = (arrays[k] > 0.5).astype(np.uint8)
@@ -94,7 +102,7 @@ def features(ctx) -> dict:
     n_train = 0
     if _needs_train_h(cfg):
         train = ctx.split("train")
-        h, = ctx.embed(train, ("h",))
+        h, = ctx.embed(train, ("h",), "running")
         ctx.save_arrays("features_train", ctx.labels(train) | {"h": h.numpy()})
         n_train = len(train.labels)
     log = read_log(ctx.run_dir)
@@ -102,8 +110,18 @@ def features(ctx) -> dict:
     if log and "open_gates" in log[-1]:
         training["open_gates"] = [r["open_gates"] for r in log]
         training["open_gates_last"] = log[-1]["open_gates"]
-    return {"features": {"test_images": len(test.labels), "train_images": n_train, "arrays": sorted(arrays)},
+    return {"features": {"test_images": len(test.labels), "train_images": n_train, "arrays": sorted(arrays),
+                         "bn": bn, "bn_batch": cfg["train"]["batch_size"] if bn == "batch" else None},
             "training": training, "config": ctx.stored_config}  # what the cache-reading sections run on
+
+
+def _cached_bn(ctx, f: dict) -> str:
+    """The BatchNorm mode the cached features were computed with; it must be the one this call asks for."""
+    bn = str(f["eval_bn"]) if "eval_bn" in f else "running"  # caches older than eval.bn were eval mode
+    if bn != ctx.cfg["eval"]["bn"]:
+        raise ConfigError(f"eval.bn: {ctx.out / FEATURE_FILES['test']} holds features computed with eval.bn={bn}, "
+                          f"this evaluation asks for {ctx.cfg['eval']['bn']}; rerun `--only features` with it")
+    return bn
 
 
 # ------------------------------------------------------------------------------------------- interpretability
@@ -113,10 +131,12 @@ def interpretability(ctx) -> dict:
     from . import arrays as metrics
 
     f = ctx.features("test")
+    bn = _cached_bn(ctx, f)
     labels, C = f["labels"], int(f["num_classes"])
     outs = {k: f[k] for k in ("feature", "zplus", "gate", "mask") if k in f}
     vectors: dict[str, np.ndarray] = {}
     r = metrics.interpretability(outs["feature"], labels, C)
+    r["bn"] = bn
     for k, v in r.pop("per_dim").items():
         vectors[f"feature_{k}"] = np.asarray(v)
     r.pop("active", None)
@@ -158,10 +178,11 @@ def retrieval(ctx) -> dict:
     from . import arrays as ret
 
     f = ctx.features("test")
+    bn = _cached_bn(ctx, f)
     F, y = f["feature"], f["labels"]
     K = min(ctx.cfg["eval"]["retrieval_k"] or RETRIEVAL_K[ctx.cfg["data"]["dataset"]], F.shape[1])
     r = ret.retrieval_precision(F, y, K=K)
-    r["K"] = K
+    r["K"], r["bn"] = K, bn
     r["curve"] = {str(k): v for k, v in ret.retrieval_curve(F, y, ret.default_Ks(F.shape[1])).items()}
     return {"retrieval": r}
 
@@ -203,7 +224,7 @@ def background_probe(ctx) -> dict:
         from ..data import load_waterbirds
 
         wb = {s: ctx.nonempty(load_waterbirds(root, s), f"Waterbirds {s} split under {root}") for s in ("train", "test")}
-        (htr,), (hte,) = ctx.embed(wb["train"], ("h",)), ctx.embed(wb["test"], ("h",))
+        (htr,), (hte,) = ctx.embed(wb["train"], ("h",), "running"), ctx.embed(wb["test"], ("h",), "running")
         r = linear_probe_fast(htr.cpu().numpy(), wb["train"].backgrounds.cpu().numpy(), hte.cpu().numpy(),
                               wb["test"].backgrounds.cpu().numpy(), 2, seed=cfg["seed"])
         return {"background_probe": {"acc": r["top1"], "protocol": r["protocol"], "target": "waterbirds_place"}}
