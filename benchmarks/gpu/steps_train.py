@@ -88,13 +88,26 @@ def throughput(check: Check) -> dict:
     return res
 
 
+def _train_step(check: Check, method: str, graph: str = "eager"):
+    """(a started TrainStep of the throughput model, its train split), as `pretrain` builds them."""
+    from bayesncl.data import SimCLRAugment, load_split
+    from bayesncl.train import TrainStep
+
+    cfg = check.step_config(method, graph)
+    train = load_split(cfg["data"], "train")
+    aug = SimCLRAugment(train.crop_size, train.mean, train.std, crop_scale=(cfg["train"]["crop_min_scale"], 1.0))
+    model, opt, _ = check.step_model(cfg)
+    step = TrainStep(model, opt, aug, cfg, check.device, 1000)
+    step.start(0)
+    return step, train
+
+
 def step_profile(check: Check) -> dict:
     """TrainStep's phases, NCL and BayesNCL, one batch reused: augmentation of the two views (with their
     random draws), forward + loss, backward, LARS update, the logged sums (device events between them,
     eager); and, on CUDA, the whole step replayed from its CUDA graph (one span: no phases inside a graph).
     The methods alternate step by step; medians."""
-    from bayesncl.data import SimCLRAugment, iter_batches, load_split
-    from bayesncl.train import TrainStep
+    from bayesncl.data import iter_batches
 
     sys.path.insert(0, str(BENCHMARKS))
     from bench_train import after_phases
@@ -105,13 +118,7 @@ def step_profile(check: Check) -> dict:
     res: dict = {"batch": bs, "warm_steps": warm, "timed_steps": timed, "phases": list(names)}
     steps, x = {}, None
     for method in ("ncl", "bayesncl"):
-        cfg = check.step_config(method)
-        train = load_split(cfg["data"], "train")
-        aug = SimCLRAugment(train.crop_size, train.mean, train.std,
-                            crop_scale=(cfg["train"]["crop_min_scale"], 1.0))
-        model, opt, _ = check.step_model(cfg)
-        steps[method] = TrainStep(model, opt, aug, cfg, dev, 1000)
-        steps[method].start(0)
+        steps[method], train = _train_step(check, method)
         if x is None:
             x = next(iter_batches(train, bs, shuffle=True, seed=0, drop_last=True, device=dev, num_workers=0))[0]
     gens = {m: torch.Generator(device=dev).manual_seed(0) for m in steps}
@@ -128,30 +135,29 @@ def step_profile(check: Check) -> dict:
     res["bayesncl_minus_ncl_ms"] = {k: round(res["bayesncl"][k] - res["ncl"][k], 3) for k in (*names, "total")}
     if dev.type == "cuda":  # the captured step: replay time per step
         for m in ("ncl", "bayesncl"):
-            cfg = check.step_config(m, graph=CAPTURED)
-            train = load_split(cfg["data"], "train")
-            aug = SimCLRAugment(train.crop_size, train.mean, train.std,
-                                crop_scale=(cfg["train"]["crop_min_scale"], 1.0))
-            model, opt, _ = check.step_model(cfg)
-            st = TrainStep(model, opt, aug, cfg, dev, 1000)
-            st.start(0)
-            gen = torch.Generator(device=dev).manual_seed(0)
-            for _ in range(warm):
-                st(x, gen)
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(timed + 1)]
-            ev[0].record()
-            for k in range(timed):
-                st(x, gen)
-                ev[k + 1].record()
-            torch.cuda.synchronize(dev)
-            res[f"{m}_{CAPTURED}_ms"] = round(statistics.median(a.elapsed_time(b) for a, b in zip(ev, ev[1:])), 3)
-            del st, model, opt
+            res[f"{m}_{CAPTURED}_ms"] = _captured_ms(check, m, x)
         res[f"overhead_pct_{CAPTURED}"] = 100 * (res[f"bayesncl_{CAPTURED}_ms"] / res[f"ncl_{CAPTURED}_ms"] - 1)
     print("step profile (ms): " + "; ".join(f"{m} " + ", ".join(f"{k} {res[m][k]:.2f}" for k in (*names, "total"))
                                              for m in ("ncl", "bayesncl"))
           + "".join(f"; {m} captured {res[f'{m}_{CAPTURED}_ms']:.2f}" for m in ("ncl", "bayesncl")
                     if f"{m}_{CAPTURED}_ms" in res), flush=True)
     return res
+
+
+def _captured_ms(check: Check, method: str, x: torch.Tensor) -> float:
+    """Median milliseconds per replay of the step captured in a CUDA graph, on one batch reused."""
+    warm, timed = check.s.profile_steps
+    st, _ = _train_step(check, method, graph=CAPTURED)
+    gen = torch.Generator(device=check.device).manual_seed(0)
+    for _ in range(warm):
+        st(x, gen)
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(timed + 1)]
+    ev[0].record()
+    for k in range(timed):
+        st(x, gen)
+        ev[k + 1].record()
+    torch.cuda.synchronize(check.device)
+    return round(statistics.median(a.elapsed_time(b) for a, b in zip(ev, ev[1:])), 3)
 
 
 def compiled_step(check: Check) -> dict:
