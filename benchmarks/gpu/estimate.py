@@ -1,0 +1,98 @@
+"""The paper grid's GPU-hours from the measured rate, scaled by counted FLOPs, and the CPUs a GPU needs."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from bayesncl import config
+
+from .common import CAPTURED, PAPER_MINUTES, ROOT, TRAIN_IMAGES, StepFailed
+
+if TYPE_CHECKING:
+    from .check import Check
+
+
+def cpus_per_gpu(need_img_per_s: float, per_core_img_per_s: float) -> int:
+    """CPUs to ask for per GPU: enough feeding cores for the GPU's images/s, plus one for the training process."""
+    return math.ceil(need_img_per_s / per_core_img_per_s) + 1
+
+
+def forward_flops(cfg: dict) -> float:
+    """Counted forward FLOPs of one training view (backbone + projector + gating head), built on the meta
+    device (no weights, no compute)."""
+    from bayesncl.evaluation.cost import count_flops_per_image
+    from bayesncl.methods import build_method
+
+    s = config.crop_size(cfg)
+    with torch.device("meta"):
+        model = build_method(cfg).train()
+    return count_flops_per_image(model, torch.randn(2, 3, s, s, device="meta"))
+
+
+def estimate_grid(configs: list[dict], tput: dict) -> dict:
+    """GPU-hours of pretraining every config, each at the measured rate of its method family scaled by
+    counted FLOPs: rate(run) = rate(measured model) x F(measured) / F(run). (Assumes the same achieved
+    FLOP/s; 224 px convolutions usually run more efficiently than 32 px ones, so ImageNet-100 is likely
+    overestimated.) The linear probe (paper protocol: forward of one view per image per epoch) is added at
+    1/6 of a training image's cost."""
+    flops: dict = {}
+    per_ds: dict = {}
+    total_s = probe_s = 0.0
+    for cfg in configs:
+        gated = cfg["method"]["name"] == "bayesncl"  # only the gating head adds FLOPs to backbone + projector
+        key = json.dumps([cfg["model"], gated and cfg["method"]["head_depth"], config.crop_size(cfg)],
+                         sort_keys=True)
+        if key not in flops:
+            flops[key] = forward_flops(cfg)
+        ref = tput["bayesncl" if cfg["method"]["name"] == "bayesncl" else "ncl"]
+        rate = ref["img_per_s"] * ref["gflops_fwd_per_view"] * 1e9 / flops[key]
+        ds = cfg["data"]["dataset"]
+        n = TRAIN_IMAGES[ds]
+        bs = cfg["train"]["batch_size"]
+        seconds = cfg["train"]["epochs"] * (n // bs) * bs / rate
+        probe = cfg["eval"]["probe_epochs"] * n / (6 * rate) if cfg["eval"]["probe"] == "paper" else 0.0
+        d = per_ds.setdefault(ds, {"jobs": 0, "gpu_hours": 0.0, "probe_gpu_hours": 0.0})
+        d["jobs"] += 1
+        d["gpu_hours"] += seconds / 3600
+        d["probe_gpu_hours"] += probe / 3600
+        total_s += seconds
+        probe_s += probe
+        plain = cfg["model"]["arch"] == "resnet18" and cfg["method"]["name"] in ("ncl", "bayesncl") and \
+            cfg["method"]["head_depth"] == 2 and cfg["model"]["proj_dim"] in (256, 2048)
+        if plain and cfg["method"]["gate"] == "ste" and cfg["method"]["detach"]:
+            d.setdefault("minutes_per_run", {})[cfg["method"]["name"]] = seconds / 60
+            if ds == "imagenet100":
+                d["img_per_s_resnet18"] = max(rate, d.get("img_per_s_resnet18", 0.0))
+    return {"jobs": len(configs), "pretrain_gpu_hours": total_s / 3600, "probe_gpu_hours": probe_s / 3600,
+            "per_dataset": per_ds, "paper_minutes_cifar100": PAPER_MINUTES}
+
+
+def grid_estimate(check: Check) -> dict:
+    import yaml
+
+    from bayesncl.grid import expand_grid
+
+    tput = check.step_result("throughput")
+    if not tput:
+        raise StepFailed("needs the throughput step's measured rates")
+    # The rate of the captured step where it was measured (what a grid run with train.graph set would get).
+    mode = CAPTURED if f"ncl_{CAPTURED}" in tput else "eager"
+    rates = {m: tput[m if mode == "eager" else f"{m}_{mode}"] for m in ("ncl", "bayesncl")}
+    wf = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    runs = expand_grid(wf)
+    est = estimate_grid([r.config for r in runs.values()], rates)
+    est["rates_from"] = f"train.graph={mode}"
+    feed = check.step_result("imagenet_input")
+    if feed and "imagenet100" in est["per_dataset"]:
+        need = est["per_dataset"]["imagenet100"]["img_per_s_resnet18"]
+        est["imagenet_img_per_s_needed"] = need
+        est["imagenet_cpus_per_gpu_jpeg"] = cpus_per_gpu(need, feed["img_per_s_per_worker_all"])
+        if "prepared_fetch_img_per_s_1core" in feed:  # a run from before the prepared copy has none
+            est["imagenet_cpus_per_gpu"] = cpus_per_gpu(need, feed["prepared_fetch_img_per_s_1core"])
+        else:
+            est["imagenet_cpus_per_gpu"] = est["imagenet_cpus_per_gpu_jpeg"]
+    return est

@@ -1,0 +1,153 @@
+"""The targets (PASS/FAIL lines) and the Markdown summary of a report."""
+
+from __future__ import annotations
+
+from .common import CAPTURED, TARGETS
+
+
+def targets(steps: dict) -> list[dict]:
+    def res(name):
+        e = steps.get(name)
+        return e.get("result") if e and e["status"] == "ok" else None
+
+    def overhead(name, v):
+        return {"name": name, "value": f"{v:+.2f}%",
+                "target": f"<= {TARGETS['overhead_pct_max']:g}% (paper 5.9%), goal {TARGETS['overhead_pct_goal']:g}%",
+                "pass": v <= TARGETS["overhead_pct_max"], "goal": v <= TARGETS["overhead_pct_goal"]}
+
+    def peak(name, v):
+        return {"name": name, "value": f"{100 * v:.1f}%",
+                "target": f">= {100 * TARGETS['peak_frac_min']:g}%, goal {100 * TARGETS['peak_frac_goal']:g}%",
+                "pass": v >= TARGETS["peak_frac_min"], "goal": v >= TARGETS["peak_frac_goal"]}
+
+    out = []
+    t = res("throughput")
+    if t:
+        for mode in t.get("graph_modes", ["eager"]):
+            sfx = "" if mode == "eager" else f"_{mode}"
+            out.append(overhead(f"BayesNCL time overhead over NCL, train.graph={mode}", t[f"overhead_pct{sfx}"]))
+            for m in ("ncl", "bayesncl"):
+                if "peak_frac" in t[f"{m}{sfx}"]:
+                    out.append(peak(f"{m} achieved / bf16 matmul peak, train.graph={mode}",
+                                    t[f"{m}{sfx}"]["peak_frac"]))
+    c = res("compiled_step")
+    if c and "overhead_pct" in c:
+        out.append(overhead("BayesNCL time overhead over NCL, train.graph=compile", c["overhead_pct"]))
+        for m in ("ncl", "bayesncl"):
+            if "peak_frac" in c[m]:
+                out.append(peak(f"{m} achieved / bf16 matmul peak, train.graph=compile", c[m]["peak_frac"]))
+    f = res("official_feed")
+    if f and "ratio" in f:
+        out.append({"name": "ours / official-style feed (NCL)", "value": f"{f['ratio']:.2f}x",
+                    "target": f">= {TARGETS['feed_ratio_min']:g}x", "pass": f["ratio"] >= TARGETS["feed_ratio_min"]})
+    return out
+
+
+def _fmt(x, nd=1) -> str:
+    if isinstance(x, float):
+        return f"{x:,.{nd}f}"
+    return "-" if x is None else str(x)
+
+
+def key_figures(name: str, r: dict) -> str:
+    if name == "cuda_tests":
+        return r.get("note") or f"{r['passed']} of {r['tests']} passed"
+    if name == "sigterm_resume":
+        a = r["interrupted_at"]
+        s = f"exit {a['exit']} at epoch {a['epoch'] + 1} step {a['step']}; resumed weights identical: {r['identical']}"
+        if CAPTURED in r:
+            s += f"; with train.graph={CAPTURED}: {r[CAPTURED].get('identical')}"
+        return s
+    if name == "matmul_peak":
+        return f"{r['n']}^3 {r['dtype']}: {_fmt(r['tflops'])} TFLOP/s"
+    if name == "throughput":
+        s = ""
+        for mode in r.get("graph_modes", ["eager"]):
+            sfx = "" if mode == "eager" else f"_{mode}"
+            parts = [f"{m} {_fmt(r[m + sfx]['img_per_s'], 0)} img/s ({_fmt(r[m + sfx].get('ms_per_step'), 2)} ms), "
+                     f"{_fmt(r[m + sfx]['achieved_tflops'])} TFLOP/s, peak {_fmt(r[m + sfx]['peak_mem_mb'], 0)} MiB"
+                     for m in ("ncl", "bayesncl")]
+            s += f"{'; ' if s else ''}{mode}: " + "; ".join(parts) + f"; overhead {r['overhead_pct' + sfx]:+.2f}%"
+        return s
+    if name == "step_profile":
+        d = r["bayesncl_minus_ncl_ms"]
+        names = r.get("phases", ("augment", "forward", "backward", "optimizer"))
+        s = ("eager ms per step, NCL / BayesNCL: "
+             + ", ".join(f"{k} {_fmt(r['ncl'][k], 2)} / {_fmt(r['bayesncl'][k], 2)}" for k in (*names, "total"))
+             + "; BayesNCL's extra: " + ", ".join(f"{k} {d[k]:+.2f}" for k in (*names, "total")))
+        if f"ncl_{CAPTURED}_ms" in r:
+            s += (f"; captured ({CAPTURED}) NCL / BayesNCL {_fmt(r[f'ncl_{CAPTURED}_ms'], 2)} / "
+                  f"{_fmt(r[f'bayesncl_{CAPTURED}_ms'], 2)} ms, overhead {r[f'overhead_pct_{CAPTURED}']:+.2f}%")
+        return s
+    if name == "compiled_step":
+        if "note" in r:
+            return r["note"]
+        return (", ".join(f"{m} {_fmt(r[m]['img_per_s'], 0)} img/s ({_fmt(r[m]['ms_per_step'], 2)} ms, compile epoch "
+                          f"{_fmt(r[m]['first_epoch_s'])} s)" for m in ("ncl", "bayesncl"))
+                + f"; overhead {r['overhead_pct']:+.2f}%")
+    if name == "official_feed":
+        s = f"{_fmt(r['img_per_s'], 0)} img/s with {r['workers']} workers"
+        return s + (f"; ours {_fmt(r['ratio'], 2)}x" if "ratio" in r else "")
+    if name == "imagenet_input":
+        s = (f"JPEG: decode {_fmt(r['decode_img_per_s_1core'], 0)} img/s/core; "
+             f"1 worker {_fmt(r['img_per_s_1_worker'], 0)}, "
+             f"{r['workers']} workers {_fmt(r['img_per_s_all_workers'], 0)} img/s "
+             f"({_fmt(r['img_per_s_per_worker_all'], 0)} per worker)")
+        if "prepared_fetch_img_per_s_1core" in r:
+            s += (f"; prepared copy: read {_fmt(r['prepared_fetch_img_per_s_1core'], 0)} img/s/core, "
+                  f"1 thread {_fmt(r['prepared_img_per_s_1_worker'], 0)}, {r['workers']} threads "
+                  f"{_fmt(r['prepared_img_per_s_all_workers'], 0)} img/s, same pixels: {r['prepared_identical']}")
+        return s
+    if name == "cli_end_to_end":
+        return (f"{r['epochs']} epochs in {r['pretrain_seconds']} s, evaluate {r['evaluate_seconds']} s; "
+                f"SC {_fmt(r['sc'])}, probe top-1 {_fmt(r['probe_top1'])}")
+    if name == "grid_estimate":
+        s = f"{r['jobs']} jobs, {_fmt(r['pretrain_gpu_hours'])} GPU-h pretraining + {_fmt(r['probe_gpu_hours'])} probe"
+        return s + (f"; ImageNet-100: {r['imagenet_cpus_per_gpu']} CPUs/GPU" if "imagenet_cpus_per_gpu" in r else "")
+    return ""
+
+
+def markdown(report: dict) -> str:
+    i = report["info"]
+    lines = [f"# GPU check: {i.get('gpu', i['device'])}{' (tiny)' if i['tiny'] else ''}", "",
+             f"date {i['date']}, commit {i['commit']}"
+             + (f" ({i['commit_source']})" if i.get("commit") == "unknown" and i.get("commit_source") else "")
+             + f", torch {i['torch']}, timm {i.get('timm')}"
+             + (f" (CUDA {i['cuda']})" if "cuda" in i else "") + f", {i['cpus']} CPUs"
+             + (f", total {i['total_seconds']} s" if "total_seconds" in i else "")
+             + (f"; steps marked (previous run) are from {i['previous_run']['date']}, commit "
+                f"{i['previous_run']['commit']}" if i.get("previous_run") else ""), "",
+             "| step | status | seconds | figures |", "|---|---|---|---|"]
+    for name, e in report["steps"].items():
+        if e["status"] == "ok":
+            try:
+                fig = key_figures(name, e["result"])
+            except (KeyError, TypeError) as exc:
+                fig = f"(summary failed: {exc})"
+        else:
+            fig = e.get("error", "")[:300].replace("\n", " ")
+        status = e["status"] + (" (previous run)" if e.get("from_previous") else "")
+        lines.append(f"| {name} | {status} | {e['seconds']} | {fig.replace('|', '/')} |")
+    if report["targets"]:
+        lines += ["", "## Targets", ""]
+        lines += [f"- {'PASS' if t['pass'] else 'FAIL'}{' (goal met)' if t.get('goal') else ''}: {t['name']} "
+                  f"{t['value']} (target {t['target']})" for t in report["targets"]]
+    g = report["steps"].get("grid_estimate", {})
+    if g.get("status") == "ok":
+        r = g["result"]
+        lines += ["", "## Paper grid (config/paper.yaml), estimated from the measured rate", "",
+                  "| dataset | jobs | pretrain GPU-h | probe GPU-h | minutes per run (NCL / BayesNCL) |",
+                  "|---|---|---|---|---|"]
+        for ds, d in r["per_dataset"].items():
+            mins = d.get("minutes_per_run", {})
+            lines.append(f"| {ds} | {d['jobs']} | {_fmt(d['gpu_hours'])} | {_fmt(d['probe_gpu_hours'])} | "
+                         f"{_fmt(mins.get('ncl'))} / {_fmt(mins.get('bayesncl'))} |")
+        p = r["paper_minutes_cifar100"]
+        lines += ["", f"Total: {r['jobs']} pretraining jobs, {_fmt(r['pretrain_gpu_hours'])} GPU-hours, plus "
+                  f"{_fmt(r['probe_gpu_hours'])} for the paper-protocol linear probes. Paper, CIFAR-100 "
+                  f"(200 epochs): {p['ncl']} / {p['bayesncl']} minutes per run (NCL / BayesNCL)."]
+        if "imagenet_cpus_per_gpu" in r:
+            lines.append(f"ImageNet-100 needs about {_fmt(r['imagenet_img_per_s_needed'], 0)} images/s per GPU: "
+                         f"{r['imagenet_cpus_per_gpu']} CPUs per GPU from the prepared copy (reading cores + 1; "
+                         f"decoding the JPEGs: {r.get('imagenet_cpus_per_gpu_jpeg', '-')}).")
+    return "\n".join(lines) + "\n"
