@@ -1,0 +1,207 @@
+"""Complete demo runs for two studies: how much the released protocol matters, and how long the miniature
+needs to train (docs/MINIATURE.md).
+
+    PYTHONPATH=src python benchmarks/demo_runs.py run --out DIR --methods ncl bayesncl --seeds 0 1 2 3 4 \\
+        --epochs 16 --train-bn view joint [--jobs 2]
+    PYTHONPATH=src python benchmarks/demo_runs.py protocol DIR      # per-view vs joint BN, batch vs running eval
+    PYTHONPATH=src python benchmarks/demo_runs.py saturation DIR    # final quality against the budget
+
+`run` trains each (method, seed, budget, training BatchNorm) as a complete run of the demo's config (the NCL
+or BayesNCL (STE) run of config/config.yaml at that seed; each budget with its own warm-up, the demo's share
+of 1/16 of the epochs, and its own cosine), then evaluates it as the workflow does (features,
+interpretability, fast linear probe) once with eval.bn=batch and once with eval.bn=running, and writes
+`result.json` beside the run: final InfoNCE (last epoch's mean), the learning slope of the last 20% of epochs
+(bayesncl.report.learning), and per eval mode SC, top-1, Act. and the open-gate fraction on the test split.
+A run folder that already has result.json is skipped, so a killed study resumes.
+
+`saturation` applies the criterion fixed before any BayesNCL result was read, on NCL alone: the saturated
+budget is the smallest whose NCL means of final InfoNCE, SC and top-1 are within 0.02, 1 point and 1 point
+of the largest budget's. It prints the curve for both methods and the paired BayesNCL - NCL differences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+VARIANT = {"ncl": "NCL", "bayesncl": "BayesNCL (STE)"}
+CRITERION = {"infonce": 0.02, "sc": 1.0, "top1": 1.0}  # within this of the largest budget's NCL mean
+
+
+def demo_config(method: str, seed: int, epochs: int, train_bn: str) -> dict:
+    """The demo grid's table1 run of `method` at `seed`, trained for `epochs` with its own warm-up."""
+    from bayesncl.config import resolve
+    from bayesncl.grid import expand_grid
+
+    wf = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    wf["seeds"] = sorted(set(range(5)) | {seed})
+    run = next(r for r in expand_grid(wf).values()
+               if r.variant == VARIANT[method] and "table1" in r.sets and r.config["seed"] == seed)
+    cfg = run.config
+    cfg["train"].update(epochs=epochs, warmup_epochs=max(1, round(epochs / 16)), bn=train_bn, dynamics_every=0)
+    return resolve(base=cfg)
+
+
+def run_one(job: tuple) -> str:
+    method, seed, epochs, train_bn, out = job
+    out = Path(out)
+    if (out / "result.json").exists():
+        return f"{out.name}: done before"
+    import numpy as np
+
+    from bayesncl.atomic import atomic_write_text
+    from bayesncl.evaluation.runner import evaluate
+    from bayesncl.learning import learning_slope
+    from bayesncl.rundir import read_log
+    from bayesncl.train import pretrain
+
+    t0 = time.perf_counter()
+    cfg = demo_config(method, seed, epochs, train_bn)
+    ckpt = pretrain(cfg, out, progress=False)
+    log = read_log(out)
+    result = {"method": method, "seed": seed, "epochs": epochs, "train_bn": train_bn,
+              "infonce": log[-1]["infonce"], "learning": learning_slope([r["infonce"] for r in log]),
+              "train_seconds": sum(r["epoch_seconds"] for r in log)}
+    for bn in ("batch", "running"):
+        ev = out / f"eval-{bn}"
+        sections = ["features", "interpretability"] + (["linear_probe"] if bn == "batch" else [])
+        evaluate(ckpt, ev, only=sections, sets=[f"eval.bn={bn}"], progress=False)
+        interp = json.loads((ev / "interpretability.json").read_text())["interpretability"]
+        r = {"sc": interp["sc"], "act": interp["act"]}
+        with np.load(ev / "features.npz") as f:
+            if "gate" in f:
+                r["open_gates"] = float(f["gate"].mean())
+        if bn == "batch":  # the probe reads h with running statistics in both modes
+            result["top1"] = json.loads((ev / "linear_probe.json").read_text())["linear_probe"]["top1"]
+        result[bn] = r
+    result["wall_seconds"] = time.perf_counter() - t0
+    atomic_write_text(out / "result.json", json.dumps(result, indent=1) + "\n")
+    return f"{out.name}: {result['wall_seconds']:.0f} s"
+
+
+def cmd_run(args) -> None:
+    jobs = [(m, s, e, bn, str(Path(args.out) / f"{m}-{bn}-e{e}-s{s}"))
+            for e in args.epochs for m in args.methods for bn in args.train_bn for s in args.seeds]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for line in pool.map(run_one, jobs):
+            print(line, flush=True)
+
+
+def load(folder: str) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*/result.json"))]
+
+
+def interval(d: list[float]) -> tuple[float, float, float]:
+    from scipy.stats import t
+
+    m = statistics.mean(d)
+    if len(d) < 2:
+        return m, math.nan, math.nan
+    hw = float(t.ppf(0.975, len(d) - 1)) * statistics.stdev(d) / math.sqrt(len(d))
+    return m, m - hw, m + hw
+
+
+def _ms(xs: list[float]) -> str:
+    return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs) if len(xs) > 1 else 0:.2f}"
+
+
+def paired(rows, left, right, value) -> str:
+    """Mean paired difference left - right over the seeds both have, with its 95% t-interval."""
+    a = {r["seed"]: value(r) for r in rows if left(r)}
+    b = {r["seed"]: value(r) for r in rows if right(r)}
+    seeds = sorted(set(a) & set(b) - {s for s in a if a[s] is None} - {s for s in b if b[s] is None})
+    if not seeds:
+        return "-"
+    m, lo, hi = interval([a[s] - b[s] for s in seeds])
+    return f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}] (n={len(seeds)})"
+
+
+def cmd_protocol(args) -> None:
+    rows = load(args.dir)
+    print("| method | measure | per-view - joint BatchNorm in training (eval.bn=batch) "
+          "| batch - running statistics at evaluation (per-view runs) |")
+    print("|---|---|---|---|")
+    for m in ("ncl", "bayesncl"):
+        rs = [r for r in rows if r["method"] == m]
+        measures = [("SC", lambda r: r["batch"]["sc"], lambda r, bn: r[bn]["sc"]),
+                    ("top-1", lambda r: r["top1"], None),
+                    ("Act.", lambda r: r["batch"]["act"], lambda r, bn: r[bn]["act"])]
+        if m == "bayesncl":
+            measures.append(("open gates %", lambda r: 100 * r["batch"]["open_gates"],
+                             lambda r, bn: 100 * r[bn]["open_gates"]))
+        for name, value, by_bn in measures:
+            view_joint = paired(rs, lambda r: r["train_bn"] == "view", lambda r: r["train_bn"] == "joint", value)
+            view = [r for r in rs if r["train_bn"] == "view"]
+            if by_bn is None:
+                batch_running = "0 (the probe's h uses running statistics in both modes)"
+            else:
+                batch_running = paired([{**r, "k": 0} for r in view] + [{**r, "k": 1} for r in view],
+                                       lambda r: r["k"] == 0, lambda r: r["k"] == 1,
+                                       lambda r: by_bn(r, "batch" if r["k"] == 0 else "running"))
+            print(f"| {VARIANT[m]} | {name} | {view_joint} | {batch_running} |")
+
+
+def cmd_saturation(args) -> None:
+    rows = [r for r in load(args.dir) if r["train_bn"] == "view"]
+    budgets = sorted({r["epochs"] for r in rows if r["method"] == "ncl"})
+    if not budgets:
+        sys.exit(f"demo_runs.py saturation: no NCL result.json with per-view BatchNorm under {args.dir}; "
+                 "run `demo_runs.py run` first")
+    print("| method | epochs | seeds | final InfoNCE | SC | top-1 | still learning |")
+    print("|---|---|---|---|---|---|---|")
+    means = {}
+    for m in ("ncl", "bayesncl"):
+        for e in budgets:
+            rs = [r for r in rows if r["method"] == m and r["epochs"] == e]
+            if not rs:
+                continue
+            vals = {"infonce": [r["infonce"] for r in rs], "sc": [r["batch"]["sc"] for r in rs],
+                    "top1": [r["top1"] for r in rs]}
+            means[m, e] = {k: statistics.mean(v) for k, v in vals.items()}
+            learning = sum(bool(r["learning"]["still_learning"]) for r in rs)
+            print(f"| {VARIANT[m]} | {e} | {len(rs)} | {_ms(vals['infonce'])} | {_ms(vals['sc'])} | "
+                  f"{_ms(vals['top1'])} | {learning} of {len(rs)} |")
+    top = budgets[-1]
+    saturated = next((e for e in budgets if all(abs(means["ncl", e][k] - means["ncl", top][k]) <= tol
+                                                for k, tol in CRITERION.items())), None)
+    print(f"\nCriterion (NCL only, fixed in advance): the smallest budget whose NCL means are within "
+          f"{CRITERION['infonce']} InfoNCE, {CRITERION['sc']} SC and {CRITERION['top1']} top-1 points of the largest "
+          f"budget's ({top} epochs): {saturated if saturated != top else f'none below {top}'}")
+    print("\n| epochs | SC: BayesNCL (STE) - NCL | top-1: BayesNCL (STE) - NCL |")
+    print("|---|---|---|")
+    for e in budgets:
+        rs = [r for r in rows if r["epochs"] == e]
+        sc = paired(rs, lambda r: r["method"] == "bayesncl", lambda r: r["method"] == "ncl", lambda r: r["batch"]["sc"])
+        t1 = paired(rs, lambda r: r["method"] == "bayesncl", lambda r: r["method"] == "ncl", lambda r: r["top1"])
+        print(f"| {e} | {sc} | {t1} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("run")
+    s.add_argument("--out", required=True)
+    s.add_argument("--methods", nargs="+", choices=list(VARIANT), default=list(VARIANT))
+    s.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    s.add_argument("--epochs", nargs="+", type=int, default=[16])
+    s.add_argument("--train-bn", nargs="+", choices=["view", "joint"], default=["view"])
+    s.add_argument("--jobs", type=int, default=2)
+    for name in ("protocol", "saturation"):
+        sub.add_parser(name).add_argument("dir")
+    args = p.parse_args()
+    {"run": cmd_run, "protocol": cmd_protocol, "saturation": cmd_saturation}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

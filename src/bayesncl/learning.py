@@ -1,0 +1,31 @@
+"""Whether a run had finished learning, from its own log (docs/METHOD.md section 10).
+
+The slope of the InfoNCE loss (the epoch means of log.jsonl) over the last 20% of the epochs, by least
+squares, with its 95% t-interval (n - 2 degrees of freedom). A run is "still learning" when the whole
+interval lies below 0: its loss was still falling when it stopped. Fewer than 3 epochs in the window leave
+it undecided (None). NumPy/SciPy only: the features job records it without importing more.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["TAIL", "learning_slope"]
+
+TAIL = 0.2  # the share of the epochs, at the end, that the slope is fitted on
+
+
+def learning_slope(losses: list[float], tail: float = TAIL) -> dict:
+    """{"slope", "lo", "hi": loss change per epoch and its 95% interval, "epochs": points fitted,
+    "still_learning": True / False / None (undecided)} over the last `tail` of `losses`."""
+    from scipy import stats
+
+    n = max(3, math.ceil(tail * len(losses)))
+    ys = [float(v) for v in losses[-n:]]
+    if len(losses) < 3 or not all(math.isfinite(v) for v in ys):
+        return {"slope": None, "lo": None, "hi": None, "epochs": min(n, len(losses)), "still_learning": None}
+    xs = list(range(len(losses) - n + 1, len(losses) + 1))
+    fit = stats.linregress(xs, ys)
+    hw = float(stats.t.ppf(0.975, n - 2)) * float(fit.stderr) if n > 2 else math.inf
+    slope = float(fit.slope)
+    return {"slope": slope, "lo": slope - hw, "hi": slope + hw, "epochs": n, "still_learning": slope + hw < 0}
