@@ -80,6 +80,7 @@ def _needs_train_h(cfg: dict) -> bool:
 @section("features", gpu=lambda cfg: True)
 def features(ctx) -> dict:
     """Embed the test split (and the train split where needed) once; cache what the CPU sections read."""
+    from ..learning import learning_slope
     from ..rundir import read_log
 
     cfg = ctx.cfg
@@ -106,7 +107,8 @@ def features(ctx) -> dict:
         ctx.save_arrays("features_train", ctx.labels(train) | {"h": h.numpy()})
         n_train = len(train.labels)
     log = read_log(ctx.run_dir)
-    training = {"epochs": [r["epoch"] for r in log], "loss": [r["loss"] for r in log]}
+    training = {"epochs": [r["epoch"] for r in log], "loss": [r["loss"] for r in log],
+                "learning": learning_slope([r.get("infonce", r["loss"]) for r in log])}
     if log and "open_gates" in log[-1]:
         training["open_gates"] = [r["open_gates"] for r in log]
         training["open_gates_last"] = log[-1]["open_gates"]
