@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import warnings
 from pathlib import Path
 
 from .atomic import check_writable_dir
 from .config import METHOD_NAMES
-from .errors import BayesNCLError, ConfigError, OutputError
+from .errors import REQUEUE_EXIT, BayesNCLError, ConfigError, OutputError
 
 
 def _input_file(path: str, what: str, fix: str, error=BayesNCLError) -> None:
@@ -34,7 +36,7 @@ def _json_object(text: str, flag: str) -> dict:
 def _pretrain(args) -> int:
     from .config import resolve
     from .data import check_data
-    from .train import REQUEUE_EXIT, Preempted, TrainingDiverged, pretrain
+    from .train import Preempted, TrainingDiverged, pretrain
 
     base = _json_object(args.config_json, "--config-json") if args.config_json else None
     cfg = resolve(file=args.config, base=base, sets=args.set)
@@ -150,10 +152,21 @@ def _make_synthetic(args) -> int:
         raise ConfigError(f"data.dataset: make-synthetic generates the synthetic set, but {args.config} trains on "
                           f"{cfg['data']['dataset']!r}")
     params, cache = cfg["data"]["synthetic"], cfg["data"]["cache_dir"]
-    data = get_synthetic(params, cache)
+    path = synthetic_cache_path(params, cache)
+    fix = "set data.cache_dir (or $BAYESNCL_CACHE) to a folder you can write"
+    try:
+        check_writable_dir(path.parent, what=f"data.cache_dir {path.parent}")
+    except OutputError as e:
+        raise OutputError(f"{e}; {fix}") from None
+    with warnings.catch_warnings(record=True) as caught:  # a cache that could not be written: an error here
+        warnings.simplefilter("always", RuntimeWarning)
+        data = get_synthetic(params, cache)
+    if not path.is_file():
+        why = next((str(w.message) for w in caught if "synthetic cache" in str(w.message)), "it is not there")
+        raise OutputError(f"data.cache_dir: nothing was cached ({why}); {fix}")
     for split in ("train", "test"):
         print(f"{split}: {len(data[f'{split}_labels'])} images, {params['num_classes']} classes")
-    print(f"cached in {synthetic_cache_path(params, cache)}")
+    print(f"cached in {path}")
     return 0
 
 
@@ -342,13 +355,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminated(signum, frame):
+    print(f"bayesncl: stopped by SIGTERM; rerun the same command (exit {REQUEUE_EXIT}: the scheduler retries it)",
+          file=sys.stderr)
+    raise SystemExit(REQUEUE_EXIT)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command: 0 done, 2 bad input (one line on stderr), 75 stopped by SIGTERM (rerun it), 1 a failure.
+    Training installs its own SIGTERM handler (a checkpoint, then 75); until then, and after, this one."""
+    import threading
+
+    own = threading.current_thread() is threading.main_thread()  # signal handlers live in the main thread
+    previous = signal.signal(signal.SIGTERM, _terminated) if own else None  # first: before the heavy imports
     try:
-        return args.func(args)
-    except BayesNCLError as e:  # bad input; anything else is a bug and keeps its traceback
-        print(f"bayesncl {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        args = build_parser().parse_args(argv)
+        try:
+            return args.func(args)
+        except BayesNCLError as e:  # bad input; anything else is a bug and keeps its traceback
+            print(f"bayesncl {args.command}: error: {e}", file=sys.stderr)
+            return 2
+    finally:
+        if own:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from . import checkpoint as ckpt_io
 from .atomic import atomic_write_text
 from .config import RUNTIME_KEYS, ConfigError, dump_yaml
+from .errors import REQUEUE_EXIT  # noqa: F401 - the CLI's exit after a SIGTERM; the SLURM profile retries it
 from .data import SimCLRAugment, iter_batches, load_split
 from .evaluation.dynamics import GradientStats
 from .evaluation.metrics import consistency_per_dim
@@ -36,7 +37,6 @@ from .optim import Lars, build_optimizer, lr_at, lr_schedule
 from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
 from .runtime import autocast, channels_last, embed, peak_memory_mb, resolve_device
 
-REQUEUE_EXIT = 75  # EX_TEMPFAIL: "try again"; the SLURM profile retries, and the rerun resumes
 COMPILE_BACKEND = "inductor"  # torch.compile's backend for train.graph=compile
 CHECK_EVERY = 50  # steps between finiteness checks (read one check late, so they never stall the device queue)
 _clock = time.perf_counter  # what epoch_seconds is measured with (tests inject their own)

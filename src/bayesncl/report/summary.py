@@ -261,12 +261,38 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
+REQUIRED_COLUMNS = ("run_id", "dataset", "method", "variant", "sets", "seed")  # a run's identity in every table
+
+
 def read_summary(csv_path: str | os.PathLike) -> pd.DataFrame:
-    """Read runs.csv back with the dtypes ``summarize`` produces (text stays text, "" not NaN)."""
+    """Read runs.csv back with the dtypes ``summarize`` produces (text stays text, "" not NaN).
+
+    A file that is not a CSV table, lacks a column of ``REQUIRED_COLUMNS`` or has no run is a DataError
+    naming it: read before anything is written, so a bad runs.csv leaves earlier tables as they were."""
+    import io
+
+    from ..errors import DataError
+
+    fix = "run `bayesncl summarize` to write it again"
     try:
-        df = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
+        text = Path(csv_path).read_bytes().decode("utf-8")
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    except UnicodeDecodeError:
+        raise DataError(f"{csv_path}: not a text file; expected the runs.csv that `bayesncl summarize` writes; "
+                        f"{fix}") from None
+    except OSError as exc:
+        raise DataError(f"{csv_path}: cannot be read ({exc.strerror}); {fix}") from None
     except pd.errors.EmptyDataError:
-        df = pd.DataFrame(columns=COLUMNS)
+        raise DataError(f"{csv_path}: empty, no header and no runs; {fix}") from None
+    except (pd.errors.ParserError, ValueError) as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{csv_path}: not a CSV table ({why}); {fix}") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise DataError(f"{csv_path}: no column {', '.join(missing)} (a runs.csv names each run's "
+                        f"{', '.join(REQUIRED_COLUMNS)}); {fix}")
+    if not len(df):
+        raise DataError(f"{csv_path}: a header but no runs; {fix}")
     return prepare(df)
 
 
