@@ -84,6 +84,9 @@ def _summarize(args) -> int:
                                                    "seeds, defaults, datasets, variants, sets), e.g. config/config.yaml")
         if not isinstance(grid, dict):
             raise ConfigError(f"--grid {args.grid}: expected a mapping (results, seeds, defaults, datasets, ...)")
+        from .wfconfig import check_grid
+
+        check_grid(grid, f"--grid {args.grid}")
     else:
         grid = _json_object(args.grid_json, "--grid-json")
     write_summary(grid, args.out)

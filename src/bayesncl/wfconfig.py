@@ -14,7 +14,10 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["EXAMPLES", "check_workflow_config", "coerce_smoke"]
+__all__ = ["EXAMPLES", "SCHEMA", "check_grid", "check_workflow_config", "coerce_smoke"]
+
+# The workflow's schema, beside the package in a checkout (src/ layout); absent from an installed wheel.
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
 # How to give each top-level key on the command line (`snakemake --config KEY=VALUE`).
 EXAMPLES = {
@@ -99,3 +102,11 @@ def check_workflow_config(config: dict, schema_path: str | os.PathLike, where: s
     top = path[0] if path else None
     how = f" or give {EXAMPLES[top]}" if top in EXAMPLES else ""
     raise ConfigError(f"{key}: {_what(err)}; fix it in {where}{how}")
+
+
+def check_grid(config: dict, where: str) -> None:
+    """The schema check of a workflow config read outside Snakemake (`bayesncl summarize --grid`), when the
+    schema is at hand (a checkout); ``bayesncl.grid`` checks the run keys either way."""
+    if SCHEMA.is_file():
+        coerce_smoke(config)
+        check_workflow_config(config, SCHEMA, where)

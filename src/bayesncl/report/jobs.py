@@ -56,6 +56,11 @@ def _record(path: Path) -> dict:
                         f"and a row); {_FIX}") from None
     except OSError as exc:
         raise DataError(f"{path}: cannot be read ({exc.strerror}); {_FIX}") from None
+    lines = [line for line in text.splitlines() if line.strip()]
+    for number, line in enumerate(lines[1:], start=2):  # pandas would take surplus fields for an index
+        if line.count("\t") != lines[0].count("\t"):
+            raise DataError(f"{path}: not a benchmark table (line {number} has {line.count(chr(9)) + 1} fields, the "
+                            f"header {lines[0].count(chr(9)) + 1}); {_FIX}")
     try:
         table = pd.read_csv(io.StringIO(text), sep="\t", dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError:

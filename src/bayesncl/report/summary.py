@@ -194,8 +194,8 @@ def summarize(grid_config: dict, base_dir: str | os.PathLike | None = None) -> p
     A relative ``results`` folder is resolved against ``base_dir`` (default: the current directory,
     which is the Snakemake working directory).
     """
-    if not grid_config.get("results"):
-        raise ConfigError("results: the workflow config names no results folder; set `results: results`")
+    if not grid_config.get("results") or not isinstance(grid_config["results"], str):
+        raise ConfigError(f"results: {grid_config.get('results')!r} is not a folder name; set `results: results`")
     results = Path(grid_config["results"])
     if not results.is_absolute():
         results = (Path(base_dir) if base_dir is not None else Path.cwd()) / results
@@ -261,6 +261,23 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
+def _same_width(csv_path, text: str, fix: str) -> None:
+    """Every row as wide as the header: pandas would take surplus fields for an index, shifting every column."""
+    import csv
+    import io
+
+    from ..errors import DataError
+
+    try:
+        widths = [len(row) for row in csv.reader(io.StringIO(text)) if row]
+    except csv.Error as exc:
+        raise DataError(f"{csv_path}: not a CSV table ({exc}); {fix}") from None
+    for number, width in enumerate(widths[1:], start=2):
+        if width != widths[0]:
+            raise DataError(f"{csv_path}: not a CSV table (row {number} has {width} fields, the header "
+                            f"{widths[0]}); {fix}")
+
+
 REQUIRED_COLUMNS = ("run_id", "dataset", "method", "variant", "sets", "seed")  # a run's identity in every table
 
 
@@ -276,6 +293,7 @@ def read_summary(csv_path: str | os.PathLike) -> pd.DataFrame:
     fix = "run `bayesncl summarize` to write it again"
     try:
         text = Path(csv_path).read_bytes().decode("utf-8")
+        _same_width(csv_path, text, fix)
         df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     except UnicodeDecodeError:
         raise DataError(f"{csv_path}: not a text file; expected the runs.csv that `bayesncl summarize` writes; "
