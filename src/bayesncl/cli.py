@@ -222,7 +222,10 @@ def _atlas(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .evaluation.sections import SECTIONS
 
-    p = argparse.ArgumentParser(prog="bayesncl", description=__doc__)
+    p = argparse.ArgumentParser(prog="bayesncl", description=__doc__,
+                                epilog="exit status: 0 done; 2 input it cannot use (one line on stderr naming the file "
+                                       "or key, what is wrong and the fix; nothing written); 75 stopped by SIGTERM "
+                                       "(rerun the same command: pretraining resumes); 1 training diverged")
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp, config_required=False):
@@ -280,7 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=_summarize)
 
     sp = sub.add_parser("report", help="render Tables 1-7, the claims table and the figures from the summary CSV")
-    sp.add_argument("--summary", required=True, metavar="CSV", help="the runs.csv that `bayesncl summarize` wrote")
+    sp.add_argument("--summary", required=True, metavar="CSV",
+                    help="the runs.csv that `bayesncl summarize` wrote; one without runs or without a run's "
+                         "columns is an error (exit 2), and the tables already under DIR stay as they were")
     sp.add_argument("--out", required=True, metavar="DIR",
                     help="writes DIR/tables/{table1..7,claims}.{tex,md} and "
                          "DIR/figures/{figure3,figure4a,figure4b,gates}.{pdf,png}")
@@ -315,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Collect the workflow's benchmark files (wall time, peak memory, GPUs held) "
                                     "into one CSV row per job, and the totals per rule and the GPU-hours as run "
                                     "into a Markdown table beside it.")
-    sp.add_argument("--benchmarks", required=True, metavar="DIR", help="the workflow's <results>/benchmarks folder")
+    sp.add_argument("--benchmarks", required=True, metavar="DIR",
+                    help="the workflow's <results>/benchmarks folder; a file in it without a record of wall "
+                         "seconds, or no file at all, is an error (exit 2)")
     sp.add_argument("--out", required=True, metavar="CSV", help="the CSV to write; the totals go to the .md beside it")
     sp.add_argument("--smoke", action="store_true", help="mark the totals as a smoke run's")
     sp.set_defaults(func=_jobs)
