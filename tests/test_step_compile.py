@@ -170,6 +170,9 @@ def test_compile_time_is_logged_apart_from_epoch_seconds(tiny_backbone, monkeypa
     cost = training_time(log)
     assert cost["train_minutes"] == 6.0 / 60 and cost["compile_seconds"] == 200.0
     assert training_time([{**r, "compile_seconds": 0.0} for r in log])["compile_seconds"] == 0.0
+    from bayesncl.report.tables import TABLES  # Table 7 says which time it shows
+
+    assert "training steps only" in next(t for t in TABLES if t.name == "table7").caption
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
