@@ -107,6 +107,10 @@ def check_workflow_config(config: dict, schema_path: str | os.PathLike, where: s
 def check_grid(config: dict, where: str) -> None:
     """The schema check of a workflow config read outside Snakemake (`bayesncl summarize --grid`), when the
     schema is at hand (a checkout); ``bayesncl.grid`` checks the run keys either way."""
+    try:
+        import jsonschema  # noqa: F401 - the workflow extra's
+    except ImportError:
+        return
     if SCHEMA.is_file():
         coerce_smoke(config)
         check_workflow_config(config, SCHEMA, where)

@@ -352,7 +352,7 @@ def prepare_imagenet100(
     whole = data.is_file() and data.stat().st_size == len(paths) * per_image  # renamed in only when whole
     make_prepared_dir(folder)
     if whole:  # killed between the rename and the manifest: the file was complete and synced
-        blocks = P.file_blocks(data)
+        blocks = P.file_blocks(data, P.BLOCK_BYTES)
     else:
         need = len(paths) * per_image
         free = shutil.disk_usage(folder).free
