@@ -338,3 +338,73 @@ def test_workflow_jobs_read_the_copy_and_a_cleared_cache_retrains_nothing(tree, 
     shutil.rmtree(tmp_path / "cache")  # the finished run must not be retrained for a new copy
     r = _snakemake("-n", model, "--configfile", str(grid))
     assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------------------------- content and split checks
+def _flip(path: Path, offset: int) -> None:
+    """Change bytes in place: the file keeps its size."""
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        old = fh.read(8)
+        fh.seek(offset)
+        fh.write(bytes(b ^ 0xFF for b in old))
+
+
+def test_a_block_corrupted_at_the_same_size_is_caught_and_verify_repairs_it(tree, tmp_path, monkeypatch, capsys):
+    from bayesncl.data import prepared as P
+
+    monkeypatch.setattr(P, "BLOCK_BYTES", 4096)  # 12 train images of 3072 bytes: 9 blocks
+    manifest, _ = prepare_imagenet100(tree, "train", **kw(tmp_path))
+    m = json.loads(manifest.read_text())
+    data = manifest.parent / m["data_file"]
+    assert m["block_bytes"] == 4096 and len(m["blocks"]) == 9 and m["split"] == "train" and m["count"] == 12
+    good = data.read_bytes()
+    _flip(data, 4 * 4096 + 100)  # block 4: not the first or the last, which every open checks
+    assert data.read_bytes() != good and data.stat().st_size == len(good)
+    monkeypatch.setattr(P, "SAMPLE_BLOCKS", 9)  # the sample covers every block: the open must see it
+    with pytest.warns(RuntimeWarning, match=r"1 block\(s\) \(4\) of 4096 bytes differ from their checksums"):
+        assert not isinstance(load_imagenet100(tree, "train", **kw(tmp_path)).dataset, PreparedImages)
+    monkeypatch.setattr(P, "SAMPLE_BLOCKS", 0)  # a sampled open misses it; --verify reads every block
+    args = ["prepare-imagenet", "--set", "data.dataset=imagenet100", "--set", f"data.classes=[{','.join(WNIDS)}]",
+            "--set", f"data.imagenet_stored_size={S}", "--set", f"data.cache_dir={tmp_path / 'cache'}",
+            "--set", f"data.root={tree}", "--workers", "0"]
+    assert cli_main(args) == 0 and "train: already prepared:" in capsys.readouterr().out
+    assert cli_main(args + ["--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "train: repaired 1 block(s)" in out and "test: already prepared, every block verified" in out
+    assert data.read_bytes() == good
+    # The first block is in every open's sample: caught, and a plain prepare mends it too.
+    _flip(data, 10)
+    with pytest.warns(RuntimeWarning, match=r"block\(s\) \(0\)"):
+        assert not isinstance(load_imagenet100(tree, "train", **kw(tmp_path)).dataset, PreparedImages)
+    assert prepare_imagenet100(tree, "train", **kw(tmp_path)) == (manifest, [0]) and data.read_bytes() == good
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert isinstance(load_imagenet100(tree, "train", **kw(tmp_path)).dataset, PreparedImages)
+
+
+def test_a_manifest_pointing_at_the_other_splits_file_is_caught(tree, tmp_path):
+    train, _ = prepare_imagenet100(tree, "train", **kw(tmp_path))
+    test, _ = prepare_imagenet100(tree, "test", **kw(tmp_path))
+    m, mt = json.loads(train.read_text()), json.loads(test.read_text())
+    # The same image count in both splits: only the binding to the split can tell the files apart.
+    write_tree(tree, n_train=2, n_val=2)
+    for p in (tree / "train").rglob("*_[23].*"):
+        p.unlink()
+    train, _ = prepare_imagenet100(tree, "train", **kw(tmp_path))
+    m = json.loads(train.read_text())
+    assert m["count"] == mt["count"] == 6
+    train.write_text(json.dumps({**m, "data_file": mt["data_file"]}))
+    with pytest.warns(RuntimeWarning, match=f"names the data file '{mt['data_file']}', not this split's"):
+        assert not isinstance(load_imagenet100(tree, "train", **kw(tmp_path)).dataset, PreparedImages)
+    train.write_text(test.read_text())  # the validation manifest copied over the train one
+    with pytest.warns(RuntimeWarning, match="prepared from other files|the 'test' split's, not the 'train'"):
+        assert not isinstance(load_imagenet100(tree, "train", **kw(tmp_path)).dataset, PreparedImages)
+    train.write_text(json.dumps({**mt, "key": m["key"]}))  # and with the train key forged in
+    with pytest.warns(RuntimeWarning, match="the 'test' split's, not the 'train' split's"):
+        assert not isinstance(load_imagenet100(tree, "train", **kw(tmp_path)).dataset, PreparedImages)
+    assert prepare_imagenet100(tree, "train", **kw(tmp_path))[0] == train
+    assert json.loads(train.read_text())["data_file"] == m["data_file"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert isinstance(load_imagenet100(tree, "train", **kw(tmp_path)).dataset, PreparedImages)

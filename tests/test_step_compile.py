@@ -133,6 +133,48 @@ def test_pretrain_in_compile_mode_resumes_to_the_eager_runs_weights(tiny_backbon
     assert [(r["loss"], r["kl"]) for r in logs[0]] == [(r["loss"], r["kl"]) for r in logs[1]]
 
 
+def test_compile_time_is_logged_apart_from_epoch_seconds(tiny_backbone, monkeypatch, tmp_path):
+    """An injected clock: 1 s per training step, 100 s for compiling (TrainStep.warm_up). epoch_seconds counts
+    the steps only, compile_seconds the compile; the cost section reports both apart. A resumed process
+    compiles again, and that time is logged apart too."""
+    from bayesncl.evaluation.cost import training_time
+
+    monkeypatch.setattr(T, "COMPILE_BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    now = {"t": 0.0, "calls": 0}
+    monkeypatch.setattr(T, "_clock", lambda: now["t"])
+    real_step, real_warm = T.TrainStep.__call__, T.TrainStep.warm_up
+
+    def step(self, x, gen, want_zplus=False):
+        now["t"] += 1.0
+        now["calls"] += 1
+        if now["calls"] == 5:  # epoch 2, step 2
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_step(self, x, gen, want_zplus)
+
+    def warm_up(self, x, gen):
+        if not self.warm:
+            now["t"] += 100.0
+        return real_warm(self, x, gen)
+
+    monkeypatch.setattr(T.TrainStep, "__call__", step)
+    monkeypatch.setattr(T.TrainStep, "warm_up", warm_up)
+    cfg = C.resolve(sets=SETS + METHODS["ncl"] + ["data.synthetic.train_size=64", "data.synthetic.test_size=32",
+                                                  "train.max_steps_per_epoch=3", "train.graph=compile"])
+    with pytest.raises(T.Preempted):
+        T.pretrain(cfg, tmp_path, progress=False)
+    T.pretrain(cfg, tmp_path, progress=False)
+    log = [json.loads(l) for l in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["epoch_seconds"] for r in log] == [3.0, 3.0]
+    assert [r["compile_seconds"] for r in log] == [100.0, 100.0]  # epoch 2: compiled again after the resume
+    cost = training_time(log)
+    assert cost["train_minutes"] == 6.0 / 60 and cost["compile_seconds"] == 200.0
+    assert training_time([{**r, "compile_seconds": 0.0} for r in log])["compile_seconds"] == 0.0
+    from bayesncl.report.tables import TABLES  # Table 7 says which time it shows
+
+    assert "training steps only" in next(t for t in TABLES if t.name == "table7").caption
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("method", list(METHODS))
 def test_cuda_step_has_no_host_sync_and_its_graph_replays_the_eager_step(tiny_backbone, method):

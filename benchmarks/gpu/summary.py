@@ -82,8 +82,8 @@ def key_figures(name: str, r: dict) -> str:
     if name == "compiled_step":
         if "note" in r:
             return r["note"]
-        return (", ".join(f"{m} {_fmt(r[m]['img_per_s'], 0)} img/s ({_fmt(r[m]['ms_per_step'], 2)} ms, compile epoch "
-                          f"{_fmt(r[m]['first_epoch_s'])} s)" for m in ("ncl", "bayesncl"))
+        return (", ".join(f"{m} {_fmt(r[m]['img_per_s'], 0)} img/s ({_fmt(r[m]['ms_per_step'], 2)} ms, compile "
+                          f"{_fmt(r[m].get('compile_s'))} s)" for m in ("ncl", "bayesncl"))
                 + f"; overhead {r['overhead_pct']:+.2f}%")
     if name == "official_feed":
         s = f"{_fmt(r['img_per_s'], 0)} img/s with {r['workers']} workers"

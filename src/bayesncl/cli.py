@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import warnings
 from pathlib import Path
 
 from .atomic import check_writable_dir
 from .config import METHOD_NAMES
-from .errors import BayesNCLError, ConfigError, OutputError
+from .errors import REQUEUE_EXIT, BayesNCLError, ConfigError, OutputError
 
 
 def _input_file(path: str, what: str, fix: str, error=BayesNCLError) -> None:
@@ -34,7 +36,7 @@ def _json_object(text: str, flag: str) -> dict:
 def _pretrain(args) -> int:
     from .config import resolve
     from .data import check_data
-    from .train import REQUEUE_EXIT, Preempted, TrainingDiverged, pretrain
+    from .train import Preempted, TrainingDiverged, pretrain
 
     base = _json_object(args.config_json, "--config-json") if args.config_json else None
     cfg = resolve(file=args.config, base=base, sets=args.set)
@@ -82,6 +84,9 @@ def _summarize(args) -> int:
                                                    "seeds, defaults, datasets, variants, sets), e.g. config/config.yaml")
         if not isinstance(grid, dict):
             raise ConfigError(f"--grid {args.grid}: expected a mapping (results, seeds, defaults, datasets, ...)")
+        from .wfconfig import check_grid
+
+        check_grid(grid, f"--grid {args.grid}")
     else:
         grid = _json_object(args.grid_json, "--grid-json")
     write_summary(grid, args.out)
@@ -150,10 +155,21 @@ def _make_synthetic(args) -> int:
         raise ConfigError(f"data.dataset: make-synthetic generates the synthetic set, but {args.config} trains on "
                           f"{cfg['data']['dataset']!r}")
     params, cache = cfg["data"]["synthetic"], cfg["data"]["cache_dir"]
-    data = get_synthetic(params, cache)
+    path = synthetic_cache_path(params, cache)
+    fix = "set data.cache_dir (or $BAYESNCL_CACHE) to a folder you can write"
+    try:
+        check_writable_dir(path.parent, what=f"data.cache_dir {path.parent}")
+    except OutputError as e:
+        raise OutputError(f"{e}; {fix}") from None
+    with warnings.catch_warnings(record=True) as caught:  # a cache that could not be written: an error here
+        warnings.simplefilter("always", RuntimeWarning)
+        data = get_synthetic(params, cache)
+    if not path.is_file():
+        why = next((str(w.message) for w in caught if "synthetic cache" in str(w.message)), "it is not there")
+        raise OutputError(f"data.cache_dir: nothing was cached ({why}); {fix}")
     for split in ("train", "test"):
         print(f"{split}: {len(data[f'{split}_labels'])} images, {params['num_classes']} classes")
-    print(f"cached in {synthetic_cache_path(params, cache)}")
+    print(f"cached in {path}")
     return 0
 
 
@@ -162,8 +178,11 @@ def _prepare_imagenet(args) -> int:
 
     from .config import resolve
     from .data import check_data
-    from .data.imagenet import PREPARED_SPLITS, prepare_imagenet100
+    from .data.imagenet import PREPARED_SPLITS, make_prepared_dir, prepare_imagenet100, prepared_dir
 
+    if args.workers is not None and args.workers < 0:
+        raise ConfigError(f"--workers: {args.workers} is negative; give 0 (decode in this process) or a number of "
+                          "decoding processes")
     base = _json_object(args.config_json, "--config-json") if args.config_json else None
     cfg = resolve(file=args.config, base=base, sets=args.set)
     d = cfg["data"]
@@ -171,12 +190,19 @@ def _prepare_imagenet(args) -> int:
         raise ConfigError(f"data.dataset: prepare-imagenet prepares ImageNet-100, but the config trains on "
                           f"{d['dataset']!r} (nothing to prepare)")
     check_data(d)
+    make_prepared_dir(prepared_dir(d["root"], d["imagenet_stored_size"], d["classes"], d["cache_dir"]))
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     workers = args.workers if args.workers is not None else cpus
     for split in PREPARED_SPLITS:
         manifest, decoded = prepare_imagenet100(d["root"], split, stored_size=d["imagenet_stored_size"],
-                                                classes=d["classes"], cache_dir=d["cache_dir"], workers=workers)
-        print(f"{split}: {'prepared' if decoded else 'already prepared'}: {manifest}")
+                                                classes=d["classes"], cache_dir=d["cache_dir"], workers=workers,
+                                                verify=args.verify)
+        if isinstance(decoded, list):
+            state = f"repaired {len(decoded)} block(s) that differed from their checksums"
+        else:
+            state = "prepared" if decoded else ("already prepared, every block verified" if args.verify
+                                                else "already prepared")
+        print(f"{split}: {state}: {manifest}")
     return 0
 
 
@@ -196,7 +222,10 @@ def _atlas(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .evaluation.sections import SECTIONS
 
-    p = argparse.ArgumentParser(prog="bayesncl", description=__doc__)
+    p = argparse.ArgumentParser(prog="bayesncl", description=__doc__,
+                                epilog="exit status: 0 done; 2 input it cannot use (one line on stderr naming the file "
+                                       "or key, what is wrong and the fix; nothing written); 75 stopped by SIGTERM "
+                                       "(rerun the same command: pretraining resumes); 1 training diverged")
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp, config_required=False):
@@ -254,7 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=_summarize)
 
     sp = sub.add_parser("report", help="render Tables 1-7, the claims table and the figures from the summary CSV")
-    sp.add_argument("--summary", required=True, metavar="CSV", help="the runs.csv that `bayesncl summarize` wrote")
+    sp.add_argument("--summary", required=True, metavar="CSV",
+                    help="the runs.csv that `bayesncl summarize` wrote; one without runs or without a run's "
+                         "columns is an error (exit 2), and the tables already under DIR stay as they were")
     sp.add_argument("--out", required=True, metavar="DIR",
                     help="writes DIR/tables/{table1..7,claims}.{tex,md} and "
                          "DIR/figures/{figure3,figure4a,figure4b,gates}.{pdf,png}")
@@ -289,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Collect the workflow's benchmark files (wall time, peak memory, GPUs held) "
                                     "into one CSV row per job, and the totals per rule and the GPU-hours as run "
                                     "into a Markdown table beside it.")
-    sp.add_argument("--benchmarks", required=True, metavar="DIR", help="the workflow's <results>/benchmarks folder")
+    sp.add_argument("--benchmarks", required=True, metavar="DIR",
+                    help="the workflow's <results>/benchmarks folder; a file in it without a record of wall "
+                         "seconds, or no file at all, is an error (exit 2)")
     sp.add_argument("--out", required=True, metavar="CSV", help="the CSV to write; the totals go to the .md beside it")
     sp.add_argument("--smoke", action="store_true", help="mark the totals as a smoke run's")
     sp.set_defaults(func=_jobs)
@@ -320,21 +353,41 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Decode every ImageNet-100 image of the config (train/ and val/) once, as the "
                                     "loader would, into data.cache_dir (else $BAYESNCL_CACHE, else ~/.cache/bayesncl): "
                                     "about 24 GiB at the stored size 256. Runs then read it instead of the JPEGs "
-                                    "(the same pixels). Does nothing when a valid copy exists.")
+                                    "(the same pixels). Does nothing when a valid copy exists: its manifest binds each data file to its "
+                                    "split, image count and per-block checksums.")
     common(sp)
     sp.add_argument("--config-json", help=argparse.SUPPRESS)  # the workflow's data settings
     sp.add_argument("--workers", type=int, metavar="N", help="decoding processes (default: one per CPU)")
+    sp.add_argument("--verify", action="store_true",
+                    help="check the checksum of every block of an existing copy (each open checks a sample) and "
+                         "decode again the images of the blocks that differ")
     sp.set_defaults(func=_prepare_imagenet)
     return p
 
 
+def _terminated(signum, frame):
+    print(f"bayesncl: stopped by SIGTERM; rerun the same command (exit {REQUEUE_EXIT}: the scheduler retries it)",
+          file=sys.stderr)
+    raise SystemExit(REQUEUE_EXIT)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command: 0 done, 2 bad input (one line on stderr), 75 stopped by SIGTERM (rerun it), 1 a failure.
+    Training installs its own SIGTERM handler (a checkpoint, then 75); until then, and after, this one."""
+    import threading
+
+    own = threading.current_thread() is threading.main_thread()  # signal handlers live in the main thread
+    previous = signal.signal(signal.SIGTERM, _terminated) if own else None  # first: before the heavy imports
     try:
-        return args.func(args)
-    except BayesNCLError as e:  # bad input; anything else is a bug and keeps its traceback
-        print(f"bayesncl {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        args = build_parser().parse_args(argv)
+        try:
+            return args.func(args)
+        except BayesNCLError as e:  # bad input; anything else is a bug and keeps its traceback
+            print(f"bayesncl {args.command}: error: {e}", file=sys.stderr)
+            return 2
+    finally:
+        if own:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

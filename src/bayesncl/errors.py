@@ -8,6 +8,7 @@ from where they lived (`config.ConfigError`, `data.DataError`, ...).
 from __future__ import annotations
 
 __all__ = [
+    "REQUEUE_EXIT",
     "BayesNCLError",
     "ConfigError",
     "DataError",
@@ -16,6 +17,8 @@ __all__ = [
     "MetricsFileError",
     "MissingInputError",
 ]
+
+REQUEUE_EXIT = 75  # EX_TEMPFAIL, a command stopped by SIGTERM: "try again"; the SLURM profile retries it
 
 
 class BayesNCLError(ValueError):

@@ -6,6 +6,10 @@ uninterrupted run does. A SIGTERM (SLURM time limit or preemption) saves a mid-e
 generator states, the running sums and the epoch's seconds so far, and raises Preempted (the CLI exits with
 REQUEUE_EXIT); the rerun continues from that step.
 
+Timing: `epoch_seconds` in log.jsonl is training time only. With `train.graph` compile or cudagraph, the
+step is compiled or captured before the first timed step of each process (`TrainStep.warm_up`); that time
+is logged apart, as `compile_seconds` of the epoch in which it happened.
+
 The step (`TrainStep`) is a function of device tensors only: the lr comes from a device table indexed by a
 device step counter, the logged values are summed on the device and read at epoch ends, every batch has the
 same shape (the last partial batch is dropped), and all its random numbers come from one generator. So
@@ -28,6 +32,7 @@ from tqdm.auto import tqdm
 from . import checkpoint as ckpt_io
 from .atomic import atomic_write_text
 from .config import RUNTIME_KEYS, ConfigError, dump_yaml
+from .errors import REQUEUE_EXIT  # noqa: F401 - the CLI's exit after a SIGTERM; the SLURM profile retries it
 from .data import SimCLRAugment, iter_batches, load_split
 from .evaluation.dynamics import GradientStats
 from .evaluation.metrics import consistency_per_dim
@@ -36,7 +41,6 @@ from .optim import Lars, build_optimizer, group_peaks, lr_at, lr_schedule
 from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
 from .runtime import autocast, channels_last, embed, peak_memory_mb, resolve_device
 
-REQUEUE_EXIT = 75  # EX_TEMPFAIL: "try again"; the SLURM profile retries, and the rerun resumes
 COMPILE_BACKEND = "inductor"  # torch.compile's backend for train.graph=compile
 CHECK_EVERY = 50  # steps between finiteness checks (read one check late, so they never stall the device queue)
 _clock = time.perf_counter  # what epoch_seconds is measured with (tests inject their own)
@@ -100,6 +104,7 @@ class TrainStep:
         self.t = torch.zeros(1, dtype=torch.long, device=device)
         self.sums = torch.zeros(len(self.names), dtype=torch.float64, device=device)
         self._compiled = self._graph = None
+        self.warm = self.mode == "eager"  # compiled or captured yet (warm_up); eager has nothing to prepare
         if self.mode == "compile":
             static = [self.t, self.sums, self.lr_table, *opt.state_tensors()]
             if device.type == "cuda":
@@ -162,6 +167,30 @@ class TrainStep:
         if self._compiled is not None and not want_zplus:
             return self._compiled(x, views, gate_u)
         return self.body(x, views, gate_u, want_zplus)
+
+    def warm_up(self, x: torch.Tensor, gen: torch.Generator) -> None:
+        """Compile (train.graph=compile) or capture (cudagraph) the step before the first timed step, so that
+        the trainer can keep that time out of `epoch_seconds`: steps on the batch `x`, then every tensor they
+        changed and the generators put back, so the run's steps are unchanged."""
+        if self.warm:
+            return
+        self.warm = True
+        if self.mode == "cudagraph":
+            self._capture(x, gen)
+            return
+        state = [*self.model.parameters(), *self.model.buffers(), *self.opt.state_tensors(), self.t, self.sums]
+        saved = [s.detach().clone() for s in state]
+        gen_state, global_state = gen.get_state(), torch.get_rng_state()
+        for _ in range(3 if self.device.type == "cuda" else 1):  # CUDA graphs (reduce-overhead) record on call 2
+            views, gate_u = self.draws(x.shape[0], gen)
+            self._compiled(x, views, gate_u)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        with torch.no_grad():
+            for s, v in zip(state, saved):
+                s.copy_(v)
+        gen.set_state(gen_state)
+        torch.set_rng_state(global_state)
 
     def _eager(self, x: torch.Tensor, gen: torch.Generator) -> None:
         views, gate_u = self.draws(x.shape[0], gen)
@@ -287,7 +316,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
         for epoch in range(state["epoch"], epochs):
             gen.manual_seed(epoch_seed(seed, epoch))
             torch.manual_seed(epoch_seed(seed, epoch) + 1)
-            start_step, sums0, carried = 0, None, 0.0
+            start_step, sums0, carried, compile_s = 0, None, 0.0, 0.0
             if state["rng"] is not None:  # resuming a preempted epoch mid-way
                 gen.set_state(state["rng"]["aug"])
                 torch.set_rng_state(state["rng"]["global"])
@@ -295,6 +324,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
                     torch.cuda.set_rng_state(state["rng"]["cuda"], device)
                 start_step = state["step"]
                 sums0, carried = state["partial"]["sums"], state["partial"]["seconds"]
+                compile_s = state["partial"].get("compile_seconds", 0.0)
                 state["rng"] = state["partial"] = None
             train_step.start(epoch * steps + start_step, sums0)
             # Dynamics epochs are never checkpointed mid-way (below), so their stats cover the whole epoch.
@@ -305,6 +335,12 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
             batches = iter_batches(train_set, bs, shuffle=True, seed=epoch_seed(seed, epoch), drop_last=True,
                                    device=device, num_workers=cfg["data"]["num_workers"], start=start_step)
             for step, (x, _, _) in enumerate(itertools.islice(batches, steps - start_step), start=start_step):
+                if not train_step.warm and stats is None:  # compile / capture: timed apart, not training time
+                    c0 = _clock()
+                    train_step.warm_up(x, gen)
+                    spent = _clock() - c0
+                    compile_s += spent
+                    t0 += spent
                 r = train_step(x, gen, want_zplus=stats is not None)
                 if stats is not None:
                     stats.update(*r)
@@ -314,7 +350,8 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
                 if preempt:
                     sums = train_step.read_sums()
                     finite(sums[0] / (step + 1), epoch, step + 1)
-                    save(epoch, step + 1, _rng_state(gen), {"sums": sums, "seconds": _clock() - t0})
+                    save(epoch, step + 1, _rng_state(gen), {"sums": sums, "seconds": _clock() - t0,
+                                                             "compile_seconds": compile_s})
                     raise Preempted(f"SIGTERM: checkpoint saved in {ckpt_path}; rerun the same command to resume")
                 if not last and (step + 1) % CHECK_EVERY == 0:
                     seen = check.push(train_step.sums, step + 1, step + 1)
@@ -329,6 +366,8 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
             line = {"epoch": epoch + 1, **{k: v / steps for k, v in zip(names, sums)}, "lr": lr,
                     "epoch_seconds": seconds, "img_per_s": steps * bs / max(seconds, 1e-9), "steps": steps,
                     "peak_mem_mb": peak_memory_mb(device)}
+            if train_step.mode != "eager":  # compile and graph-capture time: not in epoch_seconds
+                line["compile_seconds"] = compile_s
             if stats is not None:
                 zp_test, f_test = embed(model, test_set, cfg, device, key=("zplus", "feature"))
                 sc = consistency_per_dim(zp_test, test_set.labels, test_set.num_classes)

@@ -9,13 +9,22 @@ from snakemake.utils import validate
 from bayesncl.errors import ConfigError
 from bayesncl.grid import evaluation_sections, expand_grid, smoke_results
 from bayesncl.report.atlas import atlas_runs
+from bayesncl.wfconfig import check_workflow_config, coerce_smoke
 
 
-# `--config smoke=true` arrives as a string.
-if isinstance(config.get("smoke"), str):
-    config["smoke"] = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}.get(
-        config["smoke"].strip().lower(), config["smoke"])
-validate(config, workflow.source_path("../schemas/config.schema.yaml"))
+def config_error(e):
+    """A bad workflow config: one line naming the key, what is wrong and the fix; exit 2 before any job."""
+    print(f"invalid workflow config: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+coerce_smoke(config)  # `--config smoke=true` arrives as a string
+try:  # the schema, reported in one line (Snakemake's validate would print the schema)
+    check_workflow_config(config, workflow.source_path("../schemas/config.schema.yaml"),
+                          " or ".join(map(str, workflow.overwrite_configfiles or [])) or "the workflow config")
+except ConfigError as e:
+    config_error(e)
+validate(config, workflow.source_path("../schemas/config.schema.yaml"))  # passes now; sets the defaults
 # The smoke switch (`--config smoke=true`): every job of the grid shrunk (bayesncl.grid.SMOKE) into
 # <results>-smoke, its tables marked as a smoke run. Rewritten here, so summarize (given `config`) agrees.
 SMOKE = bool(config.get("smoke"))
@@ -27,7 +36,7 @@ try:
         print(f"warning: {note}", file=sys.stderr)
     EVAL_SECTIONS = {rid: evaluation_sections(run) for rid, run in RUNS.items()}
 except ConfigError as e:
-    raise WorkflowError(f"invalid workflow config: {e}")
+    config_error(e)
 
 RESULTS = config["results"]
 BENCHMARKS = f"{RESULTS}/benchmarks"  # each job's wall time and memory (`benchmark:`), summary/jobs.csv

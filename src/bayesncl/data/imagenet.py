@@ -21,8 +21,10 @@ decodes every image of a split once with :func:`decode_image` and stores the res
 file under ``<cache_dir>/imagenet100/``; the loader then reads that file through a memory map instead of
 decoding JPEGs (same pixels, several times the images/s per core: docs/BENCHMARKS.md).  The copy is used
 only when its manifest (written last, atomically) names the same key: a hash of every source file's
-relative path, byte size and label, the class list, the stored size and the decoder version.  Otherwise the
-loader decodes the JPEGs as before and warns.
+relative path, byte size and label, the class list, the stored size and the decoder version, and only when
+its data file is that split's, of the right size, and the sampled block checksums match (``data/prepared.py``;
+``bayesncl prepare-imagenet --verify`` checks every block and mends those that differ).  Otherwise the loader
+decodes the JPEGs as before and warns.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import torch
 from torch.utils.data import Dataset
 
 from . import IMAGENET_MEAN, IMAGENET_STD, DataError, ImageSet
+from . import prepared as P
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -52,6 +55,7 @@ __all__ = [
     "load_imagenet100",
     "prepare_imagenet100",
     "prepared_dir",
+    "make_prepared_dir",
     "prepared_manifests",
     "PREPARED_SPLITS",
 ]
@@ -285,21 +289,19 @@ def _read_manifest(path: Path) -> dict | None:
     return m if isinstance(m, dict) and m.get("format") == PREPARED_FORMAT else None
 
 
-def _usable(manifest: dict | None, folder: Path, key: str, count: int, stored_size: int) -> tuple[Path | None, str]:
-    """``(data file, "")`` when the manifest describes a complete copy with this key, else ``(None, why)``."""
-    if manifest is None:
-        return None, "its manifest is missing or unreadable"
-    if manifest.get("key") != key:
-        return None, "it was prepared from other files (the listing, a file size or the decoder changed)"
-    data = folder / str(manifest.get("data_file", ""))
-    want = count * 3 * stored_size * stored_size
+def make_prepared_dir(folder: Path) -> None:
+    """Create the prepared copy's folder, or fail in one line naming it and the fix."""
+    from ..atomic import check_writable_dir
+    from ..errors import OutputError
+
     try:
-        size = data.stat().st_size if data.is_file() else -1
-    except OSError:
-        size = -1
-    if manifest.get("count") != count or size != want:
-        return None, f"{data} is missing or not {want} bytes"
-    return data, ""
+        check_writable_dir(folder, what=f"data.cache_dir: the prepared copy's folder {folder}")
+        folder.mkdir(parents=True, exist_ok=True)
+    except OutputError as exc:
+        raise DataError(f"{exc}; set data.cache_dir (or $BAYESNCL_CACHE) to a folder you can write") from None
+    except OSError as exc:
+        raise DataError(f"data.cache_dir: cannot create the prepared copy's folder {folder} ({exc.strerror}); set "
+                        f"data.cache_dir (or $BAYESNCL_CACHE) to a folder you can write") from None
 
 
 def prepare_imagenet100(
@@ -311,30 +313,47 @@ def prepare_imagenet100(
     cache_dir=None,
     workers: int = 0,
     batch_size: int = 64,
+    verify: bool = False,
 ) -> tuple[Path, bool]:
     """Decode every image of ``split`` once into the prepared copy; returns ``(manifest path, decoded)``.
 
-    Nothing is decoded when a valid copy exists (``decoded`` False).  The images go to a temp file renamed
-    into place once complete and synced (``<split>-<key>.u8``); the manifest, written last and atomically,
-    is what the loader checks, so a half-written or stale copy is never read.
+    Nothing is decoded when a valid copy exists (``decoded`` False): its split, listing, size and sampled
+    block checksums match (``verify``: every block; blocks that differ are decoded again in place, and
+    ``decoded`` is then the list of repaired blocks). The images go to a temp file renamed into place once
+    complete and synced (``<split>-<key>.u8``); the manifest, written last and atomically, is what the loader
+    checks, so a half-written or stale copy is never read.
     """
     from ..atomic import atomic_path, atomic_write_text
     from . import iter_batches
 
+    if workers < 0:
+        raise DataError(f"--workers: {workers} decoding processes; give 0 (decode in this process) or more")
     stored_size = int(stored_size)
     split_dir, wnids, paths, labels = _listing(root, split, classes)
     key = _listing_key(split_dir, wnids, paths, labels, stored_size)
     split = "test" if split == "val" else split
     folder = prepared_dir(root, stored_size, classes, cache_dir)
     manifest_path = folder / f"{split}.json"
-    data, _ = _usable(_read_manifest(manifest_path), folder, key, len(paths), stored_size)
+    per_image = 3 * stored_size * stored_size
+    manifest = _read_manifest(manifest_path)
+    data, _, bad = P.check_copy(manifest, folder, split=split, key=key, count=len(paths), image_bytes=per_image,
+                                full=verify)
     if data is not None:
         return manifest_path, False
-    data = folder / f"{split}-{key[:16]}.u8"
-    per_image = 3 * stored_size * stored_size
-    decoded = not (data.is_file() and data.stat().st_size == len(paths) * per_image)  # renamed in only when whole
-    if decoded:
-        folder.mkdir(parents=True, exist_ok=True)
+    if bad:  # only some blocks differ: decode their images again, in place
+        data = folder / P.data_name(split, key)
+        left = P.repair_blocks(data, manifest, bad, per_image,
+                               lambda i: decode_image(paths[i], stored_size).numpy().tobytes())
+        if not left:
+            return manifest_path, bad
+        manifest_path.unlink(missing_ok=True)  # still wrong: the whole copy is made again below
+        data.unlink(missing_ok=True)
+    data = folder / P.data_name(split, key)
+    whole = data.is_file() and data.stat().st_size == len(paths) * per_image  # renamed in only when whole
+    make_prepared_dir(folder)
+    if whole:  # killed between the rename and the manifest: the file was complete and synced
+        blocks = P.file_blocks(data, P.BLOCK_BYTES)
+    else:
         need = len(paths) * per_image
         free = shutil.disk_usage(folder).free
         if free < need:
@@ -344,23 +363,28 @@ def prepare_imagenet100(
                          labels=torch.tensor(labels, dtype=torch.int64), backgrounds=None, num_classes=len(wnids),
                          num_backgrounds=0, mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_size=stored_size,
                          name="imagenet100")
+        hasher = P.BlockHasher(P.BLOCK_BYTES)
         with atomic_path(data) as tmp, open(tmp, "wb") as fh:
             for x, _, _ in iter_batches(files, batch_size, shuffle=False, seed=0, drop_last=False, device="cpu",
                                         num_workers=workers):
-                fh.write(x.numpy().tobytes())
+                chunk = x.numpy().tobytes()
+                fh.write(chunk)
+                hasher.update(chunk)
             if fh.tell() != len(paths) * per_image:  # never expected: the loader checks the size as well
                 raise DataError(f"{tmp}: wrote {fh.tell()} bytes, expected {len(paths) * per_image}")
+        blocks = hasher.finish()
     from PIL import Image, features
 
     manifest = {"format": PREPARED_FORMAT, "decode": DECODE_VERSION, "key": key, "split": split,
                 "split_dir": str(split_dir), "stored_size": stored_size, "count": len(paths), "classes": wnids,
                 "data_file": data.name, "dtype": "uint8", "shape": [len(paths), 3, stored_size, stored_size],
+                "block_bytes": P.BLOCK_BYTES, "blocks": blocks,
                 "pillow": Image.__version__, "libjpeg_turbo": features.version("libjpeg_turbo")}
     atomic_write_text(manifest_path, json.dumps(manifest, indent=1) + "\n")
     for old in folder.glob(f"{split}-*.u8"):  # copies of an older listing; a reader's open map survives this
         if old != data:
             old.unlink(missing_ok=True)
-    return manifest_path, decoded
+    return manifest_path, not whole
 
 
 def load_imagenet100(
@@ -387,7 +411,8 @@ def load_imagenet100(
         manifest_path = folder / f"{name}.json"
         if manifest_path.is_file():
             key = _listing_key(split_dir, wnids, paths, labels, stored_size)
-            data, why = _usable(_read_manifest(manifest_path), folder, key, len(paths), stored_size)
+            data, why, _ = P.check_copy(_read_manifest(manifest_path), folder, split=name, key=key,
+                                        count=len(paths), image_bytes=3 * stored_size * stored_size)
             if data is not None:
                 dataset = PreparedImages(data, stored_size, labels)
             else:

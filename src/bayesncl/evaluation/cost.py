@@ -34,7 +34,9 @@ def count_params(module: nn.Module, trainable_only: bool = False) -> int:
 def training_time(log: list[dict]) -> dict:
     """Timing of a training log (`bayesncl.rundir.read_log`: one record per epoch with `epoch_seconds`,
     `img_per_s`, `peak_mem_mb`): train_minutes = sum of epoch_seconds / 60, sec_per_epoch and img_per_s = means
-    over epochs, peak_mem_mb = the largest (None on CPU); NaN where nothing was logged."""
+    over epochs, peak_mem_mb = the largest (None on CPU); NaN where nothing was logged. epoch_seconds is
+    training time only: compile_seconds = the sum of the records' `compile_seconds` (torch.compile and CUDA-graph
+    capture with train.graph compile or cudagraph, logged apart; 0 for an eager run)."""
     secs = [float(r["epoch_seconds"]) for r in log]
     ips = [float(r["img_per_s"]) for r in log]
     peaks = [r["peak_mem_mb"] for r in log if r.get("peak_mem_mb") is not None]
@@ -43,4 +45,5 @@ def training_time(log: list[dict]) -> dict:
         "sec_per_epoch": sum(secs) / len(secs) if secs else math.nan,
         "img_per_s": sum(ips) / len(ips) if ips else math.nan,
         "peak_mem_mb": max(peaks) if peaks else None,
+        "compile_seconds": sum(float(r.get("compile_seconds", 0.0)) for r in log) if log else math.nan,
     }

@@ -14,12 +14,14 @@ and `summary/jobs.md` the totals per rule and the GPU-hours of the grid as run (
 from __future__ import annotations
 
 import ast
+import io
 import math
 from pathlib import Path
 
 import pandas as pd
 
 from ..atomic import atomic_write_text
+from ..errors import DataError
 
 __all__ = ["COLUMNS", "collect", "totals", "write_jobs"]
 
@@ -42,11 +44,46 @@ def _number(value) -> float:
     return out if math.isfinite(out) else math.nan
 
 
+_FIX = "remove it, or rerun the job that writes it (snakemake --forcerun <rule>)"
+
+
+def _record(path: Path) -> dict:
+    """The last record of a benchmark file; DataError naming the file when it has none with wall seconds."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: not a text file; expected Snakemake's benchmark record (tab-separated, a header "
+                        f"and a row); {_FIX}") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read ({exc.strerror}); {_FIX}") from None
+    lines = [line for line in text.splitlines() if line.strip()]
+    for number, line in enumerate(lines[1:], start=2):  # pandas would take surplus fields for an index
+        if line.count("\t") != lines[0].count("\t"):
+            raise DataError(f"{path}: not a benchmark table (line {number} has {line.count(chr(9)) + 1} fields, the "
+                            f"header {lines[0].count(chr(9)) + 1}); {_FIX}")
+    try:
+        table = pd.read_csv(io.StringIO(text), sep="\t", dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: empty; expected Snakemake's benchmark record (a header and a row); {_FIX}") from None
+    except (pd.errors.ParserError, ValueError) as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{path}: not a benchmark table ({why}); {_FIX}") from None
+    if "s" not in table.columns:
+        raise DataError(f"{path}: no column 's' (the wall seconds) in its header; expected Snakemake's benchmark "
+                        f"record; {_FIX}")
+    if not len(table):
+        raise DataError(f"{path}: a header but no record; {_FIX}")
+    rec = table.iloc[-1].to_dict()
+    seconds = _number(rec["s"])
+    if math.isnan(seconds) or seconds < 0:
+        raise DataError(f"{path}: column 's' is {str(rec['s'])[:40]!r}, not a number of seconds; {_FIX}")
+    return rec
+
+
 def _row(path: Path, root: Path) -> dict:
     parts = path.relative_to(root).with_suffix("").parts
     rule, run = parts[0], "/".join(parts[1:])
-    table = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
-    rec = table.iloc[-1].to_dict() if len(table) else {}
+    rec = _record(path)
     resources = _literal(rec.get("resources"))
     if "rule_name" in rec and rec["rule_name"] not in ("", "-"):
         rule = rec["rule_name"]
@@ -56,9 +93,16 @@ def _row(path: Path, root: Path) -> dict:
 
 
 def collect(benchmarks: str | Path) -> pd.DataFrame:
-    """One row per benchmark file under `benchmarks` (columns COLUMNS), sorted by rule and run."""
+    """One row per benchmark file under `benchmarks` (columns COLUMNS), sorted by rule and run. A missing folder,
+    one without benchmark files, or a file without a record of wall seconds is a DataError naming it."""
     root = Path(benchmarks)
-    rows = [_row(p, root) for p in sorted(root.rglob("*.tsv"))] if root.is_dir() else []
+    if not root.is_dir():
+        state = "is a file, not a folder" if root.exists() else "does not exist"
+        raise DataError(f"--benchmarks {root} {state}; give the workflow's <results>/benchmarks folder")
+    rows = [_row(p, root) for p in sorted(root.rglob("*.tsv"))]
+    if not rows:
+        raise DataError(f"--benchmarks {root}: no benchmark files (<rule>/<run>.tsv) in it; give the workflow's "
+                        f"<results>/benchmarks folder after a run")
     return pd.DataFrame(rows, columns=COLUMNS).sort_values(["rule", "run"], kind="stable", ignore_index=True)
 
 

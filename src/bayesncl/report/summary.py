@@ -194,8 +194,8 @@ def summarize(grid_config: dict, base_dir: str | os.PathLike | None = None) -> p
     A relative ``results`` folder is resolved against ``base_dir`` (default: the current directory,
     which is the Snakemake working directory).
     """
-    if not grid_config.get("results"):
-        raise ConfigError("results: the workflow config names no results folder; set `results: results`")
+    if not grid_config.get("results") or not isinstance(grid_config["results"], str):
+        raise ConfigError(f"results: {grid_config.get('results')!r} is not a folder name; set `results: results`")
     results = Path(grid_config["results"])
     if not results.is_absolute():
         results = (Path(base_dir) if base_dir is not None else Path.cwd()) / results
@@ -261,12 +261,56 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def read_summary(csv_path: str | os.PathLike) -> pd.DataFrame:
-    """Read runs.csv back with the dtypes ``summarize`` produces (text stays text, "" not NaN)."""
+def _same_width(csv_path, text: str, fix: str) -> None:
+    """Every row as wide as the header: pandas would take surplus fields for an index, shifting every column."""
+    import csv
+    import io
+
+    from ..errors import DataError
+
     try:
-        df = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
+        widths = [len(row) for row in csv.reader(io.StringIO(text)) if row]
+    except csv.Error as exc:
+        raise DataError(f"{csv_path}: not a CSV table ({exc}); {fix}") from None
+    for number, width in enumerate(widths[1:], start=2):
+        if width != widths[0]:
+            raise DataError(f"{csv_path}: not a CSV table (row {number} has {width} fields, the header "
+                            f"{widths[0]}); {fix}")
+
+
+REQUIRED_COLUMNS = ("run_id", "dataset", "method", "variant", "sets", "seed")  # a run's identity in every table
+
+
+def read_summary(csv_path: str | os.PathLike) -> pd.DataFrame:
+    """Read runs.csv back with the dtypes ``summarize`` produces (text stays text, "" not NaN).
+
+    A file that is not a CSV table, lacks a column of ``REQUIRED_COLUMNS`` or has no run is a DataError
+    naming it: read before anything is written, so a bad runs.csv leaves earlier tables as they were."""
+    import io
+
+    from ..errors import DataError
+
+    fix = "run `bayesncl summarize` to write it again"
+    try:
+        text = Path(csv_path).read_bytes().decode("utf-8")
+        _same_width(csv_path, text, fix)
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    except UnicodeDecodeError:
+        raise DataError(f"{csv_path}: not a text file; expected the runs.csv that `bayesncl summarize` writes; "
+                        f"{fix}") from None
+    except OSError as exc:
+        raise DataError(f"{csv_path}: cannot be read ({exc.strerror}); {fix}") from None
     except pd.errors.EmptyDataError:
-        df = pd.DataFrame(columns=COLUMNS)
+        raise DataError(f"{csv_path}: empty, no header and no runs; {fix}") from None
+    except (pd.errors.ParserError, ValueError) as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{csv_path}: not a CSV table ({why}); {fix}") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise DataError(f"{csv_path}: no column {', '.join(missing)} (a runs.csv names each run's "
+                        f"{', '.join(REQUIRED_COLUMNS)}); {fix}")
+    if not len(df):
+        raise DataError(f"{csv_path}: a header but no runs; {fix}")
     return prepare(df)
 
 

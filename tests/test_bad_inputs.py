@@ -1,0 +1,649 @@
+"""Every entry point, given input it cannot use: exit 2 and one line naming the file or key, what was wrong and
+the fix; never a traceback, never exit 0 on nothing, and nothing written (earlier outputs as they were).
+
+One row per case: the entry point and its arguments, the exit code, a phrase the line must contain (so that
+breaking any one message fails its row), and the files each case starts from. Every row snapshots its folder
+before and after: a failing command must leave it byte for byte as it was. The entry points run in this process
+(`bayesncl.cli.main`, `claims_stability.main`, the workflow's config check as common.smk runs it); one row runs
+Snakemake itself, for the wiring. Cases that need a trained run or another user id are tested where their
+fixtures live: ELSEWHERE lists them, and a test checks they still exist.
+
+At the end, property-based tests (Hypothesis) of the readers of user files: runs.csv, the benchmark .tsv, the
+claims tables and the grid YAML, given arbitrary bytes or a truncated good file, give a clean error (the
+project's error types, exit 2) or a correct result, never a traceback.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import bayesncl.cli as cli
+from bayesncl.errors import REQUEUE_EXIT, BayesNCLError
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("claims_stability", ROOT / "benchmarks" / "claims_stability.py")
+stability = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(stability)
+
+# ------------------------------------------------------------------------------------------------ inputs
+TSV_HEADER = ("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\tjobid\trule_name\t"
+              "wildcards\tparams\tthreads\tcpu_usage\tresources\tinput_size_mb")
+TSV_RECORD = ("12.5\t0:00:12\t812.5\t900\t800\t805\t0.1\t0.2\t50.0\t10.5\t7\tpretrain\t{'run': 'x'}\t{}\t1\t"
+              "NA\t{'gpu': 1, 'mem_mb': 4000}\t{}")
+RUNS_HEADER = "run_id,dataset,arch,method,variant,sets,seed,sc"
+RUNS_ROW = "synthetic/ncl/seed~0,synthetic,resnet18,ncl,NCL,table1,0,20.0"
+CLAIMS_HEAD = "| | Claim | Left | Right | Δ [95% CI] | Test (n) | Paper | Verdict |\n|:--|:--|--:|--:|:--|:--|:--|:--|\n"
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe\x00\x01"
+WNIDS = ["n01440764", "n01443537"]
+
+
+def claims(dataset: str, verdicts: dict[str, str]) -> str:
+    return CLAIMS_HEAD + f"| *{dataset}* | | | | | | | |\n" + "".join(
+        f"| {cid} | SC: X > Y | 1 | 2 | +1 [0, 2] | paired (5) | - | {v} |\n" for cid, v in verdicts.items())
+
+
+def files(**content) -> Callable[[Path], None]:
+    """A setup writing ``{relative path: text or bytes}``, the path's ``/`` written ``__`` and the dot of its
+    extension too (``b__r__tsv``: ``b/r.tsv``); a value None: a folder."""
+    def setup(tmp: Path) -> None:
+        for name, body in content.items():
+            stem, _, ext = name.rpartition("__")
+            if ext in ("tsv", "csv", "md", "png", "yaml", "bin", "pt"):
+                name = f"{stem}.{ext}"
+            path = tmp / name.replace("__", "/")
+            if body is None:
+                path.mkdir(parents=True, exist_ok=True)
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(body if isinstance(body, bytes) else body.encode())
+    return setup
+
+
+def both(*setups) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        for s in setups:
+            s(tmp)
+    return setup
+
+
+def checkpoint(content) -> Callable[[Path], None]:
+    def setup(tmp: Path) -> None:
+        torch.save(content, tmp / "model.pt")
+    return setup
+
+
+# Earlier outputs of a good run, which a failing command must leave as they were.
+EARLIER_REPORT = files(results__tables__table1__md="earlier table\n", results__figures__figure3__png=b"earlier")
+EARLIER_JOBS = files(summary__jobs__csv="rule,run\nearlier,1\n", summary__jobs__md="earlier\n")
+IMAGENET_TREE = files(**{f"imagenet__{s}__{w}": None for s in ("train", "val") for w in WNIDS})
+
+
+@dataclass
+class Case:
+    id: str
+    argv: list[str]             # "{tmp}" stands for the case's folder
+    phrase: str                 # the one line must contain it ("{tmp}" as in argv)
+    code: int = 2
+    setup: Callable[[Path], None] | None = None
+    run: str = "cli"            # cli | stability | workflow | snakemake
+    patch: Callable[[pytest.MonkeyPatch], None] | None = None
+    config: Callable[[dict], None] | None = None  # the workflow rows: an edit of config/tiny.yaml
+
+
+def _no_pdflatex(mp):
+    import bayesncl.report.document as document
+    mp.setattr(document.shutil, "which", lambda name: None)
+
+
+def _disk_full(mp):
+    import bayesncl.data.synthetic as synthetic
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+    mp.setattr(synthetic.torch, "save", full)
+
+
+SYN = ["--set", "data.synthetic.train_size=40", "--set", "data.synthetic.test_size=20",
+       "--set", "data.synthetic.image_size=8"]
+IMAGENET = ["--set", "data.dataset=imagenet100", "--set", "data.root={tmp}/imagenet", "--set",
+            f"data.classes=[{','.join(WNIDS)}]", "--set", "data.imagenet_stored_size=16"]
+JOBS = ["jobs", "--benchmarks", "{tmp}/b", "--out", "{tmp}/summary/jobs.csv"]
+REPORT = ["report", "--summary", "{tmp}/runs.csv", "--out", "{tmp}/results"]
+TSV_FIX = "rerun the job that writes it"
+RUNS_FIX = "run `bayesncl summarize` to write it again"
+
+CASES = [
+    # ---- issue 24: prepare-imagenet
+    Case("prepare-imagenet cache folder under a file", ["prepare-imagenet", *IMAGENET, "--set",
+         "data.cache_dir={tmp}/blocker/cache"], "data.cache_dir: the prepared copy's folder {tmp}/blocker/cache",
+         setup=both(IMAGENET_TREE, files(blocker="a file"))),
+    Case("prepare-imagenet --workers -1", ["prepare-imagenet", *IMAGENET, "--workers", "-1"],
+         "--workers: -1 is negative; give 0", setup=IMAGENET_TREE),
+    # ---- issue 24: jobs
+    Case("jobs --benchmarks missing", JOBS, "--benchmarks {tmp}/b does not exist; give the workflow's",
+         setup=EARLIER_JOBS),
+    Case("jobs --benchmarks a file", JOBS, "--benchmarks {tmp}/b is a file, not a folder",
+         setup=both(EARLIER_JOBS, files(b="x"))),
+    Case("jobs --benchmarks without .tsv", JOBS, "--benchmarks {tmp}/b: no benchmark files",
+         setup=both(EARLIER_JOBS, files(b=None))),
+    Case("jobs ragged .tsv", JOBS, "{tmp}/b/pretrain/r.tsv: not a benchmark table",
+         setup=both(EARLIER_JOBS, files(b__pretrain__r__tsv="s\tmax_rss\n1\t2\t3\t4\n"))),
+    Case("jobs empty .tsv", JOBS, "{tmp}/b/pretrain/r.tsv: empty; expected Snakemake's benchmark record",
+         setup=both(EARLIER_JOBS, files(b__pretrain__r__tsv=""))),
+    Case("jobs binary .tsv", JOBS, "{tmp}/b/pretrain/r.tsv: not a text file",
+         setup=both(EARLIER_JOBS, files(b__pretrain__r__tsv=PNG))),
+    Case("jobs header-only .tsv", JOBS, "{tmp}/b/pretrain/r.tsv: a header but no record; remove it, or " + TSV_FIX,
+         setup=both(EARLIER_JOBS, files(b__pretrain__r__tsv=TSV_HEADER + "\n"))),
+    Case("jobs non-numeric .tsv", JOBS, "{tmp}/b/pretrain/r.tsv: column 's' is 'abc', not a number of seconds",
+         setup=both(EARLIER_JOBS, files(b__pretrain__r__tsv=TSV_HEADER + "\n" + TSV_RECORD.replace("12.5", "abc", 1)
+                                        + "\n"))),
+    Case("jobs .tsv without wall seconds", JOBS, "{tmp}/b/pretrain/r.tsv: no column 's'",
+         setup=both(EARLIER_JOBS, files(b__pretrain__r__tsv="foo\tbar\n1\t2\n"))),
+    Case("jobs one bad .tsv among good ones", JOBS, "{tmp}/b/z/bad.tsv: a header but no record",
+         setup=both(EARLIER_JOBS, files(b__pretrain__ok__tsv=f"{TSV_HEADER}\n{TSV_RECORD}\n",
+                                        b__z__bad__tsv=TSV_HEADER + "\n"))),
+    # ---- issue 24: report
+    Case("report empty runs.csv", REPORT, "{tmp}/runs.csv: empty, no header and no runs; " + RUNS_FIX,
+         setup=both(EARLIER_REPORT, files(runs__csv=""))),
+    Case("report header-only runs.csv", REPORT, "{tmp}/runs.csv: a header but no runs; " + RUNS_FIX,
+         setup=both(EARLIER_REPORT, files(runs__csv=RUNS_HEADER + "\n"))),
+    Case("report runs.csv without a run's columns", REPORT, "{tmp}/runs.csv: no column run_id, dataset, method, "
+         "variant, sets, seed", setup=both(EARLIER_REPORT, files(runs__csv="a,b\n1,2\n"))),
+    Case("report runs.csv lacking one column", REPORT, "{tmp}/runs.csv: no column sets (a runs.csv names",
+         setup=both(EARLIER_REPORT, files(runs__csv=RUNS_HEADER.replace(",sets", "") + "\n"
+                                          + RUNS_ROW.replace(",table1", "") + "\n"))),
+    Case("report binary runs.csv", REPORT, "{tmp}/runs.csv: not a text file",
+         setup=both(EARLIER_REPORT, files(runs__csv=PNG))),
+    Case("report ragged runs.csv", REPORT, "{tmp}/runs.csv: not a CSV table",
+         setup=both(EARLIER_REPORT, files(runs__csv=RUNS_HEADER + "\n" + RUNS_ROW + ",1,2,3\n" + RUNS_ROW + "\n"))),
+    Case("report --summary a folder", REPORT, "--summary {tmp}/runs.csv is a folder, not a file",
+         setup=both(EARLIER_REPORT, files(runs__csv=None))),
+    Case("report --summary missing", REPORT, "--summary {tmp}/runs.csv does not exist; run `bayesncl summarize`",
+         setup=EARLIER_REPORT),
+    # ---- issue 24: claims_stability.py
+    Case("claims_stability missing file", ["{tmp}/a.md", "{tmp}/none.md"], "{tmp}/none.md does not exist; give the "
+         "claims.md", run="stability", setup=files(a__md=claims("Synthetic", {"1a": "holds"}))),
+    Case("claims_stability a folder", ["{tmp}/a.md", "{tmp}"], "{tmp} is a folder, not a file", run="stability",
+         setup=files(a__md=claims("Synthetic", {"1a": "holds"}))),
+    Case("claims_stability no claim in common", ["{tmp}/a.md", "{tmp}/b.md"], "the two tables share no claim "
+         "(1 rows in A, 2 in B", run="stability",
+         setup=files(a__md=claims("Synthetic", {"1a": "holds"}), b__md=claims("CIFAR-10", {"1a": "holds", "2": "holds"}))),
+    Case("claims_stability binary", ["{tmp}/a.md", "{tmp}/b.md"], "{tmp}/b.md: not a text file", run="stability",
+         setup=files(a__md=claims("Synthetic", {"1a": "holds"}), b__md=PNG)),
+    Case("claims_stability not a claims table", ["{tmp}/a.md", "{tmp}/b.md"], "{tmp}/b.md: no claims table with a "
+         "Verdict column", run="stability",
+         setup=files(a__md=claims("Synthetic", {"1a": "holds"}), b__md="| a | b |\n|---|---|\n| 1 | 2 |\n")),
+    Case("claims_stability header only", ["{tmp}/a.md", "{tmp}/b.md"], "{tmp}/b.md: the claims table has no claim "
+         "rows", run="stability", setup=files(a__md=claims("Synthetic", {"1a": "holds"}), b__md=CLAIMS_HEAD)),
+    Case("claims_stability ragged row", ["{tmp}/a.md", "{tmp}/b.md"], "{tmp}/b.md, line 4: 3 cells, the header has 8",
+         run="stability", setup=files(a__md=claims("Synthetic", {"1a": "holds"}),
+                                      b__md=CLAIMS_HEAD + "| *Synthetic* | | | | | | | |\n| 1a | SC | holds |\n")),
+    # ---- issue 24: make-synthetic
+    Case("make-synthetic cache under a file", ["make-synthetic", *SYN, "--set", "data.cache_dir={tmp}/blocker/c"],
+         "data.cache_dir {tmp}/blocker/c: {tmp}/blocker is a file, not a folder", setup=files(blocker="x")),
+    Case("make-synthetic cache write fails", ["make-synthetic", *SYN, "--set", "data.cache_dir={tmp}/c"],
+         "data.cache_dir: nothing was cached (could not write synthetic cache", patch=_disk_full,
+         setup=files(c=None)),
+    # ---- issue 24: the workflow's config check (`snakemake --config ...` over config/tiny.yaml)
+    Case("workflow smoke=maybe", ["smoke=maybe"], "smoke: 'maybe' is not true or false; fix it in", run="workflow"),
+    Case("workflow seeds=[]", ["seeds=[]"], "seeds: [] is empty; give at least 1 item; fix it in", run="workflow"),
+    Case("workflow seeds=[0,0]", ["seeds=[0,0]"], "seeds: ['0', '0'] repeats 0; give each item once",
+         run="workflow"),
+    Case("workflow seeds=[-1]", ["seeds=[-1]"], "seeds: '-1' is not a non-negative integer; fix it in",
+         run="workflow"),
+    Case("workflow seeds=abc", ["seeds=abc"], "seeds: 'abc' is not a list; fix it in config/tiny.yaml or give "
+         "--config 'seeds=[0,1,2]'", run="workflow"),
+    Case("workflow unknown top-level key", [], "the config: unknown key bogus (it takes results", run="workflow",
+         config=lambda c: c.update(bogus=1)),
+    Case("workflow dataset without data", [], "datasets.x: the key data is missing", run="workflow",
+         config=lambda c: c["datasets"].update(x={})),
+    Case("workflow set seeds=[]", [], "sets.table1.seeds: [] is empty", run="workflow",
+         config=lambda c: c["sets"]["table1"].update(seeds=[])),
+    Case("workflow unknown variant", [], "sets.table1.variants", run="workflow",
+         config=lambda c: c["sets"]["table1"]["variants"].append("MoCo")),
+    Case("workflow bad method.rho", [], "method.rho", run="workflow",
+         config=lambda c: c["defaults"].setdefault("method", {}).update(rho=1.5)),
+    Case("workflow unknown set", [], "sets.table8", run="workflow",
+         config=lambda c: c["sets"].update(table8={"variants": ["NCL"]})),
+    Case("snakemake seeds=[0,0]", ["seeds=[0,0]"], "invalid workflow config: seeds: ['0', '0'] repeats 0",
+         run="snakemake"),
+    # ---- the earlier review's cases: --set values, --out, checkpoints, config files, data, summarize, ...
+    Case("pretrain --set unparsable YAML", ["pretrain", "--set", "method.rho=[0.5", "--out", "{tmp}/x"],
+         "--set method.rho: value '[0.5' is not valid YAML"),
+    Case("pretrain --set @", ["pretrain", "--set", "method.rho=@x", "--out", "{tmp}/x"],
+         "--set method.rho: value '@x' is not valid YAML"),
+    Case("evaluate --set unparsable YAML", ["evaluate", "--checkpoint", "{tmp}/m.pt", "--set", "eval.batch_size=[1",
+                                            "--out", "{tmp}/x"], "--set eval.batch_size: value '[1' is not valid YAML"),
+    Case("pretrain --out under a file", ["pretrain", "--out", "{tmp}/blocker/run"], "{tmp}/blocker is a file, not a "
+         "folder; choose another location", setup=files(blocker="x")),
+    Case("pretrain --out is a file", ["pretrain", "--out", "{tmp}/blocker"], "{tmp}/blocker is a file, not a folder",
+         setup=files(blocker="x")),
+    Case("evaluate --out under a file", ["evaluate", "--checkpoint", "{tmp}/model.pt", "--out", "{tmp}/blocker/e"],
+         "--out {tmp}/blocker/e: {tmp}/blocker is a file", setup=files(blocker="x", model__pt="never read")),
+    Case("report --out under a file", ["report", "--summary", "{tmp}/runs.csv", "--out", "{tmp}/blocker/r"],
+         "--out {tmp}/blocker/r: {tmp}/blocker is a file", setup=files(blocker="x", runs__csv=RUNS_HEADER)),
+    Case("summarize --out under a file", ["summarize", "--grid-json", "{}", "--out", "{tmp}/blocker/s/runs.csv"],
+         "{tmp}/blocker is a file, not a folder", setup=files(blocker="x")),
+    Case("summarize --out a folder", ["summarize", "--grid-json", "{}", "--out", "{tmp}/out"],
+         "--out {tmp}/out is a folder; give the CSV file to write", setup=files(out=None)),
+    Case("summarize --grid missing", ["summarize", "--grid", "{tmp}/none.yaml", "--out", "{tmp}/runs.csv"],
+         "--grid {tmp}/none.yaml does not exist"),
+    Case("summarize --grid-json not JSON", ["summarize", "--grid-json", "{", "--out", "{tmp}/runs.csv"],
+         "--grid-json: not valid JSON"),
+    Case("summarize --grid-json without defaults", ["summarize", "--grid-json", '{"results": "r", "seeds": [0]}',
+                                                    "--out", "{tmp}/runs.csv"], "defaults"),
+    Case("summarize --grid binary", ["summarize", "--grid", "{tmp}/g.bin", "--out", "{tmp}/runs.csv"],
+         "--grid {tmp}/g.bin: not a text file", setup=files(g__bin=PNG)),
+    Case("summarize --grid not a mapping", ["summarize", "--grid", "{tmp}/g.yaml", "--out", "{tmp}/runs.csv"],
+         "--grid {tmp}/g.yaml: expected a mapping", setup=files(g__yaml="- a\n- b\n")),
+    Case("pretrain --config binary", ["pretrain", "--config", "{tmp}/c.bin", "--out", "{tmp}/run"],
+         "config file {tmp}/c.bin: not a text file", setup=files(c__bin=PNG)),
+    Case("pretrain --config missing", ["pretrain", "--config", "{tmp}/c.yaml", "--out", "{tmp}/run"],
+         "{tmp}/c.yaml does not exist"),
+    Case("pretrain --config-json not an object", ["pretrain", "--config-json", "[1]", "--out", "{tmp}/run"],
+         "--config-json: expected a JSON object"),
+    Case("evaluate truncated checkpoint", ["evaluate", "--checkpoint", "{tmp}/model.pt", "--out", "{tmp}/e"],
+         "{tmp}/model.pt could not be read", setup=files(model__pt="truncated")),
+    Case("evaluate junk checkpoint", ["evaluate", "--checkpoint", "{tmp}/model.pt", "--out", "{tmp}/e"],
+         "expected a file that `bayesncl pretrain` wrote", setup=files(model__pt=PNG * 40)),
+    Case("evaluate pickled object checkpoint", ["evaluate", "--checkpoint", "{tmp}/model.pt", "--out", "{tmp}/e"],
+         "expected a file that `bayesncl pretrain` wrote", setup=checkpoint({"model": {}, "note": Path("x")})),
+    Case("evaluate foreign checkpoint", ["evaluate", "--checkpoint", "{tmp}/model.pt", "--out", "{tmp}/e"],
+         "is this a bayesncl checkpoint", setup=checkpoint({"weights": torch.zeros(2)})),
+    Case("evaluate missing checkpoint", ["evaluate", "--checkpoint", "{tmp}/nope/model.pt", "--out", "{tmp}/e"],
+         "--checkpoint {tmp}/nope/model.pt does not exist; give the model.pt"),
+    Case("evaluate checkpoint a folder", ["evaluate", "--checkpoint", "{tmp}/d", "--out", "{tmp}/e"],
+         "--checkpoint {tmp}/d is a folder, not a file", setup=files(d=None)),
+    *[Case(f"pretrain {bad}", ["pretrain", "--out", "{tmp}/run", "--set", bad], key) for bad, key in (
+        ("method.name=simsiam", "method.name"), ("method.rho=1.5", "method.rho"), ("method.rho=0", "method.rho"),
+        ("method.lambda=-1", "method.lambda"), ("train.epochs=0", "train.epochs"), ("method.gate=hard", "method.gate"),
+        ("model.arch=vit", "model.arch"), ("model.depth=3", "model.depth"), ("train.graph=fast", "train.graph"),
+        ("no.such_key=1", "no: unknown key; known keys here: data, eval"))],
+    Case("pretrain cifar10 without data.root", ["pretrain", "--out", "{tmp}/run", "--set", "data.dataset=cifar10"],
+         "data.root"),
+    Case("pretrain cifar100 root missing", ["pretrain", "--out", "{tmp}/run", "--set", "data.dataset=cifar100",
+                                            "--set", "data.root={tmp}/nowhere"], "{tmp}/nowhere"),
+    Case("pretrain imagenet100 class folders missing", ["pretrain", "--out", "{tmp}/run", *IMAGENET[:2], "--set",
+         "data.root={tmp}/imagenet"], "class folders missing", setup=IMAGENET_TREE),
+    Case("make-synthetic another key", ["make-synthetic", *SYN, "--set", "train.epochs=3"],
+         "--set train.epochs: make-synthetic takes data.synthetic.* and data.cache_dir only"),
+    Case("make-synthetic a cifar config", ["make-synthetic", "--config", "{tmp}/c.yaml"],
+         "data.dataset: make-synthetic generates the synthetic set, but", setup=files(c__yaml="data: {dataset: "
+                                                                                      "cifar10, root: /x}\n")),
+    Case("prepare-imagenet a cifar config", ["prepare-imagenet", "--set", "data.dataset=cifar10", "--set",
+                                              "data.root=/x"], "prepare-imagenet prepares ImageNet-100"),
+    Case("prepare-imagenet root missing", ["prepare-imagenet", *IMAGENET[:2], "--set", "data.root={tmp}/nope"],
+         "{tmp}/nope: data.root not found"),
+    Case("document --summary missing", ["document", "--summary", "{tmp}/none.csv", "--out", "{tmp}"],
+         "--summary {tmp}/none.csv does not exist; run `bayesncl summarize` first"),
+    Case("document empty runs.csv", ["document", "--summary", "{tmp}/runs.csv", "--out", "{tmp}/results"],
+         "{tmp}/runs.csv: empty", setup=both(EARLIER_REPORT, files(runs__csv=""))),
+    Case("pdf without pdflatex", ["pdf", "--tex", "{tmp}/report.tex", "--out", "{tmp}/report.pdf"],
+         "pdflatex not found", patch=_no_pdflatex),
+    Case("atlas --run missing", ["atlas", "--run", "{tmp}/missing"], "config.resolved.yaml: not found"),
+    Case("atlas --grid missing", ["atlas", "--run", "{tmp}/missing", "--grid", "{tmp}/g.yaml"],
+         "--grid {tmp}/g.yaml does not exist"),
+]
+
+# Bad-input cases whose fixtures (a trained run, another user id, a cluster, DataLoader workers) live in other
+# test files; test_cases_tested_elsewhere_still_exist keeps this list honest.
+ELSEWHERE = {
+    "test_cli.py": ["test_out_in_read_only_folder_fails_before_work", "test_corrupt_jpeg_in_a_worker_is_the_same_one_line_error",
+                    "test_evaluate_by_default_computes_what_the_run_has", "test_a_bug_keeps_its_traceback"],
+    "test_evaluate.py": ["test_checkpoint_with_other_config_is_refused", "test_empty_split_is_a_clear_error"],
+    "test_atlas.py": ["test_cli_errors_name_the_file_and_the_fix"],
+    "test_feed.py": ["test_prepare_errors_name_the_path_and_layout", "test_a_stale_or_damaged_copy_is_never_read",
+                     "test_a_block_corrupted_at_the_same_size_is_caught_and_verify_repairs_it",
+                     "test_a_manifest_pointing_at_the_other_splits_file_is_caught"],
+    "test_gpu_check.py": ["test_cuda_without_a_gpu_is_a_one_line_error"],
+    "test_smoke.py": ["test_a_bad_dataset_root_stops_the_run_before_any_job"],
+    "test_workflow.py": ["test_bad_config_fails_when_the_dag_is_built", "test_bad_config_is_reported_with_its_key"],
+}
+
+
+# ------------------------------------------------------------------------------------------------ running a row
+def _snapshot(root: Path) -> dict[str, str]:
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        out[rel] = "folder" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _workflow_check(entries: list[str], edit) -> int:
+    """What workflow/rules/common.smk runs on `snakemake --configfile config/tiny.yaml --config ENTRIES`."""
+    from snakemake.cli import parse_config
+
+    from bayesncl.errors import ConfigError
+    from bayesncl.grid import expand_grid
+    from bayesncl.wfconfig import check_workflow_config, coerce_smoke
+
+    config = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    if edit is not None:
+        edit(config)
+    config.update(parse_config(entries))
+    try:
+        coerce_smoke(config)
+        check_workflow_config(config, ROOT / "workflow" / "schemas" / "config.schema.yaml", "config/tiny.yaml")
+        expand_grid(config)
+    except ConfigError as e:
+        print(f"invalid workflow config: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _snakemake(entries: list[str], tmp: Path) -> tuple[int, str, str]:
+    exe = shutil.which("snakemake", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if exe is None:
+        pytest.skip("snakemake not installed")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    r = subprocess.run([exe, "-n", "--configfile", "config/tiny.yaml", "--config", *entries, f"results={tmp}/r"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    # Snakemake's own notes (the pdflatex hint of the Snakefile) are not the error
+    err = "".join(line + "\n" for line in r.stderr.splitlines() if not line.startswith("pdflatex not found"))
+    return r.returncode, r.stdout, err
+
+
+def run_case(case: Case, tmp: Path, monkeypatch) -> tuple[int, str, str]:
+    sub = lambda s: s.replace("{tmp}", str(tmp))  # noqa: E731
+    argv = [sub(a) for a in case.argv]
+    if case.run == "snakemake":
+        return _snakemake(argv, tmp)
+    if case.patch is not None:
+        case.patch(monkeypatch)
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            if case.run == "cli":
+                code = cli.main(argv)
+            elif case.run == "stability":
+                code = stability.main(argv)
+            else:
+                code = _workflow_check(argv, case.config)
+        except SystemExit as e:  # argparse
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_one_line_and_writes_nothing(case: Case, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BAYESNCL_CACHE", str(tmp_path / "default-cache"))
+    if case.setup is not None:
+        case.setup(tmp_path)
+    before = _snapshot(tmp_path)
+    code, out, err = run_case(case, tmp_path, monkeypatch)
+    assert code == case.code, (code, err)
+    assert "Traceback" not in err and err.count("\n") == 1 and err.endswith("\n"), err
+    assert case.phrase.replace("{tmp}", str(tmp_path)) in err, err
+    assert "error" in err.split(":", 2)[1] or err.startswith("invalid workflow config: ")
+    assert out == "" or case.run == "snakemake", out  # nothing claimed done ("cached in", "0 jobs", ...)
+    assert _snapshot(tmp_path) == before  # nothing written, earlier outputs as they were
+
+
+def test_the_table_has_every_case_once():
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids))
+    assert len(CASES) + sum(map(len, ELSEWHERE.values())) >= 91  # the issue's 44 new cases and the earlier 47
+
+
+def test_cases_tested_elsewhere_still_exist():
+    for name, tests in ELSEWHERE.items():
+        defined = {n.name for n in ast.walk(ast.parse((ROOT / "tests" / name).read_text()))
+                   if isinstance(n, ast.FunctionDef)}
+        assert set(tests) <= defined, (name, set(tests) - defined)
+
+
+# ------------------------------------------------------------------------------------------------ the good paths
+def test_partly_different_claim_sets_name_the_unmatched_rows(tmp_path, capsys):
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    a.write_text(claims("Synthetic", {"1a": "holds", "2": "holds"}))
+    b.write_text(claims("Synthetic", {"1a": "holds", "3": "inconclusive (leans for)"}))
+    assert stability.main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 verdicts agree" in out and "2 rows in one table only (not compared)" in out
+    assert f"only in A ({a}): 2 SC: X > Y (Synthetic)" in out and f"only in B ({b}): 3 SC: X > Y (Synthetic)" in out
+
+
+def test_good_inputs_still_work(tmp_path, capsys):
+    """The rows' inputs made good: the same commands succeed, so the rows fail for the reason they name."""
+    b = tmp_path / "b" / "pretrain"
+    b.mkdir(parents=True)
+    (b / "r.tsv").write_text(f"{TSV_HEADER}\n{TSV_RECORD}\n")
+    assert cli.main(["jobs", "--benchmarks", str(tmp_path / "b"), "--out", str(tmp_path / "jobs.csv")]) == 0
+    assert "1 jobs" in capsys.readouterr().out
+    from bayesncl.report.summary import read_summary
+
+    (tmp_path / "runs.csv").write_text(f"{RUNS_HEADER}\n{RUNS_ROW}\n")
+    df = read_summary(tmp_path / "runs.csv")
+    assert list(df["run_id"]) == ["synthetic/ncl/seed~0"] and df["sc"].tolist() == [20.0]
+    assert _workflow_check(["seeds=[0,1]", "smoke=true"], None) == 0
+    assert cli.main(["make-synthetic", *SYN, "--set", f"data.cache_dir={tmp_path / 'c'}"]) == 0
+    assert "cached in" in capsys.readouterr().out and list((tmp_path / "c").glob("synthetic-*.pt"))
+
+
+# ------------------------------------------------------------------------------------------------ SIGTERM
+def test_sigterm_while_loading_exits_75(monkeypatch, tmp_path, capsys, tiny_sets):
+    """In the middle of start-up (the config resolved, the data about to load): the CLI's handler, exit 75."""
+    import bayesncl.data
+
+    def loading(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler ends this sleep
+        raise AssertionError("SIGTERM did not stop the start-up")
+
+    def not_main(signum, frame):  # this test's own: main must have replaced it
+        raise AssertionError("the CLI installed no SIGTERM handler")
+
+    monkeypatch.setattr(bayesncl.data, "check_data", loading)
+    previous = signal.signal(signal.SIGTERM, not_main)
+    try:
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["pretrain", "--out", str(tmp_path / "run")] + sum((["--set", s] for s in tiny_sets), []))
+        assert signal.getsignal(signal.SIGTERM) is not_main  # main put the caller's handler back
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert exc.value.code == REQUEUE_EXIT
+    assert "stopped by SIGTERM; rerun the same command (exit 75" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def _catches_sigterm(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as fh:
+        caught = next(line for line in fh if line.startswith("SigCgt:")).split()[1]
+    return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_sigterm_right_after_start_exits_75(tmp_path, tiny_sets):
+    """A real process, signalled as soon as it catches SIGTERM (before torch is imported, before any data)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    argv = [sys.executable, "-m", "bayesncl.cli", "pretrain", "--out", str(tmp_path / "run"), "--quiet",
+            *sum((["--set", s] for s in tiny_sets), [])]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not _catches_sigterm(proc.pid):
+        assert proc.poll() is None and time.monotonic() < deadline, "the CLI never installed its handler"
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == REQUEUE_EXIT, err
+    assert "Traceback" not in err and "stopped by SIGTERM" in err
+    assert not (tmp_path / "run").exists()  # before training wrote anything
+
+
+# ------------------------------------------------------------------------------------------------ Hypothesis
+FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 150)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+                derandomize=True)
+TEXTISH = st.one_of(st.binary(max_size=400), st.text(max_size=300).map(str.encode),
+                    st.lists(st.sampled_from(["run_id", "dataset", "method", "variant", "sets", "seed", "sc", ",",
+                                              "\n", "\t", '"', "s", "1.5", "NA", "|", " ", "Verdict", "holds",
+                                              "*Synthetic*", "-", ":", "\\|", "\x00", "\r"]),
+                             max_size=60).map(lambda xs: "".join(xs).encode()))
+
+
+def _good_runs_csv() -> bytes:
+    return (ROOT / "tests" / "golden" / "runs.csv").read_bytes()
+
+
+def _cut(data: bytes, at: float) -> bytes:
+    return data[: int(len(data) * at)]
+
+
+@FUZZ
+@given(data=st.one_of(TEXTISH, st.floats(0, 1).map(lambda f: _cut(_good_runs_csv(), f))))
+def test_runs_csv_reader_never_tracebacks(data, tmp_path_factory):
+    from bayesncl.report.summary import REQUIRED_COLUMNS, read_summary
+
+    path = tmp_path_factory.mktemp("runs") / "runs.csv"
+    path.write_bytes(data)
+    try:
+        df = read_summary(path)
+    except BayesNCLError as e:
+        assert "\n" not in str(e) and str(path) in str(e)
+        return
+    assert len(df) >= 1 and all(c in df.columns for c in REQUIRED_COLUMNS)
+    good = _good_runs_csv()
+    if good.startswith(data):  # a truncated good file: its whole rows, read as they were
+        from bayesncl.report.summary import read_summary as rs
+
+        full = rs(ROOT / "tests" / "golden" / "runs.csv")
+        whole = len(df) - (0 if data.endswith(b"\n") else 1)
+        assert df["run_id"].tolist()[:whole] == full["run_id"].tolist()[:whole]
+
+
+def _good_tsv() -> bytes:
+    return f"{TSV_HEADER}\n{TSV_RECORD}\n".encode()
+
+
+@FUZZ
+@given(data=st.one_of(TEXTISH, st.floats(0, 1).map(lambda f: _cut(_good_tsv(), f))))
+def test_benchmark_reader_never_tracebacks(data, tmp_path_factory):
+    import math
+
+    from bayesncl.report.jobs import collect
+
+    root = tmp_path_factory.mktemp("bench")
+    (root / "pretrain").mkdir()
+    (root / "pretrain" / "r.tsv").write_bytes(data)
+    try:
+        jobs = collect(root)
+    except BayesNCLError as e:
+        assert "\n" not in str(e) and "r.tsv" in str(e)
+        return
+    assert len(jobs) == 1 and math.isfinite(jobs["seconds"][0]) and jobs["seconds"][0] >= 0
+    if data == _good_tsv():
+        assert jobs["seconds"][0] == 12.5 and jobs["gpus"][0] == 1
+
+
+def _good_claims() -> bytes:
+    return claims("Synthetic", {"1a": "holds", "1b": "does not hold", "2": "inconclusive (leans for)"}).encode()
+
+
+@FUZZ
+@given(data=st.one_of(TEXTISH, st.floats(0, 1).map(lambda f: _cut(_good_claims(), f))))
+def test_claims_reader_never_tracebacks(data, tmp_path_factory):
+    path = tmp_path_factory.mktemp("claims") / "claims.md"
+    path.write_bytes(data)
+    try:
+        rows = stability.read_claims(path)
+    except BayesNCLError as e:
+        assert "\n" not in str(e) and str(path) in str(e)
+        return
+    assert rows and all("Verdict" in r for r in rows.values())
+    _, n = stability.compare(rows, rows)  # a table against itself: every verdict agrees
+    assert n["agree"] == n["rows"] == len(rows) and n["reversed"] == 0
+
+
+def _good_grid() -> bytes:
+    return (ROOT / "config" / "tiny.yaml").read_bytes()
+
+
+YAML_VALUES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.text(max_size=5),
+                                     st.sampled_from(["NCL", "ncl", "synthetic", "table1", "figure4b", "seeds"])),
+                           lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                   st.dictionaries(st.sampled_from(
+                                                       ["results", "seeds", "defaults", "datasets", "variants",
+                                                        "sets", "data", "method", "name", "dataset", "variants",
+                                                        "n_seeds", "sweep", "overrides", "NCL", "table1"]),
+                                                       inner, max_size=4)), max_leaves=12)
+
+
+def _paths(value, prefix=()):
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, (*prefix, i))
+
+
+GOOD_GRID = yaml.safe_load(_good_grid())
+GRID_PATHS = [p for p in _paths(GOOD_GRID) if p]
+
+
+def _replaced(path, value) -> bytes:
+    """The good grid with one value (a key's or an item's) replaced."""
+    import copy
+
+    config = copy.deepcopy(GOOD_GRID)
+    node = config
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    return yaml.safe_dump(config).encode()
+
+
+@FUZZ
+@given(data=st.one_of(TEXTISH, st.floats(0, 1).map(lambda f: _cut(_good_grid(), f)),
+                      st.builds(_replaced, st.sampled_from(GRID_PATHS), YAML_VALUES),
+                      st.dictionaries(st.sampled_from(["results", "seeds", "defaults", "datasets", "variants",
+                                                       "sets", "smoke"]), YAML_VALUES, max_size=7)
+                      .map(lambda d: yaml.safe_dump(d).encode())))
+def test_grid_yaml_reader_never_tracebacks(data, tmp_path_factory):
+    """`bayesncl summarize --grid FILE` (the YAML reader and the grid's expansion) and the workflow's config check,
+    on arbitrary files: exit 2 and one line, or a correct result."""
+    from bayesncl.errors import ConfigError
+    from bayesncl.grid import expand_grid
+    from bayesncl.wfconfig import check_workflow_config
+
+    tmp = tmp_path_factory.mktemp("grid")
+    (tmp / "grid.yaml").write_bytes(data)
+    err = io.StringIO()
+    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+        code = cli.main(["summarize", "--grid", str(tmp / "grid.yaml"), "--out", str(tmp / "runs.csv")])
+    assert code == 2 and err.getvalue().count("\n") == 1, err.getvalue()
+    try:
+        config = yaml.safe_load(data.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError):
+        return
+    if not isinstance(config, dict):
+        return
+    try:
+        check_workflow_config(config, ROOT / "workflow" / "schemas" / "config.schema.yaml", "grid.yaml")
+        runs = expand_grid(config)
+    except ConfigError as e:
+        assert "\n" not in str(e)
+        return
+    assert runs and all(r.config["seed"] >= 0 for r in runs.values())
