@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from matplotlib.collections import LineCollection, PolyCollection
 
-from bayesncl.report import figures
+from bayesncl.report import figures, lines
 from bayesncl.report import summary as summ
 
 
@@ -193,10 +193,10 @@ def test_default_point_is_the_main_comparisons_even_when_sweep_runs_outnumber_it
     rows += [_row("BayesNCL (STE)", "bayesncl", s, "figure4b", "lambda", lam=lam, D=64)
              for lam in (0.0, 1e-4) for s in range(2)]
     rows += [_row("BayesNCL (STE)", "bayesncl", s, "figure4a", "proj_dim", D=128) for s in range(3)]
-    point = figures._default_point(summ.prepare(pd.DataFrame(rows)), "cifar100")
+    point = lines.default_point(summ.prepare(pd.DataFrame(rows)), "cifar100")
     assert point == {"proj_dim": 64, "rho": 0.8, "lambda": 3e-5}
     # Without main runs: the value most runs use (ties: the smaller).
-    point = figures._default_point(summ.prepare(pd.DataFrame(rows[1:5])), "cifar100")
+    point = lines.default_point(summ.prepare(pd.DataFrame(rows[1:5])), "cifar100")
     assert point == {"proj_dim": 64, "rho": 0.8, "lambda": 0.0}
 
 
