@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from matplotlib.collections import LineCollection, PolyCollection
 
-from bayesncl.report import figures, lines
+from bayesncl.report import drawing, figures, lines
 from bayesncl.report import summary as summ
 
 
@@ -155,8 +155,8 @@ def test_render_writes_every_figure_even_without_runs(tmp_path, frame):
 
 
 def test_fmt_is_short_and_exact():
-    assert [figures._fmt(v) for v in (3e-5, 1e-4, 0.0, 0.8, 256.0)] == ["3e-5", "1e-4", "0", "0.8", "256"]
-    assert figures._fmt(math.nan) == "?"
+    assert [drawing.fmt_value(v) for v in (3e-5, 1e-4, 0.0, 0.8, 256.0)] == ["3e-5", "1e-4", "0", "0.8", "256"]
+    assert drawing.fmt_value(math.nan) == "?"
 
 
 def test_figure4b_lambda_only_sweep_keeps_the_main_default_and_says_rho_is_not_swept():

@@ -313,7 +313,7 @@ def render_atlas(runs: list[AtlasRun], out_stem: str | os.PathLike, n: int = 6, 
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
 
-    from .figures import RC, save_figure
+    from .drawing import RC, save_figure
 
     if not runs:
         raise AtlasError("atlas: no runs given; pass --run RUN_DIR (a run evaluated by `bayesncl evaluate`)")

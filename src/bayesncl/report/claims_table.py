@@ -21,7 +21,8 @@ from .names import ARCH_NAMES, DATASET_NAMES, HEADLINE, is_main
 from .summary import prepare
 from .verdicts import VERDICTS
 
-__all__ = ["CAPTION", "build_claims", "claim_cells", "dataset_title", "outcome", "print_outcome", "render_claims", "write_claims"]
+__all__ = ["CAPTION", "build_claims", "claim_cells", "dataset_title", "outcome", "print_outcome", "render_claims",
+           "write_claims"]
 
 
 def _count(side: Side) -> str:

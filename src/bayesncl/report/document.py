@@ -401,7 +401,8 @@ def write_document(summary_csv: str | Path, results: str | Path, grid: str | Pat
     outcome = outcome_text([c.verdict for _, c in judged])
     written.append(atomic_write_text(out / "provenance.rst", provenance_rst(prov, outcome, results)))
     written.append(atomic_write_text(out / "provenance.json", prov.to_json()))
-    written.append(atomic_write_text(out / "report.tex", _render_tex(_latex_context(df, prov, list(figures), results, judged))))
+    tex = _render_tex(_latex_context(df, prov, list(figures), results, judged))
+    written.append(atomic_write_text(out / "report.tex", tex))
     written += write_plots(df, results / "plots")
     return written
 

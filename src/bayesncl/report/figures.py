@@ -29,136 +29,24 @@ from __future__ import annotations
 
 import math
 import os
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib import rc_context
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..atomic import atomic_path
+from .drawing import (BAND_ALPHA, RC, arch_text, dataset_name, draw, fmt_value, legend, line_colors, new_figure,
+                      no_runs, save_figure, suptitle)
 from .lines import (default_point, gate_points, group_key, line_points, mode, paired, parse_json, row_mask,
                     rows_in_set, sc_curve, seed_stats, seeds_text, split_lines)
-from .names import ARCH_NAMES, DATASET_NAMES
+from .names import ARCH_NAMES
 from .summary import prepare, sweep_rows
 
-__all__ = ["FIGURE_NAMES", "RC", "render_figures", "save_figure", "sweep_rows"]
+__all__ = ["FIGURE_NAMES", "render_figures"]
 
 FIGURE_NAMES = ("figure3", "figure4a", "figure4b", "gates", "sc_training")
-RC = {"font.size": 8, "axes.titlesize": 8.5, "axes.labelsize": 8, "legend.fontsize": 7,
-      "figure.titlesize": 9.5, "figure.dpi": 100, "savefig.dpi": 150, "lines.linewidth": 1.4,
-      "lines.markersize": 4}
-BAND_ALPHA = 0.2
-
-
-# --------------------------------------------------------------------------- row selection
-
-
-def _draw(ax, pts, color, label, xmap=lambda v: v, linestyle="-", marker="o"):
-    """A mean line with a +-std band where a point has two or more seeds; returns the line."""
-    xv = [xmap(p[0]) for p in pts]
-    mv, sv, nv = (np.array([p[i] for p in pts], dtype=float) for i in (1, 2, 3))
-    (line,) = ax.plot(xv, mv, color=color, marker=marker, linestyle=linestyle,
-                      label=f"{label} ({seeds_text(nv)})")
-    # Bands over runs of consecutive points with two or more seeds; a lone seeded point gets an error bar.
-    lone = []
-    for run in np.split(np.arange(len(nv)), np.flatnonzero(np.diff(nv > 1)) + 1):
-        if nv[run[0]] <= 1:
-            continue
-        if len(run) == 1:
-            lone.append(run[0])
-        else:
-            ax.fill_between([xv[i] for i in run], mv[run] - sv[run], mv[run] + sv[run], color=color,
-                            alpha=BAND_ALPHA, linewidth=0)
-    if lone:
-        ax.errorbar([xv[i] for i in lone], mv[lone], yerr=sv[lone], color=color, linestyle="none",
-                    capsize=2.5, elinewidth=1)
-    return line
-
-
-def _colors(labels) -> dict[str, tuple]:
-    from matplotlib import colormaps
-    cmap = colormaps["tab10"]
-    return {lab: cmap(i % 10) for i, lab in enumerate(dict.fromkeys(labels))}
-
-
-def _no_runs(ax, text: str = "no runs") -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
-
-
-def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _chars(fig, fontsize: float) -> int:
-    """About how many characters of ``fontsize`` fit across the figure."""
-    return max(20, int(fig.get_figwidth() * 72 / (0.5 * fontsize)))
-
-
-def _suptitle(fig, title: str, fixed: list[str]) -> None:
-    """Title, then the values held fixed, each wrapped to the figure's width."""
-    size = RC["figure.titlesize"]
-    lines = textwrap.wrap(title, _chars(fig, size))
-    for part in fixed:
-        lines += textwrap.wrap(part, _chars(fig, size))
-    fig.suptitle("\n".join(lines))
-
-
-def _legend(fig, axes) -> None:
-    """One legend for the whole figure, below the panels, one entry per label."""
-    entries: dict[str, object] = {}
-    for ax in np.ravel(axes):
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if not lab.startswith("_"):
-                entries.setdefault(lab, h)
-    if entries:
-        # Columns as wide as the longest label (+ handle) allow, so no entry runs off the figure.
-        per_col = max(len(lab) for lab in entries) + 6
-        ncols = max(1, min(len(entries), _chars(fig, RC["legend.fontsize"]) // per_col))
-        fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncols=ncols,
-                   frameon=False)
-
-
-def _fmt(v: float) -> str:
-    """3e-5, not 3e-05 or 0.00003; 0.8 stays 0.8."""
-    if not math.isfinite(v):
-        return "?"
-    if v and abs(v) < 1e-2:
-        return np.format_float_scientific(v, trim="-", exp_digits=1)
-    return f"{v:g}"
-
-
-def _ds(ds: str) -> str:
-    return DATASET_NAMES.get(ds, ds) or "(no dataset)"
-
-
-def _arch_text(rows: pd.DataFrame) -> str:
-    archs = [ARCH_NAMES.get(a, a) for a in dict.fromkeys(rows["arch"]) if a]
-    return "/".join(archs)
-
-
-def _save(fig: Figure, out_dir: Path, stem: str, formats: tuple[str, ...], stamp: str | None = None) -> list[Path]:
-    """Save ``fig`` in each format; ``stamp`` (provenance.stamp: commit and grid) goes into the metadata."""
-    paths = []
-    for ext in formats:
-        meta = None
-        if ext == "pdf":  # no timestamp: reproducible bytes
-            meta = {"CreationDate": None, **({"Subject": stamp} if stamp else {})}
-        elif ext == "png" and stamp:
-            meta = {"Comment": stamp}
-        path = out_dir / f"{stem}.{ext}"
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=ext, metadata=meta)
-        paths.append(path)
-    return paths
-
-
-save_figure = _save
 
 
 # --------------------------------------------------------------------------- figure 3
@@ -166,15 +54,15 @@ def _figure3(df: pd.DataFrame) -> Figure:
     rows = rows_in_set(df, "figure3")
     rows = rows[row_mask(rows, [m != "cl" for m in rows["method"]])]  # retrieval not reported for SimCLR
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
-    fig = _figure(max(5.0, 3.4 * len(datasets)), 3.4)
+    fig = new_figure(max(5.0, 3.4 * len(datasets)), 3.4)
     axes = fig.subplots(1, len(datasets), squeeze=False)[0]
     groups = list(dict.fromkeys(zip(rows["arch"], rows["variant"])))
     multi_arch = len({a for a, _ in groups}) > 1
-    colors = _colors([v for _, v in groups])
+    colors = line_colors([v for _, v in groups])
     fixed = []
     for ax, ds in zip(axes, datasets):
         part = rows[rows["dataset"] == ds]
-        ax.set_title(_ds(ds))
+        ax.set_title(dataset_name(ds))
         ax.set_xlabel("K, dimensions kept (log scale)")
         ax.set_ylabel("retrieval P@10 (%)")
         all_ks: set[int] = set()
@@ -190,7 +78,7 @@ def _figure3(df: pd.DataFrame) -> Figure:
             if not pts:
                 continue
             label = variant + (f", {ARCH_NAMES.get(arch, arch)}" if multi_arch else "")
-            _draw(ax, pts, colors[variant], label)
+            draw(ax, pts, colors[variant], label)
             all_ks.update(p[0] for p in pts)
         table_k = mode(part["ret_K"])
         if math.isfinite(table_k):
@@ -200,15 +88,15 @@ def _figure3(df: pd.DataFrame) -> Figure:
             ax.set_xticks(sorted(all_ks), [str(k) for k in sorted(all_ks)])
             ax.minorticks_off()
         else:
-            _no_runs(ax)
+            no_runs(ax)
         if len(part):
             d = default_point(df, ds)
-            fixed.append(f"{_ds(ds)}: D = {_fmt(d['proj_dim'])}, BayesNCL at ρ = {_fmt(d['rho'])}, "
-                         f"λ = {_fmt(d['lambda'])}")
-    arch = _arch_text(rows)
-    _suptitle(fig, "Figure 3: retrieval with the top-K dimensions (test split" + (f", {arch}" if arch else "")
+            fixed.append(f"{dataset_name(ds)}: D = {fmt_value(d['proj_dim'])}, BayesNCL at ρ = {fmt_value(d['rho'])}, "
+                         f"λ = {fmt_value(d['lambda'])}")
+    arch = arch_text(rows)
+    suptitle(fig, "Figure 3: retrieval with the top-K dimensions (test split" + (f", {arch}" if arch else "")
               + ")", fixed)
-    _legend(fig, axes)
+    legend(fig, axes)
     return fig
 
 
@@ -219,41 +107,41 @@ METRICS = (("sc", "SC (%)"), ("probe_top1", "linear probe top-1 (%)"))
 def _figure4a(df: pd.DataFrame) -> Figure:
     rows = rows_in_set(df, "figure4a")
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
-    fig = _figure(6.6, 0.6 + 2.6 * len(datasets))
+    fig = new_figure(6.6, 0.6 + 2.6 * len(datasets))
     axes = fig.subplots(len(datasets), 2, squeeze=False)
     all_lines = {ds: split_lines(rows[rows["dataset"] == ds], "proj_dim") for ds in datasets}
-    colors = _colors([lab for ls in all_lines.values() for lab, _ in ls])
+    colors = line_colors([lab for ls in all_lines.values() for lab, _ in ls])
     fixed = []
     for r, ds in enumerate(datasets):
         part = rows[rows["dataset"] == ds]
         widths = sorted({int(v) for v in part["proj_dim"] if math.isfinite(v)})
         d = default_point(df, ds) if len(part) else {}
         for ax, (y, ylabel) in zip(axes[r], METRICS):
-            ax.set_title(f"{_ds(ds)}: {ylabel.split(' (')[0]}")
+            ax.set_title(f"{dataset_name(ds)}: {ylabel.split(' (')[0]}")
             ax.set_xlabel("latent width D (log scale)")
             ax.set_ylabel(ylabel)
             for label, lp in all_lines[ds]:
                 pts = line_points(lp, "proj_dim", y)
                 if pts:
-                    _draw(ax, pts, colors[label], label)
+                    draw(ax, pts, colors[label], label)
             if widths:
                 ax.set_xscale("log", base=2)
                 ax.set_xticks(widths, [str(w) for w in widths])
                 ax.minorticks_off()
             if not ax.lines:
-                _no_runs(ax)
+                no_runs(ax)
             elif math.isfinite(d.get("proj_dim", math.nan)):
                 ax.axvline(d["proj_dim"], color="0.55", linestyle=":", linewidth=1, zorder=0,
                            label="default D (Tables 1-2)")
         if d:
             bayes = part[part["method"] == "bayesncl"]
-            held = f"{_ds(ds)}: default D = {_fmt(d['proj_dim'])}"
+            held = f"{dataset_name(ds)}: default D = {fmt_value(d['proj_dim'])}"
             if len(bayes):
-                held += f", BayesNCL at ρ = {_fmt(mode(bayes['rho']))}, λ = {_fmt(mode(bayes['lambda']))}"
+                held += f", BayesNCL at ρ = {fmt_value(mode(bayes['rho']))}, λ = {fmt_value(mode(bayes['lambda']))}"
             fixed.append(held)
-    arch = _arch_text(rows)
-    _suptitle(fig, "Figure 4a: latent width D (test split" + (f", {arch}" if arch else "") + ")", fixed)
-    _legend(fig, axes)
+    arch = arch_text(rows)
+    suptitle(fig, "Figure 4a: latent width D (test split" + (f", {arch}" if arch else "") + ")", fixed)
+    legend(fig, axes)
     return fig
 
 
@@ -268,7 +156,7 @@ def _lambda_axis(ax, xs: list[float]):
     zero_at = lo / 10 ** max(0.7, 0.3 * math.log10(hi / lo))  # a gap of at least most of a decade
     ax.set_xscale("log")
     ticks = ([zero_at] if 0 in xs else []) + pos
-    ax.set_xticks(ticks, ["0" if t == zero_at else _fmt(t) for t in ticks], rotation=30)
+    ax.set_xticks(ticks, ["0" if t == zero_at else fmt_value(t) for t in ticks], rotation=30)
     ax.minorticks_off()
     if 0 in xs:
         brk = math.sqrt(zero_at * lo)
@@ -282,7 +170,7 @@ def _draw_lambda(ax, pts, color, label, xmap) -> None:
     zero = [p for p in pts if p[0] == 0]
     pos = [p for p in pts if p[0] > 0]
     if pos:
-        _draw(ax, pos, color, label, xmap)
+        draw(ax, pos, color, label, xmap)
     if zero:
         z = zero[0]
         ax.errorbar([xmap(0)], [z[1]], yerr=[z[2]] if z[3] > 1 else None, color=color, marker="o",
@@ -301,10 +189,10 @@ def _ncl_reference(df: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
 def _figure4b(df: pd.DataFrame) -> Figure:
     rows = rows_in_set(df, "figure4b")
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
-    fig = _figure(6.8, 0.9 + 4.6 * len(datasets))
+    fig = new_figure(6.8, 0.9 + 4.6 * len(datasets))
     axes = fig.subplots(2 * len(datasets), 2, squeeze=False)
     fixed = []
-    label_colors = _colors([lab for ds in datasets for p in ("rho", "lambda")
+    label_colors = line_colors([lab for ds in datasets for p in ("rho", "lambda")
                             for lab, _ in split_lines(sweep_rows(rows[rows["dataset"] == ds], p), p)])
     for b, ds in enumerate(datasets):
         part = rows[rows["dataset"] == ds]
@@ -316,13 +204,13 @@ def _figure4b(df: pd.DataFrame) -> Figure:
                 ax = axes[2 * b + r][c]
                 other = "lambda" if param == "rho" else "rho"
                 sym = "ρ" if param == "rho" else "λ"
-                ax.set_title(f"{_ds(ds)}: {ylabel.split(' (')[0]} vs {sym} "
-                             f"({'λ' if other == 'lambda' else 'ρ'} = {_fmt(base[other])})")
+                ax.set_title(f"{dataset_name(ds)}: {ylabel.split(' (')[0]} vs {sym} "
+                             f"({'λ' if other == 'lambda' else 'ρ'} = {fmt_value(base[other])})")
                 ax.set_xlabel("ρ, prior keep rate" if param == "rho" else "λ, KL weight (log scale)")
                 ax.set_ylabel(ylabel)
                 xs = sorted({v for v in sweeps[param][param] if math.isfinite(v)})
                 if len(xs) < 2:  # one point is no sweep: say so rather than draw it
-                    _no_runs(ax, f"{sym} is not swept in this grid")
+                    no_runs(ax, f"{sym} is not swept in this grid")
                     ax.set_xticks([])
                     ax.set_yticks([])
                     continue
@@ -334,9 +222,9 @@ def _figure4b(df: pd.DataFrame) -> Figure:
                     if param == "lambda":
                         _draw_lambda(ax, pts, label_colors[label], label, xmap)
                     else:
-                        _draw(ax, pts, label_colors[label], label)
+                        draw(ax, pts, label_colors[label], label)
                 if not ax.lines:
-                    _no_runs(ax)
+                    no_runs(ax)
                     continue
                 if math.isfinite(base[param]):
                     ax.axvline(xmap(base[param]), color="0.55", linestyle=":", linewidth=1, zorder=0,
@@ -346,12 +234,12 @@ def _figure4b(df: pd.DataFrame) -> Figure:
                     ax.axhline(m, color="0.2", linestyle="--", linewidth=1,
                                label=f"NCL, same D ({seeds_text([n])})")
         if len(part):
-            fixed.append(f"{_ds(ds)}: default ρ = {_fmt(base['rho'])}, λ = {_fmt(base['lambda'])}, "
-                         f"D = {_fmt(mode(part['proj_dim']))}")
-    arch = _arch_text(rows)
-    _suptitle(fig, "Figure 4b: sensitivity to the prior keep rate ρ and the KL weight λ (BayesNCL, test split"
+            fixed.append(f"{dataset_name(ds)}: default ρ = {fmt_value(base['rho'])}, λ = {fmt_value(base['lambda'])}, "
+                         f"D = {fmt_value(mode(part['proj_dim']))}")
+    arch = arch_text(rows)
+    suptitle(fig, "Figure 4b: sensitivity to the prior keep rate ρ and the KL weight λ (BayesNCL, test split"
               + (f", {arch}" if arch else "") + ")", fixed)
-    _legend(fig, axes)
+    legend(fig, axes)
     return fig
 
 
@@ -367,7 +255,7 @@ def _gates(df: pd.DataFrame) -> Figure:
     for ds in datasets:
         part = rows[rows["dataset"] == ds]
         if not len(part):
-            panels.append((ds, f"{_ds(ds)}: BayesNCL variants", []))
+            panels.append((ds, f"{dataset_name(ds)}: BayesNCL variants", []))
             continue
         d = default_point(df, ds)
         at = part[(part["rho"] == d["rho"]) & (part["lambda"] == d["lambda"]) & (part["proj_dim"] == d["proj_dim"])]
@@ -377,14 +265,14 @@ def _gates(df: pd.DataFrame) -> Figure:
         multi_arch = len({a for a, _ in variants}) > 1
         lines = [(v + (f", {ARCH_NAMES.get(a, a)}" if multi_arch else ""), at.loc[idx])
                  for (a, v), idx in variants.items()]
-        panels.append((ds, f"{_ds(ds)}: BayesNCL variants", lines))
-        fixed.append(f"{_ds(ds)}: ρ = {_fmt(d['rho'])}, λ = {_fmt(d['lambda'])}, D = {_fmt(d['proj_dim'])}")
+        panels.append((ds, f"{dataset_name(ds)}: BayesNCL variants", lines))
+        fixed.append(f"{dataset_name(ds)}: ρ = {fmt_value(d['rho'])}, λ = {fmt_value(d['lambda'])}, D = {fmt_value(d['proj_dim'])}")
         lam = sweep_rows(rows_in_set(part, "figure4b"), "lambda")
         lam_values = sorted({v for v in lam["lambda"] if math.isfinite(v)})
         if len(lam_values) > 1:
-            panels.append((ds, f"{_ds(ds)}: λ sweep ({lam['variant'].iloc[0]}, ρ = {_fmt(mode(lam['rho']))})",
-                           [(f"λ = {_fmt(v)}", lam[lam["lambda"] == v]) for v in lam_values]))
-    fig = _figure(max(3.6 * len(panels), 5.0), 4.8)
+            panels.append((ds, f"{dataset_name(ds)}: λ sweep ({lam['variant'].iloc[0]}, ρ = {fmt_value(mode(lam['rho']))})",
+                           [(f"λ = {fmt_value(v)}", lam[lam["lambda"] == v]) for v in lam_values]))
+    fig = new_figure(max(3.6 * len(panels), 5.0), 4.8)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (ds, title, lines) in zip(axes, panels):
         ax.set_title(title)
@@ -396,19 +284,19 @@ def _gates(df: pd.DataFrame) -> Figure:
             cmap = colormaps["viridis"]
             colors = {lab: cmap(i / max(len(lines) - 1, 1) * 0.85) for i, (lab, _) in enumerate(lines)}
         else:
-            colors = _colors([lab for lab, _ in lines])
+            colors = line_colors([lab for lab, _ in lines])
         for label, part in lines:
             pts = gate_points(part)
             if pts:
-                _draw(ax, pts, colors[label], label, marker="." if len(pts) > 15 else "o")
+                draw(ax, pts, colors[label], label, marker="." if len(pts) > 15 else "o")
         ax.set_ylim(-2, 102)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if ax.lines:
             # per panel (the sweep panel's entries differ), below the axes so no curve is hidden
             ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=1)
         else:
-            _no_runs(ax, "no BayesNCL run with a gate curve")
-    _suptitle(fig, "Open gates during pretraining (hard gate m = 1[α > 0.5]): do the gates leave their "
+            no_runs(ax, "no BayesNCL run with a gate curve")
+    suptitle(fig, "Open gates during pretraining (hard gate m = 1[α > 0.5]): do the gates leave their "
               "initial state?", fixed)
     return fig
 
@@ -420,15 +308,15 @@ def _sc_training(df: pd.DataFrame) -> Figure:
     rows = rows_in_set(df, "table3")
     rows = rows[row_mask(rows, [bool(t) for t in rows["dyn_sc"]])]
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
-    fig = _figure(7.0, 0.9 + 2.9 * len(datasets))
+    fig = new_figure(7.0, 0.9 + 2.9 * len(datasets))
     axes = fig.subplots(len(datasets), 2, squeeze=False)
-    colors = _colors(dict.fromkeys(rows["variant"]))
+    colors = line_colors(dict.fromkeys(rows["variant"]))
     fixed = []
     for r, ds in enumerate(datasets):
         ax, dax = axes[r]
         part = rows[rows["dataset"] == ds]
-        ax.set_title(f"{_ds(ds)}: SC over pretraining")
-        dax.set_title(f"{_ds(ds)}: BayesNCL − NCL, paired by seed")
+        ax.set_title(f"{dataset_name(ds)}: SC over pretraining")
+        dax.set_title(f"{dataset_name(ds)}: BayesNCL − NCL, paired by seed")
         for a in (ax, dax):
             a.set_xlabel("pretraining epoch")
             a.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -450,7 +338,7 @@ def _sc_training(df: pd.DataFrame) -> Figure:
                 for e, v in c.items():
                     per_epoch.setdefault(e, []).append(v)
             pts = [(e, *seed_stats(per_epoch[e])) for e in sorted(per_epoch)]
-            _draw(ax, [p for p in pts if math.isfinite(p[1])], colors[variant], label,
+            draw(ax, [p for p in pts if math.isfinite(p[1])], colors[variant], label,
                   marker="." if len(pts) > 15 else "o")
         for (arch, variant, method), seeds in curves.items():
             ref = [v for (a, _, m), v in curves.items() if a == arch and m == "ncl"]
@@ -469,19 +357,19 @@ def _sc_training(df: pd.DataFrame) -> Figure:
                 dax.fill_between(np.array(xs)[ok], (ms - hs)[ok], (ms + hs)[ok], color=colors[variant],
                                  alpha=BAND_ALPHA, linewidth=0)
         if not ax.lines:
-            _no_runs(ax, "no run recorded SC over training (set table3, train.dynamics_every)")
+            no_runs(ax, "no run recorded SC over training (set table3, train.dynamics_every)")
         if dax.lines:
             dax.axhline(0.0, color="0.2", linestyle="--", linewidth=1, zorder=0, label="no difference")
         else:
-            _no_runs(dax, "needs NCL and BayesNCL runs on shared seeds")
+            no_runs(dax, "needs NCL and BayesNCL runs on shared seeds")
         if len(part):
             d = default_point(df, ds)
-            fixed.append(f"{_ds(ds)}: D = {_fmt(d['proj_dim'])}, BayesNCL at ρ = {_fmt(d['rho'])}, "
-                         f"λ = {_fmt(d['lambda'])}; faint lines: single seeds; band: ± std over seeds")
-    arch = _arch_text(rows)
-    _suptitle(fig, "SC over pretraining (test split" + (f", {arch}" if arch else "") + "): does claim 1a "
+            fixed.append(f"{dataset_name(ds)}: D = {fmt_value(d['proj_dim'])}, BayesNCL at ρ = {fmt_value(d['rho'])}, "
+                         f"λ = {fmt_value(d['lambda'])}; faint lines: single seeds; band: ± std over seeds")
+    arch = arch_text(rows)
+    suptitle(fig, "SC over pretraining (test split" + (f", {arch}" if arch else "") + "): does claim 1a "
               "depend on when training stops?", fixed)
-    _legend(fig, axes)
+    legend(fig, axes)
     return fig
 
 
@@ -496,5 +384,5 @@ def render_figures(df: pd.DataFrame, out_dir: str | os.PathLike,
               "sc_training": _sc_training}
     with rc_context(RC):
         for stem in FIGURE_NAMES:
-            written += _save(makers[stem](df), out, stem, formats, stamp)
+            written += save_figure(makers[stem](df), out, stem, formats, stamp)
     return written

@@ -3,7 +3,8 @@
 - ``stamp(grid)``: the one line every generated table, figure and document carries: the commit of the
   checkout that holds the bayesncl code (with "+ uncommitted changes" when tracked files differ from it)
   and the grid config file with its SHA-256. Tables and Markdown get it as a comment under their "do not
-  edit" line (``stamp_text``, when layout.write_table writes them); figures in their metadata (PDF Subject, PNG Comment).
+  edit" line (``stamp_text``, when layout.write_table writes them); figures in their metadata (PDF Subject,
+  PNG Comment).
 - ``collect(...)``: the report's provenance page: the stamp's parts, seeds and runs, package versions,
   the machine, the date, and wall time / GPU-hours per rule from ``summary/jobs.csv`` when the workflow
   wrote one (columns rule, run, seconds, max_rss_mb and, when known, gpus: GPUs the job held).
