@@ -10,11 +10,11 @@ import json
 import math
 from collections import Counter
 
-import numpy as np
 import pandas as pd
 
 from .cells import stat
 from .names import ARCH_NAMES, METHOD_LABELS, is_main
+from .verdicts import mean_interval
 
 __all__ = ["default_point", "gate_points", "group_key", "line_points", "mode", "paired", "parse_json",
            "row_mask", "rows_in_set", "sc_curve", "seed_stats", "seeds_text", "split_lines"]
@@ -133,15 +133,13 @@ def sc_curve(rec: dict) -> dict[int, float]:
 
 
 def paired(left: dict[int, dict[int, float]], right: dict[int, dict[int, float]]):
-    """Per epoch: (epoch, mean of left - right over the seeds both have there, 95% t half-width, n)."""
-    from scipy.stats import t
-
+    """Per epoch: (epoch, mean of left - right over the seeds both have there, 95% t half-width, n): the
+    claims' paired interval (verdicts.mean_interval)."""
     out = []
     for e in sorted(set().union(*left.values(), *right.values()) if left and right else ()):
         d = [left[s][e] - right[s][e] for s in sorted(set(left) & set(right)) if e in left[s] and e in right[s]]
         if not d:
             continue
-        mean = float(np.mean(d))
-        half = float(t.ppf(0.975, len(d) - 1) * np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else math.nan
-        out.append((e, mean, half, len(d)))
+        mean, low, high = mean_interval(d)
+        out.append((e, mean, (high - low) / 2, len(d)))
     return out

@@ -26,7 +26,8 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["BETTER", "NOT_WORSE", "VERDICTS", "Kind", "Outcome", "Values", "combine", "compare", "finite", "within"]
+__all__ = ["BETTER", "NOT_WORSE", "VERDICTS", "Kind", "Outcome", "Values", "combine", "compare", "finite",
+           "mean_interval", "within"]
 
 HOLDS, FAILS, NOT_RUN = "holds", "does not hold", "not run"
 LEANS_FOR, LEANS_AGAINST = "inconclusive (leans for)", "inconclusive (leans against)"
@@ -91,6 +92,16 @@ def _interval(mean: float, se: float, df: float) -> tuple[float, float]:
     return mean - half, mean + half
 
 
+def mean_interval(d) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of the values ``d`` (paired differences, or one sample) and its 95%
+    Student-t interval, n - 1 degrees of freedom; NaN bounds below two values."""
+    d = np.asarray(d, dtype=float)
+    diff = float(d.mean())
+    if d.size < 2:
+        return diff, math.nan, math.nan
+    return (diff, *_interval(diff, float(d.std(ddof=1)) / math.sqrt(d.size), d.size - 1))
+
+
 def _judge(kind: Kind, diff: float, low: float, high: float, tol: float) -> str:
     """The verdict from the interval (NaN bounds: none), else the lean of the mean difference."""
     if kind.name == "within":
@@ -118,10 +129,7 @@ def compare(left: Values, right: "Values | float", kind: Kind = BETTER, better: 
         tol = kind.margin * ref if kind.relative else kind.margin
         if d.size == 0:
             return Outcome(NOT_RUN)
-        diff = float(d.mean())
-        low = high = math.nan
-        if d.size >= 2:
-            low, high = _interval(diff, float(d.std(ddof=1)) / math.sqrt(d.size), d.size - 1)
+        diff, low, high = mean_interval(d)
         return Outcome(_judge(kind, diff, low, high, tol), "one-sample", (int(d.size),), diff, low, high, tol,
                        ref, tuple(v for _, v in lf), ())
     rf = finite(right)
@@ -133,10 +141,8 @@ def compare(left: Values, right: "Values | float", kind: Kind = BETTER, better: 
     if len(shared) >= 2:
         lv, rv = dict(lf), dict(rf)
         a, b = np.array([lv[s] for s in shared]), np.array([rv[s] for s in shared])
-        d = sign * (a - b)
-        diff = float(d.mean())
-        low, high = _interval(diff, float(d.std(ddof=1)) / math.sqrt(d.size), d.size - 1)
-        test, n = "paired", (int(d.size),)
+        diff, low, high = mean_interval(sign * (a - b))
+        test, n = "paired", (int(a.size),)
     else:
         a, b = np.array([v for _, v in lf]), np.array([v for _, v in rf])
         diff = sign * float(a.mean() - b.mean())
