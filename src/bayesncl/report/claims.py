@@ -1,5 +1,6 @@
-"""The claims table (``results/tables/claims.{tex,md}``): each claim of docs/METHOD.md section 9, checked on the
-grid's own runs, and the outcome printed to the terminal when the report is written.
+"""The claims of docs/METHOD.md section 9 as comparisons on the grid's own runs (``claims_rows``: claim objects,
+judged by verdicts.compare). claims_table.py writes them as the claims table and the terminal's outcome; the
+reproduction report (document.py) reads the same objects.
 
 Each row is one comparison between two sides (a claim with several parts gets one row per part: 1a-c,
 2a-b, 6a-c, 7a-d, 10a and one 10b per width D, 11a-b, 12a-b). A side is the group of runs (seeds) of one
@@ -10,7 +11,7 @@ pools runs of two architectures (claim 9 reads Table 5's runs, the others Tables
 Claim 7 reads the gradient-dynamics correlations at each run's last recorded epoch; "weakens" compares
 absolute values. Claim 11 compares the best inner sweep point (chosen after seeing the means) with each end;
 it holds only when both parts hold and does not hold when either does not. Runs that repeat another result
-(equal ``weights_sha``, a Top-k mask that never bound; see tables.flag_repeats) are marked with a double
+(equal ``weights_sha``, a Top-k mask that never bound; see groups.flag_repeats) are marked with a double
 dagger.
 """
 

@@ -42,7 +42,7 @@ PDFLATEX_HINT = ("pdflatex not found, so results/report.pdf is not built; instal
                  "`apt-get install texlive-latex-base texlive-latex-recommended` (Debian, as .ci/run does)")
 
 # Figure captions: what the figure shows and how to read it (each figure's title names its settings);
-# "$...$" is math, as in the tables' captions (tables.caption_text).
+# "$...$" is math, as in the tables' captions (cells.caption_text).
 FIGURE_CAPTIONS = {
     "figure3": ("Figure 3", r"Retrieval precision P@10 (%) against the number $K$ of feature dimensions kept, "
                 r"one line per method, one panel per dataset; the $K$ of Table 2 is marked. Lines are means "
