@@ -35,7 +35,7 @@ def measure(run: Path, big: int, sizes: list[int]) -> dict:
     from bayesncl import checkpoint as ckpt_io
     from bayesncl.config import merge, nest
     from bayesncl.data import load_split
-    from bayesncl.evaluation import metrics
+    from bayesncl.evaluation import arrays as metrics
     from bayesncl.evaluation.linear import predict_logits, standardize, train_linear
     from bayesncl.runtime import embed
 

@@ -51,7 +51,7 @@ def cmd_run(args) -> None:
 
     import bayesncl.train as train_mod
     from bayesncl.data import load_split
-    from bayesncl.evaluation import metrics
+    from bayesncl.evaluation import arrays as metrics
     from bayesncl.evaluation.linear import linear_probe_fast  # NumPy; takes CPU tensors
 
     cfg = run_config(args.method, args.seed, args.epochs, args.every, args.test_size, args.threads)

@@ -1,5 +1,6 @@
-"""The NumPy measures (evaluation/arrays.py) give the torch measures' numbers (metrics.py, retrieval.py, whose
-own tests compare them with naive loops), and a section job that reads the features cache imports no torch."""
+"""The one implementation of the measures (evaluation/arrays.py; tests/test_metrics.py and test_retrieval.py
+compare it with naive loops): its edge cases, its users, and a section job that reads the features cache
+imports no torch."""
 
 import json
 import math
@@ -9,71 +10,24 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
-import torch
 
-from bayesncl.evaluation import arrays, metrics, retrieval
+from bayesncl.evaluation import arrays
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _features(N, D, C, seed, dead=(), sign=False):
-    g = torch.Generator().manual_seed(seed)
-    F = torch.relu(torch.randn(N, D, generator=g) - 0.8)
-    F[:, list(dead)] = 0
-    if sign:
-        F = F * (torch.randint(0, 2, (N, D), generator=g) * 2 - 1)
-    y = torch.randint(0, C, (N,), generator=g)
-    return F, y
+def test_no_images_gives_nan_not_a_crash():
+    out = arrays.interpretability(np.zeros((0, 5), dtype=np.float32), np.zeros(0, dtype=np.int64), 3)
+    assert out["alive"] == 0 and out["alive_frac"] == 0
+    assert all(math.isnan(out[k]) for k in ("sc", "se_sum", "se_mean", "se_freq", "act"))
+    assert np.isnan(out["per_dim"]["freq"]).all() and not out["per_dim"]["active"].any()
 
 
-def _close(a, b):
-    np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64),
-                               rtol=1e-6, atol=1e-9, equal_nan=True)
+def test_pretraining_dynamics_use_these_measures():
+    """train.py records SC with this module's consistency_per_dim (no second implementation)."""
+    from bayesncl import train
 
-
-@pytest.mark.parametrize("N,D,C,seed,dead,sign", [(60, 12, 4, 0, (), False), (80, 20, 5, 1, (0, 7), False),
-                                                 (45, 9, 3, 2, (4,), True), (0, 5, 3, 3, (), False)])
-def test_interpretability_matches_torch(N, D, C, seed, dead, sign):
-    F, y = _features(N, D, C, seed, dead, sign)
-    want, got = metrics.interpretability(F, y, C), arrays.interpretability(F.numpy(), y.numpy(), C)
-    for k in ("sc", "se_sum", "se_mean", "se_freq", "act", "alive", "alive_frac"):
-        assert (math.isnan(want[k]) and math.isnan(got[k])) or got[k] == pytest.approx(want[k], rel=1e-6, abs=1e-9), k
-    for k, v in want["per_dim"].items():
-        _close(got["per_dim"][k], v.numpy())
-
-
-def test_background_gate_and_mask_measures_match_torch():
-    F, y = _features(120, 24, 6, 5, dead=(3,))
-    bg = torch.randint(0, 4, (120,), generator=torch.Generator().manual_seed(1))
-    bg[:40] = 0
-    want, got = metrics.background_dominance(F, y, bg, 6, 4), arrays.background_dominance(F.numpy(), y.numpy(),
-                                                                                         bg.numpy(), 6, 4)
-    assert got["share"] == pytest.approx(want["share"]) and got["n_active"] == want["n_active"]
-    for k in ("bg_dom", "cls_dom", "lift_bg", "lift_cls", "bg_sc", "cls_sc"):
-        _close(got[k], want[k].numpy())
-    gate = (torch.rand(120, 24, generator=torch.Generator().manual_seed(2)) < 0.6).float()
-    _close(arrays.closed_gate_rate(F.numpy(), gate.numpy()), metrics.closed_gate_rate(F, gate).numpy())
-    assert arrays.topk_binding(F.numpy(), gate.numpy()) == pytest.approx(metrics.topk_binding(F, gate))
-    none = arrays.background_dominance(np.zeros((30, 2)), y[:30].numpy(), bg[:30].numpy(), 6, 4)
-    assert math.isnan(none["share"])
-
-
-@pytest.mark.parametrize("K", [None, 3, 7])
-def test_retrieval_matches_torch(K):
-    g = torch.Generator().manual_seed(2)
-    F = torch.rand(90, 12, generator=g) ** 2  # dense: no similarity ties
-    y = torch.randint(0, 4, (90,), generator=g)
-    want = retrieval.retrieval_precision(F, y, (1, 3, 5, 10, 200), K=K)
-    for chunk in (7, 1024):
-        assert arrays.retrieval_precision(F.numpy(), y.numpy(), (1, 3, 5, 10, 200), K=K,
-                                          chunk_size=chunk) == pytest.approx(want, abs=1e-12)
-    assert arrays.retrieval_curve(F.numpy(), y.numpy(), [2, 5, 12]) == \
-        pytest.approx(retrieval.retrieval_curve(F, y, [2, 5, 12]), abs=1e-12)
-    X, idx = arrays.select_dims(F.numpy(), 4)
-    Xt, idxt = retrieval.select_dims(F, 4)
-    assert idx.tolist() == idxt.tolist()
-    _close(X, Xt.numpy())
+    assert train.consistency_per_dim is arrays.consistency_per_dim
 
 
 def test_cache_reading_sections_import_no_torch(tmp_path):

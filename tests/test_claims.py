@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from bayesncl.report import claims, summary, tables
+from bayesncl.report import claims, claims_table, summary, tables, verdicts
 
 MAIN = "table1;table2;figure3"
 VARIANTS = {  # the demo's variants (config/config.yaml) -> run settings
@@ -312,7 +312,7 @@ def test_rows_show_both_sides_the_interval_and_the_test():
     assert c.result.test == "paired" and c.result.n == (3,)
     # The sides over the seeds the test used: seed 3 of BayesNCL has no partner.
     assert c.left.stat.mean == pytest.approx(31.0) and c.left.stat.n == 3 and c.left.runs == 4
-    md = claims.render_claims(_sc_pair([30.0, 32.0, 31.0, 35.0], [20.0, 21.0, 19.0],
+    md = claims_table.render_claims(_sc_pair([30.0, 32.0, 31.0, 35.0], [20.0, 21.0, 19.0],
                                        seeds=([0, 1, 2, 3], [0, 1, 2])), "md")
     line = next(x for x in md.splitlines() if x.startswith("| 1a"))
     cells = [x.strip() for x in line.split("|")[1:-1]]
@@ -323,7 +323,7 @@ def test_rows_show_both_sides_the_interval_and_the_test():
                                                             "Paper", "Verdict"]
     se = frame([row("BayesNCL (STE)", s, "table1", se_sum=v) for s, v in enumerate([1.0, 1.1])]
                + [row("NCL", s, "table1", se_sum=v) for s, v in enumerate([2.0])])
-    line = next(x for x in claims.render_claims(se, "md").splitlines() if x.startswith("| 1c"))
+    line = next(x for x in claims_table.render_claims(se, "md").splitlines() if x.startswith("| 1c"))
     assert "| Welch (2, 1), right - left |" in line and "+0.950 (no CI)" in line
     assert "inconclusive (leans for)" in line
 
@@ -335,7 +335,7 @@ def test_nan_seeds_are_counted_and_left_out_of_both_sides():
     assert c.result.test == "paired" and c.result.n == (2,)
     assert c.right.stat.mean == pytest.approx(22.5)  # seeds 0 and 2 of NCL, not all three
     assert (c.left.runs, c.left.nan, c.right.stat.n) == (3, 1, 2)
-    md = claims.render_claims(df, "md")
+    md = claims_table.render_claims(df, "md")
     assert "32.00 ± 2.83 (2/3; 1 NaN)" in md and "22.50 ± 3.54 (2/3)" in md
     # Tables: the cell says it averages 2 of 3 seeds; the caption explains the mark.
     tex, md1 = tables.render_table(df, "table1"), tables.render_table(df, "table1", "md")
@@ -345,7 +345,7 @@ def test_nan_seeds_are_counted_and_left_out_of_both_sides():
     # Every seed of a side NaN: not run, and the cell says why.
     dead = _sc_pair([math.nan] * 3, [20.0, 21.0, 25.0])
     assert one(dead, "1a").verdict == NOT_RUN
-    assert "- (0/3; 3 NaN)" in claims.render_claims(dead, "md")
+    assert "- (0/3; 3 NaN)" in claims_table.render_claims(dead, "md")
 
 
 def test_tolerance_claims():
@@ -368,7 +368,7 @@ def test_tolerance_claims():
     df = cost([80.0, 80.1, 80.3], [70.95, 71.0, 70.9], bayes_gf=1.5)  # +12.8% time, +5.9% FLOPs
     assert one(df, "12a").verdict == FAILS and one(df, "12b").verdict == FAILS
     # The difference is shown in percent of the right side.
-    assert "+5.93% [5.93, 5.93]" in claims.render_claims(df, "md")
+    assert "+5.93% [5.93, 5.93]" in claims_table.render_claims(df, "md")
 
 
 def test_dynamics_claim_reads_the_last_epoch():
@@ -552,7 +552,7 @@ def test_every_claim_reads_its_sets_metric_direction_and_points(order):
         (c,) = comps[cid]
         parts = [reference(_side(rows, (B, "figure4b", {param: inner, "sweep": param}), "sc"),
                            _side(rows, (B, "figure4b", {param: e, "sweep": param}), "sc"), claims.BETTER) for e in ends]
-        weakest = min(parts, key=lambda p: (claims._STRENGTH[p["verdict"]], p["diff"]))
+        weakest = min(parts, key=lambda p: (verdicts._STRENGTH[p["verdict"]], p["diff"]))
         agrees(c.result, weakest)
         assert (c.left.label, c.right.label) == (B, B)
         assert f"= {inner:g} $>$ ends {ends[0]:g}, {ends[1]:g}" in c.text
@@ -569,7 +569,7 @@ def test_wiring_verdicts_and_rows_that_a_wrong_reading_would_change():
     assert v["4"].verdict == FAILS                                         # the sides swapped: holds
     assert v["12a"].verdict == FAILS and v["12a"].result.tol == pytest.approx(0.01 * 0.004502)  # absolute: holds
     assert v["11b"].verdict == FAILS and v["11b"].right.stat.mean > v["11b"].left.stat.mean  # rho 0.95 beats 0.8
-    md = claims.render_claims(frame(wired_rows()), "md")
+    md = claims_table.render_claims(frame(wired_rows()), "md")
     assert "+1.44% [1.44, 1.44]" in md
 
 
@@ -600,7 +600,7 @@ def _tex_row(tex: str, cid: str) -> list[str]:
 
 def test_cells_as_printed():
     df = frame(wired_rows())
-    md, tex = claims.render_claims(df, "md"), claims.render_claims(df, "tex")
+    md, tex = claims_table.render_claims(df, "md"), claims_table.render_claims(df, "tex")
     assert _md_row(md, "7a")[2:] == ["0.516 ± 0.029 (5)", "0", "+0.516 [0.479, 0.553]", "one-sample (5)", "-", "holds"]
     assert _md_row(md, "7b")[4:6] == ["+0.289 [0.265, 0.314]", "one-sample (5), -left"]
     assert _md_row(md, "1c")[4:6] == ["-0.606 [-0.621, -0.592]", "paired (5), right - left"]
@@ -621,16 +621,16 @@ def test_cells_as_printed():
     assert _tex_row(tex, "6c")[-1] == r"inconclusive \newline (leans against)"
     # Equal sides: an exact zero difference has no sign, whichever way the claim points.
     same = frame([row(v, s, "table1", sc=20.0 + s, se_sum=1.5 + s) for v in (B, N) for s in range(3)])
-    md = claims.render_claims(same, "md")
+    md = claims_table.render_claims(same, "md")
     assert _md_row(md, "1a")[4] == "+0.00 [0.00, 0.00]" and _md_row(md, "1c")[4] == "+0.000 [0.000, 0.000]"
     # A side without runs is a dash; the other side still shows its values; no Δ, no test.
     alone = frame([row(B, s, "table1", sc=20.0 + s) for s in range(3)])
-    md = claims.render_claims(alone, "md")
+    md = claims_table.render_claims(alone, "md")
     assert _md_row(md, "1a")[1:] == ["SC: BayesNCL (STE) > NCL", "21.00 ± 1.00 (3)", "-", "-", "-", "36.14 vs 14.93",
                                      "not run"]
     assert _md_row(md, "9")[1:4] == ["SC (ResNet-50): BayesNCL > NCL", "-", "-"]  # in the not-run block
     # A side that repeats another result carries the double dagger in its cell.
-    assert _md_row(claims.render_claims(_topk_grid([0.0, 0.0]), "md"), "1b")[3] == "20.50 ± 0.71‡ (2)"
+    assert _md_row(claims_table.render_claims(_topk_grid([0.0, 0.0]), "md"), "1b")[3] == "20.50 ± 0.71‡ (2)"
 
 
 def test_inverted_u_with_collapsed_points():
@@ -662,7 +662,7 @@ def test_claims_never_pool_architectures():
     assert one(frame(other), "9").text == "SC (convnext_t): @A $>$ @B"
     assert one(frame([dict(r, arch="resnet18") for r in other]), "9").text == "SC (ResNet-18): @A $>$ @B"
     # The headline of the terminal and metrics.json keep the architectures apart too.
-    out = claims.outcome(frame(rows))
+    out = claims_table.outcome(frame(rows))
     assert "ResNet-18" in out and "ResNet-50" in out
     head = summary.headline(frame(rows))
     assert head["synthetic"]["resnet18"][B]["sc"] == pytest.approx(31.0)
@@ -683,7 +683,7 @@ def test_every_claim_row_on_a_full_grid(tmp_path):
         assert all(c.verdict != NOT_RUN for c in comps), [(c.claim, c.verdict) for c in comps]
     v = {c.claim: c.verdict for c in blocks[0][1]}
     assert v["1a"] == v["12a"] == v["8"] == HOLDS and v["5"] == FOR  # 1 soft-gate seed: no interval
-    written = claims.write_claims(df, tmp_path)
+    written = claims_table.write_claims(df, tmp_path)
     assert sorted(p.name for p in written) == ["claims.md", "claims.tex"]
     md = (tmp_path / "claims.md").read_text()
     for cid in set(EVERY_ROW):
@@ -694,7 +694,7 @@ def test_every_claim_row_on_a_full_grid(tmp_path):
     assert r"\begin{table*}" in tex and r"$\geq$" in tex and "Synthetic (continued)" in tex
     assert r"paired (3)" in tex and r"inconclusive \newline (leans for)" in tex
     # The terminal: the verdicts' tally and the new columns.
-    out = claims.outcome(df)
+    out = claims_table.outcome(df)
     assert out.startswith("Claims (docs/METHOD.md section 9") and "holds: " in out and "Δ [95% CI]" in out
     assert "paired (3)" in out and "inconclusive (leans for)" in out
 
@@ -717,7 +717,7 @@ NOT_RUN_ROWS = [  # how each claim reads before any run: (claim, text, left, rig
 
 
 def test_claims_not_run_anywhere_are_listed():
-    rows = [r for r in _md_rows_of(claims.render_claims(frame([]), "md")) if r[0] and not r[0].startswith("*")]
+    rows = [r for r in _md_rows_of(claims_table.render_claims(frame([]), "md")) if r[0] and not r[0].startswith("*")]
     assert [(r[0], r[1], r[6]) for r in rows] == NOT_RUN_ROWS
     assert all(r[2:6] == ["-", "0" if r[0] in ("7a", "7b") else "-", "-", "-"] and r[7] == NOT_RUN for r in rows)
     df = frame([row("NCL", 0, "table1", sc=1.0)])
@@ -726,7 +726,7 @@ def test_claims_not_run_anywhere_are_listed():
     every = [c.claim for _, comps in blocks for c in comps]
     assert sorted(set(every)) == sorted(set(EVERY_ROW))
     assert all(c.verdict == NOT_RUN for _, comps in blocks for c in comps)
-    assert "Not run on any dataset" in claims.render_claims(df, "md")
+    assert "Not run on any dataset" in claims_table.render_claims(df, "md")
     assert claims.VERDICTS == (HOLDS, FOR, AGAINST, FAILS, NOT_RUN)
 
 
@@ -750,7 +750,7 @@ def test_topk_run_whose_mask_never_bound_is_flagged():
     assert r"\mathbf" not in [line for line in tables.render_table(best, "table1").splitlines()
                                if line.startswith("Top-k")][0]
     c = one(df, "1b")
-    assert c.right.repeats.startswith("identical to NCL") and "^\\ddagger" in claims.render_claims(df)
+    assert c.right.repeats.startswith("identical to NCL") and "^\\ddagger" in claims_table.render_claims(df)
     # Partly bound: flagged with the count; bound in every run: not flagged.
     assert "never bound in 1 of 2 runs" in tables.render_table(_topk_grid([0.0, 0.4]), "table1")
     for kind in ("tex", "md"):

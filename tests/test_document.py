@@ -65,15 +65,9 @@ def test_git_state_sees_uncommitted_changes_to_tracked_files_only(tmp_path):
     (".tex", "% Table 1: generated ...; do not edit.", "% made by X"),
     (".md", "<!-- Table 1: generated ...; do not edit. -->", "<!-- made by X -->"),
 ])
-def test_stamp_file_goes_under_the_do_not_edit_line(tmp_path, suffix, first, comment):
-    path = tmp_path / f"t{suffix}"
-    path.write_text(f"{first}\nbody\n")
-    provenance.stamp_file(path, "made by X")
-    assert path.read_text().splitlines() == [first, comment, "body"]
-    bare = tmp_path / f"u{suffix}"
-    bare.write_text("body\n")
-    provenance.stamp_file(bare, "made by X")
-    assert bare.read_text().splitlines() == [comment, "body"]
+def test_stamp_goes_under_the_do_not_edit_line(suffix, first, comment):
+    assert provenance.stamp_text(f"{first}\nbody\n", suffix, "made by X").splitlines() == [first, comment, "body"]
+    assert provenance.stamp_text("body\n", suffix, "made by X").splitlines() == [comment, "body"]
 
 
 def test_job_costs_sum_per_rule_and_count_unmeasured_jobs_apart(tmp_path):

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from matplotlib.collections import LineCollection, PolyCollection
 
-from bayesncl.report import figures
+from bayesncl.report import drawing, figures, lines
 from bayesncl.report import summary as summ
 
 
@@ -155,8 +155,8 @@ def test_render_writes_every_figure_even_without_runs(tmp_path, frame):
 
 
 def test_fmt_is_short_and_exact():
-    assert [figures._fmt(v) for v in (3e-5, 1e-4, 0.0, 0.8, 256.0)] == ["3e-5", "1e-4", "0", "0.8", "256"]
-    assert figures._fmt(math.nan) == "?"
+    assert [drawing.fmt_value(v) for v in (3e-5, 1e-4, 0.0, 0.8, 256.0)] == ["3e-5", "1e-4", "0", "0.8", "256"]
+    assert drawing.fmt_value(math.nan) == "?"
 
 
 def test_figure4b_lambda_only_sweep_keeps_the_main_default_and_says_rho_is_not_swept():
@@ -193,10 +193,10 @@ def test_default_point_is_the_main_comparisons_even_when_sweep_runs_outnumber_it
     rows += [_row("BayesNCL (STE)", "bayesncl", s, "figure4b", "lambda", lam=lam, D=64)
              for lam in (0.0, 1e-4) for s in range(2)]
     rows += [_row("BayesNCL (STE)", "bayesncl", s, "figure4a", "proj_dim", D=128) for s in range(3)]
-    point = figures._default_point(summ.prepare(pd.DataFrame(rows)), "cifar100")
+    point = lines.default_point(summ.prepare(pd.DataFrame(rows)), "cifar100")
     assert point == {"proj_dim": 64, "rho": 0.8, "lambda": 3e-5}
     # Without main runs: the value most runs use (ties: the smaller).
-    point = figures._default_point(summ.prepare(pd.DataFrame(rows[1:5])), "cifar100")
+    point = lines.default_point(summ.prepare(pd.DataFrame(rows[1:5])), "cifar100")
     assert point == {"proj_dim": 64, "rho": 0.8, "lambda": 0.0}
 
 

@@ -14,9 +14,14 @@ HEADER = ("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_loa
 
 
 def _write(root: Path, rel: str, seconds: float, rss, gpu, rule: str, extended: bool = True) -> None:
+    """Every memory and CPU column its own value (vms, uss, pss, load, cpu_time all differ from max_rss and
+    from each other), so reading the wrong column cannot pass."""
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    plain = f"{seconds}\t0:00:01\t{rss}\t{rss}\t{rss}\t{rss}\t0.1\t0.2\t50.0\t{'NA' if rss == 'NA' else 1.5}"
+    mem = ["NA"] * 3 if rss == "NA" else [rss * 3 + 7, rss / 2 + 1, rss + 11]  # max_vms, max_uss, max_pss
+    cpu = "NA" if rss == "NA" else round(seconds * 0.9 + 0.25, 3)
+    plain = (f"{seconds}\t0:00:01\t{rss}\t{mem[0]}\t{mem[1]}\t{mem[2]}\t0.1\t0.2\t"
+             f"{round(seconds / 100 + 3.5, 3)}\t{cpu}")
     if not extended:
         path.write_text("\t".join(HEADER.split("\t")[:10]) + "\n" + plain + "\n")
         return
@@ -35,6 +40,9 @@ def test_collects_every_job_with_NA_where_memory_was_not_sampled(tmp_path):
     assert list(jobs["rule"]) == ["atlas", "pretrain", "pretrain", "retrieval", "summarize"]
     assert list(jobs["run"]) == ["cifar10", "cifar10/cl/seed~0", "cifar10/ncl/seed~0", "cifar10/ncl/seed~0", ""]
     assert math.isnan(jobs.loc[3, "max_rss_mb"]) and math.isnan(jobs.loc[3, "cpu_seconds"])
+    assert list(jobs["max_rss_mb"].iloc[[0, 1, 2, 4]]) == [300.0, 700.0, 812.5, 200.0]  # max_rss, no other column
+    assert list(jobs["cpu_seconds"].iloc[[0, 1, 2, 4]]) == [11.05, 1620.25, 3240.25, 4.75]  # cpu_time
+    assert list(jobs["seconds"]) == [12.0, 1800.0, 3600.0, 0.4, 5.0]
     assert jobs.loc[1, "gpus"] == 1 and jobs.loc[3, "gpus"] == 0 and math.isnan(jobs.loc[4, "gpus"])
     per = totals(jobs).set_index("rule")
     assert per.loc["pretrain", "jobs"] == 2 and per.loc["pretrain", "seconds"] == 5400
@@ -43,6 +51,19 @@ def test_collects_every_job_with_NA_where_memory_was_not_sampled(tmp_path):
     text = render(jobs)
     assert "GPU-hours of the grid as run: 1.50 (1 jobs do not record their GPUs)" in text
     assert "| retrieval | 1 | 0.00 | 0.4 | NA | 0.00 |" in text
+    assert "| pretrain | 2 | 1.50 | 2,700.0 | 812 | 1.50 |" in text  # max RSS: the larger of 812.5 and 700
+
+
+def test_totals_say_missing_where_nothing_was_measured():
+    jobs = pd.DataFrame({"rule": ["a", "a", "b"], "run": ["x", "y", "x"], "seconds": [math.nan, math.nan, 10.0],
+                         "max_rss_mb": [math.nan, math.nan, 5.0], "gpus": [1.0, 1.0, math.nan]})
+    per = totals(jobs, all_row=True).set_index("rule")
+    assert per.loc["a", "unmeasured"] == 2 and per.loc["b", "unmeasured"] == 0
+    for col in ("seconds", "max_rss_mb", "gpu_hours"):  # nothing measured: NaN, not 0
+        assert math.isnan(per.loc["a", col]), col
+    assert math.isnan(per.loc["b", "gpu_hours"])
+    assert per.loc["all", "seconds"] == 10.0 and math.isnan(per.loc["all", "gpu_hours"])
+    assert "GPU-hours of the grid as run: NA (1 jobs do not record their GPUs)" in render(jobs)
 
 
 def test_cli_writes_csv_with_NA_and_the_totals(tmp_path, capsys):

@@ -13,7 +13,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from bayesncl.report import claims, summary, tables
+from bayesncl.report import claims_table, summary, tables
 from test_claims import full_grid, row, frame  # noqa: I001 (tests/ is on sys.path)
 from test_report import GOLDEN
 
@@ -70,7 +70,7 @@ def _compile(tmp_path, name: str, files: list[str]) -> str:
 @pytest.mark.parametrize("source", [s for s, _ in _sources()])
 def test_every_table_compiles_without_overfull_boxes(tmp_path, source):
     df = dict(_sources())[source]
-    written = tables.render_tables(df, tmp_path) + claims.write_claims(df, tmp_path)
+    written = tables.render_tables(df, tmp_path) + claims_table.write_claims(df, tmp_path)
     files = sorted(p.name for p in written if p.suffix == ".tex")
     assert len(files) == len(tables.TABLES) + 1
     log = _compile(tmp_path, "doc", files)

@@ -12,9 +12,8 @@ LAYERS = [
     ["bayesncl.config"],
     ["bayesncl.data", "bayesncl.losses", "bayesncl.backbones", "bayesncl.rundir"],
     ["bayesncl.methods", "bayesncl.optim", "bayesncl.checkpoint", "bayesncl.runtime"],
-    ["bayesncl.evaluation.metrics", "bayesncl.evaluation.retrieval", "bayesncl.evaluation.probe",
-     "bayesncl.evaluation.dynamics", "bayesncl.evaluation.cost", "bayesncl.evaluation.arrays",
-     "bayesncl.evaluation.linear"],
+    ["bayesncl.evaluation.arrays", "bayesncl.evaluation.probe", "bayesncl.evaluation.dynamics",
+     "bayesncl.evaluation.cost", "bayesncl.evaluation.linear"],
     ["bayesncl.train"],
     ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner", "bayesncl.evaluation.context"],
     ["bayesncl.grid", "bayesncl.preflight"],
@@ -103,9 +102,9 @@ def test_no_import_cycle_between_modules():
 
 
 def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
-    known = {"bayesncl.train", "bayesncl.evaluation", "bayesncl.evaluation.metrics", "bayesncl.runtime"}
+    known = {"bayesncl.train", "bayesncl.evaluation", "bayesncl.evaluation.arrays", "bayesncl.runtime"}
     mod = tmp_path / "x.py"
-    mod.write_text("def f():\n    from ..train import pretrain\n    from . import metrics\n"
+    mod.write_text("def f():\n    from ..train import pretrain\n    from . import arrays\n"
                    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..runtime import embed\n")
-    assert imports("bayesncl.evaluation.x", mod, known) == {"bayesncl.train", "bayesncl.evaluation.metrics"}
-    assert layer("bayesncl.train") > layer("bayesncl.evaluation.metrics")
+    assert imports("bayesncl.evaluation.x", mod, known) == {"bayesncl.train", "bayesncl.evaluation.arrays"}
+    assert layer("bayesncl.train") > layer("bayesncl.evaluation.arrays")

@@ -566,13 +566,13 @@ def test_empty_set_gives_valid_no_runs_table(tmp_path):
 
 
 def test_golden_tables():
-    from bayesncl.report import claims
+    from bayesncl.report import claims_table
     df = summ.read_summary(GOLDEN / "runs.csv")
     update = os.environ.get("UPDATE_GOLDEN") == "1"
     rendered = {("table1", "tex"): tables.render_table(df, "table1"),
                 ("table2", "tex"): tables.render_table(df, "table2"),
                 ("table2", "md"): tables.render_table(df, "table2", "md"),
-                ("claims", "md"): claims.render_claims(df, "md")}
+                ("claims", "md"): claims_table.render_claims(df, "md")}
     for (name, kind), got in rendered.items():
         path = GOLDEN / f"{name}.{kind}"
         if update:

@@ -5,11 +5,9 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from bayesncl import config as C
-from bayesncl.evaluation import metrics
-from bayesncl.evaluation import retrieval as ret
+from bayesncl.evaluation import arrays as measures
 from bayesncl.evaluation.runner import evaluate
 from bayesncl.train import pretrain
 
@@ -30,16 +28,12 @@ def evaluated(tmp_path_factory):
     return arrays, body
 
 
-def _tensors(arrays):
-    return {k: torch.from_numpy(arrays[k]) for k in ("feature", "zplus", "labels")}
-
-
 def test_table1_metrics_are_those_of_the_evaluation_feature(evaluated):
     arrays, body = evaluated
-    t = _tensors(arrays)
+    t = arrays
     C_ = int(arrays["num_classes"])
-    on_feature = metrics.interpretability(t["feature"], t["labels"], C_)
-    on_zplus = metrics.interpretability(t["zplus"], t["labels"], C_)
+    on_feature = measures.interpretability(t["feature"], t["labels"], C_)
+    on_zplus = measures.interpretability(t["zplus"], t["labels"], C_)
     keys = ("sc", "se_sum", "se_mean", "se_freq", "act", "alive")
     # The test can tell the two arrays apart on this run (else it would prove nothing).
     assert any(on_feature[k] != pytest.approx(on_zplus[k]) for k in ("sc", "act")), (on_feature, on_zplus)
@@ -52,14 +46,14 @@ def test_table1_metrics_are_those_of_the_evaluation_feature(evaluated):
 
 def test_retrieval_runs_on_the_evaluation_feature(evaluated):
     arrays, body = evaluated
-    t = _tensors(arrays)
+    t = arrays
     r = body["retrieval"]
     assert r["K"] == 8
-    on_feature = ret.retrieval_precision(t["feature"], t["labels"], K=8)
-    on_zplus = ret.retrieval_precision(t["zplus"], t["labels"], K=8)
+    on_feature = measures.retrieval_precision(t["feature"], t["labels"], K=8)
+    on_zplus = measures.retrieval_precision(t["zplus"], t["labels"], K=8)
     keys = ("p@1", "p@3", "p@5", "p@10")
     assert any(on_feature[k] != pytest.approx(on_zplus[k]) for k in keys), (on_feature, on_zplus)
     for k in keys:
         assert r[k] == pytest.approx(on_feature[k]), k
-    curve = ret.retrieval_curve(t["feature"], t["labels"], ret.default_Ks(t["feature"].shape[1]))
+    curve = measures.retrieval_curve(t["feature"], t["labels"], measures.default_Ks(t["feature"].shape[1]))
     assert r["curve"] == pytest.approx({str(k): v for k, v in curve.items()})

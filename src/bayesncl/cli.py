@@ -101,11 +101,10 @@ def _report(args) -> int:
     if args.grid is not None:
         _input_file(args.grid, "--grid", "give the workflow config the runs came from, e.g. config/config.yaml")
     check_writable_dir(args.out)
-    write_report(args.summary, args.out, grid=args.grid)
+    write_report(args.summary, args.out, grid=args.grid, smoke=args.smoke)
     if args.smoke:
-        from .report.smoke import NOTE, mark_tables
+        from .report.smoke import NOTE
 
-        mark_tables(Path(args.out) / "tables")
         print(NOTE)
     print(f"tables and figures under {args.out}")
     return 0

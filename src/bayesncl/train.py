@@ -35,7 +35,7 @@ from .config import RUNTIME_KEYS, ConfigError, dump_yaml
 from .errors import REQUEUE_EXIT  # noqa: F401 - the CLI's exit after a SIGTERM; the SLURM profile retries it
 from .data import SimCLRAugment, iter_batches, load_split
 from .evaluation.dynamics import GradientStats
-from .evaluation.metrics import consistency_per_dim
+from .evaluation.arrays import consistency_per_dim
 from .methods import Method, build_method
 from .optim import Lars, build_optimizer, group_peaks, lr_at, lr_schedule
 from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
@@ -370,12 +370,12 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
                 line["compile_seconds"] = compile_s
             if stats is not None:
                 zp_test, f_test = embed(model, test_set, cfg, device, key=("zplus", "feature"))
-                sc = consistency_per_dim(zp_test, test_set.labels, test_set.num_classes)
+                sc = consistency_per_dim(zp_test.numpy(), test_set.labels, test_set.num_classes)
                 # SC of the evaluation feature too (Table 1's, gated for BayesNCL): SC over training
-                sc_feature = consistency_per_dim(f_test, test_set.labels, test_set.num_classes)
+                sc_feature = consistency_per_dim(f_test.numpy(), test_set.labels, test_set.num_classes)
                 r = stats.result()
-                state["dynamics"][str(epoch + 1)] = {"af": r["af"].cpu(), "gv": r["gv"].cpu(), "sc": sc.cpu(),
-                                                     "sc_feature": sc_feature.cpu()}
+                state["dynamics"][str(epoch + 1)] = {"af": r["af"].cpu(), "gv": r["gv"].cpu(), "sc": torch.from_numpy(sc),
+                                                     "sc_feature": torch.from_numpy(sc_feature)}
             state["log"].append(line)
             save(epoch + 1, 0)
             atomic_write_text(out / LOG, "".join(json.dumps(r) + "\n" for r in state["log"]))

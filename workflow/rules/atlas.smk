@@ -1,5 +1,6 @@
 # Feature atlas per dataset (CPU): NCL and BayesNCL (STE) at the lowest seed of the main comparison, side by
 # side (ATLAS_RUNS in common.smk), from their evaluation outputs (eval/features.npz) and the test images.
+from_common("ATLAS_RUNS", "BENCHMARKS", "GRID_FILE", "PAGES", "RESULTS")
 
 
 rule atlas:
@@ -8,7 +9,7 @@ rule atlas:
     output:
         pdf=f"{RESULTS}/figures/atlas_{{dataset}}.pdf",
         png=report(f"{RESULTS}/figures/atlas_{{dataset}}.png", caption="../report/atlas.rst", category="Atlas",
-                   labels=lambda wc: PAGES[f"atlas_{wc.dataset}"].labels),  # rules/document.smk
+                   labels=lambda wc: PAGES[f"atlas_{wc.dataset}"].labels),  # PAGES: the report pages
     log:
         f"{RESULTS}/summary/atlas_{{dataset}}.log",
     benchmark:

@@ -1,15 +1,33 @@
-# Grid expansion: config -> distinct runs (bayesncl.grid); everything the rules need is derived here.
+# Everything the workflow's files share, defined here only: the grid expanded into distinct runs (bayesncl.grid), the
+# results paths and target lists, the grid config's name, the GPU resources, the prepared ImageNet-100 copies
+# and the pages of the HTML report. The Snakefile includes this file first. Each rule file defines or imports
+# everything else it uses and names on its first line what it takes from here (`from_common(...)`, checked when
+# it is included; tests/test_workflow_rules.py checks that the list is exact).
+import hashlib
 import json
 import os
 import shlex
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 from snakemake.utils import validate
 
-from bayesncl.errors import ConfigError
+from bayesncl.data.imagenet import prepared_manifests
+from bayesncl.errors import BayesNCLError, ConfigError
 from bayesncl.grid import evaluation_sections, expand_grid, smoke_results
 from bayesncl.report.atlas import atlas_runs
+from bayesncl.report.document import PDFLATEX_HINT, report_pages
 from bayesncl.wfconfig import check_workflow_config, coerce_smoke
+
+
+def from_common(*names):
+    """Declares the names a file of rules takes from common.smk; each must be defined by now."""
+    missing = [n for n in names if n not in globals()]
+    if missing:
+        raise WorkflowError(f"workflow/rules/common.smk defines no {', '.join(missing)}; include it first "
+                            "(the Snakefile does)")
 
 
 def config_error(e):
@@ -50,10 +68,124 @@ TABLE_NAMES = [f"table{i}" for i in range(1, 8)] + ["claims"]
 FIGURE_NAMES = ["figure3", "figure4a", "figure4b", "gates", "sc_training"]
 TABLES = expand(f"{RESULTS}/tables/{{name}}.{{ext}}", name=TABLE_NAMES, ext=["tex", "md"])
 FIGURES = expand(f"{RESULTS}/figures/{{name}}.{{ext}}", name=FIGURE_NAMES, ext=["pdf", "png"])
-ATLAS_RUNS = atlas_runs(RUNS)  # {dataset: [NCL run, BayesNCL (STE) run]}, rules/atlas.smk
+ATLAS_RUNS = atlas_runs(RUNS)  # {dataset: [NCL run, BayesNCL (STE) run]}, for rules/atlas.smk
 ATLAS = expand(f"{RESULTS}/figures/atlas_{{ds}}.{{ext}}", ds=list(ATLAS_RUNS), ext=["pdf", "png"])
 EVAL_OUTPUTS = [f"{RESULTS}/runs/{rid}/eval/{name}.json" for rid, names in EVAL_SECTIONS.items() for name in names]
 JOBS = [f"{RESULTS}/summary/jobs.csv", f"{RESULTS}/summary/jobs.md"]
+# The grid config file(s) this run read: named, with their hash, in every generated file.
+GRID_FILES = [os.path.relpath(f) for f in workflow.configfiles] or ["config/config.yaml"]
+GRID_FILE = GRID_FILES[-1]
+
+
+# --------------------------------------------------------------------------- GPUs
+# A pretrain/evaluate job needs one unless its run config says train.device: cpu. On a cluster
+# the scheduler gives each job its GPU. On one machine, Snakemake enforces the
+# `gpu` resource only against a limit, so the limit is set here to the GPUs this machine shows
+# (`--resources gpu=N` overrides it; with none, every job's need is capped to 0 and it runs on the CPU),
+# and each GPU job takes a free GPU of its own through workflow/scripts/gpu_slot.py (CUDA_VISIBLE_DEVICES).
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids as CUDA_VISIBLE_DEVICES lists them (ids before the first negative one), else nvidia-smi's."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        ids = []
+        for gpu in (g.strip() for g in env.split(",")):
+            if not gpu or gpu.startswith("-"):
+                break
+            ids.append(gpu)
+        return ids
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return out.stdout.split() if out.returncode == 0 else []
+
+
+GPU_SLOT_SCRIPT = os.path.normpath(os.path.join(str(workflow.current_basedir), "..", "scripts", "gpu_slot.py"))
+# Local: this process runs the jobs itself (no cluster executor, which sets `nodes` from --jobs).
+LOCAL = workflow.is_main_process and workflow.nodes is None
+LOCAL_GPUS = visible_gpus() if LOCAL else []
+if LOCAL and "gpu" not in workflow.resource_settings.resources:
+    workflow.register_resource("gpu", len(LOCAL_GPUS))
+
+
+def run_gpus(wildcards):
+    return 0 if RUNS[wildcards.run].config["train"]["device"] == "cpu" else 1
+
+
+def section_gpus(section):
+    """Resource function: one GPU where the evaluation section runs the network and the run is not CPU-only."""
+    from bayesncl.evaluation.sections import SECTIONS
+
+    def gpus(wildcards):
+        return int(SECTIONS[section].gpu(RUNS[wildcards.run].config)) * run_gpus(wildcards)
+
+    return gpus
+
+
+def gpu_slot(wildcards, resources):
+    """Command prefix that runs a local GPU job on a GPU of its own ('' elsewhere)."""
+    if not LOCAL_GPUS or resources.gpu < 1:
+        return ""
+    return f"{shlex.quote(sys.executable)} {shlex.quote(GPU_SLOT_SCRIPT)} --gpus {','.join(LOCAL_GPUS)} -- "
+
+
+# --------------------------------------------------------------------------- ImageNet-100, prepared once
+# `bayesncl prepare-imagenet`: every image of train/ and val/ decoded into the
+# cache the loader reads (data.cache_dir, else $BAYESNCL_CACHE, else ~/.cache/bayesncl; on a cluster, a
+# filesystem the GPU nodes see), so no pretraining or evaluation job decodes a JPEG. The rules that read the
+# images (pretrain, features, linear_probe) take the rule's marker, {RESULTS}/prepared/<hash>.txt, as an
+# ancient input: a later preparation never reruns them. A job that finds no valid copy still runs, decoding
+# the JPEGs (the same pixels, slower, with a warning); after clearing the cache, prepare again with
+# `snakemake --forcerun prepare_imagenet100 ...`.
+try:
+    _manifests = {rid: prepared_manifests(run.config["data"]) for rid, run in RUNS.items()}
+except BayesNCLError as e:
+    raise WorkflowError(f"invalid workflow config: {e}")
+# marker tag -> (the prepared folder's manifests, the data settings that name it)
+PREPARED = {
+    hashlib.sha256(os.path.dirname(m[0]).encode()).hexdigest()[:16]: (
+        m,
+        {k: RUNS[rid].config["data"][k] for k in ("dataset", "root", "classes", "imagenet_stored_size", "cache_dir")},
+    )
+    for rid, m in _manifests.items()
+    if m
+}
+# run -> its marker (flagged ancient), or none
+PREPARED_OF = {
+    rid: [ancient(f"{RESULTS}/prepared/{tag}.txt") for tag, (m, _) in PREPARED.items() if m == ms]
+    for rid, ms in _manifests.items()
+}
+
+
+# --------------------------------------------------------------------------- the report's pages
+# The pages of Snakemake's HTML report (bayesncl.report.document.report_pages) and the reproduction report's
+# files: the rules document, report and atlas make them; `rule all` asks for DOCUMENT.
+FIGURE_STEMS = [Path(f).stem for f in FIGURES + ATLAS if f.endswith(".pdf")]
+PAGES = {p.name: p for p in report_pages([(r.config["data"]["dataset"], r.sets) for r in RUNS.values()],
+                                         FIGURE_STEMS)}
+DOCUMENT_DIR = f"{RESULTS}/report"
+PDF = f"{RESULTS}/report.pdf"
+# The report's pages as files: a table's HTML (rule document), a figure's PNG (rule report; the atlas marks
+# its own, by wildcard, in atlas.smk).
+PAGE_FILES = {
+    name: f"{DOCUMENT_DIR}/html/{name}.html" if p.category in ("Claims", "Tables") else f"{RESULTS}/figures/{name}.png"
+    for name, p in PAGES.items()
+    if p.category != "Atlas"
+}
+HTML_PAGES = [path for path in PAGE_FILES.values() if path.endswith(".html")]
+DOCUMENT = HTML_PAGES + ([PDF] if shutil.which("pdflatex") else [])  # for `rule all`
+if not shutil.which("pdflatex"):
+    print(PDFLATEX_HINT, file=sys.stderr)
+# Each page marked for the report. Its caption is the file `bayesncl document` writes (absolute: Snakemake
+# reads captions relative to the rule file, and these lie under the results folder).
+REPORTED = {
+    path: report(path, caption=os.path.abspath(f"{DOCUMENT_DIR}/captions/{name}.rst"),
+                 category=PAGES[name].category, labels=PAGES[name].labels)
+    for name, path in PAGE_FILES.items()
+}
 
 
 wildcard_constraints:

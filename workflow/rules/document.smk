@@ -1,43 +1,17 @@
 # The reproduction report: results/report.pdf (where pdflatex exists) and what `snakemake --report
 # results/report.html` shows: the claims table, Tables 1-7 (as HTML, per dataset), the figures and the atlas,
 # each with its caption (bayesncl.report.document), and the provenance on its front page.
-# Included before `rule all` (which asks for DOCUMENT); report.smk marks its figures from REPORTED.
-import shutil
-from pathlib import Path
+import json
+import os
 
-from bayesncl.report.document import PDFLATEX_HINT, report_pages
+from_common("ATLAS", "DOCUMENT_DIR", "FIGURES", "FIGURE_STEMS", "GRID_FILE", "HTML_PAGES", "JOBS", "PAGES", "PDF",
+            "REPORTED", "RESULTS", "TABLES")
 
 
 report: "../report/workflow.rst"
 
 
-# The grid config file(s) this run read: named, with their hash, in every generated file.
-GRID_FILES = [os.path.relpath(f) for f in workflow.configfiles] or ["config/config.yaml"]
-GRID_FILE = GRID_FILES[-1]
 OVERRIDES = dict(workflow.config_settings.config or {})  # --config key=value (not the config files)
-FIGURE_STEMS = [Path(f).stem for f in FIGURES + ATLAS if f.endswith(".pdf")]
-PAGES = {p.name: p for p in report_pages([(r.config["data"]["dataset"], r.sets) for r in RUNS.values()],
-                                         FIGURE_STEMS)}
-DOCUMENT_DIR = f"{RESULTS}/report"
-PDF = f"{RESULTS}/report.pdf"
-# The report's pages as files: a table's HTML (rule document), a figure's PNG (rule report; the atlas marks
-# its own, by wildcard, in atlas.smk).
-PAGE_FILES = {
-    name: f"{DOCUMENT_DIR}/html/{name}.html" if p.category in ("Claims", "Tables") else f"{RESULTS}/figures/{name}.png"
-    for name, p in PAGES.items()
-    if p.category != "Atlas"
-}
-HTML_PAGES = [path for path in PAGE_FILES.values() if path.endswith(".html")]
-DOCUMENT = HTML_PAGES + ([PDF] if shutil.which("pdflatex") else [])  # for `rule all`
-if not shutil.which("pdflatex"):
-    print(PDFLATEX_HINT, file=sys.stderr)
-# Each page marked for the report. Its caption is the file `bayesncl document` writes (absolute: Snakemake
-# reads captions relative to the rule file, and these lie under the results folder).
-REPORTED = {
-    path: report(path, caption=os.path.abspath(f"{DOCUMENT_DIR}/captions/{name}.rst"),
-                 category=PAGES[name].category, labels=PAGES[name].labels)
-    for name, path in PAGE_FILES.items()
-}
 
 
 rule document:

@@ -15,14 +15,19 @@
 # - in the next invocation, only the sections whose output is missing are planned (slurm/config.yaml keeps the
 #   outputs of a failed submission's finished sections: keep-incomplete; every output here is written atomically,
 #   so a section that failed has none).
+import os
+import shlex
+
+from_common("BENCHMARKS", "LOCAL", "PREPARED_OF", "RESULTS", "evaluate_command", "gpu_slot", "section_gpus")
+
 
 MODEL = f"{RESULTS}/runs/{{run}}/model.pt"
-PREPARED_INPUT = lambda wc: PREPARED_OF[wc.run]  # the ImageNet-100 prepared copy where a run reads it (rules/prepare.smk)
+PREPARED_INPUT = lambda wc: PREPARED_OF[wc.run]  # the ImageNet-100 prepared copy where a run reads it (common.smk)
 EVAL_DIR = f"{RESULTS}/runs/{{run}}/eval"
 FEATURES = f"{EVAL_DIR}/features.json"
 
 # section: what it reads, the outputs beside eval/<section>.json, and what one job needs on a cluster (SLURM reads
-# these; locally only `gpu` is enforced, see rules/gpus.smk).
+# these; locally only `gpu` is enforced, see common.smk).
 EVAL_RULES = {
     # written last: eval/features_train.npz too, where a CPU section needs the train split
     "features": dict(input={"model": MODEL, "prepared": PREPARED_INPUT}, output={"test": "features.npz"}, cpus=8,

@@ -5,29 +5,9 @@
 # ancient input: a later preparation never reruns them. A job that finds no valid copy still runs, decoding
 # the JPEGs (the same pixels, slower, with a warning); after clearing the cache, prepare again with
 # `snakemake --forcerun prepare_imagenet100 ...`.
-import hashlib
+import json
 
-from bayesncl.data.imagenet import prepared_manifests
-from bayesncl.errors import BayesNCLError
-
-try:
-    _manifests = {rid: prepared_manifests(run.config["data"]) for rid, run in RUNS.items()}
-except BayesNCLError as e:
-    raise WorkflowError(f"invalid workflow config: {e}")
-# marker tag -> (the prepared folder's manifests, the data settings that name it)
-PREPARED = {
-    hashlib.sha256(os.path.dirname(m[0]).encode()).hexdigest()[:16]: (
-        m,
-        {k: RUNS[rid].config["data"][k] for k in ("dataset", "root", "classes", "imagenet_stored_size", "cache_dir")},
-    )
-    for rid, m in _manifests.items()
-    if m
-}
-# run -> its marker (flagged ancient), or none
-PREPARED_OF = {
-    rid: [ancient(f"{RESULTS}/prepared/{tag}.txt") for tag, (m, _) in PREPARED.items() if m == ms]
-    for rid, ms in _manifests.items()
-}
+from_common("BENCHMARKS", "PREPARED", "RESULTS")
 
 
 rule prepare_imagenet100:

@@ -1,9 +1,12 @@
 # One pretraining job per distinct run config (the config travels as JSON; a change reruns the job).
+import os
+
+from_common("BENCHMARKS", "PREPARED_OF", "RESULTS", "gpu_slot", "run_config_text", "run_gpus")
 
 
 rule pretrain:
     input:
-        lambda wc: PREPARED_OF[wc.run],  # rules/prepare.smk
+        lambda wc: PREPARED_OF[wc.run],  # the prepared ImageNet-100 copy (common.smk, rule in prepare.smk)
     output:
         f"{RESULTS}/runs/{{run}}/model.pt",
     log:
@@ -16,7 +19,7 @@ rule pretrain:
         gpu_slot=gpu_slot,
     threads: 1
     # What one job of the paper grid needs (SLURM reads these; locally only `gpu` is enforced, see
-    # rules/gpus.smk). A preempted job resumes from its checkpoint (exit 75, retried).
+    # common.smk). A preempted job resumes from its checkpoint (exit 75, retried).
     resources:
         gpu=run_gpus,
         cpus_per_gpu=8,

@@ -1,4 +1,9 @@
 # Every run's eval/<section>.json -> runs.csv -> Tables 1-7, the claims table and the figures.
+import json
+import os
+
+from_common("ATLAS", "BENCHMARKS", "EVAL_OUTPUTS", "FIGURES", "GRID_FILE", "JOBS", "REPORTED", "RESULTS", "SMOKE",
+            "TABLES")
 
 
 rule summarize:
@@ -25,7 +30,7 @@ rule report:
         rules.summarize.output.csv,
     output:
         TABLES,
-        [REPORTED.get(f, f) for f in FIGURES],  # the PNGs, in Snakemake's report (rules/document.smk)
+        [REPORTED.get(f, f) for f in FIGURES],  # the PNGs, in Snakemake's report (REPORTED)
     log:
         f"{RESULTS}/summary/report.log",
     benchmark:

@@ -1,8 +1,9 @@
 """Evaluation: the measures of docs/METHOD.md sections 4-7 and the sections that apply them to a run.
 
-    metrics, retrieval, probe, dynamics, cost   pure measures on tensors (and the recorders pretraining uses)
-    arrays, linear                              the same measures in NumPy for the sections that read the
-                                                features cache (interpretability, retrieval, the fast probes)
+    arrays                    the interpretability and retrieval measures, on NumPy arrays (the one
+                              implementation: sections, pretraining's dynamics and the atlas use it)
+    linear                    the fast linear probe in NumPy
+    probe, dynamics, cost     the torch probe, the gradient-dynamics recorder pretraining uses, cost counts
     sections                                    the registry SECTIONS: one workflow job per section
     runner                                      evaluate(checkpoint, out, only=...): runs sections, writes JSON
 

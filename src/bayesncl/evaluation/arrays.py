@@ -1,9 +1,26 @@
-"""The interpretability (section 4) and retrieval (section 5) measures of docs/METHOD.md on NumPy arrays.
+"""The measures of docs/METHOD.md section 4 (interpretability, Tables 1, 4, 5, the background-dominance share)
+and section 5 (retrieval, Table 2, Figure 3), on NumPy arrays: the one implementation. The evaluation
+sections, pretraining's gradient dynamics (SC of the test split at dynamics epochs) and the atlas use it;
+a job that reads the features cache never imports torch.
 
-The evaluation sections that read the cached features (interpretability, retrieval) use these, so their
-jobs never import torch (about a second of every such job). `metrics` and `retrieval` hold the same
-measures on torch tensors, for pretraining's dynamics and the atlas; tests/test_arrays.py checks that
-the two give the same numbers. Definitions and edge cases: see those modules.
+Interpretability. F is an N x D feature matrix (the evaluation feature of docs/METHOD.md section 1), y
+labels in 0..C-1, eps = 1e-5. With E_ij = 1[|F_ij| > eps]:
+
+- active dims  A = { j : sum_i |F_ij| > eps }
+- SC_j   = max_c #{i in S_j : y_i = c} / |S_j|,  S_j = { i : E_ij = 1 };  SC = 100 * mean_{j in A} SC_j
+- H_j    = -sum_c p_jc ln p_jc over p_jc > eps, averaged over A, with p_jc proportional to
+    SE-Sum:  sum_{i: y_i=c} |F_ij|
+    SE-Mean: (sum_{i: y_i=c} |F_ij|) / n_c   (classes with n_c = 0 are left out)
+    SE-Freq: #{ i : y_i = c, E_ij = 1 }
+- Act    = 100 * mean_ij E_ij; alive = |A|; alive_frac = |A| / D.
+
+Everything comes from two class-by-dimension matrices (sum of |F| and count of E per class), each one
+matrix product with the one-hot labels; no loop over dimensions. Per-dimension values are fractions
+(SC_j in [0, 1]); only the scalar SC and Act are percentages.
+
+Retrieval. Normalise F per sample; rank dimensions globally by sum_i F_ij (descending); keep the top K;
+renormalise; cosine similarity; every sample queries all the others (itself excluded); P@k = fraction of
+the k nearest neighbours that share the query's label, averaged over queries (a fraction in [0, 1]).
 """
 
 from __future__ import annotations
@@ -14,8 +31,8 @@ import numpy as np
 
 EPS = 1e-5
 
-__all__ = ["interpretability", "background_dominance", "closed_gate_rate", "topk_binding",
-           "retrieval_precision", "retrieval_curve", "default_Ks"]
+__all__ = ["EPS", "class_dim_matrices", "interpretability", "consistency_per_dim", "background_dominance",
+           "closed_gate_rate", "topk_binding", "select_dims", "retrieval_precision", "retrieval_curve", "default_Ks"]
 
 
 def _labels(F: np.ndarray, labels, num_labels: int) -> np.ndarray:
@@ -30,7 +47,8 @@ def _labels(F: np.ndarray, labels, num_labels: int) -> np.ndarray:
 
 
 def class_dim_matrices(F, labels, num_labels: int, eps: float = EPS) -> tuple[np.ndarray, np.ndarray]:
-    """(sums, counts), float64 [num_labels, D]: per label, the sum of |F| and the count of |F| > eps."""
+    """(sums, counts), float64 [num_labels, D]: sums[c, j] = sum_{i: y_i=c} |F_ij|,
+    counts[c, j] = #{ i : y_i = c, |F_ij| > eps }; one_hot(y)^T @ |F| and one_hot(y)^T @ 1[|F| > eps]."""
     F = np.asarray(F)
     y = _labels(F, labels, num_labels)
     onehot = np.zeros((num_labels, F.shape[0]))
@@ -60,7 +78,18 @@ def _nanmean(v: np.ndarray) -> float:
 
 
 def interpretability(F, y, num_classes: int, eps: float = EPS) -> dict:
-    """metrics.interpretability: SC, SE-Sum/Mean/Freq, Act, alive, and `per_dim` float64 vectors."""
+    """All section-4 metrics of one feature matrix.
+
+    Returns a dict with floats ``sc`` (percent), ``se_sum``, ``se_mean``, ``se_freq`` (nats, mean over
+    A), ``act`` (percent), int ``alive`` (|A|), float ``alive_frac`` (|A| / D), and ``per_dim``: float64
+    vectors over all D dims ``sc`` (fraction), ``h_sum``, ``h_mean``, ``h_freq`` (NaN off A), ``freq``
+    (activation frequency #{i : |F_ij| > eps} / N, defined for every dim) and bool ``active``.
+
+    No active dim gives NaN SC / SE with alive = 0. A dim in A with no single entry above eps (only
+    possible when many sub-eps entries add up past eps) has no SC_j or SE-Freq; it is NaN there and
+    left out of those two means [choice]. SE-Mean: classes absent from y (n_c = 0) carry no mass and
+    are dropped, not divided by.
+    """
     F = np.asarray(F)
     y = _labels(F, y, num_classes)
     sums, counts = class_dim_matrices(F, y, num_classes, eps)
@@ -87,18 +116,29 @@ def interpretability(F, y, num_classes: int, eps: float = EPS) -> dict:
 
 
 def consistency_per_dim(F, labels, num_labels: int, eps: float = EPS) -> np.ndarray:
+    """SC_j (fraction in [0, 1]) of every dim w.r.t. any labelling (classes, backgrounds, ...);
+    NaN for dims outside A (or with no entry above eps). float64 [D]."""
     sums, counts = class_dim_matrices(F, labels, num_labels, eps)
     return _sc(counts, sums.sum(0) > eps)
 
 
 def _lift(sc: np.ndarray, labels, num_labels: int) -> np.ndarray:
+    """(SC_j - b) / (1 - b), b = the majority label's share of the evaluated images."""
     counts = np.bincount(np.asarray(labels).astype(np.int64).reshape(-1), minlength=num_labels)
     b = counts.max() / counts.sum() if counts.sum() else math.nan
     return (sc - b) / (1 - b) if b < 1 else np.full_like(sc, math.nan)
 
 
 def background_dominance(F, y, bg, num_classes: int, num_backgrounds: int, eps: float = EPS) -> dict:
-    """metrics.background_dominance: the share of active dims whose background lift beats their class lift."""
+    """Which dims encode "where" more than "what", on the lift over each label's base rate (docs/METHOD.md
+    section 4): lift_L(j) = (SC_L(j) - b_L) / (1 - b_L), b_L the majority share of label L. A dim is
+    background-dominated when lift_bg > lift_cls and lift_bg > 0, class-dominated when lift_cls > lift_bg
+    and lift_cls > 0; an always-on dim (both lifts 0) is neither. Raw purities are not comparable: an
+    always-on dim has class purity 1/C but background purity b_bg.
+
+    Returns dict(share (fraction of active dims that are background-dominated; NaN when none is active),
+    n_active, bg_dom, cls_dom (bool [D]), lift_bg, lift_cls, bg_sc, cls_sc (float64 [D], NaN off A)).
+    """
     cls_sc = consistency_per_dim(F, y, num_classes, eps)
     bg_sc = consistency_per_dim(F, bg, num_backgrounds, eps)
     lift_cls, lift_bg = _lift(cls_sc, y, num_classes), _lift(bg_sc, bg, num_backgrounds)
@@ -112,7 +152,8 @@ def background_dominance(F, y, bg, num_classes: int, num_backgrounds: int, eps: 
 
 
 def closed_gate_rate(zplus, gate, eps: float = EPS) -> np.ndarray:
-    """metrics.closed_gate_rate: per dim, the share of firing entries of z+ whose gate is closed."""
+    """Per dim: share of the images with z+_ij > eps whose gate m_ij is 0 (NaN where z+_j never fires).
+    float64 [D]."""
     fires = np.abs(np.asarray(zplus)) > eps
     n = fires.sum(0).astype(np.float64)
     closed = (fires & (np.asarray(gate) <= 0.5)).sum(0).astype(np.float64)
@@ -120,7 +161,9 @@ def closed_gate_rate(zplus, gate, eps: float = EPS) -> np.ndarray:
 
 
 def topk_binding(zplus, mask, eps: float = EPS) -> dict:
-    """metrics.topk_binding: how often the top-k mask removed a positive entry of z+."""
+    """How often the top-k mask removed a positive entry of z+: `bound`, the fraction of images where it
+    removed at least one, and `removed`, the mean fraction of positive entries removed (over images with
+    any). bound == 0 means Top-k NCL computed exactly NCL's feature."""
     pos = np.abs(np.asarray(zplus)) > eps
     removed = (pos & (np.asarray(mask) <= 0.5)).sum(1).astype(np.float64)
     npos = pos.sum(1).astype(np.float64)
@@ -131,11 +174,15 @@ def topk_binding(zplus, mask, eps: float = EPS) -> dict:
 
 # ---------------------------------------------------------------------------------------------- retrieval
 def _normalize(F: np.ndarray) -> np.ndarray:
+    # All-zero rows stay zero (cosine 0 to everything) instead of becoming NaN.
     return F / np.maximum(np.linalg.norm(F, axis=1, keepdims=True), 1e-12)
 
 
 def select_dims(F, K: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """retrieval.select_dims: (float32 features renormalised on the top-K dims by total mass, their indices)."""
+    """(float32 features [N, K] renormalised on the top-K dims by total mass, their indices [K], best first).
+
+    K None or >= D keeps every dim. Ranking uses a stable sort, so equal scores keep index order.
+    """
     Fn = _normalize(np.asarray(F, dtype=np.float32))
     D = Fn.shape[1]
     if K is None or K >= D:
@@ -148,7 +195,11 @@ def select_dims(F, K: int | None) -> tuple[np.ndarray, np.ndarray]:
 
 def retrieval_precision(F, y, ks: tuple[int, ...] = (1, 3, 5, 10), K: int | None = None,
                         chunk_size: int = 1024) -> dict:
-    """retrieval.retrieval_precision: P@k over all queries, the query itself excluded."""
+    """{"p@1": ..., "p@3": ...} for feature matrix F [N, D] and labels y [N], the query itself excluded.
+
+    Queries are processed chunk_size at a time, so memory is O(chunk_size * N). k larger than N - 1
+    is capped at N - 1 (all other samples).
+    """
     y = np.asarray(y).astype(np.int64).reshape(-1)
     N = np.asarray(F).shape[0]
     if y.size != N:
@@ -171,12 +222,12 @@ def retrieval_precision(F, y, ks: tuple[int, ...] = (1, 3, 5, 10), K: int | None
 
 
 def retrieval_curve(F, y, Ks, k: int = 10, chunk_size: int = 1024) -> dict:
-    """retrieval.retrieval_curve: {K: P@k} for each number of kept dims K."""
+    """{K: P@k} for each number of kept dims K (Figure 3 plots P@10 against K)."""
     return {int(K): retrieval_precision(F, y, ks=(k,), K=int(K), chunk_size=chunk_size)[f"p@{k}"] for K in Ks}
 
 
 def default_Ks(D: int) -> list[int]:
-    """retrieval.default_Ks: 32, 64, ... up to min(512, D), the end point included; [D] when D < 32."""
+    """The Ks of Figure 3: 32, 64, ... up to min(512, D), the end point included; [D] when D < 32."""
     top = min(512, D)
     Ks, K = [], 32
     while K <= top:

@@ -4,7 +4,7 @@ Over one epoch, for every dim j of z+ (the non-negative projector output, before
 - AF_j: fraction of the epoch's training views with z+_j > eps;
 - GV_j: variance over the epoch's iterations of the batch-mean gradient dL_InfoNCE/dz+_j
   [choice: population variance, i.e. divided by the number of iterations].
-SC_j comes from metrics.consistency_per_dim on the test split; spearman_table correlates the three.
+SC_j comes from arrays.consistency_per_dim on the test split; spearman_table correlates the three.
 """
 
 from __future__ import annotations

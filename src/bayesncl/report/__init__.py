@@ -7,6 +7,10 @@ API:
     read_summary(csv_path) -> DataFrame         runs.csv back with stable dtypes
     render_tables(df, out_dir)                  table1..7 .tex/.md
     write_claims(df, out_dir)                   claims.tex/.md (docs/METHOD.md section 9)
+Modules: names (shared labels and sets), cells (metrics, cell statistic, formats), groups (runs grouped per
+table row / claim side), verdicts (the claims' statistics), tables, claims (the comparisons), claims_table
+(their table and the terminal's outcome), layout (context -> text, the one writer of table files), figures
+(with lines: the rows behind each line), plots, document, provenance, jobs, atlas, smoke.
     render_figures(df, out_dir)                 figure3, figure4a, figure4b, gates .pdf/.png
     write_report(summary_csv, out_root)         out_root/tables/* and out_root/figures/*, then prints the
                                                 claims and the main comparison to the terminal
@@ -27,14 +31,14 @@ __all__ = ["COLUMNS", "MetricsFileError", "read_summary", "render_figures", "ren
            "write_claims", "write_document", "write_report", "write_summary"]
 
 
-def render_tables(df, out_dir):  # lazy: jinja2 is only needed for the report step
+def render_tables(df, out_dir, stamp=None, smoke=False):  # lazy: jinja2 is only needed for the report step
     from .tables import render_tables as _render
-    return _render(df, out_dir)
+    return _render(df, out_dir, stamp, smoke)
 
 
-def write_claims(df, out_dir):
-    from .claims import write_claims as _write
-    return _write(df, out_dir)
+def write_claims(df, out_dir, stamp=None, smoke=False):
+    from .claims_table import write_claims as _write
+    return _write(df, out_dir, stamp, smoke)
 
 
 def render_figures(df, out_dir, formats=("pdf", "png"), stamp=None):  # lazy: matplotlib is slow to import
@@ -48,19 +52,19 @@ def write_document(summary_csv, results, grid=None, figures=(), overrides=None):
 
 
 def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike, *, echo: bool = True,
-                 stream: TextIO | None = None, grid: str | os.PathLike | None = None) -> list[Path]:
+                 stream: TextIO | None = None, grid: str | os.PathLike | None = None,
+                 smoke: bool = False) -> list[Path]:
     """Render every table into ``out_root/tables`` and every figure into ``out_root/figures``, each
-    stamped with the commit and the grid config file ``grid`` (provenance.stamp); then, with ``echo``,
-    print the outcome (claims, main comparison) to ``stream`` (default: the current stdout)."""
-    from .claims import print_outcome
-    from .provenance import stamp, stamp_file
+    stamped with the commit and the grid config file ``grid`` (provenance.stamp) and, with ``smoke``, each
+    table marked as a smoke run's; then, with ``echo``, print the outcome (claims, main comparison) to
+    ``stream`` (default: the current stdout)."""
+    from .claims_table import print_outcome
+    from .provenance import stamp
 
     df = read_summary(summary_csv)
     root = Path(out_root)
     made_by = stamp(grid)
-    tables = render_tables(df, root / "tables") + write_claims(df, root / "tables")
-    for path in tables:
-        stamp_file(path, made_by)
+    tables = render_tables(df, root / "tables", made_by, smoke) + write_claims(df, root / "tables", made_by, smoke)
     written = tables + render_figures(df, root / "figures", stamp=made_by)
     if echo:
         print_outcome(df, stream)

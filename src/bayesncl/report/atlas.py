@@ -29,11 +29,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import BayesNCLError
+from ..evaluation import arrays as measures
+from ..evaluation.arrays import EPS
+from .names import DATASET_NAMES, METHOD_LABELS, is_main
 
 __all__ = ["AtlasError", "AtlasRun", "DimStats", "Sheet", "SheetRow", "atlas_runs", "build_sheets",
            "dim_stats", "load_run", "rank_dims", "render_atlas", "top_images", "write_atlas"]
 
-EPS = 1e-5  # docs/METHOD.md section 4 (same as evaluation.metrics.EPS)
 GATE_NAMES = {"ste": "STE", "gumbel": "Gumbel", "soft": "soft gate"}
 
 
@@ -68,23 +70,18 @@ def dim_stats(zplus: np.ndarray, labels: np.ndarray, num_classes: int, gate: np.
               eps: float = EPS) -> DimStats:
     """Per-dim statistics of ``zplus`` [N, D] with the evaluation's own metric functions, so the atlas
     marks exactly the dims the tables count."""
-    import torch
-
-    from ..evaluation import metrics
-
-    Z = torch.from_numpy(np.ascontiguousarray(zplus, dtype=np.float32))
-    y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
-    _, counts = metrics.class_dim_matrices(Z, y, num_classes, eps)
-    counts = counts.numpy()
+    Z = np.asarray(zplus, dtype=np.float32)
+    y = np.asarray(labels, dtype=np.int64)
+    _, counts = measures.class_dim_matrices(Z, y, num_classes, eps)
     count = counts.sum(0)
     sc, cls = _majority(counts)
     bg_sc = bg = bg_dom = closed = None
     if backgrounds is not None:
-        b = torch.from_numpy(np.asarray(backgrounds, dtype=np.int64))
-        bg_sc, bg = _majority(metrics.class_dim_matrices(Z, b, num_backgrounds, eps)[1].numpy())
-        bg_dom = metrics.background_dominance(Z, y, b, num_classes, num_backgrounds, eps)["bg_dom"].numpy()
+        b = np.asarray(backgrounds, dtype=np.int64)
+        bg_sc, bg = _majority(measures.class_dim_matrices(Z, b, num_backgrounds, eps)[1])
+        bg_dom = measures.background_dominance(Z, y, b, num_classes, num_backgrounds, eps)["bg_dom"]
     if gate is not None:
-        closed = metrics.closed_gate_rate(Z, torch.from_numpy(np.asarray(gate)), eps).numpy()
+        closed = measures.closed_gate_rate(Z, np.asarray(gate), eps)
     n = max(len(labels), 1)
     base = float(np.bincount(np.asarray(labels, dtype=np.int64), minlength=num_classes).max() / n)
     return DimStats(count=count, freq=count / n, sc=sc, cls=cls, bg_sc=bg_sc, bg=bg, closed=closed,
@@ -134,10 +131,8 @@ class AtlasRun:
 
 
 def run_name(cfg: dict) -> str:
-    from .summary import METHOD_NAMES
-
     m = cfg["method"]
-    name = METHOD_NAMES.get(m["name"], m["name"])
+    name = METHOD_LABELS.get(m["name"], m["name"])
     return f"{name} ({GATE_NAMES.get(m['gate'], m['gate'])})" if m["name"] == "bayesncl" else name
 
 
@@ -318,8 +313,7 @@ def render_atlas(runs: list[AtlasRun], out_stem: str | os.PathLike, n: int = 6, 
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
 
-    from .figures import RC, save_figure
-    from .tables import DATASET_NAMES
+    from .drawing import RC, save_figure
 
     if not runs:
         raise AtlasError("atlas: no runs given; pass --run RUN_DIR (a run evaluated by `bayesncl evaluate`)")
@@ -382,9 +376,9 @@ def write_atlas(run_dirs: list[str | os.PathLike], out_stem: str | os.PathLike, 
 # --------------------------------------------------------------------------- workflow
 def atlas_runs(runs: dict) -> dict[str, list[str]]:
     """{dataset: [run ids]} for the workflow's atlas: NCL and BayesNCL (STE) at the lowest seed of the
-    main comparison (sets table1/table2), in that order; datasets with neither are left out."""
+    main comparison (names.MAIN_SETS), in that order; datasets with neither are left out."""
     out: dict[str, list[str]] = {}
-    main = [r for r in runs.values() if {"table1", "table2"} & set(r.sets)]
+    main = [r for r in runs.values() if is_main(r.sets)]
     for ds in dict.fromkeys(r.config["data"]["dataset"] for r in main):
         picked = []
         for want in (lambda m: m["name"] == "ncl", lambda m: m["name"] == "bayesncl" and m["gate"] == "ste"):

@@ -28,8 +28,13 @@ from pathlib import Path
 from ..atomic import atomic_path, atomic_write_text
 from ..errors import BayesNCLError, MissingInputError
 from . import provenance
-from .claims import CLAIMS, VERDICTS, build_claims
-from .tables import DATASET_NAMES, TABLES, _environment, build_table, caption_text, latex_escape
+from .cells import Fmt, caption_text, latex_escape
+from .claims import Comparison, claims_rows
+from .claims_table import build_claims, claim_cells, dataset_title
+from .layout import environment
+from .names import DATASET_NAMES
+from .tables import TABLES, build_table
+from .verdicts import VERDICTS
 
 __all__ = ["FIGURE_CAPTIONS", "PDFLATEX_HINT", "Page", "build_pdf", "report_pages", "write_document"]
 
@@ -37,7 +42,7 @@ PDFLATEX_HINT = ("pdflatex not found, so results/report.pdf is not built; instal
                  "`apt-get install texlive-latex-base texlive-latex-recommended` (Debian, as .ci/run does)")
 
 # Figure captions: what the figure shows and how to read it (each figure's title names its settings);
-# "$...$" is math, as in the tables' captions (tables.caption_text).
+# "$...$" is math, as in the tables' captions (cells.caption_text).
 FIGURE_CAPTIONS = {
     "figure3": ("Figure 3", r"Retrieval precision P@10 (%) against the number $K$ of feature dimensions kept, "
                 r"one line per method, one panel per dataset; the $K$ of Table 2 is marked. Lines are means "
@@ -136,52 +141,29 @@ def _tex_path(path: str) -> str:
 
 
 # --------------------------------------------------------------------------- the claims, per table
-def _column(header: list[str], name: str) -> int | None:
-    return header.index(name) if name in header else None
-
-
-def claim_rows(ctx: dict) -> list[dict]:
-    """The claims table's rows as dicts: id, dataset (block title), text, left, right, paper, verdict
-    (by the header's names, so added columns change nothing here)."""
-    header = ctx["header"]
-    cols = {k: _column(header, name) for k, name in
-            (("text", "Claim"), ("left", "Left"), ("right", "Right"), ("paper", "Paper"), ("verdict", "Verdict"))}
-    out = []
-    for block in ctx["blocks"]:
-        for row in block["rows"]:
-            rec = {"id": row[0], "dataset": block["title"]}
-            rec.update({k: (row[i] if i is not None else "") for k, i in cols.items()})
-            out.append(rec)
-    return out
-
-
-def outcome_text(rows: list[dict]) -> str:
-    """"24 comparisons ...: holds: 5; does not hold: 9; ..." (verdicts in claims.VERDICTS order)."""
+def outcome_text(verdicts: list[str]) -> str:
+    """"24 comparisons ...: holds: 5; does not hold: 9; ..." (verdicts in verdicts.VERDICTS order)."""
     counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    for v in verdicts:
+        counts[v] = counts.get(v, 0) + 1
     order = [v for v in VERDICTS if v in counts] + [v for v in counts if v not in VERDICTS]
     tally = "; ".join(f"{v}: {counts[v]}" for v in order)
-    return f"{len(rows)} comparison{'s' if len(rows) != 1 else ''} of the paper's claims on this grid's runs: {tally}."
+    n = len(verdicts)
+    return f"{n} comparison{'s' if n != 1 else ''} of the paper's claims on this grid's runs: {tally}."
 
 
-def _claim_sets() -> dict[str, tuple[str, ...]]:
-    return {str(c.number): tuple(c.sets) for c in CLAIMS}
-
-
-def claims_for(set_name: str, rows: list[dict], dash: str) -> list[dict]:
-    """The rows of the claims that read ``set_name``, for the box under a table or figure."""
-    sets = _claim_sets()
-    multi = len({r["dataset"] for r in rows}) > 1
+def claims_for(set_name: str, judged: list[tuple[str, Comparison]], fmt: Fmt) -> list[dict]:
+    """The comparisons (``judged``: (dataset, comparison) pairs, claims.claims_rows flattened) of the claims
+    that read ``set_name``, as the box under a table or figure shows them, in ``fmt``."""
+    multi = len({d for d, _ in judged}) > 1
     out = []
-    for r in rows:
-        number = re.match(r"\d+", str(r["id"]))
-        if not number or set_name not in sets.get(number.group(), ()):
+    for dataset, c in judged:
+        if set_name not in c.sets:
             continue
-        here = f"{r['left']} vs {r['right']}" if r["left"] or r["right"] else ""
-        out.append({"id": r["id"], "where": f" ({r['dataset']})" if multi else "", "text": r["text"],
-                    "here": f"here {here}" if here else "here not run",
-                    "paper": "" if r["paper"] in ("", dash) else r["paper"], "verdict": r["verdict"]})
+        cell = claim_cells(c, fmt)
+        out.append({"id": cell["id"], "where": f" ({fmt.esc(dataset_title(dataset))})" if multi else "",
+                    "text": cell["text"], "here": f"here {cell['left']} vs {cell['right']}",
+                    "paper": "" if cell["paper"] == fmt.dash() else cell["paper"], "verdict": cell["verdict"]})
     return out
 
 
@@ -309,19 +291,17 @@ def provenance_items(prov, tex: bool) -> list[tuple[str, str]]:
     return items
 
 
-def _latex_context(df, prov, figures: list[str], results: Path) -> dict:
-    claims_tex = build_claims(df, "tex")
-    rows_tex = claim_rows(claims_tex)
-    dash = "--"
+def _latex_context(df, prov, figures: list[str], results: Path, judged: list[tuple[str, Comparison]]) -> dict:
+    tex = Fmt("tex")
     stamp = prov.stamp()
-    tables = [{"name": spec.name, "number": i, "claims": claims_for(spec.set_name, rows_tex, dash)}
+    tables = [{"name": spec.name, "number": i, "claims": claims_for(spec.set_name, judged, tex)}
               for i, spec in enumerate(TABLES, start=1)]
     figs = []
     for stem in figures:
         title, caption = figure_caption(stem, "tex")
         figs.append({"file": stem, "title": title, "caption": caption,
                      "height": "0.7" if stem.startswith("atlas_") else "0.6",
-                     "claims": claims_for(stem, rows_tex, dash)})
+                     "claims": claims_for(stem, judged, tex)})
     grid = prov.grid or "no grid config"
     commit = prov.git.commit[:12] if prov.git.commit else "unknown commit"
     seeds = _seeds_text(prov.seeds)
@@ -329,7 +309,7 @@ def _latex_context(df, prov, figures: list[str], results: Path) -> dict:
         "stamp": stamp, "title": "BayesNCL reproduction report",
         "subtitle": latex_escape(f"Grid {grid} · commit {commit}{' (uncommitted changes)' if prov.git.dirty else ''}"
                                  f" · {prov.date}").replace("·", r"\textperiodcentered{}"),
-        "outcome": latex_escape(outcome_text(claim_rows(build_claims(df, "txt")))),
+        "outcome": latex_escape(outcome_text([c.verdict for _, c in judged])),
         "claims_note": latex_escape(f"{prov.runs} runs; seeds {seeds}. The claims table "
                                     "(tables/claims.tex) follows; each row's verdict follows the rule in its caption."),
         "tables": tables, "figures": figs,
@@ -357,7 +337,7 @@ def _pdf_string(text: str) -> str:
 
 
 def _render_tex(ctx: dict) -> str:
-    return _environment().get_template("report.tex.j2").render(**ctx)
+    return environment().get_template("report.tex.j2").render(**ctx)
 
 
 # --------------------------------------------------------------------------- the HTML report's front page
@@ -417,10 +397,12 @@ def write_document(summary_csv: str | Path, results: str | Path, grid: str | Pat
             title, caption = figure_caption(page.source)
         written.append(atomic_write_text(out / "captions" / f"{page.name}.rst", caption_rst(title, caption, stamp)))
 
-    outcome = outcome_text(claim_rows(build_claims(df, "txt")))
+    judged = [(d, c) for d, comps in claims_rows(df) for c in comps]
+    outcome = outcome_text([c.verdict for _, c in judged])
     written.append(atomic_write_text(out / "provenance.rst", provenance_rst(prov, outcome, results)))
     written.append(atomic_write_text(out / "provenance.json", prov.to_json()))
-    written.append(atomic_write_text(out / "report.tex", _render_tex(_latex_context(df, prov, list(figures), results))))
+    tex = _render_tex(_latex_context(df, prov, list(figures), results, judged))
+    written.append(atomic_write_text(out / "report.tex", tex))
     written += write_plots(df, results / "plots")
     return written
 

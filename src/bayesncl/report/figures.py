@@ -27,243 +27,42 @@ same bytes.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import textwrap
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib import rc_context
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..atomic import atomic_path
-from .summary import METHOD_NAMES, prepare, sweep_rows
-from .tables import ARCH_NAMES, DATASET_NAMES, stat
+from .drawing import (BAND_ALPHA, RC, arch_text, dataset_name, draw, fmt_value, legend, line_colors, new_figure,
+                      no_runs, save_figure, suptitle)
+from .lines import (default_point, gate_points, group_key, line_points, mode, paired, parse_json, row_mask,
+                    rows_in_set, sc_curve, seed_stats, seeds_text, split_lines)
+from .names import ARCH_NAMES
+from .summary import prepare, sweep_rows
 
-__all__ = ["FIGURE_NAMES", "RC", "render_figures", "save_figure", "sweep_rows"]
+__all__ = ["FIGURE_NAMES", "render_figures"]
 
 FIGURE_NAMES = ("figure3", "figure4a", "figure4b", "gates", "sc_training")
-RC = {"font.size": 8, "axes.titlesize": 8.5, "axes.labelsize": 8, "legend.fontsize": 7,
-      "figure.titlesize": 9.5, "figure.dpi": 100, "savefig.dpi": 150, "lines.linewidth": 1.4,
-      "lines.markersize": 4}
-BAND_ALPHA = 0.2
-
-
-# --------------------------------------------------------------------------- row selection
-def _in_set(df: pd.DataFrame, name: str) -> pd.DataFrame:
-    return df[_mask(df, [name in s.split(";") for s in df["sets"]])]
-
-
-def _mask(df: pd.DataFrame, keep: list[bool]) -> pd.Series:
-    # A boolean Series, not a list: an empty list would select columns instead of rows.
-    return pd.Series(keep, index=df.index, dtype=bool)
-
-
-def _k(value):
-    # Grouping key for a value that may be NaN (NaN != NaN would split every group).
-    return None if isinstance(value, float) and math.isnan(value) else value
-
-
-def _stats(values) -> tuple[float, float, int]:
-    """Mean, sample std (NaN below two values) and the number of finite values: the tables' cell statistic."""
-    s = stat(values, 0)
-    return s.mean, s.std, s.n
-
-
-def _lines(rows: pd.DataFrame, x: str) -> list[tuple[str, pd.DataFrame]]:
-    """Split rows into lines keyed by every config field except ``x`` and the seed."""
-    fields = [f for f in ("dataset", "arch", "method", "gate", "detach", "head_depth",
-                          "rho", "lambda", "proj_dim") if f != x]
-    out: dict[tuple, list[int]] = {}
-    for i, rec in zip(rows.index, rows.to_dict("records")):
-        out.setdefault(tuple(_k(rec[f]) for f in fields), []).append(i)
-    archs = rows["arch"].nunique() > 1
-    lines = []
-    for idx in out.values():
-        part = rows.loc[idx]
-        variants = list(dict.fromkeys(part["variant"]))
-        rec = part.iloc[0]
-        label = variants[0] if len(variants) == 1 else METHOD_NAMES.get(rec["method"], rec["method"])
-        if archs:
-            label += f", {ARCH_NAMES.get(rec['arch'], rec['arch'])}"
-        lines.append((label, part))
-    return lines
-
-
-def _points(part: pd.DataFrame, x: str, y: str) -> list[tuple[float, float, float, int]]:
-    """(x, mean, std, n) per distinct x, for the finite means."""
-    xs = sorted({v for v in part[x] if math.isfinite(v)})
-    pts = [(v, *_stats(part.loc[part[x] == v, y])) for v in xs]
-    return [p for p in pts if math.isfinite(p[1])]
-
-
-def _seeds_text(ns) -> str:
-    ns = sorted({int(n) for n in ns if n})
-    if not ns:
-        return "no seeds"
-    n = str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
-    return f"n={n} seed" + ("" if ns == [1] else "s")
-
-
-def _draw(ax, pts, color, label, xmap=lambda v: v, linestyle="-", marker="o"):
-    """A mean line with a +-std band where a point has two or more seeds; returns the line."""
-    xv = [xmap(p[0]) for p in pts]
-    mv, sv, nv = (np.array([p[i] for p in pts], dtype=float) for i in (1, 2, 3))
-    (line,) = ax.plot(xv, mv, color=color, marker=marker, linestyle=linestyle,
-                      label=f"{label} ({_seeds_text(nv)})")
-    # Bands over runs of consecutive points with two or more seeds; a lone seeded point gets an error bar.
-    lone = []
-    for run in np.split(np.arange(len(nv)), np.flatnonzero(np.diff(nv > 1)) + 1):
-        if nv[run[0]] <= 1:
-            continue
-        if len(run) == 1:
-            lone.append(run[0])
-        else:
-            ax.fill_between([xv[i] for i in run], mv[run] - sv[run], mv[run] + sv[run], color=color,
-                            alpha=BAND_ALPHA, linewidth=0)
-    if lone:
-        ax.errorbar([xv[i] for i in lone], mv[lone], yerr=sv[lone], color=color, linestyle="none",
-                    capsize=2.5, elinewidth=1)
-    return line
-
-
-def _colors(labels) -> dict[str, tuple]:
-    from matplotlib import colormaps
-    cmap = colormaps["tab10"]
-    return {lab: cmap(i % 10) for i, lab in enumerate(dict.fromkeys(labels))}
-
-
-def _no_runs(ax, text: str = "no runs") -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
-
-
-def _figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _chars(fig, fontsize: float) -> int:
-    """About how many characters of ``fontsize`` fit across the figure."""
-    return max(20, int(fig.get_figwidth() * 72 / (0.5 * fontsize)))
-
-
-def _suptitle(fig, title: str, fixed: list[str]) -> None:
-    """Title, then the values held fixed, each wrapped to the figure's width."""
-    size = RC["figure.titlesize"]
-    lines = textwrap.wrap(title, _chars(fig, size))
-    for part in fixed:
-        lines += textwrap.wrap(part, _chars(fig, size))
-    fig.suptitle("\n".join(lines))
-
-
-def _legend(fig, axes) -> None:
-    """One legend for the whole figure, below the panels, one entry per label."""
-    entries: dict[str, object] = {}
-    for ax in np.ravel(axes):
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if not lab.startswith("_"):
-                entries.setdefault(lab, h)
-    if entries:
-        # Columns as wide as the longest label (+ handle) allow, so no entry runs off the figure.
-        per_col = max(len(lab) for lab in entries) + 6
-        ncols = max(1, min(len(entries), _chars(fig, RC["legend.fontsize"]) // per_col))
-        fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncols=ncols,
-                   frameon=False)
-
-
-def _fmt(v: float) -> str:
-    """3e-5, not 3e-05 or 0.00003; 0.8 stays 0.8."""
-    if not math.isfinite(v):
-        return "?"
-    if v and abs(v) < 1e-2:
-        return np.format_float_scientific(v, trim="-", exp_digits=1)
-    return f"{v:g}"
-
-
-def _ds(ds: str) -> str:
-    return DATASET_NAMES.get(ds, ds) or "(no dataset)"
-
-
-def _arch_text(rows: pd.DataFrame) -> str:
-    archs = [ARCH_NAMES.get(a, a) for a in dict.fromkeys(rows["arch"]) if a]
-    return "/".join(archs)
-
-
-def _mode(values) -> float:
-    """The most common finite value (ties: the smaller); NaN when there is none."""
-    vals = [float(v) for v in values if math.isfinite(v)]
-    if not vals:
-        return math.nan
-    counts = Counter(vals)
-    return max(counts, key=lambda v: (counts[v], -v))
-
-
-MAIN_SETS = {"table1", "table2"}
-
-
-def _default_point(df: pd.DataFrame, dataset: str) -> dict[str, float]:
-    """The dataset's default operating point: the D of its main comparison (Tables 1-2) and the rho and
-    lambda of its BayesNCL runs there (each sweep moves one value away from it). A value the main runs
-    do not give is the one most of the dataset's runs use."""
-    rows = df[df["dataset"] == dataset]
-    main = rows[_mask(rows, [bool(MAIN_SETS & set(s.split(";"))) for s in rows["sets"]])]
-    out = {}
-    for key, bayes_only in (("proj_dim", False), ("rho", True), ("lambda", True)):
-        for part in (main, rows):
-            if bayes_only:
-                part = part[part["method"] == "bayesncl"]
-            out[key] = _mode(part[key])
-            if math.isfinite(out[key]):
-                break
-    return out
-
-
-def _save(fig: Figure, out_dir: Path, stem: str, formats: tuple[str, ...], stamp: str | None = None) -> list[Path]:
-    """Save ``fig`` in each format; ``stamp`` (provenance.stamp: commit and grid) goes into the metadata."""
-    paths = []
-    for ext in formats:
-        meta = None
-        if ext == "pdf":  # no timestamp: reproducible bytes
-            meta = {"CreationDate": None, **({"Subject": stamp} if stamp else {})}
-        elif ext == "png" and stamp:
-            meta = {"Comment": stamp}
-        path = out_dir / f"{stem}.{ext}"
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=ext, metadata=meta)
-        paths.append(path)
-    return paths
-
-
-save_figure = _save
-
-
-def _curve(text: str):
-    try:
-        return json.loads(text) if text else None
-    except ValueError:
-        return None
 
 
 # --------------------------------------------------------------------------- figure 3
 def _figure3(df: pd.DataFrame) -> Figure:
-    rows = _in_set(df, "figure3")
-    rows = rows[_mask(rows, [m != "cl" for m in rows["method"]])]  # retrieval not reported for SimCLR
+    rows = rows_in_set(df, "figure3")
+    rows = rows[row_mask(rows, [m != "cl" for m in rows["method"]])]  # retrieval not reported for SimCLR
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
-    fig = _figure(max(5.0, 3.4 * len(datasets)), 3.4)
+    fig = new_figure(max(5.0, 3.4 * len(datasets)), 3.4)
     axes = fig.subplots(1, len(datasets), squeeze=False)[0]
     groups = list(dict.fromkeys(zip(rows["arch"], rows["variant"])))
     multi_arch = len({a for a, _ in groups}) > 1
-    colors = _colors([v for _, v in groups])
+    colors = line_colors([v for _, v in groups])
     fixed = []
     for ax, ds in zip(axes, datasets):
         part = rows[rows["dataset"] == ds]
-        ax.set_title(_ds(ds))
+        ax.set_title(dataset_name(ds))
         ax.set_xlabel("K, dimensions kept (log scale)")
         ax.set_ylabel("retrieval P@10 (%)")
         all_ks: set[int] = set()
@@ -271,17 +70,17 @@ def _figure3(df: pd.DataFrame) -> Figure:
             sub = part[(part["arch"] == arch) & (part["variant"] == variant)]
             per_k: dict[int, list[float]] = {}
             for text in sub["ret_curve"]:
-                curve = _curve(text)
+                curve = parse_json(text)
                 for k, v in (curve.items() if isinstance(curve, dict) else ()):
                     per_k.setdefault(int(float(k)), []).append(math.nan if v is None else float(v))
-            pts = [(k, *_stats(per_k[k])) for k in sorted(per_k)]
+            pts = [(k, *seed_stats(per_k[k])) for k in sorted(per_k)]
             pts = [p for p in pts if math.isfinite(p[1])]
             if not pts:
                 continue
             label = variant + (f", {ARCH_NAMES.get(arch, arch)}" if multi_arch else "")
-            _draw(ax, pts, colors[variant], label)
+            draw(ax, pts, colors[variant], label)
             all_ks.update(p[0] for p in pts)
-        table_k = _mode(part["ret_K"])
+        table_k = mode(part["ret_K"])
         if math.isfinite(table_k):
             ax.axvline(table_k, color="0.55", linestyle=":", linewidth=1, zorder=0, label="K of Table 2")
         if all_ks:
@@ -289,15 +88,15 @@ def _figure3(df: pd.DataFrame) -> Figure:
             ax.set_xticks(sorted(all_ks), [str(k) for k in sorted(all_ks)])
             ax.minorticks_off()
         else:
-            _no_runs(ax)
+            no_runs(ax)
         if len(part):
-            d = _default_point(df, ds)
-            fixed.append(f"{_ds(ds)}: D = {_fmt(d['proj_dim'])}, BayesNCL at ρ = {_fmt(d['rho'])}, "
-                         f"λ = {_fmt(d['lambda'])}")
-    arch = _arch_text(rows)
-    _suptitle(fig, "Figure 3: retrieval with the top-K dimensions (test split" + (f", {arch}" if arch else "")
+            d = default_point(df, ds)
+            fixed.append(f"{dataset_name(ds)}: D = {fmt_value(d['proj_dim'])}, BayesNCL at ρ = {fmt_value(d['rho'])}, "
+                         f"λ = {fmt_value(d['lambda'])}")
+    arch = arch_text(rows)
+    suptitle(fig, "Figure 3: retrieval with the top-K dimensions (test split" + (f", {arch}" if arch else "")
               + ")", fixed)
-    _legend(fig, axes)
+    legend(fig, axes)
     return fig
 
 
@@ -306,43 +105,43 @@ METRICS = (("sc", "SC (%)"), ("probe_top1", "linear probe top-1 (%)"))
 
 
 def _figure4a(df: pd.DataFrame) -> Figure:
-    rows = _in_set(df, "figure4a")
+    rows = rows_in_set(df, "figure4a")
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
-    fig = _figure(6.6, 0.6 + 2.6 * len(datasets))
+    fig = new_figure(6.6, 0.6 + 2.6 * len(datasets))
     axes = fig.subplots(len(datasets), 2, squeeze=False)
-    all_lines = {ds: _lines(rows[rows["dataset"] == ds], "proj_dim") for ds in datasets}
-    colors = _colors([lab for ls in all_lines.values() for lab, _ in ls])
+    all_lines = {ds: split_lines(rows[rows["dataset"] == ds], "proj_dim") for ds in datasets}
+    colors = line_colors([lab for ls in all_lines.values() for lab, _ in ls])
     fixed = []
     for r, ds in enumerate(datasets):
         part = rows[rows["dataset"] == ds]
         widths = sorted({int(v) for v in part["proj_dim"] if math.isfinite(v)})
-        d = _default_point(df, ds) if len(part) else {}
+        d = default_point(df, ds) if len(part) else {}
         for ax, (y, ylabel) in zip(axes[r], METRICS):
-            ax.set_title(f"{_ds(ds)}: {ylabel.split(' (')[0]}")
+            ax.set_title(f"{dataset_name(ds)}: {ylabel.split(' (')[0]}")
             ax.set_xlabel("latent width D (log scale)")
             ax.set_ylabel(ylabel)
             for label, lp in all_lines[ds]:
-                pts = _points(lp, "proj_dim", y)
+                pts = line_points(lp, "proj_dim", y)
                 if pts:
-                    _draw(ax, pts, colors[label], label)
+                    draw(ax, pts, colors[label], label)
             if widths:
                 ax.set_xscale("log", base=2)
                 ax.set_xticks(widths, [str(w) for w in widths])
                 ax.minorticks_off()
             if not ax.lines:
-                _no_runs(ax)
+                no_runs(ax)
             elif math.isfinite(d.get("proj_dim", math.nan)):
                 ax.axvline(d["proj_dim"], color="0.55", linestyle=":", linewidth=1, zorder=0,
                            label="default D (Tables 1-2)")
         if d:
             bayes = part[part["method"] == "bayesncl"]
-            held = f"{_ds(ds)}: default D = {_fmt(d['proj_dim'])}"
+            held = f"{dataset_name(ds)}: default D = {fmt_value(d['proj_dim'])}"
             if len(bayes):
-                held += f", BayesNCL at ρ = {_fmt(_mode(bayes['rho']))}, λ = {_fmt(_mode(bayes['lambda']))}"
+                held += f", BayesNCL at ρ = {fmt_value(mode(bayes['rho']))}, λ = {fmt_value(mode(bayes['lambda']))}"
             fixed.append(held)
-    arch = _arch_text(rows)
-    _suptitle(fig, "Figure 4a: latent width D (test split" + (f", {arch}" if arch else "") + ")", fixed)
-    _legend(fig, axes)
+    arch = arch_text(rows)
+    suptitle(fig, "Figure 4a: latent width D (test split" + (f", {arch}" if arch else "") + ")", fixed)
+    legend(fig, axes)
     return fig
 
 
@@ -357,7 +156,7 @@ def _lambda_axis(ax, xs: list[float]):
     zero_at = lo / 10 ** max(0.7, 0.3 * math.log10(hi / lo))  # a gap of at least most of a decade
     ax.set_xscale("log")
     ticks = ([zero_at] if 0 in xs else []) + pos
-    ax.set_xticks(ticks, ["0" if t == zero_at else _fmt(t) for t in ticks], rotation=30)
+    ax.set_xticks(ticks, ["0" if t == zero_at else fmt_value(t) for t in ticks], rotation=30)
     ax.minorticks_off()
     if 0 in xs:
         brk = math.sqrt(zero_at * lo)
@@ -371,103 +170,94 @@ def _draw_lambda(ax, pts, color, label, xmap) -> None:
     zero = [p for p in pts if p[0] == 0]
     pos = [p for p in pts if p[0] > 0]
     if pos:
-        _draw(ax, pos, color, label, xmap)
+        draw(ax, pos, color, label, xmap)
     if zero:
         z = zero[0]
         ax.errorbar([xmap(0)], [z[1]], yerr=[z[2]] if z[3] > 1 else None, color=color, marker="o",
-                    capsize=2, label=None if pos else f"{label} ({_seeds_text([z[3]])})")
+                    capsize=2, label=None if pos else f"{label} ({seeds_text([z[3]])})")
         if pos:
             ax.plot([xmap(0), xmap(pos[0][0])], [z[1], pos[0][1]], color=color, linestyle=":", linewidth=1)
 
 
 def _ncl_reference(df: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     """NCL runs on the same dataset, backbone and D as the sweep's rows (any set)."""
-    keys = {(r["dataset"], r["arch"], _k(r["proj_dim"])) for r in rows.to_dict("records")}
-    return df[_mask(df, [m == "ncl" and (d, a, _k(p)) in keys
+    keys = {(r["dataset"], r["arch"], group_key(r["proj_dim"])) for r in rows.to_dict("records")}
+    return df[row_mask(df, [m == "ncl" and (d, a, group_key(p)) in keys
                          for m, d, a, p in zip(df["method"], df["dataset"], df["arch"], df["proj_dim"])])]
 
 
 def _figure4b(df: pd.DataFrame) -> Figure:
-    rows = _in_set(df, "figure4b")
+    rows = rows_in_set(df, "figure4b")
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
-    fig = _figure(6.8, 0.9 + 4.6 * len(datasets))
+    fig = new_figure(6.8, 0.9 + 4.6 * len(datasets))
     axes = fig.subplots(2 * len(datasets), 2, squeeze=False)
     fixed = []
-    label_colors = _colors([lab for ds in datasets for p in ("rho", "lambda")
-                            for lab, _ in _lines(sweep_rows(rows[rows["dataset"] == ds], p), p)])
+    label_colors = line_colors([lab for ds in datasets for p in ("rho", "lambda")
+                            for lab, _ in split_lines(sweep_rows(rows[rows["dataset"] == ds], p), p)])
     for b, ds in enumerate(datasets):
         part = rows[rows["dataset"] == ds]
         sweeps = {p: sweep_rows(part, p) for p in ("rho", "lambda")}
-        base = _default_point(df, ds) if len(part) else {"rho": math.nan, "lambda": math.nan}
+        base = default_point(df, ds) if len(part) else {"rho": math.nan, "lambda": math.nan}
         ncl = _ncl_reference(df, part)
         for r, (y, ylabel) in enumerate(METRICS):
             for c, param in enumerate(("rho", "lambda")):
                 ax = axes[2 * b + r][c]
                 other = "lambda" if param == "rho" else "rho"
                 sym = "ρ" if param == "rho" else "λ"
-                ax.set_title(f"{_ds(ds)}: {ylabel.split(' (')[0]} vs {sym} "
-                             f"({'λ' if other == 'lambda' else 'ρ'} = {_fmt(base[other])})")
+                ax.set_title(f"{dataset_name(ds)}: {ylabel.split(' (')[0]} vs {sym} "
+                             f"({'λ' if other == 'lambda' else 'ρ'} = {fmt_value(base[other])})")
                 ax.set_xlabel("ρ, prior keep rate" if param == "rho" else "λ, KL weight (log scale)")
                 ax.set_ylabel(ylabel)
                 xs = sorted({v for v in sweeps[param][param] if math.isfinite(v)})
                 if len(xs) < 2:  # one point is no sweep: say so rather than draw it
-                    _no_runs(ax, f"{sym} is not swept in this grid")
+                    no_runs(ax, f"{sym} is not swept in this grid")
                     ax.set_xticks([])
                     ax.set_yticks([])
                     continue
                 xmap = _lambda_axis(ax, xs) if param == "lambda" else (lambda v: v)
-                for label, lp in _lines(sweeps[param], param):
-                    pts = _points(lp, param, y)
+                for label, lp in split_lines(sweeps[param], param):
+                    pts = line_points(lp, param, y)
                     if not pts:
                         continue
                     if param == "lambda":
                         _draw_lambda(ax, pts, label_colors[label], label, xmap)
                     else:
-                        _draw(ax, pts, label_colors[label], label)
+                        draw(ax, pts, label_colors[label], label)
                 if not ax.lines:
-                    _no_runs(ax)
+                    no_runs(ax)
                     continue
                 if math.isfinite(base[param]):
                     ax.axvline(xmap(base[param]), color="0.55", linestyle=":", linewidth=1, zorder=0,
                                label="default operating point")
-                m, s, n = _stats(ncl[y]) if len(ncl) else (math.nan, math.nan, 0)
+                m, s, n = seed_stats(ncl[y]) if len(ncl) else (math.nan, math.nan, 0)
                 if math.isfinite(m):
                     ax.axhline(m, color="0.2", linestyle="--", linewidth=1,
-                               label=f"NCL, same D ({_seeds_text([n])})")
+                               label=f"NCL, same D ({seeds_text([n])})")
         if len(part):
-            fixed.append(f"{_ds(ds)}: default ρ = {_fmt(base['rho'])}, λ = {_fmt(base['lambda'])}, "
-                         f"D = {_fmt(_mode(part['proj_dim']))}")
-    arch = _arch_text(rows)
-    _suptitle(fig, "Figure 4b: sensitivity to the prior keep rate ρ and the KL weight λ (BayesNCL, test split"
+            fixed.append(f"{dataset_name(ds)}: default ρ = {fmt_value(base['rho'])}, λ = {fmt_value(base['lambda'])}, "
+                         f"D = {fmt_value(mode(part['proj_dim']))}")
+    arch = arch_text(rows)
+    suptitle(fig, "Figure 4b: sensitivity to the prior keep rate ρ and the KL weight λ (BayesNCL, test split"
               + (f", {arch}" if arch else "") + ")", fixed)
-    _legend(fig, axes)
+    legend(fig, axes)
     return fig
 
 
 # --------------------------------------------------------------------------- open gates
-def _gate_points(part: pd.DataFrame) -> list[tuple[float, float, float, int]]:
-    """(epoch, mean %, std %, n) from the ``gate_curve`` lists (epoch e = list index + 1)."""
-    curves = [c for c in (_curve(t) for t in part["gate_curve"]) if isinstance(c, list) and c]
-    per_epoch: dict[int, list[float]] = {}
-    for c in curves:
-        for e, v in enumerate(c, start=1):
-            per_epoch.setdefault(e, []).append(math.nan if v is None else 100.0 * float(v))
-    pts = [(e, *_stats(per_epoch[e])) for e in sorted(per_epoch)]
-    return [p for p in pts if math.isfinite(p[1])]
 
 
 def _gates(df: pd.DataFrame) -> Figure:
     col = df["gate_curve"] if "gate_curve" in df else pd.Series([""] * len(df), index=df.index)
-    rows = df[_mask(df, [m == "bayesncl" and bool(t) for m, t in zip(df["method"], col)])]
+    rows = df[row_mask(df, [m == "bayesncl" and bool(t) for m, t in zip(df["method"], col)])]
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
     panels = []  # (dataset, title, [(label, rows)])
     fixed = []
     for ds in datasets:
         part = rows[rows["dataset"] == ds]
         if not len(part):
-            panels.append((ds, f"{_ds(ds)}: BayesNCL variants", []))
+            panels.append((ds, f"{dataset_name(ds)}: BayesNCL variants", []))
             continue
-        d = _default_point(df, ds)
+        d = default_point(df, ds)
         at = part[(part["rho"] == d["rho"]) & (part["lambda"] == d["lambda"]) & (part["proj_dim"] == d["proj_dim"])]
         variants: dict[tuple, list[int]] = {}
         for i, rec in zip(at.index, at.to_dict("records")):
@@ -475,14 +265,14 @@ def _gates(df: pd.DataFrame) -> Figure:
         multi_arch = len({a for a, _ in variants}) > 1
         lines = [(v + (f", {ARCH_NAMES.get(a, a)}" if multi_arch else ""), at.loc[idx])
                  for (a, v), idx in variants.items()]
-        panels.append((ds, f"{_ds(ds)}: BayesNCL variants", lines))
-        fixed.append(f"{_ds(ds)}: ρ = {_fmt(d['rho'])}, λ = {_fmt(d['lambda'])}, D = {_fmt(d['proj_dim'])}")
-        lam = sweep_rows(_in_set(part, "figure4b"), "lambda")
+        panels.append((ds, f"{dataset_name(ds)}: BayesNCL variants", lines))
+        fixed.append(f"{dataset_name(ds)}: ρ = {fmt_value(d['rho'])}, λ = {fmt_value(d['lambda'])}, D = {fmt_value(d['proj_dim'])}")
+        lam = sweep_rows(rows_in_set(part, "figure4b"), "lambda")
         lam_values = sorted({v for v in lam["lambda"] if math.isfinite(v)})
         if len(lam_values) > 1:
-            panels.append((ds, f"{_ds(ds)}: λ sweep ({lam['variant'].iloc[0]}, ρ = {_fmt(_mode(lam['rho']))})",
-                           [(f"λ = {_fmt(v)}", lam[lam["lambda"] == v]) for v in lam_values]))
-    fig = _figure(max(3.6 * len(panels), 5.0), 4.8)
+            panels.append((ds, f"{dataset_name(ds)}: λ sweep ({lam['variant'].iloc[0]}, ρ = {fmt_value(mode(lam['rho']))})",
+                           [(f"λ = {fmt_value(v)}", lam[lam["lambda"] == v]) for v in lam_values]))
+    fig = new_figure(max(3.6 * len(panels), 5.0), 4.8)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (ds, title, lines) in zip(axes, panels):
         ax.set_title(title)
@@ -494,65 +284,39 @@ def _gates(df: pd.DataFrame) -> Figure:
             cmap = colormaps["viridis"]
             colors = {lab: cmap(i / max(len(lines) - 1, 1) * 0.85) for i, (lab, _) in enumerate(lines)}
         else:
-            colors = _colors([lab for lab, _ in lines])
+            colors = line_colors([lab for lab, _ in lines])
         for label, part in lines:
-            pts = _gate_points(part)
+            pts = gate_points(part)
             if pts:
-                _draw(ax, pts, colors[label], label, marker="." if len(pts) > 15 else "o")
+                draw(ax, pts, colors[label], label, marker="." if len(pts) > 15 else "o")
         ax.set_ylim(-2, 102)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if ax.lines:
             # per panel (the sweep panel's entries differ), below the axes so no curve is hidden
             ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=1)
         else:
-            _no_runs(ax, "no BayesNCL run with a gate curve")
-    _suptitle(fig, "Open gates during pretraining (hard gate m = 1[α > 0.5]): do the gates leave their "
+            no_runs(ax, "no BayesNCL run with a gate curve")
+    suptitle(fig, "Open gates during pretraining (hard gate m = 1[α > 0.5]): do the gates leave their "
               "initial state?", fixed)
     return fig
 
 
 # --------------------------------------------------------------------------- SC over training
-def _sc_curve(rec: dict) -> dict[int, float]:
-    """{epoch: SC} of one run: the recorded epochs, then the final SC (Table 1's) at the last epoch."""
-    epochs, values = _curve(rec["dyn_epochs"]), _curve(rec["dyn_sc"])
-    out = {}
-    if isinstance(epochs, list) and isinstance(values, list):
-        out = {int(e): float(v) for e, v in zip(epochs, values) if v is not None and math.isfinite(float(v))}
-    losses = _curve(rec["loss_curve"])
-    last = len(losses) if isinstance(losses, list) else 0
-    if out and last > max(out) and math.isfinite(rec["sc"]):
-        out[last] = float(rec["sc"])
-    return out
-
-
-def _paired(left: dict[int, dict[int, float]], right: dict[int, dict[int, float]]):
-    """Per epoch: (epoch, mean of left - right over the seeds both have there, 95% t half-width, n)."""
-    from scipy.stats import t
-
-    out = []
-    for e in sorted(set().union(*left.values(), *right.values()) if left and right else ()):
-        d = [left[s][e] - right[s][e] for s in sorted(set(left) & set(right)) if e in left[s] and e in right[s]]
-        if not d:
-            continue
-        mean = float(np.mean(d))
-        half = float(t.ppf(0.975, len(d) - 1) * np.std(d, ddof=1) / math.sqrt(len(d))) if len(d) > 1 else math.nan
-        out.append((e, mean, half, len(d)))
-    return out
 
 
 def _sc_training(df: pd.DataFrame) -> Figure:
-    rows = _in_set(df, "table3")
-    rows = rows[_mask(rows, [bool(t) for t in rows["dyn_sc"]])]
+    rows = rows_in_set(df, "table3")
+    rows = rows[row_mask(rows, [bool(t) for t in rows["dyn_sc"]])]
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
-    fig = _figure(7.0, 0.9 + 2.9 * len(datasets))
+    fig = new_figure(7.0, 0.9 + 2.9 * len(datasets))
     axes = fig.subplots(len(datasets), 2, squeeze=False)
-    colors = _colors(dict.fromkeys(rows["variant"]))
+    colors = line_colors(dict.fromkeys(rows["variant"]))
     fixed = []
     for r, ds in enumerate(datasets):
         ax, dax = axes[r]
         part = rows[rows["dataset"] == ds]
-        ax.set_title(f"{_ds(ds)}: SC over pretraining")
-        dax.set_title(f"{_ds(ds)}: BayesNCL − NCL, paired by seed")
+        ax.set_title(f"{dataset_name(ds)}: SC over pretraining")
+        dax.set_title(f"{dataset_name(ds)}: BayesNCL − NCL, paired by seed")
         for a in (ax, dax):
             a.set_xlabel("pretraining epoch")
             a.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -560,7 +324,7 @@ def _sc_training(df: pd.DataFrame) -> Figure:
         dax.set_ylabel("SC difference (points)")
         curves: dict[tuple, dict[int, dict[int, float]]] = {}  # (arch, variant, method) -> seed -> {epoch: SC}
         for rec in part.to_dict("records"):
-            c = _sc_curve(rec)
+            c = sc_curve(rec)
             if c:
                 curves.setdefault((rec["arch"], rec["variant"], rec["method"]), {})[int(rec["seed"])] = c
         multi_arch = len({k[0] for k in curves}) > 1
@@ -573,14 +337,14 @@ def _sc_training(df: pd.DataFrame) -> Figure:
             for c in seeds.values():
                 for e, v in c.items():
                     per_epoch.setdefault(e, []).append(v)
-            pts = [(e, *_stats(per_epoch[e])) for e in sorted(per_epoch)]
-            _draw(ax, [p for p in pts if math.isfinite(p[1])], colors[variant], label,
+            pts = [(e, *seed_stats(per_epoch[e])) for e in sorted(per_epoch)]
+            draw(ax, [p for p in pts if math.isfinite(p[1])], colors[variant], label,
                   marker="." if len(pts) > 15 else "o")
         for (arch, variant, method), seeds in curves.items():
             ref = [v for (a, _, m), v in curves.items() if a == arch and m == "ncl"]
             if method != "bayesncl" or not ref:
                 continue
-            pts = _paired(seeds, ref[0])
+            pts = paired(seeds, ref[0])
             if not pts:
                 continue
             xs, ms, hs = [p[0] for p in pts], np.array([p[1] for p in pts]), np.array([p[2] for p in pts])
@@ -593,19 +357,19 @@ def _sc_training(df: pd.DataFrame) -> Figure:
                 dax.fill_between(np.array(xs)[ok], (ms - hs)[ok], (ms + hs)[ok], color=colors[variant],
                                  alpha=BAND_ALPHA, linewidth=0)
         if not ax.lines:
-            _no_runs(ax, "no run recorded SC over training (set table3, train.dynamics_every)")
+            no_runs(ax, "no run recorded SC over training (set table3, train.dynamics_every)")
         if dax.lines:
             dax.axhline(0.0, color="0.2", linestyle="--", linewidth=1, zorder=0, label="no difference")
         else:
-            _no_runs(dax, "needs NCL and BayesNCL runs on shared seeds")
+            no_runs(dax, "needs NCL and BayesNCL runs on shared seeds")
         if len(part):
-            d = _default_point(df, ds)
-            fixed.append(f"{_ds(ds)}: D = {_fmt(d['proj_dim'])}, BayesNCL at ρ = {_fmt(d['rho'])}, "
-                         f"λ = {_fmt(d['lambda'])}; faint lines: single seeds; band: ± std over seeds")
-    arch = _arch_text(rows)
-    _suptitle(fig, "SC over pretraining (test split" + (f", {arch}" if arch else "") + "): does claim 1a "
+            d = default_point(df, ds)
+            fixed.append(f"{dataset_name(ds)}: D = {fmt_value(d['proj_dim'])}, BayesNCL at ρ = {fmt_value(d['rho'])}, "
+                         f"λ = {fmt_value(d['lambda'])}; faint lines: single seeds; band: ± std over seeds")
+    arch = arch_text(rows)
+    suptitle(fig, "SC over pretraining (test split" + (f", {arch}" if arch else "") + "): does claim 1a "
               "depend on when training stops?", fixed)
-    _legend(fig, axes)
+    legend(fig, axes)
     return fig
 
 
@@ -620,5 +384,5 @@ def render_figures(df: pd.DataFrame, out_dir: str | os.PathLike,
               "sc_training": _sc_training}
     with rc_context(RC):
         for stem in FIGURE_NAMES:
-            written += _save(makers[stem](df), out, stem, formats, stamp)
+            written += save_figure(makers[stem](df), out, stem, formats, stamp)
     return written

@@ -8,7 +8,8 @@ resources the job was given. `summary/jobs.csv` has one row per job:
     first sample), gpus (the GPUs the job held: its `gpu` resource; NA where the file does not say),
     cpu_seconds (NA like max_rss_mb), benchmark (the file)
 
-and `summary/jobs.md` the totals per rule and the GPU-hours of the grid as run (seconds x GPUs held).
+and `summary/jobs.md` the totals per rule and the GPU-hours of the grid as run (seconds x GPUs held):
+`totals`, the one aggregation of jobs (the report's provenance page reads it too); NA where nothing was measured.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pandas as pd
 from ..atomic import atomic_write_text
 from ..errors import DataError
 
-__all__ = ["COLUMNS", "collect", "totals", "write_jobs"]
+__all__ = ["COLUMNS", "collect", "read_jobs", "totals", "write_jobs"]
 
 COLUMNS = ["rule", "run", "seconds", "max_rss_mb", "gpus", "cpu_seconds", "benchmark"]
 
@@ -106,13 +107,35 @@ def collect(benchmarks: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS).sort_values(["rule", "run"], kind="stable", ignore_index=True)
 
 
-def totals(jobs: pd.DataFrame) -> pd.DataFrame:
-    """Per rule: jobs, total and median wall seconds, the largest peak memory, GPU-hours (seconds x GPUs held)."""
-    gpu_h = (jobs["seconds"] * jobs["gpus"] / 3600).rename("gpu_hours")
-    per = (jobs.assign(gpu_hours=gpu_h).groupby("rule", sort=True)
-           .agg(jobs=("run", "size"), seconds=("seconds", "sum"), median_seconds=("seconds", "median"),
-                max_rss_mb=("max_rss_mb", "max"), gpu_hours=("gpu_hours", lambda v: v.sum(min_count=1))))
-    return per.reset_index()
+def read_jobs(path: str | Path) -> pd.DataFrame:
+    """jobs.csv back, its numeric columns as floats (NA: NaN); columns it lacks are left out."""
+    df = pd.read_csv(path)
+    for col in ("seconds", "max_rss_mb", "gpus", "cpu_seconds"):
+        if col in df:
+            df[col] = pd.to_numeric(df[col], errors="coerce")
+    return df
+
+
+def _aggregate(rule: str, jobs: pd.DataFrame) -> dict:
+    """One rule's (or all jobs') costs. A value no job measured is NaN (missing), never 0."""
+    seconds = jobs["seconds"]
+    rss = jobs["max_rss_mb"] if "max_rss_mb" in jobs else pd.Series(math.nan, index=jobs.index)
+    gpus = jobs["gpus"] if "gpus" in jobs else pd.Series(math.nan, index=jobs.index)
+    return {"rule": rule, "jobs": int(len(jobs)), "unmeasured": int(seconds.isna().sum()),
+            "seconds": float(seconds.sum(min_count=1)), "median_seconds": float(seconds.median()),
+            "max_rss_mb": float(rss.max()), "gpu_hours": float((seconds * gpus).sum(min_count=1) / 3600.0)}
+
+
+def totals(jobs: pd.DataFrame, all_row: bool = False) -> pd.DataFrame:
+    """Per rule, in order of first appearance: jobs, unmeasured (wall time NA), total and median wall seconds,
+    the largest peak memory (MB) and GPU-hours (seconds x GPUs held, over the jobs that record both); with
+    ``all_row``, a last row "all" over every job. Sums skip missing values and are NaN when every value is
+    missing. jobs.md and the report's provenance page (provenance.job_costs) both read this."""
+    rows = [_aggregate(str(rule), part) for rule, part in jobs.groupby("rule", sort=False)]
+    if all_row:
+        rows.append(_aggregate("all", jobs))
+    return pd.DataFrame(rows, columns=["rule", "jobs", "unmeasured", "seconds", "median_seconds", "max_rss_mb",
+                                       "gpu_hours"])
 
 
 def _fmt(v, digits: int) -> str:
@@ -129,9 +152,9 @@ def render(jobs: pd.DataFrame, smoke: bool = False) -> str:
         lines.append(f"| {r.rule} | {r.jobs} | {_fmt(r.seconds / 3600, 2)} | {_fmt(r.median_seconds, 1)} | "
                      f"{_fmt(r.max_rss_mb, 0)} | {_fmt(r.gpu_hours, 2)} |")
     unknown = int(jobs["gpus"].isna().sum())
-    gpu_hours = float((jobs["seconds"] * jobs["gpus"]).sum(min_count=1) / 3600) if len(jobs) else math.nan
-    lines += ["", f"{len(jobs)} jobs, {_fmt(jobs['seconds'].sum() / 3600, 2)} wall hours in all; GPU-hours of the "
-                  f"grid as run: {_fmt(0.0 if math.isnan(gpu_hours) else gpu_hours, 2)}"
+    everything = totals(jobs, all_row=True).iloc[-1]
+    lines += ["", f"{len(jobs)} jobs, {_fmt(everything.seconds / 3600, 2)} wall hours in all; GPU-hours of the "
+                  f"grid as run: {_fmt(everything.gpu_hours, 2)}"
               + (f" ({unknown} jobs do not record their GPUs)" if unknown else "") + ".",
               "Peak memory is NA for jobs that ended before Snakemake's first sample."]
     return "\n".join(lines) + "\n"

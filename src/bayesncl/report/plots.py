@@ -7,7 +7,7 @@ y fields and ``dvc plots diff A B`` overlays two commits' lines:
 - ``figure4a/<line>.csv``: proj_dim, sc, probe_top1 (means over seeds), seeds;
 - ``figure4b_rho/<line>.csv`` and ``figure4b_lambda/<line>.csv``: rho or lambda, sc, probe_top1, seeds.
 
-Lines are the figures' own (``figures._lines``: keyed by every setting but x and the seed); a file is
+Lines are the figures' own (``lines.split_lines``: keyed by every setting but x and the seed); a file is
 named by dataset and label, plus the settings that tell same-named lines apart.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..atomic import atomic_write_text
-from .figures import _gate_points, _in_set, _lines, _points
+from .lines import gate_points, line_points, rows_in_set, split_lines
 from .summary import prepare, sweep_rows
 
 __all__ = ["PLOTS", "write_plots"]
@@ -63,10 +63,10 @@ def _sweep(rows: pd.DataFrame, x: str) -> list[tuple[str, list[dict]]]:
     out = []
     for ds in dict.fromkeys(rows["dataset"]):
         part = rows[rows["dataset"] == ds]
-        for name, line in _named(_lines(part, x), x):
+        for name, line in _named(split_lines(part, x), x):
             by_x: dict[float, dict] = {}
             for y in ("sc", "probe_top1"):
-                for xv, mean, _sd, n in _points(line, x, y):
+                for xv, mean, _sd, n in line_points(line, x, y):
                     by_x.setdefault(xv, {x: xv, "sc": math.nan, "probe_top1": math.nan, "seeds": n})[y] = mean
             if len(by_x) > 1:  # one point is no sweep (the figures say so too)
                 out.append((name, [by_x[k] for k in sorted(by_x)]))
@@ -80,13 +80,13 @@ def plot_data(df: pd.DataFrame) -> dict[str, list[tuple[str, list[dict]]]]:
                          index=df.index, dtype=bool)]
     data: dict[str, list[tuple[str, list[dict]]]] = {p: [] for p in PLOTS}
     for ds in dict.fromkeys(gates["dataset"]):
-        for name, line in _named(_lines(gates[gates["dataset"] == ds], "epoch"), "epoch"):
-            pts = _gate_points(line)
+        for name, line in _named(split_lines(gates[gates["dataset"] == ds], "epoch"), "epoch"):
+            pts = gate_points(line)
             if pts:
                 data["gates"].append((name, [{"epoch": e, "open_gates": m, "sd": s, "seeds": n}
                                              for e, m, s, n in pts]))
-    data["figure4a"] = _sweep(_in_set(df, "figure4a"), "proj_dim")
-    fig4b = _in_set(df, "figure4b")
+    data["figure4a"] = _sweep(rows_in_set(df, "figure4a"), "proj_dim")
+    fig4b = rows_in_set(df, "figure4b")
     for param in ("rho", "lambda"):
         data[f"figure4b_{param}"] = _sweep(sweep_rows(fig4b, param), param)
     return data

@@ -3,7 +3,8 @@
 - ``stamp(grid)``: the one line every generated table, figure and document carries: the commit of the
   checkout that holds the bayesncl code (with "+ uncommitted changes" when tracked files differ from it)
   and the grid config file with its SHA-256. Tables and Markdown get it as a comment under their "do not
-  edit" line (``stamp_file``); figures in their metadata (PDF Subject, PNG Comment).
+  edit" line (``stamp_text``, when layout.write_table writes them); figures in their metadata (PDF Subject,
+  PNG Comment).
 - ``collect(...)``: the report's provenance page: the stamp's parts, seeds and runs, package versions,
   the machine, the date, and wall time / GPU-hours per rule from ``summary/jobs.csv`` when the workflow
   wrote one (columns rule, run, seconds, max_rss_mb and, when known, gpus: GPUs the job held).
@@ -26,10 +27,8 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from ..atomic import atomic_write_text
-
 __all__ = ["GitState", "Provenance", "collect", "file_sha256", "git_state", "job_costs", "machine", "stamp",
-           "stamp_file", "versions"]
+           "stamp_text", "versions"]
 
 PACKAGES = ("torch", "torchvision", "snakemake", "dvc", "numpy", "pandas", "matplotlib")
 HASH_CHARS = 12  # of a grid file's SHA-256: enough to tell two configs apart in print
@@ -90,16 +89,14 @@ def stamp(grid: str | os.PathLike | None = None, git: GitState | None = None) ->
 _COMMENT = {".tex": ("% ", ""), ".md": ("<!-- ", " -->"), ".html": ("<!-- ", " -->"), ".rst": (".. ", "")}
 
 
-def stamp_file(path: str | os.PathLike, line: str) -> Path:
-    """Add ``line`` as a comment to a generated text file: under its first line when that is a comment
-    (the "generated ...; do not edit" line), else at the top."""
-    path = Path(path)
-    start, end = _COMMENT[path.suffix]
-    text = path.read_text(encoding="utf-8")
+def stamp_text(text: str, suffix: str, line: str) -> str:
+    """``text`` of a generated file with suffix ``suffix`` (".tex", ".md", ...), ``line`` added as a comment:
+    under its first line when that is a comment (the "generated ...; do not edit" line), else at the top."""
+    start, end = _COMMENT[suffix]
     lines = text.splitlines(keepends=True)
     comment = f"{start}{line}{end}\n"
     at = 1 if lines and lines[0].startswith(start.strip()) else 0
-    return atomic_write_text(path, "".join(lines[:at] + [comment] + lines[at:]))
+    return "".join(lines[:at] + [comment] + lines[at:])
 
 
 # --------------------------------------------------------------------------- the provenance page
@@ -144,39 +141,19 @@ def machine() -> dict[str, str]:
 
 
 def job_costs(jobs_csv: str | os.PathLike) -> list[dict] | None:
-    """Per rule: jobs, wall seconds (sum), max RSS (MB, max) and GPU-hours, from the workflow's jobs.csv
-    (rule, run, seconds, max_rss_mb[, gpus]: bayesncl.report.jobs.COLUMNS); a last row "all" sums them.
-    None when there is no such file.
-    Jobs without a measurement (too short to sample: NA) are counted apart, never as 0."""
-    import pandas as pd  # the report step has it; the DAG build does not need it
+    """Per rule: jobs, unmeasured, wall seconds (sum), max RSS (MB, max) and GPU-hours, from the workflow's
+    jobs.csv (bayesncl.report.jobs.COLUMNS), aggregated by ``jobs.totals``; a last row "all" sums them. None
+    when there is no such file. Jobs without a measurement (NA) are counted apart, never as 0; a value no job
+    measured is NaN ("not recorded")."""
+    from .jobs import read_jobs, totals  # pandas: the report step has it; the DAG build does not need it
 
     path = Path(jobs_csv)
     if not path.is_file():
         return None
-    df = pd.read_csv(path)
+    df = read_jobs(path)
     if "rule" not in df or "seconds" not in df:
         return None
-    df["seconds"] = pd.to_numeric(df["seconds"], errors="coerce")
-    rss = pd.to_numeric(df["max_rss_mb"], errors="coerce") if "max_rss_mb" in df else None
-    gpu = pd.to_numeric(df["gpus"], errors="coerce") if "gpus" in df else None  # GPUs the job held
-    rows = []
-    for rule, idx in df.groupby("rule", sort=False).groups.items():
-        rows.append(_cost_row(str(rule), df.loc[idx, "seconds"], None if rss is None else rss[idx],
-                              None if gpu is None else gpu[idx]))
-    rows.append(_cost_row("all", df["seconds"], rss, gpu))
-    return rows
-
-
-def _cost_row(rule: str, seconds, rss, gpu) -> dict:
-    measured = seconds.notna()
-    row = {"rule": rule, "jobs": int(len(seconds)), "unmeasured": int((~measured).sum()),
-           "seconds": float(seconds[measured].sum()) if measured.any() else math.nan,
-           "max_rss_mb": float(rss.max()) if rss is not None and rss.notna().any() else math.nan,
-           "gpu_hours": math.nan}
-    if gpu is not None:
-        both = measured & gpu.notna()
-        row["gpu_hours"] = float((seconds[both] * gpu[both]).sum() / 3600.0)
-    return row
+    return totals(df, all_row=True).to_dict("records")
 
 
 def run_devices(results: Path, run_ids: list[str]) -> dict[str, int]:

@@ -38,6 +38,7 @@ import pandas as pd
 from ..atomic import atomic_path, atomic_write_text
 from ..errors import ConfigError, MetricsFileError  # MetricsFileError re-exported: its old home
 from ..grid import Run, evaluation_sections, expand_grid
+from .names import METRICS_JSON, is_main
 
 __all__ = ["COLUMNS", "MetricsFileError", "prepare", "read_summary", "summarize", "sweep_rows",
            "write_summary"]
@@ -79,9 +80,6 @@ _TEXTS = [("linear_probe", "protocol", "probe_protocol"), ("background_probe", "
 _LISTS = [("dynamics", "epochs", "dyn_epochs"), ("dynamics", "af_gv", "dyn_af_gv"),
           ("dynamics", "gv_sc", "dyn_gv_sc"), ("dynamics", "af_sc", "dyn_af_sc"), ("dynamics", "sc", "dyn_sc"),
           ("training", "open_gates", "gate_curve"), ("training", "loss", "loss_curve")]
-
-METHOD_NAMES = {"cl": "SimCLR", "ncl": "NCL", "topk_ncl": "Top-k NCL", "bayesncl": "BayesNCL"}
-
 
 def _num(value: Any) -> float:
     if value is None or isinstance(value, bool):
@@ -215,19 +213,16 @@ def write_summary(grid_config: dict, out_csv: str | os.PathLike,
     return df
 
 
-HEADLINE = ("sc", "se_sum", "act", "probe_top1", "ret_p10", "bg_acc")
-
-
 def headline(df: pd.DataFrame) -> dict:
-    """{dataset: {arch: {variant: {metric: mean over seeds, "seeds": runs}}}} for the main comparison (the
-    runs of Tables 1-2, not the sweeps or ablations): what `dvc metrics show` prints. A metric some runs left
+    """{dataset: {arch: {variant: {metric: mean over seeds, "seeds": runs}}}} for the main comparison
+    (names.MAIN_SETS), metrics names.METRICS_JSON: what `dvc metrics show` prints. A metric some runs left
     undefined (NaN, e.g. a collapsed run) is the mean of the others, and "<metric>_seeds" counts them."""
     out: dict = {}
-    main = df[df["sets"].fillna("").str.split(";").apply(lambda s: bool({"table1", "table2"} & set(s)))]
+    main = df[pd.Series([is_main(s) for s in df["sets"].fillna("")], index=df.index, dtype=bool)]
     for (dataset, arch, variant), g in main.groupby(["dataset", "arch", "variant"], sort=False):
-        values = g[list(HEADLINE)].apply(pd.to_numeric, errors="coerce")
+        values = g[list(METRICS_JSON)].apply(pd.to_numeric, errors="coerce")
         entry: dict = {"seeds": len(g)}
-        for k in HEADLINE:
+        for k in METRICS_JSON:
             finite = values[k].dropna()
             if len(finite):
                 entry[k] = round(float(finite.mean()), 4)

@@ -1,0 +1,201 @@
+"""The claims table (``results/tables/claims.{tex,md}``) and the outcome printed to the terminal: the judged
+comparisons of claims.py (``claims_rows``) as cells, in LaTeX, Markdown or plain text.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import pandas as pd
+from tabulate import tabulate
+
+from .cells import METRICS, Fmt, Stat
+from .claims import Comparison, Side, claims_rows
+from .groups import flag_repeats, group_rows
+from .layout import render_context, table_context, write_table
+from .names import ARCH_NAMES, DATASET_NAMES, HEADLINE, is_main
+from .summary import prepare
+from .verdicts import VERDICTS
+
+__all__ = ["CAPTION", "build_claims", "claim_cells", "dataset_title", "outcome", "print_outcome", "render_claims",
+           "write_claims"]
+
+
+def _count(side: Side) -> str:
+    """The side's seeds: "(3)", or "(2/3; 1 NaN)" when the test used 2 of its 3 runs."""
+    used, runs, nan = side.stat.n, side.runs, side.nan
+    if used == runs:
+        return f"({used})"
+    return f"({used}/{runs}" + (f"; {nan} NaN)" if nan else ")")
+
+
+def _side_cell(side: Side, fmt: Fmt) -> str:
+    """mean ± std (n); LaTeX puts the count under the value (every row is two lines there)."""
+    c = side.stat
+    if not math.isfinite(c.mean):
+        value, count = fmt.dash(), (f"(0/{side.runs}; {side.nan} NaN)" if side.nan else "")
+    else:
+        value = fmt.cell(Stat(c.mean, c.std, c.n, c.decimals, mark="‡" if side.repeats else ""))
+        count = _count(side)
+    if fmt.tex and count:
+        return rf"\begin{{tabular}}[t]{{@{{}}r@{{}}}}{value}\\{count}\end{{tabular}}"
+    return f"{value} {count}".strip()
+
+
+def _num(x: float, decimals: int, plus: bool = False) -> str:
+    """``x`` rounded; a small negative keeps its sign ("-0.00": the difference is below 0), an exact 0 has none."""
+    x = 0.0 if x == 0 else x
+    return f"{x:+.{decimals}f}" if plus else f"{x:.{decimals}f}"
+
+
+def _diff_cell(c: Comparison, fmt: Fmt) -> str:
+    """The mean difference and its 95% interval, in the claim's direction; relative tolerances in percent
+    of the right side."""
+    r = c.result
+    if not r.test:
+        return fmt.dash()
+    scale, dec, unit = 1.0, c.left.stat.decimals, ""
+    if c.kind.relative:
+        scale, dec, unit = (100.0 / r.ref if r.ref else math.nan), 2, "%"
+    diff = _num(r.diff * scale, dec, plus=True) + unit
+    ci = f"[{_num(r.low * scale, dec)}, {_num(r.high * scale, dec)}]" if r.has_interval else "(no CI)"
+    if fmt.tex:
+        return f"${diff.replace('%', '')}$" + (r"\%" if unit else "") + " " + ci.replace("-", "$-$")
+    return f"{diff} {ci}"
+
+
+def _test_cell(c: Comparison, fmt: Fmt) -> str:
+    r = c.result
+    if not r.test:
+        return fmt.dash()
+    return f"{r.test} ({', '.join(str(n) for n in r.n)})" + (f", {fmt.text(c.delta)}" if c.delta else "")
+
+
+CAPTION = (
+    "The paper's claims (docs/METHOD.md section 9) on this grid's runs, one row per comparison within one "
+    "dataset and one architecture. Left, right: mean ± std over the seeds used (n); (k/n): k of the side's n "
+    "runs used, the others NaN (e.g. collapsed to no active dimension) or, in a paired test, unshared. "
+    "$\\Delta$: the mean difference in the claim's direction (left $-$ right unless the test says otherwise) "
+    "with its 95% Student-t interval; paired by seed when at least 2 seeds are shared, else Welch. Holds when "
+    "the interval clears the claim's bound ($>$: 0; $\\geq$: $-$1 point; within: inside the tolerance, for "
+    "12a-b relative to the right side, $\\Delta$ in %), does not hold when it lies wholly beyond it, otherwise "
+    "inconclusive, leaning by $\\Delta$ alone (always so with fewer than 2 seeds on a side: no CI); not run: "
+    "no finite value on a side. Claim 7 reads the last recorded epoch; claim 11 compares the best inner sweep "
+    "point (chosen after seeing the means) with each end and shows the weaker part. Paper: ImageNet-100 "
+    "unless stated.")
+
+
+TEX_ROWS = 14  # rows per LaTeX float (two lines each)
+
+
+def claim_cells(c: Comparison, fmt: Fmt) -> dict[str, str]:
+    """One comparison's cells in ``fmt``: id, text, left, right, diff, test, paper, verdict. LaTeX breaks the
+    verdict before its lean (every row of the page-wide table is two lines)."""
+    text = fmt.text(c.text).replace("@A", fmt.esc(c.left.label)).replace("@B", fmt.esc(c.right.label))
+    return {"id": c.claim, "text": text, "left": _side_cell(c.left, fmt),
+            "right": c.right_text if c.right_text is not None else _side_cell(c.right, fmt),
+            "diff": _diff_cell(c, fmt), "test": _test_cell(c, fmt), "paper": fmt.text(c.paper) or fmt.dash(),
+            "verdict": c.verdict.replace(" (", r" \newline (") if fmt.tex else c.verdict}
+
+
+def dataset_title(dataset: str) -> str:
+    """A block's title: the dataset's display name; "" is the block of claims no dataset ran."""
+    return DATASET_NAMES.get(dataset, dataset) if dataset else "Not run on any dataset"
+
+
+def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
+    """The claims table's context (``kind`` "tex", "md" or "txt"). LaTeX puts the test under the interval,
+    so that every row is two lines of a page-wide table."""
+    fmt = Fmt(kind)
+    blocks, flags = [], []
+    for dataset, comps in claims_rows(df):
+        rows = []
+        for c in comps:
+            cell = claim_cells(c, fmt)
+            evidence = [cell["diff"], cell["test"]]
+            if fmt.tex:
+                evidence = [r" \newline ".join(e for e in evidence if e != fmt.dash()) or fmt.dash()]
+            rows.append([cell["id"], cell["text"], cell["left"], cell["right"], *evidence, cell["paper"],
+                         cell["verdict"]])
+            for s in (c.left, c.right):
+                if s.repeats:
+                    where = f" on {DATASET_NAMES.get(dataset, dataset)}" if dataset else ""
+                    flags.append(f"{s.label}{where} is {s.repeats}")
+        title = dataset_title(dataset)
+        step = TEX_ROWS if fmt.tex else len(rows)  # a LaTeX float must fit a page: long blocks continue
+        for i in range(0, len(rows), step):
+            blocks.append({"title": fmt.esc(title + (" (continued)" if i else "")), "rows": rows[i:i + step]})
+    caption = CAPTION
+    if flags:
+        caption += " ‡ Not a separate result: " + "; ".join(dict.fromkeys(flags)) + "."
+    rag = r">{\raggedright\arraybackslash}"
+    if fmt.tex:
+        header = ["", "Claim", "Left", "Right", "$\\Delta$ [95% CI], test (n)", "Paper", "Verdict"]
+        colspec = f"@{{}}l{rag}p{{4.3cm}}rr{rag}p{{3.3cm}}{rag}p{{1.75cm}}{rag}p{{1.75cm}}@{{}}"
+    else:
+        header = ["", "Claim", "Left", "Right", "$\\Delta$ [95% CI]", "Test (n)", "Paper", "Verdict"]
+        colspec = None
+    align = ["left", "left", "right", "right"] + ["left"] * (len(header) - 4)
+    return table_context("claims", "Claims", fmt.text(caption), [fmt.text(h) for h in header], blocks, wide=True,
+                         colspec=colspec, align=align, size="footnotesize")
+
+
+def render_claims(df: pd.DataFrame, kind: str = "tex") -> str:
+    return render_context(build_claims(df, kind), kind)
+
+
+def write_claims(df: pd.DataFrame, out_dir: str | os.PathLike, stamp: str | None = None,
+                 smoke: bool = False) -> list[Path]:
+    """Write claims.tex and claims.md into ``out_dir``, each once (``layout.write_table``)."""
+    out = Path(out_dir)
+    return [write_table(out / f"claims.{kind}", render_claims(df, kind), stamp, smoke) for kind in ("tex", "md")]
+
+
+# ----------------------------------------------------------------------------- the terminal
+def _headline(df: pd.DataFrame, fmt: Fmt) -> str:
+    """The main comparison (names.MAIN_SETS), one row per dataset, architecture and variant; a cell averaged
+    over k of its row's n seeds (the others NaN) says (k/n)."""
+    recs = [r for r in prepare(df).to_dict("records") if is_main(r["sets"])]
+    groups = group_rows(recs)
+    for d, a in dict.fromkeys((g.dataset, g.arch) for g in groups):
+        flag_repeats([g for g in groups if (g.dataset, g.arch) == (d, a)])
+    rows = []
+    for g in groups:
+        cells = []
+        for k in HEADLINE:
+            vals = [r[k] for r in g.rows if not (k.startswith("ret_") and r["method"] == "cl")]
+            c = METRICS[k].stat(vals)
+            c.of = len(vals)
+            cells.append(c)
+        rows.append([DATASET_NAMES.get(g.dataset, g.dataset), ARCH_NAMES.get(g.arch, g.arch),
+                     g.variant + (" ‡" if g.repeats else ""), g.n, *[fmt.cell(c) for c in cells]])
+    header = ["Dataset", "Arch.", "Method", "Seeds", *[fmt.header(METRICS[k]) for k in HEADLINE]]
+    return tabulate(rows, headers=header, tablefmt="simple", disable_numparse=True)
+
+
+def outcome(df: pd.DataFrame) -> str:
+    """What the run showed, for the terminal: the claims and the headline rows of Tables 1 and 2."""
+    fmt = Fmt("txt")
+    lines = []
+    for dataset, comps in claims_rows(df):
+        for i, c in enumerate(comps):
+            cell = claim_cells(c, fmt)
+            lines.append([dataset_title(dataset) if i == 0 else "",
+                          *[cell[k] for k in ("id", "text", "left", "right", "diff", "test", "verdict")]])
+    claims = tabulate(lines, headers=["Dataset", "", "Claim", "Left", "Right", "Δ [95% CI]", "Test (n)", "Verdict"],
+                      tablefmt="simple", disable_numparse=True, maxcolwidths=[None, None, 40, None, None, None,
+                                                                              None, None])
+    counts = pd.Series([r[-1] for r in lines]).value_counts()
+    tally = "; ".join(f"{v}: {counts[v]}" for v in VERDICTS if v in counts)
+    return (f"Claims (docs/METHOD.md section 9; mean ± std (seeds), left vs right; Δ with its 95% interval, "
+            f"in the claim's direction): {tally}\n{claims}\n\n"
+            f"Main comparison (Tables 1-2; ‡ repeats another row's result; (k/n): k of n seeds finite):\n"
+            f"{_headline(df, fmt)}\n")
+
+
+def print_outcome(df: pd.DataFrame, stream: TextIO | None = None) -> None:
+    print(outcome(df), file=stream or sys.stdout, flush=True)

@@ -1,0 +1,167 @@
+"""The verdict statistics of the claims table: one comparison of two sides' seeds (or of one side with a
+constant) decided on the 95% Student-t interval of the mean difference, paired by seed or Welch.
+
+The verdict rule (docs/METHOD.md section 9), in ``compare``:
+
+- the evidence is the seeds: with at least 2 seeds whose values are finite on both sides, the difference is
+  paired by seed (d_s = left_s - right_s, a one-sample t on d, n - 1 degrees of freedom); otherwise the
+  sides are compared unpaired (Welch, Welch-Satterthwaite degrees of freedom); claims 7a/7b compare one
+  side with 0 (one-sample t);
+- the difference is signed so that the claimed direction is positive: "down" metrics (SE, |rho|, the sign
+  of 7b) use right - left;
+- the 95% Student-t interval [lo, hi] of the mean difference decides, by the claim's kind: "better" holds
+  when lo > 0 and does not hold when hi < 0; "not worse" (margin delta) holds when lo > -delta and does
+  not hold when hi < -delta; "within tol" holds when [lo, hi] lies inside [-tol, tol] and does not hold
+  when it lies wholly on one side outside it (12a/12b: tol relative to the right side's mean);
+- otherwise "inconclusive", leaning for or against the claim by where the mean difference alone falls;
+  without an interval (fewer than 2 seeds on a side) always inconclusive; "not run" when a side has no
+  finite value. A std of 0 (GFLOPs) gives the degenerate interval [d, d], decided like any other.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["BETTER", "NOT_WORSE", "VERDICTS", "Kind", "Outcome", "Values", "combine", "compare", "finite",
+           "mean_interval", "within"]
+
+HOLDS, FAILS, NOT_RUN = "holds", "does not hold", "not run"
+LEANS_FOR, LEANS_AGAINST = "inconclusive (leans for)", "inconclusive (leans against)"
+VERDICTS = (HOLDS, LEANS_FOR, LEANS_AGAINST, FAILS, NOT_RUN)
+_STRENGTH = {HOLDS: 4, LEANS_FOR: 3, LEANS_AGAINST: 2, FAILS: 1, NOT_RUN: 0}
+CONFIDENCE = 0.95
+
+Values = Sequence[tuple[float, float]]  # (seed, value) per run; the value NaN when undefined
+
+
+# ----------------------------------------------------------------------------- verdict rule
+@dataclass(frozen=True)
+class Kind:
+    """How a claim is decided: "better" (>), "not worse" (>= with margin ``margin``) or "within" (|d| <=
+    ``margin``; with ``relative``, ``margin`` x |mean of the right side|)."""
+    name: str
+    margin: float = 0.0
+    relative: bool = False
+
+
+BETTER = Kind("better")
+NOT_WORSE = Kind("not worse", 1.0)  # 1 point of accuracy, P@k or SC
+
+
+def within(tol: float, relative: bool = False) -> Kind:
+    return Kind("within", tol, relative)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A comparison's evidence and verdict. ``diff``, ``low``, ``high`` are signed so that the claimed
+    direction is positive (right - left for "down" metrics); ``low``/``high`` are NaN without an
+    interval. ``tol`` is the margin in the metric's unit (``ref`` x margin when relative)."""
+    verdict: str
+    test: str = ""            # "paired", "Welch", "one-sample"; "" when not run
+    n: tuple[int, ...] = ()   # paired / one-sample: (n,); Welch: (n_left, n_right)
+    diff: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    tol: float = 0.0
+    ref: float = math.nan     # the right side's mean over the values used (relative tolerances)
+    left: tuple[float, ...] = ()   # the values the test used
+    right: tuple[float, ...] = ()
+
+    @property
+    def has_interval(self) -> bool:
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
+
+def finite(values: Values) -> list[tuple[float, float]]:
+    return [(s, float(v)) for s, v in values if v is not None and math.isfinite(v)]
+
+
+def _t(df: float) -> float:
+    from scipy import stats  # lazy: the report imports claims; scipy.stats costs ~0.3 s
+
+    return float(stats.t.ppf(0.5 + CONFIDENCE / 2, df))
+
+
+def _interval(mean: float, se: float, df: float) -> tuple[float, float]:
+    half = _t(df) * se  # se 0 (every difference equal, e.g. GFLOPs): the degenerate interval [d, d]
+    return mean - half, mean + half
+
+
+def mean_interval(d) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of the values ``d`` (paired differences, or one sample) and its 95%
+    Student-t interval, n - 1 degrees of freedom; NaN bounds below two values."""
+    d = np.asarray(d, dtype=float)
+    diff = float(d.mean())
+    if d.size < 2:
+        return diff, math.nan, math.nan
+    return (diff, *_interval(diff, float(d.std(ddof=1)) / math.sqrt(d.size), d.size - 1))
+
+
+def _judge(kind: Kind, diff: float, low: float, high: float, tol: float) -> str:
+    """The verdict from the interval (NaN bounds: none), else the lean of the mean difference."""
+    if kind.name == "within":
+        holds, fails, leans = (-tol <= low and high <= tol), (low > tol or high < -tol), abs(diff) <= tol
+    else:  # "better" is "not worse" with a margin of 0
+        holds, fails, leans = low > -tol, high < -tol, diff > -tol
+    if holds:
+        return HOLDS
+    if fails:
+        return FAILS
+    return LEANS_FOR if leans else LEANS_AGAINST
+
+
+def compare(left: Values, right: "Values | float", kind: Kind = BETTER, better: str = "up") -> Outcome:
+    """Decide ``left`` against ``right`` (the runs of each side as (seed, value) pairs, or a constant for a
+    one-sample claim) by the rule of the module docstring. ``better``: "up" (higher is the claim) or
+    "down"; ignored for "within"."""
+    if better not in ("up", "down"):
+        raise ValueError(f"better must be 'up' or 'down', not {better!r}")
+    sign = -1.0 if better == "down" and kind.name != "within" else 1.0
+    lf = finite(left)
+    if isinstance(right, (int, float)):  # one-sample against a constant
+        d = np.array([sign * (v - right) for _, v in lf])
+        ref = abs(float(right))
+        tol = kind.margin * ref if kind.relative else kind.margin
+        if d.size == 0:
+            return Outcome(NOT_RUN)
+        diff, low, high = mean_interval(d)
+        return Outcome(_judge(kind, diff, low, high, tol), "one-sample", (int(d.size),), diff, low, high, tol,
+                       ref, tuple(v for _, v in lf), ())
+    rf = finite(right)
+    if not lf or not rf:
+        return Outcome(NOT_RUN)
+    lseeds, rseeds = [s for s, _ in lf], [s for s, _ in rf]
+    unique = len(set(lseeds)) == len(lseeds) and len(set(rseeds)) == len(rseeds)
+    shared = [s for s in lseeds if s in set(rseeds)] if unique else []
+    if len(shared) >= 2:
+        lv, rv = dict(lf), dict(rf)
+        a, b = np.array([lv[s] for s in shared]), np.array([rv[s] for s in shared])
+        diff, low, high = mean_interval(sign * (a - b))
+        test, n = "paired", (int(a.size),)
+    else:
+        a, b = np.array([v for _, v in lf]), np.array([v for _, v in rf])
+        diff = sign * float(a.mean() - b.mean())
+        low = high = math.nan
+        if a.size >= 2 and b.size >= 2:
+            va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+            se = math.sqrt(va + vb)
+            df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1)) if se > 0 else math.inf
+            low, high = _interval(diff, se, df)
+        test, n = "Welch", (int(a.size), int(b.size))
+    ref = abs(float(b.mean()))
+    tol = kind.margin * ref if kind.relative else kind.margin
+    return Outcome(_judge(kind, diff, low, high, tol), test, n, diff, low, high, tol, ref,
+                   tuple(a.tolist()), tuple(b.tolist()))
+
+
+def combine(parts: list[Outcome]) -> tuple[str, Outcome]:
+    """A claim of several comparisons: "does not hold" when any part does not hold, "holds" only when every
+    part holds, else inconclusive with the lean of the weakest part; returns the verdict and the part
+    that decides it (the weakest; among equals, the smallest mean difference). ``parts`` is not empty."""
+    weakest = min(parts, key=lambda p: (_STRENGTH[p.verdict], p.diff))  # "not run" is the weakest
+    return weakest.verdict, weakest
