@@ -57,11 +57,12 @@ METRICS = {m.key: m for m in [
 # ----------------------------------------------------------------------------- formatting
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                "±": r"$\pm$", "≈": r"$\approx$", "×": r"$\times$", "‡": r"$^\ddagger$", "†": r"$^\dagger$"}
+                "±": r"$\pm$", "≈": r"$\approx$", "×": r"$\times$", "‡": r"$^\ddagger$", "†": r"$^\dagger$",
+                "§": r"$^\S$"}
 _TEX_RE = re.compile("|".join(re.escape(c) for c in _TEX_SPECIAL))
 _MATH_RE = re.compile(r"\$([^$]*)\$")
 # Plain-text rendering of the little math the captions, headers and claims use.
-_PLAIN_MATH = [(r"\mathrm", ""), (r"\text", ""), (r"\ddagger", "‡"), (r"\dagger", "†"), (r"\rho", "ρ"),
+_PLAIN_MATH = [(r"\mathrm", ""), (r"\text", ""), (r"\ddagger", "‡"), (r"\dagger", "†"), (r"\S", "§"), (r"\rho", "ρ"),
                (r"\lambda", "λ"), (r"\pm", "±"), (r"\approx", "≈"), (r"\times", "×"), (r"\geq", "≥"),
                (r"\leq", "≤"), (r"\Delta", "Δ"), (r"\uparrow", "↑"), (r"\downarrow", "↓"), (r"\,", " "), ("^+", "+"),
                ("^", ""), ("_", ""), ("{", ""), ("}", "")]
@@ -172,7 +173,7 @@ class Fmt:
         return f"$^{{n={n}}}$" if self.tex else f" (n={n})"
 
     def mark(self, symbol: str) -> str:
-        return {"†": r"$^\dagger$", "‡": r"$^\ddagger$"}[symbol] if self.tex else symbol
+        return {"†": r"$^\dagger$", "‡": r"$^\ddagger$", "§": r"$^\S$"}[symbol] if self.tex else symbol
 
 
 def bold_best(cells: list[Stat], better: str | None) -> None:

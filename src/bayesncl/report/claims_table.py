@@ -96,10 +96,16 @@ def claim_cells(c: Comparison, fmt: Fmt) -> dict[str, str]:
     """One comparison's cells in ``fmt``: id, text, left, right, diff, test, paper, verdict. LaTeX breaks the
     verdict before its lean (every row of the page-wide table is two lines)."""
     text = fmt.text(c.text).replace("@A", fmt.esc(c.left.label)).replace("@B", fmt.esc(c.right.label))
-    return {"id": c.claim, "text": text, "left": _side_cell(c.left, fmt),
+    learning = fmt.mark("§") if still_learning(c) else ""
+    return {"id": c.claim + learning, "text": text, "left": _side_cell(c.left, fmt),
             "right": c.right_text if c.right_text is not None else _side_cell(c.right, fmt),
             "diff": _diff_cell(c, fmt), "test": _test_cell(c, fmt), "paper": fmt.text(c.paper) or fmt.dash(),
             "verdict": c.verdict.replace(" (", r" \newline (") if fmt.tex else c.verdict}
+
+
+def still_learning(c: Comparison) -> int:
+    """How many of the comparison's runs were still learning when they stopped (docs/METHOD.md section 10)."""
+    return c.left.learning + c.right.learning
 
 
 def dataset_title(dataset: str) -> str:
@@ -111,10 +117,11 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
     """The claims table's context (``kind`` "tex", "md" or "txt"). LaTeX puts the test under the interval,
     so that every row is two lines of a page-wide table."""
     fmt = Fmt(kind)
-    blocks, flags = [], []
+    blocks, flags, learning = [], [], []
     for dataset, comps in claims_rows(df):
         rows = []
         for c in comps:
+            learning.append(still_learning(c))
             cell = claim_cells(c, fmt)
             evidence = [cell["diff"], cell["test"]]
             if fmt.tex:
@@ -130,6 +137,10 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
         for i in range(0, len(rows), step):
             blocks.append({"title": fmt.esc(title + (" (continued)" if i else "")), "rows": rows[i:i + step]})
     caption = CAPTION
+    if any(learning):
+        caption += (f" § {sum(map(bool, learning))} of the {len(learning)} rows compare runs of which some were "
+                    "still learning when they stopped (their InfoNCE loss still fell over the last 20% of epochs, "
+                    "the slope's 95% interval below 0).")
     if flags:
         caption += " ‡ Not a separate result: " + "; ".join(dict.fromkeys(flags)) + "."
     rag = r">{\raggedright\arraybackslash}"

@@ -20,6 +20,11 @@ K and ``dyn_*`` (``dyn_sc``: SC of the evaluation feature at each recorded epoch
 (open-gate fraction per epoch) and ``loss_curve`` are JSON lists.
 ``weights_sha`` is the trained weights' hash: equal hashes mean bit-identical training.
 
+``eval_bn`` is the BatchNorm mode of the evaluation features (features.json's run block, docs/METHOD.md
+section 4); ``learning_slope``/``learning_hi`` are the InfoNCE slope per epoch over the last 20% of
+training and its interval's upper end, ``still_learning`` 1 when that interval lies below 0
+(``bayesncl.learning``; NaN when too few epochs).
+
 Units: the retrieval section stores precision as a fraction; runs.csv holds it in percent (``ret_p*``
 and ``ret_curve``), like every accuracy. The shares ``bg_dominated_*``, ``closed_*``, ``topk_*`` and
 ``open_gates_last`` stay fractions (0-1), as in the section files.
@@ -54,12 +59,13 @@ METRIC_COLUMNS = [
     "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc", "dyn_sc",
     "gflops", "params_m", "sec_per_epoch", "img_per_s", "peak_mem_mb", "train_minutes",
     "open_gates_last", "gate_curve", "loss_curve",
+    "eval_bn", "learning_slope", "learning_hi", "still_learning",
 ]
 COLUMNS = ID_COLUMNS + RUN_COLUMNS + METRIC_COLUMNS
 TEXT_COLUMNS = {
     "run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "gate", "weights_sha",
     "probe_protocol", "ret_curve", "bg_protocol", "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc",
-    "dyn_sc", "gate_curve", "loss_curve",
+    "dyn_sc", "gate_curve", "loss_curve", "eval_bn",
 }
 
 # (section, key in the section, column); "training" is features.json's training block.
@@ -183,6 +189,11 @@ def _flatten(run: Run, metrics: dict[str, dict]) -> dict:
         values = (metrics.get(section) or {}).get(key)
         if isinstance(values, list):
             row[col] = json.dumps([_json_num(v) for v in values])
+    row["eval_bn"] = str(metrics["run"].get("eval_bn") or "")  # the features' BatchNorm mode
+    learning = (metrics.get("training") or {}).get("learning")  # bayesncl.learning, from the run's log
+    if isinstance(learning, dict):
+        row["learning_slope"], row["learning_hi"] = _num(learning.get("slope")), _num(learning.get("hi"))
+        row["still_learning"] = _num(learning.get("still_learning"))
     return row
 
 

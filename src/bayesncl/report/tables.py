@@ -64,7 +64,7 @@ def _label(g: Group, block: list[Group], fmt: Fmt) -> str:
         text += f" ({ARCH_NAMES.get(g.arch, g.arch)})"
     label = fmt.esc(text)
     for mark in g.marks:
-        label += fmt.mark(mark) if mark in ("†", "‡") else fmt.seeds_mark(int(mark))
+        label += fmt.mark(mark) if mark in ("†", "‡", "§") else fmt.seeds_mark(int(mark))
     return label
 
 
@@ -105,6 +105,24 @@ def _protocol_note(groups: list[Group], column: str, what: str, names: dict[str,
                 g.marks.insert(0, "†")
         text += "; rows marked † use the " + ", ".join(names.get(p, p + " protocol") for p in others)
     return text + "."
+
+
+BN_MODES = {"batch": "batch statistics of each test batch, as the released evaluation (eval.bn=batch)",
+            "running": "running statistics (eval mode, eval.bn=running)"}
+
+
+def learning_note(groups: list[Group]) -> str:
+    """Marks (§) the rows with a run still learning when it stopped (docs/METHOD.md section 10) and says how
+    many of the table's runs were."""
+    runs = [r for g in groups for r in g.rows]
+    still = [r for r in runs if r.get("still_learning") == 1]
+    if not still:
+        return ""
+    for g in groups:
+        if any(r.get("still_learning") == 1 for r in g.rows):
+            g.marks.append("§")
+    return (f"§ {len(still)} of the table's {len(runs)} runs were still learning when they stopped (their InfoNCE "
+            "loss still fell over the last 20% of epochs, the slope's 95% interval below 0).")
 
 
 def repeat_note(groups: list[Group], multi_dataset: bool) -> str:
@@ -151,14 +169,16 @@ TABLES = [
               "Interpretability of the evaluation features. SC: semantic consistency (%); "
               "SE-Sum/Mean/Freq: semantic entropy (nats); Act.: activation ratio (%); "
               "Alive: active dimensions.",
-              ("sc", "se_sum", "se_mean", "se_freq", "act", "alive"), wide=True),
+              ("sc", "se_sum", "se_mean", "se_freq", "act", "alive"), wide=True,
+              notes=(_protocol("eval_bn", "Evaluation features' BatchNorm", BN_MODES),)),
     TableSpec("table2", "table2",
               "Linear probe accuracy (%) on the frozen backbone feature and image retrieval precision "
               "P@$k$ (%) with the top-$K$ feature dimensions ($K$ in the block header; retrieval is not "
               "reported for SimCLR).",
               ("probe_top1", "probe_top5", "ret_p1", "ret_p3", "ret_p5", "ret_p10"), wide=True,
               not_reported={"ret_": ("cl",)}, title_values=("ret_K", "K"),
-              notes=(_protocol("probe_protocol", "Linear probe", PROBE_PROTOCOLS),)),
+              notes=(_protocol("probe_protocol", "Linear probe", PROBE_PROTOCOLS),
+                     _protocol("eval_bn", "Retrieval features' BatchNorm", BN_MODES))),
     TableSpec("table3", "table3",
               "Gradient dynamics: Spearman correlations between per-dimension activation frequency "
               "(AF), gradient variance (GV) and semantic consistency (SC) of $z^+$ at each recorded epoch.",
@@ -166,11 +186,13 @@ TABLES = [
     TableSpec("table4", "table4",
               "Gating ablations (gate type, gradient isolation, gating-head depth): SC (%), SE-Sum "
               "(nats), activation ratio (%) and linear probe top-1 (%).",
-              ("sc", "se_sum", "act", "probe_top1"), wide=True),
+              ("sc", "se_sum", "act", "probe_top1"), wide=True,
+              notes=(_protocol("eval_bn", "Evaluation features' BatchNorm", BN_MODES),)),
     TableSpec("table5", "table5",
               "ResNet-50 backbone: SC (%), SE-Sum (nats), activation ratio (%), linear probe top-1 (%) "
               "and retrieval P@10 (%).",
-              ("sc", "se_sum", "act", "probe_top1", "ret_p10"), wide=True),
+              ("sc", "se_sum", "act", "probe_top1", "ret_p10"), wide=True,
+              notes=(_protocol("eval_bn", "Evaluation features' BatchNorm", BN_MODES),)),
     TableSpec("table6", "table6",
               "Background probe and background dimensions. BG acc.: accuracy (%) of a linear classifier "
               "predicting the background (Waterbirds place for ImageNet-100 models; the background label "
@@ -250,6 +272,7 @@ def build_table(df: pd.DataFrame, name: str, kind: str = "tex") -> dict:
     groups = [g for _, gs in table_blocks for g in gs]
     notes = [note(groups) for note in spec.notes]
     notes.append(repeat_note(groups, multi_dataset=len(table_blocks) > 1))
+    notes.append(learning_note(groups))
     notes.append(_seed_caption(groups))
     metrics = [METRICS[c] for c in spec.columns]
     header = ["Method"] + (["Epoch"] if spec.kind == "dynamics" else []) + [fmt.header(m) for m in metrics]

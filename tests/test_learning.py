@@ -1,0 +1,119 @@
+"""Whether a run was still learning (bayesncl.learning), carried into runs.csv, the tables and the claims table;
+the evaluation BatchNorm mode named in the captions."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from bayesncl.learning import learning_slope
+from bayesncl.report import summary as summ
+from bayesncl.report.claims_table import render_claims
+from bayesncl.report.tables import render_table
+
+GOLDEN = Path(__file__).parent / "golden" / "runs.csv"
+
+
+def naive_slope(ys):
+    """Least squares slope and its 95% t-interval, written out (n - 2 degrees of freedom)."""
+    n = len(ys)
+    xs = np.arange(n, dtype=float)
+    xbar, ybar = xs.mean(), float(np.mean(ys))
+    sxx = float(((xs - xbar) ** 2).sum())
+    b = float(((xs - xbar) * (np.asarray(ys) - ybar)).sum()) / sxx
+    resid = np.asarray(ys) - (ybar + b * (xs - xbar))
+    se = math.sqrt(float((resid ** 2).sum()) / (n - 2) / sxx)
+    hw = stats.t.ppf(0.975, n - 2) * se
+    return b, b - hw, b + hw
+
+
+@pytest.mark.parametrize("losses", [
+    [5.5, 5.4, 5.3, 5.25, 5.2, 5.15, 5.1, 5.05, 5.0, 4.97, 4.95, 4.93, 4.91, 4.90, 4.89, 4.88],  # still falling
+    [5.5, 5.0, 4.8, 4.7, 4.65, 4.6, 4.61, 4.59, 4.60, 4.61, 4.60, 4.59, 4.61, 4.60, 4.6, 4.61],  # flat at the end
+    [5.0, 4.0, 4.5, 4.2, 4.4, 4.1, 4.3, 4.2, 4.25, 4.15, 4.3, 4.2, 4.22, 4.18, 4.27, 4.13, 4.2, 4.22, 4.19, 4.2],
+])
+def test_slope_over_the_last_fifth_equals_least_squares(losses):
+    got = learning_slope(losses)
+    n = max(3, math.ceil(0.2 * len(losses)))
+    b, lo, hi = naive_slope(losses[-n:])
+    assert got["epochs"] == n
+    assert got["slope"] == pytest.approx(b, abs=1e-12)
+    assert (got["lo"], got["hi"]) == (pytest.approx(lo, abs=1e-9), pytest.approx(hi, abs=1e-9))
+    assert got["still_learning"] == (hi < 0)
+
+
+def test_still_learning_decisions():
+    falling = [5.0 - 0.05 * e for e in range(20)]
+    assert learning_slope(falling)["still_learning"] is True
+    noisy_flat = [4.6, 4.62, 4.58, 4.61, 4.59, 4.6, 4.62, 4.58, 4.6, 4.61]
+    assert learning_slope(noisy_flat)["still_learning"] is False
+    assert learning_slope([5.0, 4.0])["still_learning"] is None  # too few epochs to fit
+    assert learning_slope([5.0, 4.0, float("nan")])["still_learning"] is None
+
+
+def _golden(still: dict[str, float] | None = None, bn: str = "batch") -> pd.DataFrame:
+    df = summ.prepare(pd.read_csv(GOLDEN))
+    df["eval_bn"] = bn
+    df["still_learning"] = 0.0
+    for variant, v in (still or {}).items():
+        df.loc[df["variant"] == variant, "still_learning"] = v
+    return df
+
+
+def test_tables_mark_rows_with_runs_still_learning_and_count_them():
+    df = _golden({"NCL": 1.0})
+    n_ncl = int(((df["variant"] == "NCL") & df["sets"].str.contains("table1")).sum())
+    n_all = int(df["sets"].str.contains("table1").sum())
+    md = render_table(df, "table1", "md")
+    assert f"{n_ncl} of the table's {n_all} runs were still learning" in md
+    ncl_rows = [line for line in md.splitlines() if line.startswith("| NCL")]
+    assert ncl_rows and all("§" in line for line in ncl_rows)
+    assert not any("§" in line for line in md.splitlines() if line.startswith("| SimCLR"))
+    tex = render_table(df, "table1", "tex")
+    assert r"$^\S$" in tex
+    quiet = render_table(_golden(), "table1", "md")
+    assert "still learning" not in quiet and "§" not in quiet
+
+
+def test_claims_table_marks_rows_resting_on_runs_still_learning():
+    df = _golden({"NCL": 1.0})
+    md = render_claims(df, "md")
+    rows = [line for line in md.splitlines() if line.startswith("| 1a")]
+    assert rows and all("1a§" in line for line in rows)  # 1a compares BayesNCL with NCL
+    marked = sum("§" in line.split("|")[1] for line in md.splitlines() if line.startswith("| "))
+    assert marked >= 1 and f"§ {marked} of the" in md
+    assert "still learning" not in render_claims(_golden(), "md")
+
+
+@pytest.mark.parametrize("bn,phrase", [("batch", "batch statistics of each test batch"),
+                                       ("running", "running statistics (eval mode")])
+def test_captions_name_the_evaluation_batchnorm_mode(bn, phrase):
+    df = _golden(bn=bn)
+    df["sets"] = df["sets"] + ";table4;table5"  # every table has rows
+    for table in ("table1", "table2", "table4", "table5"):
+        md = render_table(df, table, "md")
+        assert "| no runs" not in md and phrase in md, table
+    assert "BatchNorm" not in render_table(df, "table7", "md")
+
+
+def test_summary_reads_the_mode_and_the_learning_record(tmp_path):
+    """runs.csv's eval_bn, learning_slope, learning_hi and still_learning come from features.json."""
+    import test_report as tr  # the fake evaluation files of the report tests
+
+    wf = tr._tiny(tmp_path / "results")
+    runs = tr._write_eval(wf)
+    rid = next(iter(runs))
+    folder = Path(wf["results"]) / "runs" / rid / "eval"
+    data = json.loads((folder / "features.json").read_text())
+    data["run"]["eval_bn"] = "running"
+    data["training"]["learning"] = {"slope": -0.01, "lo": -0.02, "hi": -0.001, "epochs": 4, "still_learning": True}
+    (folder / "features.json").write_text(json.dumps(data))
+    rows = {r["run_id"]: r for r in summ.summarize(wf).to_dict("records")}
+    r = rows[rid]
+    assert (r["eval_bn"], r["learning_slope"], r["learning_hi"], r["still_learning"]) == ("running", -0.01, -0.001, 1.0)
+    other = rows[list(runs)[1]]
+    assert other["eval_bn"] == "" and math.isnan(other["still_learning"])
