@@ -168,3 +168,21 @@ def test_every_parameter_needs_a_gradient():
         p.grad = torch.randn(p.shape)
     with pytest.raises((TypeError, RuntimeError)):
         opt.step()
+
+
+@pytest.mark.parametrize("method", ["ncl", "bayesncl"])
+def test_every_1d_parameter_gets_no_weight_decay(method):
+    """Each parameter of the model is in exactly one group; every 1-D one (bias, norm) in a group without weight
+    decay, every other one with the configured weight decay (not just each group's first parameter)."""
+    cfg = C.resolve(sets=["model.width=4", "model.proj_hidden=16", "model.proj_dim=8", f"method.name={method}"])
+    model = build_method(cfg)
+    wd_of: dict[int, list[float]] = {}
+    for g in build_optimizer(model, cfg).param_groups:
+        for p in g["params"]:
+            wd_of.setdefault(id(p), []).append(g["weight_decay"])
+    named = list(model.named_parameters())
+    assert set(wd_of) == {id(p) for _, p in named} and all(len(v) == 1 for v in wd_of.values())
+    assert sum(p.ndim == 1 for _, p in named) > 2 and sum(p.ndim > 1 for _, p in named) > 2
+    assert cfg["train"]["weight_decay"] > 0
+    for name, p in named:
+        assert wd_of[id(p)] == [0.0 if p.ndim <= 1 else cfg["train"]["weight_decay"]], name

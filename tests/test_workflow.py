@@ -128,6 +128,8 @@ def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
         rid = gid[len("eval_"):]
         members, asked = g["members"], g["asked"]
         assert sorted(members) == sorted(evaluation_sections(runs[rid])), gid
+        # each member takes the one `serial` slot of its submission: none runs beside another
+        assert {r: m.get("serial") for r, m in members.items()} == dict.fromkeys(members, 1), gid
         # one partition (a group must name one); one GPU, not one per GPU section: members run in series
         assert {m["slurm_partition"] for m in members.values()} == {"gpu"} == {asked["slurm_partition"]}
         for key in ("gpu", "cpus_per_task", "mem_mb"):
