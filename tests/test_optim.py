@@ -186,3 +186,61 @@ def test_every_1d_parameter_gets_no_weight_decay(method):
     assert cfg["train"]["weight_decay"] > 0
     for name, p in named:
         assert wd_of[id(p)] == [0.0 if p.ndim <= 1 else cfg["train"]["weight_decay"]], name
+
+
+def test_peak_lr_scales_base_lr_with_the_batch():
+    """docs/METHOD.md section 2: peak = base_lr x batch / 256."""
+    from bayesncl.optim import peak_lr
+
+    assert peak_lr({"base_lr": 0.4, "batch_size": 512}) == pytest.approx(0.8)
+    assert peak_lr({"base_lr": 0.3, "batch_size": 128}) == pytest.approx(0.15)
+
+
+def _step_both(ours, ref, a, b, grads, lr):
+    for ga in grads:
+        for p, q, g in zip(a, b, ga):
+            p.grad, q.grad = g.clone(), g.clone()
+        if lr is None:
+            ref.step()
+            ours.step()
+        else:
+            set_lr(ref, lr)
+            ref.step()
+            ours.step(lr=torch.tensor(lr))
+
+
+@pytest.mark.parametrize("lr", [None, 0.5], ids=["groups' lr", "lr tensor"])
+def test_default_hyperparameters_are_timms(lr):
+    """Constructed with the parameters alone (timm's defaults: lr 1, no momentum, no weight decay), and with only
+    a weight decay (trust coefficient 0.001, eps 1e-8, no clipping): the same steps as timm's Lars. Gradients
+    small against the weights (trust ratio above 1, where clipping would bind), and tiny ones where eps counts."""
+    g = torch.Generator().manual_seed(3)
+    for kw, scale in (({}, 1e-2), ({"weight_decay": 1e-4}, 1e-5), ({"weight_decay": 1e-4}, 1e-11)):
+        a, b = params(), params()
+        ours, ref = Lars(b, **kw), TimmLars(a, **kw)
+        before = [q.detach().clone() for q in b]
+        grads = [[torch.randn(s, generator=g) * scale for s in SHAPES] for _ in range(3)]
+        _step_both(ours, ref, a, b, grads, lr)
+        for p, q, q0 in zip(a, b, before):  # the updates, relative: some are far below the weights' rounding
+            torch.testing.assert_close(q - q0, p.detach() - q0, rtol=1e-4, atol=0.0)
+            assert not torch.equal(q, q0)
+
+
+def test_zero_lr_momentum_and_weight_decay_are_allowed_and_negative_ones_are_not():
+    Lars(params(), lr=0.0, momentum=0.0, weight_decay=0.0)
+    for key in ("lr", "momentum", "weight_decay"):
+        with pytest.raises(ValueError, match=key.replace("_", "[_ ]").replace("lr", "learning rate")):
+            Lars(params(), **{key: -0.1})
+
+
+def test_loads_a_timm_state_dict_saved_before_its_first_step():
+    """timm creates momentum buffers on the first step: a state saved before has none, and resuming from it
+    starts them at zero (the first step then sets them to d, as timm's clone)."""
+    a, b = params(), params()
+    ref = TimmLars(groups(a, True), lr=0.3, **KW)
+    ours = Lars(groups(b, True), lr=0.3, **KW)
+    ours.load_state_dict(copy.deepcopy(ref.state_dict()))
+    g = torch.Generator().manual_seed(5)
+    _step_both(ours, ref, a, b, [[torch.randn(s, generator=g) * 0.01 for s in SHAPES] for _ in range(3)], 0.2)
+    for p, q in zip(a, b):
+        torch.testing.assert_close(q, p.detach(), rtol=1e-6, atol=1e-7)
