@@ -1,6 +1,7 @@
 """The multi-tensor LARS against timm's Lars, its state, and the lr schedule as a device table."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -213,10 +214,16 @@ def _step_both(ours, ref, a, b, grads, lr):
 def test_default_hyperparameters_are_timms(lr):
     """Constructed with the parameters alone (timm's defaults: lr 1, no momentum, no weight decay), and with only
     a weight decay (trust coefficient 0.001, eps 1e-8, no clipping): the same steps as timm's Lars. Gradients
-    small against the weights (trust ratio above 1, where clipping would bind), and tiny ones where eps counts."""
+    small against the weights (trust ratio above 1, where clipping would bind), and weights small enough for eps
+    to count."""
     g = torch.Generator().manual_seed(3)
-    for kw, scale in (({}, 1e-2), ({"weight_decay": 1e-4}, 1e-5), ({"weight_decay": 1e-4}, 1e-11)):
+    # (settings, weight scale, gradient scale); the last: weights of norm ~1e-3, so eps is ~10% of the denominator
+    for kw, w, scale in (({}, 1.0, 1e-2), ({"weight_decay": 1e-4}, 1.0, 1e-5), ({"weight_decay": 1e-4}, 1e-4, 1e-10)):
         a, b = params(), params()
+        with torch.no_grad():
+            for p, q in zip(a, b):
+                p.mul_(w)
+                q.mul_(w)
         ours, ref = Lars(b, **kw), TimmLars(a, **kw)
         before = [q.detach().clone() for q in b]
         grads = [[torch.randn(s, generator=g) * scale for s in SHAPES] for _ in range(3)]
@@ -244,3 +251,62 @@ def test_loads_a_timm_state_dict_saved_before_its_first_step():
     _step_both(ours, ref, a, b, [[torch.randn(s, generator=g) * 0.01 for s in SHAPES] for _ in range(3)], 0.2)
     for p, q in zip(a, b):
         torch.testing.assert_close(q, p.detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_runs_of_distinct_weight_decays_and_a_single_parameter_equal_timm():
+    """Adapted groups with different weight decays (one parameter alone in its group), and an optimizer over
+    one parameter: each parameter gets its own group's weight decay, as in timm."""
+    g = torch.Generator().manual_seed(7)
+    for layout in ("runs", "single"):
+        a, b = params(), params()
+        if layout == "runs":
+            make = lambda ps: [{"params": [ps[0]], "weight_decay": 1e-4},  # noqa: E731
+                               {"params": [ps[2], ps[5]], "weight_decay": 5e-3},
+                               {"params": [ps[7]], "weight_decay": 1e-4},
+                               {"params": [ps[1], ps[3]], "weight_decay": 0.0}]
+        else:
+            make = lambda ps: [ps[0]]  # noqa: E731
+        ours, ref = Lars(make(b), lr=0.3, **KW), TimmLars(make(a), lr=0.3, **KW)
+        grads = [[torch.randn(s, generator=g) * 0.05 for s in SHAPES] for _ in range(4)]
+        _step_both(ours, ref, a, b, grads, 0.2)
+        for p, q in zip(a, b):
+            torch.testing.assert_close(q, p.detach(), rtol=1e-6, atol=1e-7)
+        assert not torch.equal(b[0], params()[0])
+
+
+def test_step_returns_the_closures_loss():
+    ps = params()
+    opt = Lars(groups(ps, False), lr=0.1, **KW)
+    for p in ps:
+        p.grad = torch.randn(p.shape)
+    assert opt.step() is None
+    assert opt.step(lambda: torch.is_grad_enabled() and 1.5) == 1.5  # called with gradients enabled
+
+
+def test_build_optimizer_settings_come_from_the_config():
+    """LARS with trust clipping (docs/METHOD.md section 2), the config's momentum and trust coefficient, peak lr."""
+    cfg = C.resolve(sets=["model.width=4", "model.proj_hidden=16", "model.proj_dim=8", "method.name=ncl",
+                          "train.batch_size=512", "train.momentum=0.8", "train.trust_coeff=0.005"])
+    opt = build_optimizer(build_method(cfg), cfg)
+    for group in opt.param_groups:
+        assert group["trust_clip"] is True and not group["always_adapt"]
+        assert (group["momentum"], group["trust_coeff"]) == (0.8, 0.005)
+        assert group["lr"] == pytest.approx(cfg["train"]["base_lr"] * 2)
+
+
+def spec_lr(t: int, W: int, S: int, peak: float, s0: float) -> float:
+    """docs/METHOD.md section 2, written out: linear warm-up from s0 over W iterations, then cosine to 0."""
+    if t < W:
+        return s0 + (peak - s0) * t / W
+    return 0.5 * peak * (1 + math.cos(math.pi * (t - W) / (S - W)))
+
+
+@pytest.mark.parametrize("warmup", [0, 2])
+def test_lr_schedule_is_the_spec(warmup):
+    train = {"base_lr": 0.4, "batch_size": 128, "epochs": 5, "warmup_epochs": warmup, "warmup_start_lr": 3e-5}
+    steps = 7
+    W, S, peak = warmup * steps, 5 * steps, 0.4 * 128 / 256
+    want = [spec_lr(t, W, S, peak, 3e-5) for t in range(S)]
+    assert [lr_at(t, steps, train) for t in range(S)] == pytest.approx(want, rel=1e-12, abs=1e-15)
+    assert lr_schedule(steps, train).tolist() == pytest.approx(want, rel=1e-6)
+    assert max(want) == pytest.approx(peak) and 0 < want[-1] < 0.01 * peak  # reaches the peak, decays to ~0
