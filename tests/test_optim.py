@@ -254,7 +254,7 @@ def test_loads_a_timm_state_dict_saved_before_its_first_step():
 
 
 def test_runs_of_distinct_weight_decays_and_a_single_parameter_equal_timm():
-    """Adapted groups with different weight decays (one parameter alone in its group), and an optimizer over
+    """Adapted groups with different weight decays (runs of one and of two parameters), and an optimizer over
     one parameter: each parameter gets its own group's weight decay, as in timm."""
     g = torch.Generator().manual_seed(7)
     for layout in ("runs", "single"):
@@ -262,7 +262,7 @@ def test_runs_of_distinct_weight_decays_and_a_single_parameter_equal_timm():
         if layout == "runs":
             make = lambda ps: [{"params": [ps[0]], "weight_decay": 1e-4},  # noqa: E731
                                {"params": [ps[2], ps[5]], "weight_decay": 5e-3},
-                               {"params": [ps[7]], "weight_decay": 1e-4},
+                               {"params": [ps[7]], "weight_decay": 1e-3},
                                {"params": [ps[1], ps[3]], "weight_decay": 0.0}]
         else:
             make = lambda ps: [ps[0]]  # noqa: E731
