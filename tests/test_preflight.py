@@ -128,3 +128,42 @@ def test_todo_from_files(grid):
     (run_dir / "eval" / "features.json").write_text("{}")
     todo = todo_from_files(runs, sections, results, atlas)
     assert todo[rid] == set() and "atlas" not in todo[other]
+
+
+def test_the_background_probe_with_waterbirds_reads_waterbirds_only(grid, tmp_path):
+    """Waterbirds is embedded by the run's model: the run's own dataset is not read, so a bad dataset root does
+    not stop it."""
+    wf, _, rid = grid
+    wf, runs = _with(wf, "imagenet100", "data", "root", str(tmp_path / "no-imagenet"))
+    assert SECTIONS["background_probe"].gpu(runs[rid].config)
+    assert missing_data(wf, runs, {rid: {"background_probe"}}) == []
+
+
+def test_a_root_from_the_defaults_names_the_defaults_key(grid, tmp_path):
+    wf, _, rid = grid
+    bad = str(tmp_path / "no-imagenet")
+    wf = yaml.safe_load(yaml.safe_dump(wf))
+    del wf["datasets"]["imagenet100"]["data"]["root"]
+    wf["defaults"]["data"]["root"] = bad
+    runs = expand_grid(wf)
+    (line,) = missing_data(wf, runs, {rid: {"pretrain"}})
+    assert line.startswith(f"imagenet100 (defaults.data.root: {bad}): ")
+    assert "Fix: set defaults.data.root in the workflow config to the folder" in line
+
+
+def test_a_synthetic_grid_is_checked_without_torch(tmp_path):
+    """The pre-flight runs in every Snakemake invocation: a grid of synthetic runs only never imports torch."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys, yaml
+from bayesncl.grid import expand_grid
+from bayesncl.preflight import missing_data
+wf = yaml.safe_load(open({str(ROOT / "config" / "tiny.yaml")!r}))
+runs = expand_grid(wf)
+assert missing_data(wf, runs, {{rid: {{"pretrain", "features", "atlas"}} for rid in runs}}) == []
+assert "torch" not in sys.modules, "torch imported"
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
