@@ -50,3 +50,16 @@ def test_rows_keep_escaped_pipes_and_ignore_claim_11s_shown_end(tmp_path):
     assert list(a) == [("Synthetic", "7c", "|ρ(AF, GV)|: X < Y")] and a[next(iter(a))]["Verdict"] == "holds"
     b, c = one("b.md", "SC: λ = 3e-05 > ends 0, 0.0001 (right: 0)"), one("c.md", "SC: λ = 3e-05 > ends 0, 0.0001 (right: 0.0001)")
     assert list(b) == list(c)
+
+
+def test_only_holds_against_does_not_hold_is_a_reversal(tmp_path):
+    """Every ordered pair of verdicts: a reversal is exactly one table's 'holds' against the other's 'does not hold'."""
+    verdicts = ["holds", "does not hold", "inconclusive (leans for)", "inconclusive (leans against)"]
+    pairs = [(va, vb) for va in verdicts for vb in verdicts]
+    ids = [f"c{i}" for i in range(len(pairs))]
+    a = cs.read_claims(table(tmp_path, "a.md", {c: va for c, (va, _) in zip(ids, pairs)}))
+    b = cs.read_claims(table(tmp_path, "b.md", {c: vb for c, (_, vb) in zip(ids, pairs)}))
+    rows, n = cs.compare(a, b)
+    got = {(va, vb): rev for _, va, vb, _, _, rev in rows}
+    assert got == {p: set(p) == {"holds", "does not hold"} for p in pairs}
+    assert n["reversed"] == 2 and n["agree"] == len(verdicts)

@@ -61,6 +61,24 @@ def test_git_state_sees_uncommitted_changes_to_tracked_files_only(tmp_path):
     assert provenance.git_state(tmp_path).dirty
 
 
+def test_stamp_names_the_codes_commit_from_inside_another_checkout(tmp_path, monkeypatch):
+    """Run from inside another git repository (a project that calls bayesncl), the stamp still names the
+    commit of the checkout that holds the bayesncl code, not the current folder's."""
+    code = Path(provenance.__file__).resolve().parent
+    ours = subprocess.run(["git", "rev-parse", "HEAD"], cwd=code, capture_output=True, text=True).stdout.strip()
+    if not ours:
+        pytest.skip("the bayesncl code is not in a git checkout here")
+    run = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)  # noqa: E731
+    run("init", "-q")
+    (tmp_path / "a.txt").write_text("1\n")
+    run("add", "a.txt")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "other project")
+    other = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    monkeypatch.chdir(tmp_path)
+    assert other != ours and f"commit {ours}" in provenance.stamp(None)
+    assert provenance.git_state().commit == ours
+
+
 @pytest.mark.parametrize("suffix, first, comment", [
     (".tex", "% Table 1: generated ...; do not edit.", "% made by X"),
     (".md", "<!-- Table 1: generated ...; do not edit. -->", "<!-- made by X -->"),

@@ -178,6 +178,20 @@ def test_paper_probe_protocol_is_labelled(trained, tmp_path):
     assert not (tmp_path / "features_train.npz").exists()  # the paper protocol reads images, not the cache
 
 
+def test_paper_probe_on_the_synthetic_set_still_caches_the_train_features(trained, tmp_path):
+    """Without Waterbirds, the synthetic set's background probe reads the train split's cached h: `features`
+    writes it under the paper probe protocol too (which itself reads images, not the cache)."""
+    run, _ = trained
+    written = evaluate(run / "model.pt", tmp_path, only=["features", "background_probe"], progress=False,
+                       sets=["eval.probe=paper"])
+    assert [p.name for p in written] == ["features.json", "background_probe.json"]
+    assert _read(written[0])["features"]["train_images"] > 0
+    with np.load(tmp_path / "features_train.npz") as f:
+        assert f["h"].shape[0] == _read(written[0])["features"]["train_images"]
+    bg = _read(written[1])["background_probe"]
+    assert bg["target"] == "synthetic_background" and 0 <= bg["acc"] <= 100
+
+
 def test_trained_probe_beats_chance_and_random_init(tmp_path):
     # The demo grid's NCL run (config/config.yaml, its 16 epochs) at seed 0. At 9 epochs the probe beat
     # random init by only 4.9 points (36.6% vs 31.7% on the 2048 test images).

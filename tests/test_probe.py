@@ -115,6 +115,23 @@ def test_learns_a_noisy_separable_problem():
     assert out["top1"] > 90.0 and out["train_top1"] > 95.0, out
 
 
+def test_accuracy_does_not_depend_on_each_features_offset_and_unit():
+    """The probe standardises with the train split's statistics: a per-feature shift and scale (units from
+    1e-3 to 1e3, offsets up to 1e3) leaves what it learns unchanged; unstandardised, AdamW would not cope."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal(20)
+    x = rng.standard_normal((300, 20))
+    y = (x @ w > 0).astype(np.int64)
+    xt = rng.standard_normal((1000, 20))
+    yt = (xt @ w > 0).astype(np.int64)
+    scale, shift = 10.0 ** rng.uniform(-3, 3, 20), rng.uniform(-1e3, 1e3, 20)
+    a = linear_probe_fast(x, y, xt, yt, 2, epochs=30, lr=1e-2)
+    b = linear_probe_fast(x * scale + shift, y, xt * scale + shift, yt, 2, epochs=30, lr=1e-2)
+    assert a["top1"] > 90.0, a
+    for k in ("top1", "train_top1"):  # float32 rounding of the standardised inputs may move a point or two
+        assert abs(a[k] - b[k]) <= 0.2, (a, b)
+
+
 def test_fits_random_labels_when_separable_but_test_is_chance():
     # N < D: any labelling is linearly separable, so the optimiser must reach ~100% train accuracy;
     # on held-out random labels it must stay near chance (20% for 5 classes).

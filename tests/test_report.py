@@ -238,6 +238,20 @@ def test_summarize_ignores_files_of_sections_the_run_does_not_have(tmp_path):
     assert math.isnan(_by_id(summ.summarize(wf))["synthetic/cl/seed~0"]["ret_p10"])
 
 
+def test_dyn_sc_is_the_evaluation_features_sc_not_zpluss(tmp_path):
+    """dynamics.json records SC per epoch of the evaluation feature ("sc") and of z+ ("sc_zplus"); runs.csv's
+    dyn_sc (Table 3, the SC-over-training figure) is the former."""
+    wf = _tiny(tmp_path / "results")
+    _write_eval(wf)
+    path = tmp_path / "results" / "runs" / MAIN_BAYES / "eval" / "dynamics.json"
+    body = json.loads(path.read_text())
+    body["dynamics"].update(epochs=[1, 2], af_gv=[0.5, 0.4], gv_sc=[-0.4, -0.3], af_sc=[0.1, 0.2],
+                            sc=[41.0, 43.5], sc_zplus=[37.0, 38.0])
+    path.write_text(json.dumps(body))
+    r = _by_id(summ.summarize(wf))[MAIN_BAYES]
+    assert json.loads(r["dyn_sc"]) == [41.0, 43.5] and json.loads(r["dyn_epochs"]) == [1, 2]
+
+
 def test_sweep_membership_is_the_grids(tmp_path):
     wf = _tiny(tmp_path / "results")
     _write_eval(wf)

@@ -131,3 +131,19 @@ def test_a_bad_dataset_root_stops_the_run_before_any_job(tmp_path):
     r = snakemake(*targets, "--cores", "1", "--configfile", str(path), timeout=300)
     assert r.returncode == 0 and "pre-flight" not in r.stderr, r.stderr[-3000:]
     assert Path(targets[1]).is_file()
+
+
+def test_smoke_switch_plans_every_output_beside_the_results(tmp_path):
+    """`--config smoke=true` (a string on the command line) moves every planned output to <results>-smoke;
+    nothing is planned into the real results folder. A dry run: no job runs."""
+    from bayesncl.grid import smoke_results
+
+    assert smoke_results("out/results/") == "out/results-smoke" == smoke_results("out/results-smoke")
+    results = tmp_path / "results"
+    r = snakemake("-n", "--configfile", "config/tiny.yaml", "--config", "smoke=true", f"results={results}",
+                  timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    outputs = [line.split(":", 1)[1].strip() for line in r.stdout.splitlines() if line.strip().startswith("output:")]
+    paths = [p for line in outputs for p in line.split(", ")]
+    assert len(paths) > 50 and all(p.startswith(f"{results}-smoke/") for p in paths), paths[:5]
+    assert f"{results}/" not in r.stdout

@@ -128,6 +128,8 @@ def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
         rid = gid[len("eval_"):]
         members, asked = g["members"], g["asked"]
         assert sorted(members) == sorted(evaluation_sections(runs[rid])), gid
+        # each member takes the one `serial` slot of its submission: none runs beside another
+        assert {r: m.get("serial") for r, m in members.items()} == dict.fromkeys(members, 1), gid
         # one partition (a group must name one); one GPU, not one per GPU section: members run in series
         assert {m["slurm_partition"] for m in members.values()} == {"gpu"} == {asked["slurm_partition"]}
         for key in ("gpu", "cpus_per_task", "mem_mb"):
@@ -430,6 +432,27 @@ def _gpu_grid(tmp_path):
     return path, record, bindir, targets
 
 
+def _overlapping(jobs: list[dict]) -> list[tuple[dict, dict]]:
+    """The pairs of jobs that ran at the same time (a job runs over [start, end): one that starts as another
+    ends does not overlap it)."""
+    return [(j, k) for i, j in enumerate(jobs) for k in jobs[i + 1:] if j["start"] < k["end"] and k["start"] < j["end"]]
+
+
+def _most_at_once(jobs: list[dict]) -> int:
+    """The most jobs running at one instant. It is reached at some job's start; counting the jobs that overlap
+    one job instead would count two that follow each other on the other GPU, both within its span, as three."""
+    return max(sum(k["start"] <= j["start"] < k["end"] for k in jobs) for j in jobs)
+
+
+def test_concurrency_is_counted_per_instant():
+    a = {"gpu": "3", "start": 0.0, "end": 1.5}  # spans two jobs that follow each other on GPU 7
+    b, c = {"gpu": "7", "start": -0.5, "end": 0.5}, {"gpu": "7", "start": 0.6, "end": 1.6}
+    d = {"gpu": "7", "start": 1.6, "end": 2.6}  # starts as c ends
+    assert _most_at_once([a, b, c, d]) == 2 and _overlapping([a, b, c, d]) == [(a, b), (a, c)]
+    assert _most_at_once([a, {"gpu": "3", "start": 1.0, "end": 2.0}, {"gpu": "7", "start": 0.8, "end": 1.2}]) == 3
+    assert _most_at_once([b]) == 1
+
+
 def test_local_gpu_jobs_never_share_a_gpu(tmp_path):
     """`--cores 8` on a machine showing two GPUs: at most two GPU jobs at once, never on the same GPU."""
     cfg, record, bindir, targets = _gpu_grid(tmp_path)
@@ -441,14 +464,11 @@ def test_local_gpu_jobs_never_share_a_gpu(tmp_path):
     jobs = [json.loads(line) for line in record.read_text().splitlines()]
     assert len(jobs) == len(targets)
     assert {j["gpu"] for j in jobs} <= {"3", "7"}
-    most = 0
-    for j in jobs:
-        running = [k for k in jobs if k["start"] < j["end"] and j["start"] < k["end"]]  # includes j
-        most = max(most, len(running))
-        assert len({k["gpu"] for k in running}) == len(running), running
+    for j, k in _overlapping(jobs):
+        assert j["gpu"] != k["gpu"], (j, k)
     # With 8 cores and 1 thread per job, only the GPU limit keeps this at 2 (and both GPUs get used);
     # Snakemake's limit, not jobs started anyway and waiting for a GPU lock.
-    assert most == 2, jobs
+    assert _most_at_once(jobs) == 2, jobs
     logs = [p.read_text() for p in (tmp_path / "results").rglob("pretrain.log")]
     assert len(logs) == len(targets) and not any("waiting" in log for log in logs), logs
 

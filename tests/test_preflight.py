@@ -1,0 +1,169 @@
+"""The workflow's pre-flight (bayesncl.preflight): which dataset roots the jobs still to be done read, and the one
+line per bad root. On the paper grid's runs (config/paper.yaml), with the roots pointed at folders made here."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bayesncl.data.imagenet import imagenet100_classes
+from bayesncl.evaluation.sections import SECTIONS
+from bayesncl.grid import evaluation_sections, expand_grid
+from bayesncl.preflight import missing_data, todo_from_files
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_imagenet_folders(root: Path) -> Path:
+    """What the cheap check asks of an ImageNet-100 root: train/ and val/ with a folder per listed class."""
+    for split in ("train", "val"):
+        for wnid in imagenet100_classes():
+            (root / split / wnid).mkdir(parents=True)
+    return root
+
+
+def write_waterbirds_metadata(root: Path) -> Path:
+    root.mkdir(parents=True)
+    (root / "metadata.csv").write_text("img_id,img_filename,y,split,place,place_filename\n")
+    return root
+
+
+@pytest.fixture
+def grid(tmp_path):
+    """(workflow config, runs, the ImageNet-100 run of Table 6 (it has the background probe)) with good roots."""
+    wf = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    wf["results"] = str(tmp_path / "results")
+    ds = wf["datasets"]
+    for name in ("cifar10", "cifar100"):
+        (tmp_path / name).mkdir()
+        ds[name]["data"]["root"] = str(tmp_path / name)
+    ds["imagenet100"]["data"]["root"] = str(write_imagenet_folders(tmp_path / "imagenet"))
+    ds["imagenet100"]["eval"]["waterbirds_root"] = str(write_waterbirds_metadata(tmp_path / "waterbirds"))
+    runs = expand_grid(wf)
+    rid = next(r for r, run in runs.items() if r.startswith("imagenet100/") and "table6" in run.sets)
+    assert "background_probe" in evaluation_sections(runs[rid])
+    return wf, runs, rid
+
+
+def _with(wf: dict, dataset: str, section: str, key: str, value: str) -> tuple[dict, dict]:
+    wf = yaml.safe_load(yaml.safe_dump(wf))
+    wf["datasets"][dataset][section][key] = value
+    return wf, expand_grid(wf)
+
+
+def test_good_roots_give_no_line(grid):
+    wf, runs, rid = grid
+    assert missing_data(wf, runs, {rid: {"pretrain", *evaluation_sections(runs[rid]), "atlas"}}) == []
+
+
+@pytest.mark.parametrize("todo", [{"pretrain"}, {"features"}, {"atlas"}, {"linear_probe"}])
+def test_a_bad_imagenet_root_is_reported_for_every_job_that_reads_it(grid, tmp_path, todo):
+    wf, _, rid = grid
+    bad = str(tmp_path / "no-imagenet")
+    wf, runs = _with(wf, "imagenet100", "data", "root", bad)
+    assert SECTIONS["linear_probe"].gpu(runs[rid].config)  # the paper protocol reads the images
+    lines = missing_data(wf, runs, {rid: todo}, "paper.yaml")
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"imagenet100 (datasets.imagenet100.data.root: {bad}): ")
+    assert "Fix: set datasets.imagenet100.data.root in paper.yaml" in lines[0] and rid in lines[0]
+
+
+def test_the_cpu_sections_and_a_finished_run_read_no_images(grid, tmp_path):
+    wf, _, rid = grid
+    wf, runs = _with(wf, "imagenet100", "data", "root", str(tmp_path / "no-imagenet"))
+    assert missing_data(wf, runs, {rid: {"interpretability", "retrieval", "dynamics", "cost"}}) == []
+    assert missing_data(wf, runs, {rid: set()}) == []
+
+
+def test_a_bad_waterbirds_root_is_reported_while_the_background_probe_is_to_run(grid, tmp_path):
+    wf, _, rid = grid
+    bad = str(tmp_path / "no-waterbirds")
+    wf, runs = _with(wf, "imagenet100", "eval", "waterbirds_root", bad)
+    lines = missing_data(wf, runs, {rid: {"background_probe"}})
+    assert len(lines) == 1 and lines[0].startswith(f"waterbirds (datasets.imagenet100.eval.waterbirds_root: {bad}): ")
+    # training and the other sections do not read Waterbirds
+    assert missing_data(wf, runs, {rid: {"pretrain", "features", "linear_probe", "atlas"}}) == []
+
+
+def test_both_bad_roots_are_each_reported_once(grid, tmp_path):
+    wf, _, _ = grid
+    wf, _ = _with(wf, "imagenet100", "data", "root", str(tmp_path / "no-imagenet"))
+    wf, runs = _with(wf, "imagenet100", "eval", "waterbirds_root", str(tmp_path / "no-waterbirds"))
+    todo = {r: {"pretrain", *evaluation_sections(run)} for r, run in runs.items() if r.startswith("imagenet100/")}
+    lines = missing_data(wf, runs, todo)
+    assert sorted(line.split(" ", 1)[0] for line in lines) == ["imagenet100", "waterbirds"], lines
+
+
+def test_todo_from_files(grid):
+    """A run with model.pt still needs its missing sections (features first, which reads its dataset); an atlas
+    is done when both its PDF and its PNG exist."""
+    wf, runs, rid = grid
+    results = Path(wf["results"])
+    sections = {r: evaluation_sections(run) for r, run in runs.items()}
+    other = next(r for r in runs if r.startswith("imagenet100/") and r != rid)
+    atlas = {"imagenet100": [rid, other]}
+    todo = todo_from_files(runs, sections, results, atlas)
+    assert todo[rid] == {"pretrain", "atlas", *sections[rid]}
+
+    run_dir = results / "runs" / rid
+    (run_dir / "eval").mkdir(parents=True)
+    (run_dir / "model.pt").write_bytes(b"trained")
+    for name in sections[rid]:
+        if name != "features":
+            (run_dir / "eval" / f"{name}.json").write_text("{}")
+    figures = results / "figures"
+    figures.mkdir(parents=True)
+    (figures / "atlas_imagenet100.png").write_bytes(b"png")
+    todo = todo_from_files(runs, sections, results, atlas)
+    assert todo[rid] == {"features", "atlas"} and "atlas" in todo[other]  # a PNG alone: the PDF is still to do
+    bad = str(Path(wf["results"]).parent / "moved-away")
+    wf2, runs2 = _with(wf, "imagenet100", "data", "root", bad)
+    lines = missing_data(wf2, runs2, {rid: {"features"}})
+    assert len(lines) == 1 and lines[0].startswith("imagenet100 ") and bad in lines[0]
+
+    (figures / "atlas_imagenet100.png").unlink()
+    (figures / "atlas_imagenet100.pdf").write_bytes(b"pdf")
+    assert "atlas" in todo_from_files(runs, sections, results, atlas)[rid]
+    (figures / "atlas_imagenet100.png").write_bytes(b"png")
+    (run_dir / "eval" / "features.json").write_text("{}")
+    todo = todo_from_files(runs, sections, results, atlas)
+    assert todo[rid] == set() and "atlas" not in todo[other]
+
+
+def test_the_background_probe_with_waterbirds_reads_waterbirds_only(grid, tmp_path):
+    """Waterbirds is embedded by the run's model: the run's own dataset is not read, so a bad dataset root does
+    not stop it."""
+    wf, _, rid = grid
+    wf, runs = _with(wf, "imagenet100", "data", "root", str(tmp_path / "no-imagenet"))
+    assert SECTIONS["background_probe"].gpu(runs[rid].config)
+    assert missing_data(wf, runs, {rid: {"background_probe"}}) == []
+
+
+def test_a_root_from_the_defaults_names_the_defaults_key(grid, tmp_path):
+    wf, _, rid = grid
+    bad = str(tmp_path / "no-imagenet")
+    wf = yaml.safe_load(yaml.safe_dump(wf))
+    del wf["datasets"]["imagenet100"]["data"]["root"]
+    wf["defaults"]["data"]["root"] = bad
+    runs = expand_grid(wf)
+    (line,) = missing_data(wf, runs, {rid: {"pretrain"}})
+    assert line.startswith(f"imagenet100 (defaults.data.root: {bad}): ")
+    assert "Fix: set defaults.data.root in the workflow config to the folder" in line
+
+
+def test_a_synthetic_grid_is_checked_without_torch(tmp_path):
+    """The pre-flight runs in every Snakemake invocation: a grid of synthetic runs only never imports torch."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys, yaml
+from bayesncl.grid import expand_grid
+from bayesncl.preflight import missing_data
+wf = yaml.safe_load(open({str(ROOT / "config" / "tiny.yaml")!r}))
+runs = expand_grid(wf)
+assert missing_data(wf, runs, {{rid: {{"pretrain", "features", "atlas"}} for rid in runs}}) == []
+assert "torch" not in sys.modules, "torch imported"
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
