@@ -159,7 +159,7 @@ def test_wired_claims_cells_are_naive_t_intervals():
 
     from test_claims import B, N, frame, wired_rows  # noqa: I001 (tests/ is on sys.path)
 
-    from bayesncl.report import claims
+    from bayesncl.report import claims_table as claims
 
     rows = wired_rows()
     md = claims.render_claims(frame(rows), "md")

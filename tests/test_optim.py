@@ -389,9 +389,10 @@ def test_build_optimizer_settings_come_from_the_config():
 
 
 def spec_lr(t: int, W: int, S: int, peak: float, s0: float) -> float:
-    """docs/METHOD.md section 2, written out: linear warm-up from s0 over W iterations, then cosine to 0."""
+    """docs/METHOD.md section 2, written out: linear warm-up from s0 reaching the peak at iteration W - 1
+    (pl_bolts' max(1, W - 1)), then cosine to 0."""
     if t < W:
-        return s0 + (peak - s0) * t / W
+        return s0 + (peak - s0) * t / max(1, W - 1)
     return 0.5 * peak * (1 + math.cos(math.pi * (t - W) / (S - W)))
 
 
