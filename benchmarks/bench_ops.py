@@ -208,7 +208,7 @@ def count_after(cfg, x, counter: OpCounter) -> None:
     with counter:
         counter.phase = "augment"
         views, gate_u = step.draws(x.shape[0], gen)
-        lr = step.lr_table.index_select(0, step.t)
+        lr = step.lr_table.index_select(0, step.t)[0]  # one lr per parameter group
         v = step.augment.views(x, views)
         counter.phase = "forward"
         with autocast(step.device, step.precision):

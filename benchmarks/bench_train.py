@@ -115,7 +115,7 @@ def after_phases(step: TrainStep, x: torch.Tensor, gen: torch.Generator) -> list
     model, opt = step.model, step.opt
     t.mark()
     views, gate_u = step.draws(x.shape[0], gen)
-    lr = step.lr_table.index_select(0, step.t)
+    lr = step.lr_table.index_select(0, step.t)[0]  # one lr per parameter group
     v = step.augment.views(x, views)
     if step.channels_last:
         v = v.contiguous(memory_format=torch.channels_last)
