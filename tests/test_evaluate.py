@@ -109,6 +109,34 @@ def test_closed_gate_rates_follow_from_the_cached_gates(evaluated):
         assert it["closed_bg"] == pytest.approx(np.nanmean(closed[bg_dom]))
 
 
+def test_what_the_report_reads_is_written(trained, evaluated):
+    """features.json's counts and training curves, the gate cached as 0/1 bytes, both arrays' per-dim vectors and
+    background shares, the closed-gate rates by dominance: each key runs.csv, the tables or the atlas read."""
+    from bayesncl.evaluation import arrays
+
+    run, _ = trained
+    out, _ = evaluated
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    body = _read(out / "features.json")
+    feats, vec = np.load(out / "features.npz"), np.load(out / "vectors.npz")
+    assert body["features"]["test_images"] == len(feats["labels"])
+    assert body["features"]["arrays"] == sorted(feats.files)
+    assert body["training"]["loss"] == [x["loss"] for x in log]
+    assert body["training"]["open_gates_last"] == log[-1]["open_gates"] and "config" in body
+    assert feats["gate"].dtype == np.uint8 and set(np.unique(feats["gate"])) <= {0, 1}
+    C_ = int(feats["num_classes"])
+    for name in ("feature", "zplus"):
+        per_dim = arrays.interpretability(feats[name], feats["labels"], C_)["per_dim"]
+        for k in ("sc", "h_sum", "h_mean", "h_freq", "freq"):
+            np.testing.assert_allclose(vec[f"{name}_{k}"], per_dim[k], equal_nan=True, err_msg=f"{name}_{k}")
+    it = _read(out / "interpretability.json")["interpretability"]
+    B = int(feats["num_backgrounds"])
+    for name in ("feature", "zplus"):
+        share = arrays.background_dominance(feats[name], feats["labels"], feats["backgrounds"], C_, B)["share"]
+        assert it[f"bg_dominated_{name}"] == pytest.approx(share, nan_ok=True), name
+    assert {"closed_bg", "closed_cls"} <= set(it)
+
+
 def test_a_cpu_section_rerun_alone_gives_the_same_numbers(trained, evaluated, tmp_path):
     run, _ = trained
     out, _ = evaluated
