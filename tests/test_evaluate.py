@@ -164,6 +164,8 @@ def test_topk_binding_recorded_and_weights_digest_tells_identical_runs(tmp_path)
         feats, interp = evaluate(tmp_path / name / "model.pt", tmp_path / name / "e",
                                  only=["features", "interpretability"], progress=False)
         digests[name] = _read(feats)["run"]["weights_sha"]
+        if name.startswith("topk"):  # the mask cached as 0/1 bytes, as the gate
+            assert np.load(tmp_path / name / "e" / "features.npz")["mask"].dtype == np.uint8
         it = _read(interp)["interpretability"]
         if name == "topk_all":  # k = D keeps every entry: the mask never binds
             assert it["topk_bound"] == 0
@@ -217,7 +219,46 @@ def test_paper_probe_on_the_synthetic_set_still_caches_the_train_features(traine
     with np.load(tmp_path / "features_train.npz") as f:
         assert f["h"].shape[0] == _read(written[0])["features"]["train_images"]
     bg = _read(written[1])["background_probe"]
-    assert bg["target"] == "synthetic_background" and 0 <= bg["acc"] <= 100
+    assert bg["target"] == "synthetic_background" and bg["protocol"] == "fast" and 0 <= bg["acc"] <= 100
+
+
+def test_waterbirds_background_probe_reads_place_from_the_models_h(trained, tmp_path):
+    """With eval.waterbirds_root, the probe embeds Waterbirds' train and test splits with the run's model and
+    predicts `place` from h (the fast probe, 2 classes); it needs no features cache."""
+    from test_data import write_waterbirds
+
+    from bayesncl.data import load_waterbirds
+    from bayesncl.evaluation.linear import linear_probe_fast
+    from bayesncl.runtime import embed
+
+    run, cfg = trained
+    root = tmp_path / "waterbirds"
+    write_waterbirds(root)
+    (path,) = evaluate(run / "model.pt", tmp_path / "e", only=["background_probe"], progress=False,
+                       sets=[f"eval.waterbirds_root={root}"])
+    bg = _read(path)["background_probe"]
+    assert (bg["target"], bg["protocol"]) == ("waterbirds_place", "fast")
+    model, _ = ckpt_io.load_model(run / "model.pt")
+    split = {s: load_waterbirds(root, s) for s in ("train", "test")}
+    (htr,), (hte,) = (embed(model, split[s], cfg, torch.device("cpu"), key=("h",)) for s in ("train", "test"))
+    want = linear_probe_fast(htr.numpy(), split["train"].backgrounds.numpy(), hte.numpy(),
+                             split["test"].backgrounds.numpy(), 2, seed=cfg["seed"])
+    assert bg["acc"] == pytest.approx(want["top1"])
+
+
+def test_cost_alone_reads_only_the_checkpoint(trained, tmp_path):
+    """The cost job's only input is model.pt: it runs into an empty folder, and reports GFLOPs per image and
+    millions of parameters of the model."""
+    from bayesncl.evaluation.cost import count_flops_per_image
+
+    run, cfg = trained
+    (path,) = evaluate(run / "model.pt", tmp_path, only=["cost"], progress=False)
+    c = _read(path)["cost"]
+    model, _ = ckpt_io.load_model(run / "model.pt")
+    assert c["params_m"] == pytest.approx(sum(p.numel() for p in model.parameters()) / 1e6)
+    size = cfg["data"]["synthetic"]["image_size"]
+    flops = count_flops_per_image(model.train(), torch.randn(2, 3, size, size))
+    assert c["gflops"] == pytest.approx(flops / 1e9, rel=1e-6) and 0 < c["gflops"] < 1
 
 
 def test_trained_probe_beats_chance_and_random_init(tmp_path):
