@@ -109,6 +109,34 @@ def test_closed_gate_rates_follow_from_the_cached_gates(evaluated):
         assert it["closed_bg"] == pytest.approx(np.nanmean(closed[bg_dom]))
 
 
+def test_what_the_report_reads_is_written(trained, evaluated):
+    """features.json's counts and training curves, the gate cached as 0/1 bytes, both arrays' per-dim vectors and
+    background shares, the closed-gate rates by dominance: each key runs.csv, the tables or the atlas read."""
+    from bayesncl.evaluation import arrays
+
+    run, _ = trained
+    out, _ = evaluated
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    body = _read(out / "features.json")
+    feats, vec = np.load(out / "features.npz"), np.load(out / "vectors.npz")
+    assert body["features"]["test_images"] == len(feats["labels"])
+    assert body["features"]["arrays"] == sorted(feats.files)
+    assert body["training"]["loss"] == [x["loss"] for x in log]
+    assert body["training"]["open_gates_last"] == log[-1]["open_gates"] and "config" in body
+    assert feats["gate"].dtype == np.uint8 and set(np.unique(feats["gate"])) <= {0, 1}
+    C_ = int(feats["num_classes"])
+    for name in ("feature", "zplus"):
+        per_dim = arrays.interpretability(feats[name], feats["labels"], C_)["per_dim"]
+        for k in ("sc", "h_sum", "h_mean", "h_freq", "freq"):
+            np.testing.assert_allclose(vec[f"{name}_{k}"], per_dim[k], equal_nan=True, err_msg=f"{name}_{k}")
+    it = _read(out / "interpretability.json")["interpretability"]
+    B = int(feats["num_backgrounds"])
+    for name in ("feature", "zplus"):
+        share = arrays.background_dominance(feats[name], feats["labels"], feats["backgrounds"], C_, B)["share"]
+        assert it[f"bg_dominated_{name}"] == pytest.approx(share, nan_ok=True), name
+    assert {"closed_bg", "closed_cls"} <= set(it)
+
+
 def test_a_cpu_section_rerun_alone_gives_the_same_numbers(trained, evaluated, tmp_path):
     run, _ = trained
     out, _ = evaluated
@@ -136,6 +164,8 @@ def test_topk_binding_recorded_and_weights_digest_tells_identical_runs(tmp_path)
         feats, interp = evaluate(tmp_path / name / "model.pt", tmp_path / name / "e",
                                  only=["features", "interpretability"], progress=False)
         digests[name] = _read(feats)["run"]["weights_sha"]
+        if name.startswith("topk"):  # the mask cached as 0/1 bytes, as the gate
+            assert np.load(tmp_path / name / "e" / "features.npz")["mask"].dtype == np.uint8
         it = _read(interp)["interpretability"]
         if name == "topk_all":  # k = D keeps every entry: the mask never binds
             assert it["topk_bound"] == 0
@@ -189,7 +219,46 @@ def test_paper_probe_on_the_synthetic_set_still_caches_the_train_features(traine
     with np.load(tmp_path / "features_train.npz") as f:
         assert f["h"].shape[0] == _read(written[0])["features"]["train_images"]
     bg = _read(written[1])["background_probe"]
-    assert bg["target"] == "synthetic_background" and 0 <= bg["acc"] <= 100
+    assert bg["target"] == "synthetic_background" and bg["protocol"] == "fast" and 0 <= bg["acc"] <= 100
+
+
+def test_waterbirds_background_probe_reads_place_from_the_models_h(trained, tmp_path):
+    """With eval.waterbirds_root, the probe embeds Waterbirds' train and test splits with the run's model and
+    predicts `place` from h (the fast probe, 2 classes); it needs no features cache."""
+    from test_data import write_waterbirds
+
+    from bayesncl.data import load_waterbirds
+    from bayesncl.evaluation.linear import linear_probe_fast
+    from bayesncl.runtime import embed
+
+    run, cfg = trained
+    root = tmp_path / "waterbirds"
+    write_waterbirds(root)
+    (path,) = evaluate(run / "model.pt", tmp_path / "e", only=["background_probe"], progress=False,
+                       sets=[f"eval.waterbirds_root={root}"])
+    bg = _read(path)["background_probe"]
+    assert (bg["target"], bg["protocol"]) == ("waterbirds_place", "fast")
+    model, _ = ckpt_io.load_model(run / "model.pt")
+    split = {s: load_waterbirds(root, s) for s in ("train", "test")}
+    (htr,), (hte,) = (embed(model, split[s], cfg, torch.device("cpu"), key=("h",)) for s in ("train", "test"))
+    want = linear_probe_fast(htr.numpy(), split["train"].backgrounds.numpy(), hte.numpy(),
+                             split["test"].backgrounds.numpy(), 2, seed=cfg["seed"])
+    assert bg["acc"] == pytest.approx(want["top1"])
+
+
+def test_cost_alone_reads_only_the_checkpoint(trained, tmp_path):
+    """The cost job's only input is model.pt: it runs into an empty folder, and reports GFLOPs per image and
+    millions of parameters of the model."""
+    from bayesncl.evaluation.cost import count_flops_per_image
+
+    run, cfg = trained
+    (path,) = evaluate(run / "model.pt", tmp_path, only=["cost"], progress=False)
+    c = _read(path)["cost"]
+    model, _ = ckpt_io.load_model(run / "model.pt")
+    assert c["params_m"] == pytest.approx(sum(p.numel() for p in model.parameters()) / 1e6)
+    size = cfg["data"]["synthetic"]["image_size"]
+    flops = count_flops_per_image(model.train(), torch.randn(2, 3, size, size))
+    assert c["gflops"] == pytest.approx(flops / 1e9, rel=1e-6) and 0 < c["gflops"] < 1
 
 
 def test_trained_probe_beats_chance_and_random_init(tmp_path):
