@@ -35,7 +35,7 @@ from bayesncl import losses  # noqa: E402
 from bayesncl.config import resolve  # noqa: E402
 from bayesncl.data import SimCLRAugment  # noqa: E402
 from bayesncl.methods import build_method  # noqa: E402
-from bayesncl.optim import build_optimizer, lr_at  # noqa: E402
+from bayesncl.optim import build_optimizer, lr_at, peak_lr  # noqa: E402
 from bayesncl.train import TrainStep  # noqa: E402
 
 DEMO = ["model.width=8", "model.proj_hidden=256", "model.proj_dim=64", "train.batch_size=128",
@@ -129,18 +129,18 @@ def timm_optimizer(model, cfg):
 
     t = cfg["train"]
     groups = []
-    mults = {"main": 1.0, "gate_head": cfg["method"]["head_lr_mult"]}
+    peaks = {"main": peak_lr(t), "gate_head": cfg["method"]["head_lr"]}
     for name, params in model.param_groups().items():
         for ps, wd in (([p for p in params if p.ndim > 1], t["weight_decay"]), ([p for p in params if p.ndim <= 1], 0)):
             if ps:
-                groups.append({"params": ps, "weight_decay": wd, "lr_mult": mults[name]})
+                groups.append({"params": ps, "weight_decay": wd, "peak_lr": peaks[name]})
     return Lars(groups, lr=0.1, momentum=t["momentum"], trust_coeff=t["trust_coeff"], trust_clip=True)
 
 
 def set_group_lrs(opt, i: int, train_cfg: dict) -> None:
-    """The trainer's per-step lr as it was: host floats into every group."""
+    """The trainer's per-step lr as it was: host floats into every group (each on its own schedule)."""
     for g in opt.param_groups:
-        g["lr"] = lr_at(i, 10, train_cfg) * g["lr_mult"]
+        g["lr"] = lr_at(i, 10, train_cfg, g["peak_lr"])
 
 
 def count_before(cfg, x, counter: OpCounter, reps: int = 2) -> None:
