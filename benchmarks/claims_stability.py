@@ -58,8 +58,9 @@ def read_claims(path: Path) -> dict[tuple[str, str, str], dict[str, str]]:
         if len(cells) != len(header):
             raise DataError(f"{path}, line {number}: {len(cells)} cells, the header has {len(header)}; {FIX}")
         row = dict(zip(header, cells))
-        # claim 11 names the end it shows, which may differ between runs: not part of the row's identity
-        rows[(dataset, first, re.sub(r" \(right: [^)]*\)$", "", row.get("Claim", "")))] = row
+        # claim 11 names the end it shows, and § marks runs still learning: both may differ between runs and
+        # are not part of the row's identity
+        rows[(dataset, first.rstrip("§"), re.sub(r" \(right: [^)]*\)$", "", row.get("Claim", "")))] = row
     if header is None or "Verdict" not in header:
         raise DataError(f"{path}: no claims table with a Verdict column; {FIX}")
     if not rows:

@@ -63,3 +63,12 @@ def test_only_holds_against_does_not_hold_is_a_reversal(tmp_path):
     got = {(va, vb): rev for _, va, vb, _, _, rev in rows}
     assert got == {p: set(p) == {"holds", "does not hold"} for p in pairs}
     assert n["reversed"] == 2 and n["agree"] == len(verdicts)
+
+
+def test_the_still_learning_mark_is_not_part_of_a_rows_identity(tmp_path):
+    """§ marks rows whose runs were still learning; which rows carry it changes with the seeds."""
+    a = cs.read_claims(table(tmp_path, "a.md", {"1a§": "holds", "2a": "inconclusive (leans for)"}))
+    b = cs.read_claims(table(tmp_path, "b.md", {"1a": "does not hold", "2a§": "inconclusive (leans for)"}))
+    assert set(a) == set(b) == {("Synthetic", c, "SC: X > Y") for c in ("1a", "2a")}
+    rows, n = cs.compare(a, b)
+    assert n["rows"] == 2 and n["reversed"] == 1
