@@ -768,3 +768,20 @@ def test_rows_with_identical_weights_are_flagged():
     # Different weights in one seed: no flag.
     twins[1]["weights_sha"] = "other"
     assert "ddagger" not in tables.render_table(frame(rows + twins + other), "table4")
+
+
+def test_each_claim_is_run_exactly_when_its_sets_have_runs():
+    """A grid of one claim's sets only: every claim sharing none of them is listed as not run (found by its own
+    number, so a claim numbered like another cannot hide it), and none of the others is."""
+    import re
+
+    grid = full_grid(datasets=("synthetic",), seeds=(0, 1))
+    number = lambda cid: int(re.match(r"\d+", cid).group())  # noqa: E731
+    every = {c.claim for _, comps in claims.claims_rows(frame([])) for c in comps}
+    for claim in claims.CLAIMS:
+        keep = set(claim.sets)
+        df = grid.assign(sets=[";".join(s for s in x.split(";") if s in keep) for x in grid["sets"]])
+        blocks = dict(claims.claims_rows(df[df["sets"] != ""]))
+        idle = {d.number for d in claims.CLAIMS if not keep & set(d.sets)}
+        assert {c.claim for c in blocks.get("", [])} == {cid for cid in every if number(cid) in idle}, claim.number
+        assert {number(c.claim) for c in blocks["synthetic"]} == {d.number for d in claims.CLAIMS} - idle

@@ -217,6 +217,11 @@ def test_summarize_flattens_every_section(tmp_path):
     assert (r["bg_acc"], r["bg_protocol"]) == (93.4, "fast")
     assert json.loads(r["dyn_gv_sc"]) == [-0.4] and json.loads(r["dyn_epochs"]) == [1]
     assert (r["gflops"], r["train_minutes"]) == (1.419, 75.1)
+    # Every scalar of the interpretability and cost sections lands in its own column, unscaled.
+    main = list(runs).index(MAIN_BAYES)
+    for section in ("interpretability", "cost"):
+        for key, value in _content(section, runs[MAIN_BAYES], main).items():
+            assert r[key] == value, (section, key)
     assert math.isnan(r["topk_bound"]) and math.isnan(r["topk_removed"])  # Top-k NCL only
     assert r["open_gates_last"] == 0.55 and json.loads(r["gate_curve"]) == [1.0, 0.8, 0.55]
     assert json.loads(r["loss_curve"]) == [5.0, 4.5, None]
@@ -297,7 +302,8 @@ def test_summarize_errors_name_the_file_and_the_fix(tmp_path):
     gone = folder / "retrieval.json"
     text = gone.read_text()
     gone.unlink()
-    fails(gone, "not found", f"snakemake {gone}", "--only retrieval")
+    fails(gone, "not found", f"snakemake {gone}", "--only retrieval",
+          f"--checkpoint {folder.parent / 'model.pt'} --out {folder} --only retrieval")
     gone.write_text("{not json")
     fails(gone, "not valid JSON")
     gone.write_text(json.dumps({"run": {}, "retrieval_v0": {}}))
@@ -409,6 +415,17 @@ def test_table6_background_columns_in_percent_never_bold():
     assert _md_rows(md)[0] == ["Method", "BG acc.", "BG-dom. z+", "BG-dom. feat.", "Closed BG", "Closed cls."]
 
 
+def test_block_of_runs_without_a_dataset_name():
+    ctx = tables.build_table(_frame([_row("NCL", 0, dataset="", method="ncl", sc=1.0)]), "table1", "md")
+    assert [b["title"] for b in ctx["blocks"]] == ["(unknown dataset)"]
+
+
+def test_table6_names_the_background_probes_protocol():
+    df = _frame([_row("NCL", 0, method="ncl", sets="table6", bg_acc=90.0, bg_protocol="fast")])
+    for kind in ("tex", "md"):
+        assert "Background probe: fast protocol." in tables.build_table(df, "table6", kind)["caption"]
+
+
 def test_table2_from_summarize_retrieval_in_percent(tmp_path):
     wf = _tiny(tmp_path / "results")
     _write_eval(wf)
@@ -504,7 +521,7 @@ def test_probe_protocol_note():
     mixed = _frame([_row("A", 0, sets="table2", probe_top1=1.0, probe_protocol="fast"),
                     _row("B", 0, sets="table2", probe_top1=2.0, probe_protocol="paper")])
     tex = tables.render_table(mixed, "table2")
-    assert "Linear probe: paper protocol" in tex and r"A$^\dagger$ &" in tex
+    assert "Linear probe: paper protocol (50 epochs, RandomResizedCrop + flip);" in tex and r"A$^\dagger$ &" in tex
     assert r"rows marked $^\dagger$ use the fast protocol" in tex
 
 
@@ -527,6 +544,7 @@ def test_table3_dynamics_per_epoch():
     assert r"NCL & 10 & $0.550_{\pm 0.071}$ & $-0.300_{\pm 0.000}$ & $0.100_{\pm 0.000}$ \\" in tex
     assert r" & 20 & $0.400_{\pm 0.000}$" in tex
     assert "BayesNCL$^{n=1}$ & -- & -- & -- & --" in tex
+    assert _md_rows(tables.render_table(df, "table3", "md"))[0][:2] == ["Method", "Epoch"]
 
 
 def _check_latex(tex: str, ncols: int) -> None:
