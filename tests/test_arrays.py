@@ -10,10 +10,16 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from bayesncl.evaluation import arrays
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _close(a, b):
+    np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64),
+                               rtol=1e-6, atol=1e-9, equal_nan=True)
 
 
 def test_no_images_gives_nan_not_a_crash():
