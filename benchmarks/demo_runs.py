@@ -39,8 +39,9 @@ VARIANT = {"ncl": "NCL", "bayesncl": "BayesNCL (STE)"}
 CRITERION = {"infonce": 0.02, "sc": 1.0, "top1": 1.0}  # within this of the largest budget's NCL mean
 
 
-def demo_config(method: str, seed: int, epochs: int, train_bn: str) -> dict:
-    """The demo grid's table1 run of `method` at `seed`, trained for `epochs` with its own warm-up."""
+def demo_config(method: str, seed: int, epochs: int, train_bn: str, sets: tuple = ()) -> dict:
+    """The demo grid's table1 run of `method` at `seed`, trained for `epochs` with its own warm-up, with the
+    `key=value` overrides `sets` (the knob study)."""
     from bayesncl.config import resolve
     from bayesncl.grid import expand_grid
 
@@ -49,31 +50,43 @@ def demo_config(method: str, seed: int, epochs: int, train_bn: str) -> dict:
     run = next(r for r in expand_grid(wf).values()
                if r.variant == VARIANT[method] and "table1" in r.sets and r.config["seed"] == seed)
     cfg = run.config
-    cfg["train"].update(epochs=epochs, warmup_epochs=max(1, round(epochs / 16)), bn=train_bn, dynamics_every=0)
-    return resolve(base=cfg)
+    cfg["train"].update(epochs=max(1, epochs), warmup_epochs=max(1, round(epochs / 16)), bn=train_bn,
+                        dynamics_every=0)
+    return resolve(base=cfg, sets=list(sets))
 
 
 def run_one(job: tuple) -> str:
-    method, seed, epochs, train_bn, out = job
+    method, seed, epochs, train_bn, out, sets, eval_bns = job
     out = Path(out)
     if (out / "result.json").exists():
         return f"{out.name}: done before"
     import numpy as np
+    import torch
 
+    from bayesncl import checkpoint as ckpt_io
     from bayesncl.atomic import atomic_write_text
     from bayesncl.evaluation.runner import evaluate
     from bayesncl.learning import learning_slope
-    from bayesncl.rundir import read_log
+    from bayesncl.methods import build_method
+    from bayesncl.rundir import FINAL, LOG, read_log
     from bayesncl.train import pretrain
 
     t0 = time.perf_counter()
-    cfg = demo_config(method, seed, epochs, train_bn)
-    ckpt = pretrain(cfg, out, progress=False)
-    log = read_log(out)
-    result = {"method": method, "seed": seed, "epochs": epochs, "train_bn": train_bn,
-              "infonce": log[-1]["infonce"], "learning": learning_slope([r["infonce"] for r in log]),
-              "train_seconds": sum(r["epoch_seconds"] for r in log)}
-    for bn in ("batch", "running"):
+    cfg = demo_config(method, seed, epochs, train_bn, sets)
+    result = {"method": method, "seed": seed, "epochs": epochs, "train_bn": train_bn, "sets": list(sets)}
+    if epochs == 0:  # the random-init reference: the run's own init, never trained
+        torch.manual_seed(seed)
+        out.mkdir(parents=True, exist_ok=True)
+        ckpt = out / FINAL
+        ckpt_io.save({"config": cfg, "model": build_method(cfg).state_dict(), "epoch": 0, "log": []}, ckpt)
+        (out / LOG).write_text("")
+        result.update(infonce=None, learning=None, train_seconds=0.0)
+    else:
+        ckpt = pretrain(cfg, out, progress=False)
+        log = read_log(out)
+        result.update(infonce=log[-1]["infonce"], learning=learning_slope([r["infonce"] for r in log]),
+                      train_seconds=sum(r["epoch_seconds"] for r in log))
+    for bn in eval_bns:
         ev = out / f"eval-{bn}"
         sections = ["features", "interpretability"] + (["linear_probe"] if bn == "batch" else [])
         evaluate(ckpt, ev, only=sections, sets=[f"eval.bn={bn}"], progress=False)
@@ -91,7 +104,8 @@ def run_one(job: tuple) -> str:
 
 
 def cmd_run(args) -> None:
-    jobs = [(m, s, e, bn, str(Path(args.out) / f"{m}-{bn}-e{e}-s{s}"))
+    tag = f"{args.tag}-" if args.tag else ""
+    jobs = [(m, s, e, bn, str(Path(args.out) / f"{tag}{m}-{bn}-e{e}-s{s}"), tuple(args.set), tuple(args.eval_bn))
             for e in args.epochs for m in args.methods for bn in args.train_bn for s in args.seeds]
     with ProcessPoolExecutor(args.jobs) as pool:
         for line in pool.map(run_one, jobs):
@@ -194,9 +208,13 @@ def main() -> None:
     s.add_argument("--out", required=True)
     s.add_argument("--methods", nargs="+", choices=list(VARIANT), default=list(VARIANT))
     s.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    s.add_argument("--epochs", nargs="+", type=int, default=[16])
+    s.add_argument("--epochs", nargs="+", type=int, default=[16], help="0: the random-init reference")
     s.add_argument("--train-bn", nargs="+", choices=["view", "joint"], default=["view"])
     s.add_argument("--jobs", type=int, default=2)
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override for every run (the knob study); record it with --tag")
+    s.add_argument("--tag", default="", help="prefix of the run folders: one tag per knob setting")
+    s.add_argument("--eval-bn", nargs="+", choices=["batch", "running"], default=["batch", "running"])
     for name in ("protocol", "saturation"):
         sub.add_parser(name).add_argument("dir")
     args = p.parse_args()

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from bayesncl.cli import main
-from bayesncl.report.jobs import collect, render, totals
+from bayesncl.report.jobs import collect, render, startup_share, totals
 
 HEADER = ("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\tjobid\trule_name\t"
           "wildcards\tparams\tthreads\tcpu_usage\tresources\tinput_size_mb")
@@ -50,8 +50,9 @@ def test_collects_every_job_with_NA_where_memory_was_not_sampled(tmp_path):
     assert math.isnan(per.loc["summarize", "gpu_hours"]) and per.loc["pretrain", "max_rss_mb"] == 812.5
     text = render(jobs)
     assert "GPU-hours of the grid as run: 1.50 (1 jobs do not record their GPUs)" in text
-    assert "| retrieval | 1 | 0.00 | 0.4 | NA | 0.00 |" in text
-    assert "| pretrain | 2 | 1.50 | 2,700.0 | 812 | 1.50 |" in text  # max RSS: the larger of 812.5 and 700
+    assert "| retrieval | 1 | 0.00 | 0.4 | NA | NA | 0.00 |" in text
+    assert "| pretrain | 2 | 1.50 | 2,700.0 | NA | 812 | 1.50 |" in text  # max RSS: the larger of 812.5 and 700
+    assert "No job recorded its start-up time." in text
 
 
 def test_totals_say_missing_where_nothing_was_measured():
@@ -72,8 +73,36 @@ def test_cli_writes_csv_with_NA_and_the_totals(tmp_path, capsys):
     out = tmp_path / "summary" / "jobs.csv"
     assert main(["jobs", "--benchmarks", str(b), "--out", str(out), "--smoke"]) == 0
     text = out.read_text()
-    assert text.splitlines()[0] == "rule,run,seconds,max_rss_mb,gpus,cpu_seconds,benchmark"
-    assert text.splitlines()[1].startswith("cost,synthetic/ncl/seed~0,0.3,NA,0.0,NA,")
+    assert text.splitlines()[0] == "rule,run,seconds,max_rss_mb,gpus,cpu_seconds,startup_seconds,benchmark"
+    assert text.splitlines()[1].startswith("cost,synthetic/ncl/seed~0,0.3,NA,0.0,NA,NA,")
     assert "SMOKE RUN" in (tmp_path / "summary" / "jobs.md").read_text()
     assert "| cost | 1 |" in capsys.readouterr().out
     assert pd.read_csv(out)["max_rss_mb"].isna().all()
+
+
+def test_startup_seconds_come_from_the_record_beside_each_benchmark(tmp_path):
+    """<run>.start.json (forkserver.mark_ready) joins its own job; the share counts only jobs with both numbers;
+    an unreadable record is NA, never a failure."""
+    b = tmp_path / "benchmarks"
+    _write(b, "pretrain/s/ncl/seed~0.tsv", 20.0, 100.0, 0, "pretrain")
+    _write(b, "pretrain/s/ncl/seed~1.tsv", 30.0, 100.0, 0, "pretrain")
+    _write(b, "features/s/ncl/seed~0.tsv", 10.0, 100.0, 0, "features")
+    _write(b, "report.tsv", 40.0, 100.0, 0, "report")
+    (b / "pretrain/s/ncl/seed~0.start.json").write_text(
+        '{"startup_seconds": 1.5, "forkserver": true, "max_rss_mb": 456.5, "cpu_seconds": 17.25}\n')
+    (b / "pretrain/s/ncl/seed~1.start.json").write_text('{"startup_seconds": 0.5}\n')
+    (b / "features/s/ncl/seed~0.start.json").write_text('{"startup_seconds": 2.0}\n')
+    (b / "report.start.json").write_text("not json")
+    jobs = collect(b).set_index("run")
+    assert jobs.loc["s/ncl/seed~0"].set_index("rule").loc["pretrain", "startup_seconds"] == 1.5
+    assert jobs.loc["s/ncl/seed~0"].set_index("rule").loc["features", "startup_seconds"] == 2.0
+    assert jobs.loc["s/ncl/seed~1", "startup_seconds"] == 0.5 and math.isnan(jobs.loc["", "startup_seconds"])
+    # a forked job's own memory and CPU time replace its client's (the benchmark's); others keep the benchmark's
+    forked = jobs.loc["s/ncl/seed~0"].set_index("rule").loc["pretrain"]
+    assert (forked["max_rss_mb"], forked["cpu_seconds"]) == (456.5, 17.25)
+    assert (jobs.loc["s/ncl/seed~1", "max_rss_mb"], jobs.loc["s/ncl/seed~1", "cpu_seconds"]) == (100.0, 27.25)
+    per = totals(collect(b)).set_index("rule")
+    assert per.loc["pretrain", "startup_seconds"] == 2.0 and math.isnan(per.loc["report", "startup_seconds"])
+    assert startup_share(collect(b)) == (4.0, 60.0, 3)  # the report job has no start-up: left out of both sums
+    assert "Start-up (process start, imports, loading; 3 of 4 jobs record it): 4.0 s of their 60.0 s, 6.7%." \
+        in render(collect(b))

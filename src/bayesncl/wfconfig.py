@@ -23,6 +23,7 @@ SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.
 EXAMPLES = {
     "seeds": "--config 'seeds=[0,1,2]'",
     "smoke": "--config smoke=true (or smoke=false)",
+    "forkserver": "--config forkserver=false (or forkserver=true)",
     "results": "--config results=results",
 }
 _TRUTH = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
@@ -30,10 +31,15 @@ _ARTICLE = {"array": "a list", "object": "a mapping", "string": "a string", "int
             "boolean": "true or false", "number": "a number"}
 
 
+BOOLEANS = ("smoke", "forkserver")  # top-level switches
+
+
 def coerce_smoke(config: dict) -> None:
-    """`--config smoke=true` arrives as a string: read the usual spellings of true and false."""
-    if isinstance(config.get("smoke"), str):
-        config["smoke"] = _TRUTH.get(config["smoke"].strip().lower(), config["smoke"])
+    """`--config smoke=true` (or forkserver=false) arrives as a string: read the usual spellings of true and
+    false."""
+    for key in BOOLEANS:
+        if isinstance(config.get(key), str):
+            config[key] = _TRUTH.get(config[key].strip().lower(), config[key])
 
 
 def _key(path) -> str:

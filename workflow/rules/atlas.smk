@@ -1,6 +1,6 @@
 # Feature atlas per dataset (CPU): NCL and BayesNCL (STE) at the lowest seed of the main comparison, side by
 # side (ATLAS_RUNS in common.smk), from their evaluation outputs (eval/features.npz) and the test images.
-from_common("ATLAS_RUNS", "BENCHMARKS", "GRID_FILE", "PAGES", "RESULTS")
+from_common("ATLAS_RUNS", "BENCHMARKS", "GRID_FILE", "PAGES", "RESULTS", "launch")
 
 
 rule atlas:
@@ -20,8 +20,9 @@ rule atlas:
         runs=lambda wc: [f"{RESULTS}/runs/{rid}" for rid in ATLAS_RUNS[wc.dataset]],
         out=lambda wc, output: output.pdf[: -len(".pdf")],
         grid=GRID_FILE,
+        launch=launch(f"{BENCHMARKS}/atlas/{{dataset}}.tsv"),
     threads: 1
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "bayesncl atlas --run {params.runs:q} --out {params.out:q} --grid {params.grid:q} > {log} 2>&1"
+        "{params.launch}bayesncl atlas --run {params.runs:q} --out {params.out:q} --grid {params.grid:q} > {log} 2>&1"

@@ -127,9 +127,30 @@ def section_gpus(section):
 
 def gpu_slot(wildcards, resources):
     """Command prefix that runs a local GPU job on a GPU of its own ('' elsewhere)."""
-    if not LOCAL_GPUS or resources.gpu < 1:
+    if not LOCAL_GPUS or getattr(resources, "gpu", 0) < 1:
         return ""
     return f"{shlex.quote(sys.executable)} {shlex.quote(GPU_SLOT_SCRIPT)} --gpus {','.join(LOCAL_GPUS)} -- "
+
+
+# --------------------------------------------------------------------------- how a job starts
+# Every `bayesncl` job writes its start-up seconds (process start to the start of its work: interpreter, imports,
+# loading) beside its benchmark record, as <benchmark>.start.json; `bayesncl jobs` reads them into jobs.csv.
+# Locally, CPU jobs run in children of the fork server (bayesncl/forkserver.py), which imports torch once for the
+# whole run instead of once per job (about 3 s of a 5-15 s job); `--config forkserver=false`: a plain process each.
+FORKSERVER = LOCAL and config.get("forkserver", True) is True
+
+
+def launch(benchmark):
+    """Params function: the command prefix of a job whose benchmark file is `benchmark` (a pattern of wildcards)."""
+
+    def prefix(wildcards, resources):
+        record = benchmark.format(**{k: wildcards[k] for k in wildcards.keys()})
+        env = f"BAYESNCL_TIMING={shlex.quote(record[: -len('.tsv')] + '.start.json')} "
+        if FORKSERVER and getattr(resources, "gpu", 0) < 1:
+            env += "BAYESNCL_FORKSERVER=1 "
+        return env + gpu_slot(wildcards, resources)
+
+    return prefix
 
 
 # --------------------------------------------------------------------------- ImageNet-100, prepared once

@@ -18,7 +18,7 @@
 import os
 import shlex
 
-from_common("BENCHMARKS", "LOCAL", "PREPARED_OF", "RESULTS", "evaluate_command", "gpu_slot", "section_gpus")
+from_common("BENCHMARKS", "LOCAL", "PREPARED_OF", "RESULTS", "evaluate_command", "launch", "section_gpus")
 
 
 MODEL = f"{RESULTS}/runs/{{run}}/model.pt"
@@ -102,7 +102,7 @@ for _section, _spec in EVAL_RULES.items():
             "eval_{run}"
         params:
             cmd=evaluate_command(_section),
-            gpu_slot=gpu_slot,
+            launch=launch(f"{BENCHMARKS}/{_section}/{{run}}.tsv"),
             before=_before,
             after=_after,
         resources:
@@ -115,4 +115,4 @@ for _section, _spec in EVAL_RULES.items():
         conda:
             "../envs/bayesncl.yaml"
         shell:
-            "{params.before}{params.gpu_slot}{params.cmd} > {log} 2>&1{params.after}"
+            "{params.before}{params.launch}{params.cmd} > {log} 2>&1{params.after}"

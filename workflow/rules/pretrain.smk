@@ -1,7 +1,7 @@
 # One pretraining job per distinct run config (the config travels as JSON; a change reruns the job).
 import os
 
-from_common("BENCHMARKS", "PREPARED_OF", "RESULTS", "gpu_slot", "run_config_text", "run_gpus")
+from_common("BENCHMARKS", "PREPARED_OF", "RESULTS", "launch", "run_config_text", "run_gpus")
 
 
 rule pretrain:
@@ -16,7 +16,7 @@ rule pretrain:
     params:
         config=run_config_text,
         out=lambda wc, output: os.path.dirname(output[0]),
-        gpu_slot=gpu_slot,
+        launch=launch(f"{BENCHMARKS}/pretrain/{{run}}.tsv"),
     threads: 1
     # What one job of the paper grid needs (SLURM reads these; locally only `gpu` is enforced, see
     # common.smk). A preempted job resumes from its checkpoint (exit 75, retried).
@@ -28,4 +28,4 @@ rule pretrain:
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "{params.gpu_slot}bayesncl pretrain --config-json {params.config:q} --out {params.out} --quiet > {log} 2>&1"
+        "{params.launch}bayesncl pretrain --config-json {params.config:q} --out {params.out} --quiet > {log} 2>&1"

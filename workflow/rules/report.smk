@@ -3,7 +3,7 @@ import json
 import os
 
 from_common("ATLAS", "BENCHMARKS", "EVAL_OUTPUTS", "FIGURES", "GRID_FILE", "JOBS", "REPORTED", "RESULTS", "SMOKE",
-            "TABLES")
+            "TABLES", "launch")
 
 
 rule summarize:
@@ -18,11 +18,12 @@ rule summarize:
         f"{BENCHMARKS}/summarize.tsv"
     params:
         grid=json.dumps(config, sort_keys=True),  # summarize expands the same grid (bayesncl.grid)
+        launch=launch(f"{BENCHMARKS}/summarize.tsv"),
     localrule: True
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "bayesncl summarize --grid-json {params.grid:q} --out {output.csv} > {log} 2>&1"
+        "{params.launch}bayesncl summarize --grid-json {params.grid:q} --out {output.csv} > {log} 2>&1"
 
 
 rule report:
@@ -39,11 +40,12 @@ rule report:
         out=lambda wc, output: os.path.dirname(os.path.dirname(output[0])),
         grid=GRID_FILE,
         smoke="--smoke" if SMOKE else "",
+        launch=launch(f"{BENCHMARKS}/report.tsv"),
     localrule: True
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "bayesncl report --summary {input} --out {params.out} --grid {params.grid:q} {params.smoke} 2>&1 | tee {log}"  # the outcome, on the terminal too
+        "{params.launch}bayesncl report --summary {input} --out {params.out} --grid {params.grid:q} {params.smoke} 2>&1 | tee {log}"  # the outcome, on the terminal too
 
 
 # What each job cost: every rule's benchmark file (wall time, peak memory; the resources it was given) in one

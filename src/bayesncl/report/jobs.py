@@ -6,7 +6,10 @@ resources the job was given. `summary/jobs.csv` has one row per job:
 
     rule, run, seconds (wall), max_rss_mb (peak resident memory; NA when the job ended before Snakemake's
     first sample), gpus (the GPUs the job held: its `gpu` resource; NA where the file does not say),
-    cpu_seconds (NA like max_rss_mb), benchmark (the file)
+    cpu_seconds (NA like max_rss_mb), startup_seconds (process start to the start of the job's work:
+    interpreter, imports, loading; from <run>.start.json beside the record, which bayesncl.forkserver.mark_ready
+    writes; NA where the job wrote none; a job run by the fork server also records its own peak memory and CPU
+    seconds there, which replace the benchmark's, measured on the client), benchmark (the file)
 
 and `summary/jobs.md` the totals per rule and the GPU-hours of the grid as run (seconds x GPUs held):
 `totals`, the one aggregation of jobs (the report's provenance page reads it too); NA where nothing was measured.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import math
 from pathlib import Path
 
@@ -24,9 +28,9 @@ import pandas as pd
 from ..atomic import atomic_write_text
 from ..errors import DataError
 
-__all__ = ["COLUMNS", "collect", "read_jobs", "totals", "write_jobs"]
+__all__ = ["COLUMNS", "collect", "read_jobs", "startup_share", "totals", "write_jobs"]
 
-COLUMNS = ["rule", "run", "seconds", "max_rss_mb", "gpus", "cpu_seconds", "benchmark"]
+COLUMNS = ["rule", "run", "seconds", "max_rss_mb", "gpus", "cpu_seconds", "startup_seconds", "benchmark"]
 
 
 def _literal(text) -> dict:
@@ -81,6 +85,17 @@ def _record(path: Path) -> dict:
     return rec
 
 
+def _own_record(path: Path) -> dict:
+    """The job's own record, <run>.start.json beside its benchmark file (bayesncl.forkserver): start-up seconds,
+    and for a job run by the fork server its process's peak memory and CPU seconds; {} when absent or
+    unreadable (a measurement, never a reason to fail the table)."""
+    try:
+        record = json.loads(path.with_suffix(".start.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def _row(path: Path, root: Path) -> dict:
     parts = path.relative_to(root).with_suffix("").parts
     rule, run = parts[0], "/".join(parts[1:])
@@ -89,8 +104,13 @@ def _row(path: Path, root: Path) -> dict:
     if "rule_name" in rec and rec["rule_name"] not in ("", "-"):
         rule = rec["rule_name"]
     gpus = _number(resources.get("gpu", 0)) if "resources" in rec else math.nan
-    return {"rule": rule, "run": run, "seconds": _number(rec.get("s")), "max_rss_mb": _number(rec.get("max_rss")),
-            "gpus": gpus, "cpu_seconds": _number(rec.get("cpu_time")), "benchmark": str(path)}
+    own = _own_record(path)
+    # A forked job's benchmark measured only its client: its memory and CPU time come from its own record.
+    forked = own.get("forkserver") is True and "max_rss_mb" in own
+    return {"rule": rule, "run": run, "seconds": _number(rec.get("s")),
+            "max_rss_mb": _number(own["max_rss_mb"] if forked else rec.get("max_rss")), "gpus": gpus,
+            "cpu_seconds": _number(own.get("cpu_seconds") if forked else rec.get("cpu_time")),
+            "startup_seconds": _number(own.get("startup_seconds")), "benchmark": str(path)}
 
 
 def collect(benchmarks: str | Path) -> pd.DataFrame:
@@ -110,7 +130,7 @@ def collect(benchmarks: str | Path) -> pd.DataFrame:
 def read_jobs(path: str | Path) -> pd.DataFrame:
     """jobs.csv back, its numeric columns as floats (NA: NaN); columns it lacks are left out."""
     df = pd.read_csv(path)
-    for col in ("seconds", "max_rss_mb", "gpus", "cpu_seconds"):
+    for col in ("seconds", "max_rss_mb", "gpus", "cpu_seconds", "startup_seconds"):
         if col in df:
             df[col] = pd.to_numeric(df[col], errors="coerce")
     return df
@@ -121,25 +141,45 @@ def _aggregate(rule: str, jobs: pd.DataFrame) -> dict:
     seconds = jobs["seconds"]
     rss = jobs["max_rss_mb"] if "max_rss_mb" in jobs else pd.Series(math.nan, index=jobs.index)
     gpus = jobs["gpus"] if "gpus" in jobs else pd.Series(math.nan, index=jobs.index)
+    startup = jobs["startup_seconds"] if "startup_seconds" in jobs else pd.Series(math.nan, index=jobs.index)
     return {"rule": rule, "jobs": int(len(jobs)), "unmeasured": int(seconds.isna().sum()),
             "seconds": float(seconds.sum(min_count=1)), "median_seconds": float(seconds.median()),
-            "max_rss_mb": float(rss.max()), "gpu_hours": float((seconds * gpus).sum(min_count=1) / 3600.0)}
+            "max_rss_mb": float(rss.max()), "gpu_hours": float((seconds * gpus).sum(min_count=1) / 3600.0),
+            "startup_seconds": float(startup.sum(min_count=1))}
 
 
 def totals(jobs: pd.DataFrame, all_row: bool = False) -> pd.DataFrame:
     """Per rule, in order of first appearance: jobs, unmeasured (wall time NA), total and median wall seconds,
-    the largest peak memory (MB) and GPU-hours (seconds x GPUs held, over the jobs that record both); with
+    the largest peak memory (MB), GPU-hours (seconds x GPUs held, over the jobs that record both) and the
+    start-up seconds (summed over the jobs that record them); with
     ``all_row``, a last row "all" over every job. Sums skip missing values and are NaN when every value is
     missing. jobs.md and the report's provenance page (provenance.job_costs) both read this."""
     rows = [_aggregate(str(rule), part) for rule, part in jobs.groupby("rule", sort=False)]
     if all_row:
         rows.append(_aggregate("all", jobs))
     return pd.DataFrame(rows, columns=["rule", "jobs", "unmeasured", "seconds", "median_seconds", "max_rss_mb",
-                                       "gpu_hours"])
+                                       "gpu_hours", "startup_seconds"])
 
 
 def _fmt(v, digits: int) -> str:
     return "NA" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{digits}f}"
+
+
+def startup_share(jobs: pd.DataFrame) -> tuple[float, float, int]:
+    """(start-up seconds, job seconds, jobs) over the jobs that record both: the share of job time spent before
+    the work began (process start, imports, loading)."""
+    if "startup_seconds" not in jobs:
+        return math.nan, math.nan, 0
+    both = jobs[jobs["startup_seconds"].notna() & jobs["seconds"].notna()]
+    return float(both["startup_seconds"].sum()), float(both["seconds"].sum()), int(len(both))
+
+
+def startup_line(jobs: pd.DataFrame) -> str:
+    start, total, n = startup_share(jobs)
+    if not n:
+        return "No job recorded its start-up time."
+    return (f"Start-up (process start, imports, loading; {n} of {len(jobs)} jobs record it): {_fmt(start, 1)} s of "
+            f"their {_fmt(total, 1)} s, {_fmt(100 * start / total if total else math.nan, 1)}%.")
 
 
 def render(jobs: pd.DataFrame, smoke: bool = False) -> str:
@@ -147,15 +187,17 @@ def render(jobs: pd.DataFrame, smoke: bool = False) -> str:
     lines = []
     if smoke:
         lines += ["> **SMOKE RUN**: every job shrunk to test that it runs; these costs are not the grid's.", ""]
-    lines += ["| rule | jobs | wall hours | median seconds | max RSS (MB) | GPU-hours |", "|---|---|---|---|---|---|"]
+    lines += ["| rule | jobs | wall hours | median seconds | start-up seconds | max RSS (MB) | GPU-hours |",
+              "|---|---|---|---|---|---|---|"]
     for r in per.itertuples():
         lines.append(f"| {r.rule} | {r.jobs} | {_fmt(r.seconds / 3600, 2)} | {_fmt(r.median_seconds, 1)} | "
-                     f"{_fmt(r.max_rss_mb, 0)} | {_fmt(r.gpu_hours, 2)} |")
+                     f"{_fmt(r.startup_seconds, 1)} | {_fmt(r.max_rss_mb, 0)} | {_fmt(r.gpu_hours, 2)} |")
     unknown = int(jobs["gpus"].isna().sum())
     everything = totals(jobs, all_row=True).iloc[-1]
     lines += ["", f"{len(jobs)} jobs, {_fmt(everything.seconds / 3600, 2)} wall hours in all; GPU-hours of the "
                   f"grid as run: {_fmt(everything.gpu_hours, 2)}"
               + (f" ({unknown} jobs do not record their GPUs)" if unknown else "") + ".",
+              startup_line(jobs),
               "Peak memory is NA for jobs that ended before Snakemake's first sample."]
     return "\n".join(lines) + "\n"
 

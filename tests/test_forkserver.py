@@ -1,0 +1,206 @@
+"""The fork server (bayesncl/forkserver.py): a command run through it is the command run as a plain process (same
+files, exit codes, messages, SIGTERM), a killed client stops its command, and each job records its start-up."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bayesncl import forkserver
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/stat").exists(),
+                                reason="fork and /proc")
+
+
+@pytest.fixture(scope="module")
+def server_dir():
+    """A folder of its own for this module's server (a short path: a socket name has at most 107 bytes); removing
+    the socket at the end stops the server within a second."""
+    folder = tempfile.mkdtemp(prefix="bfs-", dir="/tmp")
+    yield folder
+    for p in Path(folder).glob("*.sock"):
+        p.unlink()
+
+
+def _env(server_dir, routed=True, **extra):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), BAYESNCL_FORKSERVER_DIR=server_dir, OMP_NUM_THREADS="1",
+               **extra)
+    env.pop(forkserver.ENV, None)
+    if routed:
+        env[forkserver.ENV] = "1"
+    return env
+
+
+def _bayesncl(args, env, **kw):
+    return subprocess.run([sys.executable, "-m", "bayesncl.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=600, **kw)
+
+
+def _sets(items):
+    return sum((["--set", s] for s in items), [])
+
+
+def _without_timing(obj):
+    """A record without what differs between two runs of the same work: wall seconds and timestamps."""
+    if isinstance(obj, dict):
+        return {k: _without_timing(v) for k, v in obj.items() if "seconds" not in k and k not in ("date", "when", "img_per_s")}
+    if isinstance(obj, list):
+        return [_without_timing(v) for v in obj]
+    return obj
+
+
+def test_a_run_through_the_server_is_the_plain_run(tmp_path, server_dir, tiny_sets):
+    """Pretrain and evaluate twice, through the server and as plain processes: the same weights, log, features
+    and section results; each job's record says how it ran."""
+    outs = {}
+    for mode, routed in (("served", True), ("plain", False)):
+        run = tmp_path / mode
+        timing = tmp_path / f"{mode}.pretrain.start.json"
+        r = _bayesncl(["pretrain", "--out", str(run), "--quiet", *_sets(tiny_sets)],
+                      _env(server_dir, routed, BAYESNCL_TIMING=str(timing)))
+        assert r.returncode == 0, r.stderr
+        assert f"pretrained model: {run / 'model.pt'}" in r.stdout
+        eval_timing = tmp_path / f"{mode}.eval.start.json"
+        r = _bayesncl(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"), "--quiet",
+                       "--only", "features", "interpretability", "linear_probe"],
+                      _env(server_dir, routed, BAYESNCL_TIMING=str(eval_timing)))
+        assert r.returncode == 0, r.stderr
+        for path in (timing, eval_timing):
+            record = json.loads(path.read_text())
+            assert record["forkserver"] is routed and 0 < record["startup_seconds"] < 300
+            assert ("max_rss_mb" in record) is routed  # a forked child adds its own usage at its end
+        outs[mode] = run
+
+    import torch
+
+    from bayesncl.checkpoint import weights_digest
+
+    a, b = (torch.load(outs[m] / "model.pt", map_location="cpu", weights_only=False) for m in ("served", "plain"))
+    assert weights_digest(a["model"]) == weights_digest(b["model"])
+    assert _without_timing(a["log"]) == _without_timing(b["log"]) and len(a["log"]) == 2
+    with np.load(outs["served"] / "eval" / "features.npz") as fa, np.load(outs["plain"] / "eval" / "features.npz") as fb:
+        assert sorted(fa.files) == sorted(fb.files)
+        for key in fa.files:
+            np.testing.assert_array_equal(fa[key], fb[key], err_msg=key)
+    for section in ("interpretability", "linear_probe"):
+        ja, jb = (json.loads((outs[m] / "eval" / f"{section}.json").read_text()) for m in ("served", "plain"))
+        ja["run"].pop("checkpoint"), jb["run"].pop("checkpoint")
+        assert _without_timing(ja) == _without_timing(jb), section
+
+
+def test_exit_codes_and_messages_pass_through(tmp_path, server_dir):
+    for args in (["jobs", "--benchmarks", str(tmp_path / "none"), "--out", str(tmp_path / "j.csv")],  # bad input
+                 ["no-such-command"],  # argparse's usage error
+                 ["--help"]):
+        served, plain = _bayesncl(args, _env(server_dir)), _bayesncl(args, _env(server_dir, routed=False))
+        assert (served.returncode, served.stdout, served.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    assert served.returncode == 0 and "pretrain" in served.stdout
+    assert not (tmp_path / "j.csv").exists()
+
+
+def _start_long_run(tmp_path, server_dir, tiny_sets):
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "bayesncl.cli", "pretrain", "--out", str(run), "--quiet",
+            *_sets(tiny_sets + ["train.epochs=400"])]
+    proc = subprocess.Popen(argv, env=_env(server_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (run / "checkpoint.pt").exists():  # training has started: epoch 1 checkpointed
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return proc, run
+
+
+def _forked_children(server_dir) -> set[int]:
+    """The pids of processes forked by this module's server (their parent runs `bayesncl.forkserver <socket>`)."""
+    out = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent = (Path("/proc") / str(ppid) / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if cmd == parent and any(server_dir.encode() in part for part in cmd):
+            out.add(int(d.name))
+    return out
+
+
+def test_sigterm_to_the_client_checkpoints_and_exits_75(tmp_path, server_dir, tiny_sets):
+    proc, run = _start_long_run(tmp_path, server_dir, tiny_sets)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err
+    assert "SIGTERM: checkpoint saved in" in err and "Traceback" not in err
+    assert not (run / "model.pt").exists() and (run / "checkpoint.pt").exists()
+
+
+def test_a_killed_client_stops_its_command(tmp_path, server_dir, tiny_sets):
+    """SIGKILL cannot be forwarded: the child sees its client's connection close and stops as on SIGTERM."""
+    before = _forked_children(server_dir)
+    proc, run = _start_long_run(tmp_path, server_dir, tiny_sets)
+    child = _forked_children(server_dir) - before
+    assert len(child) == 1, child
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{next(iter(child))}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{next(iter(child))}").exists(), "the command outlived its client"
+    assert not (run / "model.pt").exists() and (run / "checkpoint.pt").exists()
+
+
+def test_the_server_follows_the_source_and_the_environment(monkeypatch, tmp_path):
+    """A changed source file, import-time variable or interpreter path gets another server; others do not."""
+    monkeypatch.setenv("BAYESNCL_FORKSERVER_DIR", str(tmp_path))
+    base = forkserver.socket_path()
+    assert Path(base).parent == tmp_path and len(base.encode()) < 108
+    monkeypatch.setenv("SOME_UNRELATED_VARIABLE", "1")
+    assert forkserver.socket_path() == base
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    assert forkserver.socket_path() != base
+    monkeypatch.undo()
+    monkeypatch.setenv("BAYESNCL_FORKSERVER_DIR", str(tmp_path))
+    assert forkserver.socket_path() == base
+    source = Path(forkserver.__file__)
+    st = source.stat()
+    try:
+        os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        assert forkserver.socket_path() != base
+    finally:
+        os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert forkserver.socket_path() == base
+
+
+def test_an_idle_server_exits_and_removes_its_socket(tmp_path):
+    folder = tempfile.mkdtemp(prefix="bfs-", dir="/tmp")
+    env = _env(folder, BAYESNCL_FORKSERVER_IDLE="1")
+    r = _bayesncl(["jobs", "--benchmarks", str(tmp_path / "none"), "--out", str(tmp_path / "j.csv")], env)
+    assert r.returncode == 2
+    deadline = time.monotonic() + 60
+    while list(Path(folder).glob("*.sock")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not list(Path(folder).glob("*.sock"))
+
+
+def test_mark_ready_writes_the_start_up_once(monkeypatch, tmp_path):
+    path = tmp_path / "sub" / "job.start.json"
+    monkeypatch.setenv(forkserver.TIMING_ENV, str(path))
+    monkeypatch.setattr(forkserver, "_ready_marked", False)
+    monkeypatch.setattr(forkserver, "_process_start", time.time() - 2.5)
+    seconds = forkserver.mark_ready()
+    assert 2.5 <= seconds < 60
+    assert json.loads(path.read_text()) == {"startup_seconds": round(seconds, 3), "forkserver": False}
+    assert forkserver.mark_ready() is None  # once per process
+    assert not list(path.parent.glob("*.tmp"))
+    assert time.time() - 10 ** 6 < forkserver.process_created() <= time.time()
