@@ -36,7 +36,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 VARIANT = {"ncl": "NCL", "bayesncl": "BayesNCL (STE)"}
-CRITERION = {"infonce": 0.02, "sc": 1.0, "top1": 1.0}  # within this of the largest budget's NCL mean
 
 
 def demo_config(method: str, seed: int, epochs: int, train_bn: str, sets: tuple = ()) -> dict:
@@ -186,12 +185,13 @@ def cmd_saturation(args) -> None:
             learning = sum(bool(r["learning"]["still_learning"]) for r in rs)
             print(f"| {VARIANT[m]} | {e} | {len(rs)} | {_ms(vals['infonce'])} | {_ms(vals['sc'])} | "
                   f"{_ms(vals['top1'])} | {learning} of {len(rs)} |")
+    from bayesncl.learning import SATURATION, saturated_budget
+
     top = budgets[-1]
-    saturated = next((e for e in budgets if all(abs(means["ncl", e][k] - means["ncl", top][k]) <= tol
-                                                for k, tol in CRITERION.items())), None)
+    saturated = saturated_budget({e: means["ncl", e] for e in budgets if e > 0})
     print(f"\nCriterion (NCL only, fixed in advance): the smallest budget whose NCL means are within "
-          f"{CRITERION['infonce']} InfoNCE, {CRITERION['sc']} SC and {CRITERION['top1']} top-1 points of the largest "
-          f"budget's ({top} epochs): {saturated if saturated != top else f'none below {top}'}")
+          f"{SATURATION['infonce']} InfoNCE, {SATURATION['sc']} SC and {SATURATION['top1']} top-1 points of the "
+          f"largest budget's ({top} epochs): {saturated if saturated is not None else f'none below {top}'}")
     print("\n| epochs | SC: BayesNCL (STE) - NCL | top-1: BayesNCL (STE) - NCL |")
     print("|---|---|---|")
     for e in budgets:

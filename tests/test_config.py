@@ -91,7 +91,7 @@ RANGES = [  # key, accepted, rejected
     ("train.crop_min_scale", [1, 0.01], [0, 1.01]),
     ("train.batch_size", [2], [1, 0]),
     ("train.warmup_epochs", [0], [-1]),
-    ("train.epochs", [1], [0, 1.0, True]),
+    ("train.epochs", [0, 1], [-1, 1.0, True]),  # 0: the random-init reference
     ("model.width", [1], [0]),
     ("eval.retrieval_k", [None, 1], [0]),
     ("seed", [0], [-1]),
@@ -135,7 +135,7 @@ def test_yaml_string_float_is_read_as_a_number(tmp_path):
     assert resolve(sets=["method.lambda=4e-5"])["method"]["lambda"] == 4e-5
     # Only where a number is expected: a string stays a string elsewhere, and the check names the key.
     assert resolve(sets=["data.dataset=cifar10", "data.root=1e3"])["data"]["root"] == "1e3"
-    with pytest.raises(ConfigError, match=r"^train\.epochs: got '3e2', expected a positive integer$"):
+    with pytest.raises(ConfigError, match=r"^train\.epochs: got '3e2', expected an integer >= 0$"):
         resolve(base={"train": {"epochs": "3e2"}})
     with pytest.raises(ConfigError, match=r"^method\.rho: got 'high', expected "):
         resolve(base={"method": {"rho": "high"}})

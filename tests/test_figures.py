@@ -254,3 +254,34 @@ def test_sc_training_pairs_only_shared_seeds_and_says_when_there_are_no_records(
     rows["dyn_sc"] = ""
     fig = figures._sc_training(rows)
     assert not [ln for ln in fig.axes[0].lines] and "no run recorded SC" in fig.axes[0].texts[0].get_text()
+
+
+def _saturation_frame(sc_at_64: float):
+    """NCL and BayesNCL at budgets 0 (random init, no loss), 16, 64 and 128 epochs, 2 seeds."""
+    rows = []
+    for e, loss, sc, top1 in ((0, None, 15.0, 35.0), (16, 5.2, 15.5, 38.0), (64, 4.51, sc_at_64, 90.0),
+                              (128, 4.50, 60.0, 90.5)):
+        for s in range(2):
+            # BayesNCL far off at 64 epochs: the criterion reads NCL alone
+            for v, m, shift in (("NCL", "ncl", 0.0), ("BayesNCL (STE)", "bayesncl", -10.0 if e == 64 else 3.0)):
+                rows.append(_row(v, m, s, "saturation", "epochs", dataset="synthetic", epochs=e,
+                                 infonce_final=math.nan if loss is None else loss + 0.01 * s, sc=sc + shift + s,
+                                 probe_top1=top1 + s))
+    return summ.prepare(pd.DataFrame(rows))
+
+
+def test_saturation_draws_each_measure_against_the_budget_with_the_criterion_in_the_title():
+    fig = figures._saturation(_saturation_frame(sc_at_64=59.5))
+    axes = fig.axes[:3]
+    assert [a.get_title() for a in axes] == ["Synthetic: final InfoNCE (training loss)", "Synthetic: SC (%)",
+                                              "Synthetic: linear probe top-1 (%)"]
+    sc_lines = {ln.get_label(): ln for ln in axes[1].lines}
+    ncl = next(ln for lab, ln in sc_lines.items() if lab.startswith("NCL"))
+    assert list(ncl.get_xdata()) == [0, 16, 64, 128] and list(ncl.get_ydata()) == [15.5, 16.0, 60.0, 60.5]
+    loss = next(ln for ln in axes[0].lines if ln.get_label().startswith("NCL"))
+    assert list(loss.get_xdata()) == [16, 64, 128]  # random init has no training loss
+    assert "Synthetic: NCL saturates at 64 epochs (within 0.02 InfoNCE, 1 SC and 1 top-1 points" in _title(fig)
+    late = figures._saturation(_saturation_frame(sc_at_64=58.0))  # 64 is 2 SC points short of 128
+    assert "Synthetic: NCL has not saturated below 128 epochs" in _title(late)
+    empty = figures._saturation(_saturation_frame(59.5).iloc[:0])
+    assert "no runs in set saturation" in [t.get_text() for t in empty.axes[0].texts]

@@ -117,3 +117,20 @@ def test_summary_reads_the_mode_and_the_learning_record(tmp_path):
     assert (r["eval_bn"], r["learning_slope"], r["learning_hi"], r["still_learning"]) == ("running", -0.01, -0.001, 1.0)
     other = rows[list(runs)[1]]
     assert other["eval_bn"] == "" and math.isnan(other["still_learning"])
+
+
+def test_saturated_budget_is_the_smallest_within_tolerance_of_the_largest():
+    from bayesncl.learning import SATURATION, saturated_budget
+
+    def m(loss, sc, top1):
+        return {"infonce": loss, "sc": sc, "top1": top1}
+
+    curve = {0: m(float("nan"), 15, 35), 16: m(5.2, 15, 38), 64: m(4.50, 60.5, 90.2), 128: m(4.49, 61.0, 91.0),
+             256: m(4.48, 61.2, 91.1)}
+    assert saturated_budget(curve) == 64  # 0 (random init) never counts; 64 within 0.02 / 1 / 1 of 256
+    assert saturated_budget({**curve, 64: m(4.50, 59.9, 90.2)}) == 128  # SC 1.3 points short
+    assert saturated_budget({**curve, 64: m(4.51, 60.5, 89.9)}) == 128  # top-1 1.2 short
+    assert saturated_budget({**curve, 64: m(4.51 + SATURATION["infonce"], 61, 91)}) == 128  # loss 0.03 above
+    assert saturated_budget({16: curve[16], 256: curve[256]}) is None  # only the reference itself qualifies
+    assert saturated_budget({256: curve[256]}) is None
+    assert saturated_budget({**curve, 64: m(float("nan"), 61, 91)}) == 128  # a missing mean never qualifies

@@ -129,7 +129,7 @@ class MethodConfig:
 class TrainConfig:
     """`train`: pretraining (docs/METHOD.md section 2)."""
 
-    epochs: int = _field(200, "training epochs", gt=0)
+    epochs: int = _field(200, "training epochs; 0: no training, the random-init network (a reference)", ge=0)
     batch_size: int = _field(256, "images per step (each view needs another image's views as negatives)", ge=2)
     base_lr: float = _field(0.4, "the peak lr at batch 256 (scaled by batch / 256)", gt=0)
     weight_decay: float = _field(1.0e-4, "LARS weight decay", ge=0)

@@ -25,7 +25,8 @@ SHORT = {"model.proj_dim": "D", "method.head_depth": "depth", "method.topk_k": "
 SMOKE = {"train": {"epochs": 1, "warmup_epochs": 0, "max_steps_per_epoch": 2},
          "eval": {"probe_epochs": 1, "max_images": 256}}
 # The tables and figures a set can feed (bayesncl.report renders each).
-SETS = ("table1", "table2", "table3", "table4", "table5", "table6", "table7", "figure3", "figure4a", "figure4b")
+SETS = ("table1", "table2", "table3", "table4", "table5", "table6", "table7", "figure3", "figure4a", "figure4b",
+        "saturation")
 
 
 class GridWarning(UserWarning):

@@ -1,4 +1,5 @@
-"""Whether a run had finished learning, from its own log (docs/METHOD.md section 10).
+"""Whether a run had finished learning, from its own log, and which training budget saturates (docs/METHOD.md
+section 10).
 
 The slope of the InfoNCE loss (the epoch means of log.jsonl) over the last 20% of the epochs, by least
 squares, with its 95% t-interval (n - 2 degrees of freedom). A run is "still learning" when the whole
@@ -10,9 +11,12 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["TAIL", "learning_slope"]
+__all__ = ["SATURATION", "TAIL", "learning_slope", "saturated_budget"]
 
 TAIL = 0.2  # the share of the epochs, at the end, that the slope is fitted on
+# The saturation criterion, fixed on NCL alone before any BayesNCL result was read: a budget is saturated when
+# its NCL means over seeds are within these of the largest budget's (final InfoNCE, SC points, top-1 points).
+SATURATION = {"infonce": 0.02, "sc": 1.0, "top1": 1.0}
 
 
 def learning_slope(losses: list[float], tail: float = TAIL) -> dict:
@@ -29,3 +33,19 @@ def learning_slope(losses: list[float], tail: float = TAIL) -> dict:
     hw = float(stats.t.ppf(0.975, n - 2)) * float(fit.stderr) if n > 2 else math.inf
     slope = float(fit.slope)
     return {"slope": slope, "lo": slope - hw, "hi": slope + hw, "epochs": n, "still_learning": slope + hw < 0}
+
+
+def saturated_budget(means: dict[int, dict[str, float]], tolerance: dict[str, float] | None = None) -> int | None:
+    """The smallest budget (epochs > 0) whose means are within `tolerance` (default SATURATION) of the largest
+    budget's on every measure; None when only the largest budget qualifies, so none is known to be saturated
+    (the largest is the reference, never its own evidence). `means`: {epochs: {"infonce", "sc", "top1"}}."""
+    tolerance = SATURATION if tolerance is None else tolerance
+    budgets = sorted(e for e in means if e > 0)
+    if len(budgets) < 2:
+        return None
+    top = means[budgets[-1]]
+    for e in budgets[:-1]:
+        if all(math.isfinite(means[e][k]) and math.isfinite(top[k]) and abs(means[e][k] - top[k]) <= tol
+               for k, tol in tolerance.items()):
+            return e
+    return None

@@ -389,5 +389,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
 
     if state["dynamics"]:
         ckpt_io.save(state["dynamics"], out / DYNAMICS)
+    if not epochs:  # the random-init reference: its (empty) log, which evaluation reads like any run's
+        atomic_write_text(out / LOG, "")
     ckpt_io.save({"config": cfg, "model": model.state_dict(), "epoch": epochs, "log": state["log"]}, final)
     return final

@@ -18,6 +18,7 @@ from bayesncl.data.imagenet import prepared_manifests
 from bayesncl.errors import BayesNCLError, ConfigError
 from bayesncl.grid import evaluation_sections, expand_grid, smoke_results
 from bayesncl.report.atlas import atlas_runs
+from bayesncl.report import names as report_names
 from bayesncl.report.document import PDFLATEX_HINT, report_pages
 from bayesncl.wfconfig import check_workflow_config, coerce_smoke
 
@@ -65,7 +66,7 @@ try:
 except AttributeError:  # a Snakemake without it: jobs.csv then has no GPUs (NA)
     pass
 TABLE_NAMES = [f"table{i}" for i in range(1, 8)] + ["claims"]
-FIGURE_NAMES = ["figure3", "figure4a", "figure4b", "gates", "sc_training"]
+FIGURE_NAMES = list(report_names.FIGURE_NAMES)
 TABLES = expand(f"{RESULTS}/tables/{{name}}.{{ext}}", name=TABLE_NAMES, ext=["tex", "md"])
 FIGURES = expand(f"{RESULTS}/figures/{{name}}.{{ext}}", name=FIGURE_NAMES, ext=["pdf", "png"])
 ATLAS_RUNS = atlas_runs(RUNS)  # {dataset: [NCL run, BayesNCL (STE) run]}, for rules/atlas.smk

@@ -107,8 +107,9 @@ def features(ctx) -> dict:
         ctx.save_arrays("features_train", ctx.labels(train) | {"h": h.numpy()})
         n_train = len(train.labels)
     log = read_log(ctx.run_dir)
+    infonce = [r.get("infonce", r["loss"]) for r in log]
     training = {"epochs": [r["epoch"] for r in log], "loss": [r["loss"] for r in log],
-                "learning": learning_slope([r.get("infonce", r["loss"]) for r in log])}
+                "infonce_final": infonce[-1] if infonce else None, "learning": learning_slope(infonce)}
     if log and "open_gates" in log[-1]:
         training["open_gates"] = [r["open_gates"] for r in log]
         training["open_gates_last"] = log[-1]["open_gates"]

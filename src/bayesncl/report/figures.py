@@ -16,6 +16,10 @@
   ``dyn_epochs``, then the final ``sc`` if the last epoch was not recorded) of the runs that record
   dynamics (set ``table3``: NCL and BayesNCL), one panel per dataset with each seed drawn faintly; beside
   it, BayesNCL - NCL paired by seed with its 95% t-interval: does claim 1a depend on when training stops?
+- saturation: final InfoNCE, SC and top-1 of complete runs against their training budget (``epochs``, set
+  ``saturation``: each budget its own warm-up and cosine; 0 epochs is the random-init network), one line
+  per variant; the title gives the criterion's verdict on NCL alone (``bayesncl.learning.saturated_budget``):
+  the budget where NCL stops improving, or that none up to the largest does.
 
 Every figure names its dataset and the values held fixed in its title and has one legend. Lines are
 means over seeds; a band (mean +- sample std) is drawn only where a point has at least two seeds, and each
@@ -41,12 +45,11 @@ from .drawing import (BAND_ALPHA, RC, arch_text, dataset_name, draw, fmt_value, 
                       no_runs, save_figure, suptitle)
 from .lines import (default_point, gate_points, group_key, line_points, mode, paired, parse_json, row_mask,
                     rows_in_set, sc_curve, seed_stats, seeds_text, split_lines)
-from .names import ARCH_NAMES
+from .names import ARCH_NAMES, FIGURE_NAMES
 from .summary import prepare, sweep_rows
 
 __all__ = ["FIGURE_NAMES", "render_figures"]
 
-FIGURE_NAMES = ("figure3", "figure4a", "figure4b", "gates", "sc_training")
 
 
 # --------------------------------------------------------------------------- figure 3
@@ -373,6 +376,58 @@ def _sc_training(df: pd.DataFrame) -> Figure:
     return fig
 
 
+# --------------------------------------------------------------------------- saturation
+SATURATION_PANELS = (("infonce_final", "final InfoNCE (training loss)"), ("sc", "SC (%)"),
+                     ("probe_top1", "linear probe top-1 (%)"))
+
+
+def saturation_verdict(rows: pd.DataFrame) -> str:
+    """The criterion on NCL's means per budget (budgets > 0), in words."""
+    from ..learning import SATURATION, saturated_budget
+
+    ncl = rows[rows["method"] == "ncl"]
+    budgets = sorted(e for e in set(ncl["epochs"]) if math.isfinite(e) and e > 0)
+    if len(budgets) < 2:
+        return "needs NCL at two budgets or more"
+    means = {int(e): {k: float(ncl.loc[ncl["epochs"] == e, col].mean()) for k, col in
+                      (("infonce", "infonce_final"), ("sc", "sc"), ("top1", "probe_top1"))} for e in budgets}
+    found = saturated_budget(means)
+    rule = (f"within {SATURATION['infonce']:g} InfoNCE, {SATURATION['sc']:g} SC and {SATURATION['top1']:g} top-1 "
+            f"points of the largest budget's NCL means")
+    if found is None:
+        return f"NCL has not saturated below {int(budgets[-1])} epochs ({rule})"
+    return f"NCL saturates at {found} epochs ({rule})"
+
+
+def _saturation(df: pd.DataFrame) -> Figure:
+    rows = rows_in_set(df, "saturation")
+    datasets = list(dict.fromkeys(rows["dataset"])) or [""]
+    fig = new_figure(8.0, 0.9 + 2.7 * len(datasets))
+    axes = fig.subplots(len(datasets), len(SATURATION_PANELS), squeeze=False)
+    colors = line_colors(dict.fromkeys(rows["variant"]))
+    fixed = []
+    for r, ds in enumerate(datasets):
+        part = rows[rows["dataset"] == ds]
+        for ax, (col, name) in zip(axes[r], SATURATION_PANELS):
+            ax.set_title(f"{dataset_name(ds)}: {name}")
+            ax.set_xlabel("training budget, epochs (0: random init)")
+            ax.set_ylabel(name)
+            for label, line in split_lines(part, "epochs"):
+                pts = line_points(line, "epochs", col)
+                if pts:
+                    draw(ax, pts, colors.get(line["variant"].iloc[0], "0.3"), label)
+            if ax.lines:
+                ax.set_xticks(sorted({int(e) for e in part["epochs"] if math.isfinite(e)}))
+            else:
+                no_runs(ax, "no runs in set saturation")
+        if len(part):
+            fixed.append(f"{dataset_name(ds)}: {saturation_verdict(part)}")
+    suptitle(fig, "Final quality against the training budget (complete runs, each with its own warm-up and "
+                  "cosine): has the miniature stopped learning?", fixed)
+    legend(fig, axes)
+    return fig
+
+
 def render_figures(df: pd.DataFrame, out_dir: str | os.PathLike,
                    formats: tuple[str, ...] = ("pdf", "png"), stamp: str | None = None) -> list[Path]:
     """Write every figure of ``FIGURE_NAMES`` (each in ``formats``) into ``out_dir``, ``stamp`` in their
@@ -381,7 +436,7 @@ def render_figures(df: pd.DataFrame, out_dir: str | os.PathLike,
     df = prepare(df)
     written = []
     makers = {"figure3": _figure3, "figure4a": _figure4a, "figure4b": _figure4b, "gates": _gates,
-              "sc_training": _sc_training}
+              "sc_training": _sc_training, "saturation": _saturation}
     with rc_context(RC):
         for stem in FIGURE_NAMES:
             written += save_figure(makers[stem](df), out, stem, formats, stamp)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-__all__ = ["ARCH_NAMES", "DATASET_NAMES", "HEADLINE", "MAIN_SETS", "METHOD_LABELS", "METRICS_JSON", "is_main",
-           "set_names"]
+__all__ = ["ARCH_NAMES", "DATASET_NAMES", "FIGURE_NAMES", "HEADLINE", "MAIN_SETS", "METHOD_LABELS", "METRICS_JSON",
+           "is_main", "set_names"]
 
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "imagenet100": "ImageNet-100",
                  "waterbirds": "Waterbirds", "synthetic": "Synthetic"}
@@ -22,6 +22,8 @@ MAIN_SETS = ("table1", "table2")
 # Its headline metrics (the terminal's columns); metrics.json adds the background probe where a main run has it.
 HEADLINE = ("sc", "se_sum", "act", "probe_top1", "ret_p10")
 METRICS_JSON = HEADLINE + ("bg_acc",)
+# The report's figures (report/figures.py draws each; the workflow's targets, common.smk).
+FIGURE_NAMES = ("figure3", "figure4a", "figure4b", "gates", "sc_training", "saturation")
 
 
 def set_names(sets: "str | Iterable[str] | None") -> list[str]:

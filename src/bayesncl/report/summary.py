@@ -23,7 +23,8 @@ K and ``dyn_*`` (``dyn_sc``: SC of the evaluation feature at each recorded epoch
 ``eval_bn`` is the BatchNorm mode of the evaluation features (features.json's run block, docs/METHOD.md
 section 4); ``learning_slope``/``learning_hi`` are the InfoNCE slope per epoch over the last 20% of
 training and its interval's upper end, ``still_learning`` 1 when that interval lies below 0
-(``bayesncl.learning``; NaN when too few epochs).
+(``bayesncl.learning``; NaN when too few epochs); ``infonce_final`` is the last epoch's mean InfoNCE and
+``epochs`` the run's training budget (0: the random-init reference; the saturation figure's x axis).
 
 Units: the retrieval section stores precision as a fraction; runs.csv holds it in percent (``ret_p*``
 and ``ret_curve``), like every accuracy. The shares ``bg_dominated_*``, ``closed_*``, ``topk_*`` and
@@ -49,7 +50,7 @@ __all__ = ["COLUMNS", "MetricsFileError", "prepare", "read_summary", "summarize"
            "write_summary"]
 
 ID_COLUMNS = ["run_id", "dataset", "arch", "method", "variant", "sets", "sweep"]
-RUN_COLUMNS = ["gate", "detach", "head_depth", "rho", "lambda", "proj_dim", "seed", "weights_sha"]
+RUN_COLUMNS = ["gate", "detach", "head_depth", "rho", "lambda", "proj_dim", "epochs", "seed", "weights_sha"]
 METRIC_COLUMNS = [
     "sc", "se_sum", "se_mean", "se_freq", "act", "alive", "alive_frac",
     "bg_dominated_zplus", "bg_dominated_feature", "closed_bg", "closed_cls", "topk_bound", "topk_removed",
@@ -59,7 +60,7 @@ METRIC_COLUMNS = [
     "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc", "dyn_sc",
     "gflops", "params_m", "sec_per_epoch", "img_per_s", "peak_mem_mb", "train_minutes",
     "open_gates_last", "gate_curve", "loss_curve",
-    "eval_bn", "learning_slope", "learning_hi", "still_learning",
+    "eval_bn", "learning_slope", "learning_hi", "still_learning", "infonce_final",
 ]
 COLUMNS = ID_COLUMNS + RUN_COLUMNS + METRIC_COLUMNS
 TEXT_COLUMNS = {
@@ -172,7 +173,8 @@ def _flatten(run: Run, metrics: dict[str, dict]) -> dict:
     row.update(run_id=run.run_id, dataset=str(cfg["data"]["dataset"]), arch=str(cfg["model"]["arch"]),
                method=str(mc["name"]), variant=run.variant, sets=";".join(run.sets), sweep=";".join(run.sweeps),
                gate=str(mc["gate"]), detach=_num(mc["detach"]), head_depth=_num(mc["head_depth"]),
-               rho=_num(mc["rho"]), proj_dim=_num(cfg["model"]["proj_dim"]), seed=_num(cfg["seed"]),
+               rho=_num(mc["rho"]), proj_dim=_num(cfg["model"]["proj_dim"]), epochs=_num(cfg["train"]["epochs"]),
+               seed=_num(cfg["seed"]),
                weights_sha=str(metrics["run"].get("weights_sha") or ""))
     row["lambda"] = _num(mc["lambda"])
     for section, key, col in _SCALARS:
@@ -194,6 +196,7 @@ def _flatten(run: Run, metrics: dict[str, dict]) -> dict:
     if isinstance(learning, dict):
         row["learning_slope"], row["learning_hi"] = _num(learning.get("slope")), _num(learning.get("hi"))
         row["still_learning"] = _num(learning.get("still_learning"))
+    row["infonce_final"] = _num((metrics.get("training") or {}).get("infonce_final"))  # the last epoch's mean
     return row
 
 
