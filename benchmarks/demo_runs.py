@@ -4,7 +4,8 @@ needs to train (docs/MINIATURE.md).
     PYTHONPATH=src python benchmarks/demo_runs.py run --out DIR --methods ncl bayesncl --seeds 0 1 2 3 4 \\
         --epochs 16 --train-bn view joint [--jobs 2]
     PYTHONPATH=src python benchmarks/demo_runs.py protocol DIR      # per-view vs joint BN, batch vs running eval
-    PYTHONPATH=src python benchmarks/demo_runs.py saturation DIR    # final quality against the budget
+    PYTHONPATH=src python benchmarks/demo_runs.py saturation DIR [--figure PATH]  # final quality against the budget
+    PYTHONPATH=src python benchmarks/demo_runs.py knobs DIR         # the knob study (runs with --set and --tag)
 
 `run` trains each (method, seed, budget, training BatchNorm) as a complete run of the demo's config (the NCL
 or BayesNCL (STE) run of config/config.yaml at that seed; each budget with its own warm-up, the demo's share
@@ -49,7 +50,7 @@ def demo_config(method: str, seed: int, epochs: int, train_bn: str, sets: tuple 
     run = next(r for r in expand_grid(wf).values()
                if r.variant == VARIANT[method] and "table1" in r.sets and r.config["seed"] == seed)
     cfg = run.config
-    cfg["train"].update(epochs=max(1, epochs), warmup_epochs=max(1, round(epochs / 16)), bn=train_bn,
+    cfg["train"].update(epochs=epochs, warmup_epochs=max(1, round(epochs / 16)), bn=train_bn,
                         dynamics_every=0)
     return resolve(base=cfg, sets=list(sets))
 
@@ -60,31 +61,21 @@ def run_one(job: tuple) -> str:
     if (out / "result.json").exists():
         return f"{out.name}: done before"
     import numpy as np
-    import torch
 
-    from bayesncl import checkpoint as ckpt_io
     from bayesncl.atomic import atomic_write_text
     from bayesncl.evaluation.runner import evaluate
     from bayesncl.learning import learning_slope
-    from bayesncl.methods import build_method
-    from bayesncl.rundir import FINAL, LOG, read_log
+    from bayesncl.rundir import read_log
     from bayesncl.train import pretrain
 
     t0 = time.perf_counter()
     cfg = demo_config(method, seed, epochs, train_bn, sets)
     result = {"method": method, "seed": seed, "epochs": epochs, "train_bn": train_bn, "sets": list(sets)}
-    if epochs == 0:  # the random-init reference: the run's own init, never trained
-        torch.manual_seed(seed)
-        out.mkdir(parents=True, exist_ok=True)
-        ckpt = out / FINAL
-        ckpt_io.save({"config": cfg, "model": build_method(cfg).state_dict(), "epoch": 0, "log": []}, ckpt)
-        (out / LOG).write_text("")
-        result.update(infonce=None, learning=None, train_seconds=0.0)
-    else:
-        ckpt = pretrain(cfg, out, progress=False)
-        log = read_log(out)
-        result.update(infonce=log[-1]["infonce"], learning=learning_slope([r["infonce"] for r in log]),
-                      train_seconds=sum(r["epoch_seconds"] for r in log))
+    ckpt = pretrain(cfg, out, progress=False)  # 0 epochs: the random-init network (a reference)
+    log = read_log(out)
+    result.update(infonce=log[-1]["infonce"] if log else None,
+                  learning=learning_slope([r["infonce"] for r in log]),
+                  train_seconds=sum(r["epoch_seconds"] for r in log))
     for bn in eval_bns:
         ev = out / f"eval-{bn}"
         sections = ["features", "interpretability"] + (["linear_probe"] if bn == "batch" else [])
@@ -165,8 +156,38 @@ def cmd_protocol(args) -> None:
             print(f"| {VARIANT[m]} | {name} | {view_joint} | {batch_running} |")
 
 
+def study_frame(rows: list[dict]):
+    """The study's results as runs.csv rows of set `saturation` (the report's saturation figure reads them)."""
+    import pandas as pd
+
+    from bayesncl.report.summary import COLUMNS, TEXT_COLUMNS, prepare
+
+    out = []
+    for r in rows:
+        row = {c: ("" if c in TEXT_COLUMNS else math.nan) for c in COLUMNS}
+        row.update(run_id=f"{r['method']}/e{r['epochs']}/s{r['seed']}", dataset="synthetic", arch="resnet18",
+                   method=r["method"], variant=VARIANT[r["method"]], sets="saturation", sweep="epochs", gate="ste",
+                   rho=0.8, proj_dim=64.0, epochs=float(r["epochs"]), seed=float(r["seed"]),
+                   infonce_final=math.nan if r["infonce"] is None else r["infonce"], sc=r["batch"]["sc"],
+                   probe_top1=r["top1"])
+        row["lambda"] = 3e-5
+        out.append(row)
+    return prepare(pd.DataFrame(out, columns=COLUMNS))
+
+
 def cmd_saturation(args) -> None:
-    rows = [r for r in load(args.dir) if r["train_bn"] == "view"]
+    every = [r for r in load(args.dir) if r["train_bn"] == "view"]
+    if args.figure:
+        from matplotlib import rc_context
+
+        from bayesncl.report.drawing import RC, save_figure
+        from bayesncl.report.figures import saturation_figure
+
+        out = Path(args.figure)
+        with rc_context(RC):
+            paths = save_figure(saturation_figure(study_frame(every)), out.parent, out.stem, ("png", "pdf"))
+        print("figure:", *paths)
+    rows = [r for r in every if r["epochs"] > 0]
     budgets = sorted({r["epochs"] for r in rows if r["method"] == "ncl"})
     if not budgets:
         sys.exit(f"demo_runs.py saturation: no NCL result.json with per-view BatchNorm under {args.dir}; "
@@ -201,6 +222,30 @@ def cmd_saturation(args) -> None:
         print(f"| {e} | {sc} | {t1} |")
 
 
+def cmd_knobs(args) -> None:
+    """The knob study, NCL only: per setting (its --tag) and budget, the means over seeds, and top-1 above the
+    random-init network's (tag rand, 0 epochs)."""
+    tags = {}
+    for p in sorted(Path(args.dir).glob("*/result.json")):
+        tags[p.parent.name] = p.parent.name.split("-ncl-")[0] if "-ncl-" in p.parent.name else "base"
+    by = {}
+    for p, r in zip(sorted(Path(args.dir).glob("*/result.json")), load(args.dir)):
+        if r["method"] == "ncl":
+            by.setdefault((tags[p.parent.name], r["epochs"]), []).append(r)
+    rand = [r["top1"] for (t, e), rs in by.items() if e == 0 for r in rs]
+    ref = statistics.mean(rand) if rand else math.nan
+    print(f"random init (0 epochs): top-1 {_ms(rand) if rand else '-'} over {len(rand)} seeds\n")
+    print("| setting | overrides | epochs | seeds | final InfoNCE | SC | top-1 | top-1 - random init | train s / run |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for (tag, e), rs in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        if e == 0:
+            continue
+        top1 = [r["top1"] for r in rs]
+        print(f"| {tag} | {' '.join(rs[0].get('sets', [])) or '-'} | {e} | {len(rs)} | "
+              f"{_ms([r['infonce'] for r in rs])} | {_ms([r['batch']['sc'] for r in rs])} | {_ms(top1)} | "
+              f"{statistics.mean(top1) - ref:+.1f} | {statistics.mean(r['train_seconds'] for r in rs):.0f} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -215,10 +260,12 @@ def main() -> None:
                    help="a config override for every run (the knob study); record it with --tag")
     s.add_argument("--tag", default="", help="prefix of the run folders: one tag per knob setting")
     s.add_argument("--eval-bn", nargs="+", choices=["batch", "running"], default=["batch", "running"])
-    for name in ("protocol", "saturation"):
+    for name in ("protocol", "saturation", "knobs"):
         sub.add_parser(name).add_argument("dir")
+    sub.choices["saturation"].add_argument("--figure", help="also draw the report's saturation figure here "
+                                                                  "(PATH.png and PATH.pdf)")
     args = p.parse_args()
-    {"run": cmd_run, "protocol": cmd_protocol, "saturation": cmd_saturation}[args.cmd](args)
+    {"run": cmd_run, "protocol": cmd_protocol, "saturation": cmd_saturation, "knobs": cmd_knobs}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -271,7 +271,7 @@ def _saturation_frame(sc_at_64: float):
 
 
 def test_saturation_draws_each_measure_against_the_budget_with_the_criterion_in_the_title():
-    fig = figures._saturation(_saturation_frame(sc_at_64=59.5))
+    fig = figures.saturation_figure(_saturation_frame(sc_at_64=59.5))
     axes = fig.axes[:3]
     assert [a.get_title() for a in axes] == ["Synthetic: final InfoNCE (training loss)", "Synthetic: SC (%)",
                                               "Synthetic: linear probe top-1 (%)"]
@@ -281,7 +281,7 @@ def test_saturation_draws_each_measure_against_the_budget_with_the_criterion_in_
     loss = next(ln for ln in axes[0].lines if ln.get_label().startswith("NCL"))
     assert list(loss.get_xdata()) == [16, 64, 128]  # random init has no training loss
     assert "Synthetic: NCL saturates at 64 epochs (within 0.02 InfoNCE, 1 SC and 1 top-1 points" in _title(fig)
-    late = figures._saturation(_saturation_frame(sc_at_64=58.0))  # 64 is 2 SC points short of 128
+    late = figures.saturation_figure(_saturation_frame(sc_at_64=58.0))  # 64 is 2 SC points short of 128
     assert "Synthetic: NCL has not saturated below 128 epochs" in _title(late)
-    empty = figures._saturation(_saturation_frame(59.5).iloc[:0])
+    empty = figures.saturation_figure(_saturation_frame(59.5).iloc[:0])
     assert "no runs in set saturation" in [t.get_text() for t in empty.axes[0].texts]

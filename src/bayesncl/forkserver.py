@@ -23,20 +23,13 @@ This module imports only the standard library: the client must start fast.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import select
 import signal
 import socket
 import struct
-import subprocess
 import sys
-import tempfile
-import threading
 import time
-import traceback
-from pathlib import Path
 
 ENV = "BAYESNCL_FORKSERVER"  # "1": run commands through the fork server
 TIMING_ENV = "BAYESNCL_TIMING"  # a path: where mark_ready writes this job's start-up seconds
@@ -44,7 +37,7 @@ IDLE_SECONDS = float(os.environ.get("BAYESNCL_FORKSERVER_IDLE", "120"))
 START_TIMEOUT = 120.0  # seconds a client waits for a server it started to listen
 # What the commands of a workflow job import; the server imports them once. A module missing here is imported
 # by the child itself (slower, never wrong).
-PRELOAD = ("numpy", "torch", "torchvision", "bayesncl.train", "bayesncl.evaluation.runner",
+PRELOAD = ("numpy", "torch", "torchvision", "bayesncl.cli", "bayesncl.train", "bayesncl.evaluation.runner",
            "bayesncl.evaluation.sections", "bayesncl.evaluation.cost", "bayesncl.evaluation.dynamics",
            "bayesncl.report.summary", "pandas", "scipy.stats")
 # Environment variables that libraries read when imported: a server is only reused under the same values.
@@ -60,7 +53,8 @@ _child = False  # True in a child forked by the server: never route again
 def process_created() -> float:
     """This process's creation time (seconds since the epoch) from /proc; now where /proc is missing."""
     try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
         ticks = os.sysconf("SC_CLK_TCK")
         with open("/proc/stat") as f:
             boot = next(float(line.split()[1]) for line in f if line.startswith("btime"))
@@ -75,7 +69,8 @@ def _write_record(update: dict) -> None:
     if not path:
         return
     try:
-        record = json.loads(Path(path).read_text()) if os.path.exists(path) and _ready_marked else {}
+        with open(path) as f:
+            record = json.loads(f.read()) if _ready_marked else {}
     except (OSError, ValueError):
         record = {}
     record.update(update)
@@ -113,18 +108,22 @@ def _record_usage() -> None:
 
 # --------------------------------------------------------------------------- the socket
 def _digest() -> str:
-    pkg = Path(__file__).resolve().parent
+    import hashlib
+
+    pkg = os.path.dirname(os.path.abspath(__file__))
     newest, count = 0, 0
-    for p in pkg.rglob("*.py"):
-        newest, count = max(newest, p.stat().st_mtime_ns), count + 1
+    for folder, _, files in os.walk(pkg):
+        for name in files:
+            if name.endswith(".py"):
+                newest, count = max(newest, os.stat(os.path.join(folder, name)).st_mtime_ns), count + 1
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith(IMPORT_ENV_PREFIXES))
-    key = repr((sys.executable, sys.path[1:], str(pkg), newest, count, env, os.getuid()))
+    key = repr((sys.executable, sys.path[1:], pkg, newest, count, env, os.getuid()))
     return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
 
 def socket_path() -> str:
     """The server socket for this interpreter, source and environment (BAYESNCL_FORKSERVER_DIR: its folder)."""
-    folder = os.environ.get("BAYESNCL_FORKSERVER_DIR") or tempfile.gettempdir()
+    folder = os.environ.get("BAYESNCL_FORKSERVER_DIR") or os.environ.get("TMPDIR") or "/tmp"
     return os.path.join(folder, f"bayesncl-{os.getuid()}-{_digest()}.sock")
 
 
@@ -164,6 +163,7 @@ def _connect(path: str) -> socket.socket | None:
 def _start_server(path: str) -> socket.socket:
     """Connect, starting the server first if none listens (one starter at a time: a lock file)."""
     import fcntl
+    import subprocess
 
     with open(path + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -239,6 +239,9 @@ def _preload() -> None:
 
 def _child_main(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> None:
     """In the forked child: become the client's process, run the command, report its exit code, exit."""
+    import threading
+    import traceback
+
     global _child, _process_start
     _child, _process_start = True, float(request["start"])
     listener.close()
@@ -291,6 +294,8 @@ def _child_main(conn: socket.socket, listener: socket.socket, request: dict, fds
 def serve(path: str) -> None:
     """Listen on `path` until IDLE_SECONDS pass without a command and no child runs, or the socket file is
     replaced or removed."""
+    import select
+
     _preload()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{path}.{os.getpid()}.tmp"
@@ -345,6 +350,16 @@ def serve(path: str) -> None:
 def routed() -> bool:
     """Whether this `bayesncl` invocation goes through the fork server."""
     return os.environ.get(ENV) == "1" and not _child
+
+
+def entry() -> int:
+    """The `bayesncl` script: a routed command goes to the server before anything else is imported (the client
+    imports only the standard library); any other runs bayesncl.cli here."""
+    if routed():
+        return run_command(sys.argv[1:])
+    from .cli import main
+
+    return main()
 
 
 if __name__ == "__main__":  # run as the package's module, so the child's flags are the ones cli.py reads

@@ -139,6 +139,10 @@ def gpu_slot(wildcards, resources):
 # Locally, CPU jobs run in children of the fork server (bayesncl/forkserver.py), which imports torch once for the
 # whole run instead of once per job (about 3 s of a 5-15 s job); `--config forkserver=false`: a plain process each.
 FORKSERVER = LOCAL and config.get("forkserver", True) is True
+# Locally, `bayesncl` is the script beside this interpreter, found first on PATH: a version manager's shim in
+# front of it (pyenv's is a bash script) costs a tenth of a second per job.
+LOCAL_BIN = os.path.dirname(sys.executable) if LOCAL and os.path.isfile(
+    os.path.join(os.path.dirname(sys.executable), "bayesncl")) else None
 
 
 def launch(benchmark):
@@ -149,6 +153,9 @@ def launch(benchmark):
         env = f"BAYESNCL_TIMING={shlex.quote(record[: -len('.tsv')] + '.start.json')} "
         if FORKSERVER and getattr(resources, "gpu", 0) < 1:
             env += "BAYESNCL_FORKSERVER=1 "
+        if LOCAL_BIN:
+            env += f'PATH={shlex.quote(LOCAL_BIN)}:"$PATH" '
+
         return env + gpu_slot(wildcards, resources)
 
     return prefix

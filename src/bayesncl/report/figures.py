@@ -48,7 +48,7 @@ from .lines import (default_point, gate_points, group_key, line_points, mode, pa
 from .names import ARCH_NAMES, FIGURE_NAMES
 from .summary import prepare, sweep_rows
 
-__all__ = ["FIGURE_NAMES", "render_figures"]
+__all__ = ["FIGURE_NAMES", "render_figures", "saturation_figure"]
 
 
 
@@ -399,7 +399,8 @@ def saturation_verdict(rows: pd.DataFrame) -> str:
     return f"NCL saturates at {found} epochs ({rule})"
 
 
-def _saturation(df: pd.DataFrame) -> Figure:
+def saturation_figure(df: pd.DataFrame) -> Figure:
+    """The saturation figure of the runs of set ``saturation`` (also drawn by benchmarks/demo_runs.py from its study)."""
     rows = rows_in_set(df, "saturation")
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
     fig = new_figure(8.0, 0.9 + 2.7 * len(datasets))
@@ -436,7 +437,7 @@ def render_figures(df: pd.DataFrame, out_dir: str | os.PathLike,
     df = prepare(df)
     written = []
     makers = {"figure3": _figure3, "figure4a": _figure4a, "figure4b": _figure4b, "gates": _gates,
-              "sc_training": _sc_training, "saturation": _saturation}
+              "sc_training": _sc_training, "saturation": saturation_figure}
     with rc_context(RC):
         for stem in FIGURE_NAMES:
             written += save_figure(makers[stem](df), out, stem, formats, stamp)

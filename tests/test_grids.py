@@ -1,0 +1,33 @@
+"""The grids in config/: each passes the workflow schema and expands into runs; the miniature is the demo's runs
+trained longer and nothing else."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bayesncl.grid import expand_grid
+from bayesncl.wfconfig import SCHEMA, check_workflow_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml", "tiny.yaml", "miniature.yaml"])
+def test_every_grid_is_valid_and_expands(name):
+    wf = yaml.safe_load((ROOT / "config" / name).read_text())
+    check_workflow_config(wf, SCHEMA, name)
+    assert expand_grid(wf)
+
+
+def test_the_miniature_is_the_demo_trained_longer():
+    demo = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    mini = yaml.safe_load((ROOT / "config" / "miniature.yaml").read_text())
+    runs = {(r.variant, r.config["seed"]): r.config for r in expand_grid(demo).values() if "table1" in r.sets}
+    longer = {(r.variant, r.config["seed"]): r.config for r in expand_grid(mini).values() if "table1" in r.sets}
+    assert set(longer) <= set(runs) and {v for v, _ in longer} == {"NCL", "BayesNCL (STE)"}
+    assert {s for _, s in longer} == set(range(5))  # the main comparison's 5 seeds
+    for key, cfg in longer.items():
+        same = {**runs[key], "train": {**runs[key]["train"], "epochs": 256, "warmup_epochs": 16,
+                                       "dynamics_every": 64}}
+        assert cfg == same, key
+    assert mini["results"] != demo["results"]  # never writes into the demo's results
