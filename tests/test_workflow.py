@@ -50,9 +50,10 @@ def test_demo_dag_trains_each_config_once(tmp_path):
     r = snakemake("-n", "--config", f"results={tmp_path}")
     assert r.returncode == 0, r.stderr + r.stdout
     # Tables 1-2: 5 methods x 5 seeds (25); Table 4: 4 ablations x 3 seeds (12); Table 5: 2 ResNet-50 runs x 3
-    # (6); Figure 4a: 1 more width x 2 methods x 3 (6); Figure 4b: 2 more lambda values x 3 (6).
+    # (6); Figure 4a: 1 more width x 2 methods x 3 (6); Figure 4b: 2 more lambda values x 3 (6); the saturation
+    # figure: 3 more budgets (0, 4, 8 epochs; 16 is Table 1's run) x 2 methods x 3 (18).
     counts = job_counts(r.stdout)
-    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 6
+    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 6 + 18
     # Table 3's dynamics, Table 6's background probe and Table 7's cost on NCL and BayesNCL x 5 seeds.
     assert counts["dynamics"] == counts["background_probe"] == counts["cost"] == 10
     # One override of the global seed list moves the whole grid (the stability check), as typed on a shell.
@@ -235,7 +236,7 @@ def test_tiny_grid_end_to_end(tiny_grid):
     for i in range(1, 8):
         for ext in ("tex", "md"):
             assert (out / "tables" / f"table{i}.{ext}").stat().st_size > 0
-    for name in ("figure3", "figure4a", "figure4b", "gates", "sc_training", "atlas_synthetic"):
+    for name in ("figure3", "figure4a", "figure4b", "gates", "sc_training", "saturation", "atlas_synthetic"):
         for ext in ("pdf", "png"):
             assert (out / "figures" / f"{name}.{ext}").stat().st_size > 0
 
@@ -269,6 +270,15 @@ def test_tiny_grid_end_to_end(tiny_grid):
             "summarize", "report"} <= set(jobs["rule"])
     assert (jobs["seconds"] > 0).all() and (jobs["gpus"] == 0).all()
     assert "GPU-hours of the grid as run: 0.00" in (out / "summary" / "jobs.md").read_text()
+    # Every job recorded its start-up, and ran in a child of the fork server (local CPU jobs; forkserver.py)
+    assert jobs["startup_seconds"].notna().all() and (jobs["startup_seconds"] < jobs["seconds"]).all()
+    records = [json.loads(p.read_text()) for p in (out / "benchmarks").rglob("*.start.json")]
+    assert len(records) == len(jobs) and all(rec["forkserver"] is True for rec in records)
+    assert all(rec["max_rss_mb"] > 50 for rec in records)  # the child's own memory, not its client's
+    assert "Start-up (process start, imports, loading;" in (out / "summary" / "jobs.md").read_text()
+    # The saturation set's 0-epoch run is the random-init network: no training log, evaluated like the others
+    zero = runs[runs["epochs"] == 0]
+    assert len(zero) == 1 and zero["infonce_final"].isna().all() and zero["sc"].notna().all()
 
     again = snakemake("-n", "--cores", "2", *args)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr

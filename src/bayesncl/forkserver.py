@@ -44,23 +44,26 @@ PRELOAD = ("numpy", "torch", "torchvision", "bayesncl.cli", "bayesncl.train", "b
 IMPORT_ENV_PREFIXES = ("TORCH", "PYTORCH", "CUDA", "OMP", "MKL", "OPENBLAS", "KMP", "GOMP", "NUMEXPR", "PYTHON",
                        "MPLBACKEND", "LD_")
 
-_process_start: float | None = None  # the job process's creation time (the client's, in a forked child)
+_process_start: float | None = None  # the job process's start, boot clock (the client's, in a forked child)
 _ready_marked = False
 _child = False  # True in a child forked by the server: never route again
 
 
 # --------------------------------------------------------------------------- start-up time
-def process_created() -> float:
-    """This process's creation time (seconds since the epoch) from /proc; now where /proc is missing."""
+def boot_clock() -> float:
+    """Seconds since boot (CLOCK_BOOTTIME): the clock /proc counts a process's start on."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def process_started() -> float | None:
+    """When this process started, in boot_clock() seconds (/proc/self/stat, 1/100 s resolution); None where /proc
+    or the clock is missing (then no start-up is recorded)."""
     try:
         with open("/proc/self/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        with open("/proc/stat") as f:
-            boot = next(float(line.split()[1]) for line in f if line.startswith("btime"))
-        return boot + int(fields[19]) / ticks
-    except (OSError, ValueError, IndexError, StopIteration):
-        return time.time()
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def _write_record(update: dict) -> None:
@@ -90,8 +93,10 @@ def mark_ready() -> float | None:
     global _ready_marked
     if _ready_marked:
         return None
-    start = _process_start if _process_start is not None else process_created()
-    seconds = max(0.0, time.time() - start)
+    start = _process_start if _process_start is not None else process_started()
+    if start is None or not hasattr(time, "CLOCK_BOOTTIME"):
+        return None
+    seconds = max(0.0, boot_clock() - start)
     _write_record({"startup_seconds": round(seconds, 3), "forkserver": _child})
     _ready_marked = True
     return seconds
@@ -195,7 +200,7 @@ def run_command(argv: list[str]) -> int:
         return _run_here(argv)
     with conn:
         request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
-                              "start": process_created()}).encode()
+                              "start": process_started()}).encode()
         socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [0, 1, 2])
         hello = _recv(conn)
         if hello is None:
@@ -243,7 +248,7 @@ def _child_main(conn: socket.socket, listener: socket.socket, request: dict, fds
     import traceback
 
     global _child, _process_start
-    _child, _process_start = True, float(request["start"])
+    _child, _process_start = True, request.get("start")
     listener.close()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
