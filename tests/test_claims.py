@@ -785,3 +785,23 @@ def test_each_claim_is_run_exactly_when_its_sets_have_runs():
         idle = {d.number for d in claims.CLAIMS if not keep & set(d.sets)}
         assert {c.claim for c in blocks.get("", [])} == {cid for cid in every if number(cid) in idle}, claim.number
         assert {number(c.claim) for c in blocks["synthetic"]} == {d.number for d in claims.CLAIMS} - idle
+
+
+def test_caption_says_when_the_runs_stop_before_saturation():
+    """The claims caption carries the saturation criterion's verdict where the grid ran the saturation set and
+    NCL has not met it; nothing where it has, or where the set was not run."""
+    def curve(sc_at_8: float) -> list[dict]:
+        rows = []
+        for e, loss, sc, top1 in ((0, math.nan, 15.0, 35.0), (4, 5.3, 15.0, 36.0), (8, 5.25, sc_at_8, 37.0),
+                                  (16, 5.24, 20.0, 37.5)):
+            for s in range(2):
+                rows.append(row("NCL", s, "saturation", epochs=e,
+                                infonce_final=loss, sc=sc + s, probe_top1=top1))
+        return rows
+
+    base = full_grid(datasets=("synthetic",)).to_dict("records")
+    for kind in ("md", "tex"):
+        text = claims_table.render_claims(frame(base + curve(sc_at_8=16.0)), kind)
+        assert "These runs stop before saturation" in text and "NCL has not saturated below 16 epochs" in text
+    assert "stop before saturation" not in claims_table.render_claims(frame(base + curve(sc_at_8=19.5)), "md")
+    assert "stop before saturation" not in claims_table.render_claims(frame(base), "md")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bayesncl import forkserver
+from bayesncl import forkserver, startup
 
 ROOT = Path(__file__).resolve().parents[1]
 START = time.monotonic()  # this module's import: after this process started
@@ -41,7 +41,7 @@ def _env(server_dir, routed=True, **extra):
 
 
 def _bayesncl(args, env, **kw):
-    return subprocess.run([sys.executable, "-m", "bayesncl.cli", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "bayesncl", *args], env=env, capture_output=True, text=True,
                           timeout=600, **kw)
 
 
@@ -112,7 +112,7 @@ def test_exit_codes_and_messages_pass_through(tmp_path, server_dir):
 
 def _start_long_run(tmp_path, server_dir, tiny_sets):
     run = tmp_path / "run"
-    argv = [sys.executable, "-m", "bayesncl.cli", "pretrain", "--out", str(run), "--quiet",
+    argv = [sys.executable, "-m", "bayesncl", "pretrain", "--out", str(run), "--quiet",
             *_sets(tiny_sets + ["train.epochs=400"])]
     proc = subprocess.Popen(argv, env=_env(server_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -199,16 +199,19 @@ def test_an_idle_server_exits_and_removes_its_socket(tmp_path):
 
 def test_mark_ready_writes_the_start_up_once(monkeypatch, tmp_path):
     path = tmp_path / "sub" / "job.start.json"
-    monkeypatch.setenv(forkserver.TIMING_ENV, str(path))
-    monkeypatch.setattr(forkserver, "_ready_marked", False)
-    monkeypatch.setattr(forkserver, "_process_start", forkserver.boot_clock() - 2.5)
-    seconds = forkserver.mark_ready()
+    monkeypatch.setenv(startup.TIMING_ENV, str(path))
+    monkeypatch.setattr(startup, "_ready_marked", False)
+    monkeypatch.setattr(startup, "_process_start", startup.boot_clock() - 2.5)
+    seconds = startup.mark_ready()
     assert 2.5 <= seconds < 60
     assert json.loads(path.read_text()) == {"startup_seconds": round(seconds, 3), "forkserver": False}
-    assert forkserver.mark_ready() is None  # once per process
+    assert startup.mark_ready() is None  # once per process
     assert not list(path.parent.glob("*.tmp"))
-    assert 0 < forkserver.process_started() <= forkserver.boot_clock()
+    assert 0 < startup.process_started() <= startup.boot_clock()
     # this process started before the test session: its own start-up is at least the time since
-    monkeypatch.setattr(forkserver, "_ready_marked", False)
-    monkeypatch.setattr(forkserver, "_process_start", None)
-    assert forkserver.mark_ready() >= time.monotonic() - START
+    monkeypatch.setattr(startup, "_ready_marked", False)
+    monkeypatch.setattr(startup, "_process_start", None)
+    assert startup.mark_ready() >= time.monotonic() - START
+    startup.record_usage()  # a forked child's own usage is merged into the record
+    record = json.loads(path.read_text())
+    assert record["max_rss_mb"] > 10 and record["cpu_seconds"] > 0 and "startup_seconds" in record

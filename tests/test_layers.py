@@ -8,7 +8,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Lowest first. A package name stands for all its modules unless a module is listed on its own.
 LAYERS = [
-    ["bayesncl", "bayesncl.errors", "bayesncl.atomic", "bayesncl.evaluation"],
+    ["bayesncl", "bayesncl.errors", "bayesncl.atomic", "bayesncl.startup", "bayesncl.evaluation"],
     ["bayesncl.config"],
     ["bayesncl.data", "bayesncl.losses", "bayesncl.backbones", "bayesncl.rundir"],
     ["bayesncl.methods", "bayesncl.optim", "bayesncl.checkpoint", "bayesncl.runtime"],
@@ -19,6 +19,7 @@ LAYERS = [
     ["bayesncl.grid", "bayesncl.preflight"],
     ["bayesncl.report"],
     ["bayesncl.cli"],
+    ["bayesncl.forkserver", "bayesncl.__main__"],  # the `bayesncl` script: routes a command or runs the CLI
 ]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from .atomic import check_writable_dir
 from .config import METHOD_NAMES
 from .errors import REQUEUE_EXIT, BayesNCLError, ConfigError, OutputError
-from .forkserver import mark_ready, routed, run_command
+from .startup import mark_ready
 
 
 def _input_file(path: str, what: str, fix: str, error=BayesNCLError) -> None:
@@ -72,7 +72,7 @@ def _evaluate(args) -> int:
 
 def _summarize(args) -> int:
     from .report.summary import write_summary
-    mark_ready()  # imports done: the work begins (start-up time, forkserver.py)
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
 
     out = Path(args.out)
     if out.is_dir():
@@ -98,7 +98,7 @@ def _summarize(args) -> int:
 
 def _report(args) -> int:
     from .report import write_report
-    mark_ready()  # imports done: the work begins (start-up time, forkserver.py)
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
 
     _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
     if args.grid is not None:
@@ -115,7 +115,7 @@ def _report(args) -> int:
 
 def _document(args) -> int:
     from .report.document import write_document
-    mark_ready()  # imports done: the work begins (start-up time, forkserver.py)
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
 
     _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
     if args.grid is not None:
@@ -129,7 +129,7 @@ def _document(args) -> int:
 
 def _pdf(args) -> int:
     from .report.document import build_pdf
-    mark_ready()  # imports done: the work begins (start-up time, forkserver.py)
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
 
     check_writable_dir(Path(args.out).parent, what=f"--out {args.out}")
     print(f"report: {build_pdf(args.tex, args.out)}")
@@ -138,7 +138,7 @@ def _pdf(args) -> int:
 
 def _jobs(args) -> int:
     from .report.jobs import write_jobs
-    mark_ready()  # imports done: the work begins (start-up time, forkserver.py)
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
 
     check_writable_dir(Path(args.out).parent, what=f"--out {args.out}")
     csv, md, text = write_jobs(args.benchmarks, args.out, smoke=args.smoke)
@@ -214,7 +214,7 @@ def _prepare_imagenet(args) -> int:
 def _atlas(args) -> int:
     from .report.atlas import write_atlas
     from .report.provenance import stamp
-    mark_ready()  # imports done: the work begins (start-up time, forkserver.py)
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
 
     out = args.out or str(Path(args.run[0]) / "eval" / "atlas")
     out = out[:-4] if out.endswith((".pdf", ".png")) else out
@@ -382,8 +382,6 @@ def main(argv: list[str] | None = None) -> int:
     Training installs its own SIGTERM handler (a checkpoint, then 75); until then, and after, this one."""
     import threading
 
-    if routed():  # BAYESNCL_FORKSERVER=1: a child of the fork server runs it (forkserver.py)
-        return run_command(list(sys.argv[1:] if argv is None else argv))
     own = threading.current_thread() is threading.main_thread()  # signal handlers live in the main thread
     previous = signal.signal(signal.SIGTERM, _terminated) if own else None  # first: before the heavy imports
     try:

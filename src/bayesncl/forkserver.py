@@ -1,4 +1,4 @@
-"""Commands run in processes forked from one that has already imported torch, and each job's start-up time.
+"""Commands run in processes forked from one that has already imported torch.
 
 Snakemake runs every job as a process of its own; each `bayesncl` process would import torch, torchvision and
 NumPy again (about 3 s of the demo's 5-15 s jobs). With BAYESNCL_FORKSERVER=1 (set by the workflow for local
@@ -11,14 +11,12 @@ cancel and kill behave as with a plain process.
 
 The first client starts the server (a daemon in its own session); it exits after IDLE_SECONDS without a
 command. One server serves one interpreter, package source and environment: the socket's name hashes
-sys.executable, sys.path, the newest source file's mtime and the variables libraries read when imported
+sys.executable, sys.path, every source file's name and mtime and the variables libraries read when imported
 (TORCH*, CUDA*, OMP*, MKL*, ...), so an edited source or a changed environment gets a fresh server.
 
-Start-up time: `mark_ready()` is called where a command's work begins (imports done and inputs loaded); the
-seconds since the job's process was created go to the file BAYESNCL_TIMING names, if set (the workflow sets
-it beside each job's benchmark record, and `bayesncl jobs` reads it into jobs.csv's startup_seconds). A forked
-child adds its own peak memory and CPU seconds there at its end: Snakemake's benchmark measures the client.
-This module imports only the standard library: the client must start fast.
+The `bayesncl` script is `entry()` here (and `python -m bayesncl`): a routed command goes to the server before
+anything else is imported, so the client imports only the standard library; any other runs bayesncl.cli in
+this process. Each job's start-up time is bayesncl.startup's.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ import sys
 import time
 
 ENV = "BAYESNCL_FORKSERVER"  # "1": run commands through the fork server
-TIMING_ENV = "BAYESNCL_TIMING"  # a path: where mark_ready writes this job's start-up seconds
 IDLE_SECONDS = float(os.environ.get("BAYESNCL_FORKSERVER_IDLE", "120"))
 START_TIMEOUT = 120.0  # seconds a client waits for a server it started to listen
 # What the commands of a workflow job import; the server imports them once. A module missing here is imported
@@ -44,71 +41,7 @@ PRELOAD = ("numpy", "torch", "torchvision", "bayesncl.cli", "bayesncl.train", "b
 IMPORT_ENV_PREFIXES = ("TORCH", "PYTORCH", "CUDA", "OMP", "MKL", "OPENBLAS", "KMP", "GOMP", "NUMEXPR", "PYTHON",
                        "MPLBACKEND", "LD_")
 
-_process_start: float | None = None  # the job process's start, boot clock (the client's, in a forked child)
-_ready_marked = False
-_child = False  # True in a child forked by the server: never route again
-
-
-# --------------------------------------------------------------------------- start-up time
-def boot_clock() -> float:
-    """Seconds since boot (CLOCK_BOOTTIME): the clock /proc counts a process's start on."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME)
-
-
-def process_started() -> float | None:
-    """When this process started, in boot_clock() seconds (/proc/self/stat, 1/100 s resolution); None where /proc
-    or the clock is missing (then no start-up is recorded)."""
-    try:
-        with open("/proc/self/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
-
-
-def _write_record(update: dict) -> None:
-    """Merge `update` into the job's record (the file BAYESNCL_TIMING names), atomically; never fail the job."""
-    path = os.environ.get(TIMING_ENV)
-    if not path:
-        return
-    try:
-        with open(path) as f:
-            record = json.loads(f.read()) if _ready_marked else {}
-    except (OSError, ValueError):
-        record = {}
-    record.update(update)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(tmp, "w") as f:
-            f.write(json.dumps(record) + "\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        print(f"bayesncl: could not write {TIMING_ENV} {path}: {exc.strerror}", file=sys.stderr)
-
-
-def mark_ready() -> float | None:
-    """Record, once per process, the seconds from the job's process creation to now (the work begins) in the
-    file BAYESNCL_TIMING names. Returns them, or None when already marked."""
-    global _ready_marked
-    if _ready_marked:
-        return None
-    start = _process_start if _process_start is not None else process_started()
-    if start is None or not hasattr(time, "CLOCK_BOOTTIME"):
-        return None
-    seconds = max(0.0, boot_clock() - start)
-    _write_record({"startup_seconds": round(seconds, 3), "forkserver": _child})
-    _ready_marked = True
-    return seconds
-
-
-def _record_usage() -> None:
-    """In a forked child, at its end: its own peak memory and CPU seconds (Snakemake's benchmark sees only the
-    client's process, so `bayesncl jobs` takes these instead)."""
-    import resource
-
-    use = resource.getrusage(resource.RUSAGE_SELF)
-    _write_record({"max_rss_mb": round(use.ru_maxrss / 1024, 2), "cpu_seconds": round(use.ru_utime + use.ru_stime, 3)})
+_child = False  # True in this process once it runs a command itself: never route again
 
 
 # --------------------------------------------------------------------------- the socket
@@ -116,13 +49,10 @@ def _digest() -> str:
     import hashlib
 
     pkg = os.path.dirname(os.path.abspath(__file__))
-    newest, count = 0, 0
-    for folder, _, files in os.walk(pkg):
-        for name in files:
-            if name.endswith(".py"):
-                newest, count = max(newest, os.stat(os.path.join(folder, name)).st_mtime_ns), count + 1
+    sources = sorted((os.path.join(folder, name), os.stat(os.path.join(folder, name)).st_mtime_ns)
+                     for folder, _, files in os.walk(pkg) for name in files if name.endswith(".py"))
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith(IMPORT_ENV_PREFIXES))
-    key = repr((sys.executable, sys.path[1:], pkg, newest, count, env, os.getuid()))
+    key = repr((sys.executable, sys.path[1:], sources, env, os.getuid()))
     return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
 
@@ -199,6 +129,8 @@ def run_command(argv: list[str]) -> int:
         print(f"bayesncl: fork server unavailable ({exc}); running the command in this process", file=sys.stderr)
         return _run_here(argv)
     with conn:
+        from .startup import process_started
+
         request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
                               "start": process_started()}).encode()
         socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [0, 1, 2])
@@ -247,8 +179,11 @@ def _child_main(conn: socket.socket, listener: socket.socket, request: dict, fds
     import threading
     import traceback
 
-    global _child, _process_start
-    _child, _process_start = True, request.get("start")
+    global _child
+    from .startup import as_forked_child, record_usage
+
+    _child = True
+    as_forked_child(request.get("start"))
     listener.close()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
@@ -283,7 +218,7 @@ def _child_main(conn: socket.socket, listener: socket.socket, request: dict, fds
         code = 1
     finally:
         done.set()
-        _record_usage()
+        record_usage()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -367,7 +302,7 @@ def entry() -> int:
     return main()
 
 
-if __name__ == "__main__":  # run as the package's module, so the child's flags are the ones cli.py reads
-    from bayesncl.forkserver import serve as _serve
+if __name__ == "__main__":  # the server: `python -m bayesncl.forkserver SOCKET`, started by the first client
+    from bayesncl.forkserver import serve as _serve  # the package's module: its flags are the ones in use
 
     _serve(sys.argv[1])

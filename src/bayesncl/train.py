@@ -36,7 +36,7 @@ from .errors import REQUEUE_EXIT  # noqa: F401 - the CLI's exit after a SIGTERM;
 from .data import SimCLRAugment, iter_batches, load_split
 from .evaluation.dynamics import GradientStats
 from .evaluation.arrays import consistency_per_dim
-from .forkserver import mark_ready
+from .startup import mark_ready
 from .methods import Method, build_method
 from .optim import Lars, build_optimizer, group_peaks, lr_at, lr_schedule
 from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
@@ -311,7 +311,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
                desc=f"{cfg['method']['name']} {cfg['data']['dataset']}", unit="step", dynamic_ncols=True,
                mininterval=1.0 if sys.stderr.isatty() else 30.0)
     model.train()
-    mark_ready()  # imports, data, model and checkpoint loaded: the work begins (start-up time, forkserver.py)
+    mark_ready()  # imports, data, model and checkpoint loaded: the work begins (bayesncl.startup)
     # One generator for the whole run, re-seeded each epoch (a CUDA graph keeps the generator it captured).
     gen = torch.Generator(device=device)
     try:

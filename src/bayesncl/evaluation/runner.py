@@ -18,7 +18,7 @@ from pathlib import Path
 from ..atomic import atomic_write_text
 from ..config import RUNTIME_KEYS, merge, nest, parse_set, resolve, validate
 from ..errors import ConfigError
-from ..forkserver import mark_ready
+from ..startup import mark_ready
 from .context import Context, clean, run_info
 from .sections import SECTIONS, applicable, check_applies
 
@@ -102,7 +102,7 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
     ctx = Context(checkpoint, out, cfg, progress, state=state, weights_sha=weights_sha, stored_config=stored)
     run = {**run_info(cfg), "checkpoint": str(checkpoint), "weights_sha": weights_sha}
     written = []
-    mark_ready()  # imports, config and checkpoint loaded: the work begins (start-up time, forkserver.py)
+    mark_ready()  # imports, config and checkpoint loaded: the work begins (bayesncl.startup)
     for name in names:
         result = SECTIONS[name].compute(ctx)
         path = out / f"{name}.json"

@@ -17,6 +17,7 @@ from .cells import METRICS, Fmt, Stat
 from .claims import Comparison, Side, claims_rows
 from .groups import flag_repeats, group_rows
 from .layout import render_context, table_context, write_table
+from .lines import rows_in_set, saturation_verdict
 from .names import ARCH_NAMES, DATASET_NAMES, HEADLINE, is_main
 from .summary import prepare
 from .verdicts import VERDICTS
@@ -108,6 +109,21 @@ def still_learning(c: Comparison) -> int:
     return c.left.learning + c.right.learning
 
 
+def _before_saturation(df: pd.DataFrame) -> str:
+    """A caption sentence per dataset whose grid ran the saturation set and whose NCL runs have not met the
+    saturation criterion (figures/saturation): the table's runs stop before the miniature stops learning."""
+    rows = rows_in_set(df, "saturation") if len(df) and "epochs" in df else df.iloc[:0]
+    out = []
+    for ds in dict.fromkeys(rows["dataset"]):
+        saturated, words = saturation_verdict(rows[rows["dataset"] == ds])
+        if saturated is False:
+            out.append(f"{DATASET_NAMES.get(ds, ds)}: {words}")
+    if not out:
+        return ""
+    return (" These runs stop before saturation (figures/saturation; docs/METHOD.md section 10): "
+            + "; ".join(out) + ".")
+
+
 def dataset_title(dataset: str) -> str:
     """A block's title: the dataset's display name; "" is the block of claims no dataset ran."""
     return DATASET_NAMES.get(dataset, dataset) if dataset else "Not run on any dataset"
@@ -141,6 +157,7 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
         caption += (f" § {sum(map(bool, learning))} of the {len(learning)} rows compare runs of which some were "
                     "still learning when they stopped (their InfoNCE loss still fell over the last 20% of epochs, "
                     "the slope's 95% interval below 0).")
+    caption += _before_saturation(df)
     if flags:
         caption += " ‡ Not a separate result: " + "; ".join(dict.fromkeys(flags)) + "."
     rag = r">{\raggedright\arraybackslash}"

@@ -44,7 +44,7 @@ from matplotlib.ticker import MaxNLocator
 from .drawing import (BAND_ALPHA, RC, arch_text, dataset_name, draw, fmt_value, legend, line_colors, new_figure,
                       no_runs, save_figure, suptitle)
 from .lines import (default_point, gate_points, group_key, line_points, mode, paired, parse_json, row_mask,
-                    rows_in_set, sc_curve, seed_stats, seeds_text, split_lines)
+                    rows_in_set, saturation_verdict, sc_curve, seed_stats, seeds_text, split_lines)
 from .names import ARCH_NAMES, FIGURE_NAMES
 from .summary import prepare, sweep_rows
 
@@ -381,24 +381,6 @@ SATURATION_PANELS = (("infonce_final", "final InfoNCE (training loss)"), ("sc", 
                      ("probe_top1", "linear probe top-1 (%)"))
 
 
-def saturation_verdict(rows: pd.DataFrame) -> str:
-    """The criterion on NCL's means per budget (budgets > 0), in words."""
-    from ..learning import SATURATION, saturated_budget
-
-    ncl = rows[rows["method"] == "ncl"]
-    budgets = sorted(e for e in set(ncl["epochs"]) if math.isfinite(e) and e > 0)
-    if len(budgets) < 2:
-        return "needs NCL at two budgets or more"
-    means = {int(e): {k: float(ncl.loc[ncl["epochs"] == e, col].mean()) for k, col in
-                      (("infonce", "infonce_final"), ("sc", "sc"), ("top1", "probe_top1"))} for e in budgets}
-    found = saturated_budget(means)
-    rule = (f"within {SATURATION['infonce']:g} InfoNCE, {SATURATION['sc']:g} SC and {SATURATION['top1']:g} top-1 "
-            f"points of the largest budget's NCL means")
-    if found is None:
-        return f"NCL has not saturated below {int(budgets[-1])} epochs ({rule})"
-    return f"NCL saturates at {found} epochs ({rule})"
-
-
 def saturation_figure(df: pd.DataFrame) -> Figure:
     """The saturation figure of the runs of set ``saturation`` (also drawn by benchmarks/demo_runs.py from its study)."""
     rows = rows_in_set(df, "saturation")
@@ -411,7 +393,7 @@ def saturation_figure(df: pd.DataFrame) -> Figure:
         part = rows[rows["dataset"] == ds]
         for ax, (col, name) in zip(axes[r], SATURATION_PANELS):
             ax.set_title(f"{dataset_name(ds)}: {name}")
-            ax.set_xlabel("training budget, epochs (0: random init)")
+            ax.set_xlabel("epochs trained (0: random init)")
             ax.set_ylabel(name)
             for label, line in split_lines(part, "epochs"):
                 pts = line_points(line, "epochs", col)
@@ -422,7 +404,7 @@ def saturation_figure(df: pd.DataFrame) -> Figure:
             else:
                 no_runs(ax, "no runs in set saturation")
         if len(part):
-            fixed.append(f"{dataset_name(ds)}: {saturation_verdict(part)}")
+            fixed.append(f"{dataset_name(ds)}: {saturation_verdict(part)[1]}")
     suptitle(fig, "Final quality against the training budget (complete runs, each with its own warm-up and "
                   "cosine): has the miniature stopped learning?", fixed)
     legend(fig, axes)

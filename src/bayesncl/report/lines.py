@@ -17,7 +17,7 @@ from .names import ARCH_NAMES, METHOD_LABELS, is_main
 from .verdicts import mean_interval
 
 __all__ = ["default_point", "gate_points", "group_key", "line_points", "mode", "paired", "parse_json",
-           "row_mask", "rows_in_set", "sc_curve", "seed_stats", "seeds_text", "split_lines"]
+           "row_mask", "rows_in_set", "saturation_verdict", "sc_curve", "seed_stats", "seeds_text", "split_lines"]
 
 
 def rows_in_set(df: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -143,3 +143,22 @@ def paired(left: dict[int, dict[int, float]], right: dict[int, dict[int, float]]
         mean, low, high = mean_interval(d)
         out.append((e, mean, (high - low) / 2, len(d)))
     return out
+
+
+def saturation_verdict(rows: pd.DataFrame) -> tuple[bool | None, str]:
+    """The saturation criterion on NCL's means per budget (budgets > 0) of ``rows``: (saturated, in words);
+    saturated is None when NCL has fewer than two budgets."""
+    from ..learning import SATURATION, saturated_budget
+
+    ncl = rows[rows["method"] == "ncl"]
+    budgets = sorted(e for e in set(ncl["epochs"]) if math.isfinite(e) and e > 0)
+    if len(budgets) < 2:
+        return None, "needs NCL at two budgets or more"
+    means = {int(e): {k: float(ncl.loc[ncl["epochs"] == e, col].mean()) for k, col in
+                      (("infonce", "infonce_final"), ("sc", "sc"), ("top1", "probe_top1"))} for e in budgets}
+    found = saturated_budget(means)
+    rule = (f"within {SATURATION['infonce']:g} InfoNCE, {SATURATION['sc']:g} SC and {SATURATION['top1']:g} top-1 "
+            f"points of the largest budget's NCL means")
+    if found is None:
+        return False, f"NCL has not saturated below {int(budgets[-1])} epochs ({rule})"
+    return True, f"NCL saturates at {found} epochs ({rule})"

@@ -1,0 +1,96 @@
+"""Each job's start-up time: from its process's start to the start of its work (imports done, inputs loaded).
+
+`mark_ready()` is called where a command's work begins (bayesncl.train.pretrain before the first epoch,
+bayesncl.evaluation.runner before the first section, each report command after its imports). Once per
+process it writes the seconds since the job's process started to the file BAYESNCL_TIMING names, if set:
+the workflow sets it beside each job's benchmark record, and `bayesncl jobs` reads it into jobs.csv's
+startup_seconds. A job run by the fork server (bayesncl.forkserver) counts from its client's start, and adds
+its own peak memory and CPU seconds at its end (Snakemake's benchmark measures only the client). Times are on
+the boot clock, the one /proc counts a process's start on. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+__all__ = ["TIMING_ENV", "as_forked_child", "boot_clock", "mark_ready", "process_started", "record_usage"]
+
+TIMING_ENV = "BAYESNCL_TIMING"  # a path: where mark_ready writes this job's start-up seconds
+
+_process_start: float | None = None  # the job's process start, boot clock (the client's, in a forked child)
+_ready_marked = False
+_forked = False  # a child of the fork server
+
+
+def as_forked_child(client_start: float | None) -> None:
+    """In a child of the fork server: the job's process is its client, started at `client_start`."""
+    global _forked, _process_start
+    _forked, _process_start = True, client_start
+
+
+def forked() -> bool:
+    return _forked
+
+
+def boot_clock() -> float:
+    """Seconds since boot (CLOCK_BOOTTIME): the clock /proc counts a process's start on."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def process_started() -> float | None:
+    """When this process started, in boot_clock() seconds (/proc/self/stat, 1/100 s resolution); None where /proc
+    or the clock is missing (then no start-up is recorded)."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def _write_record(update: dict) -> None:
+    """Merge `update` into the job's record (the file BAYESNCL_TIMING names), atomically; never fail the job."""
+    path = os.environ.get(TIMING_ENV)
+    if not path:
+        return
+    try:
+        with open(path) as f:
+            record = json.loads(f.read()) if _ready_marked else {}
+    except (OSError, ValueError):
+        record = {}
+    record.update(update)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(tmp, "w") as f:
+            f.write(json.dumps(record) + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        print(f"bayesncl: could not write {TIMING_ENV} {path}: {exc.strerror}", file=sys.stderr)
+
+
+def mark_ready() -> float | None:
+    """Record, once per process, the seconds from the job's process creation to now (the work begins) in the
+    file BAYESNCL_TIMING names. Returns them, or None when already marked."""
+    global _ready_marked
+    if _ready_marked:
+        return None
+    start = _process_start if _process_start is not None else process_started()
+    if start is None or not hasattr(time, "CLOCK_BOOTTIME"):
+        return None
+    seconds = max(0.0, boot_clock() - start)
+    _write_record({"startup_seconds": round(seconds, 3), "forkserver": _forked})
+    _ready_marked = True
+    return seconds
+
+
+def record_usage() -> None:
+    """In a forked child, at its end: its own peak memory and CPU seconds (Snakemake's benchmark sees only the
+    client's process, so `bayesncl jobs` takes these instead)."""
+    import resource
+
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    _write_record({"max_rss_mb": round(use.ru_maxrss / 1024, 2), "cpu_seconds": round(use.ru_utime + use.ru_stime, 3)})
