@@ -215,3 +215,15 @@ def test_mark_ready_writes_the_start_up_once(monkeypatch, tmp_path):
     startup.record_usage()  # a forked child's own usage is merged into the record
     record = json.loads(path.read_text())
     assert record["max_rss_mb"] > 10 and record["cpu_seconds"] > 0 and "startup_seconds" in record
+
+
+def test_only_this_user_may_use_the_socket(server_dir, tmp_path):
+    """The socket is the user's alone (mode 0600) and the server checks each peer's uid."""
+    _bayesncl(["jobs", "--benchmarks", str(tmp_path / "none"), "--out", str(tmp_path / "j.csv")], _env(server_dir))
+    sockets = list(Path(server_dir).glob("*.sock"))
+    assert sockets and all(p.stat().st_mode & 0o777 == 0o600 for p in sockets)
+    import socket as socketlib
+
+    a, b = socketlib.socketpair(socketlib.AF_UNIX)
+    with a, b:
+        assert forkserver._same_user(a)

@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pandas as pd
@@ -279,6 +280,8 @@ def test_tiny_grid_end_to_end(tiny_grid):
     # The saturation set's 0-epoch run is the random-init network: no training log, evaluated like the others
     zero = runs[runs["epochs"] == 0]
     assert len(zero) == 1 and zero["infonce_final"].isna().all() and zero["sc"].notna().all()
+    trained = runs[runs["epochs"] > 0]
+    assert (trained["epochs"] == 1).all() and trained["infonce_final"].between(0, 20).all()
 
     again = snakemake("-n", "--cores", "2", *args)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
@@ -516,3 +519,20 @@ def test_gpu_slot_takes_a_free_gpu(tmp_path):
                         sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"],
                        capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "3", r.stderr
+
+
+@pytest.mark.parametrize("setting,forked", [(None, True), ("forkserver=false", False), ("forkserver=true", True)])
+def test_local_jobs_use_the_fork_server_unless_told_not_to(tmp_path, setting, forked):
+    """Every job's command records its start-up beside its benchmark; local CPU jobs go through the fork server
+    (`--config forkserver=false`: plain processes) and find `bayesncl` beside the interpreter first."""
+    extra = [setting] if setting else []
+    r = snakemake("-n", "-p", "--configfile", "config/tiny.yaml", "--config", f"results={tmp_path}", *extra)
+    assert r.returncode == 0, r.stderr + r.stdout
+    commands = [line for line in r.stdout.splitlines() if "bayesncl pretrain" in line]
+    assert commands
+    for cmd in commands:
+        bench = re.search(r"BAYESNCL_TIMING=(\S+)", cmd).group(1).strip("'")
+        assert bench.startswith(f"{tmp_path}/benchmarks/pretrain/") and bench.endswith(".start.json")
+        assert ("BAYESNCL_FORKSERVER=1" in cmd) is forked
+        scripts = sysconfig.get_path("scripts")  # where this interpreter installed `bayesncl`, if it did
+        assert (f"PATH={scripts}:" in cmd) is (Path(scripts) / "bayesncl").is_file()

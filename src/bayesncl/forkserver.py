@@ -231,6 +231,14 @@ def _child_main(conn: socket.socket, listener: socket.socket, request: dict, fds
         os._exit(int(code or 0))
 
 
+def _same_user(conn: socket.socket) -> bool:
+    """Whether the peer runs as this server's user (SO_PEERCRED; True where the platform cannot tell)."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return True
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1] == os.getuid()
+
+
 def serve(path: str) -> None:
     """Listen on `path` until IDLE_SECONDS pass without a command and no child runs, or the socket file is
     replaced or removed."""
@@ -240,6 +248,7 @@ def serve(path: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{path}.{os.getpid()}.tmp"
     listener.bind(tmp)
+    os.chmod(tmp, 0o600)  # this user's commands only (also checked per connection below)
     listener.listen(64)
     os.replace(tmp, path)  # published only once it listens
     inode = os.stat(path).st_ino
@@ -254,6 +263,9 @@ def serve(path: str) -> None:
             if ready:
                 conn, _ = listener.accept()
                 last = time.monotonic()
+                if not _same_user(conn):
+                    conn.close()
+                    continue
                 try:
                     head, fds, _, _ = socket.recv_fds(conn, 4, 3)
                     size = struct.unpack("!I", _recv_exact(conn, 4, head) or b"\0\0\0\0")[0]

@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from snakemake.utils import validate
@@ -139,10 +140,11 @@ def gpu_slot(wildcards, resources):
 # Locally, CPU jobs run in children of the fork server (bayesncl/forkserver.py), which imports torch once for the
 # whole run instead of once per job (about 3 s of a 5-15 s job); `--config forkserver=false`: a plain process each.
 FORKSERVER = LOCAL and config.get("forkserver", True) is True
-# Locally, `bayesncl` is the script beside this interpreter, found first on PATH: a version manager's shim in
-# front of it (pyenv's is a bash script) costs a tenth of a second per job.
-LOCAL_BIN = os.path.dirname(sys.executable) if LOCAL and os.path.isfile(
-    os.path.join(os.path.dirname(sys.executable), "bayesncl")) else None
+# Locally, `bayesncl` is the script this interpreter installed, found first on PATH: a version manager's shim
+# in front of it (pyenv's is a bash script) costs a tenth of a second per job.
+LOCAL_BIN = sysconfig.get_path("scripts") if LOCAL else None
+if LOCAL_BIN and not os.path.isfile(os.path.join(LOCAL_BIN, "bayesncl")):
+    LOCAL_BIN = None
 
 
 def launch(benchmark):
