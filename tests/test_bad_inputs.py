@@ -276,7 +276,7 @@ CASES = [
          "--checkpoint {tmp}/d is a folder, not a file", setup=files(d=None)),
     *[Case(f"pretrain {bad}", ["pretrain", "--out", "{tmp}/run", "--set", bad], key) for bad, key in (
         ("method.name=simsiam", "method.name"), ("method.rho=1.5", "method.rho"), ("method.rho=0", "method.rho"),
-        ("method.lambda=-1", "method.lambda"), ("train.epochs=0", "train.epochs"), ("method.gate=hard", "method.gate"),
+        ("method.lambda=-1", "method.lambda"), ("train.epochs=-1", "train.epochs"), ("method.gate=hard", "method.gate"),
         ("model.arch=vit", "model.arch"), ("model.depth=3", "model.depth"), ("train.graph=fast", "train.graph"),
         ("no.such_key=1", "no: unknown key; known keys here: data, eval"))],
     Case("pretrain cifar10 without data.root", ["pretrain", "--out", "{tmp}/run", "--set", "data.dataset=cifar10"],

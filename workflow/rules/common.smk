@@ -139,10 +139,11 @@ def gpu_slot(wildcards, resources):
 # loading) beside its benchmark record, as <benchmark>.start.json; `bayesncl jobs` reads them into jobs.csv.
 # Locally, CPU jobs run in children of the fork server (bayesncl/forkserver.py), which imports torch once for the
 # whole run instead of once per job (about 3 s of a 5-15 s job); `--config forkserver=false`: a plain process each.
-FORKSERVER = LOCAL and config.get("forkserver", True) is True
-# Locally, `bayesncl` is the script this interpreter installed, found first on PATH: a version manager's shim
-# in front of it (pyenv's is a bash script) costs a tenth of a second per job.
-LOCAL_BIN = sysconfig.get_path("scripts") if LOCAL else None
+FORKSERVER = LOCAL and config.get("forkserver", True) is True and sys.platform.startswith("linux")  # fork + /proc
+# Locally, where PATH finds a version manager's shim for `bayesncl` (pyenv's, asdf's: a shell script under
+# .../shims/, a tenth of a second per job), the script this interpreter installed goes first on PATH instead.
+_FOUND = shutil.which("bayesncl") or ""
+LOCAL_BIN = sysconfig.get_path("scripts") if LOCAL and f"{os.sep}shims{os.sep}" in _FOUND else None
 if LOCAL_BIN and not os.path.isfile(os.path.join(LOCAL_BIN, "bayesncl")):
     LOCAL_BIN = None
 
