@@ -283,5 +283,7 @@ def test_saturation_draws_each_measure_against_the_budget_with_the_criterion_in_
     assert "Synthetic: NCL saturates at 64 epochs (within 0.02 InfoNCE, 1 SC and 1 top-1 points" in _title(fig)
     late = figures.saturation_figure(_saturation_frame(sc_at_64=58.0))  # 64 is 2 SC points short of 128
     assert "Synthetic: NCL has not saturated below 128 epochs" in _title(late)
+    assert [t.get_text() for t in axes[1].get_xticklabels()] == ["0", "16", "64", "128"]
+    assert axes[1].get_xscale() == "symlog"  # budgets that double: a log axis that keeps 0
     empty = figures.saturation_figure(_saturation_frame(59.5).iloc[:0])
     assert "no runs in set saturation" in [t.get_text() for t in empty.axes[0].texts]

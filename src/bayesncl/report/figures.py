@@ -393,14 +393,20 @@ def saturation_figure(df: pd.DataFrame) -> Figure:
         part = rows[rows["dataset"] == ds]
         for ax, (col, name) in zip(axes[r], SATURATION_PANELS):
             ax.set_title(f"{dataset_name(ds)}: {name}")
-            ax.set_xlabel("epochs trained (0: random init)")
+            ax.set_xlabel("epochs (0: random init)")
             ax.set_ylabel(name)
             for label, line in split_lines(part, "epochs"):
                 pts = line_points(line, "epochs", col)
                 if pts:
                     draw(ax, pts, colors.get(line["variant"].iloc[0], "0.3"), label)
             if ax.lines:
-                ax.set_xticks(sorted({int(e) for e in part["epochs"] if math.isfinite(e)}))
+                budgets = sorted({int(e) for e in part["epochs"] if math.isfinite(e)})
+                positive = [e for e in budgets if e > 0]
+                if positive and positive[-1] / positive[0] >= 8:  # budgets that double: a log axis, 0 kept
+                    ax.set_xscale("symlog", base=2, linthresh=positive[0], linscale=0.5)
+                    ax.set_xlabel("epochs, log scale (0: random init)")
+                ax.set_xticks(budgets, [str(e) for e in budgets])
+                ax.minorticks_off()
             else:
                 no_runs(ax, "no runs in set saturation")
         if len(part):
