@@ -31,10 +31,6 @@ def as_forked_child(client_start: float | None) -> None:
     _forked, _process_start = True, client_start
 
 
-def forked() -> bool:
-    return _forked
-
-
 def boot_clock() -> float:
     """Seconds since boot (CLOCK_BOOTTIME): the clock /proc counts a process's start on."""
     return time.clock_gettime(time.CLOCK_BOOTTIME)
