@@ -206,13 +206,12 @@ def cmd_saturation(args) -> None:
             learning = sum(bool(r["learning"]["still_learning"]) for r in rs)
             print(f"| {VARIANT[m]} | {e} | {len(rs)} | {_ms(vals['infonce'])} | {_ms(vals['sc'])} | "
                   f"{_ms(vals['top1'])} | {learning} of {len(rs)} |")
-    from bayesncl.learning import SATURATION, saturated_budget
+    from bayesncl.learning import saturated_budget, saturation_rule
 
     top = budgets[-1]
     saturated = saturated_budget({e: means["ncl", e] for e in budgets if e > 0})
-    print(f"\nCriterion (NCL only, fixed in advance): the smallest budget whose NCL means are within "
-          f"{SATURATION['infonce']} InfoNCE, {SATURATION['sc']} SC and {SATURATION['top1']} top-1 points of the "
-          f"largest budget's ({top} epochs): {saturated if saturated is not None else f'none below {top}'}")
+    print(f"\nCriterion (NCL only, fixed in advance): the smallest budget {saturation_rule()} ({top} epochs): "
+          f"{saturated if saturated is not None else f'none below {top}'}")
     print("\n| epochs | SC: BayesNCL (STE) - NCL | top-1: BayesNCL (STE) - NCL |")
     print("|---|---|---|")
     for e in budgets:
@@ -225,13 +224,12 @@ def cmd_saturation(args) -> None:
 def cmd_knobs(args) -> None:
     """The knob study, NCL only: per setting (its --tag) and budget, the means over seeds, and top-1 above the
     random-init network's (tag rand, 0 epochs)."""
-    tags = {}
-    for p in sorted(Path(args.dir).glob("*/result.json")):
-        tags[p.parent.name] = p.parent.name.split("-ncl-")[0] if "-ncl-" in p.parent.name else "base"
     by = {}
-    for p, r in zip(sorted(Path(args.dir).glob("*/result.json")), load(args.dir)):
-        if r["method"] == "ncl":
-            by.setdefault((tags[p.parent.name], r["epochs"]), []).append(r)
+    for p in sorted(Path(args.dir).glob("*/result.json")):
+        r = json.loads(p.read_text())
+        if r["method"] == "ncl":  # the folder is TAG-ncl-..., or ncl-... for the base settings
+            tag = p.parent.name.split("-ncl-")[0] if "-ncl-" in p.parent.name else "base"
+            by.setdefault((tag, r["epochs"]), []).append(r)
     rand = [r["top1"] for (t, e), rs in by.items() if e == 0 for r in rs]
     ref = statistics.mean(rand) if rand else math.nan
     print(f"random init (0 epochs): top-1 {_ms(rand) if rand else '-'} over {len(rand)} seeds\n")

@@ -336,14 +336,14 @@ def _workflow_check(entries: list[str], edit) -> int:
 
     from bayesncl.errors import ConfigError
     from bayesncl.grid import expand_grid
-    from bayesncl.wfconfig import check_workflow_config, coerce_smoke
+    from bayesncl.wfconfig import check_workflow_config, coerce_switches
 
     config = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
     if edit is not None:
         edit(config)
     config.update(parse_config(entries))
     try:
-        coerce_smoke(config)
+        coerce_switches(config)
         check_workflow_config(config, ROOT / "workflow" / "schemas" / "config.schema.yaml", "config/tiny.yaml")
         expand_grid(config)
     except ConfigError as e:

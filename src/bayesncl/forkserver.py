@@ -62,9 +62,14 @@ def socket_path() -> str:
     return os.path.join(folder, f"bayesncl-{os.getuid()}-{_digest()}.sock")
 
 
-def _send(conn: socket.socket, obj: dict) -> None:
+def _frame(obj: dict) -> bytes:
+    """One message: its length (4 bytes), then its JSON."""
     data = json.dumps(obj).encode()
-    conn.sendall(struct.pack("!I", len(data)) + data)
+    return struct.pack("!I", len(data)) + data
+
+
+def _send(conn: socket.socket, obj: dict) -> None:
+    conn.sendall(_frame(obj))
 
 
 def _recv_exact(conn: socket.socket, n: int, buf: bytes = b"") -> bytes | None:
@@ -76,8 +81,9 @@ def _recv_exact(conn: socket.socket, n: int, buf: bytes = b"") -> bytes | None:
     return buf
 
 
-def _recv(conn: socket.socket) -> dict | None:
-    head = _recv_exact(conn, 4)
+def _recv(conn: socket.socket, buf: bytes = b"") -> dict | None:
+    """The next message (_frame), `buf` its first bytes already read; None when the peer closed first."""
+    head = _recv_exact(conn, 4, buf)
     if head is None:
         return None
     body = _recv_exact(conn, struct.unpack("!I", head)[0])
@@ -131,9 +137,8 @@ def run_command(argv: list[str]) -> int:
     with conn:
         from .startup import process_started
 
-        request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
-                              "start": process_started()}).encode()
-        socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [0, 1, 2])
+        request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "start": process_started()}
+        socket.send_fds(conn, [_frame(request)], [0, 1, 2])
         hello = _recv(conn)
         if hello is None:
             print("bayesncl: the fork server closed the connection before starting the command", file=sys.stderr)
@@ -266,11 +271,15 @@ def serve(path: str) -> None:
                 if not _same_user(conn):
                     conn.close()
                     continue
+                fds = []
                 try:
                     head, fds, _, _ = socket.recv_fds(conn, 4, 3)
-                    size = struct.unpack("!I", _recv_exact(conn, 4, head) or b"\0\0\0\0")[0]
-                    request = json.loads(_recv_exact(conn, size) or b"{}")
-                except (OSError, ValueError, struct.error):
+                    request = _recv(conn, head)
+                except (OSError, ValueError):
+                    request = None
+                if not isinstance(request, dict) or len(fds) != 3:  # not a client's request: drop it
+                    for fd in fds:
+                        os.close(fd)
                     conn.close()
                     continue
                 for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice

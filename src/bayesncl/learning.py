@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["SATURATION", "TAIL", "learning_slope", "saturated_budget"]
+__all__ = ["SATURATION", "TAIL", "learning_slope", "saturated_budget", "saturation_rule"]
 
 TAIL = 0.2  # the share of the epochs, at the end, that the slope is fitted on
 # The saturation criterion, fixed on NCL alone before any BayesNCL result was read: a budget is saturated when
 # its NCL means over seeds are within these of the largest budget's (final InfoNCE, SC points, top-1 points).
 SATURATION = {"infonce": 0.02, "sc": 1.0, "top1": 1.0}
+
+
+def saturation_rule() -> str:
+    """The criterion in words, as the figure, its caption and the study print it."""
+    return (f"within {SATURATION['infonce']:g} InfoNCE, {SATURATION['sc']:g} SC and {SATURATION['top1']:g} top-1 "
+            f"points of the largest budget's NCL means")
 
 
 def learning_slope(losses: list[float], tail: float = TAIL) -> dict:

@@ -48,22 +48,22 @@ def process_started() -> float | None:
 
 
 def _write_record(update: dict) -> None:
-    """Merge `update` into the job's record (the file BAYESNCL_TIMING names), atomically; never fail the job."""
+    """Merge `update` into the job's record (the file BAYESNCL_TIMING names; a record left by an earlier run is
+    replaced at the first write), atomically; a failed write is one line on stderr, never the job's failure."""
     path = os.environ.get(TIMING_ENV)
     if not path:
         return
+    from .atomic import atomic_write_text  # here, not at import: the fork server's client imports this module
+
+    record = {}
+    if _ready_marked:
+        try:
+            with open(path) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            pass
     try:
-        with open(path) as f:
-            record = json.loads(f.read()) if _ready_marked else {}
-    except (OSError, ValueError):
-        record = {}
-    record.update(update)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(tmp, "w") as f:
-            f.write(json.dumps(record) + "\n")
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps({**record, **update}) + "\n")
     except OSError as exc:
         print(f"bayesncl: could not write {TIMING_ENV} {path}: {exc.strerror}", file=sys.stderr)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["EXAMPLES", "SCHEMA", "check_grid", "check_workflow_config", "coerce_smoke"]
+__all__ = ["EXAMPLES", "SCHEMA", "check_grid", "check_workflow_config", "coerce_switches"]
 
 # The workflow's schema, beside the package in a checkout (src/ layout); absent from an installed wheel.
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -34,7 +34,7 @@ _ARTICLE = {"array": "a list", "object": "a mapping", "string": "a string", "int
 BOOLEANS = ("smoke", "forkserver")  # top-level switches
 
 
-def coerce_smoke(config: dict) -> None:
+def coerce_switches(config: dict) -> None:
     """`--config smoke=true` (or forkserver=false) arrives as a string: read the usual spellings of true and
     false."""
     for key in BOOLEANS:
@@ -118,5 +118,5 @@ def check_grid(config: dict, where: str) -> None:
     except ImportError:
         return
     if SCHEMA.is_file():
-        coerce_smoke(config)
+        coerce_switches(config)
         check_workflow_config(config, SCHEMA, where)

@@ -1,6 +1,6 @@
 # Feature atlas per dataset (CPU): NCL and BayesNCL (STE) at the lowest seed of the main comparison, side by
 # side (ATLAS_RUNS in common.smk), from their evaluation outputs (eval/features.npz) and the test images.
-from_common("ATLAS_RUNS", "BENCHMARKS", "GRID_FILE", "PAGES", "RESULTS", "launch")
+from_common("ATLAS_RUNS", "GRID_FILE", "PAGES", "RESULTS", "benchmark_file", "launch")
 
 
 rule atlas:
@@ -13,14 +13,14 @@ rule atlas:
     log:
         f"{RESULTS}/summary/atlas_{{dataset}}.log",
     benchmark:
-        f"{BENCHMARKS}/atlas/{{dataset}}.tsv"
+        benchmark_file("atlas", "dataset")
     wildcard_constraints:
         dataset="[^/]+",
     params:
         runs=lambda wc: [f"{RESULTS}/runs/{rid}" for rid in ATLAS_RUNS[wc.dataset]],
         out=lambda wc, output: output.pdf[: -len(".pdf")],
         grid=GRID_FILE,
-        launch=launch(f"{BENCHMARKS}/atlas/{{dataset}}.tsv"),
+        launch=launch("atlas", "dataset"),
     threads: 1
     conda:
         "../envs/bayesncl.yaml"

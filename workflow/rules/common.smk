@@ -21,7 +21,7 @@ from bayesncl.grid import evaluation_sections, expand_grid, smoke_results
 from bayesncl.report.atlas import atlas_runs
 from bayesncl.report import names as report_names
 from bayesncl.report.document import PDFLATEX_HINT, report_pages
-from bayesncl.wfconfig import check_workflow_config, coerce_smoke
+from bayesncl.wfconfig import check_workflow_config, coerce_switches
 
 
 def from_common(*names):
@@ -38,7 +38,7 @@ def config_error(e):
     sys.exit(2)
 
 
-coerce_smoke(config)  # `--config smoke=true` arrives as a string
+coerce_switches(config)  # `--config smoke=true` arrives as a string
 try:  # the schema, reported in one line (Snakemake's validate would print the schema)
     check_workflow_config(config, workflow.source_path("../schemas/config.schema.yaml"),
                           " or ".join(map(str, workflow.overwrite_configfiles or [])) or "the workflow config")
@@ -148,17 +148,22 @@ if LOCAL_BIN and not os.path.isfile(os.path.join(LOCAL_BIN, "bayesncl")):
     LOCAL_BIN = None
 
 
-def launch(benchmark):
-    """Params function: the command prefix of a job whose benchmark file is `benchmark` (a pattern of wildcards)."""
+def benchmark_file(rule, wildcard=None):
+    """A rule's `benchmark:` file: <rule>/{<wildcard>}.tsv under BENCHMARKS, <rule>.tsv for a one-off rule (the
+    layout `bayesncl jobs` reads)."""
+    return f"{BENCHMARKS}/{rule}/{{{wildcard}}}.tsv" if wildcard else f"{BENCHMARKS}/{rule}.tsv"
+
+
+def launch(rule, wildcard=None):
+    """Params function: the command prefix of a job of `rule` (its start-up record beside benchmark_file)."""
 
     def prefix(wildcards, resources):
-        record = benchmark.format(**{k: wildcards[k] for k in wildcards.keys()})
+        record = benchmark_file(rule, wildcard).format(**{k: wildcards[k] for k in wildcards.keys()})
         env = f"BAYESNCL_TIMING={shlex.quote(record[: -len('.tsv')] + '.start.json')} "
         if FORKSERVER and getattr(resources, "gpu", 0) < 1:
             env += "BAYESNCL_FORKSERVER=1 "
         if LOCAL_BIN:
             env += f'PATH={shlex.quote(LOCAL_BIN)}:"$PATH" '
-
         return env + gpu_slot(wildcards, resources)
 
     return prefix

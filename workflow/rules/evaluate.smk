@@ -18,7 +18,7 @@
 import os
 import shlex
 
-from_common("BENCHMARKS", "LOCAL", "PREPARED_OF", "RESULTS", "evaluate_command", "launch", "section_gpus")
+from_common("LOCAL", "PREPARED_OF", "RESULTS", "benchmark_file", "evaluate_command", "launch", "section_gpus")
 
 
 MODEL = f"{RESULTS}/runs/{{run}}/model.pt"
@@ -97,12 +97,12 @@ for _section, _spec in EVAL_RULES.items():
         log:
             f"{EVAL_DIR}/{_section}.log",
         benchmark:
-            f"{BENCHMARKS}/{_section}/{{run}}.tsv"
+            benchmark_file(_section, "run")
         group:
             "eval_{run}"
         params:
             cmd=evaluate_command(_section),
-            launch=launch(f"{BENCHMARKS}/{_section}/{{run}}.tsv"),
+            launch=launch(_section, "run"),
             before=_before,
             after=_after,
         resources:

@@ -7,7 +7,7 @@
 # `snakemake --forcerun prepare_imagenet100 ...`.
 import json
 
-from_common("BENCHMARKS", "PREPARED", "RESULTS")
+from_common("PREPARED", "RESULTS", "benchmark_file")
 
 
 rule prepare_imagenet100:
@@ -16,7 +16,7 @@ rule prepare_imagenet100:
     log:
         f"{RESULTS}/prepared/{{tag}}.log",
     benchmark:
-        f"{BENCHMARKS}/prepare_imagenet100/{{tag}}.tsv"
+        benchmark_file("prepare_imagenet100", "tag")
     wildcard_constraints:
         tag="[0-9a-f]{16}",
     params:

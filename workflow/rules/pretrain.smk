@@ -1,7 +1,7 @@
 # One pretraining job per distinct run config (the config travels as JSON; a change reruns the job).
 import os
 
-from_common("BENCHMARKS", "PREPARED_OF", "RESULTS", "launch", "run_config_text", "run_gpus")
+from_common("PREPARED_OF", "RESULTS", "benchmark_file", "launch", "run_config_text", "run_gpus")
 
 
 rule pretrain:
@@ -12,11 +12,11 @@ rule pretrain:
     log:
         f"{RESULTS}/runs/{{run}}/pretrain.log",
     benchmark:
-        f"{BENCHMARKS}/pretrain/{{run}}.tsv"
+        benchmark_file("pretrain", "run")
     params:
         config=run_config_text,
         out=lambda wc, output: os.path.dirname(output[0]),
-        launch=launch(f"{BENCHMARKS}/pretrain/{{run}}.tsv"),
+        launch=launch("pretrain", "run"),
     threads: 1
     # What one job of the paper grid needs (SLURM reads these; locally only `gpu` is enforced, see
     # common.smk). A preempted job resumes from its checkpoint (exit 75, retried).

@@ -3,7 +3,7 @@ import json
 import os
 
 from_common("ATLAS", "BENCHMARKS", "EVAL_OUTPUTS", "FIGURES", "GRID_FILE", "JOBS", "REPORTED", "RESULTS", "SMOKE",
-            "TABLES", "launch")
+            "TABLES", "benchmark_file", "launch")
 
 
 rule summarize:
@@ -15,10 +15,10 @@ rule summarize:
     log:
         f"{RESULTS}/summary/summarize.log",
     benchmark:
-        f"{BENCHMARKS}/summarize.tsv"
+        benchmark_file("summarize")
     params:
         grid=json.dumps(config, sort_keys=True),  # summarize expands the same grid (bayesncl.grid)
-        launch=launch(f"{BENCHMARKS}/summarize.tsv"),
+        launch=launch("summarize"),
     localrule: True
     conda:
         "../envs/bayesncl.yaml"
@@ -35,12 +35,12 @@ rule report:
     log:
         f"{RESULTS}/summary/report.log",
     benchmark:
-        f"{BENCHMARKS}/report.tsv"
+        benchmark_file("report")
     params:
         out=lambda wc, output: os.path.dirname(os.path.dirname(output[0])),
         grid=GRID_FILE,
         smoke="--smoke" if SMOKE else "",
-        launch=launch(f"{BENCHMARKS}/report.tsv"),
+        launch=launch("report"),
     localrule: True
     conda:
         "../envs/bayesncl.yaml"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..atomic import atomic_path, atomic_write_text
 from ..errors import BayesNCLError, MissingInputError
-from ..learning import SATURATION
+from ..learning import saturation_rule
 from . import provenance
 from .cells import Fmt, caption_text, latex_escape
 from .claims import Comparison, claims_rows
@@ -63,9 +63,7 @@ FIGURE_CAPTIONS = {
     "saturation": ("Saturation", r"Final InfoNCE, SC (%) and linear-probe top-1 (%) of complete runs against "
                    r"their training budget (each with its own warm-up and cosine; 0 epochs: the random-init "
                    r"network), NCL and BayesNCL (STE), mean $\pm$ std over seeds. The title gives the saturation "
-                   r"criterion's verdict, fixed on NCL alone: the smallest budget whose NCL means are within "
-                   f"{SATURATION['infonce']:g} InfoNCE, {SATURATION['sc']:g} SC and {SATURATION['top1']:g} top-1 "
-                   r"point of the largest budget's."),
+                   r"criterion's verdict, fixed on NCL alone: the smallest budget " + saturation_rule() + "."),
     "atlas": ("Feature atlas", r"Per dimension of $z^+$: activation frequency against SC (colour: closed-gate "
               r"rate), then the top activating test images of the most consistent and of the most often "
               r"gated dimensions; NCL and BayesNCL (STE) side by side, at the lowest seed of the main comparison."),

@@ -148,7 +148,7 @@ def paired(left: dict[int, dict[int, float]], right: dict[int, dict[int, float]]
 def saturation_verdict(rows: pd.DataFrame) -> tuple[bool | None, str]:
     """The saturation criterion on NCL's means per budget (budgets > 0) of ``rows``: (saturated, in words);
     saturated is None when NCL has fewer than two budgets."""
-    from ..learning import SATURATION, saturated_budget
+    from ..learning import saturated_budget, saturation_rule
 
     ncl = rows[rows["method"] == "ncl"]
     budgets = sorted(e for e in set(ncl["epochs"]) if math.isfinite(e) and e > 0)
@@ -156,9 +156,7 @@ def saturation_verdict(rows: pd.DataFrame) -> tuple[bool | None, str]:
         return None, "needs NCL at two budgets or more"
     means = {int(e): {k: float(ncl.loc[ncl["epochs"] == e, col].mean()) for k, col in
                       (("infonce", "infonce_final"), ("sc", "sc"), ("top1", "probe_top1"))} for e in budgets}
-    found = saturated_budget(means)
-    rule = (f"within {SATURATION['infonce']:g} InfoNCE, {SATURATION['sc']:g} SC and {SATURATION['top1']:g} top-1 "
-            f"points of the largest budget's NCL means")
+    found, rule = saturated_budget(means), saturation_rule()
     if found is None:
         return False, f"NCL has not saturated below {int(budgets[-1])} epochs ({rule})"
     return True, f"NCL saturates at {found} epochs ({rule})"
