@@ -206,6 +206,8 @@ CASES = [
          setup=files(c=None)),
     # ---- issue 24: the workflow's config check (`snakemake --config ...` over config/tiny.yaml)
     Case("workflow smoke=maybe", ["smoke=maybe"], "smoke: 'maybe' is not true or false; fix it in", run="workflow"),
+    Case("workflow forkserver=maybe", ["forkserver=maybe"], "forkserver: 'maybe' is not true or false; fix it in",
+         run="workflow"),
     Case("workflow seeds=[]", ["seeds=[]"], "seeds: [] is empty; give at least 1 item; fix it in", run="workflow"),
     Case("workflow seeds=[0,0]", ["seeds=[0,0]"], "seeds: ['0', '0'] repeats 0; give each item once",
          run="workflow"),

@@ -227,3 +227,14 @@ def test_only_this_user_may_use_the_socket(server_dir, tmp_path):
     a, b = socketlib.socketpair(socketlib.AF_UNIX)
     with a, b:
         assert forkserver._same_user(a)
+
+
+def test_an_unwritable_record_is_one_line_and_never_the_jobs_failure(monkeypatch, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(startup.TIMING_ENV, str(blocker / "job.start.json"))  # under a file: cannot be made
+    monkeypatch.setattr(startup, "_ready_marked", False)
+    monkeypatch.setattr(startup, "_process_start", startup.boot_clock() - 1.0)
+    assert startup.mark_ready() >= 1.0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"bayesncl: could not write {startup.TIMING_ENV} {blocker}")
