@@ -134,3 +134,78 @@ def test_saturated_budget_is_the_smallest_within_tolerance_of_the_largest():
     assert saturated_budget({16: curve[16], 256: curve[256]}) is None  # only the reference itself qualifies
     assert saturated_budget({256: curve[256]}) is None
     assert saturated_budget({**curve, 64: m(float("nan"), 61, 91)}) == 128  # a missing mean never qualifies
+
+
+def naive_collapse(losses, batch):
+    """The collapse rule written out: the first epoch whose loss climbed back more than half of what the run
+    had gained below chance, ln(2N - 1), once that gain reached 0.2."""
+    chance = math.log(2 * batch - 1)
+    for e in range(1, len(losses)):
+        before = [v for v in losses[:e] if math.isfinite(v)]
+        if not before or not math.isfinite(losses[e]):
+            continue
+        best = min(before)
+        if chance - best >= 0.2 and losses[e] - best > (chance - best) / 2:
+            return e + 1
+    return None
+
+
+@pytest.mark.parametrize("losses,batch,epoch", [
+    ([5.5, 5.2, 4.9, 4.6, 4.43, 4.42, 4.85, 5.54, 5.53, 5.5], 128, 8),  # like seed 8: 4.85 gave back 0.43 < 0.56
+    ([5.5, 5.2, 4.9, 4.6, 4.43, 4.42, 4.54, 4.44, 4.40], 128, None),  # epoch noise of 0.12
+    ([5.54, 5.45, 5.50, 5.53, 5.40], 128, None),  # gained under 0.2: noise near chance is not a collapse
+    ([4.0, 3.0, 2.0, 2.9, 3.0], 16, 4),  # chance ln(31) = 3.43: 2.9 - 2.0 > (3.43 - 2.0) / 2
+    ([4.0, 3.0, 2.0, 2.7, 2.6], 16, None),  # 0.7 < 0.72: climbed back less than half
+    ([5.0, 4.0, float("nan"), 4.9], 64, 4),  # a NaN epoch is skipped, not a best
+])
+def test_collapse_is_the_first_epoch_that_gives_back_half_the_gain(losses, batch, epoch):
+    from bayesncl.learning import collapse
+
+    got = collapse(losses, batch)
+    assert got["chance"] == pytest.approx(math.log(2 * batch - 1))
+    assert got["epoch"] == epoch == naive_collapse(losses, batch)
+    assert got["collapsed"] is (epoch is not None)
+
+
+def test_collapse_undecided_without_a_finite_epoch():
+    from bayesncl.learning import collapse
+
+    assert collapse([], 128)["collapsed"] is None  # the random-init reference (0 epochs)
+    assert collapse([float("nan")], 128)["collapsed"] is None
+
+
+def test_tables_and_claims_mark_rows_with_collapsed_runs_and_count_them():
+    df = _golden()
+    df["collapsed"] = 0.0
+    t1 = df["sets"].str.contains("table1")
+    bayes = df.index[(df["variant"] == "BayesNCL") & t1]
+    assert len(bayes)
+    df.loc[bayes[:1], "collapsed"] = 1.0  # one seed of one row
+    md = render_table(df, "table1", "md")
+    assert f"¶ 1 of the table's {int(t1.sum())} runs collapsed" in md
+    marked = [line for line in md.splitlines() if line.startswith("| ") and "¶" in line.split("|")[1]]
+    assert len(marked) == 1 and marked[0].startswith("| BayesNCL")
+    assert r"$^\P$" in render_table(df, "table1", "tex")
+    claims = render_claims(df, "md")
+    assert any(line.startswith("| 1a¶") for line in claims.splitlines())
+    assert "of which some collapsed" in claims
+    quiet = _golden()
+    quiet["collapsed"] = 0.0
+    assert "¶" not in render_table(quiet, "table1", "md") and "some collapsed" not in render_claims(quiet, "md")
+    plain = render_table(df, "table1", "txt")
+    assert "¶" in plain and r"\P" not in plain
+
+
+def test_summary_reads_the_collapse_record(tmp_path):
+    import test_report as tr
+
+    wf = tr._tiny(tmp_path / "results")
+    runs = tr._write_eval(wf)
+    rid = next(iter(runs))
+    folder = Path(wf["results"]) / "runs" / rid / "eval"
+    data = json.loads((folder / "features.json").read_text())
+    data["training"]["collapse"] = {"collapsed": True, "epoch": 163, "chance": math.log(255)}
+    (folder / "features.json").write_text(json.dumps(data))
+    rows = {r["run_id"]: r for r in summ.summarize(wf).to_dict("records")}
+    assert (rows[rid]["collapsed"], rows[rid]["collapse_epoch"]) == (1.0, 163.0)
+    assert math.isnan(rows[list(runs)[1]]["collapsed"])

@@ -80,7 +80,7 @@ def _needs_train_h(cfg: dict) -> bool:
 @section("features", gpu=lambda cfg: True)
 def features(ctx) -> dict:
     """Embed the test split (and the train split where needed) once; cache what the CPU sections read."""
-    from ..learning import learning_slope
+    from ..learning import collapse, learning_slope
     from ..rundir import read_log
 
     cfg = ctx.cfg
@@ -109,7 +109,8 @@ def features(ctx) -> dict:
     log = read_log(ctx.run_dir)
     infonce = [r.get("infonce", r["loss"]) for r in log]
     training = {"epochs": [r["epoch"] for r in log], "loss": [r["loss"] for r in log],
-                "infonce_final": infonce[-1] if infonce else None, "learning": learning_slope(infonce)}
+                "infonce_final": infonce[-1] if infonce else None, "learning": learning_slope(infonce),
+                "collapse": collapse(infonce, cfg["train"]["batch_size"])}
     if log and "open_gates" in log[-1]:
         training["open_gates"] = [r["open_gates"] for r in log]
         training["open_gates_last"] = log[-1]["open_gates"]

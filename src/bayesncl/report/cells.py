@@ -55,14 +55,18 @@ METRICS = {m.key: m for m in [
 
 
 # ----------------------------------------------------------------------------- formatting
+# The footnote marks of tables and the claims table, with their LaTeX: † another protocol, ‡ a repeated
+# result, § runs still learning, ¶ runs that collapsed (bayesncl.learning).
+MARKS = {"†": r"\dagger", "‡": r"\ddagger", "§": r"\S", "¶": r"\P"}
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                "±": r"$\pm$", "≈": r"$\approx$", "×": r"$\times$", "‡": r"$^\ddagger$", "†": r"$^\dagger$",
-                "§": r"$^\S$"}
+                "±": r"$\pm$", "≈": r"$\approx$", "×": r"$\times$",
+                **{m: f"$^{tex}$" for m, tex in MARKS.items()}}
 _TEX_RE = re.compile("|".join(re.escape(c) for c in _TEX_SPECIAL))
 _MATH_RE = re.compile(r"\$([^$]*)\$")
 # Plain-text rendering of the little math the captions, headers and claims use.
-_PLAIN_MATH = [(r"\mathrm", ""), (r"\text", ""), (r"\ddagger", "‡"), (r"\dagger", "†"), (r"\S", "§"), (r"\rho", "ρ"),
+_PLAIN_MATH = [(r"\mathrm", ""), (r"\text", ""), (r"\ddagger", "‡"), (r"\dagger", "†"), (r"\S", "§"),
+               (r"\P", "¶"), (r"\rho", "ρ"),
                (r"\lambda", "λ"), (r"\pm", "±"), (r"\approx", "≈"), (r"\times", "×"), (r"\geq", "≥"),
                (r"\leq", "≤"), (r"\Delta", "Δ"), (r"\uparrow", "↑"), (r"\downarrow", "↓"), (r"\,", " "), ("^+", "+"),
                ("^", ""), ("_", ""), ("{", ""), ("}", "")]
@@ -173,7 +177,7 @@ class Fmt:
         return f"$^{{n={n}}}$" if self.tex else f" (n={n})"
 
     def mark(self, symbol: str) -> str:
-        return {"†": r"$^\dagger$", "‡": r"$^\ddagger$", "§": r"$^\S$"}[symbol] if self.tex else symbol
+        return f"$^{MARKS[symbol]}$" if self.tex else symbol
 
 
 def bold_best(cells: list[Stat], better: str | None) -> None:

@@ -72,6 +72,7 @@ class Side:
     sig: int | None = None
     repeats: str = ""  # flag note (the group repeats another result)
     learning: int = 0  # runs still learning when they stopped (bayesncl.learning)
+    collapsed: int = 0  # runs that collapsed (bayesncl.learning.collapse)
     stat: Stat = field(default_factory=lambda: Stat(math.nan, math.nan, 0, 2))
 
     @property
@@ -112,7 +113,8 @@ class Runs:
                 rows = [r for r in g.rows if ROLES[role](r) and where(r)]
                 if rows:
                     return Side(g.variant, [(r["seed"], values(r)) for r in rows], m.decimals, m.sig, g.repeats,
-                                sum(r.get("still_learning") == 1 for r in rows))
+                                sum(r.get("still_learning") == 1 for r in rows),
+                                sum(r.get("collapsed") == 1 for r in rows))
         return Side(DEFAULT_LABELS[role], [], m.decimals, m.sig)
 
 

@@ -97,8 +97,8 @@ def claim_cells(c: Comparison, fmt: Fmt) -> dict[str, str]:
     """One comparison's cells in ``fmt``: id, text, left, right, diff, test, paper, verdict. LaTeX breaks the
     verdict before its lean (every row of the page-wide table is two lines)."""
     text = fmt.text(c.text).replace("@A", fmt.esc(c.left.label)).replace("@B", fmt.esc(c.right.label))
-    learning = fmt.mark("§") if still_learning(c) else ""
-    return {"id": c.claim + learning, "text": text, "left": _side_cell(c.left, fmt),
+    marks = (fmt.mark("§") if still_learning(c) else "") + (fmt.mark("¶") if collapsed(c) else "")
+    return {"id": c.claim + marks, "text": text, "left": _side_cell(c.left, fmt),
             "right": c.right_text if c.right_text is not None else _side_cell(c.right, fmt),
             "diff": _diff_cell(c, fmt), "test": _test_cell(c, fmt), "paper": fmt.text(c.paper) or fmt.dash(),
             "verdict": c.verdict.replace(" (", r" \newline (") if fmt.tex else c.verdict}
@@ -107,6 +107,11 @@ def claim_cells(c: Comparison, fmt: Fmt) -> dict[str, str]:
 def still_learning(c: Comparison) -> int:
     """How many of the comparison's runs were still learning when they stopped (docs/METHOD.md section 10)."""
     return c.left.learning + c.right.learning
+
+
+def collapsed(c: Comparison) -> int:
+    """How many of the comparison's runs collapsed (bayesncl.learning.collapse; docs/METHOD.md section 10)."""
+    return c.left.collapsed + c.right.collapsed
 
 
 def _before_saturation(df: pd.DataFrame) -> str:
@@ -133,11 +138,12 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
     """The claims table's context (``kind`` "tex", "md" or "txt"). LaTeX puts the test under the interval,
     so that every row is two lines of a page-wide table."""
     fmt = Fmt(kind)
-    blocks, flags, learning = [], [], []
+    blocks, flags, learning, fell = [], [], [], []
     for dataset, comps in claims_rows(df):
         rows = []
         for c in comps:
             learning.append(still_learning(c))
+            fell.append(collapsed(c))
             cell = claim_cells(c, fmt)
             evidence = [cell["diff"], cell["test"]]
             if fmt.tex:
@@ -157,6 +163,10 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
         caption += (f" § {sum(map(bool, learning))} of the {len(learning)} rows compare runs of which some were "
                     "still learning when they stopped (their InfoNCE loss still fell over the last 20% of epochs, "
                     "the slope's 95% interval below 0).")
+    if any(fell):
+        caption += (f" ¶ {sum(map(bool, fell))} of the {len(fell)} rows compare runs of which some collapsed (their "
+                    "InfoNCE loss climbed back more than half the way to chance after falling; docs/METHOD.md "
+                    "section 10); those runs stay in the interval.")
     caption += _before_saturation(df)
     if flags:
         caption += " ‡ Not a separate result: " + "; ".join(dict.fromkeys(flags)) + "."

@@ -23,7 +23,9 @@ K and ``dyn_*`` (``dyn_sc``: SC of the evaluation feature at each recorded epoch
 ``eval_bn`` is the BatchNorm mode of the evaluation features (features.json's run block, docs/METHOD.md
 section 4); ``learning_slope``/``learning_hi`` are the InfoNCE slope per epoch over the last 20% of
 training and its interval's upper end, ``still_learning`` 1 when that interval lies below 0
-(``bayesncl.learning``; NaN when too few epochs); ``infonce_final`` is the last epoch's mean InfoNCE and
+(``bayesncl.learning``; NaN when too few epochs); ``collapsed`` 1 when the run's InfoNCE climbed back more
+than half the way to chance after falling (``bayesncl.learning.collapse``), ``collapse_epoch`` the first such
+epoch; ``infonce_final`` is the last epoch's mean InfoNCE and
 ``epochs`` the run's training budget (0: the random-init reference; the saturation figure's x axis).
 
 Units: the retrieval section stores precision as a fraction; runs.csv holds it in percent (``ret_p*``
@@ -60,7 +62,8 @@ METRIC_COLUMNS = [
     "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc", "dyn_sc",
     "gflops", "params_m", "sec_per_epoch", "img_per_s", "peak_mem_mb", "train_minutes",
     "open_gates_last", "gate_curve", "loss_curve",
-    "eval_bn", "learning_slope", "learning_hi", "still_learning", "infonce_final",
+    "eval_bn", "learning_slope", "learning_hi", "still_learning", "collapsed", "collapse_epoch",
+    "infonce_final",
 ]
 COLUMNS = ID_COLUMNS + RUN_COLUMNS + METRIC_COLUMNS
 TEXT_COLUMNS = {
@@ -196,6 +199,9 @@ def _flatten(run: Run, metrics: dict[str, dict]) -> dict:
     if isinstance(learning, dict):
         row["learning_slope"], row["learning_hi"] = _num(learning.get("slope")), _num(learning.get("hi"))
         row["still_learning"] = _num(learning.get("still_learning"))
+    fall = (metrics.get("training") or {}).get("collapse")  # bayesncl.learning.collapse, from the run's log
+    if isinstance(fall, dict):
+        row["collapsed"], row["collapse_epoch"] = _num(fall.get("collapsed")), _num(fall.get("epoch"))
     row["infonce_final"] = _num((metrics.get("training") or {}).get("infonce_final"))  # the last epoch's mean
     return row
 

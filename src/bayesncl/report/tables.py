@@ -42,7 +42,7 @@ from typing import Callable
 
 import pandas as pd
 
-from .cells import METRICS, Fmt, Metric, Stat, bold_best, caption_text, latex_escape, stat
+from .cells import MARKS, METRICS, Fmt, Metric, Stat, bold_best, caption_text, latex_escape, stat
 from .groups import Group, blocks, parse_list
 from .layout import render_context, table_context, write_table
 from .names import ARCH_NAMES, DATASET_NAMES
@@ -64,7 +64,7 @@ def _label(g: Group, block: list[Group], fmt: Fmt) -> str:
         text += f" ({ARCH_NAMES.get(g.arch, g.arch)})"
     label = fmt.esc(text)
     for mark in g.marks:
-        label += fmt.mark(mark) if mark in ("†", "‡", "§") else fmt.seeds_mark(int(mark))
+        label += fmt.mark(mark) if mark in MARKS else fmt.seeds_mark(int(mark))
     return label
 
 
@@ -123,6 +123,20 @@ def learning_note(groups: list[Group]) -> str:
             g.marks.append("§")
     return (f"§ {len(still)} of the table's {len(runs)} runs were still learning when they stopped (their InfoNCE "
             "loss still fell over the last 20% of epochs, the slope's 95% interval below 0).")
+
+
+def collapse_note(groups: list[Group]) -> str:
+    """Marks (¶) the rows with a run that collapsed (bayesncl.learning.collapse) and says how many did: their
+    numbers stay in the row's mean and interval (a collapse is the method's behaviour under this protocol)."""
+    runs = [r for g in groups for r in g.rows]
+    fell = [r for r in runs if r.get("collapsed") == 1]
+    if not fell:
+        return ""
+    for g in groups:
+        if any(r.get("collapsed") == 1 for r in g.rows):
+            g.marks.append("¶")
+    return (f"¶ {len(fell)} of the table's {len(runs)} runs collapsed (their InfoNCE loss climbed back more than "
+            "half the way to chance, ln(2N-1), after falling; docs/METHOD.md section 10); they stay in the means.")
 
 
 def repeat_note(groups: list[Group], multi_dataset: bool) -> str:
@@ -273,6 +287,7 @@ def build_table(df: pd.DataFrame, name: str, kind: str = "tex") -> dict:
     notes = [note(groups) for note in spec.notes]
     notes.append(repeat_note(groups, multi_dataset=len(table_blocks) > 1))
     notes.append(learning_note(groups))
+    notes.append(collapse_note(groups))
     notes.append(_seed_caption(groups))
     metrics = [METRICS[c] for c in spec.columns]
     header = ["Method"] + (["Epoch"] if spec.kind == "dynamics" else []) + [fmt.header(m) for m in metrics]
