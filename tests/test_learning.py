@@ -156,6 +156,7 @@ def naive_collapse(losses, batch):
     ([5.54, 5.45, 5.50, 5.53, 5.40], 128, None),  # gained under 0.2: noise near chance is not a collapse
     ([4.0, 3.0, 2.0, 2.9, 3.0], 16, 4),  # chance ln(31) = 3.43: 2.9 - 2.0 > (3.43 - 2.0) / 2
     ([4.0, 3.0, 2.0, 2.7, 2.6], 16, None),  # 0.7 < 0.72: climbed back less than half
+    ([4.0, 3.0, 2.0, 2.5, 2.8], 16, 5),  # measured from the best so far (2.0), not the last epoch
     ([5.0, 4.0, float("nan"), 4.9], 64, 4),  # a NaN epoch is skipped, not a best
 ])
 def test_collapse_is_the_first_epoch_that_gives_back_half_the_gain(losses, batch, epoch):
