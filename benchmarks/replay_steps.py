@@ -1,0 +1,120 @@
+"""Replay a run step by step and print what each step did: how a collapse starts (docs/METHOD.md section 10).
+
+    PYTHONPATH=src python benchmarks/replay_steps.py RUN/config.resolved.yaml --from-epoch 161 --epochs 2
+    PYTHONPATH=src python benchmarks/replay_steps.py RUN/config.resolved.yaml --from-epoch 161 --epochs 95 \\
+        --skip 162:4 --spikes 1.0
+
+The run's config is trained as `bayesncl pretrain` trains it (same seeds, draws and order, so the replay is
+bit-identical on the machine that ran it) up to `--from-epoch`, then each step of the next `--epochs` epochs
+prints: its InfoNCE, the smallest norm over the step's views of the feature before its last normalisation
+(z+ * m for BayesNCL, z+ otherwise; the gradient of normalize(v) grows as 1 / |v|), the norm of dL/dz+, and
+the parameter tensor that moved most relative to its own norm. `--spikes G` prints only the steps with
+|dL/dz+| >= G (and one line per epoch); `--skip E:S` leaves the weights and optimizer state as they were in
+step S (0-based) of epoch E (1-based), the draws still made, to test whether that step alone caused what
+followed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def replay(config: str, from_epoch: int, epochs: int, skip: set[tuple[int, int]] = frozenset(),
+           spikes: float | None = None, out=print) -> list[dict]:
+    """Train `config` to `from_epoch`, then replay `epochs` epochs step by step; returns one dict per replayed
+    step (epoch 1-based, step 0-based, infonce, min_norm, grad_norm, moved, moved_by)."""
+    import torch
+
+    from bayesncl.config import resolve
+    from bayesncl.data import SimCLRAugment, iter_batches, load_split
+    from bayesncl.methods import build_method
+    from bayesncl.optim import build_optimizer
+    from bayesncl.runtime import resolve_device
+    from bayesncl.train import TrainStep, epoch_seed, steps_per_epoch
+
+    cfg = resolve(file=config)
+    if cfg["train"]["threads"]:
+        torch.set_num_threads(cfg["train"]["threads"])
+    device = resolve_device(cfg)
+    train_set = load_split(cfg["data"], "train")
+    steps, seed = steps_per_epoch(len(train_set.labels), cfg), cfg["seed"]
+    torch.manual_seed(seed)
+    model = build_method(cfg).to(device)
+    opt = build_optimizer(model, cfg)
+    augment = SimCLRAugment(train_set.crop_size, train_set.mean, train_set.std,
+                            crop_scale=(cfg["train"]["crop_min_scale"], 1.0))
+    train_step = TrainStep(model, opt, augment, cfg, device, steps)
+    names = [n for n, _ in model.named_parameters()]
+    gen = torch.Generator(device=device)
+    model.train()
+    records = []
+    for epoch in range(from_epoch + epochs):
+        gen.manual_seed(epoch_seed(seed, epoch))
+        torch.manual_seed(epoch_seed(seed, epoch) + 1)
+        train_step.start(epoch * steps)
+        batches = iter_batches(train_set, cfg["train"]["batch_size"], shuffle=True, seed=epoch_seed(seed, epoch),
+                               drop_last=True, device=device, num_workers=cfg["data"]["num_workers"])
+        for step, (x, _, _) in enumerate(itertools.islice(batches, steps)):
+            if epoch < from_epoch:
+                train_step(x, gen)
+                continue
+            r = {"epoch": epoch + 1, "step": step,
+                 **_diagnosed_step(model, opt, train_step, x, gen, names, (epoch + 1, step) in skip)}
+            records.append(r)
+            if spikes is None or r["grad_norm"] >= spikes or r["skipped"]:
+                out(f"epoch {r['epoch']} step {r['step']}{' (skipped)' if r['skipped'] else ''}: InfoNCE "
+                    f"{r['infonce']:.4f}, min |v| {r['min_norm']:.3g}, |dL/dz+| {r['grad_norm']:.3g}, "
+                    f"largest move {r['moved']} x{r['moved_by']:.3g}")
+        if epoch >= from_epoch:
+            out(f"epoch {epoch + 1}: InfoNCE {train_step.read_sums()[1] / steps:.4f}")
+    return records
+
+
+def _diagnosed_step(model, opt, train_step, x, gen, names, skip: bool) -> dict:
+    import torch
+
+    views, gate_u = train_step.draws(x.shape[0], gen)
+    state = [*model.parameters(), *model.buffers(), *opt.state_tensors()]
+    saved = [t.detach().clone() for t in state]
+    with torch.no_grad():  # the step's own views; the running statistics put back below
+        out = model(train_step.augment.views(x, views), gate_u, views=2)
+        v = out["zplus"].float() * (out["gate"].float() if "gate" in out else 1.0)
+        min_norm = float(v.norm(dim=1).min())
+        for t, s in zip(model.buffers(), saved[len(list(model.parameters())):]):
+            t.copy_(s)
+    before = train_step.read_sums()[1]
+    _, grad = train_step.body(x, views, gate_u, want_zplus=True)
+    moved = [float((p.detach() - s).norm() / s.norm().clamp_min(1e-12)) for p, s in zip(model.parameters(), saved)]
+    i = max(range(len(moved)), key=moved.__getitem__)
+    record = {"infonce": train_step.read_sums()[1] - before, "min_norm": min_norm, "grad_norm": float(grad.norm()),
+              "moved": names[i], "moved_by": moved[i], "skipped": skip}
+    if skip:
+        with torch.no_grad():
+            for t, s in zip(state, saved):
+                t.copy_(s)
+    return record
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("config", help="the run's config.resolved.yaml")
+    p.add_argument("--from-epoch", type=int, default=0, help="epochs trained before the replay starts")
+    p.add_argument("--epochs", type=int, default=1, help="epochs replayed step by step")
+    p.add_argument("--skip", nargs="*", default=[], metavar="E:S", help="leave step S of epoch E out")
+    p.add_argument("--spikes", type=float, default=None, metavar="G", help="print only steps with |dL/dz+| >= G")
+    a = p.parse_args()
+    try:
+        skip = {tuple(int(v) for v in s.split(":")) for s in a.skip}
+    except ValueError:
+        p.error("--skip: EPOCH:STEP, e.g. 162:4")
+    replay(a.config, a.from_epoch, a.epochs, skip, a.spikes)
+
+
+if __name__ == "__main__":
+    main()
