@@ -4,6 +4,7 @@
     python benchmarks/bench_train.py --phases             # CPU: per phase, the step before / after, interleaved
     python benchmarks/bench_train.py --preset cifar       # ResNet-18 CIFAR, batch 256 (use a GPU)
     python benchmarks/bench_train.py --graph compile      # the step as train.graph=compile runs it
+    python benchmarks/bench_train.py --batches 32 64 128 256  # CPU time per image against the batch
 
 Times `bayesncl.train.TrainStep` (on-device augmentation of two views, forward, InfoNCE (+ KL), backward,
 LARS update, the logged sums) on random uint8 images held on the device, after a warm-up.
@@ -12,6 +13,9 @@ LARS update, the logged sums) on random uint8 images held on the device, after a
 LARS and the logged sums, and times each with the calling thread's CPU time (on CPU; robust to other processes
 sharing the cores), for "before" (the step as the trainer ran it until the fused step: bench_ops.py's copy of
 it, with timm's Lars) and "after" (TrainStep's phases), alternating one step of each; medians over the steps.
+--batches times NCL's step (thread CPU time, median) at each batch size: a time per image that stays flat
+as the batch grows says the step is compute-bound, so training several seeds in one batched step would save
+only the fixed part (docs/MINIATURE.md).
 Target on a GPU: BayesNCL costs at most 6% more time per step than NCL (the paper measured 5.9%; goal 3%).
 """
 
@@ -214,6 +218,24 @@ def phases(sets: list[str], size: int, device: torch.device, steps: int, warmup:
         print(f"{m:27s}" + "".join(f"{v:10.3f}" for v in (*ratios, tot)))
 
 
+def batch_scaling(sets: list[str], size: int, device: torch.device, batches: list[int], steps: int,
+                  warmup: int) -> None:
+    print(f"NCL step, {torch.get_num_threads()} thread(s), median of {steps} steps (thread CPU time)")
+    for bs in batches:
+        step = make_step("ncl", sets + [f"train.batch_size={bs}"], size, device)
+        x = torch.randint(0, 256, (bs, 3, size, size), dtype=torch.uint8, device=device)
+        gen = torch.Generator(device=device).manual_seed(0)
+        for _ in range(warmup):
+            step(x, gen)
+        times = []
+        for _ in range(steps):
+            t0 = time.thread_time()
+            step(x, gen)
+            times.append(time.thread_time() - t0)
+        ms = 1000 * statistics.median(times)
+        print(f"batch {bs:5d}: {ms:8.1f} ms/step {ms / bs:7.3f} ms/image")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=["demo", "cifar"], default="demo")
@@ -224,12 +246,16 @@ def main() -> None:
     p.add_argument("--graph", choices=["eager", "compile", "cudagraph"], default="eager",
                    help="train.graph for the timed step (compile: the first steps hold the compile)")
     p.add_argument("--phases", action="store_true", help="per-phase times, the step before / after")
+    p.add_argument("--batches", type=int, nargs="+", default=None, help="time NCL's step at these batch sizes")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     sets = demo_sets() if args.preset == "demo" else PRESETS[args.preset]
     with open(HERE.parent / "config" / "config.yaml") as fh:
         size = yaml.safe_load(fh)["defaults"]["data"]["synthetic"]["image_size"] if args.preset == "demo" else 32
+    if args.batches:
+        batch_scaling(sets, size, device, args.batches, args.steps or 10, args.warmup)
+        return
     if args.phases:
         phases(sets, size, device, args.steps or (20 if device.type == "cpu" else 30), args.warmup)
         return
