@@ -55,8 +55,7 @@ def collapse(losses: list[float], batch: int) -> dict:
     Epoch e collapsed when, with `best` the lowest loss before it, best <= chance - COLLAPSE_MIN_GAIN and
     losses[e] - best > (chance - best) / 2."""
     chance = math.log(2 * batch - 1)
-    finite = [v for v in losses if math.isfinite(v)]
-    if not finite:
+    if not any(math.isfinite(v) for v in losses):
         return {"collapsed": None, "epoch": None, "chance": chance}
     best = math.inf
     for e, v in enumerate(losses, start=1):
