@@ -138,14 +138,14 @@ def test_saturated_budget_is_the_smallest_within_tolerance_of_the_largest():
 
 def naive_collapse(losses, batch):
     """The collapse rule written out: the first epoch whose loss climbed back more than half of what the run
-    had gained below chance, ln(2N - 1), once that gain reached 0.2."""
+    had gained below chance, ln(2N - 1), once that gain reached 0.5."""
     chance = math.log(2 * batch - 1)
     for e in range(1, len(losses)):
         before = [v for v in losses[:e] if math.isfinite(v)]
         if not before or not math.isfinite(losses[e]):
             continue
         best = min(before)
-        if chance - best >= 0.2 and losses[e] - best > (chance - best) / 2:
+        if chance - best >= 0.5 and losses[e] - best > (chance - best) / 2:
             return e + 1
     return None
 
@@ -153,7 +153,8 @@ def naive_collapse(losses, batch):
 @pytest.mark.parametrize("losses,batch,epoch", [
     ([5.5, 5.2, 4.9, 4.6, 4.43, 4.42, 4.85, 5.54, 5.53, 5.5], 128, 8),  # like seed 8: 4.85 gave back 0.43 < 0.56
     ([5.5, 5.2, 4.9, 4.6, 4.43, 4.42, 4.54, 4.44, 4.40], 128, None),  # epoch noise of 0.12
-    ([5.54, 5.45, 5.50, 5.53, 5.40], 128, None),  # gained under 0.2: noise near chance is not a collapse
+    ([5.54, 5.45, 5.50, 5.53, 5.40], 128, None),  # gained under 0.5: noise near chance is not a collapse
+    ([5.5, 5.32, 5.40, 5.447, 5.29], 128, None),  # a 0.13 rise after a 0.22 gain (seen in the miniature): noise
     ([4.0, 3.0, 2.0, 2.9, 3.0], 16, 4),  # chance ln(31) = 3.43: 2.9 - 2.0 > (3.43 - 2.0) / 2
     ([4.0, 3.0, 2.0, 2.7, 2.6], 16, None),  # 0.7 < 0.72: climbed back less than half
     ([4.0, 3.0, 2.0, 2.5, 2.8], 16, 5),  # measured from the best so far (2.0), not the last epoch

@@ -22,9 +22,10 @@ TAIL = 0.2  # the share of the epochs, at the end, that the slope is fitted on
 # The saturation criterion, fixed on NCL alone before any BayesNCL result was read: a budget is saturated when
 # its NCL means over seeds are within these of the largest budget's (final InfoNCE, SC points, top-1 points).
 SATURATION = {"infonce": 0.02, "sc": 1.0, "top1": 1.0}
-# A rise only counts as a collapse once the run had gained this much below chance (nats): before that, the
-# epoch-to-epoch noise (up to about 0.1 in the miniature) is of the same size as the gain.
-COLLAPSE_MIN_GAIN = 0.2
+# A rise only counts as a collapse once the run had gained this much below chance (nats), so that half the gain
+# is twice the largest epoch-to-epoch rise of the runs without a spike (0.13, 30,000 epochs of the miniature's
+# studies; docs/METHOD.md section 10).
+COLLAPSE_MIN_GAIN = 0.5
 
 
 def saturation_rule() -> str:
