@@ -15,7 +15,7 @@ interpretability, fast linear probe) once with eval.bn=batch and once with eval.
 (bayesncl.report.learning), and per eval mode SC, top-1, Act. and the open-gate fraction on the test split.
 A run folder that already has result.json is skipped, so a killed study resumes.
 
-`saturation` applies the criterion fixed before any BayesNCL result was read, on NCL alone: the saturated
+`saturation` marks the runs that collapsed (bayesncl.learning.collapse, from each log) and applies the criterion fixed before any BayesNCL result was read, on NCL alone: the saturated
 budget is the smallest whose NCL means of final InfoNCE, SC and top-1 are within 0.02, 1 point and 1 point
 of the largest budget's. It prints the curve for both methods and the paired BayesNCL - NCL differences.
 """
@@ -103,7 +103,17 @@ def cmd_run(args) -> None:
 
 
 def load(folder: str) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*/result.json"))]
+    """Each run's result.json, with `collapse` (bayesncl.learning.collapse) from its log."""
+    from bayesncl.learning import collapse
+    from bayesncl.rundir import read_log
+
+    rows = []
+    for p in sorted(Path(folder).glob("*/result.json")):
+        r = json.loads(p.read_text())
+        batch = yaml.safe_load((p.parent / "config.resolved.yaml").read_text())["train"]["batch_size"]
+        r["collapse"] = collapse([e["infonce"] for e in read_log(p.parent)], batch)
+        rows.append(r)
+    return rows
 
 
 def interval(d: list[float]) -> tuple[float, float, float]:
@@ -192,8 +202,8 @@ def cmd_saturation(args) -> None:
     if not budgets:
         sys.exit(f"demo_runs.py saturation: no NCL result.json with per-view BatchNorm under {args.dir}; "
                  "run `demo_runs.py run` first")
-    print("| method | epochs | seeds | final InfoNCE | SC | top-1 | still learning |")
-    print("|---|---|---|---|---|---|---|")
+    print("| method | epochs | seeds | final InfoNCE | SC | top-1 | still learning | collapsed (epoch) |")
+    print("|---|---|---|---|---|---|---|---|")
     means = {}
     for m in ("ncl", "bayesncl"):
         for e in budgets:
@@ -204,8 +214,9 @@ def cmd_saturation(args) -> None:
                     "top1": [r["top1"] for r in rs]}
             means[m, e] = {k: statistics.mean(v) for k, v in vals.items()}
             learning = sum(bool(r["learning"]["still_learning"]) for r in rs)
+            fell = [f"s{r['seed']} ({r['collapse']['epoch']})" for r in rs if r["collapse"]["collapsed"]]
             print(f"| {VARIANT[m]} | {e} | {len(rs)} | {_ms(vals['infonce'])} | {_ms(vals['sc'])} | "
-                  f"{_ms(vals['top1'])} | {learning} of {len(rs)} |")
+                  f"{_ms(vals['top1'])} | {learning} of {len(rs)} | {', '.join(fell) or '-'} |")
     from bayesncl.learning import saturated_budget, saturation_rule
 
     top = budgets[-1]
