@@ -101,7 +101,8 @@ def test_captions_name_the_evaluation_batchnorm_mode(bn, phrase):
 
 
 def test_summary_reads_the_mode_and_the_learning_record(tmp_path):
-    """runs.csv's eval_bn, learning_slope, learning_hi and still_learning come from features.json."""
+    """runs.csv's eval_bn, learning_slope, learning_hi, still_learning, collapsed and collapse_epoch come from
+    features.json."""
     import test_report as tr  # the fake evaluation files of the report tests
 
     wf = tr._tiny(tmp_path / "results")
@@ -111,12 +112,14 @@ def test_summary_reads_the_mode_and_the_learning_record(tmp_path):
     data = json.loads((folder / "features.json").read_text())
     data["run"]["eval_bn"] = "running"
     data["training"]["learning"] = {"slope": -0.01, "lo": -0.02, "hi": -0.001, "epochs": 4, "still_learning": True}
+    data["training"]["collapse"] = {"collapsed": True, "epoch": 163, "chance": math.log(255)}
     (folder / "features.json").write_text(json.dumps(data))
     rows = {r["run_id"]: r for r in summ.summarize(wf).to_dict("records")}
     r = rows[rid]
     assert (r["eval_bn"], r["learning_slope"], r["learning_hi"], r["still_learning"]) == ("running", -0.01, -0.001, 1.0)
+    assert (r["collapsed"], r["collapse_epoch"]) == (1.0, 163.0)
     other = rows[list(runs)[1]]
-    assert other["eval_bn"] == "" and math.isnan(other["still_learning"])
+    assert other["eval_bn"] == "" and math.isnan(other["still_learning"]) and math.isnan(other["collapsed"])
 
 
 def test_saturated_budget_is_the_smallest_within_tolerance_of_the_largest():
@@ -196,18 +199,3 @@ def test_tables_and_claims_mark_rows_with_collapsed_runs_and_count_them():
     assert "¶" not in render_table(quiet, "table1", "md") and "some collapsed" not in render_claims(quiet, "md")
     plain = render_table(df, "table1", "txt")
     assert "¶" in plain and r"\P" not in plain
-
-
-def test_summary_reads_the_collapse_record(tmp_path):
-    import test_report as tr
-
-    wf = tr._tiny(tmp_path / "results")
-    runs = tr._write_eval(wf)
-    rid = next(iter(runs))
-    folder = Path(wf["results"]) / "runs" / rid / "eval"
-    data = json.loads((folder / "features.json").read_text())
-    data["training"]["collapse"] = {"collapsed": True, "epoch": 163, "chance": math.log(255)}
-    (folder / "features.json").write_text(json.dumps(data))
-    rows = {r["run_id"]: r for r in summ.summarize(wf).to_dict("records")}
-    assert (rows[rid]["collapsed"], rows[rid]["collapse_epoch"]) == (1.0, 163.0)
-    assert math.isnan(rows[list(runs)[1]]["collapsed"])

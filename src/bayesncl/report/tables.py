@@ -111,32 +111,29 @@ BN_MODES = {"batch": "batch statistics of each test batch, as the released evalu
             "running": "running statistics (eval mode, eval.bn=running)"}
 
 
-def learning_note(groups: list[Group]) -> str:
-    """Marks (§) the rows with a run still learning when it stopped (docs/METHOD.md section 10) and says how
-    many of the table's runs were."""
+def _run_flag_note(groups: list[Group], column: str, mark: str, text: str) -> str:
+    """Marks (``mark``) the rows with a run whose ``column`` is 1 and returns the caption's count of them,
+    "<mark> k of the table's n runs <text>"; "" when none is."""
     runs = [r for g in groups for r in g.rows]
-    still = [r for r in runs if r.get("still_learning") == 1]
-    if not still:
+    flagged = sum(r.get(column) == 1 for r in runs)
+    if not flagged:
         return ""
     for g in groups:
-        if any(r.get("still_learning") == 1 for r in g.rows):
-            g.marks.append("§")
-    return (f"§ {len(still)} of the table's {len(runs)} runs were still learning when they stopped (their InfoNCE "
-            "loss still fell over the last 20% of epochs, the slope's 95% interval below 0).")
+        if any(r.get(column) == 1 for r in g.rows):
+            g.marks.append(mark)
+    return f"{mark} {flagged} of the table's {len(runs)} runs {text}"
+
+
+def learning_note(groups: list[Group]) -> str:
+    """Runs still learning when they stopped (§; docs/METHOD.md section 10)."""
+    return _run_flag_note(groups, "still_learning", "§", "were still learning when they stopped (their InfoNCE "
+                          "loss still fell over the last 20% of epochs, the slope's 95% interval below 0).")
 
 
 def collapse_note(groups: list[Group]) -> str:
-    """Marks (¶) the rows with a run that collapsed (bayesncl.learning.collapse) and says how many did: their
-    numbers stay in the row's mean and interval (a collapse is the method's behaviour under this protocol)."""
-    runs = [r for g in groups for r in g.rows]
-    fell = [r for r in runs if r.get("collapsed") == 1]
-    if not fell:
-        return ""
-    for g in groups:
-        if any(r.get("collapsed") == 1 for r in g.rows):
-            g.marks.append("¶")
-    return (f"¶ {len(fell)} of the table's {len(runs)} runs collapsed (their InfoNCE loss climbed back more than "
-            "half the way to chance, ln(2N-1), after falling; docs/METHOD.md section 10); they stay in the means.")
+    """Runs that collapsed (¶; bayesncl.learning.collapse): their numbers stay in the row's mean and interval."""
+    return _run_flag_note(groups, "collapsed", "¶", "collapsed (their InfoNCE loss climbed back more than half the "
+                          "way to chance, ln(2N-1), after falling; docs/METHOD.md section 10); they stay in the means.")
 
 
 def repeat_note(groups: list[Group], multi_dataset: bool) -> str:
