@@ -1,6 +1,7 @@
 """`bayesncl evaluate`, section by section, on checkpoints trained here."""
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -123,6 +124,9 @@ def test_what_the_report_reads_is_written(trained, evaluated):
     assert body["features"]["arrays"] == sorted(feats.files)
     assert body["training"]["loss"] == [x["loss"] for x in log]
     assert body["training"]["open_gates_last"] == log[-1]["open_gates"] and "config" in body
+    batch = body["config"]["train"]["batch_size"]  # the collapse record, against the run's own batch
+    assert body["training"]["collapse"]["chance"] == pytest.approx(math.log(2 * batch - 1))
+    assert body["training"]["collapse"]["collapsed"] in (True, False)
     assert feats["gate"].dtype == np.uint8 and set(np.unique(feats["gate"])) <= {0, 1}
     C_ = int(feats["num_classes"])
     for name in ("feature", "zplus"):
