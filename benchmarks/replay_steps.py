@@ -7,7 +7,8 @@
 The run's config is trained as `bayesncl pretrain` trains it (same seeds, draws and order, so the replay is
 bit-identical on the machine that ran it) up to `--from-epoch`, then each step of the next `--epochs` epochs
 prints: its InfoNCE, the smallest norm over the step's views of the feature before its last normalisation
-(z+ * m for BayesNCL, z+ otherwise; the gradient of normalize(v) grows as 1 / |v|), the norm of dL/dz+, and
+(z+ * m for BayesNCL, z+ otherwise; the gradient of normalize(v) grows as 1 / |v|), the norm of dL/dz+ and its
+largest entry (an fp16 loss scaler at scale S overflows once S times it passes 65,504), and
 the parameter tensor that moved most relative to its own norm. `--spikes G` prints only the steps with
 |dL/dz+| >= G (and one line per epoch); `--skip E:S` leaves the weights and optimizer state as they were in
 step S (0-based) of epoch E (1-based), the draws still made, to test whether that step alone caused what
@@ -28,7 +29,7 @@ sys.path.insert(0, str(ROOT / "src"))
 def replay(config: str, from_epoch: int, epochs: int, skip: set[tuple[int, int]] = frozenset(),
            spikes: float | None = None, out=print) -> list[dict]:
     """Train `config` to `from_epoch`, then replay `epochs` epochs step by step; returns one dict per replayed
-    step (epoch 1-based, step 0-based, infonce, min_norm, grad_norm, moved, moved_by)."""
+    step (epoch 1-based, step 0-based, infonce, min_norm, grad_norm, grad_max, moved, moved_by, skipped)."""
     import torch
 
     from bayesncl.config import resolve
@@ -69,7 +70,8 @@ def replay(config: str, from_epoch: int, epochs: int, skip: set[tuple[int, int]]
             records.append(r)
             if spikes is None or r["grad_norm"] >= spikes or r["skipped"]:
                 out(f"epoch {r['epoch']} step {r['step']}{' (skipped)' if r['skipped'] else ''}: InfoNCE "
-                    f"{r['infonce']:.4f}, min |v| {r['min_norm']:.3g}, |dL/dz+| {r['grad_norm']:.3g}, "
+                    f"{r['infonce']:.4f}, min |v| {r['min_norm']:.3g}, |dL/dz+| {r['grad_norm']:.3g} "
+                    f"(largest entry {r['grad_max']:.3g}), "
                     f"largest move {r['moved']} x{r['moved_by']:.3g}")
         if epoch >= from_epoch:
             out(f"epoch {epoch + 1}: InfoNCE {train_step.read_sums()[1] / steps:.4f}")
@@ -93,6 +95,7 @@ def _diagnosed_step(model, opt, train_step, x, gen, names, skip: bool) -> dict:
     moved = [float((p.detach() - s).norm() / s.norm().clamp_min(1e-12)) for p, s in zip(model.parameters(), saved)]
     i = max(range(len(moved)), key=moved.__getitem__)
     record = {"infonce": train_step.read_sums()[1] - before, "min_norm": min_norm, "grad_norm": float(grad.norm()),
+              "grad_max": float(grad.abs().max()),
               "moved": names[i], "moved_by": moved[i], "skipped": skip}
     if skip:
         with torch.no_grad():
