@@ -287,3 +287,27 @@ def test_saturation_draws_each_measure_against_the_budget_with_the_criterion_in_
     assert axes[1].get_xscale() == "symlog"  # budgets that double: a log axis that keeps 0
     empty = figures.saturation_figure(_saturation_frame(59.5).iloc[:0])
     assert "no runs in set saturation" in [t.get_text() for t in empty.axes[0].texts]
+
+
+def test_saturation_title_and_budget_labels_fit_with_many_budgets():
+    """Budgets 0-2048 (the long study's): every title line inside the figure, no two x labels overlapping."""
+    rows = []
+    for e in (0, 16, 32, 64, 128, 256, 512, 1024, 2048):
+        for s in range(2):
+            rows.append(_row("NCL", "ncl", s, "saturation", "epochs", dataset="synthetic", epochs=e,
+                             infonce_final=math.nan if e == 0 else 5.0 - e / 1000, sc=15 + e / 30 + s,
+                             probe_top1=35 + e / 40))
+    from matplotlib import rc_context
+
+    from bayesncl.report.drawing import RC
+
+    with rc_context(RC):  # as render_figures and demo_runs.py draw it
+        fig = figures.saturation_figure(summ.prepare(pd.DataFrame(rows)))
+        fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    box = fig._suptitle.get_window_extent(renderer)
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width
+    for ax in fig.axes[:3]:
+        labels = [t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_text()]
+        assert len(labels) == 9
+        assert all(a.x1 <= b.x0 or a.y1 <= b.y0 or b.y1 <= a.y0 for a, b in zip(labels, labels[1:]))

@@ -68,8 +68,9 @@ def new_figure(width: float, height: float) -> Figure:
 
 
 def chars_across(fig, fontsize: float) -> int:
-    """About how many characters of ``fontsize`` fit across the figure."""
-    return max(20, int(fig.get_figwidth() * 72 / (0.5 * fontsize)))
+    """About how many characters of ``fontsize`` fit across the figure (0.6 em a character: the sans-serif
+    default's mixed text runs at about 0.55)."""
+    return max(20, int(fig.get_figwidth() * 72 / (0.6 * fontsize)))
 
 
 def suptitle(fig, title: str, fixed: list[str]) -> None:

@@ -405,7 +405,8 @@ def saturation_figure(df: pd.DataFrame) -> Figure:
                 if positive and positive[-1] / positive[0] >= 8:  # budgets that double: a log axis, 0 kept
                     ax.set_xscale("symlog", base=2, linthresh=positive[0], linscale=0.5)
                     ax.set_xlabel("epochs, log scale (0: random init)")
-                ax.set_xticks(budgets, [str(e) for e in budgets])
+                # upright labels overlap past about 6 budgets on a panel a third of the page wide
+                ax.set_xticks(budgets, [str(e) for e in budgets], rotation=90 if len(budgets) > 6 else 0)
                 ax.minorticks_off()
             else:
                 no_runs(ax, "no runs in set saturation")
