@@ -33,11 +33,11 @@ def replay(config: str, from_epoch: int, epochs: int, skip: set[tuple[int, int]]
     import torch
 
     from bayesncl.config import resolve
-    from bayesncl.data import SimCLRAugment, iter_batches, load_split
+    from bayesncl.data import load_split
     from bayesncl.methods import build_method
     from bayesncl.optim import build_optimizer
     from bayesncl.runtime import resolve_device
-    from bayesncl.train import TrainStep, epoch_seed, steps_per_epoch
+    from bayesncl.train import TrainStep, start_epoch, steps_per_epoch, training_augment
 
     cfg = resolve(file=config)
     if cfg["train"]["threads"]:
@@ -48,19 +48,14 @@ def replay(config: str, from_epoch: int, epochs: int, skip: set[tuple[int, int]]
     torch.manual_seed(seed)
     model = build_method(cfg).to(device)
     opt = build_optimizer(model, cfg)
-    augment = SimCLRAugment(train_set.crop_size, train_set.mean, train_set.std,
-                            crop_scale=(cfg["train"]["crop_min_scale"], 1.0))
-    train_step = TrainStep(model, opt, augment, cfg, device, steps)
+    train_step = TrainStep(model, opt, training_augment(train_set, cfg), cfg, device, steps)
     names = [n for n, _ in model.named_parameters()]
     gen = torch.Generator(device=device)
     model.train()
     records = []
     for epoch in range(from_epoch + epochs):
-        gen.manual_seed(epoch_seed(seed, epoch))
-        torch.manual_seed(epoch_seed(seed, epoch) + 1)
+        batches = start_epoch(train_set, cfg, epoch, gen, device)
         train_step.start(epoch * steps)
-        batches = iter_batches(train_set, cfg["train"]["batch_size"], shuffle=True, seed=epoch_seed(seed, epoch),
-                               drop_last=True, device=device, num_workers=cfg["data"]["num_workers"])
         for step, (x, _, _) in enumerate(itertools.islice(batches, steps)):
             if epoch < from_epoch:
                 train_step(x, gen)
@@ -81,15 +76,18 @@ def replay(config: str, from_epoch: int, epochs: int, skip: set[tuple[int, int]]
 def _diagnosed_step(model, opt, train_step, x, gen, names, skip: bool) -> dict:
     import torch
 
+    from bayesncl.train import snapshot
+
     views, gate_u = train_step.draws(x.shape[0], gen)
-    state = [*model.parameters(), *model.buffers(), *opt.state_tensors()]
-    saved = [t.detach().clone() for t in state]
-    with torch.no_grad():  # the step's own views; the running statistics put back below
+    params = list(model.parameters())
+    saved = [p.detach().clone() for p in params]
+    undo_step = snapshot([*params, *model.buffers(), *opt.state_tensors()]) if skip else None
+    put_back_statistics = snapshot(list(model.buffers()))
+    with torch.no_grad():  # the step's own views
         out = model(train_step.augment.views(x, views), gate_u, views=2)
         v = out["zplus"].float() * (out["gate"].float() if "gate" in out else 1.0)
         min_norm = float(v.norm(dim=1).min())
-        for t, s in zip(model.buffers(), saved[len(list(model.parameters())):]):
-            t.copy_(s)
+    put_back_statistics()
     before = train_step.read_sums()[1]
     _, grad = train_step.body(x, views, gate_u, want_zplus=True)
     moved = [float((p.detach() - s).norm() / s.norm().clamp_min(1e-12)) for p, s in zip(model.parameters(), saved)]
@@ -97,10 +95,8 @@ def _diagnosed_step(model, opt, train_step, x, gen, names, skip: bool) -> dict:
     record = {"infonce": train_step.read_sums()[1] - before, "min_norm": min_norm, "grad_norm": float(grad.norm()),
               "grad_max": float(grad.abs().max()),
               "moved": names[i], "moved_by": moved[i], "skipped": skip}
-    if skip:
-        with torch.no_grad():
-            for t, s in zip(state, saved):
-                t.copy_(s)
+    if undo_step:
+        undo_step()
     return record
 
 
@@ -116,7 +112,12 @@ def main() -> None:
         skip = {tuple(int(v) for v in s.split(":")) for s in a.skip}
     except ValueError:
         p.error("--skip: EPOCH:STEP, e.g. 162:4")
-    replay(a.config, a.from_epoch, a.epochs, skip, a.spikes)
+    from bayesncl.errors import BayesNCLError
+
+    try:
+        replay(a.config, a.from_epoch, a.epochs, skip, a.spikes)
+    except BayesNCLError as exc:  # a bad config: one line, not a traceback
+        sys.exit(f"replay_steps.py: {exc}")
 
 
 if __name__ == "__main__":

@@ -40,3 +40,15 @@ def test_the_replay_is_the_run_and_a_skipped_step_changes_what_follows(tmp_path,
     assert skipped[:2] == [{**steps[0]}, {**steps[1], "skipped": True}]  # the step itself is as before
     assert skipped[2]["infonce"] != steps[2]["infonce"]  # what follows starts from the weights before it
     assert [q for q in quiet if "step" in q] == ["epoch 2 step 1 (skipped): " + quiet[0].split(": ", 1)[1]]
+
+
+def test_a_bad_config_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"\xff\xfe\x00binary")
+    for path in (tmp_path / "missing.yaml", bad):
+        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "replay_steps.py"), str(path)],
+                           capture_output=True, text=True, env={"PYTHONPATH": str(ROOT / "src")})
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and str(path) in r.stderr, r.stderr

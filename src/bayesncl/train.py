@@ -59,6 +59,33 @@ def epoch_seed(seed: int, epoch: int) -> int:
     return seed * 1_000_003 + epoch
 
 
+def training_augment(train_set, cfg: dict) -> SimCLRAugment:
+    """The two-view augmentation a run trains with (its split's crop size and normalisation)."""
+    return SimCLRAugment(train_set.crop_size, train_set.mean, train_set.std,
+                         crop_scale=(cfg["train"]["crop_min_scale"], 1.0))
+
+
+def start_epoch(train_set, cfg: dict, epoch: int, gen: torch.Generator, device, start: int = 0):
+    """Seed epoch `epoch`'s draws (the augmentation generator `gen`, the global generator) and return its
+    batches from step `start`: every epoch of a run, resumed or replayed, draws the same."""
+    seed = epoch_seed(cfg["seed"], epoch)
+    gen.manual_seed(seed)
+    torch.manual_seed(seed + 1)
+    return iter_batches(train_set, cfg["train"]["batch_size"], shuffle=True, seed=seed, drop_last=True,
+                        device=device, num_workers=cfg["data"]["num_workers"], start=start)
+
+
+def snapshot(tensors: list[torch.Tensor]):
+    """Copies of `tensors`; the returned function writes them back in place (a step undone)."""
+    saved = [t.detach().clone() for t in tensors]
+
+    def restore() -> None:
+        with torch.no_grad():
+            for t, v in zip(tensors, saved):
+                t.copy_(v)
+    return restore
+
+
 def steps_per_epoch(n: int, cfg: dict) -> int:
     steps = n // cfg["train"]["batch_size"]
     if steps == 0:
@@ -179,17 +206,15 @@ class TrainStep:
         if self.mode == "cudagraph":
             self._capture(x, gen)
             return
-        state = [*self.model.parameters(), *self.model.buffers(), *self.opt.state_tensors(), self.t, self.sums]
-        saved = [s.detach().clone() for s in state]
+        restore = snapshot([*self.model.parameters(), *self.model.buffers(), *self.opt.state_tensors(), self.t,
+                            self.sums])
         gen_state, global_state = gen.get_state(), torch.get_rng_state()
         for _ in range(3 if self.device.type == "cuda" else 1):  # CUDA graphs (reduce-overhead) record on call 2
             views, gate_u = self.draws(x.shape[0], gen)
             self._compiled(x, views, gate_u)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        with torch.no_grad():
-            for s, v in zip(state, saved):
-                s.copy_(v)
+        restore()
         gen.set_state(gen_state)
         torch.set_rng_state(global_state)
 
@@ -200,8 +225,8 @@ class TrainStep:
     def _capture(self, x: torch.Tensor, gen: torch.Generator) -> None:
         """Capture draws + step in a CUDA graph. Two warm-up steps first (lazy initialisation, autotuning) on a
         side stream; everything they changed is put back, so the run's steps are unchanged."""
-        state = [*self.model.parameters(), *self.model.buffers(), *self.opt.state_tensors(), self.t, self.sums]
-        saved = [s.detach().clone() for s in state]
+        restore = snapshot([*self.model.parameters(), *self.model.buffers(), *self.opt.state_tensors(), self.t,
+                            self.sums])
         gen_state = gen.get_state()
         self._static_x = x.clone()
         graph = torch.cuda.CUDAGraph()
@@ -215,9 +240,7 @@ class TrainStep:
         # thread_local: a DataLoader's pin-memory thread may call CUDA while this thread captures
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self._eager(self._static_x, gen)
-        with torch.no_grad():
-            for s, v in zip(state, saved):
-                s.copy_(v)
+        restore()
         gen.set_state(gen_state)
         self._graph, self._gen = graph, gen
 
@@ -289,9 +312,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
 
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / CONFIG, dump_yaml(cfg))
-    augment = SimCLRAugment(train_set.crop_size, train_set.mean, train_set.std,
-                            crop_scale=(cfg["train"]["crop_min_scale"], 1.0))
-    train_step = TrainStep(model, opt, augment, cfg, device, steps)
+    train_step = TrainStep(model, opt, training_augment(train_set, cfg), cfg, device, steps)
     names = train_step.names
     stop = {"signal": None}
     previous = signal.signal(signal.SIGTERM, lambda s, f: stop.update(signal=s))
@@ -316,15 +337,14 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
     gen = torch.Generator(device=device)
     try:
         for epoch in range(state["epoch"], epochs):
-            gen.manual_seed(epoch_seed(seed, epoch))
-            torch.manual_seed(epoch_seed(seed, epoch) + 1)
-            start_step, sums0, carried, compile_s = 0, None, 0.0, 0.0
-            if state["rng"] is not None:  # resuming a preempted epoch mid-way
+            start_step = state["step"] if state["rng"] is not None else 0
+            batches = start_epoch(train_set, cfg, epoch, gen, device, start=start_step)
+            sums0, carried, compile_s = None, 0.0, 0.0
+            if state["rng"] is not None:  # resuming a preempted epoch mid-way: its draws go on where they stopped
                 gen.set_state(state["rng"]["aug"])
                 torch.set_rng_state(state["rng"]["global"])
                 if "cuda" in state["rng"]:
                     torch.cuda.set_rng_state(state["rng"]["cuda"], device)
-                start_step = state["step"]
                 sums0, carried = state["partial"]["sums"], state["partial"]["seconds"]
                 compile_s = state["partial"].get("compile_seconds", 0.0)
                 state["rng"] = state["partial"] = None
@@ -334,8 +354,6 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
             # The epoch's seconds include those spent in it before a preemption.
             t0 = _clock() - carried
             check = _LaggedCheck(device)
-            batches = iter_batches(train_set, bs, shuffle=True, seed=epoch_seed(seed, epoch), drop_last=True,
-                                   device=device, num_workers=cfg["data"]["num_workers"], start=start_step)
             for step, (x, _, _) in enumerate(itertools.islice(batches, steps - start_step), start=start_step):
                 if not train_step.warm and stats is None:  # compile / capture: timed apart, not training time
                     c0 = _clock()
