@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 
 def replay(config: str, from_epoch: int, epochs: int, skip: set[tuple[int, int]] = frozenset(),
-           spikes: float | None = None, out=print) -> list[dict]:
+           spikes: float | None = None, out=print, fp16: bool = False) -> list[dict]:
     """Train `config` to `from_epoch`, then replay `epochs` epochs step by step; returns one dict per replayed
     step (epoch 1-based, step 0-based, infonce, min_norm, grad_norm, grad_max, moved, moved_by, skipped)."""
     import torch
@@ -61,24 +61,58 @@ def replay(config: str, from_epoch: int, epochs: int, skip: set[tuple[int, int]]
                 train_step(x, gen)
                 continue
             r = {"epoch": epoch + 1, "step": step,
-                 **_diagnosed_step(model, opt, train_step, x, gen, names, (epoch + 1, step) in skip)}
+                 **_diagnosed_step(model, opt, train_step, x, gen, names, (epoch + 1, step) in skip, fp16)}
             records.append(r)
-            if spikes is None or r["grad_norm"] >= spikes or r["skipped"]:
-                out(f"epoch {r['epoch']} step {r['step']}{' (skipped)' if r['skipped'] else ''}: InfoNCE "
+            if spikes is None or r["grad_norm"] >= spikes or r["skipped"] or r["overflow"]:
+                tag = " (skipped)" if r["skipped"] else " (loss scaler overflow, skipped)" if r["overflow"] else ""
+                out(f"epoch {r['epoch']} step {r['step']}{tag}: InfoNCE "
                     f"{r['infonce']:.4f}, min |v| {r['min_norm']:.3g}, |dL/dz+| {r['grad_norm']:.3g} "
                     f"(largest entry {r['grad_max']:.3g}), "
-                    f"largest move {r['moved']} x{r['moved_by']:.3g}")
+                    f"largest move {r['moved']} x{r['moved_by']:.3g}"
+                    + (f"; fp16 finite up to scale 2^{r['fp16_log2_scale']:.0f}, emulated 2^"
+                       f"{r['emulated_log2_scale']:.1f}" if fp16 else ""))
         if epoch >= from_epoch:
             out(f"epoch {epoch + 1}: InfoNCE {train_step.read_sums()[1] / steps:.4f}")
     return records
 
 
-def _diagnosed_step(model, opt, train_step, x, gen, names, skip: bool) -> dict:
+def fp16_headroom(model, train_step, x, views, gate_u) -> tuple[float, float]:
+    """log2 of the largest loss scale at which this step's gradients stay finite under fp16 autocast (the
+    released precision), searched over powers of 2 from 2^0 to 2^30 on one fp16 forward, and log2 of
+    65,504 / the largest fp32 gradient entry of any parameter (what an emulated scaler checks). The step's
+    BatchNorm statistics are put back."""
+    import math
+
+    import torch
+
+    from bayesncl.train import snapshot
+
+    put_back = snapshot(list(model.buffers()))
+    params = list(model.parameters())
+    with torch.autocast(x.device.type, dtype=torch.float16):
+        loss, _ = model.views_loss(train_step.augment.views(x, views), gate_u)
+    grads = torch.autograd.grad(loss.float(), params, retain_graph=True)
+    emulated = math.log2(65504.0 / max(float(g.abs().max()) for g in grads))
+
+    def finite(k: int) -> bool:
+        scaled = torch.autograd.grad(loss.float() * 2.0 ** k, params, retain_graph=True)
+        return all(bool(torch.isfinite(g).all()) for g in scaled)
+
+    lo, hi = -1, 31  # finite at lo (2^-1 never overflows here), not finite at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if finite(mid) else (lo, mid)
+    put_back()
+    return float(lo), emulated
+
+
+def _diagnosed_step(model, opt, train_step, x, gen, names, skip: bool, fp16: bool = False) -> dict:
     import torch
 
     from bayesncl.train import snapshot
 
     views, gate_u = train_step.draws(x.shape[0], gen)
+    headroom = fp16_headroom(model, train_step, x, views, gate_u) if fp16 else None
     params = list(model.parameters())
     saved = [p.detach().clone() for p in params]
     undo_step = snapshot([*params, *model.buffers(), *opt.state_tensors()]) if skip else None
@@ -94,7 +128,10 @@ def _diagnosed_step(model, opt, train_step, x, gen, names, skip: bool) -> dict:
     i = max(range(len(moved)), key=moved.__getitem__)
     record = {"infonce": train_step.read_sums()[1] - before, "min_norm": min_norm, "grad_norm": float(grad.norm()),
               "grad_max": float(grad.abs().max()),
-              "moved": names[i], "moved_by": moved[i], "skipped": skip}
+              "moved": names[i], "moved_by": moved[i], "skipped": skip,
+              "overflow": bool(train_step.scaler.found[0]) if train_step.scaler else False}
+    if headroom:
+        record["fp16_log2_scale"], record["emulated_log2_scale"] = headroom
     if undo_step:
         undo_step()
     return record
@@ -106,6 +143,8 @@ def main() -> None:
     p.add_argument("--from-epoch", type=int, default=0, help="epochs trained before the replay starts")
     p.add_argument("--epochs", type=int, default=1, help="epochs replayed step by step")
     p.add_argument("--skip", nargs="*", default=[], metavar="E:S", help="leave step S of epoch E out")
+    p.add_argument("--fp16", action="store_true",
+                   help="also the largest fp16 loss scale each step stands (slow on CPU: about 30 s a step)")
     p.add_argument("--spikes", type=float, default=None, metavar="G", help="print only steps with |dL/dz+| >= G")
     a = p.parse_args()
     try:
@@ -115,7 +154,7 @@ def main() -> None:
     from bayesncl.errors import BayesNCLError
 
     try:
-        replay(a.config, a.from_epoch, a.epochs, skip, a.spikes)
+        replay(a.config, a.from_epoch, a.epochs, skip, a.spikes, fp16=a.fp16)
     except BayesNCLError as exc:  # a bad config: one line, not a traceback
         sys.exit(f"replay_steps.py: {exc}")
 

@@ -16,7 +16,8 @@ spec.loader.exec_module(rs)
 
 
 def _run(tmp_path, tiny_sets):
-    cfg = C.resolve(sets=tiny_sets + ["train.epochs=3", "train.max_steps_per_epoch=2", "method.name=bayesncl"])
+    cfg = C.resolve(sets=tiny_sets + ["train.epochs=3", "train.max_steps_per_epoch=2", "method.name=bayesncl",
+                                      "train.loss_scaler=fp16"])  # these tiny runs' first steps overflow
     pretrain(cfg, tmp_path / "run", progress=False)
     log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     path = tmp_path / "config.yaml"
@@ -32,14 +33,21 @@ def test_the_replay_is_the_run_and_a_skipped_step_changes_what_follows(tmp_path,
     for epoch in (2, 3):  # the same seeds, draws and order as pretrain: the same losses
         mean = sum(r["infonce"] for r in steps if r["epoch"] == epoch) / 2
         assert abs(mean - log[epoch - 1]["infonce"]) < 1e-9, epoch
-    assert all(r["min_norm"] > 0 and r["grad_norm"] >= r["grad_max"] > 0 and r["moved_by"] > 0 for r in steps)
+    assert all(r["min_norm"] >= 0 and r["grad_norm"] >= r["grad_max"] > 0 for r in steps)
+    assert [r["moved_by"] > 0 for r in steps] == [not r["overflow"] for r in steps]  # the loss scaler's skips
+    for epoch in (2, 3):  # the replay's overflows are the run's skips
+        assert sum(r["overflow"] for r in steps if r["epoch"] == epoch) / 2 == log[epoch - 1]["skipped"]
     assert sum(line.startswith("epoch 3 step") for line in lines) == 2
 
     quiet = []
-    skipped = rs.replay(str(path), from_epoch=1, epochs=2, skip={(2, 1)}, spikes=1e9, out=quiet.append)
-    assert skipped[:2] == [{**steps[0]}, {**steps[1], "skipped": True}]  # the step itself is as before
-    assert skipped[2]["infonce"] != steps[2]["infonce"]  # what follows starts from the weights before it
-    assert [q for q in quiet if "step" in q] == ["epoch 2 step 1 (skipped): " + quiet[0].split(": ", 1)[1]]
+    skipped = rs.replay(str(path), from_epoch=1, epochs=2, skip={(3, 0)}, spikes=1e9, out=quiet.append)
+    assert not steps[2]["overflow"]  # a step that was taken
+    assert skipped[:3] == [steps[0], steps[1], {**steps[2], "skipped": True}]  # the step itself is as before
+    assert skipped[3]["infonce"] != steps[3]["infonce"]  # what follows starts from the weights before it
+    lines = [q for q in quiet if "step" in q]  # with --spikes: the skipped step and the loss scaler's skips
+    want = ([f"epoch 2 step {s} (loss scaler overflow, skipped)" for s in (0, 1) if steps[s]["overflow"]]
+            + ["epoch 3 step 0 (skipped)"])
+    assert [q.split(":")[0] for q in lines[: len(want)]] == want
 
 
 def test_a_bad_config_is_one_line(tmp_path):

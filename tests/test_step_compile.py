@@ -47,8 +47,8 @@ SETS = ["data.synthetic.image_size=16", "model.proj_hidden=32", "model.proj_dim=
 METHODS = {"ncl": ["method.name=ncl"], "bayesncl": ["method.name=bayesncl", "method.gate=gumbel"]}
 
 
-def make_step(method, graph, device="cpu"):
-    cfg = C.resolve(sets=SETS + METHODS[method] + [f"train.graph={graph}", f"train.device={device}"])
+def make_step(method, graph, device="cpu", extra=()):
+    cfg = C.resolve(sets=SETS + METHODS[method] + [f"train.graph={graph}", f"train.device={device}", *extra])
     torch.manual_seed(0)
     model = methods_mod.build_method(cfg).to(device).train()
     aug = SimCLRAugment(16, (0.5,) * 3, (0.25,) * 3)
@@ -93,6 +93,35 @@ def test_whole_step_traces_as_one_graph_and_reproduces_eager(tiny_backbone, monk
     ref = run(make_step(method, "eager"))
     assert_close_runs(ref, got, 0)
     assert ref[-1][-1][0] != ref[0][-1][0]  # the sums grew: steps ran
+
+
+def test_the_loss_scaler_is_in_the_one_graph_and_skips_as_eager(tiny_backbone, monkeypatch):
+    """train.loss_scaler=fp16 (emulated on CPU) inside the compiled step: still one graph, the same skips and
+    numbers as eager (from a scale of 2^18 this tiny model's first three steps overflow)."""
+    monkeypatch.setattr(T, "COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(T.LossScaler, "INIT", 2.0 ** 18)
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    extra = ["train.loss_scaler=fp16"]
+    got = run(make_step("bayesncl", "compile", extra=extra))
+    assert counters["stats"]["unique_graphs"] == 1
+    ref = run(make_step("bayesncl", "eager", extra=extra))
+    assert_close_runs(ref, got, 0)
+    skipped = [float(r[-1][-1]) for r in ref]  # the running sum of "skipped"
+    assert skipped == [1, 2, 3, 3, 3]  # three skipped, then taken
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_fp16_step_with_its_scaler_replays_in_a_graph(tiny_backbone, monkeypatch):
+    """precision fp16 with the real loss scaler on CUDA: no host sync, and the captured step gives the eager
+    step's skips and numbers (within 1e-3: fp16)."""
+    monkeypatch.setattr(T.LossScaler, "INIT", 2.0 ** 18)
+    extra = ["train.precision=fp16", "train.loss_scaler=fp16"]
+    ref = run(make_step("bayesncl", "eager", "cuda", extra), "cuda")
+    got = run(make_step("bayesncl", "cudagraph", "cuda", extra), "cuda")
+    assert [float(r[-1][-1]) for r in ref] == [float(r[-1][-1]) for r in got]
+    assert_close_runs(ref, got, 1e-3)
 
 
 @pytest.mark.slow

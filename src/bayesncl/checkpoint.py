@@ -81,6 +81,9 @@ def stored_config(state: dict, path: str | Path) -> dict:
     if isinstance(cfg, dict) and isinstance(cfg.get("eval", {}), dict):
         # Evaluation keys newer than the checkpoint take their defaults: they never change what was trained.
         cfg = {**cfg, "eval": {**copy.deepcopy(DEFAULTS["eval"]), **cfg.get("eval", {})}}
+    if isinstance(cfg, dict) and isinstance(cfg.get("train"), dict) and "loss_scaler" not in cfg["train"]:
+        # Trained before the key existed: every step was taken.
+        cfg = {**cfg, "train": {**cfg["train"], "loss_scaler": "none"}}
     try:
         return validate(cfg)
     except (ConfigError, KeyError, TypeError) as e:

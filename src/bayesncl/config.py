@@ -137,7 +137,13 @@ class TrainConfig:
     trust_coeff: float = _field(0.02, "the LARS trust coefficient", gt=0)
     warmup_epochs: int = _field(10, "linear warm-up epochs before the cosine decay", ge=0)
     warmup_start_lr: float = _field(3.0e-5, "the lr the warm-up starts from", ge=0)
-    precision: Literal["auto", "bf16", "fp32"] = _field("auto", "auto: bf16 autocast on CUDA, fp32 on CPU")
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = _field(
+        "auto", "auto: bf16 autocast on CUDA, fp32 on CPU; fp16: the released precision (needs loss_scaler fp16)")
+    # The released code's fp16 GradScaler skips each step whose scaled gradients overflow (docs/METHOD.md
+    # section 2); "fp16" under fp32 or bf16 emulates it. The default takes every step, as bf16 needs no scaler.
+    loss_scaler: Literal["none", "fp16"] = _field(
+        "none", "none: take every step; fp16: skip the steps the released fp16 loss scaler skips (real under "
+                "precision fp16, emulated under fp32 and bf16)")
     device: Literal["auto", "cpu", "cuda"] = _field("auto", "auto: CUDA when available, else CPU")
     crop_min_scale: float = _field(0.08, "RandomResizedCrop's smallest area scale", gt=0, le=1)
     channels_last: bool = _field(True, "channels-last memory format (CUDA only)")
@@ -396,6 +402,9 @@ def validate(cfg: dict) -> dict:
             f"data.root: dataset {cfg['data']['dataset']!r} needs a root path (set data.root=/path/to/data)"
         )
     _check_synthetic_mix(cfg["data"]["synthetic"])
+    if cfg["train"]["precision"] == "fp16" and cfg["train"]["loss_scaler"] != "fp16":
+        raise ConfigError("train.loss_scaler: fp16 training needs the loss scaler (its small gradients underflow "
+                          "without it); set train.loss_scaler=fp16 or train.precision=bf16")
     if cfg["train"]["graph"] == "cudagraph" and cfg["train"]["device"] == "cpu":
         raise ConfigError("train.graph: 'cudagraph' captures the step in a CUDA graph and needs train.device cuda "
                           "(or auto on a CUDA machine); use 'compile' or 'eager' on CPU")

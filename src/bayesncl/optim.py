@@ -101,10 +101,12 @@ class Lars(torch.optim.Optimizer):
         return loss
 
     @torch.no_grad()
-    def update(self, grads: list[torch.Tensor] | tuple, lr: torch.Tensor | None = None) -> None:
+    def update(self, grads: list[torch.Tensor] | tuple, lr: torch.Tensor | None = None,
+               skip: torch.Tensor | None = None) -> None:
         """One LARS step with `grads` (one per parameter of `params`, in that order). `lr`: a 0-d tensor, each
         group's lr being lr x its lr_mult; a 1-D tensor: one lr per parameter group (x its lr_mult); None: the
-        groups' "lr" entries."""
+        groups' "lr" entries. `skip`: a 0-d bool tensor; where true, weights and momentum stay exactly as they
+        were (a step the loss scaler skips; `grads` must then be finite, e.g. zeros)."""
         params, na = self._params, self._n_adapt
         if lr is None:  # the groups' own lr entries (timm's interface; not the trainer's path)
             lrs = torch.tensor([float(self.param_groups[i]["lr"]) for i in self._group_of], dtype=torch.float32,
@@ -131,9 +133,16 @@ class Lars(torch.optim.Optimizer):
         d += grads[na:]  # the others: d = g
 
         bufs = self._bufs
-        torch._foreach_mul_(bufs, self._momentum)  # a zero buffer (first step) becomes d, as timm's clone
-        torch._foreach_add_(bufs, d)
-        torch._foreach_addcmul_(params, bufs, lrs.neg().unbind(0))
+        if skip is None:
+            torch._foreach_mul_(bufs, self._momentum)  # a zero buffer (first step) becomes d, as timm's clone
+            torch._foreach_add_(bufs, d)
+            torch._foreach_addcmul_(params, bufs, lrs.neg().unbind(0))
+            return
+        # A skipped step multiplies the buffers by 1, adds 0 and moves the weights by 0 x lr: all exact.
+        momentum = torch.where(skip, 1.0, torch.tensor(self._momentum, dtype=torch.float32, device=skip.device))
+        torch._foreach_mul_(bufs, momentum.unbind(0))
+        torch._foreach_add_(bufs, torch._foreach_mul(d, torch.where(skip, 0.0, 1.0)))
+        torch._foreach_addcmul_(params, bufs, torch.where(skip, 0.0, lrs).neg().unbind(0))
 
 
 def build_optimizer(model: Method, cfg: dict) -> Lars:

@@ -40,7 +40,7 @@ from .startup import mark_ready
 from .methods import Method, build_method
 from .optim import Lars, build_optimizer, group_peaks, lr_at, lr_schedule
 from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
-from .runtime import autocast, channels_last, embed, peak_memory_mb, resolve_device
+from .runtime import LossScaler, autocast, channels_last, embed, peak_memory_mb, resolve_device
 
 COMPILE_BACKEND = "inductor"  # torch.compile's backend for train.graph=compile
 CHECK_EVERY = 50  # steps between finiteness checks (read one check late, so they never stall the device queue)
@@ -127,14 +127,18 @@ class TrainStep:
             raise ConfigError("train.graph: 'cudagraph' needs a CUDA device; use 'compile' or 'eager' on CPU")
         self.precision = cfg["train"]["precision"]
         self.channels_last = channels_last(cfg, device)
-        self.names = ("loss", "infonce", *model.extra_names, *model.stat_names)
+        # The released fp16 loss scaler: real under fp16, emulated otherwise; "skipped" logs its skips.
+        self.scaler = (LossScaler(device, real=self.precision == "fp16")
+                       if cfg["train"]["loss_scaler"] == "fp16" else None)
+        self.names = ("loss", "infonce", *model.extra_names, *model.stat_names,
+                      *(("skipped",) if self.scaler else ()))
         self.lr_table = lr_schedule(steps, cfg["train"], device, peaks=group_peaks(opt))  # (steps, groups)
         self.t = torch.zeros(1, dtype=torch.long, device=device)
         self.sums = torch.zeros(len(self.names), dtype=torch.float64, device=device)
         self._compiled = self._graph = None
         self.warm = self.mode == "eager"  # compiled or captured yet (warm_up); eager has nothing to prepare
         if self.mode == "compile":
-            static = [self.t, self.sums, self.lr_table, *opt.state_tensors()]
+            static = [self.t, self.sums, self.lr_table, *opt.state_tensors(), *self._scaler_tensors()]
             if device.type == "cuda":
                 for x in static:  # state the step mutates or reads: fixed addresses for CUDA graphs
                     torch._dynamo.mark_static_address(x)
@@ -143,6 +147,15 @@ class TrainStep:
                                      else None)
             # torch.autograd.grad inside the compiled step: traced into the graph instead of a graph break.
             self._compiled = torch._dynamo.config.patch(trace_autograd_ops=True)(compiled)
+
+    def _scaler_tensors(self) -> list[torch.Tensor]:
+        return self.scaler.state_tensors() if self.scaler else []
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """Every tensor a step changes: weights, BatchNorm statistics, optimizer and loss-scaler state, the step
+        counter and the running sums (what warm-up and capture put back)."""
+        return [*self.model.parameters(), *self.model.buffers(), *self.opt.state_tensors(), *self._scaler_tensors(),
+                self.t, self.sums]
 
     def start(self, t: int, sums: list[float] | None = None) -> None:
         """Set the global step counter and the epoch's running sums (zero, or those of a resumed epoch)."""
@@ -173,14 +186,22 @@ class TrainStep:
         out = parts.pop("out")
         params = self.opt.params
         wrt = [*params, out["zplus"]] if want_zplus else params
-        grads = torch.autograd.grad(loss, wrt)
-        self.opt.update(grads[: len(params)], lr)
+        scaler = self.scaler
+        grads = torch.autograd.grad(scaler.scaled(loss) if scaler else loss, wrt)
+        grads, extra = grads[: len(params)], grads[len(params):]
+        if scaler:
+            grads, extra = scaler.check(grads, extra)
+            self.opt.update(grads, lr, skip=scaler.found[0] > 0)
+        else:
+            self.opt.update(grads, lr)
         stats = self.model.stats(out)
         vals = [loss, parts["infonce"], *(parts[k] for k in self.model.extra_names),
-                *(stats[k] for k in self.model.stat_names)]
+                *(stats[k] for k in self.model.stat_names), *((scaler.found[0],) if scaler else ())]
         self.sums.add_(torch.stack(vals).detach().double())
+        if scaler:
+            scaler.update()
         self.t.add_(1)
-        return (out["zplus"].detach().float(), grads[-1].float()) if want_zplus else None
+        return (out["zplus"].detach().float(), extra[0].float()) if want_zplus else None
 
     def __call__(self, x: torch.Tensor, gen: torch.Generator, want_zplus: bool = False):
         if self.mode == "cudagraph" and not want_zplus:
@@ -206,8 +227,7 @@ class TrainStep:
         if self.mode == "cudagraph":
             self._capture(x, gen)
             return
-        restore = snapshot([*self.model.parameters(), *self.model.buffers(), *self.opt.state_tensors(), self.t,
-                            self.sums])
+        restore = snapshot(self.state_tensors())
         gen_state, global_state = gen.get_state(), torch.get_rng_state()
         for _ in range(3 if self.device.type == "cuda" else 1):  # CUDA graphs (reduce-overhead) record on call 2
             views, gate_u = self.draws(x.shape[0], gen)
@@ -225,8 +245,7 @@ class TrainStep:
     def _capture(self, x: torch.Tensor, gen: torch.Generator) -> None:
         """Capture draws + step in a CUDA graph. Two warm-up steps first (lazy initialisation, autotuning) on a
         side stream; everything they changed is put back, so the run's steps are unchanged."""
-        restore = snapshot([*self.model.parameters(), *self.model.buffers(), *self.opt.state_tensors(), self.t,
-                            self.sums])
+        restore = snapshot(self.state_tensors())
         gen_state = gen.get_state()
         self._static_x = x.clone()
         graph = torch.cuda.CUDAGraph()
@@ -295,7 +314,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
     if channels_last(cfg, device):
         model = model.to(memory_format=torch.channels_last)
     opt = build_optimizer(model, cfg)
-    state = {"epoch": 0, "step": 0, "log": [], "dynamics": {}, "rng": None, "partial": None}
+    state = {"epoch": 0, "step": 0, "log": [], "dynamics": {}, "rng": None, "partial": None, "scaler": None}
 
     ckpt_path = out / CHECKPOINT
     if ckpt_path.exists():
@@ -306,13 +325,15 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
                               "the config. Differences: " + "; ".join(diff))
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
-        state.update({k: saved[k] for k in ("epoch", "step", "log", "dynamics", "rng", "partial")})
+        state.update({k: saved[k] for k in ("epoch", "step", "log", "dynamics", "rng", "partial", "scaler")})
     if state["epoch"] >= epochs and final.exists():
         return final
 
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / CONFIG, dump_yaml(cfg))
     train_step = TrainStep(model, opt, training_augment(train_set, cfg), cfg, device, steps)
+    if state["scaler"] is not None:
+        train_step.scaler.load_state_dict(state["scaler"])
     names = train_step.names
     stop = {"signal": None}
     previous = signal.signal(signal.SIGTERM, lambda s, f: stop.update(signal=s))
@@ -320,7 +341,8 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
     def save(epoch: int, step: int, rng=None, partial=None):
         ckpt_io.save({"config": cfg, "model": model.state_dict(), "optimizer": opt.state_dict(),
                       "epoch": epoch, "step": step, "log": state["log"], "dynamics": state["dynamics"],
-                      "rng": rng, "partial": partial}, ckpt_path)
+                      "rng": rng, "partial": partial,
+                      "scaler": train_step.scaler.state_dict() if train_step.scaler else None}, ckpt_path)
 
     def finite(mean_loss: float, epoch: int, step: int) -> None:
         if not math.isfinite(mean_loss):  # before any save: NaN weights are never checkpointed
@@ -386,6 +408,8 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
             line = {"epoch": epoch + 1, **{k: v / steps for k, v in zip(names, sums)}, "lr": lr,
                     "epoch_seconds": seconds, "img_per_s": steps * bs / max(seconds, 1e-9), "steps": steps,
                     "peak_mem_mb": peak_memory_mb(device)}
+            if train_step.scaler:  # the scale at the epoch's end ("skipped": the share of its steps skipped)
+                line["loss_scale"] = float(train_step.scaler.scale[0])
             if train_step.mode != "eager":  # compile and graph-capture time: not in epoch_seconds
                 line["compile_seconds"] = compile_s
             if stats is not None:
