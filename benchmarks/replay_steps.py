@@ -69,18 +69,19 @@ def replay(config: str, from_epoch: int, epochs: int, skip: set[tuple[int, int]]
                     f"{r['infonce']:.4f}, min |v| {r['min_norm']:.3g}, |dL/dz+| {r['grad_norm']:.3g} "
                     f"(largest entry {r['grad_max']:.3g}), "
                     f"largest move {r['moved']} x{r['moved_by']:.3g}"
-                    + (f"; fp16 finite up to scale 2^{r['fp16_log2_scale']:.0f}, emulated 2^"
-                       f"{r['emulated_log2_scale']:.1f}" if fp16 else ""))
+                    + (f"; finite up to loss scale 2^{r['emulated_log2_scale']:.1f} (its fp16 forward: 2^"
+                       f"{r['fp16_log2_scale']:.0f})" if fp16 else ""))
         if epoch >= from_epoch:
             out(f"epoch {epoch + 1}: InfoNCE {train_step.read_sums()[1] / steps:.4f}")
     return records
 
 
 def fp16_headroom(model, train_step, x, views, gate_u) -> tuple[float, float]:
-    """log2 of the largest loss scale at which this step's gradients stay finite under fp16 autocast (the
-    released precision), searched over powers of 2 from 2^0 to 2^30 on one fp16 forward, and log2 of
-    65,504 / the largest fp32 gradient entry of any parameter (what an emulated scaler checks). The step's
-    BatchNorm statistics are put back."""
+    """log2 of the largest loss scale at which this step's gradients stay finite when its forward runs under
+    fp16 autocast (the released precision), searched over powers of 2 from 2^0 to 2^30; and log2 of 65,504 /
+    the largest gradient entry of any parameter in the step as trained (what `train.loss_scaler: fp16`
+    checks under fp32). The two differ where the fp16 forward changes the step itself (a feature near zero).
+    The step's BatchNorm statistics are put back."""
     import math
 
     import torch
@@ -89,10 +90,13 @@ def fp16_headroom(model, train_step, x, views, gate_u) -> tuple[float, float]:
 
     put_back = snapshot(list(model.buffers()))
     params = list(model.parameters())
-    with torch.autocast(x.device.type, dtype=torch.float16):
-        loss, _ = model.views_loss(train_step.augment.views(x, views), gate_u)
-    grads = torch.autograd.grad(loss.float(), params, retain_graph=True)
+    v = train_step.augment.views(x, views)
+    loss, _ = model.views_loss(v, gate_u)
+    grads = torch.autograd.grad(loss, params)
     emulated = math.log2(65504.0 / max(float(g.abs().max()) for g in grads))
+    put_back()
+    with torch.autocast(x.device.type, dtype=torch.float16):
+        loss, _ = model.views_loss(v, gate_u)
 
     def finite(k: int) -> bool:
         scaled = torch.autograd.grad(loss.float() * 2.0 ** k, params, retain_graph=True)

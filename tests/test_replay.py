@@ -60,3 +60,33 @@ def test_a_bad_config_is_one_line(tmp_path):
         r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "replay_steps.py"), str(path)],
                            capture_output=True, text=True, env={"PYTHONPATH": str(ROOT / "src")})
         assert r.returncode == 1 and r.stderr.count("\n") == 1 and str(path) in r.stderr, r.stderr
+
+
+def test_fp16_headroom_is_the_largest_finite_power_of_two_and_the_steps_own_overflow_point(tmp_path, tiny_sets):
+    import math
+
+    import torch
+
+    from bayesncl.data import SimCLRAugment
+    from bayesncl.methods import build_method
+    from bayesncl.optim import build_optimizer
+    from bayesncl.train import TrainStep
+
+    cfg = C.resolve(sets=tiny_sets + ["method.name=bayesncl", "train.batch_size=16"])
+    torch.manual_seed(0)
+    model = build_method(cfg).train()
+    aug = SimCLRAugment(16, (0.5,) * 3, (0.25,) * 3)
+    step = TrainStep(model, build_optimizer(model, cfg), aug, cfg, torch.device("cpu"), 4)
+    x = torch.randint(0, 256, (16, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    views, gate_u = step.draws(16, torch.Generator().manual_seed(1))
+    fp16, emulated = rs.fp16_headroom(model, step, x, views, gate_u)
+    v = step.augment.views(x, views)
+    grads = torch.autograd.grad(model.views_loss(v, gate_u)[0], list(model.parameters()))
+    assert emulated == math.log2(65504.0 / max(float(g.abs().max()) for g in grads))
+
+    def finite(k):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model.views_loss(v, gate_u)[0]
+        return all(bool(torch.isfinite(g).all())
+                   for g in torch.autograd.grad(loss.float() * 2.0 ** k, list(model.parameters())))
+    assert finite(fp16) and not finite(fp16 + 1)

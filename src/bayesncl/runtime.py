@@ -1,6 +1,6 @@
 """Where and how a model runs: device choice, bf16 autocast and the fp16 loss scaler, channels_last, peak
-memory, and `embed`, the evaluation-mode pass over a split. Pretraining and every evaluation section use these; nothing here knows
-about either."""
+memory, and `embed`, the evaluation-mode pass over a split. Pretraining and every evaluation section use
+these; nothing here knows about either."""
 
 from __future__ import annotations
 
