@@ -199,30 +199,21 @@ def make_step(cfg, size: int) -> TrainStep:
 
 def count_after(cfg, x, counter: OpCounter) -> None:
     """TrainStep.body's phases, called one by one."""
-    from bayesncl.runtime import autocast
-
     step = make_step(cfg, x.shape[-1])
     gen = torch.Generator().manual_seed(0)
     step(x, gen)  # warm-up
-    model, opt = step.model, step.opt
     with counter:
         counter.phase = "augment"
         views, gate_u = step.draws(x.shape[0], gen)
-        lr = step.lr_table.index_select(0, step.t)[0]  # one lr per parameter group
-        v = step.augment.views(x, views)
+        lr, v = step.inputs(x, views)
         counter.phase = "forward"
-        with autocast(step.device, step.precision):
-            loss, parts = model.views_loss(v, gate_u)
-        out = parts.pop("out")
+        loss, parts, out = step.forward(v, gate_u)
         counter.phase = "backward"
-        grads = torch.autograd.grad(loss, opt.params)
+        grads = step.backward(loss, [])
         counter.phase = "optimizer"
-        opt.update(grads, lr)
+        step.update(grads, lr)
         counter.phase = "sums"
-        stats = model.stats(out)
-        vals = [loss, parts["infonce"], *(parts[k] for k in model.extra_names), *(stats[k] for k in model.stat_names)]
-        step.sums.add_(torch.stack(vals).detach().double())
-        step.t.add_(1)
+        step.log(loss, parts, out)
 
 
 def count_whole_step(cfg, x) -> int:

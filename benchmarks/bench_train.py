@@ -116,26 +116,17 @@ class Phases:
 def after_phases(step: TrainStep, x: torch.Tensor, gen: torch.Generator) -> list[float]:
     """TrainStep.body's phases in order, timed (the same calls as the body makes)."""
     t = Phases(step.device)
-    model, opt = step.model, step.opt
     t.mark()
     views, gate_u = step.draws(x.shape[0], gen)
-    lr = step.lr_table.index_select(0, step.t)[0]  # one lr per parameter group
-    v = step.augment.views(x, views)
-    if step.channels_last:
-        v = v.contiguous(memory_format=torch.channels_last)
+    lr, v = step.inputs(x, views)
     t.mark()
-    with autocast(step.device, step.precision):
-        loss, parts = model.views_loss(v, gate_u)
-    out = parts.pop("out")
+    loss, parts, out = step.forward(v, gate_u)
     t.mark()
-    grads = torch.autograd.grad(loss, opt.params)
+    grads = step.backward(loss, [])
     t.mark()
-    opt.update(grads, lr)
+    step.update(grads, lr)
     t.mark()
-    stats = model.stats(out)
-    vals = [loss, parts["infonce"], *(parts[k] for k in model.extra_names), *(stats[k] for k in model.stat_names)]
-    step.sums.add_(torch.stack(vals).detach().double())
-    step.t.add_(1)
+    step.log(loss, parts, out)
     t.mark()
     return t.ms()
 

@@ -126,11 +126,11 @@ def test_a_run_skips_overflowing_steps_logs_them_and_changes_nothing_else(tmp_pa
     assert log[-1]["loss_scale"] == 2.0 ** 114
 
 
-def test_none_the_default_takes_every_step(tmp_path, tiny_sets, monkeypatch):
+def test_fp16_is_the_default_and_none_takes_every_step(tmp_path, tiny_sets, monkeypatch):
     monkeypatch.setattr(LossScaler, "INIT", 2.0 ** 120)
-    assert C.resolve(sets=[])["train"]["loss_scaler"] == "none"  # bf16 needs no scaler (docs/METHOD.md section 2)
-    T.pretrain(C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=3", "train.epochs=1"]), tmp_path / "r",
-               progress=False)
+    assert C.resolve(sets=[])["train"]["loss_scaler"] == "fp16"  # as released (docs/METHOD.md section 2)
+    T.pretrain(C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=3", "train.epochs=1",
+                                           "train.loss_scaler=none"]), tmp_path / "r", progress=False)
     log = _log(tmp_path / "r")
     assert "skipped" not in log[0] and "loss_scale" not in log[0]
 

@@ -139,11 +139,11 @@ class TrainConfig:
     warmup_start_lr: float = _field(3.0e-5, "the lr the warm-up starts from", ge=0)
     precision: Literal["auto", "bf16", "fp16", "fp32"] = _field(
         "auto", "auto: bf16 autocast on CUDA, fp32 on CPU; fp16: the released precision (needs loss_scaler fp16)")
-    # The released code's fp16 GradScaler skips each step whose scaled gradients overflow (docs/METHOD.md
-    # section 2); "fp16" under fp32 or bf16 emulates it. The default takes every step, as bf16 needs no scaler.
-    loss_scaler: Literal["none", "fp16"] = _field(
-        "none", "none: take every step; fp16: skip the steps the released fp16 loss scaler skips (real under "
-                "precision fp16, emulated under fp32 and bf16)")
+    # The released code's fp16 GradScaler skips each step whose scaled gradients overflow, gradient spikes
+    # that start a collapse among them (docs/METHOD.md sections 2 and 10); under fp32 or bf16 it is emulated.
+    loss_scaler: Literal["fp16", "none"] = _field(
+        "fp16", "fp16: skip the steps the released fp16 loss scaler skips (real under precision fp16, emulated "
+                "under fp32 and bf16); none: take every step")
     device: Literal["auto", "cpu", "cuda"] = _field("auto", "auto: CUDA when available, else CPU")
     crop_min_scale: float = _field(0.08, "RandomResizedCrop's smallest area scale", gt=0, le=1)
     channels_last: bool = _field(True, "channels-last memory format (CUDA only)")

@@ -176,32 +176,52 @@ class TrainStep:
         return views, (torch.rand(shape, generator=gen, device=self.device) if shape else None)
 
     def body(self, x: torch.Tensor, views: list, gate_u: torch.Tensor | None, want_zplus: bool = False):
-        """The step given its draws. Returns (z+, dL/dz+) when `want_zplus` (gradient dynamics), else None."""
-        lr = self.lr_table.index_select(0, self.t)[0]  # one lr per parameter group
+        """The step given its draws. Returns (z+, dL/dz+) when `want_zplus` (gradient dynamics), else None.
+        Its phases are methods so that the benchmarks time and count the very same calls."""
+        lr, v = self.inputs(x, views)
+        loss, parts, out = self.forward(v, gate_u)
+        grads = self.backward(loss, [out["zplus"]] if want_zplus else [])
+        extra = self.update(grads, lr)
+        self.log(loss, parts, out)
+        return (out["zplus"].detach().float(), extra[0].float()) if want_zplus else None
+
+    def inputs(self, x: torch.Tensor, views: list) -> tuple[torch.Tensor, torch.Tensor]:
+        """This step's lr (one per parameter group) and the two augmented views."""
+        lr = self.lr_table.index_select(0, self.t)[0]
         v = self.augment.views(x, views)
         if self.channels_last:
             v = v.contiguous(memory_format=torch.channels_last)
+        return lr, v
+
+    def forward(self, v: torch.Tensor, gate_u: torch.Tensor | None):
         with autocast(self.device, self.precision, cache=self.mode != "cudagraph"):
             loss, parts = self.model.views_loss(v, gate_u)
-        out = parts.pop("out")
-        params = self.opt.params
-        wrt = [*params, out["zplus"]] if want_zplus else params
-        scaler = self.scaler
-        grads = torch.autograd.grad(scaler.scaled(loss) if scaler else loss, wrt)
-        grads, extra = grads[: len(params)], grads[len(params):]
-        if scaler:
-            grads, extra = scaler.check(grads, extra)
-            self.opt.update(grads, lr, skip=scaler.found[0] > 0)
+        return loss, parts, parts.pop("out")
+
+    def backward(self, loss: torch.Tensor, extra: list[torch.Tensor]) -> tuple:
+        """Gradients of the (scaled) loss for every parameter, then for each tensor of `extra`."""
+        return torch.autograd.grad(self.scaler.scaled(loss) if self.scaler else loss, [*self.opt.params, *extra])
+
+    def update(self, grads: tuple, lr: torch.Tensor) -> list[torch.Tensor]:
+        """The LARS update (skipped where the loss scaler finds an overflow); returns the extra gradients."""
+        n = len(self.opt.params)
+        grads, extra = grads[:n], list(grads[n:])
+        if self.scaler:
+            grads, extra = self.scaler.check(grads, extra)
+            self.opt.update(grads, lr, skip=self.scaler.found[0] > 0)
         else:
             self.opt.update(grads, lr)
+        return extra
+
+    def log(self, loss: torch.Tensor, parts: dict, out: dict) -> None:
+        """Add the step's logged values to the epoch's sums; the loss scaler's next scale; the step counter."""
         stats = self.model.stats(out)
         vals = [loss, parts["infonce"], *(parts[k] for k in self.model.extra_names),
-                *(stats[k] for k in self.model.stat_names), *((scaler.found[0],) if scaler else ())]
+                *(stats[k] for k in self.model.stat_names), *((self.scaler.found[0],) if self.scaler else ())]
         self.sums.add_(torch.stack(vals).detach().double())
-        if scaler:
-            scaler.update()
+        if self.scaler:
+            self.scaler.update()
         self.t.add_(1)
-        return (out["zplus"].detach().float(), extra[0].float()) if want_zplus else None
 
     def __call__(self, x: torch.Tensor, gen: torch.Generator, want_zplus: bool = False):
         if self.mode == "cudagraph" and not want_zplus:
