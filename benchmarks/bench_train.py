@@ -5,6 +5,7 @@
     python benchmarks/bench_train.py --preset cifar       # ResNet-18 CIFAR, batch 256 (use a GPU)
     python benchmarks/bench_train.py --graph compile      # the step as train.graph=compile runs it
     python benchmarks/bench_train.py --batches 32 64 128 256  # CPU time per image against the batch
+    python benchmarks/bench_train.py --scaler             # what train.loss_scaler=fp16's check costs a step
 
 Times `bayesncl.train.TrainStep` (on-device augmentation of two views, forward, InfoNCE (+ KL), backward,
 LARS update, the logged sums) on random uint8 images held on the device, after a warm-up.
@@ -227,6 +228,28 @@ def batch_scaling(sets: list[str], size: int, device: torch.device, batches: lis
         print(f"batch {bs:5d}: {ms:8.1f} ms/step {ms / bs:7.3f} ms/image")
 
 
+def scaler_cost(sets: list[str], size: int, device: torch.device, steps: int, warmup: int) -> None:
+    """Each method's step with train.loss_scaler none and fp16 (the emulated check under fp32), one step of each
+    in turn on one batch; medians of the calling thread's CPU time (CUDA: device events)."""
+    x = torch.randint(0, 256, (128, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    x = x.to(device)
+    for method in ("ncl", "bayesncl"):
+        runs = {k: make_step(method, sets + [f"train.loss_scaler={k}"], size, device) for k in ("none", "fp16")}
+        gens = {k: torch.Generator(device=device).manual_seed(0) for k in runs}
+        ms = {k: [] for k in runs}
+        for i in range(warmup + steps):
+            for k, step in runs.items():
+                t = Phases(device)
+                t.mark()
+                step(x, gens[k])
+                t.mark()
+                if i >= warmup:
+                    ms[k].append(t.ms()[0])
+        med = {k: statistics.median(v) for k, v in ms.items()}
+        print(f"{method:9s} loss_scaler none {med['none']:7.1f} ms, fp16 {med['fp16']:7.1f} ms: "
+              f"{100 * (med['fp16'] / med['none'] - 1):+.1f}%")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=["demo", "cifar"], default="demo")
@@ -238,6 +261,7 @@ def main() -> None:
                    help="train.graph for the timed step (compile: the first steps hold the compile)")
     p.add_argument("--phases", action="store_true", help="per-phase times, the step before / after")
     p.add_argument("--batches", type=int, nargs="+", default=None, help="time NCL's step at these batch sizes")
+    p.add_argument("--scaler", action="store_true", help="the step with and without the loss scaler's check")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -246,6 +270,9 @@ def main() -> None:
         size = yaml.safe_load(fh)["defaults"]["data"]["synthetic"]["image_size"] if args.preset == "demo" else 32
     if args.batches:
         batch_scaling(sets, size, device, args.batches, args.steps or 10, args.warmup)
+        return
+    if args.scaler:
+        scaler_cost(sets, size, device, args.steps or 40, args.warmup)
         return
     if args.phases:
         phases(sets, size, device, args.steps or (20 if device.type == "cpu" else 30), args.warmup)

@@ -180,3 +180,16 @@ def test_a_checkpoint_from_before_the_scaler_reads_as_none():
     cfg = C.resolve(sets=[])
     del cfg["train"]["loss_scaler"]
     assert stored_config({"config": cfg, "model": {}}, "old.pt")["train"]["loss_scaler"] == "none"
+
+
+def test_the_benchmark_prints_the_checks_cost_for_each_method():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_train.py"), "--scaler", "--steps", "2",
+                        "--warmup", "0"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines] == ["ncl", "bayesncl"] and all(line.endswith("%") for line in lines)
