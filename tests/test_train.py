@@ -153,7 +153,9 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, tiny_sets, monk
 @pytest.mark.parametrize("bad,key", [("method.name=simsiam", "method.name"), ("method.rho=1.5", "method.rho"),
                                      ("method.rho=0", "method.rho"), ("method.lambda=-1", "method.lambda"),
                                      ("train.epochs=-1", "train.epochs"), ("method.gate=hard", "method.gate"),
-                                     ("model.arch=vit", "model.arch"), ("model.depth=3", "model.depth")])
+                                     ("model.arch=vit", "model.arch"), ("model.depth=3", "model.depth"),
+                                     ("train.loss_scaler=maybe", "train.loss_scaler"),
+                                     ("train.precision=fp8", "train.precision")])
 def test_bad_config_fails_before_work(tmp_path, tiny_sets, capsys, bad, key):
     out = tmp_path / "run"
     assert main(["pretrain", "--out", str(out), "--quiet"] + sum((["--set", s] for s in tiny_sets + [bad]), [])) == 2
