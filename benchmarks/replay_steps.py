@@ -39,7 +39,7 @@ def replay(config: str, from_epoch: int, epochs: int, skip: set[tuple[int, int]]
     from bayesncl.runtime import resolve_device
     from bayesncl.train import TrainStep, start_epoch, steps_per_epoch, training_augment
 
-    cfg = resolve(file=config)
+    cfg = resolve(file=config, recorded=True)  # a run's record: a key it lacks is what that run did
     if cfg["train"]["threads"]:
         torch.set_num_threads(cfg["train"]["threads"])
     device = resolve_device(cfg)
@@ -86,6 +86,7 @@ def fp16_headroom(model, train_step, x, views, gate_u) -> tuple[float, float]:
 
     import torch
 
+    from bayesncl.runtime import FP16_MAX
     from bayesncl.train import snapshot
 
     put_back = snapshot(list(model.buffers()))
@@ -93,7 +94,7 @@ def fp16_headroom(model, train_step, x, views, gate_u) -> tuple[float, float]:
     v = train_step.augment.views(x, views)
     loss, _ = model.views_loss(v, gate_u)
     grads = torch.autograd.grad(loss, params)
-    emulated = math.log2(65504.0 / max(float(g.abs().max()) for g in grads))
+    emulated = math.log2(FP16_MAX / max(float(g.abs().max()) for g in grads))
     put_back()
     with torch.autocast(x.device.type, dtype=torch.float16):
         loss, _ = model.views_loss(v, gate_u)

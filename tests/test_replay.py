@@ -90,3 +90,22 @@ def test_fp16_headroom_is_the_largest_finite_power_of_two_and_the_steps_own_over
         return all(bool(torch.isfinite(g).all())
                    for g in torch.autograd.grad(loss.float() * 2.0 ** k, list(model.parameters())))
     assert finite(fp16) and not finite(fp16 + 1)
+
+
+def test_a_run_recorded_before_the_loss_scaler_replays_as_it_ran(tmp_path, tiny_sets):
+    # Its config.resolved.yaml has no train.loss_scaler: the run took every step, and so must the replay, though
+    # today's default (fp16) would skip these tiny runs' first steps.
+    cfg = C.resolve(sets=tiny_sets + ["train.epochs=2", "train.max_steps_per_epoch=2", "method.name=bayesncl",
+                                      "train.loss_scaler=none"])
+    pretrain(cfg, tmp_path / "run", progress=False)
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    del cfg["train"]["loss_scaler"]
+    path = tmp_path / "config.yaml"
+    path.write_text(dump_yaml(cfg))
+    steps = rs.replay(str(path), from_epoch=0, epochs=2, out=lambda line: None)
+    assert not any(r["overflow"] for r in steps)
+    for epoch in (1, 2):
+        mean = sum(r["infonce"] for r in steps if r["epoch"] == epoch) / 2
+        assert abs(mean - log[epoch - 1]["infonce"]) < 1e-9, epoch
+    fp16 = C.resolve(file=path)  # read as a user's config, the default applies
+    assert fp16["train"]["loss_scaler"] == "fp16"

@@ -6,7 +6,6 @@ A checkpoint is a dict of tensors and plain Python values only (no pickled objec
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import pickle
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .atomic import atomic_path
-from .config import DEFAULTS, ConfigError, flatten, validate
+from .config import ConfigError, as_recorded, flatten, validate
 from .errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -77,15 +76,8 @@ def stored_config(state: dict, path: str | Path) -> dict:
     for key in ("config", "model"):
         if key not in state:
             raise CheckpointError(f"checkpoint {path}: missing entry {key!r}; is this a bayesncl checkpoint?")
-    cfg = state["config"]
-    if isinstance(cfg, dict) and isinstance(cfg.get("eval", {}), dict):
-        # Evaluation keys newer than the checkpoint take their defaults: they never change what was trained.
-        cfg = {**cfg, "eval": {**copy.deepcopy(DEFAULTS["eval"]), **cfg.get("eval", {})}}
-    if isinstance(cfg, dict) and isinstance(cfg.get("train"), dict) and "loss_scaler" not in cfg["train"]:
-        # Trained before the key existed: every step was taken.
-        cfg = {**cfg, "train": {**cfg["train"], "loss_scaler": "none"}}
     try:
-        return validate(cfg)
+        return validate(as_recorded(state["config"]))  # keys newer than the checkpoint: config.as_recorded
     except (ConfigError, KeyError, TypeError) as e:
         raise CheckpointError(f"checkpoint {path}: its stored config is invalid: {e}") from e
 

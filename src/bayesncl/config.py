@@ -448,14 +448,34 @@ def load_yaml_file(file: str | Path, what: str,
         raise ConfigError(f"{what} {path}: not valid YAML{where} ({problem}); {expected}") from None
 
 
-def resolve(base: dict | None = None, sets: list[str] | tuple = (), file: str | Path | None = None) -> dict:
-    """Defaults <- YAML file <- base dict <- `--set` overrides, then validate."""
+# Training keys added after runs were recorded, with what every run before them did (not today's default).
+TRAIN_KEYS_ADDED = {"loss_scaler": "none"}
+
+
+def as_recorded(cfg: dict) -> dict:
+    """A config recorded by an earlier version (a checkpoint's, a run's config.resolved.yaml), completed:
+    evaluation keys it lacks take their defaults (they never change what was trained), training keys added
+    since take what runs did before them (TRAIN_KEYS_ADDED). Anything else is left for validation to judge."""
+    if not isinstance(cfg, dict):
+        return cfg
+    out = dict(cfg)
+    if isinstance(out.get("eval", {}), dict):
+        out["eval"] = {**copy.deepcopy(DEFAULTS["eval"]), **out.get("eval", {})}
+    if isinstance(out.get("train"), dict):
+        out["train"] = {**TRAIN_KEYS_ADDED, **out["train"]}
+    return out
+
+
+def resolve(base: dict | None = None, sets: list[str] | tuple = (), file: str | Path | None = None,
+            recorded: bool = False) -> dict:
+    """Defaults <- YAML file <- base dict <- `--set` overrides, then validate. recorded=True: the file is a
+    run's recorded config (`as_recorded`), so a key it lacks means what that run did, not today's default."""
     cfg = copy.deepcopy(DEFAULTS)
     if file is not None:
         loaded = load_yaml_file(file, "config file") or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {file}: expected a mapping at the top level")
-        merge(cfg, loaded)
+        merge(cfg, as_recorded(loaded) if recorded else loaded)
     if base:
         merge(cfg, copy.deepcopy(base))
     if sets:
