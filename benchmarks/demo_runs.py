@@ -179,7 +179,7 @@ def study_frame(rows: list[dict]):
                    method=r["method"], variant=VARIANT[r["method"]], sets="saturation", sweep="epochs", gate="ste",
                    rho=0.8, proj_dim=64.0, epochs=float(r["epochs"]), seed=float(r["seed"]),
                    infonce_final=math.nan if r["infonce"] is None else r["infonce"], sc=r["batch"]["sc"],
-                   probe_top1=r["top1"])
+                   probe_top1=r["top1"], infonce_chance=r["collapse"]["chance"])
         row["lambda"] = 3e-5
         out.append(row)
     return prepare(pd.DataFrame(out, columns=COLUMNS))
@@ -217,11 +217,22 @@ def cmd_saturation(args) -> None:
             fell = [f"s{r['seed']} ({r['collapse']['epoch']})" for r in rs if r["collapse"]["collapsed"]]
             print(f"| {VARIANT[m]} | {e} | {len(rs)} | {_ms(vals['infonce'])} | {_ms(vals['sc'])} | "
                   f"{_ms(vals['top1'])} | {learning} of {len(rs)} | {', '.join(fell) or '-'} |")
-    from bayesncl.learning import saturated_budget, saturation_rule
+    from bayesncl.learning import MEASURES, gain_shares, saturated_budget, saturation_rule
 
     top = budgets[-1]
-    saturated = saturated_budget({e: means["ncl", e] for e in budgets if e > 0})
-    print(f"\nCriterion (NCL only, fixed in advance): the smallest budget {saturation_rule()} ({top} epochs): "
+    init = [r for r in every if r["method"] == "ncl" and r["epochs"] == 0]
+    if not init:
+        sys.exit(f"demo_runs.py saturation: no NCL random-init run (0 epochs) under {args.dir}; "
+                 "run `demo_runs.py run --epochs 0` first")
+    start = {"infonce": init[0]["collapse"]["chance"], "sc": statistics.mean(r["batch"]["sc"] for r in init),
+             "top1": statistics.mean(r["top1"] for r in init)}
+    ncl = {e: means["ncl", e] for e in budgets}
+    print("\n| epochs | share of the way to the largest budget: final InfoNCE | SC | top-1 |")
+    print("|---|---|---|---|")
+    for e, sh in gain_shares(ncl, start).items():
+        print(f"| {e} | " + " | ".join(f"{sh[k]:.3f}" for k in MEASURES) + " |")
+    saturated = saturated_budget(ncl, start)
+    print(f"\nCriterion (NCL only, fixed in advance): {saturation_rule()} ({top} epochs): "
           f"{saturated if saturated is not None else f'none below {top}'}")
     print("\n| epochs | SC: BayesNCL (STE) - NCL | top-1: BayesNCL (STE) - NCL |")
     print("|---|---|---|")

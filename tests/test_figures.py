@@ -266,7 +266,7 @@ def _saturation_frame(sc_at_64: float):
             for v, m, shift in (("NCL", "ncl", 0.0), ("BayesNCL (STE)", "bayesncl", -10.0 if e == 64 else 3.0)):
                 rows.append(_row(v, m, s, "saturation", "epochs", dataset="synthetic", epochs=e,
                                  infonce_final=math.nan if loss is None else loss + 0.01 * s, sc=sc + shift + s,
-                                 probe_top1=top1 + s))
+                                 probe_top1=top1 + s, infonce_chance=math.log(255)))
     return summ.prepare(pd.DataFrame(rows))
 
 
@@ -280,11 +280,14 @@ def test_saturation_draws_each_measure_against_the_budget_with_the_criterion_in_
     assert list(ncl.get_xdata()) == [0, 16, 64, 128] and list(ncl.get_ydata()) == [15.5, 16.0, 60.0, 60.5]
     loss = next(ln for ln in axes[0].lines if ln.get_label().startswith("NCL"))
     assert list(loss.get_xdata()) == [16, 64, 128]  # random init has no training loss
-    assert "Synthetic: NCL saturates at 64 epochs (within 0.02 InfoNCE, 1 SC and 1 top-1 points" in _title(fig)
-    late = figures.saturation_figure(_saturation_frame(sc_at_64=58.0))  # 64 is 2 SC points short of 128
+    assert "Synthetic: NCL saturates at 64 epochs (the smallest budget from which NCL's means" in _title(fig)
+    late = figures.saturation_figure(_saturation_frame(sc_at_64=55.0))  # 64 covered 89% of SC's way to 128
     assert "Synthetic: NCL has not saturated below 128 epochs" in _title(late)
     assert [t.get_text() for t in axes[1].get_xticklabels()] == ["0", "16", "64", "128"]
     assert axes[1].get_xscale() == "symlog"  # budgets that double: a log axis that keeps 0
+    rows = _saturation_frame(59.5)
+    no_init = figures.saturation_figure(rows[rows["epochs"] > 0])  # the start of the way is not known
+    assert "Synthetic: needs NCL's random-init network (0 epochs) as the start" in _title(no_init)
     empty = figures.saturation_figure(_saturation_frame(59.5).iloc[:0])
     assert "no runs in set saturation" in [t.get_text() for t in empty.axes[0].texts]
 

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from bayesncl.learning import learning_slope
@@ -117,26 +119,80 @@ def test_summary_reads_the_mode_and_the_learning_record(tmp_path):
     rows = {r["run_id"]: r for r in summ.summarize(wf).to_dict("records")}
     r = rows[rid]
     assert (r["eval_bn"], r["learning_slope"], r["learning_hi"], r["still_learning"]) == ("running", -0.01, -0.001, 1.0)
-    assert (r["collapsed"], r["collapse_epoch"]) == (1.0, 163.0)
+    assert (r["collapsed"], r["collapse_epoch"], r["infonce_chance"]) == (1.0, 163.0, math.log(255))
     other = rows[list(runs)[1]]
     assert other["eval_bn"] == "" and math.isnan(other["still_learning"]) and math.isnan(other["collapsed"])
 
 
-def test_saturated_budget_is_the_smallest_within_tolerance_of_the_largest():
-    from bayesncl.learning import SATURATION, saturated_budget
+def naive_saturated(means, start, share=0.95):
+    """The criterion written out: walk down from the budget below the largest; a budget counts when each of its
+    three means covered `share` of the way from the start to the largest budget's (InfoNCE falling, SC and
+    top-1 rising); the answer is the last budget reached before the first that does not count."""
+    budgets = sorted(e for e in means if e > 0)
+    if len(budgets) < 2:
+        return None
+    top = means[budgets[-1]]
+    answer = None
+    for e in budgets[-2::-1]:
+        ok = True
+        for k in ("infonce", "sc", "top1"):
+            way = top[k] - start[k]
+            gone = means[e][k] - start[k]
+            if k == "infonce":
+                way, gone = -way, -gone
+            if not (way > 0 and gone >= share * way):  # NaN fails both
+                ok = False
+        if not ok:
+            break
+        answer = e
+    return answer
 
-    def m(loss, sc, top1):
-        return {"infonce": loss, "sc": sc, "top1": top1}
 
-    curve = {0: m(float("nan"), 15, 35), 16: m(5.2, 15, 38), 64: m(4.50, 60.5, 90.2), 128: m(4.49, 61.0, 91.0),
-             256: m(4.48, 61.2, 91.1)}
-    assert saturated_budget(curve) == 64  # 0 (random init) never counts; 64 within 0.02 / 1 / 1 of 256
-    assert saturated_budget({**curve, 64: m(4.50, 59.9, 90.2)}) == 128  # SC 1.3 points short
-    assert saturated_budget({**curve, 64: m(4.51, 60.5, 89.9)}) == 128  # top-1 1.2 short
-    assert saturated_budget({**curve, 64: m(4.51 + SATURATION["infonce"], 61, 91)}) == 128  # loss 0.03 above
-    assert saturated_budget({16: curve[16], 256: curve[256]}) is None  # only the reference itself qualifies
-    assert saturated_budget({256: curve[256]}) is None
-    assert saturated_budget({**curve, 64: m(float("nan"), 61, 91)}) == 128  # a missing mean never qualifies
+def m(loss, sc, top1):
+    return {"infonce": loss, "sc": sc, "top1": top1}
+
+
+START = {"infonce": math.log(255), "sc": 15.0, "top1": 35.0}
+
+
+def test_saturated_budget_is_the_smallest_from_which_every_budget_covered_95_percent_of_the_way():
+    from bayesncl.learning import SATURATION_SHARE, saturated_budget
+
+    assert SATURATION_SHARE == 0.95
+    # the way to 256: InfoNCE 5.541 -> 4.50 (1.04), SC 15 -> 75 (60), top-1 35 -> 95 (60)
+    curve = {0: m(math.nan, 15, 35), 16: m(5.2, 15, 38), 64: m(4.55, 72, 92), 128: m(4.52, 74, 94),
+             256: m(4.50, 75, 95)}
+    assert saturated_budget(curve, START) == 64  # 0 (random init) never counts; 64 covered >= 95% everywhere
+    assert saturated_budget({**curve, 64: m(4.55, 71.9, 92)}, START) == 128  # SC 94.8% of its way
+    assert saturated_budget({**curve, 64: m(4.55, 72, 91.9)}, START) == 128  # top-1 94.8%
+    assert saturated_budget({**curve, 64: m(4.56, 72, 92)}, START) == 128  # InfoNCE 94.3%
+    assert saturated_budget({**curve, 128: m(4.60, 74, 94)}, START) is None  # from itself on: 128 falls short
+    assert saturated_budget({**curve, 64: m(4.45, 80, 99)}, START) == 64  # past the largest counts as there
+    assert saturated_budget({**curve, 64: m(math.nan, 72, 92)}, START) == 128  # a missing mean never counts
+    assert saturated_budget({**curve, 256: m(4.50, 14, 95)}, START) is None  # SC never rose: nothing to saturate
+    assert saturated_budget({16: curve[16], 256: curve[256]}, START) is None  # only the reference itself
+    assert saturated_budget({256: curve[256]}, START) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(4.0, 5.6), st.floats(10, 90), st.floats(30, 99)), min_size=1, max_size=6),
+       st.floats(10, 30), st.floats(30, 50))
+def test_saturated_budget_equals_the_written_out_criterion(points, sc0, top0):
+    from bayesncl.learning import saturated_budget
+
+    means = {16 * 2 ** i: m(*p) for i, p in enumerate(points)}
+    start = {"infonce": math.log(255), "sc": sc0, "top1": top0}
+    assert saturated_budget(means, start) == naive_saturated(means, start)
+
+
+def test_gain_shares_are_the_share_of_the_way_to_the_largest_budget():
+    from bayesncl.learning import gain_shares
+
+    shares = gain_shares({64: m(4.55, 72, 92), 256: m(4.50, 75, 95)}, START)
+    assert shares[256] == {"infonce": 1.0, "sc": 1.0, "top1": 1.0}
+    assert shares[64]["sc"] == pytest.approx(57 / 60) and shares[64]["top1"] == pytest.approx(57 / 60)
+    assert shares[64]["infonce"] == pytest.approx((START["infonce"] - 4.55) / (START["infonce"] - 4.50))
+    assert math.isnan(gain_shares({64: m(4.5, 20, 40), 128: m(5.6, 30, 50)}, START)[64]["infonce"])  # loss rose
 
 
 def naive_collapse(losses, batch):

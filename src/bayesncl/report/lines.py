@@ -146,17 +146,23 @@ def paired(left: dict[int, dict[int, float]], right: dict[int, dict[int, float]]
 
 
 def saturation_verdict(rows: pd.DataFrame) -> tuple[bool | None, str]:
-    """The saturation criterion on NCL's means per budget (budgets > 0) of ``rows``: (saturated, in words);
-    saturated is None when NCL has fewer than two budgets."""
+    """The saturation criterion (``bayesncl.learning.saturated_budget``) on NCL's means per budget of ``rows``,
+    its start the random-init network (0 epochs) and InfoNCE's chance level: (saturated, in words); saturated
+    is None when NCL has fewer than two trained budgets or no random-init run."""
     from ..learning import saturated_budget, saturation_rule
 
     ncl = rows[rows["method"] == "ncl"]
     budgets = sorted(e for e in set(ncl["epochs"]) if math.isfinite(e) and e > 0)
     if len(budgets) < 2:
         return None, "needs NCL at two budgets or more"
-    means = {int(e): {k: float(ncl.loc[ncl["epochs"] == e, col].mean()) for k, col in
-                      (("infonce", "infonce_final"), ("sc", "sc"), ("top1", "probe_top1"))} for e in budgets}
-    found, rule = saturated_budget(means), saturation_rule()
+    if not (ncl["epochs"] == 0).any():
+        return None, "needs NCL's random-init network (0 epochs) as the start"
+    cols = (("infonce", "infonce_final"), ("sc", "sc"), ("top1", "probe_top1"))
+    means = {int(e): {k: float(ncl.loc[ncl["epochs"] == e, col].mean()) for k, col in cols} for e in budgets}
+    init = ncl[ncl["epochs"] == 0]
+    start = {"infonce": float(ncl["infonce_chance"].mean()), "sc": float(init["sc"].mean()),
+             "top1": float(init["probe_top1"].mean())}
+    found, rule = saturated_budget(means, start), saturation_rule()
     if found is None:
         return False, f"NCL has not saturated below {int(budgets[-1])} epochs ({rule})"
     return True, f"NCL saturates at {found} epochs ({rule})"

@@ -25,7 +25,7 @@ section 4); ``learning_slope``/``learning_hi`` are the InfoNCE slope per epoch o
 training and its interval's upper end, ``still_learning`` 1 when that interval lies below 0
 (``bayesncl.learning``; NaN when too few epochs); ``collapsed`` 1 when the run's InfoNCE climbed back more
 than half the way to chance after falling (``bayesncl.learning.collapse``), ``collapse_epoch`` the first such
-epoch; ``infonce_final`` is the last epoch's mean InfoNCE and
+epoch; ``infonce_final`` is the last epoch's mean InfoNCE, ``infonce_chance`` its chance level ln(2N - 1) and
 ``epochs`` the run's training budget (0: the random-init reference; the saturation figure's x axis).
 
 Units: the retrieval section stores precision as a fraction; runs.csv holds it in percent (``ret_p*``
@@ -63,7 +63,7 @@ METRIC_COLUMNS = [
     "gflops", "params_m", "sec_per_epoch", "img_per_s", "peak_mem_mb", "train_minutes",
     "open_gates_last", "gate_curve", "loss_curve",
     "eval_bn", "learning_slope", "learning_hi", "still_learning", "collapsed", "collapse_epoch",
-    "infonce_final",
+    "infonce_final", "infonce_chance",
 ]
 COLUMNS = ID_COLUMNS + RUN_COLUMNS + METRIC_COLUMNS
 TEXT_COLUMNS = {
@@ -202,6 +202,7 @@ def _flatten(run: Run, metrics: dict[str, dict]) -> dict:
     fall = (metrics.get("training") or {}).get("collapse")  # bayesncl.learning.collapse, from the run's log
     if isinstance(fall, dict):
         row["collapsed"], row["collapse_epoch"] = _num(fall.get("collapsed")), _num(fall.get("epoch"))
+        row["infonce_chance"] = _num(fall.get("chance"))
     row["infonce_final"] = _num((metrics.get("training") or {}).get("infonce_final"))  # the last epoch's mean
     return row
 
