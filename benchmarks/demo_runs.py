@@ -15,9 +15,10 @@ interpretability, fast linear probe) once with eval.bn=batch and once with eval.
 (bayesncl.report.learning), and per eval mode SC, top-1, Act. and the open-gate fraction on the test split.
 A run folder that already has result.json is skipped, so a killed study resumes.
 
-`saturation` marks the runs that collapsed (bayesncl.learning.collapse, from each log) and applies the criterion fixed before any BayesNCL result was read, on NCL alone: the saturated
-budget is the smallest whose NCL means of final InfoNCE, SC and top-1 are within 0.02, 1 point and 1 point
-of the largest budget's. It prints the curve for both methods and the paired BayesNCL - NCL differences.
+`saturation` marks the runs that collapsed (bayesncl.learning.collapse, from each log) and applies the
+saturation criterion on NCL alone (bayesncl.learning.saturated_budget, read as the report reads it:
+bayesncl.report.lines.saturation_curve; it needs the 0-epoch runs as its start). It prints the curve for both
+methods, NCL's share of the way to the largest budget, and the paired BayesNCL - NCL differences.
 """
 
 from __future__ import annotations
@@ -204,7 +205,6 @@ def cmd_saturation(args) -> None:
                  "run `demo_runs.py run` first")
     print("| method | epochs | seeds | final InfoNCE | SC | top-1 | still learning | collapsed (epoch) |")
     print("|---|---|---|---|---|---|---|---|")
-    means = {}
     for m in ("ncl", "bayesncl"):
         for e in budgets:
             rs = [r for r in rows if r["method"] == m and r["epochs"] == e]
@@ -212,21 +212,17 @@ def cmd_saturation(args) -> None:
                 continue
             vals = {"infonce": [r["infonce"] for r in rs], "sc": [r["batch"]["sc"] for r in rs],
                     "top1": [r["top1"] for r in rs]}
-            means[m, e] = {k: statistics.mean(v) for k, v in vals.items()}
             learning = sum(bool(r["learning"]["still_learning"]) for r in rs)
             fell = [f"s{r['seed']} ({r['collapse']['epoch']})" for r in rs if r["collapse"]["collapsed"]]
             print(f"| {VARIANT[m]} | {e} | {len(rs)} | {_ms(vals['infonce'])} | {_ms(vals['sc'])} | "
                   f"{_ms(vals['top1'])} | {learning} of {len(rs)} | {', '.join(fell) or '-'} |")
     from bayesncl.learning import MEASURES, gain_shares, saturated_budget, saturation_rule
+    from bayesncl.report.lines import saturation_curve
 
     top = budgets[-1]
-    init = [r for r in every if r["method"] == "ncl" and r["epochs"] == 0]
-    if not init:
-        sys.exit(f"demo_runs.py saturation: no NCL random-init run (0 epochs) under {args.dir}; "
-                 "run `demo_runs.py run --epochs 0` first")
-    start = {"infonce": init[0]["collapse"]["chance"], "sc": statistics.mean(r["batch"]["sc"] for r in init),
-             "top1": statistics.mean(r["top1"] for r in init)}
-    ncl = {e: means["ncl", e] for e in budgets}
+    ncl, start, missing = saturation_curve(study_frame(every))  # as the report reads it
+    if ncl is None:
+        sys.exit(f"demo_runs.py saturation: {missing} under {args.dir}; run `demo_runs.py run` for it first")
     print("\n| epochs | share of the way to the largest budget: final InfoNCE | SC | top-1 |")
     print("|---|---|---|---|")
     for e, sh in gain_shares(ncl, start).items():

@@ -17,7 +17,7 @@ from .names import ARCH_NAMES, METHOD_LABELS, is_main
 from .verdicts import mean_interval
 
 __all__ = ["default_point", "gate_points", "group_key", "line_points", "mode", "paired", "parse_json",
-           "row_mask", "rows_in_set", "saturation_verdict", "sc_curve", "seed_stats", "seeds_text", "split_lines"]
+           "row_mask", "rows_in_set", "saturation_curve", "saturation_verdict", "sc_curve", "seed_stats", "seeds_text", "split_lines"]
 
 
 def rows_in_set(df: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -145,24 +145,33 @@ def paired(left: dict[int, dict[int, float]], right: dict[int, dict[int, float]]
     return out
 
 
-def saturation_verdict(rows: pd.DataFrame) -> tuple[bool | None, str]:
-    """The saturation criterion (``bayesncl.learning.saturated_budget``) on NCL's means per budget of ``rows``,
-    its start the random-init network (0 epochs) and InfoNCE's chance level: (saturated, in words); saturated
-    is None when NCL has fewer than two trained budgets or no random-init run."""
-    from ..learning import saturated_budget, saturation_rule
-
+def saturation_curve(rows: pd.DataFrame) -> tuple[dict | None, dict | None, str]:
+    """What the saturation criterion reads from ``rows`` (runs.csv rows): NCL's means per trained budget
+    {epochs: {"infonce", "sc", "top1"}}, their start (the random-init network's SC and top-1, InfoNCE's chance
+    level) and ""; or None, None and what is missing."""
     ncl = rows[rows["method"] == "ncl"]
     budgets = sorted(e for e in set(ncl["epochs"]) if math.isfinite(e) and e > 0)
     if len(budgets) < 2:
-        return None, "needs NCL at two budgets or more"
-    if not (ncl["epochs"] == 0).any():
-        return None, "needs NCL's random-init network (0 epochs) as the start"
+        return None, None, "needs NCL at two budgets or more"
+    init = ncl[ncl["epochs"] == 0]
+    if init.empty:
+        return None, None, "needs NCL's random-init network (0 epochs) as the start"
     cols = (("infonce", "infonce_final"), ("sc", "sc"), ("top1", "probe_top1"))
     means = {int(e): {k: float(ncl.loc[ncl["epochs"] == e, col].mean()) for k, col in cols} for e in budgets}
-    init = ncl[ncl["epochs"] == 0]
     start = {"infonce": float(ncl["infonce_chance"].mean()), "sc": float(init["sc"].mean()),
              "top1": float(init["probe_top1"].mean())}
+    return means, start, ""
+
+
+def saturation_verdict(rows: pd.DataFrame) -> tuple[bool | None, str]:
+    """The saturation criterion (``bayesncl.learning.saturated_budget``) on ``saturation_curve(rows)``:
+    (saturated, in words); saturated is None when the curve lacks what the criterion reads."""
+    from ..learning import saturated_budget, saturation_rule
+
+    means, start, missing = saturation_curve(rows)
+    if means is None:
+        return None, missing
     found, rule = saturated_budget(means, start), saturation_rule()
     if found is None:
-        return False, f"NCL has not saturated below {int(budgets[-1])} epochs ({rule})"
+        return False, f"NCL has not saturated below {max(means)} epochs ({rule})"
     return True, f"NCL saturates at {found} epochs ({rule})"
