@@ -288,6 +288,8 @@ def test_saturation_draws_each_measure_against_the_budget_with_the_criterion_in_
     rows = _saturation_frame(59.5)
     no_init = figures.saturation_figure(rows[rows["epochs"] > 0])  # the start of the way is not known
     assert "Synthetic: needs NCL's random-init network (0 epochs) as the start" in _title(no_init)
+    no_chance = figures.saturation_figure(rows.assign(infonce_chance=math.nan))  # an older runs.csv
+    assert "Synthetic: needs InfoNCE's chance level" in _title(no_chance)
     empty = figures.saturation_figure(_saturation_frame(59.5).iloc[:0])
     assert "no runs in set saturation" in [t.get_text() for t in empty.axes[0].texts]
 

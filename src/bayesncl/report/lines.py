@@ -160,6 +160,8 @@ def saturation_curve(rows: pd.DataFrame) -> tuple[dict | None, dict | None, str]
     means = {int(e): {k: float(ncl.loc[ncl["epochs"] == e, col].mean()) for k, col in cols} for e in budgets}
     start = {"infonce": float(ncl["infonce_chance"].mean()), "sc": float(init["sc"].mean()),
              "top1": float(init["probe_top1"].mean())}
+    if not math.isfinite(start["infonce"]):  # a runs.csv written before the column
+        return None, None, "needs InfoNCE's chance level (runs.csv's infonce_chance: rerun `bayesncl summarize`)"
     return means, start, ""
 
 
