@@ -219,10 +219,10 @@ def cmd_saturation(args) -> None:
     from bayesncl.learning import MEASURES, gain_shares, saturated_budget, saturation_rule
     from bayesncl.report.lines import saturation_curve
 
-    top = budgets[-1]
     ncl, start, missing = saturation_curve(study_frame(every))  # as the report reads it
     if ncl is None:
         sys.exit(f"demo_runs.py saturation: {missing} under {args.dir}; run `demo_runs.py run` for it first")
+    top = max(ncl)  # the reference budget the shares are taken to
     print("\n| epochs | share of the way to the largest budget: final InfoNCE | SC | top-1 |")
     print("|---|---|---|---|")
     for e, sh in gain_shares(ncl, start).items():

@@ -17,7 +17,8 @@ from .names import ARCH_NAMES, METHOD_LABELS, is_main
 from .verdicts import mean_interval
 
 __all__ = ["default_point", "gate_points", "group_key", "line_points", "mode", "paired", "parse_json",
-           "row_mask", "rows_in_set", "saturation_curve", "saturation_verdict", "sc_curve", "seed_stats", "seeds_text", "split_lines"]
+           "row_mask", "rows_in_set", "saturation_curve", "saturation_verdict", "sc_curve", "seed_stats",
+           "seeds_text", "split_lines"]
 
 
 def rows_in_set(df: pd.DataFrame, name: str) -> pd.DataFrame:
