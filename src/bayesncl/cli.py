@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 from .atomic import check_writable_dir
-from .config import METHOD_NAMES
+from .registry import METHODS
 from .errors import REQUEUE_EXIT, BayesNCLError, ConfigError, OutputError
 from .startup import mark_ready
 
@@ -86,14 +86,26 @@ def _summarize(args) -> int:
                                                    "seeds, defaults, datasets, variants, sets), e.g. config/config.yaml")
         if not isinstance(grid, dict):
             raise ConfigError(f"--grid {args.grid}: expected a mapping (results, seeds, defaults, datasets, ...)")
+        from .plugins import export_env
         from .wfconfig import check_grid
 
+        export_env(grid.get("plugins") or [], [Path(args.grid).parent])  # found beside the grid file
         check_grid(grid, f"--grid {args.grid}")
     else:
         grid = _json_object(args.grid_json, "--grid-json")
     write_summary(grid, args.out)
     print(f"summary: {args.out}")
     return 0
+
+
+def _grid_plugins(grid_file: str) -> None:
+    """The plugins a workflow config names, imported from beside it: the report reads their methods' traits."""
+    from .config import load_yaml_file
+    from .plugins import load_grid
+
+    grid = load_yaml_file(grid_file, "--grid")
+    if isinstance(grid, dict) and grid.get("plugins"):
+        load_grid(grid, [Path(grid_file).parent])
 
 
 def _report(args) -> int:
@@ -103,6 +115,7 @@ def _report(args) -> int:
     _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
     if args.grid is not None:
         _input_file(args.grid, "--grid", "give the workflow config the runs came from, e.g. config/config.yaml")
+        _grid_plugins(args.grid)
     check_writable_dir(args.out)
     write_report(args.summary, args.out, grid=args.grid, smoke=args.smoke)
     if args.smoke:
@@ -149,14 +162,14 @@ def _jobs(args) -> int:
 
 def _make_synthetic(args) -> int:
     from .config import parse_set, resolve
-    from .data.synthetic import get_synthetic, synthetic_cache_path
+    from .data.synthetic import NAME as SYNTHETIC, get_synthetic, synthetic_cache_path
 
     for item in args.set:
         key = parse_set(item)[0]
         if not (key.startswith("data.synthetic.") or key == "data.cache_dir"):
             raise ConfigError(f"--set {key}: make-synthetic takes data.synthetic.* and data.cache_dir only")
     cfg = resolve(file=args.config, sets=args.set)
-    if cfg["data"]["dataset"] != "synthetic":
+    if cfg["data"]["dataset"] != SYNTHETIC:
         raise ConfigError(f"data.dataset: make-synthetic generates the synthetic set, but {args.config} trains on "
                           f"{cfg['data']['dataset']!r}")
     params, cache = cfg["data"]["synthetic"], cfg["data"]["cache_dir"]
@@ -183,7 +196,7 @@ def _prepare_imagenet(args) -> int:
 
     from .config import resolve
     from .data import check_data
-    from .data.imagenet import PREPARED_SPLITS, make_prepared_dir, prepare_imagenet100, prepared_dir
+    from .data.imagenet import NAME as IMAGENET100, PREPARED_SPLITS, make_prepared_dir, prepare_imagenet100, prepared_dir
 
     if args.workers is not None and args.workers < 0:
         raise ConfigError(f"--workers: {args.workers} is negative; give 0 (decode in this process) or a number of "
@@ -191,7 +204,7 @@ def _prepare_imagenet(args) -> int:
     base = _json_object(args.config_json, "--config-json") if args.config_json else None
     cfg = resolve(file=args.config, base=base, sets=args.set)
     d = cfg["data"]
-    if d["dataset"] != "imagenet100":
+    if d["dataset"] != IMAGENET100:
         raise ConfigError(f"data.dataset: prepare-imagenet prepares ImageNet-100, but the config trains on "
                           f"{d['dataset']!r} (nothing to prepare)")
     check_data(d)
@@ -245,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
         "pretrain", help="pretrain one configuration (resumes from DIR/checkpoint.pt)",
         description="Pretrain one configuration; rerunning the same command resumes from DIR/checkpoint.pt.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"methods (--set method.name=...): {', '.join(METHOD_NAMES)}\n"
+        epilog=f"methods (--set method.name=...): {', '.join(METHODS)}\n"
                "every key, its default and what it allows: the dataclasses in src/bayesncl/config.py\n"
                "formulas, defaults and protocols: docs/METHOD.md\n"
                "example: bayesncl pretrain --out runs/demo --set method.name=ncl --set train.epochs=20")
@@ -387,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         try:
+            from .plugins import load_from_env
+
+            load_from_env()  # the workflow's plugins (docs/EXTENDING.md): their methods and datasets are registered
             return args.func(args)
         except BayesNCLError as e:  # bad input; anything else is a bug and keeps its traceback
             print(f"bayesncl {args.command}: error: {e}", file=sys.stderr)

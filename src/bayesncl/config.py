@@ -3,7 +3,8 @@
 The dataclasses below (`Config` and its sections) are the definition: a field's annotation is its type
 (`typing.Literal` for a choice), its default the default, and its metadata the range, what null means
 and a one-line doc. The rest of the code uses plain nested dicts (`cfg["train"]["epochs"]`);
-`DEFAULTS`, the per-key checks `RULES`, `DATASETS` and `METHOD_NAMES` are derived from the definition.
+`DEFAULTS`, the per-key checks `RULES` and `KEYS_ADDED` are derived from the definition; the names a method or
+a dataset may take are bayesncl.registry's.
 Validation runs before any work and names the bad key, the value it got and what is allowed.
 """
 
@@ -23,14 +24,19 @@ import yaml
 
 from .errors import ConfigError  # re-exported: its old home
 
-Dataset = Literal["synthetic", "cifar10", "cifar100", "imagenet100"]
-# The keys of bayesncl.methods.METHODS, named here so validating a config (e.g. when Snakemake builds the
-# DAG) needs no torch import; methods.py checks at import that the two agree.
-MethodName = Literal["cl", "ncl", "topk_ncl", "bayesncl"]
-DATASETS: tuple[str, ...] = get_args(Dataset)
-METHOD_NAMES: tuple[str, ...] = get_args(MethodName)
-# Table 2 retrieval K per dataset (docs/METHOD.md section 5); the synthetic set uses a CIFAR-10-like K.
-RETRIEVAL_K = {"synthetic": 32, "cifar10": 64, "cifar100": 128, "imagenet100": 256}
+from . import registry
+
+
+def __getattr__(name: str):
+    # The registry's names as they are now (a plugin may add some); bayesncl.registry is their one list.
+    if name == "DATASETS":
+        return registry.training_datasets()
+    if name == "METHOD_NAMES":
+        return registry.METHODS.names()
+    if name == "RETRIEVAL_K":
+        return {n: registry.DATASETS[n].retrieval_k for n in registry.DATASETS}
+    raise AttributeError(name)
+
 
 # What the synthetic generator can draw: len(bayesncl.data.synthetic.SHAPES) and len(TEXTURES) (checked
 # there at import), named here so validating a config needs no torch import.
@@ -45,6 +51,11 @@ def _field(default, doc: str, **meta) -> Any:
     null means), note (why the range), expected (the allowed-values phrase where the type cannot say it),
     key (the config key where it is not a Python name)."""
     return field(default=default, metadata={"doc": doc, **meta})
+
+
+def _names(of: Callable[[], tuple[str, ...]]) -> dict:
+    """Metadata of a key whose values are a registry's names (checked against it as it is when validating)."""
+    return {"choices": of}
 
 
 def _section(cls, doc: str) -> Any:
@@ -78,7 +89,8 @@ class SyntheticConfig:
 class DataConfig:
     """`data`: the dataset."""
 
-    dataset: Dataset = _field("synthetic", "the training dataset")
+    dataset: str = _field("synthetic", "the training dataset (bayesncl.registry.DATASETS)",
+                          **_names(registry.training_datasets))
     root: str | None = _field(None, "the dataset's folder; every dataset but synthetic needs one",
                               expected=_PATH)
     download: bool = _field(False, "let torchvision download CIFAR into root when it is missing")
@@ -108,7 +120,8 @@ class ModelConfig:
 class MethodConfig:
     """`method`: the method and its settings (docs/METHOD.md section 1)."""
 
-    name: MethodName = _field("bayesncl", "the method (docs/METHOD.md section 1)")
+    name: str = _field("bayesncl", "the method (docs/METHOD.md section 1; bayesncl.registry.METHODS)",
+                       **_names(registry.METHODS.names))
     # rep_relu: the released CIFAR configs' non-negativity; the released ImageNet-100 config uses relu
     # (docs/METHOD.md section 1; config/paper.yaml follows each dataset's).
     nonneg: Literal["relu", "rep_relu"] = _field("rep_relu", "how z+ is made non-negative")
@@ -143,7 +156,7 @@ class TrainConfig:
     # that start a collapse among them (docs/METHOD.md sections 2 and 10); under fp32 or bf16 it is emulated.
     loss_scaler: Literal["fp16", "none"] = _field(
         "fp16", "fp16: skip the steps the released fp16 loss scaler skips (real under precision fp16, emulated "
-                "under fp32 and bf16); none: take every step")
+                "under fp32 and bf16); none: take every step", added="none")
     device: Literal["auto", "cpu", "cuda"] = _field("auto", "auto: CUDA when available, else CPU")
     crop_min_scale: float = _field(0.08, "RandomResizedCrop's smallest area scale", gt=0, le=1)
     channels_last: bool = _field(True, "channels-last memory format (CUDA only)")
@@ -236,6 +249,8 @@ def _in_range(v, m: dict) -> bool:
 
 def _base_rule(tp, m: dict) -> tuple[Callable[[Any], bool], str]:
     """(check, allowed phrase) for one non-None type."""
+    if "choices" in m:  # a registry's names, as they are when the check runs
+        return (lambda v: isinstance(v, str) and v in m["choices"]()), _Choices(m["choices"])
     if get_origin(tp) is Literal:
         allowed = get_args(tp)
         # type as well as value: True == 1, but true is no head depth
@@ -255,11 +270,25 @@ def _base_rule(tp, m: dict) -> tuple[Callable[[Any], bool], str]:
     raise TypeError(f"config definition: no check for type {tp!r}")
 
 
+class _Choices:
+    """The allowed-values phrase of a registry key, read when the message is made."""
+
+    def __init__(self, names: Callable[[], tuple[str, ...]]):
+        self.names = names
+
+    def __str__(self) -> str:
+        return "one of " + ", ".join(self.names())
+
+    def __add__(self, other: str) -> str:
+        return str(self) + other
+
+
 def _rule(tp, m: dict) -> tuple[Callable[[Any], bool], str]:
     alts = get_args(tp) if get_origin(tp) in (Union, UnionType) else (tp,)
     nullable = NoneType in alts
     rules = [_base_rule(a, m) for a in alts if a is not NoneType]
-    allowed = " or ".join(p for _, p in rules)
+    allowed = " or ".join(str(p) for _, p in rules) if len(rules) > 1 or not isinstance(rules[0][1], _Choices) \
+        else rules[0][1]
     if m.get("note"):
         allowed += f" ({m['note']})"
     if nullable:
@@ -397,7 +426,7 @@ def synthetic_params(params: dict | None) -> dict[str, Any]:
 def validate(cfg: dict) -> dict:
     _check(flatten(cfg))
     # Real datasets are read from a path the user gives.
-    if cfg["data"]["dataset"] != "synthetic" and not cfg["data"]["root"]:
+    if registry.DATASETS[cfg["data"]["dataset"]].needs_root and not cfg["data"]["root"]:
         raise ConfigError(
             f"data.root: dataset {cfg['data']['dataset']!r} needs a root path (set data.root=/path/to/data)"
         )
@@ -408,16 +437,17 @@ def validate(cfg: dict) -> dict:
     if cfg["train"]["graph"] == "cudagraph" and cfg["train"]["device"] == "cpu":
         raise ConfigError("train.graph: 'cudagraph' captures the step in a CUDA graph and needs train.device cuda "
                           "(or auto on a CUDA machine); use 'compile' or 'eager' on CPU")
-    if cfg["method"]["name"] == "topk_ncl" and not 1 <= topk_k(cfg) <= cfg["model"]["proj_dim"]:
+    name = cfg["method"]["name"]
+    if "topk_k" in registry.METHODS[name].reads and not 1 <= topk_k(cfg) <= cfg["model"]["proj_dim"]:
         raise ConfigError(f"method.topk_k: k = {topk_k(cfg)} must lie in [1, model.proj_dim = "
-                          f"{cfg['model']['proj_dim']}] for topk_ncl")
+                          f"{cfg['model']['proj_dim']}] for {name}")
     return cfg
 
 
 def crop_size(cfg: dict) -> int:
-    """Training crop side: 32 for CIFAR, 224 for ImageNet-100, the generated size for the synthetic set."""
-    d = cfg["data"]["dataset"]
-    return {"cifar10": 32, "cifar100": 32, "imagenet100": 224}.get(d, cfg["data"]["synthetic"]["image_size"])
+    """Training crop side, the dataset's (bayesncl.registry): 32 for CIFAR, 224 for ImageNet-100, the generated
+    size for the synthetic set."""
+    return registry.DATASETS[cfg["data"]["dataset"]].crop_size(cfg)
 
 
 def topk_k(cfg: dict) -> int:
@@ -448,21 +478,29 @@ def load_yaml_file(file: str | Path, what: str,
         raise ConfigError(f"{what} {path}: not valid YAML{where} ({problem}); {expected}") from None
 
 
-# Training keys added after runs were recorded, with what every run before them did (not today's default).
-TRAIN_KEYS_ADDED = {"loss_scaler": "none"}
+# Keys added after runs were recorded, with what every run before them did (a key's `added`; not always today's
+# default: train.loss_scaler's default is fp16, runs before it took every step). A key declared so leaves the
+# rerun trigger of a run that has that value (bayesncl.grid.trigger_config): adding a key whose `added` is its
+# default reruns nothing.
+KEYS_ADDED: dict[str, Any] = {key: m["added"] for key, _, m in _walk(Config) if "added" in m}
+TRAIN_KEYS_ADDED = {k[len("train."):]: v for k, v in KEYS_ADDED.items() if k.startswith("train.")}  # its old name
 
 
 def as_recorded(cfg: dict) -> dict:
     """A config recorded by an earlier version (a checkpoint's, a run's config.resolved.yaml), completed:
-    evaluation keys it lacks take their defaults (they never change what was trained), training keys added
-    since take what runs did before them (TRAIN_KEYS_ADDED). Anything else is left for validation to judge."""
+    evaluation keys it lacks take their defaults (they never change what was trained), keys added since take
+    what runs did before them (KEYS_ADDED). Anything else is left for validation to judge."""
     if not isinstance(cfg, dict):
         return cfg
-    out = dict(cfg)
+    out = copy.deepcopy(cfg)
     if isinstance(out.get("eval", {}), dict):
         out["eval"] = {**copy.deepcopy(DEFAULTS["eval"]), **out.get("eval", {})}
-    if isinstance(out.get("train"), dict):
-        out["train"] = {**TRAIN_KEYS_ADDED, **out["train"]}
+    for key, value in KEYS_ADDED.items():
+        node, parts = out, key.split(".")
+        for p in parts[:-1]:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.setdefault(parts[-1], copy.deepcopy(value))
     return out
 
 

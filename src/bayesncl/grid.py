@@ -11,10 +11,8 @@ import copy
 import warnings
 from dataclasses import dataclass, field
 
-from .config import RUNTIME_KEYS, ConfigError, flatten, nest, resolve, topk_k
-
-# Always named in the id of these methods, so a reader sees the operating point.
-ALWAYS_NAMED = {"bayesncl": ("method.rho", "method.lambda"), "topk_ncl": ("method.topk_k",)}
+from .config import KEYS_ADDED, RUNTIME_KEYS, ConfigError, flatten, nest, resolve, topk_k
+from .registry import METHODS
 # Order of the path components after the method.
 ID_ORDER = ("model.arch", "model.width", "model.proj_dim", "method.gate", "method.detach", "method.head_depth",
             "method.nonneg", "method.rho", "method.lambda", "method.topk_k")
@@ -70,20 +68,42 @@ def run_id(cfg: dict, base: dict) -> str:
     """Readable id: dataset/method, then every identity setting that differs from the dataset's base."""
     flat, flat_base = flatten(cfg), flatten(base)
     method = cfg["method"]["name"]
+    spec = METHODS[method]
     named = [k for k in flat if not k.startswith(RUNTIME_KEYS) and k not in ("seed", "method.name", "data.dataset")
-             and (flat[k] != flat_base.get(k) or k in ALWAYS_NAMED.get(method, ()))]
-    # Method settings that the method ignores are not part of what tells it apart.
-    if method != "bayesncl":
-        named = [k for k in named if k not in ("method.gate", "method.detach", "method.head_depth", "method.tau_g",
-                                               "method.head_lr", "method.lambda", "method.rho")]
-    if method != "topk_ncl":
-        named = [k for k in named if k != "method.topk_k"]
-    if method == "cl":
-        named = [k for k in named if k != "method.nonneg"]
+             and (flat[k] != flat_base.get(k) or k in spec.always_named) and read_by(spec, k)]
     named.sort(key=lambda k: (ID_ORDER.index(k) if k in ID_ORDER else len(ID_ORDER), k))
     flat["method.topk_k"] = topk_k(cfg)  # the k in use, also when left to its default
     parts = [f"{SHORT.get(k, k.split('.')[-1])}~{_fmt(flat[k])}" for k in named]
     return "/".join([cfg["data"]["dataset"], method, *parts, f"seed~{cfg['seed']}"])
+
+
+def read_by(spec, key: str) -> bool:
+    """Whether a run of the method `spec` reads the dotted config key: method settings it ignores never tell its
+    runs apart (run ids, rerun triggers)."""
+    return not key.startswith("method.") or key == "method.name" or key[len("method."):] in spec.reads
+
+
+def trigger_config(cfg: dict, job: str = "pretrain") -> dict:
+    """What decides a job's outputs, as its rerun trigger (workflow/rules/common.smk) and as what `bayesncl stale`
+    compares with a run's recorded config. pretrain: the run config less where things run and how it is evaluated
+    (config.RUNTIME_KEYS); evaluate: eval.* and the data settings that are not locations. Either way less the
+    method settings the run's method does not read and every key at the value it had before the key existed
+    (config.KEYS_ADDED): adding a key whose old behaviour is its default changes no trigger; changing a default
+    changes the trigger of exactly the runs that take it."""
+    spec = METHODS[cfg["method"]["name"]]
+    flat = flatten(cfg)
+    if job == "pretrain":
+        keep = [k for k in flat if not k.startswith(RUNTIME_KEYS)]
+    else:
+        keep = [k for k in flat if k.startswith(("eval.", "data.")) and (k.startswith("eval.") or not k.startswith(RUNTIME_KEYS))]
+    return nest({k: flat[k] for k in keep if read_by(spec, k) and not (k in KEYS_ADDED and flat[k] == KEYS_ADDED[k])})
+
+
+def trigger_diff(recorded: dict, today: dict, job: str = "pretrain") -> list[tuple[str, object, object]]:
+    """(key, recorded value, today's) for every trigger key where a run's recorded config (config.as_recorded)
+    and today's differ."""
+    a, b = flatten(trigger_config(recorded, job)), flatten(trigger_config(today, job))
+    return [(k, a.get(k, "absent"), b.get(k, "absent")) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
 def smoke_results(results: str) -> str:
@@ -167,6 +187,9 @@ def expand_grid(wf: dict) -> dict[str, Run]:
     table3 needs with dynamics and table1 without is trained once, with them: the sets' requests are united
     before the run ids are made.
     """
+    from .plugins import load_grid
+
+    load_grid(wf)  # its methods and datasets, before any run config is validated
     missing = [k for k in ("seeds", "defaults", "datasets", "variants", "sets") if not isinstance(wf.get(k), (dict, list))]
     if missing:
         raise ConfigError(f"{missing[0]}: the workflow config has none; see config/config.yaml for the keys a grid "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .registry import BACKGROUND_PROBE, DATASETS
 from .errors import DataError
 from .evaluation.sections import SECTIONS
 from .grid import Run
@@ -62,11 +63,11 @@ def missing_data(wf: dict, runs: dict[str, Run], todo: dict[str, set[str]], wher
         run = runs[rid]
         data = run.config["data"]
         reads, waterbirds = _reads(run, jobs)
-        if reads and data["dataset"] != "synthetic":
+        if reads and DATASETS[data["dataset"]].needs_root:
             checks.setdefault((data["dataset"], _key(wf, "data", "root", data["root"]), data["root"]), rid)
         if waterbirds:
             root = run.config["eval"]["waterbirds_root"]
-            checks.setdefault(("waterbirds", _key(wf, "eval", "waterbirds_root", root), root), rid)
+            checks.setdefault((BACKGROUND_PROBE, _key(wf, "eval", "waterbirds_root", root), root), rid)
     if not checks:
         return []
     from .data import check_data  # torch: only where a real dataset is to be read
@@ -75,7 +76,7 @@ def missing_data(wf: dict, runs: dict[str, Run], todo: dict[str, set[str]], wher
     for (what, key, root), rid in checks.items():
         data = runs[rid].config["data"]
         try:
-            check_data({**data, "dataset": what, "root": root} if what == "waterbirds" else data)
+            check_data({**data, "dataset": what, "root": root} if what == BACKGROUND_PROBE else data)
         except DataError as e:
             problems.append(f"{what} ({key}: {root}): {e}. Fix: set {key} in {where} to the folder that holds "
                             f"it (needed by {rid} and any other run still to be done)")

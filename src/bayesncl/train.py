@@ -38,6 +38,7 @@ from .evaluation.dynamics import GradientStats
 from .evaluation.arrays import consistency_per_dim
 from .startup import mark_ready
 from .methods import Method, build_method
+from .registry import METHODS
 from .optim import Lars, build_optimizer, group_peaks, lr_at, lr_schedule
 from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
 from .runtime import LossScaler, autocast, channels_last, embed, peak_memory_mb, resolve_device
@@ -319,8 +320,9 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
     """Pretrain `cfg` into `out_dir`, resuming from its checkpoint. Returns the path of model.pt."""
     out = Path(out_dir)
     final = out / FINAL
-    if cfg["train"]["dynamics_every"] and cfg["method"]["name"] == "cl":
-        raise ConfigError("train.dynamics_every: gradient dynamics need z+ and are defined for ncl/topk_ncl/bayesncl")
+    if cfg["train"]["dynamics_every"] and not METHODS[cfg["method"]["name"]].nonnegative:
+        raise ConfigError("train.dynamics_every: gradient dynamics need z+ and are defined for "
+                          + "/".join(METHODS.names(lambda s: s.nonnegative)))
     if cfg["train"]["threads"]:
         torch.set_num_threads(cfg["train"]["threads"])
     device = resolve_device(cfg)

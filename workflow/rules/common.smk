@@ -15,10 +15,11 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from bayesncl.data.imagenet import prepared_manifests
 from bayesncl.errors import BayesNCLError, ConfigError
-from bayesncl.grid import evaluation_sections, expand_grid, smoke_results
+from bayesncl.plugins import export_env, load_grid
+from bayesncl.grid import evaluation_sections, expand_grid, smoke_results, trigger_config
 from bayesncl.report.atlas import atlas_runs
+from bayesncl.registry import DATASETS
 from bayesncl.report import names as report_names
 from bayesncl.report.document import PDFLATEX_HINT, report_pages
 from bayesncl.wfconfig import check_workflow_config, coerce_switches
@@ -39,6 +40,14 @@ def config_error(e):
 
 
 coerce_switches(config)  # `--config smoke=true` arrives as a string
+# Plugins (docs/EXTENDING.md): modules beside the workflow config, imported here and, through the environment, by
+# every job (bayesncl.plugins).
+PLUGIN_PATH = [os.path.dirname(os.path.abspath(f)) for f in workflow.configfiles]
+try:
+    load_grid(config, PLUGIN_PATH)
+    export_env(config.get("plugins") or [], PLUGIN_PATH)
+except BayesNCLError as e:
+    config_error(e)
 try:  # the schema, reported in one line (Snakemake's validate would print the schema)
     check_workflow_config(config, workflow.source_path("../schemas/config.schema.yaml"),
                           " or ".join(map(str, workflow.overwrite_configfiles or [])) or "the workflow config")
@@ -178,7 +187,7 @@ def launch(rule, wildcard=None):
 # the JPEGs (the same pixels, slower, with a warning); after clearing the cache, prepare again with
 # `snakemake --forcerun prepare_imagenet100 ...`.
 try:
-    _manifests = {rid: prepared_manifests(run.config["data"]) for rid, run in RUNS.items()}
+    _manifests = {rid: DATASETS[run.config["data"]["dataset"]].manifests(run.config["data"]) for rid, run in RUNS.items()}
 except BayesNCLError as e:
     raise WorkflowError(f"invalid workflow config: {e}")
 # marker tag -> (the prepared folder's manifests, the data settings that name it)
@@ -229,7 +238,19 @@ wildcard_constraints:
     run="[^/].*?",
 
 
-def run_config_text(wildcards):
+# Rerun triggers. Snakemake reruns a job when a param changes, except params whose function takes `output` (or
+# input, threads, resources): those are "derived" and never compared. So each rule's command carries the whole
+# config through a derived param, and its trigger is a param of its own: bayesncl.grid.trigger_config, what
+# decides the job's outputs (a new key at its old behaviour, a location, an unread method setting: none of them).
+def pretrain_trigger(wildcards):
+    return json.dumps(trigger_config(RUNS[wildcards.run].config, "pretrain"), sort_keys=True)
+
+
+def evaluate_trigger(wildcards):
+    return json.dumps(trigger_config(RUNS[wildcards.run].config, "evaluate"), sort_keys=True)
+
+
+def run_config_text(wildcards, output):
     """What pretraining needs: the run config without eval.* (evaluation options never retrain a run)."""
     cfg = {k: v for k, v in RUNS[wildcards.run].config.items() if k != "eval"}
     return json.dumps(cfg, sort_keys=True)
@@ -238,7 +259,7 @@ def run_config_text(wildcards):
 def evaluate_command(section):
     """`bayesncl evaluate --only <section>` on a run, with the grid's eval.* and data.* settings."""
 
-    def command(wildcards):
+    def command(wildcards, output):
         cfg = RUNS[wildcards.run].config
         model, out = f"{RESULTS}/runs/{wildcards.run}/model.pt", f"{RESULTS}/runs/{wildcards.run}/eval"
         settings = json.dumps({"eval": cfg["eval"], "data": cfg["data"]}, sort_keys=True)

@@ -18,7 +18,8 @@
 import os
 import shlex
 
-from_common("LOCAL", "PREPARED_OF", "RESULTS", "benchmark_file", "evaluate_command", "launch", "section_gpus")
+from_common("LOCAL", "PREPARED_OF", "RESULTS", "benchmark_file", "evaluate_command", "evaluate_trigger", "launch",
+            "section_gpus")
 
 
 MODEL = f"{RESULTS}/runs/{{run}}/model.pt"
@@ -101,7 +102,8 @@ for _section, _spec in EVAL_RULES.items():
         group:
             "eval_{run}"
         params:
-            cmd=evaluate_command(_section),
+            cmd=evaluate_command(_section),  # derived (takes output): not a rerun trigger
+            trigger=evaluate_trigger,
             launch=launch(_section, "run"),
             before=_before,
             after=_after,

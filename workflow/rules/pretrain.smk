@@ -1,7 +1,8 @@
-# One pretraining job per distinct run config (the config travels as JSON; a change reruns the job).
+# One pretraining job per distinct run config (the config travels as JSON); what reruns it is its trigger
+# (common.smk, pretrain_trigger).
 import os
 
-from_common("PREPARED_OF", "RESULTS", "benchmark_file", "launch", "run_config_text", "run_gpus")
+from_common("PREPARED_OF", "RESULTS", "benchmark_file", "launch", "pretrain_trigger", "run_config_text", "run_gpus")
 
 
 rule pretrain:
@@ -14,7 +15,8 @@ rule pretrain:
     benchmark:
         benchmark_file("pretrain", "run")
     params:
-        config=run_config_text,
+        config=run_config_text,  # derived (takes output): not a rerun trigger
+        trigger=pretrain_trigger,
         out=lambda wc, output: os.path.dirname(output[0]),
         launch=launch("pretrain", "run"),
     threads: 1

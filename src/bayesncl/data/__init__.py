@@ -22,8 +22,8 @@ from typing import Any, Iterator
 
 import torch
 
-from ..config import DATASETS  # the training datasets: the run config's choices
-from ..errors import DataError  # re-exported: its old home
+from ..errors import ConfigError, DataError  # DataError re-exported: its old home
+from ..registry import DATASETS as _REGISTRY
 
 __all__ = [
     "ImageSet",
@@ -53,9 +53,15 @@ CIFAR100_STD = (0.2673, 0.2564, 0.2762)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-# What load_split / check_data read: the training datasets, and Waterbirds (the background probe's data,
-# never trained on).
-LOADERS = DATASETS + ("waterbirds",)
+
+def __getattr__(name: str):
+    # The registry's names as they are now (a plugin may add some): the training datasets, and every dataset
+    # load_split reads (Waterbirds too, the background probe's data, never trained on).
+    if name == "DATASETS":
+        return _REGISTRY.names(lambda s: s.trainable)
+    if name == "LOADERS":
+        return _REGISTRY.names()
+    raise AttributeError(name)
 
 
 @dataclass
@@ -106,55 +112,74 @@ from .synthetic import load_synthetic, make_synthetic, resolve_params  # noqa: E
 from .waterbirds import check_waterbirds, load_waterbirds  # noqa: E402
 
 
-def _dataset_name(data_cfg: dict) -> str:
-    name = data_cfg.get("dataset", "synthetic")
-    if name not in LOADERS:
-        raise DataError(f"data.dataset: unknown dataset {name!r}; allowed: {', '.join(LOADERS)}")
-    return name
+def _spec(data_cfg: dict):
+    from ..registry import DATASETS
+
+    try:
+        return DATASETS[data_cfg.get("dataset", "synthetic")]
+    except ConfigError as e:
+        raise DataError(str(e)) from None
 
 
 def load_split(data_cfg: dict, split: str) -> ImageSet:
-    """Load ``split`` ("train" or "test"; Waterbirds also "val") of ``data_cfg["dataset"]``.
+    """Load ``split`` ("train" or "test"; Waterbirds also "val") of ``data_cfg["dataset"]``, by its loader in
+    bayesncl.registry.DATASETS.
 
     ImageNet-100 reads ``train/`` for "train" and ``val/`` for "test".  Optional keys: ``classes`` (a
     list of wnids or a path to a one-wnid-per-line file) overrides the shipped 100-class list;
     ``imagenet_crop_size`` (default 224) sets ``crop_size`` for ImageNet-100 and Waterbirds.
     """
-    name = _dataset_name(data_cfg)
-    root = data_cfg.get("root")
-    if name == "synthetic":
-        return load_synthetic(data_cfg.get("synthetic"), split, data_cfg.get("cache_dir"))
-    if name in ("cifar10", "cifar100"):
-        return load_cifar(root, name, split, download=bool(data_cfg.get("download", False)))
-    if name == "imagenet100":
-        return load_imagenet100(
-            root,
-            split,
-            stored_size=int(data_cfg.get("imagenet_stored_size", 256)),
-            crop_size=int(data_cfg.get("imagenet_crop_size", 224)),
-            classes=data_cfg.get("classes"),
-            cache_dir=data_cfg.get("cache_dir"),
-        )
+    return _spec(data_cfg).loader()(data_cfg, split)
+
+
+def check_data(data_cfg: dict) -> None:
+    """Cheap existence checks before training starts; raises :class:`DataError` naming what is missing."""
+    _spec(data_cfg).checker()(data_cfg)
+
+
+# The built-in datasets' loaders and checks on a data config (bayesncl.registry names them).
+def _load_synthetic(data_cfg: dict, split: str) -> ImageSet:
+    return load_synthetic(data_cfg.get("synthetic"), split, data_cfg.get("cache_dir"))
+
+
+def _check_synthetic(data_cfg: dict) -> None:
+    resolve_params(data_cfg.get("synthetic"))  # validates; generation happens at load time
+
+
+def _load_cifar(data_cfg: dict, split: str) -> ImageSet:
+    return load_cifar(data_cfg.get("root"), data_cfg["dataset"], split, download=bool(data_cfg.get("download", False)))
+
+
+def _check_cifar(data_cfg: dict) -> None:
+    check_cifar(data_cfg.get("root"), data_cfg["dataset"], download=bool(data_cfg.get("download", False)))
+
+
+def _load_imagenet100(data_cfg: dict, split: str) -> ImageSet:
+    return load_imagenet100(
+        data_cfg.get("root"),
+        split,
+        stored_size=int(data_cfg.get("imagenet_stored_size", 256)),
+        crop_size=int(data_cfg.get("imagenet_crop_size", 224)),
+        classes=data_cfg.get("classes"),
+        cache_dir=data_cfg.get("cache_dir"),
+    )
+
+
+def _check_imagenet100(data_cfg: dict) -> None:
+    check_imagenet100(data_cfg.get("root"), classes=data_cfg.get("classes"))
+
+
+def _load_waterbirds(data_cfg: dict, split: str) -> ImageSet:
     return load_waterbirds(
-        root,
+        data_cfg.get("root"),
         split,
         image_size=int(data_cfg.get("imagenet_crop_size", 224)),
         stored_size=int(data_cfg.get("imagenet_stored_size", 256)),
     )
 
 
-def check_data(data_cfg: dict) -> None:
-    """Cheap existence checks before training starts; raises :class:`DataError` naming what is missing."""
-    name = _dataset_name(data_cfg)
-    root = data_cfg.get("root")
-    if name == "synthetic":
-        resolve_params(data_cfg.get("synthetic"))  # validates; generation happens at load time
-    elif name in ("cifar10", "cifar100"):
-        check_cifar(root, name, download=bool(data_cfg.get("download", False)))
-    elif name == "imagenet100":
-        check_imagenet100(root, classes=data_cfg.get("classes"))
-    else:
-        check_waterbirds(root)
+def _check_waterbirds(data_cfg: dict) -> None:
+    check_waterbirds(data_cfg.get("root"))
 
 
 def iter_batches(

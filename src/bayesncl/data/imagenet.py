@@ -45,6 +45,8 @@ from torch.utils.data import Dataset
 from . import IMAGENET_MEAN, IMAGENET_STD, DataError, ImageSet
 from . import prepared as P
 
+NAME = "imagenet100"  # its name in bayesncl.registry
+
 __all__ = [
     "IMAGE_EXTENSIONS",
     "ImageFileDataset",
@@ -260,7 +262,7 @@ def prepared_dir(root, stored_size: int = 256, classes=None, cache_dir=None) -> 
 
 def prepared_manifests(data_cfg: dict) -> list[str]:
     """The manifest paths of the prepared splits a run config reads (train, test); [] unless ImageNet-100."""
-    if data_cfg.get("dataset") != "imagenet100":
+    if data_cfg.get("dataset") != NAME:
         return []
     folder = prepared_dir(data_cfg.get("root"), int(data_cfg.get("imagenet_stored_size", 256)),
                           data_cfg.get("classes"), data_cfg.get("cache_dir"))
@@ -362,7 +364,7 @@ def prepare_imagenet100(
         files = ImageSet(images=None, dataset=ImageFileDataset(paths, labels, stored_size),
                          labels=torch.tensor(labels, dtype=torch.int64), backgrounds=None, num_classes=len(wnids),
                          num_backgrounds=0, mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_size=stored_size,
-                         name="imagenet100")
+                         name=NAME)
         hasher = P.BlockHasher(P.BLOCK_BYTES)
         with atomic_path(data) as tmp, open(tmp, "wb") as fh:
             for x, _, _ in iter_batches(files, batch_size, shuffle=False, seed=0, drop_last=False, device="cpu",
@@ -433,6 +435,6 @@ def load_imagenet100(
         mean=IMAGENET_MEAN,
         std=IMAGENET_STD,
         crop_size=int(crop_size),
-        name="imagenet100",
+        name=NAME,
         class_names=wnids,
     )

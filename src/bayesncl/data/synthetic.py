@@ -39,6 +39,8 @@ import torch
 from ..config import DEFAULTS, SYNTHETIC_SHAPES, SYNTHETIC_TEXTURES, ConfigError, synthetic_params
 from . import DataError, ImageSet
 
+NAME = "synthetic"  # its name in bayesncl.registry
+
 __all__ = [
     "SHAPES",
     "TEXTURES",
@@ -455,7 +457,7 @@ def load_synthetic(params: dict | None, split: str, cache_dir: str | os.PathLike
         mean=tuple(float(m) for m in data["mean"]),
         std=tuple(float(s) for s in data["std"]),
         crop_size=p["image_size"],
-        name="synthetic",
+        name=NAME,
         class_names=list(SHAPES)[: p["num_classes"]],
         background_names=list(TEXTURES)[: p["num_backgrounds"]],
     )

@@ -24,7 +24,9 @@ def linear_probe_paper(model, train, test, cfg: dict, device, *, progress: bool 
     from ..optim import lr_at
     from ..runtime import autocast, embed
 
-    imagenet = cfg["data"]["dataset"] == "imagenet100"
+    from ..registry import DATASETS
+
+    imagenet = DATASETS[cfg["data"]["dataset"]].probe == "imagenet"
     bs, epochs, seed = 256, cfg["eval"]["probe_epochs"], cfg["seed"]
     torch.manual_seed(seed)
     layer = nn.Linear(model.backbone.out_dim, train.num_classes).to(device)

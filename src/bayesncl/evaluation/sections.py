@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ..config import RETRIEVAL_K, crop_size
+from ..config import crop_size
 from ..errors import ConfigError
+from ..registry import DATASETS, METHODS
 from .context import FEATURE_FILES
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def applicable(cfg: dict) -> list[str]:
 
 
 def _has_backgrounds(cfg: dict) -> bool:
-    return cfg["data"]["dataset"] == "synthetic"
+    return DATASETS[cfg["data"]["dataset"]].backgrounds
 
 
 def _needs_train_h(cfg: dict) -> bool:
@@ -84,9 +85,8 @@ def features(ctx) -> dict:
     from ..rundir import read_log
 
     cfg = ctx.cfg
-    method = cfg["method"]["name"]
-    keys = ("feature", "h") + (("zplus",) if method != "cl" else ()) + \
-        {"bayesncl": ("gate",), "topk_ncl": ("mask",)}.get(method, ())
+    spec = METHODS[cfg["method"]["name"]]
+    keys = ("feature", "h") + (("zplus",) if spec.nonnegative else ()) + spec.arrays
     test = ctx.split("test")
     bn = cfg["eval"]["bn"]
     if bn == "running":
@@ -175,8 +175,8 @@ def interpretability(ctx) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------- retrieval
-@section("retrieval", skip=lambda cfg: "not reported for SimCLR (docs/METHOD.md section 5)"
-         if cfg["method"]["name"] == "cl" else None)
+@section("retrieval", skip=lambda cfg: f"not reported for {METHODS[cfg['method']['name']].label}: its feature is "
+         "not built on z+ (docs/METHOD.md section 5)" if not METHODS[cfg["method"]["name"]].nonnegative else None)
 def retrieval(ctx) -> dict:
     """P@k (k = 1, 3, 5, 10) with the top-K dims by activation frequency, and P@10 over K."""
     from . import arrays as ret
@@ -184,7 +184,7 @@ def retrieval(ctx) -> dict:
     f = ctx.features("test")
     bn = _cached_bn(ctx, f)
     F, y = f["feature"], f["labels"]
-    K = min(ctx.cfg["eval"]["retrieval_k"] or RETRIEVAL_K[ctx.cfg["data"]["dataset"]], F.shape[1])
+    K = min(ctx.cfg["eval"]["retrieval_k"] or DATASETS[ctx.cfg["data"]["dataset"]].retrieval_k, F.shape[1])
     r = ret.retrieval_precision(F, y, K=K)
     r["K"], r["bn"] = K, bn
     r["curve"] = {str(k): v for k, v in ret.retrieval_curve(F, y, ret.default_Ks(F.shape[1])).items()}

@@ -31,7 +31,8 @@ import numpy as np
 from ..errors import BayesNCLError
 from ..evaluation import arrays as measures
 from ..evaluation.arrays import EPS
-from .names import DATASET_NAMES, METHOD_LABELS, is_main
+from ..registry import method_traits
+from .names import DATASET_NAMES, is_main
 
 __all__ = ["AtlasError", "AtlasRun", "DimStats", "Sheet", "SheetRow", "atlas_runs", "build_sheets",
            "dim_stats", "load_run", "rank_dims", "render_atlas", "top_images", "write_atlas"]
@@ -132,8 +133,8 @@ class AtlasRun:
 
 def run_name(cfg: dict) -> str:
     m = cfg["method"]
-    name = METHOD_LABELS.get(m["name"], m["name"])
-    return f"{name} ({GATE_NAMES.get(m['gate'], m['gate'])})" if m["name"] == "bayesncl" else name
+    spec = method_traits(m["name"])
+    return f"{spec.label} ({GATE_NAMES.get(m['gate'], m['gate'])})" if spec.gated else spec.label
 
 
 def load_run(run_dir: str | os.PathLike, data_sets: list[str] | tuple = (), load_images: bool = True) -> AtlasRun:
@@ -381,7 +382,8 @@ def atlas_runs(runs: dict) -> dict[str, list[str]]:
     main = [r for r in runs.values() if is_main(r.sets)]
     for ds in dict.fromkeys(r.config["data"]["dataset"] for r in main):
         picked = []
-        for want in (lambda m: m["name"] == "ncl", lambda m: m["name"] == "bayesncl" and m["gate"] == "ste"):
+        for want in (lambda m: method_traits(m["name"]).reference,
+                     lambda m: method_traits(m["name"]).gated and m["gate"] == "ste"):
             cands = [r for r in main if r.config["data"]["dataset"] == ds and want(r.config["method"])]
             if cands:
                 picked.append(min(cands, key=lambda r: r.config["seed"]).run_id)

@@ -13,6 +13,7 @@ from typing import TextIO
 import pandas as pd
 from tabulate import tabulate
 
+from ..registry import method_traits
 from .cells import METRICS, Fmt, Stat
 from .claims import Comparison, Side, claims_rows
 from .groups import flag_repeats, group_rows
@@ -205,7 +206,7 @@ def _headline(df: pd.DataFrame, fmt: Fmt) -> str:
     for g in groups:
         cells = []
         for k in HEADLINE:
-            vals = [r[k] for r in g.rows if not (k.startswith("ret_") and r["method"] == "cl")]
+            vals = [r[k] for r in g.rows if not (k.startswith("ret_") and not method_traits(r["method"]).nonnegative)]
             c = METRICS[k].stat(vals)
             c.of = len(vals)
             cells.append(c)

@@ -41,6 +41,7 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ..registry import method_traits
 from .drawing import (BAND_ALPHA, RC, arch_text, dataset_name, draw, fmt_value, legend, line_colors, new_figure,
                       no_runs, save_figure, suptitle)
 from .lines import (default_point, gate_points, group_key, line_points, mode, paired, parse_json, row_mask,
@@ -55,7 +56,7 @@ __all__ = ["FIGURE_NAMES", "render_figures", "saturation_figure"]
 # --------------------------------------------------------------------------- figure 3
 def _figure3(df: pd.DataFrame) -> Figure:
     rows = rows_in_set(df, "figure3")
-    rows = rows[row_mask(rows, [m != "cl" for m in rows["method"]])]  # retrieval not reported for SimCLR
+    rows = rows[row_mask(rows, [method_traits(m).nonnegative for m in rows["method"]])]  # retrieval: z+ methods
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
     fig = new_figure(max(5.0, 3.4 * len(datasets)), 3.4)
     axes = fig.subplots(1, len(datasets), squeeze=False)[0]
@@ -137,7 +138,7 @@ def _figure4a(df: pd.DataFrame) -> Figure:
                 ax.axvline(d["proj_dim"], color="0.55", linestyle=":", linewidth=1, zorder=0,
                            label="default D (Tables 1-2)")
         if d:
-            bayes = part[part["method"] == "bayesncl"]
+            bayes = part[row_mask(part, [method_traits(m).gated for m in part["method"]])]
             held = f"{dataset_name(ds)}: default D = {fmt_value(d['proj_dim'])}"
             if len(bayes):
                 held += f", BayesNCL at ρ = {fmt_value(mode(bayes['rho']))}, λ = {fmt_value(mode(bayes['lambda']))}"
@@ -185,7 +186,7 @@ def _draw_lambda(ax, pts, color, label, xmap) -> None:
 def _ncl_reference(df: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
     """NCL runs on the same dataset, backbone and D as the sweep's rows (any set)."""
     keys = {(r["dataset"], r["arch"], group_key(r["proj_dim"])) for r in rows.to_dict("records")}
-    return df[row_mask(df, [m == "ncl" and (d, a, group_key(p)) in keys
+    return df[row_mask(df, [method_traits(m).reference and (d, a, group_key(p)) in keys
                          for m, d, a, p in zip(df["method"], df["dataset"], df["arch"], df["proj_dim"])])]
 
 
@@ -251,7 +252,7 @@ def _figure4b(df: pd.DataFrame) -> Figure:
 
 def _gates(df: pd.DataFrame) -> Figure:
     col = df["gate_curve"] if "gate_curve" in df else pd.Series([""] * len(df), index=df.index)
-    rows = df[row_mask(df, [m == "bayesncl" and bool(t) for m, t in zip(df["method"], col)])]
+    rows = df[row_mask(df, [method_traits(m).gated and bool(t) for m, t in zip(df["method"], col)])]
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
     panels = []  # (dataset, title, [(label, rows)])
     fixed = []
@@ -344,8 +345,8 @@ def _sc_training(df: pd.DataFrame) -> Figure:
             draw(ax, [p for p in pts if math.isfinite(p[1])], colors[variant], label,
                   marker="." if len(pts) > 15 else "o")
         for (arch, variant, method), seeds in curves.items():
-            ref = [v for (a, _, m), v in curves.items() if a == arch and m == "ncl"]
-            if method != "bayesncl" or not ref:
+            ref = [v for (a, _, m), v in curves.items() if a == arch and method_traits(m).reference]
+            if not method_traits(method).gated or not ref:
                 continue
             pts = paired(seeds, ref[0])
             if not pts:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..registry import method_traits
 from .names import set_names
 
 __all__ = ["Group", "blocks", "flag_repeats", "group_rows", "in_set", "parse_list"]
@@ -69,11 +70,11 @@ def flag_repeats(groups: list[Group]) -> None:
         twin = next((o for o, o_shas in seen if shas and shas <= o_shas), None)
         if twin is not None:
             g.repeats = f"identical to {twin.variant} (same trained weights)"
-        elif any(r["method"] == "topk_ncl" for r in g.rows):
+        elif any(method_traits(r["method"]).masked for r in g.rows):
             never = [r for r in g.rows if r["topk_bound"] == 0]
             if never:
                 ncl = next((o.variant for o in groups if o is not g and o.arch == g.arch
-                            and all(r["method"] == "ncl" for r in o.rows)), "NCL")
+                            and all(method_traits(r["method"]).reference for r in o.rows)), "NCL")
                 runs = "" if len(never) == len(g.rows) else f" in {len(never)} of {len(g.rows)} runs"
                 g.repeats = f"identical to {ncl}: the top-k mask never bound{runs}"
         seen.append((g, shas))

@@ -12,8 +12,9 @@ from collections import Counter
 
 import pandas as pd
 
+from ..registry import method_label, method_traits
 from .cells import stat
-from .names import ARCH_NAMES, METHOD_LABELS, is_main
+from .names import ARCH_NAMES, is_main
 from .verdicts import mean_interval
 
 __all__ = ["default_point", "gate_points", "group_key", "line_points", "mode", "paired", "parse_json",
@@ -54,7 +55,7 @@ def split_lines(rows: pd.DataFrame, x: str) -> list[tuple[str, pd.DataFrame]]:
         part = rows.loc[idx]
         variants = list(dict.fromkeys(part["variant"]))
         rec = part.iloc[0]
-        label = variants[0] if len(variants) == 1 else METHOD_LABELS.get(rec["method"], rec["method"])
+        label = variants[0] if len(variants) == 1 else method_label(rec["method"])
         if archs:
             label += f", {ARCH_NAMES.get(rec['arch'], rec['arch'])}"
         lines.append((label, part))
@@ -95,7 +96,7 @@ def default_point(df: pd.DataFrame, dataset: str) -> dict[str, float]:
     for key, bayes_only in (("proj_dim", False), ("rho", True), ("lambda", True)):
         for part in (main, rows):
             if bayes_only:
-                part = part[part["method"] == "bayesncl"]
+                part = part[row_mask(part, [method_traits(m).gated for m in part["method"]])]
             out[key] = mode(part[key])
             if math.isfinite(out[key]):
                 break
@@ -150,7 +151,7 @@ def saturation_curve(rows: pd.DataFrame) -> tuple[dict | None, dict | None, str]
     """What the saturation criterion reads from ``rows`` (runs.csv rows): NCL's means per trained budget
     {epochs: {"infonce", "sc", "top1"}}, their start (the random-init network's SC and top-1, InfoNCE's chance
     level) and ""; or None, None and what is missing."""
-    ncl = rows[rows["method"] == "ncl"]
+    ncl = rows[row_mask(rows, [method_traits(m).reference for m in rows["method"]])]
     budgets = sorted(e for e in set(ncl["epochs"]) if math.isfinite(e) and e > 0)
     if len(budgets) < 2:
         return None, None, "needs NCL at two budgets or more"

@@ -1,20 +1,42 @@
 """Names the report shares, each defined once: display labels, the main comparison and its headline metrics.
 
-The method registry's keys (``config.METHOD_NAMES``: "cl", "ncl", ...) are the config's; ``METHOD_LABELS`` is
-how the report prints them.
+Methods and datasets are named by bayesncl.registry (the config's names and their labels); ``METHOD_LABELS`` and
+``DATASET_NAMES`` read it, plugins' entries included.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Iterable
+
+from .. import registry
 
 __all__ = ["ARCH_NAMES", "DATASET_NAMES", "FIGURE_NAMES", "HEADLINE", "MAIN_SETS", "METHOD_LABELS", "METRICS_JSON",
            "is_main", "set_names"]
 
-DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "imagenet100": "ImageNet-100",
-                 "waterbirds": "Waterbirds", "synthetic": "Synthetic"}
+
+
+class _Labels(Mapping):
+    """{name: label} of a registry, as it is when read."""
+
+    def __init__(self, reg):
+        self._reg = reg
+
+    def __getitem__(self, name):
+        if name not in self._reg:
+            raise KeyError(name)
+        return self._reg[name].label
+
+    def __iter__(self):
+        return iter(self._reg)
+
+    def __len__(self):
+        return len(self._reg)
+
+
+DATASET_NAMES = _Labels(registry.DATASETS)
 ARCH_NAMES = {"resnet18": "ResNet-18", "resnet50": "ResNet-50"}
-METHOD_LABELS = {"cl": "SimCLR", "ncl": "NCL", "topk_ncl": "Top-k NCL", "bayesncl": "BayesNCL"}
+METHOD_LABELS = _Labels(registry.METHODS)
 
 # The main comparison: the runs of Tables 1 and 2 (not the sweeps or ablations). The terminal's "Main
 # comparison", metrics.json, the figures' default operating point and the atlas's runs read these sets.

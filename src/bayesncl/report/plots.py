@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..atomic import atomic_write_text
+from ..registry import method_traits
 from .lines import gate_points, line_points, rows_in_set, split_lines
 from .summary import prepare, sweep_rows
 
@@ -76,7 +77,7 @@ def _sweep(rows: pd.DataFrame, x: str) -> list[tuple[str, list[dict]]]:
 def plot_data(df: pd.DataFrame) -> dict[str, list[tuple[str, list[dict]]]]:
     """{plot: [(file stem, records)]} for every plot of ``PLOTS``."""
     df = prepare(df)
-    gates = df[pd.Series([m == "bayesncl" and bool(c) for m, c in zip(df["method"], df["gate_curve"])],
+    gates = df[pd.Series([method_traits(m).gated and bool(c) for m, c in zip(df["method"], df["gate_curve"])],
                          index=df.index, dtype=bool)]
     data: dict[str, list[tuple[str, list[dict]]]] = {p: [] for p in PLOTS}
     for ds in dict.fromkeys(gates["dataset"]):

@@ -42,6 +42,7 @@ from typing import Callable
 
 import pandas as pd
 
+from ..registry import method_traits
 from .cells import MARKS, METRICS, Fmt, Metric, Stat, bold_best, caption_text, latex_escape, stat
 from .groups import Group, blocks, parse_list
 from .layout import render_context, table_context, write_table
@@ -163,16 +164,15 @@ class TableSpec:
     columns: tuple[str, ...]
     kind: str = "metrics"  # "metrics" or "dynamics"
     wide: bool = False     # table* over both columns
-    # {column prefix: methods}: those methods' values of the matching columns are not reported (a dash)
-    not_reported: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # {column prefix: whether a method's values of the matching columns are not reported (a dash)}
+    not_reported: dict[str, Callable[[str], bool]] = field(default_factory=dict)
     # (column, math symbol): the block title lists the reported values of the column, e.g. "(K = 64)"
     title_values: tuple[str, str] | None = None
     # caption notes after ``caption``, each from the table's groups (may mark groups, e.g. with a dagger)
     notes: tuple[Callable[[list[Group]], str], ...] = ()
 
     def reported(self, column: str, method: str) -> bool:
-        return not any(column.startswith(prefix) and method in methods
-                       for prefix, methods in self.not_reported.items())
+        return not any(column.startswith(prefix) and hidden(method) for prefix, hidden in self.not_reported.items())
 
 
 TABLES = [
@@ -187,7 +187,7 @@ TABLES = [
               "P@$k$ (%) with the top-$K$ feature dimensions ($K$ in the block header; retrieval is not "
               "reported for SimCLR).",
               ("probe_top1", "probe_top5", "ret_p1", "ret_p3", "ret_p5", "ret_p10"), wide=True,
-              not_reported={"ret_": ("cl",)}, title_values=("ret_K", "K"),
+              not_reported={"ret_": lambda m: not method_traits(m).nonnegative}, title_values=("ret_K", "K"),
               notes=(_protocol("probe_protocol", "Linear probe", PROBE_PROTOCOLS),
                      _protocol("eval_bn", "Retrieval features' BatchNorm", BN_MODES))),
     TableSpec("table3", "table3",

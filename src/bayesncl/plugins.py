@@ -1,0 +1,88 @@
+"""Plugins: modules that register methods and datasets (bayesncl.registry), named in the workflow config.
+
+`plugins: [my_method]` in the workflow config: the module `my_method` is imported from the folder of the workflow
+config (my_method.py there) or from the installed packages, in every process of the run: Snakemake's (which
+validates the grid), and each job's (`bayesncl` reads $BAYESNCL_PLUGINS and $BAYESNCL_PLUGIN_PATH, which the
+workflow sets). What each run used is recorded: the module's name, its file and the file's SHA-256 (`loaded`),
+in the report's provenance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import sys
+from pathlib import Path
+
+from .errors import ConfigError
+
+__all__ = ["ENV", "PATH_ENV", "export_env", "load", "load_from_env", "load_grid", "loaded"]
+
+ENV = "BAYESNCL_PLUGINS"  # module names, comma-separated
+PATH_ENV = "BAYESNCL_PLUGIN_PATH"  # folders searched first, os.pathsep-separated
+
+_LOADED: dict[str, dict] = {}
+
+
+def _sha(path: str | None) -> str:
+    if not path or not os.path.isfile(path):
+        return ""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load(names, search=(), where: str = "plugins") -> list[dict]:
+    """Import each module of `names`, looking in the folders `search` first; [{module, file, sha256}]."""
+    if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(f"{where}: expected a list of module names, e.g. [my_method], got {names!r}")
+    for folder in reversed([str(Path(f).resolve()) for f in search if f]):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    out = []
+    for name in names:
+        if name not in _LOADED:
+            try:
+                module = importlib.import_module(name)
+            except ModuleNotFoundError as e:
+                if e.name != name and not name.startswith(f"{e.name}."):
+                    raise ConfigError(f"{where}: plugin {name!r} imports {e.name!r}, which is not installed") from None
+                looked = ", ".join(str(Path(f).resolve()) for f in search if f) or "no folder"
+                raise ConfigError(f"{where}: no plugin module {name!r} (looked for {name}.py in {looked} and among "
+                                  "the installed packages); put it beside the workflow config or install it") from None
+            except ConfigError as e:
+                raise ConfigError(f"{where}: plugin {name!r}: {e}") from None
+            file = getattr(module, "__file__", None)
+            _LOADED[name] = {"module": name, "file": str(file or ""), "sha256": _sha(file)}
+        out.append(_LOADED[name])
+    return out
+
+
+def load_from_env() -> list[dict]:
+    """The plugins a job's environment names (set by the workflow for every job)."""
+    names = [n.strip() for n in os.environ.get(ENV, "").split(",") if n.strip()]
+    search = [p for p in os.environ.get(PATH_ENV, "").split(os.pathsep) if p]
+    return load(names, search, where=f"${ENV}") if names else []
+
+
+def load_grid(wf: dict, search=()) -> list[dict]:
+    """The workflow config's `plugins`, and the environment's."""
+    env = load_from_env()
+    names = wf.get("plugins") or []
+    search = [*search, *(p for p in os.environ.get(PATH_ENV, "").split(os.pathsep) if p)]
+    return env + [p for p in load(names, search) if p not in env]
+
+
+def export_env(names, search) -> None:
+    """Name the plugins in this process's environment, so every job it starts imports them too."""
+    names = [n for n in dict.fromkeys([*os.environ.get(ENV, "").split(","), *names]) if n]
+    if names:
+        os.environ[ENV] = ",".join(names)
+    paths = [p for p in dict.fromkeys([*(str(Path(s).resolve()) for s in search),
+                                        *os.environ.get(PATH_ENV, "").split(os.pathsep)]) if p]
+    if paths:
+        os.environ[PATH_ENV] = os.pathsep.join(paths)
+
+
+def loaded() -> list[dict]:
+    """Every plugin this process imported: {module, file, sha256}."""
+    return list(_LOADED.values())
