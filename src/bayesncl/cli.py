@@ -1,5 +1,5 @@
 """Command line: `bayesncl pretrain | evaluate | summarize | report | jobs | atlas | document | pdf |
-make-synthetic | prepare-imagenet`."""
+make-synthetic | prepare-imagenet | stale`."""
 
 from __future__ import annotations
 
@@ -79,22 +79,48 @@ def _summarize(args) -> int:
         raise OutputError(f"--out {out} is a folder; give the CSV file to write, e.g. {out / 'runs.csv'}")
     check_writable_dir(out.parent, what=f"--out {out}")
     if args.grid is not None:
-        from .config import load_yaml_file
-
-        _input_file(args.grid, "--grid", "give the workflow config, e.g. config/config.yaml")
-        grid = load_yaml_file(args.grid, "--grid", "expected the workflow config, a YAML text file (results, "
-                                                   "seeds, defaults, datasets, variants, sets), e.g. config/config.yaml")
-        if not isinstance(grid, dict):
-            raise ConfigError(f"--grid {args.grid}: expected a mapping (results, seeds, defaults, datasets, ...)")
-        from .plugins import export_env
-        from .wfconfig import check_grid
-
-        export_env(grid.get("plugins") or [], [Path(args.grid).parent])  # found beside the grid file
-        check_grid(grid, f"--grid {args.grid}")
+        grid = _read_grid(args.grid)
     else:
         grid = _json_object(args.grid_json, "--grid-json")
     write_summary(grid, args.out)
     print(f"summary: {args.out}")
+    return 0
+
+
+def _read_grid(path: str) -> dict:
+    """A workflow config file, checked (its schema where the workflow extra is installed) and its plugins
+    found beside it."""
+    from .config import load_yaml_file
+    from .plugins import export_env
+    from .wfconfig import check_grid
+
+    _input_file(path, "--grid", "give the workflow config, e.g. config/config.yaml")
+    grid = load_yaml_file(path, "--grid", "expected the workflow config, a YAML text file (results, seeds, "
+                                          "defaults, datasets, variants, sets), e.g. config/config.yaml")
+    if not isinstance(grid, dict):
+        raise ConfigError(f"--grid {path}: expected a mapping (results, seeds, defaults, datasets, ...)")
+    export_env(grid.get("plugins") or [], [Path(path).parent])  # found beside the grid file
+    check_grid(grid, f"--grid {path}")
+    return grid
+
+
+def _stale(args) -> int:
+    from .stale import describe, stale_runs, targets
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    grid = _read_grid(args.grid)
+    results = args.results or grid.get("results")
+    if not results or not Path(results).is_dir():
+        raise ConfigError(f"--results {results}: no such folder; give the folder the grid's runs are in")
+    found = stale_runs(grid, results)
+    if args.targets:
+        print("\n".join(targets(results, found)))
+        return 0
+    for rid, diff in found.items():
+        print(f"{rid}: {describe(diff)}")
+    print(f"{len(found)} stale run(s) under {results}" + (
+        f"; retrain them: snakemake --cores N --forcerun $(bayesncl stale --grid {args.grid} --targets)"
+        if found else ""), file=sys.stderr)
     return 0
 
 
@@ -300,6 +326,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the summary CSV to write (one row per run); metrics.json, the dvc metrics, "
                          "is written beside it")
     sp.set_defaults(func=_summarize)
+
+    sp = sub.add_parser("stale", help="list the runs trained under other settings than the grid gives them today",
+                        description="Compare each run's recorded config (results/runs/<run>/config.resolved.yaml) "
+                                    "with the config the workflow config gives it today, on what decides training "
+                                    "(bayesncl.grid.trigger_config). One line per stale run; `snakemake` retrains "
+                                    "them, or exactly these: snakemake --cores N --forcerun $(bayesncl stale "
+                                    "--grid CONFIG --targets).")
+    sp.add_argument("--grid", required=True, metavar="YAML", help="the workflow config, e.g. config/config.yaml")
+    sp.add_argument("--results", metavar="DIR", help="the results folder (default: the workflow config's results)")
+    sp.add_argument("--targets", action="store_true", help="print only each stale run's model.pt")
+    sp.set_defaults(func=_stale)
 
     sp = sub.add_parser("report", help="render Tables 1-7, the claims table and the figures from the summary CSV")
     sp.add_argument("--summary", required=True, metavar="CSV",

@@ -103,7 +103,10 @@ def trigger_diff(recorded: dict, today: dict, job: str = "pretrain") -> list[tup
     """(key, recorded value, today's) for every trigger key where a run's recorded config (config.as_recorded)
     and today's differ."""
     a, b = flatten(trigger_config(recorded, job)), flatten(trigger_config(today, job))
-    return [(k, a.get(k, "absent"), b.get(k, "absent")) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    def value(flat, k):  # a key left out at its old behaviour has that value
+        return flat[k] if k in flat else KEYS_ADDED.get(k, "absent")
+
+    return [(k, value(a, k), value(b, k)) for k in sorted(set(a) | set(b)) if value(a, k) != value(b, k)]
 
 
 def smoke_results(results: str) -> str:

@@ -27,6 +27,8 @@ training and its interval's upper end, ``still_learning`` 1 when that interval l
 than half the way to chance after falling (``bayesncl.learning.collapse``), ``collapse_epoch`` the first such
 epoch; ``infonce_final`` is the last epoch's mean InfoNCE, ``infonce_chance`` its chance level ln(2N - 1) and
 ``epochs`` the run's training budget (0: the random-init reference; the saturation figure's x axis).
+``stale`` is "" for a run trained with the settings the grid gives it today, else a JSON object {key: [the
+recorded value, today's]} (bayesncl.stale; features.json's config against the grid's).
 
 Units: the retrieval section stores precision as a fraction; runs.csv holds it in percent (``ret_p*``
 and ``ret_curve``), like every accuracy. The shares ``bg_dominated_*``, ``closed_*``, ``topk_*`` and
@@ -63,13 +65,13 @@ METRIC_COLUMNS = [
     "gflops", "params_m", "sec_per_epoch", "img_per_s", "peak_mem_mb", "train_minutes",
     "open_gates_last", "gate_curve", "loss_curve",
     "eval_bn", "learning_slope", "learning_hi", "still_learning", "collapsed", "collapse_epoch",
-    "infonce_final", "infonce_chance",
+    "infonce_final", "infonce_chance", "stale",
 ]
 COLUMNS = ID_COLUMNS + RUN_COLUMNS + METRIC_COLUMNS
 TEXT_COLUMNS = {
     "run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "gate", "weights_sha",
     "probe_protocol", "ret_curve", "bg_protocol", "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc",
-    "dyn_sc", "gate_curve", "loss_curve", "eval_bn",
+    "dyn_sc", "gate_curve", "loss_curve", "eval_bn", "stale",
 }
 
 # (section, key in the section, column); "training" is features.json's training block.
@@ -141,7 +143,7 @@ def _read_run(run: Run, eval_dir: Path) -> dict[str, dict]:
     """{section: its object} for the run, plus "run" and "training" from features.json."""
     features = eval_dir / "features.json"
     data = _read_json(features, None, _fix(eval_dir, "features"))
-    out = {"run": data["run"], "training": data.get("training") or {}}
+    out = {"run": data["run"], "training": data.get("training") or {}, "config": data.get("config")}
     sha = _sha(features, data, _fix(eval_dir, "features"))
     for section in evaluation_sections(run):
         if section == "features":  # read above
@@ -204,6 +206,12 @@ def _flatten(run: Run, metrics: dict[str, dict]) -> dict:
         row["collapsed"], row["collapse_epoch"] = _num(fall.get("collapsed")), _num(fall.get("epoch"))
         row["infonce_chance"] = _num(fall.get("chance"))
     row["infonce_final"] = _num((metrics.get("training") or {}).get("infonce_final"))  # the last epoch's mean
+    recorded = metrics.get("config")  # what the run was trained with (features.json), against today's grid
+    if isinstance(recorded, dict):
+        from ..stale import run_staleness
+
+        diff = run_staleness(recorded, run)
+        row["stale"] = json.dumps(diff, sort_keys=True) if diff else ""
     return row
 
 

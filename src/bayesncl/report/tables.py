@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import os
 from collections import Counter
@@ -135,6 +136,27 @@ def collapse_note(groups: list[Group]) -> str:
     """Runs that collapsed (¶; bayesncl.learning.collapse): their numbers stay in the row's mean and interval."""
     return _run_flag_note(groups, "collapsed", "¶", "collapsed (their InfoNCE loss climbed back more than half the "
                           "way to chance, ln(2N-1), after falling; docs/METHOD.md section 10); they stay in the means.")
+
+
+def stale_note(groups: list[Group]) -> str:
+    """Runs trained under other settings than the grid gives them today (runs.csv's ``stale``; bayesncl.stale):
+    each differing key, its values and how many of the table's runs have each."""
+    runs = [r for g in groups for r in g.rows]
+    seen: dict[str, Counter] = {}
+    today: dict[str, str] = {}
+    for r in runs:
+        for key, (was, now) in (json.loads(r["stale"]) if r.get("stale") else {}).items():
+            seen.setdefault(key, Counter())[str(was)] += 1
+            today[key] = str(now)
+    if not seen:
+        return ""
+    parts = []
+    for key, counts in seen.items():
+        stale = sum(counts.values())
+        values = ", ".join(f"{v} ({n} run{'s' * (n != 1)})" for v, n in counts.items())
+        parts.append(f"{key}: {values}; today's {today[key]} ({len(runs) - stale} runs)")
+    return ("Runs trained under other settings than the workflow config gives them today: " + "; ".join(parts)
+            + ". `bayesncl stale` lists them; `snakemake` retrains them.")
 
 
 def repeat_note(groups: list[Group], multi_dataset: bool) -> str:
@@ -285,6 +307,7 @@ def build_table(df: pd.DataFrame, name: str, kind: str = "tex") -> dict:
     notes.append(repeat_note(groups, multi_dataset=len(table_blocks) > 1))
     notes.append(learning_note(groups))
     notes.append(collapse_note(groups))
+    notes.append(stale_note(groups))
     notes.append(_seed_caption(groups))
     metrics = [METRICS[c] for c in spec.columns]
     header = ["Method"] + (["Epoch"] if spec.kind == "dynamics" else []) + [fmt.header(m) for m in metrics]

@@ -1,0 +1,51 @@
+"""Runs trained under other settings than the workflow config gives them today (`bayesncl stale`).
+
+A run records the full config it was trained with (``<run>/config.resolved.yaml``, and in model.pt). Today's
+config of the same run is the workflow config expanded with today's code (its defaults included). Where the two
+differ on what decides training (bayesncl.grid.trigger_config: a key that did not exist when the run was trained
+reads as what runs did before it, config.KEYS_ADDED), the run is stale: its pretraining job's trigger changed, so
+`snakemake` plans it again, and until then the tables whose runs it is in say so in their captions
+(report/tables.py, stale_note; runs.csv's ``stale`` column).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .config import as_recorded, resolve
+from .grid import Run, expand_grid, trigger_diff
+from .rundir import CONFIG, FINAL
+
+__all__ = ["describe", "stale_runs", "run_staleness"]
+
+
+def run_staleness(recorded: dict, run: Run) -> dict[str, list]:
+    """{key: [recorded value, today's]} where the run's recorded config and today's differ (training)."""
+    return {k: [a, b] for k, a, b in trigger_diff(as_recorded(recorded), run.config, "pretrain")}
+
+
+def stale_runs(wf: dict, results: str | Path) -> dict[str, dict[str, list]]:
+    """{run id: its differences} for every run of the grid that has a recorded config under ``results``."""
+    out = {}
+    for rid, run in expand_grid(wf).items():
+        path = Path(results) / "runs" / rid / CONFIG
+        if path.is_file():
+            diff = run_staleness(resolve(file=path, recorded=True), run)
+            if diff:
+                out[rid] = diff
+    return out
+
+
+def describe(diff: dict[str, list]) -> str:
+    """"train.loss_scaler none (today fp16); ..." """
+    return "; ".join(f"{k} {_fmt(a)} (today {_fmt(b)})" for k, (a, b) in diff.items())
+
+
+def _fmt(v) -> str:
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def targets(results: str | Path, rids) -> list[str]:
+    """The model.pt of each run: what `snakemake --forcerun` takes to retrain exactly these."""
+    return [str(Path(results) / "runs" / rid / FINAL) for rid in rids]

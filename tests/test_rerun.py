@@ -1,0 +1,201 @@
+"""What reruns a finished grid (docs/USAGE.md, "Upgrading"): a pretraining or evaluation job's trigger is what
+decides its outputs (bayesncl.grid.trigger_config), not every key the code knows.
+
+The workflow tests run `snakemake -n` over the finished tiny grid (conftest's tiny_grid) with a copy of the
+package in which one line of config.py was changed, as a `git pull` would change it: a new key, a changed default.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from bayesncl import config as C
+from bayesncl.grid import expand_grid, trigger_config, trigger_diff
+from bayesncl.stale import describe, run_staleness
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = shutil.which("snakemake", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def _cfg(*sets):
+    return C.resolve(sets=list(sets))
+
+
+# ----------------------------------------------------------------------------------------------- the trigger
+def test_a_key_at_its_old_behaviour_leaves_the_trigger():
+    """train.loss_scaler was added with runs before it taking every step (added: none): a run at none has the
+    trigger of a run recorded before the key existed; at fp16 the key is in it."""
+    none, fp16 = _cfg("train.loss_scaler=none"), _cfg("train.loss_scaler=fp16")
+    assert "loss_scaler" not in trigger_config(none)["train"]
+    assert trigger_config(fp16)["train"]["loss_scaler"] == "fp16"
+    old = json.loads(json.dumps(none))
+    del old["train"]["loss_scaler"]
+    assert trigger_config(C.as_recorded(old)) == trigger_config(none)
+
+
+def test_locations_and_evaluation_settings_never_retrain():
+    base = trigger_config(_cfg())
+    for key in ("train.device=cpu", "train.threads=3", "data.num_workers=1", "data.cache_dir=/elsewhere",
+                "eval.probe=paper", "eval.batch_size=64"):
+        assert trigger_config(_cfg(key)) == base, key
+    assert trigger_config(_cfg("method.temperature=0.3")) != base
+
+
+def test_a_method_setting_its_method_does_not_read_leaves_its_trigger():
+    ncl = trigger_config(_cfg("method.name=ncl"))
+    assert trigger_config(_cfg("method.name=ncl", "method.head_lr=0.5", "method.rho=0.5")) == ncl
+    assert trigger_config(_cfg("method.name=ncl", "method.nonneg=relu")) != ncl
+    bayes = trigger_config(_cfg("method.name=bayesncl"))
+    assert trigger_config(_cfg("method.name=bayesncl", "method.head_lr=0.5")) != bayes
+    cl = trigger_config(_cfg("method.name=cl"))
+    assert trigger_config(_cfg("method.name=cl", "method.nonneg=relu")) == cl
+
+
+def test_the_evaluation_trigger_holds_eval_and_the_data_but_not_its_locations():
+    base = trigger_config(_cfg(), "evaluate")
+    assert trigger_config(_cfg("eval.probe=paper"), "evaluate") != base
+    assert trigger_config(_cfg("data.synthetic.test_size=99"), "evaluate") != base
+    assert trigger_config(_cfg("data.cache_dir=/elsewhere", "train.epochs=3"), "evaluate") == base
+
+
+def test_trigger_diff_names_each_key_with_both_values():
+    was, now = _cfg("train.epochs=3"), _cfg("train.epochs=5")
+    assert trigger_diff(was, now) == [("train.epochs", 3, 5)]
+    assert trigger_diff(now, now) == []
+
+
+def test_a_run_recorded_before_a_key_existed_is_stale_only_where_it_did_otherwise():
+    wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    run = next(iter(expand_grid(wf).values()))
+    recorded = json.loads(json.dumps(run.config))
+    assert run_staleness(recorded, run) == {}
+    del recorded["train"]["loss_scaler"]  # trained before the key: every step taken, today fp16
+    diff = run_staleness(recorded, run)
+    assert diff == {"train.loss_scaler": ["none", "fp16"]}
+    assert describe({"train.loss_scaler": ["none", "fp16"]}) == "train.loss_scaler none (today fp16)"
+
+
+# ------------------------------------------------------------------------------------ on a finished grid
+def _package_copy(tmp_path, old: str, new: str) -> Path:
+    """src/ copied with one change to config.py (exactly one occurrence of `old`)."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    path = src / "bayesncl" / "config.py"
+    text = path.read_text()
+    assert text.count(old) == 1, old
+    path.write_text(text.replace(old, new))
+    return src
+
+
+def _grid_file(tmp_path, results: Path) -> Path:
+    """The tiny grid, its NCL variant stating the InfoNCE temperature it has by default today."""
+    wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    wf["results"] = str(results)
+    wf["variants"]["NCL"]["method"]["temperature"] = 0.2
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(wf, sort_keys=False))
+    return path
+
+
+def _plan(grid: Path, src: Path | None) -> tuple[dict[str, int], list[str], str]:
+    """(jobs per rule, the run ids of the pretrain jobs, the output) of `snakemake -n` over the grid."""
+    env = dict(os.environ, PYTHONPATH=str(src or ROOT / "src"), OMP_NUM_THREADS="1")
+    r = subprocess.run([SNAKEMAKE, "-n", "--nolock", "--cores", "1", "--configfile", str(grid)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    if "Job stats:" not in r.stdout:
+        assert "Nothing to be done" in r.stdout + r.stderr, r.stdout[-3000:]
+        return {}, [], r.stdout
+    table = r.stdout.split("Job stats:")[1]
+    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+    planned = re.findall(r"rule pretrain:\n(?:    .*\n)*?    output: \S*/runs/(\S+)/model\.pt", r.stdout)
+    return counts, sorted(planned), r.stdout
+
+
+pytestmark_wf = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed (pip install -e '.[workflow]')")
+
+NEW_KEY = ('    max_steps_per_epoch: int = _field(0, "cap on steps per epoch; 0: no cap", ge=0)\n',
+           '    max_steps_per_epoch: int = _field(0, "cap on steps per epoch; 0: no cap", ge=0)\n'
+           '    label_smoothing: float = _field(0.0, "a new key", ge=0, added=0.0)\n')
+
+
+@pytestmark_wf
+def test_a_new_key_at_its_old_behaviour_plans_no_job(tiny_grid, tmp_path):
+    results, _, _ = tiny_grid
+    grid = _grid_file(tmp_path, results)
+    assert _plan(grid, None)[0] == {}  # the NCL variant stating its default is the same run
+    counts, _, out = _plan(grid, _package_copy(tmp_path, *NEW_KEY))
+    assert counts == {}, out[-3000:]
+
+
+@pytestmark_wf
+def test_a_new_key_not_declared_as_its_old_behaviour_reruns_every_run(tiny_grid, tmp_path):
+    """The control: without `added`, nothing says the new key keeps what the runs did."""
+    results, _, _ = tiny_grid
+    old, new = NEW_KEY
+    counts, planned, _ = _plan(_grid_file(tmp_path, results),
+                               _package_copy(tmp_path, old, new.replace(", added=0.0", "")))
+    assert counts["pretrain"] == len(expand_grid(yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())))
+
+
+@pytestmark_wf
+@pytest.mark.parametrize("old, new, affected", [
+    # read by every method; the NCL variant states today's value, so only its runs keep theirs
+    ('temperature: float = _field(0.2,', 'temperature: float = _field(0.3,', lambda run: run.variant != "NCL"),
+    # read by BayesNCL alone
+    ('head_lr: float = _field(0.1,', 'head_lr: float = _field(0.2,', lambda run: run.config["method"]["name"] == "bayesncl"),
+])
+def test_a_changed_default_plans_exactly_the_runs_that_take_it(tiny_grid, tmp_path, old, new, affected):
+    results, _, _ = tiny_grid
+    grid = _grid_file(tmp_path, results)
+    src = _package_copy(tmp_path, old, new)
+    counts, planned, out = _plan(grid, src)
+    runs = expand_grid(yaml.safe_load(grid.read_text()))
+    want = sorted(rid for rid, run in runs.items() if affected(run))
+    assert 0 < len(want) < len(runs)
+    assert planned == want, out[-3000:]
+    assert counts["pretrain"] == len(want)
+
+    # `bayesncl stale` names exactly those runs, with the key and both values
+    env = dict(os.environ, PYTHONPATH=str(src))
+    r = subprocess.run([sys.executable, "-m", "bayesncl", "stale", "--grid", str(grid)], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert sorted(line.split(":")[0] for line in lines) == want
+    key = "method.temperature" if "temperature" in old else "method.head_lr"
+    assert all(f"{key} " in line and "(today 0." in line for line in lines)
+    r = subprocess.run([sys.executable, "-m", "bayesncl", "stale", "--grid", str(grid), "--targets"], env=env,
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert sorted(r.stdout.split()) == sorted(str(results / "runs" / rid / "model.pt") for rid in want)
+
+
+@pytestmark_wf
+def test_the_report_names_the_stale_runs_in_its_captions(tiny_grid, tmp_path):
+    results, _, _ = tiny_grid
+    grid = _grid_file(tmp_path, results)
+    src = _package_copy(tmp_path, 'temperature: float = _field(0.2,', 'temperature: float = _field(0.3,')
+    env = dict(os.environ, PYTHONPATH=str(src))
+    csv = tmp_path / "runs.csv"
+    for args in (["summarize", "--grid", str(grid), "--out", str(csv)],
+                 ["report", "--summary", str(csv), "--out", str(tmp_path / "out"), "--grid", str(grid)]):
+        r = subprocess.run([sys.executable, "-m", "bayesncl", *args], env=env, cwd=ROOT, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+    df = pd.read_csv(csv, keep_default_na=False)
+    stale = df[df["stale"] != ""]
+    assert set(stale["variant"]) and "NCL" not in set(stale["variant"])
+    assert json.loads(stale["stale"].iloc[0]) == {"method.temperature": [0.2, 0.3]}
+    caption = (tmp_path / "out" / "tables" / "table1.md").read_text()
+    n1 = int((df["sets"].str.split(";").apply(lambda s: "table1" in s) & (df["stale"] != "")).sum())
+    n = int(df["sets"].str.split(";").apply(lambda s: "table1" in s).sum())
+    assert (f"Runs trained under other settings than the workflow config gives them today: method.temperature: "
+            f"0.2 ({n1} runs); today's 0.3 ({n - n1} runs)") in caption
