@@ -5,11 +5,11 @@
     python benchmarks/claims_stability.py results/tables/claims.md results-b/tables/claims.md
 
 Reads the two claims tables (Markdown, as `bayesncl report` writes them), pairs their rows by dataset,
-claim id and statement, and prints each row's two verdicts side by side with a count of the rows that
-agree, the decisive verdicts that stayed decisive, and the reversals (holds in one, does not hold in the
-other: the rule or the seed count would be wrong), and names the rows found in one table only. Exit status 1
-when a decisive verdict reversed; 2 with one line on stderr when a file is missing, not a claims table, or the
-two tables share no claim.
+claim id (without the report's marks: bayesncl.report.cells.strip_marks) and statement, and prints each
+row's two verdicts side by side with a count of the rows that agree, the decisive verdicts that stayed
+decisive, and the reversals (holds in one, does not hold in the other: the rule or the seed count would be
+wrong), and names the rows found in one table only. Exit status 1 when a decisive verdict reversed; 2 with one
+line on stderr when a file is missing, not a claims table, or the two tables share no claim.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def read_claims(path: Path) -> dict[tuple[str, str, str], dict[str, str]]:
     """{(dataset, claim id, statement): {column: cell}} of a claims.md table (columns found by header name).
     DataError naming the file when it is missing, not text, or has no claims table with a Verdict column."""
     from bayesncl.errors import DataError
+    from bayesncl.report.cells import strip_marks
 
     path = Path(path)
     if not path.is_file():
@@ -58,9 +59,9 @@ def read_claims(path: Path) -> dict[tuple[str, str, str], dict[str, str]]:
         if len(cells) != len(header):
             raise DataError(f"{path}, line {number}: {len(cells)} cells, the header has {len(header)}; {FIX}")
         row = dict(zip(header, cells))
-        # claim 11 names the end it shows, and § marks runs still learning: both may differ between runs and
-        # are not part of the row's identity
-        rows[(dataset, first.rstrip("§"), re.sub(r" \(right: [^)]*\)$", "", row.get("Claim", "")))] = row
+        # claim 11 names the end it shows, and the marks (§ still learning, ¶ collapsed, ...) what the runs did:
+        # both may differ between seed lists and are no part of the row's identity
+        rows[(dataset, strip_marks(first), re.sub(r" \(right: [^)]*\)$", "", row.get("Claim", "")))] = row
     if header is None or "Verdict" not in header:
         raise DataError(f"{path}: no claims table with a Verdict column; {FIX}")
     if not rows:

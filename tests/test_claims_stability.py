@@ -3,6 +3,8 @@
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("claims_stability", ROOT / "benchmarks" / "claims_stability.py")
 cs = importlib.util.module_from_spec(spec)
@@ -72,3 +74,56 @@ def test_the_still_learning_mark_is_not_part_of_a_rows_identity(tmp_path):
     assert set(a) == set(b) == {("Synthetic", c, "SC: X > Y") for c in ("1a", "2a")}
     rows, n = cs.compare(a, b)
     assert n["rows"] == 2 and n["reversed"] == 1
+
+
+@pytest.mark.parametrize("mark", ["¶", "§", "§¶", "¶§"])
+@pytest.mark.parametrize("marked", ["a", "b"])
+def test_a_mark_on_one_side_only_still_pairs_the_row_and_counts_its_reversal(tmp_path, mark, marked):
+    """§ (still learning) and ¶ (collapsed) mark what the runs did on one seed list, not which claim the row is."""
+    ids = {"a": "1a" + mark if marked == "a" else "1a", "b": "1a" + mark if marked == "b" else "1a"}
+    a = cs.read_claims(table(tmp_path, "a.md", {ids["a"]: "holds"}))
+    b = cs.read_claims(table(tmp_path, "b.md", {ids["b"]: "does not hold"}))
+    rows, n = cs.compare(a, b)
+    assert (n["rows"], n["reversed"], n["only_one"]) == (1, 1, 0)
+    assert rows[0][0] == ("Synthetic", "1a", "SC: X > Y")
+
+
+def test_every_mark_the_report_can_write_is_stripped(tmp_path):
+    """The marks come from the report's one list (cells.MARKS), so a mark added there is no part of an id either."""
+    from bayesncl.report.cells import MARKS
+
+    a = cs.read_claims(table(tmp_path, "a.md", {f"{i}{m}": "holds" for i, m in enumerate(MARKS)}))
+    b = cs.read_claims(table(tmp_path, "b.md", {str(i): "does not hold" for i in range(len(MARKS))}))
+    assert set(a) == set(b)
+    assert cs.compare(a, b)[1]["reversed"] == len(MARKS)
+
+
+def test_claims_tables_the_report_writes_pair_whatever_their_runs_did(tmp_path):
+    """The report's own claims.md, once with runs still learning (§) and collapsed (¶), once without: every row
+    pairs with its twin (the marks the report writes are the ones the check strips)."""
+    import pandas as pd
+
+    from bayesncl.report import summary as summ
+    from bayesncl.report.claims_table import render_claims
+
+    df = summ.prepare(pd.read_csv(ROOT / "tests" / "golden" / "runs.csv"))
+    df["still_learning"], df["collapsed"] = 0.0, 0.0
+    plain = render_claims(df, "md")
+    df.loc[df["variant"] == "NCL", "still_learning"] = 1.0
+    df.loc[df["variant"] == "BayesNCL", "collapsed"] = 1.0
+    marked = render_claims(df, "md")
+    ids = [line.split("|")[1].strip() for line in marked.splitlines() if line.startswith("| ")]
+    assert any(i.endswith("§¶") for i in ids) and any(i.endswith("¶") and "§" not in i for i in ids)
+    (tmp_path / "a.md").write_text(marked)
+    (tmp_path / "b.md").write_text(plain)
+    a, b = cs.read_claims(tmp_path / "a.md"), cs.read_claims(tmp_path / "b.md")
+    rows, n = cs.compare(a, b)
+    assert set(a) == set(b) and n["only_one"] == 0 and n["rows"] == len(a) > 10
+
+
+@pytest.mark.parametrize("kind", ["md", "txt", "tex"])
+def test_the_report_writes_no_mark_that_strip_marks_does_not_know(kind):
+    from bayesncl.report.cells import Fmt
+
+    with pytest.raises(KeyError):
+        Fmt(kind).mark("※")

@@ -5,9 +5,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from bayesncl.cli import main
-from bayesncl.report.jobs import collect, render, startup_share, totals
+from bayesncl.report.jobs import WALL_STEP, collect, render, startup_bound, startup_share, totals
+from bayesncl.startup import DECIMALS, clock_tick
 
 HEADER = ("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\tjobid\trule_name\t"
           "wildcards\tparams\tthreads\tcpu_usage\tresources\tinput_size_mb")
@@ -106,3 +109,53 @@ def test_startup_seconds_come_from_the_record_beside_each_benchmark(tmp_path):
     assert startup_share(collect(b)) == (4.0, 60.0, 3)  # the report job has no start-up: left out of both sums
     assert "Start-up (process start, imports, loading; 3 of 4 jobs record it): 4.0 s of their 60.0 s, 6.7%." \
         in render(collect(b))
+
+
+def _snakemake_s(running_time: float) -> float:
+    """The wall seconds the installed Snakemake writes in a benchmark .tsv for a job of `running_time`."""
+    from snakemake.benchmark import BenchmarkRecord
+
+    record = BenchmarkRecord(running_time=running_time)
+    record.process_gone = True  # a job over before the first sample: NA memory, no warning
+    return float(record.to_tsv(extended_fmt=False).split("\t")[0])
+
+
+@given(st.floats(0, 1e5))
+@example(0.004)
+@example(0.005)
+@example(0.07504)
+@example(0.0849)
+def test_snakemake_writes_wall_seconds_to_the_step_startup_bound_assumes(t):
+    s = _snakemake_s(t)
+    assert abs(s - t) < WALL_STEP and s == round(s, 2)
+    if t < 0.004:
+        assert s == 0.0  # shorter than the resolution: no wall time at all
+
+
+HZ = round(1 / clock_tick())
+
+
+@settings(max_examples=500, deadline=None)
+@given(uptime_ticks=st.integers(0, 10**8), tick_part=st.floats(0, 1, exclude_max=True),
+       after_clock=st.floats(0, 0.05), startup=st.floats(0, 100), work=st.floats(0, 100))
+@example(uptime_ticks=123456, tick_part=0.999, after_clock=0.0, startup=0.004, work=0.0)  # under the resolution
+@example(uptime_ticks=123456, tick_part=0.2, after_clock=0.0, startup=0.08, work=0.0)  # the 0.082 s against 0.08 s
+@example(uptime_ticks=123456, tick_part=0.9999999, after_clock=0.0, startup=1.1345107, work=0.0)  # the most over
+def test_a_recorded_startup_never_exceeds_its_bound_whatever_the_job_length(uptime_ticks, tick_part, after_clock,
+                                                                            startup, work):
+    """A job's process starts `after_clock` s after Snakemake's clock, `tick_part` of a clock tick into tick
+    `uptime_ticks`, spends `startup` s before its work and `work` s in it. What each side writes, computed as
+    each writes it (Snakemake's own record; bayesncl.startup's /proc start and rounding), stays within the bound
+    for every length, jobs shorter than the wall time's resolution included."""
+    created = (uptime_ticks + tick_part) / HZ  # boot clock
+    recorded_start = uptime_ticks / HZ  # process_started: whole ticks
+    recorded = round(max(0.0, created + startup - recorded_start), DECIMALS)  # mark_ready
+    s = _snakemake_s(after_clock + startup + work)
+    assert recorded <= startup_bound(s)
+
+
+def test_the_startup_bound_is_tight_enough_to_catch_a_start_up_from_before_the_job():
+    assert startup_bound(0.08) - 0.08 < 0.02
+    assert not 0.2 <= startup_bound(0.08)  # e.g. timed from the fork server's start, not the job's
+    jobs = pd.DataFrame({"seconds": [0.0, 0.08, 12.5], "startup_seconds": [0.014, 0.082, 3.0]})
+    assert (jobs["startup_seconds"] <= startup_bound(jobs["seconds"])).all()  # the form test_workflow uses

@@ -16,9 +16,11 @@ import os
 import sys
 import time
 
-__all__ = ["TIMING_ENV", "as_forked_child", "boot_clock", "mark_ready", "process_started", "record_usage"]
+__all__ = ["DECIMALS", "TIMING_ENV", "as_forked_child", "boot_clock", "clock_tick", "mark_ready", "process_started",
+           "record_usage"]
 
 TIMING_ENV = "BAYESNCL_TIMING"  # a path: where mark_ready writes this job's start-up seconds
+DECIMALS = 3  # the start-up is written in whole milliseconds
 
 _process_start: float | None = None  # the job's process start, boot clock (the client's, in a forked child)
 _ready_marked = False
@@ -36,9 +38,14 @@ def boot_clock() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
+def clock_tick() -> float:
+    """The seconds of one clock tick, the unit /proc counts a process's start in (process_started; 1/100 s on Linux)."""
+    return 1 / os.sysconf("SC_CLK_TCK")
+
+
 def process_started() -> float | None:
-    """When this process started, in boot_clock() seconds (/proc/self/stat, 1/100 s resolution); None where /proc
-    or the clock is missing (then no start-up is recorded)."""
+    """When this process started, in boot_clock() seconds (/proc/self/stat, in whole clock ticks: the start read
+    is up to one tick early); None where /proc or the clock is missing (then no start-up is recorded)."""
     try:
         with open("/proc/self/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -78,7 +85,7 @@ def mark_ready() -> float | None:
     if start is None or not hasattr(time, "CLOCK_BOOTTIME"):
         return None
     seconds = max(0.0, boot_clock() - start)
-    _write_record({"startup_seconds": round(seconds, 3), "forkserver": _forked})
+    _write_record({"startup_seconds": round(seconds, DECIMALS), "forkserver": _forked})
     _ready_marked = True
     return seconds
 

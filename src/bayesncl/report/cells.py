@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["METRICS", "Fmt", "Metric", "Stat", "bold_best", "caption_text", "latex_escape", "stat"]
+__all__ = ["METRICS", "Fmt", "Metric", "Stat", "bold_best", "caption_text", "latex_escape", "stat",
+           "strip_marks"]
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,18 @@ METRICS = {m.key: m for m in [
 
 # ----------------------------------------------------------------------------- formatting
 # The footnote marks of tables and the claims table, with their LaTeX: † another protocol, ‡ a repeated
-# result, § runs still learning, ¶ runs that collapsed (bayesncl.learning).
+# result, § runs still learning, ¶ runs that collapsed (bayesncl.learning). Fmt.mark writes only these, so a
+# new mark is added here and strip_marks knows it.
 MARKS = {"†": r"\dagger", "‡": r"\ddagger", "§": r"\S", "¶": r"\P"}
+
+
+def strip_marks(label: str) -> str:
+    """``label`` without the marks a table appended to it ("1a§¶" -> "1a"). The marks say something about the
+    runs, which changes with the seeds, so they are no part of a row's identity (benchmarks/claims_stability.py
+    pairs claims by the id this leaves)."""
+    return label.rstrip("".join(MARKS))
+
+
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
                 "±": r"$\pm$", "≈": r"$\approx$", "×": r"$\times$",
@@ -177,7 +188,8 @@ class Fmt:
         return f"$^{{n={n}}}$" if self.tex else f" (n={n})"
 
     def mark(self, symbol: str) -> str:
-        return f"$^{MARKS[symbol]}$" if self.tex else symbol
+        tex = MARKS[symbol]  # KeyError for a mark not in MARKS, in every format: strip_marks must know it
+        return f"$^{tex}$" if self.tex else symbol
 
 
 def bold_best(cells: list[Stat], better: str | None) -> None:

@@ -27,10 +27,24 @@ import pandas as pd
 
 from ..atomic import atomic_write_text
 from ..errors import DataError
+from ..startup import DECIMALS, clock_tick
 
-__all__ = ["COLUMNS", "collect", "read_jobs", "startup_share", "totals", "write_jobs"]
+__all__ = ["COLUMNS", "WALL_STEP", "collect", "read_jobs", "startup_bound", "startup_share", "totals", "write_jobs"]
 
 COLUMNS = ["rule", "run", "seconds", "max_rss_mb", "gpus", "cpu_seconds", "startup_seconds", "benchmark"]
+# Snakemake writes a job's wall seconds `s` as f"{round(s, 4):.2f}" (snakemake.benchmark.BenchmarkRecord.to_tsv):
+# to the nearest step of this; a job under 5 ms records 0.00.
+WALL_STEP = 0.01
+
+
+def startup_bound(seconds):
+    """The longest start-up a job can record beside a benchmark that recorded `seconds` (a number or a Series).
+    The start-up is part of the wall time (the job's process starts after Snakemake's clock: the shell forks it
+    after reading its command), but each is written at its own resolution: `s` up to half a WALL_STEP short, the
+    process's start read in whole clock ticks (up to a tick early: the start-up up to a tick long), and one
+    millisecond for the start-up's rounding to 10**-DECIMALS s, `s`'s first rounding to 0.1 ms and float error
+    (bayesncl.startup)."""
+    return seconds + WALL_STEP / 2 + clock_tick() + 10.0 ** -DECIMALS
 
 
 def _literal(text) -> dict:
