@@ -127,7 +127,8 @@ def _list_split(root_p: Path, split: str, classes: list[str]) -> _Listing:
         folder = split_dir / c
         with os.scandir(folder) as it:
             names = sorted(e.name for e in it  # sorted: order independent of the filesystem
-                           if e.is_file() and not e.name.startswith(".") and e.name.lower().endswith(I.IMAGE_EXTENSIONS))
+                           if e.is_file() and not e.name.startswith(".")
+                           and e.name.lower().endswith(I.IMAGE_EXTENSIONS))
         if not names:
             raise DataError(f"{folder}: class folder has no images (looked for {', '.join(I.IMAGE_EXTENSIONS)}); "
                             f"add images or remove the folder from both train/ and val/")
