@@ -318,3 +318,14 @@ def test_interrupted_preparation_leaves_nothing_half_written(tree, tmp_path, mon
     assert out["train"][1] is False and out["test"][1] is True
     assert IF.MEAN_STD_FILE in {p.name for p in folder.iterdir()}
     assert isinstance(load(tree, tmp_path).dataset, PreparedImages)
+
+
+def test_a_cache_folder_that_cannot_be_written_is_named(tree, tmp_path):
+    (tmp_path / "blocker").write_text("a file, not a folder")
+    cache = tmp_path / "blocker" / "cache"
+    one_line_error(lambda: load(tree, tmp_path, cache_dir=cache), cache, "is a file, not a folder",
+                   "set data.cache_dir")
+    one_line_error(lambda: prepare_imagefolder(tree, stored_size=S, cache_dir=cache, progress=False), cache,
+                   "set data.cache_dir")
+    # The manifests' paths need no folder on disk (the workflow plans them before anything exists).
+    assert imagefolder_manifests(tmp_path / "not-yet", S, cache)[0].endswith("/train.json")
