@@ -46,7 +46,10 @@ from . import DataError, ImageSet
 from . import imagenet as I
 from . import prepared as P
 
+NAME = "imagefolder"  # its name in bayesncl.registry
+
 __all__ = [
+    "NAME",
     "BACKGROUND_FILE",
     "BACKGROUND_HEADER",
     "MEAN_STD_FILE",
@@ -232,7 +235,7 @@ def prepared_dir(root, stored_size: int, cache_dir=None) -> Path:
 
     tag = hashlib.sha256(json.dumps([str(_root_path(root).resolve())]).encode()).hexdigest()[:12]
     base = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    return base / "imagefolder" / f"{int(stored_size)}px-{tag}"
+    return base / NAME / f"{int(stored_size)}px-{tag}"
 
 
 def imagefolder_manifests(root, stored_size: int, cache_dir=None) -> list[str]:
@@ -268,7 +271,7 @@ def _image_set(dataset, listing: _Listing, bg, names, classes, mean, std, crop_s
     return ImageSet(images=None, dataset=dataset, labels=torch.tensor(listing[1], dtype=torch.int64),
                     backgrounds=torch.tensor(bg, dtype=torch.int64) if bg is not None else None,
                     num_classes=len(classes), num_backgrounds=len(names) if names else 0, mean=mean, std=std,
-                    crop_size=crop_size, name="imagefolder", class_names=list(classes),
+                    crop_size=crop_size, name=NAME, class_names=list(classes),
                     background_names=list(names) if names else None)
 
 
@@ -379,7 +382,7 @@ def prepare_imagefolder(root, *, stored_size: int, cache_dir=None, splits: Seque
             key=_key(root_p, split, classes, listing, stored_size), paths=paths, stored_size=stored_size,
             dataset=I.ImageFileDataset(paths, labels, stored_size),
             decode=lambda i, paths=paths: I.decode_image(paths[i], stored_size).numpy().tobytes(),
-            what="imagefolder", manifest_fields={"root": str(root_p), "classes": classes}, workers=workers,
+            what=NAME, manifest_fields={"root": str(root_p), "classes": classes}, workers=workers,
             batch_size=batch_size, verify=verify)
         if split == "train":  # from the copy just made: a read, no decoding
             _mean_std(root_p, classes, listing, lambda: _image_set(
