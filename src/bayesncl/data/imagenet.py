@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
+import shutil  # noqa: F401  (tests patch shutil.disk_usage through this module)
 import warnings
 from importlib import resources
 from pathlib import Path
@@ -127,14 +127,20 @@ class ImageFileDataset(Dataset):
 class PreparedImages(Dataset):
     """A prepared split: uint8 [N,3,S,S] in one raw file, read through a memory map.
 
-    Items as :class:`ImageFileDataset`'s; :meth:`fetch` reads a whole batch (``iter_batches`` uses it, in
-    threads). The map is opened on first use in each process and never pickled.
+    Items as :class:`ImageFileDataset`'s (background -1 when ``backgrounds`` is None); :meth:`fetch` reads a
+    whole batch (``iter_batches`` uses it, in threads). The map is opened on first use in each process and
+    never pickled.
     """
 
-    def __init__(self, path: str | os.PathLike, stored_size: int, labels: Sequence[int]) -> None:
+    def __init__(self, path: str | os.PathLike, stored_size: int, labels: Sequence[int],
+                 backgrounds: Sequence[int] | None = None) -> None:
         self.path = str(path)
         self.stored_size = int(stored_size)
         self.labels = torch.as_tensor(list(labels), dtype=torch.int64)
+        self.backgrounds = (torch.as_tensor(list(backgrounds), dtype=torch.int64) if backgrounds is not None
+                            else torch.full_like(self.labels, -1))
+        if self.backgrounds.shape != self.labels.shape:
+            raise ValueError("labels and backgrounds must have the same length")
         self._images: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -150,10 +156,11 @@ class PreparedImages(Dataset):
         return self._images
 
     def __getitem__(self, i: int):
-        return torch.from_numpy(np.array(self.images()[int(i)])), int(self.labels[int(i)]), -1
+        i = int(i)
+        return torch.from_numpy(np.array(self.images()[i])), int(self.labels[i]), int(self.backgrounds[i])
 
     def fetch(self, idx, pin: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(x uint8 [B,3,S,S], y [B], bg [B] of -1)`` for the indices ``idx``, in their order; ``pin``:
+        """``(x uint8 [B,3,S,S], y [B], bg [B])`` for the indices ``idx``, in their order; ``pin``:
         ``x`` in page-locked memory, ready for an asynchronous copy to the GPU."""
         idx = torch.as_tensor(idx, dtype=torch.int64)
         images, s = self.images(), self.stored_size
@@ -161,7 +168,7 @@ class PreparedImages(Dataset):
         out = x.numpy()
         for j, i in enumerate(idx.tolist()):  # one contiguous copy per image (numpy releases the GIL)
             out[j] = images[i]
-        y, bg = self.labels[idx], torch.full((len(idx),), -1, dtype=torch.int64)
+        y, bg = self.labels[idx], self.backgrounds[idx]
         if pin:  # all three: a copy from pageable memory would wait for the GPU's queue to drain
             y, bg = y.pin_memory(), bg.pin_memory()
         return x, y, bg
@@ -271,39 +278,12 @@ def prepared_manifests(data_cfg: dict) -> list[str]:
 
 def _listing_key(split_dir: Path, wnids: list[str], paths: list[str], labels: list[int], stored_size: int) -> str:
     """What a prepared split must match: every file's relative path, byte size and label, the class list,
-    the stored size and the decoder version."""
-    h = hashlib.sha256(json.dumps({"format": PREPARED_FORMAT, "decode": DECODE_VERSION, "stored_size": stored_size,
-                                   "classes": wnids}).encode())
-    for p, y in zip(paths, labels):
-        try:
-            size = os.stat(p).st_size
-        except OSError as exc:
-            raise DataError(f"{p}: cannot read image file ({exc.strerror})") from exc
-        h.update(f"{os.path.relpath(p, split_dir)}\0{size}\0{y}\n".encode())
-    return h.hexdigest()
+    the stored size and the decoder version (the header's keys and order fix existing copies' keys)."""
+    header = {"format": PREPARED_FORMAT, "decode": DECODE_VERSION, "stored_size": stored_size, "classes": wnids}
+    return P.listing_key(header, split_dir, paths, labels)
 
 
-def _read_manifest(path: Path) -> dict | None:
-    try:
-        m = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return m if isinstance(m, dict) and m.get("format") == PREPARED_FORMAT else None
-
-
-def make_prepared_dir(folder: Path) -> None:
-    """Create the prepared copy's folder, or fail in one line naming it and the fix."""
-    from ..atomic import check_writable_dir
-    from ..errors import OutputError
-
-    try:
-        check_writable_dir(folder, what=f"data.cache_dir: the prepared copy's folder {folder}")
-        folder.mkdir(parents=True, exist_ok=True)
-    except OutputError as exc:
-        raise DataError(f"{exc}; set data.cache_dir (or $BAYESNCL_CACHE) to a folder you can write") from None
-    except OSError as exc:
-        raise DataError(f"data.cache_dir: cannot create the prepared copy's folder {folder} ({exc.strerror}); set "
-                        f"data.cache_dir (or $BAYESNCL_CACHE) to a folder you can write") from None
+make_prepared_dir = P.make_dir  # its old name and home (cli.py, tests)
 
 
 def prepare_imagenet100(
@@ -319,74 +299,21 @@ def prepare_imagenet100(
 ) -> tuple[Path, bool]:
     """Decode every image of ``split`` once into the prepared copy; returns ``(manifest path, decoded)``.
 
-    Nothing is decoded when a valid copy exists (``decoded`` False): its split, listing, size and sampled
-    block checksums match (``verify``: every block; blocks that differ are decoded again in place, and
-    ``decoded`` is then the list of repaired blocks). The images go to a temp file renamed into place once
-    complete and synced (``<split>-<key>.u8``); the manifest, written last and atomically, is what the loader
-    checks, so a half-written or stale copy is never read.
+    Nothing is decoded when a valid copy exists (``decoded`` False); ``verify`` checks every block and mends
+    those that differ (``decoded`` is then the list of repaired blocks): :func:`bayesncl.data.prepared.prepare_copy`.
     """
-    from ..atomic import atomic_path, atomic_write_text
-    from . import iter_batches
-
     if workers < 0:
         raise DataError(f"--workers: {workers} decoding processes; give 0 (decode in this process) or more")
     stored_size = int(stored_size)
     split_dir, wnids, paths, labels = _listing(root, split, classes)
     key = _listing_key(split_dir, wnids, paths, labels, stored_size)
-    split = "test" if split == "val" else split
-    folder = prepared_dir(root, stored_size, classes, cache_dir)
-    manifest_path = folder / f"{split}.json"
-    per_image = 3 * stored_size * stored_size
-    manifest = _read_manifest(manifest_path)
-    data, _, bad = P.check_copy(manifest, folder, split=split, key=key, count=len(paths), image_bytes=per_image,
-                                full=verify)
-    if data is not None:
-        return manifest_path, False
-    if bad:  # only some blocks differ: decode their images again, in place
-        data = folder / P.data_name(split, key)
-        left = P.repair_blocks(data, manifest, bad, per_image,
-                               lambda i: decode_image(paths[i], stored_size).numpy().tobytes())
-        if not left:
-            return manifest_path, bad
-        manifest_path.unlink(missing_ok=True)  # still wrong: the whole copy is made again below
-        data.unlink(missing_ok=True)
-    data = folder / P.data_name(split, key)
-    whole = data.is_file() and data.stat().st_size == len(paths) * per_image  # renamed in only when whole
-    make_prepared_dir(folder)
-    if whole:  # killed between the rename and the manifest: the file was complete and synced
-        blocks = P.file_blocks(data, P.BLOCK_BYTES)
-    else:
-        need = len(paths) * per_image
-        free = shutil.disk_usage(folder).free
-        if free < need:
-            raise DataError(f"{folder}: {need / 2**30:.1f} GiB needed for the prepared ImageNet-100 {split} split, "
-                            f"{free / 2**30:.1f} GiB free; set data.cache_dir (or $BAYESNCL_CACHE) to a larger disk")
-        files = ImageSet(images=None, dataset=ImageFileDataset(paths, labels, stored_size),
-                         labels=torch.tensor(labels, dtype=torch.int64), backgrounds=None, num_classes=len(wnids),
-                         num_backgrounds=0, mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_size=stored_size,
-                         name=NAME)
-        hasher = P.BlockHasher(P.BLOCK_BYTES)
-        with atomic_path(data) as tmp, open(tmp, "wb") as fh:
-            for x, _, _ in iter_batches(files, batch_size, shuffle=False, seed=0, drop_last=False, device="cpu",
-                                        num_workers=workers):
-                chunk = x.numpy().tobytes()
-                fh.write(chunk)
-                hasher.update(chunk)
-            if fh.tell() != len(paths) * per_image:  # never expected: the loader checks the size as well
-                raise DataError(f"{tmp}: wrote {fh.tell()} bytes, expected {len(paths) * per_image}")
-        blocks = hasher.finish()
-    from PIL import Image, features
-
-    manifest = {"format": PREPARED_FORMAT, "decode": DECODE_VERSION, "key": key, "split": split,
-                "split_dir": str(split_dir), "stored_size": stored_size, "count": len(paths), "classes": wnids,
-                "data_file": data.name, "dtype": "uint8", "shape": [len(paths), 3, stored_size, stored_size],
-                "block_bytes": P.BLOCK_BYTES, "blocks": blocks,
-                "pillow": Image.__version__, "libjpeg_turbo": features.version("libjpeg_turbo")}
-    atomic_write_text(manifest_path, json.dumps(manifest, indent=1) + "\n")
-    for old in folder.glob(f"{split}-*.u8"):  # copies of an older listing; a reader's open map survives this
-        if old != data:
-            old.unlink(missing_ok=True)
-    return manifest_path, not whole
+    return P.prepare_copy(
+        prepared_dir(root, stored_size, classes, cache_dir), "test" if split == "val" else split,
+        fmt=PREPARED_FORMAT, decode_version=DECODE_VERSION, key=key, paths=paths, stored_size=stored_size,
+        dataset=ImageFileDataset(paths, labels, stored_size),
+        decode=lambda i: decode_image(paths[i], stored_size).numpy().tobytes(), what="ImageNet-100",
+        manifest_fields={"split_dir": str(split_dir), "classes": wnids}, workers=workers, batch_size=batch_size,
+        verify=verify)
 
 
 def load_imagenet100(
@@ -412,9 +339,8 @@ def load_imagenet100(
         name = "test" if split in ("test", "val") else "train"
         manifest_path = folder / f"{name}.json"
         if manifest_path.is_file():
-            key = _listing_key(split_dir, wnids, paths, labels, stored_size)
-            data, why, _ = P.check_copy(_read_manifest(manifest_path), folder, split=name, key=key,
-                                        count=len(paths), image_bytes=3 * stored_size * stored_size)
+            data, why = P.open_copy(folder, name, fmt=PREPARED_FORMAT, count=len(paths), stored_size=stored_size,
+                                    key=lambda: _listing_key(split_dir, wnids, paths, labels, stored_size))
             if data is not None:
                 dataset = PreparedImages(data, stored_size, labels)
             else:
