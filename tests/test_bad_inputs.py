@@ -293,7 +293,7 @@ CASES = [
          "data.dataset: make-synthetic generates the synthetic set, but", setup=files(c__yaml="data: {dataset: "
                                                                                       "cifar10, root: /x}\n")),
     Case("prepare-imagenet a cifar config", ["prepare-imagenet", "--set", "data.dataset=cifar10", "--set",
-                                              "data.root=/x"], "prepare-imagenet prepares ImageNet-100"),
+                                              "data.root=/x"], "has no prepared copy (nothing to prepare)"),
     Case("prepare-imagenet root missing", ["prepare-imagenet", *IMAGENET[:2], "--set", "data.root={tmp}/nope"],
          "{tmp}/nope: data.root not found"),
     Case("document --summary missing", ["document", "--summary", "{tmp}/none.csv", "--out", "{tmp}"],

@@ -58,7 +58,7 @@ def test_choices_come_from_the_definition():
     with pytest.raises(ConfigError) as err:
         resolve(sets=["data.dataset=waterbirds", "data.root=/data"])
     assert str(err.value) == ("data.dataset: got 'waterbirds', expected one of "
-                              "synthetic, cifar10, cifar100, imagenet100")
+                              "synthetic, cifar10, cifar100, imagenet100, imagefolder")
 
 
 # ------------------------------------------------------------------------------------------ per-key checks

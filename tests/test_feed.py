@@ -209,7 +209,7 @@ def test_prepare_errors_name_the_path_and_layout(tree, tmp_path, monkeypatch):
 def test_load_split_reads_the_copy_from_data_cache_dir(tree, tmp_path):
     cfg = {"dataset": "imagenet100", "root": str(tree), "classes": list(WNIDS), "imagenet_stored_size": S,
            "cache_dir": str(tmp_path / "cache")}
-    with pytest.warns(RuntimeWarning, match="bayesncl prepare-imagenet"):
+    with pytest.warns(RuntimeWarning, match="bayesncl prepare` with"):
         assert not isinstance(load_split(cfg, "test").dataset, PreparedImages)
     prepare_imagenet100(tree, "test", **kw(tmp_path))
     with warnings.catch_warnings():
@@ -251,7 +251,7 @@ def test_cli_prepare_imagenet(tree, tmp_path, capsys):
     assert cli_main(args) == 0 and capsys.readouterr().out.count("already prepared") == 2
     assert isinstance(load(tree, tmp_path).dataset, PreparedImages)
     assert cli_main(["prepare-imagenet", "--set", "data.dataset=cifar10", "--set", "data.root=/x"]) == 2
-    assert "prepare-imagenet prepares ImageNet-100" in capsys.readouterr().err
+    assert "has no prepared copy (nothing to prepare)" in capsys.readouterr().err
     assert cli_main(base + ["--set", f"data.root={tmp_path / 'nope'}"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(tmp_path / "nope") in err and "<root>/val/<wnid>" in err
@@ -311,8 +311,8 @@ def test_workflow_prepares_once_before_the_jobs_that_read_images(tree, tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     table = r.stdout.split("Job stats:")[1]
     counts = {m[0]: int(m[1]) for m in (line.split() for line in table.splitlines()) if len(m) == 2 and m[1].isdigit()}
-    assert counts["prepare_imagenet100"] == 1 and counts["pretrain"] == 2  # one copy for both runs
-    marker = re.search(r"rule prepare_imagenet100:\n    output: (\S+)", r.stdout).group(1)
+    assert counts["prepare_data"] == 1 and counts["pretrain"] == 2  # one copy for both runs
+    marker = re.search(r"rule prepare_data:\n    output: (\S+)", r.stdout).group(1)
     for rule in ("pretrain", "features", "linear_probe"):
         jobs = re.findall(rf"^ *rule {rule}:\n *input: ([^\n]*)", r.stdout, re.M)  # sections: in their group
         assert len(jobs) == 2 and all(marker in j for j in jobs), (rule, jobs)
@@ -331,7 +331,7 @@ def test_workflow_jobs_read_the_copy_and_a_cleared_cache_retrains_nothing(tree, 
     model = str(tmp_path / "results" / "runs" / rid / "model.pt")
     r = _snakemake(model, "--cores", "2", "--configfile", str(grid))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "prepare_imagenet100" in r.stdout + r.stderr
+    assert "prepare_data" in r.stdout + r.stderr
     log = Path(model).with_name("pretrain.log").read_text()
     assert "RuntimeWarning" not in log and "prepared copy" not in log, log  # it read the copy
     assert len(list((tmp_path / "cache" / "imagenet100").glob("*/train-*.u8"))) == 1

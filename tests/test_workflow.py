@@ -116,7 +116,7 @@ def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
     submitted = [rule for rule, _ in top if rule not in local] + [f"group {g}" for g in groups]
     assert len(groups) == len(runs) and {f"eval_{rid}" for rid in runs} == set(groups)
     # once per ImageNet-100 root, before its runs: the prepared copy (rules/prepare.smk)
-    assert sorted(rule for rule, _ in top if rule not in local) == (["atlas"] * 3 + ["prepare_imagenet100"]
+    assert sorted(rule for rule, _ in top if rule not in local) == (["atlas"] * 3 + ["prepare_data"]
                                                                     + ["pretrain"] * len(runs))
     assert len(submitted) == 2 * len(runs) + 3 + 1  # 220: at most 2 per run, the 3 atlases, one prepared copy
     assert out.count("Group job eval_") == len(runs)

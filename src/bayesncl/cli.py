@@ -1,5 +1,5 @@
 """Command line: `bayesncl pretrain | evaluate | summarize | report | jobs | atlas | document | pdf |
-make-synthetic | prepare-imagenet | stale`."""
+make-synthetic | prepare | stale`."""
 
 from __future__ import annotations
 
@@ -217,12 +217,12 @@ def _make_synthetic(args) -> int:
     return 0
 
 
-def _prepare_imagenet(args) -> int:
+def _prepare(args) -> int:
     import os
 
     from .config import resolve
     from .data import check_data
-    from .data.imagenet import NAME as IMAGENET100, PREPARED_SPLITS, make_prepared_dir, prepare_imagenet100, prepared_dir
+    from .registry import DATASETS
 
     if args.workers is not None and args.workers < 0:
         raise ConfigError(f"--workers: {args.workers} is negative; give 0 (decode in this process) or a number of "
@@ -230,23 +230,18 @@ def _prepare_imagenet(args) -> int:
     base = _json_object(args.config_json, "--config-json") if args.config_json else None
     cfg = resolve(file=args.config, base=base, sets=args.set)
     d = cfg["data"]
-    if d["dataset"] != IMAGENET100:
-        raise ConfigError(f"data.dataset: prepare-imagenet prepares ImageNet-100, but the config trains on "
-                          f"{d['dataset']!r} (nothing to prepare)")
+    spec = DATASETS[d["dataset"]]
+    if spec.prepare is None:
+        with_copy = ", ".join(DATASETS.names(lambda s: s.prepare is not None))
+        raise ConfigError(f"data.dataset: {d['dataset']!r} has no prepared copy (nothing to prepare); the datasets "
+                          f"that have one: {with_copy}")
     check_data(d)
-    make_prepared_dir(prepared_dir(d["root"], d["imagenet_stored_size"], d["classes"], d["cache_dir"]))
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     workers = args.workers if args.workers is not None else cpus
-    for split in PREPARED_SPLITS:
-        manifest, decoded = prepare_imagenet100(d["root"], split, stored_size=d["imagenet_stored_size"],
-                                                classes=d["classes"], cache_dir=d["cache_dir"], workers=workers,
-                                                verify=args.verify)
-        if isinstance(decoded, list):
-            state = f"repaired {len(decoded)} block(s) that differed from their checksums"
-        else:
-            state = "prepared" if decoded else ("already prepared, every block verified" if args.verify
-                                                else "already prepared")
-        print(f"{split}: {state}: {manifest}")
+    from .registry import _resolve
+
+    for line in _resolve(spec.prepare)(d, workers, args.verify):
+        print(line)
     return 0
 
 
@@ -405,19 +400,21 @@ def build_parser() -> argparse.ArgumentParser:
     common(sp)
     sp.set_defaults(func=_make_synthetic)
 
-    sp = sub.add_parser("prepare-imagenet", help="decode ImageNet-100 once into the cache the loader reads",
-                        description="Decode every ImageNet-100 image of the config (train/ and val/) once, as the "
+    sp = sub.add_parser("prepare", aliases=["prepare-imagenet"],
+                        help="decode a file-backed dataset (ImageNet-100, an image folder) once into the cache the "
+                             "loader reads",
+                        description="Decode every image of the config's dataset (train/ and val/) once, as the "
                                     "loader would, into data.cache_dir (else $BAYESNCL_CACHE, else ~/.cache/bayesncl): "
-                                    "about 24 GiB at the stored size 256. Runs then read it instead of the JPEGs "
-                                    "(the same pixels). Does nothing when a valid copy exists: its manifest binds each data file to its "
-                                    "split, image count and per-block checksums.")
+                                    "for ImageNet-100 about 24 GiB at the stored size 256. Runs then read it instead of "
+                                    "the image files (the same pixels). Does nothing when a valid copy exists: its "
+                                    "manifest binds each data file to its split, image count and per-block checksums.")
     common(sp)
     sp.add_argument("--config-json", help=argparse.SUPPRESS)  # the workflow's data settings
     sp.add_argument("--workers", type=int, metavar="N", help="decoding processes (default: one per CPU)")
     sp.add_argument("--verify", action="store_true",
                     help="check the checksum of every block of an existing copy (each open checks a sample) and "
                          "decode again the images of the blocks that differ")
-    sp.set_defaults(func=_prepare_imagenet)
+    sp.set_defaults(func=_prepare)
     return p
 
 

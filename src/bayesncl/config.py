@@ -86,6 +86,15 @@ class SyntheticConfig:
 
 
 @dataclass
+class ImageFolderConfig:
+    """`data.imagefolder`: the sizes of a folder dataset (bayesncl.data.imagefolder)."""
+
+    stored_size: int = _field(256, "images are decoded once to this side (short side resized, central square)",
+                              gt=0, added=256)
+    crop_size: int = _field(224, "the network's input side (training crops, evaluation)", gt=0, added=224)
+
+
+@dataclass
 class DataConfig:
     """`data`: the dataset."""
 
@@ -103,6 +112,7 @@ class DataConfig:
         expected="null (the shipped ImageNet-100 list), a file of WordNet ids, or a list of them")
     num_workers: int = _field(4, "DataLoader workers for file-backed datasets", ge=0)
     synthetic: SyntheticConfig = _section(SyntheticConfig, "the synthetic set's parameters")
+    imagefolder: ImageFolderConfig = _section(ImageFolderConfig, "a folder dataset's sizes (data.dataset imagefolder)")
 
 
 @dataclass

@@ -157,9 +157,12 @@ class DatasetSpec:
     crop: "int | Callable[[dict], int]"  # the network's input side for a run config
     retrieval_k: int = 64            # Table 2's K (docs/METHOD.md section 5)
     needs_root: bool = True          # read from data.root (else generated locally)
-    backgrounds: bool = False        # every image has a background label (background measures and probe)
+    # every image has a background label (background measures and probe): True, False, or data_cfg -> bool
+    backgrounds: "bool | str | Callable" = False
     probe: str = "cifar"             # the paper-protocol probe's recipe: "cifar" (LARS) or "imagenet" (SGD)
     prepared: "str | Callable | None" = None  # data_cfg -> manifest paths of its prepared copy ([] if none)
+    # (data_cfg, workers, verify) -> a line per split: makes the prepared copy (`bayesncl prepare`)
+    prepare: "str | Callable | None" = None
     trainable: bool = True           # a choice of data.dataset (Waterbirds is read by the background probe only)
     module: str = ""
 
@@ -171,6 +174,10 @@ class DatasetSpec:
 
     def manifests(self, data_cfg: dict) -> list[str]:
         return list(_resolve(self.prepared)(data_cfg)) if self.prepared is not None else []
+
+    def has_backgrounds(self, data_cfg: dict) -> bool:
+        return bool(_resolve(self.backgrounds)(data_cfg)) if callable(self.backgrounds) or isinstance(
+            self.backgrounds, str) else bool(self.backgrounds)
 
     def crop_size(self, cfg: dict) -> int:
         return int(self.crop(cfg) if callable(self.crop) else self.crop)
@@ -187,7 +194,13 @@ for _spec in (
     DatasetSpec("cifar100", "CIFAR-100", "bayesncl.data:_load_cifar", "bayesncl.data:_check_cifar", crop=32,
                 retrieval_k=128),
     DatasetSpec("imagenet100", "ImageNet-100", "bayesncl.data:_load_imagenet100", "bayesncl.data:_check_imagenet100",
-                crop=224, retrieval_k=256, probe="imagenet", prepared="bayesncl.data.imagenet:prepared_manifests"),
+                crop=224, retrieval_k=256, probe="imagenet", prepared="bayesncl.data.imagenet:prepared_manifests",
+                prepare="bayesncl.data:_prepare_imagenet100"),
+    # Any folder of class subfolders (bayesncl.data.imagefolder); its sizes: data.imagefolder.*
+    DatasetSpec("imagefolder", "Image folder", "bayesncl.data:_load_imagefolder", "bayesncl.data:_check_imagefolder",
+                crop=lambda cfg: cfg["data"]["imagefolder"]["crop_size"], retrieval_k=64,
+                backgrounds="bayesncl.data:_imagefolder_backgrounds",
+                prepared="bayesncl.data:_imagefolder_manifests", prepare="bayesncl.data:_prepare_imagefolder"),
     DatasetSpec("waterbirds", "Waterbirds", "bayesncl.data:_load_waterbirds", "bayesncl.data:_check_waterbirds",
                 crop=224, trainable=False),
 ):

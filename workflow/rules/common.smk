@@ -185,7 +185,7 @@ def launch(rule, wildcard=None):
 # images (pretrain, features, linear_probe) take the rule's marker, {RESULTS}/prepared/<hash>.txt, as an
 # ancient input: a later preparation never reruns them. A job that finds no valid copy still runs, decoding
 # the JPEGs (the same pixels, slower, with a warning); after clearing the cache, prepare again with
-# `snakemake --forcerun prepare_imagenet100 ...`.
+# `snakemake --forcerun prepare_data ...`.
 try:
     _manifests = {rid: DATASETS[run.config["data"]["dataset"]].manifests(run.config["data"]) for rid, run in RUNS.items()}
 except BayesNCLError as e:

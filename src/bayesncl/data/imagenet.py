@@ -345,11 +345,11 @@ def load_imagenet100(
                 dataset = PreparedImages(data, stored_size, labels)
             else:
                 warnings.warn(f"ImageNet-100 {name}: the prepared copy in {folder} is not used ({why}); decoding "
-                              f"the JPEGs instead. Rerun `bayesncl prepare-imagenet` with this config.",
+                              f"the JPEGs instead. Rerun `bayesncl prepare` with this config.",
                               RuntimeWarning, stacklevel=2)
         else:
             warnings.warn(f"ImageNet-100 {name}: no prepared copy ({manifest_path}); decoding the JPEGs, several "
-                          f"times slower per core. `bayesncl prepare-imagenet` with this config makes it once.",
+                          f"times slower per core. `bayesncl prepare` with this config makes it once.",
                           RuntimeWarning, stacklevel=2)
     return ImageSet(
         images=None,

@@ -69,7 +69,7 @@ def applicable(cfg: dict) -> list[str]:
 
 
 def _has_backgrounds(cfg: dict) -> bool:
-    return DATASETS[cfg["data"]["dataset"]].backgrounds
+    return DATASETS[cfg["data"]["dataset"]].has_backgrounds(cfg["data"])
 
 
 def _needs_train_h(cfg: dict) -> bool:
