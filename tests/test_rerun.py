@@ -96,10 +96,9 @@ def _package_copy(tmp_path, old: str, new: str) -> Path:
 
 
 def _grid_file(tmp_path, results: Path) -> Path:
-    """The tiny grid, its NCL variant stating the InfoNCE temperature it has by default today."""
+    """The tiny grid, as the finished one was run."""
     wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
     wf["results"] = str(results)
-    wf["variants"]["NCL"]["method"]["temperature"] = 0.2
     path = tmp_path / "grid.yaml"
     path.write_text(yaml.safe_dump(wf, sort_keys=False))
     return path
@@ -131,7 +130,7 @@ NEW_KEY = ('    max_steps_per_epoch: int = _field(0, "cap on steps per epoch; 0:
 def test_a_new_key_at_its_old_behaviour_plans_no_job(tiny_grid, tmp_path):
     results, _, _ = tiny_grid
     grid = _grid_file(tmp_path, results)
-    assert _plan(grid, None)[0] == {}  # the NCL variant stating its default is the same run
+    assert _plan(grid, None)[0] == {}
     counts, _, out = _plan(grid, _package_copy(tmp_path, *NEW_KEY))
     assert counts == {}, out[-3000:]
 
@@ -148,10 +147,11 @@ def test_a_new_key_not_declared_as_its_old_behaviour_reruns_every_run(tiny_grid,
 
 @pytestmark_wf
 @pytest.mark.parametrize("old, new, affected", [
-    # read by every method; the NCL variant states today's value, so only its runs keep theirs
-    ('temperature: float = _field(0.2,', 'temperature: float = _field(0.3,', lambda run: run.variant != "NCL"),
-    # read by BayesNCL alone
+    # read by BayesNCL alone: its runs, and no other method's
     ('head_lr: float = _field(0.1,', 'head_lr: float = _field(0.2,', lambda run: run.config["method"]["name"] == "bayesncl"),
+    # read by every method built on z+: every run but SimCLR's
+    ('nonneg: Literal["relu", "rep_relu"] = _field("rep_relu",', 'nonneg: Literal["relu", "rep_relu"] = _field("relu",',
+     lambda run: run.config["method"]["name"] != "cl"),
 ])
 def test_a_changed_default_plans_exactly_the_runs_that_take_it(tiny_grid, tmp_path, old, new, affected):
     results, _, _ = tiny_grid
@@ -171,8 +171,8 @@ def test_a_changed_default_plans_exactly_the_runs_that_take_it(tiny_grid, tmp_pa
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert sorted(line.split(":")[0] for line in lines) == want
-    key = "method.temperature" if "temperature" in old else "method.head_lr"
-    assert all(f"{key} " in line and "(today 0." in line for line in lines)
+    tail = "method.head_lr 0.1 (today 0.2)" if "head_lr" in old else "method.nonneg rep_relu (today relu)"
+    assert all(line.endswith(tail) for line in lines), lines
     r = subprocess.run([sys.executable, "-m", "bayesncl", "stale", "--grid", str(grid), "--targets"], env=env,
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert sorted(r.stdout.split()) == sorted(str(results / "runs" / rid / "model.pt") for rid in want)
@@ -182,7 +182,7 @@ def test_a_changed_default_plans_exactly_the_runs_that_take_it(tiny_grid, tmp_pa
 def test_the_report_names_the_stale_runs_in_its_captions(tiny_grid, tmp_path):
     results, _, _ = tiny_grid
     grid = _grid_file(tmp_path, results)
-    src = _package_copy(tmp_path, 'temperature: float = _field(0.2,', 'temperature: float = _field(0.3,')
+    src = _package_copy(tmp_path, 'head_lr: float = _field(0.1,', 'head_lr: float = _field(0.2,')
     env = dict(os.environ, PYTHONPATH=str(src))
     csv = tmp_path / "runs.csv"
     for args in (["summarize", "--grid", str(grid), "--out", str(csv)],
@@ -192,10 +192,11 @@ def test_the_report_names_the_stale_runs_in_its_captions(tiny_grid, tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
     df = pd.read_csv(csv, keep_default_na=False)
     stale = df[df["stale"] != ""]
-    assert set(stale["variant"]) and "NCL" not in set(stale["variant"])
-    assert json.loads(stale["stale"].iloc[0]) == {"method.temperature": [0.2, 0.3]}
+    assert set(stale["method"]) == {"bayesncl"} and len(stale) == (df["method"] == "bayesncl").sum()
+    assert json.loads(stale["stale"].iloc[0]) == {"method.head_lr": [0.1, 0.2]}
     caption = (tmp_path / "out" / "tables" / "table1.md").read_text()
     n1 = int((df["sets"].str.split(";").apply(lambda s: "table1" in s) & (df["stale"] != "")).sum())
     n = int(df["sets"].str.split(";").apply(lambda s: "table1" in s).sum())
-    assert (f"Runs trained under other settings than the workflow config gives them today: method.temperature: "
-            f"0.2 ({n1} runs); today's 0.3 ({n - n1} runs)") in caption
+    assert 0 < n1 < n
+    assert (f"Runs trained under other settings than the workflow config gives them today: method.head_lr 0.1 in "
+            f"{n1} of the table's {n} runs (today 0.2).") in caption

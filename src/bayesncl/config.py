@@ -34,7 +34,7 @@ def __getattr__(name: str):
     if name == "METHOD_NAMES":
         return registry.METHODS.names()
     if name == "RETRIEVAL_K":
-        return {n: registry.DATASETS[n].retrieval_k for n in registry.DATASETS}
+        return {n: registry.DATASETS[n].retrieval_k for n in registry.training_datasets()}
     raise AttributeError(name)
 
 

@@ -140,7 +140,7 @@ def collapse_note(groups: list[Group]) -> str:
 
 def stale_note(groups: list[Group]) -> str:
     """Runs trained under other settings than the grid gives them today (runs.csv's ``stale``; bayesncl.stale):
-    each differing key, its values and how many of the table's runs have each."""
+    each differing key, its recorded values, how many of the table's runs have each, and today's value."""
     runs = [r for g in groups for r in g.rows]
     seen: dict[str, Counter] = {}
     today: dict[str, str] = {}
@@ -150,11 +150,8 @@ def stale_note(groups: list[Group]) -> str:
             today[key] = str(now)
     if not seen:
         return ""
-    parts = []
-    for key, counts in seen.items():
-        stale = sum(counts.values())
-        values = ", ".join(f"{v} ({n} run{'s' * (n != 1)})" for v, n in counts.items())
-        parts.append(f"{key}: {values}; today's {today[key]} ({len(runs) - stale} runs)")
+    parts = [", ".join(f"{key} {v} in {n} of the table's {len(runs)} runs" for v, n in counts.items())
+             + f" (today {today[key]})" for key, counts in seen.items()]
     return ("Runs trained under other settings than the workflow config gives them today: " + "; ".join(parts)
             + ". `bayesncl stale` lists them; `snakemake` retrains them.")
 

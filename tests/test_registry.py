@@ -1,0 +1,167 @@
+"""bayesncl.registry: the one list of method and dataset names, and plugins that add to it."""
+
+import ast
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bayesncl import config as C
+from bayesncl import plugins, registry
+from bayesncl.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "bayesncl"
+# Where a name may be written: the registry itself, the paper's claim list (its sides are the paper's methods),
+# and each dataset's own module (its name in its messages and cache folders).
+ALLOWED = {SRC / "registry.py", SRC / "report" / "claims.py", *(SRC / "data").glob("*.py")}
+
+
+def _names() -> set[str]:
+    return set(registry.METHODS) | set(registry.DATASETS)
+
+
+def _uses(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """Comparisons with a name, and literal lists, sets, tuples or dict keys that hold one."""
+    def named(node) -> bool:
+        return isinstance(node, ast.Constant) and node.value in names
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in [node.left, *node.comparators]:
+                if named(side) or (isinstance(side, (ast.Tuple, ast.List, ast.Set)) and any(map(named, side.elts))):
+                    out.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and sum(map(named, node.elts)) >= 2:
+            out.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Dict) and any(named(k) for k in node.keys if k is not None):
+            out.append((node.lineno, ast.unparse(node)[:80]))
+    return out
+
+
+def find_name_uses(files, names: set[str]) -> list[str]:
+    found = []
+    for path in files:
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        text = path.read_text()
+        if path.suffix == ".py":
+            found += [f"{where}:{line}: {what}" for line, what in _uses(ast.parse(text), names)]
+        else:  # Snakemake files: Python with rule blocks, so a line scan
+            for i, line in enumerate(text.splitlines(), 1):
+                if re.search(r"""(==|!=|\bin)\s*\(?["'](%s)["']""" % "|".join(map(re.escape, names)), line):
+                    found.append(f"{where}:{i}: {line.strip()}")
+    return found
+
+
+def test_no_method_or_dataset_name_is_compared_outside_the_registry():
+    files = [p for p in SRC.rglob("*.py") if p not in ALLOWED]
+    files += [ROOT / "workflow" / "Snakefile", *(ROOT / "workflow" / "rules").glob("*.smk")]
+    assert find_name_uses(files, _names()) == []
+
+
+def test_the_scan_finds_a_bypass(tmp_path):
+    """The check above, on code that bypasses the registry in each way it looks for."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(textwrap.dedent("""
+        if cfg["method"]["name"] == "bayesncl": pass
+        keys = {"cl": 1}
+        ok = method in ("ncl", "topk_ncl")
+        fine = cfg["method"]["name"] == name
+    """))
+    smk = tmp_path / "rule.smk"
+    smk.write_text('x = 1 if d != "imagenet100" else 2\n')
+    found = find_name_uses([bad, smk], _names())
+    assert {":".join(Path(f.split(": ")[0]).name.split(":")[:2]) for f in found} == {
+        "bad.py:2", "bad.py:3", "bad.py:4", "rule.smk:1"}, found
+
+
+# --------------------------------------------------------------------------------------------- the registry
+def test_an_unknown_name_is_one_line_naming_the_key_and_the_choices():
+    with pytest.raises(ConfigError) as e:
+        registry.METHODS["nope"]
+    assert str(e.value).startswith("method.name: unknown method 'nope'; allowed: cl, ncl, topk_ncl, bayesncl")
+    with pytest.raises(ConfigError, match="data.dataset: unknown dataset 'nope'"):
+        registry.DATASETS["nope"]
+
+
+def test_a_name_registered_twice_is_refused_and_the_same_spec_again_is_not():
+    spec = registry.METHODS["ncl"]
+    assert registry.METHODS.register(spec) is spec
+    with pytest.raises(ConfigError, match="registered twice"):
+        registry.register_method("ncl", "Other", impl="x:y")
+
+
+def test_config_validation_reads_the_registry_as_it_is_now():
+    with pytest.raises(ConfigError, match="method.name: got 'extra', expected one of cl, ncl, topk_ncl, bayesncl$"):
+        C.resolve(sets=["method.name=extra"])
+    registry.register_method("extra", "Extra", impl="bayesncl.methods:NCL", reads=("temperature", "nonneg"))
+    try:
+        assert C.resolve(sets=["method.name=extra"])["method"]["name"] == "extra"
+        assert "extra" in C.METHOD_NAMES
+    finally:
+        registry.METHODS.unregister("extra")
+    assert "extra" not in C.METHOD_NAMES
+
+
+def test_a_plugin_module_registers_its_method_and_is_recorded(tmp_path, monkeypatch):
+    (tmp_path / "plug_l1.py").write_text(textwrap.dedent("""
+        from bayesncl import registry
+        from bayesncl.methods import NCL
+
+        @registry.method("plug_l1", label="NCL + L1", reads=("temperature", "nonneg"))
+        class PlugL1(NCL):
+            extra_names = ("l1",)
+
+            def extra_loss(self, out):
+                return {"l1": 1e-3 * out["zplus"].float().sum(dim=1).mean()}
+    """))
+    monkeypatch.delenv(plugins.ENV, raising=False)
+    try:
+        (info,) = plugins.load(["plug_l1"], [tmp_path])
+        assert info["module"] == "plug_l1" and info["file"] == str(tmp_path / "plug_l1.py")
+        assert len(info["sha256"]) == 64
+        cfg = C.resolve(sets=["method.name=plug_l1", "model.width=4", "model.proj_hidden=8", "model.proj_dim=8"])
+        from bayesncl.methods import build_method
+
+        import torch
+
+        model = build_method(cfg)
+        assert type(model).__name__ == "PlugL1" and registry.method_label("plug_l1") == "NCL + L1"
+        loss, parts = model.training_loss(torch.rand(4, 3, 16, 16), torch.rand(4, 3, 16, 16))
+        assert set(parts) == {"infonce", "l1", "out"} and torch.isclose(loss, parts["infonce"] + parts["l1"])
+    finally:
+        registry.METHODS.unregister("plug_l1")
+        sys.modules.pop("plug_l1", None)
+        plugins._LOADED.pop("plug_l1", None)
+
+
+def test_a_missing_plugin_is_one_line_naming_where_it_looked(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        plugins.load(["no_such_plugin"], [tmp_path])
+    assert str(e.value) == (f"plugins: no plugin module 'no_such_plugin' (looked for no_such_plugin.py in {tmp_path} "
+                            "and among the installed packages); put it beside the workflow config or install it")
+    with pytest.raises(ConfigError, match="expected a list of module names"):
+        plugins.load("my_method")
+
+
+def test_each_method_spec_agrees_with_its_class():
+    from bayesncl.methods import METHODS
+
+    for name, cls in METHODS.items():
+        spec = registry.METHODS[name]
+        assert cls.name == name
+        assert ("kl" in cls.extra_names) == spec.gated  # the gate's prior
+    cfg = C.resolve(sets=["method.name=topk_ncl", "model.proj_dim=20"])
+    assert C.topk_k(cfg) == 2
+
+
+def test_each_dataset_spec_gives_the_crop_and_retrieval_k_of_docs_method():
+    crop = {n: registry.DATASETS[n].crop_size(C.resolve(sets=[f"data.dataset={n}", "data.root=/x"]))
+            for n in ("cifar10", "cifar100", "imagenet100")}
+    assert crop == {"cifar10": 32, "cifar100": 32, "imagenet100": 224}
+    assert registry.DATASETS["synthetic"].crop_size(C.resolve(sets=["data.synthetic.image_size=16"])) == 16
+    assert C.RETRIEVAL_K == {"synthetic": 32, "cifar10": 64, "cifar100": 128, "imagenet100": 256, "imagefolder": 64}
+    folder = C.resolve(sets=["data.dataset=imagefolder", "data.root=/x", "data.imagefolder.crop_size=96"])
+    assert registry.DATASETS["imagefolder"].crop_size(folder) == 96
