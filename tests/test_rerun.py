@@ -104,10 +104,11 @@ def _grid_file(tmp_path, results: Path) -> Path:
     return path
 
 
-def _plan(grid: Path, src: Path | None) -> tuple[dict[str, int], list[str], str]:
-    """(jobs per rule, the run ids of the pretrain jobs, the output) of `snakemake -n` over the grid."""
+def _plan(args, src: Path | None) -> tuple[dict[str, int], list[str], str]:
+    """(jobs per rule, the run ids of the pretrain jobs, the output) of `snakemake -n` with the finished grid's
+    arguments (tiny_grid's: its config file and results folder)."""
     env = dict(os.environ, PYTHONPATH=str(src or ROOT / "src"), OMP_NUM_THREADS="1")
-    r = subprocess.run([SNAKEMAKE, "-n", "--nolock", "--cores", "1", "--configfile", str(grid)], cwd=ROOT, env=env,
+    r = subprocess.run([SNAKEMAKE, "-n", "--nolock", "--cores", "1", *args], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     if "Job stats:" not in r.stdout:
@@ -128,20 +129,18 @@ NEW_KEY = ('    max_steps_per_epoch: int = _field(0, "cap on steps per epoch; 0:
 
 @pytestmark_wf
 def test_a_new_key_at_its_old_behaviour_plans_no_job(tiny_grid, tmp_path):
-    results, _, _ = tiny_grid
-    grid = _grid_file(tmp_path, results)
-    assert _plan(grid, None)[0] == {}
-    counts, _, out = _plan(grid, _package_copy(tmp_path, *NEW_KEY))
+    _, args, _ = tiny_grid
+    assert _plan(args, None)[0] == {}
+    counts, _, out = _plan(args, _package_copy(tmp_path, *NEW_KEY))
     assert counts == {}, out[-3000:]
 
 
 @pytestmark_wf
 def test_a_new_key_not_declared_as_its_old_behaviour_reruns_every_run(tiny_grid, tmp_path):
     """The control: without `added`, nothing says the new key keeps what the runs did."""
-    results, _, _ = tiny_grid
+    _, args, _ = tiny_grid
     old, new = NEW_KEY
-    counts, planned, _ = _plan(_grid_file(tmp_path, results),
-                               _package_copy(tmp_path, old, new.replace(", added=0.0", "")))
+    counts, planned, _ = _plan(args, _package_copy(tmp_path, old, new.replace(", added=0.0", "")))
     assert counts["pretrain"] == len(expand_grid(yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())))
 
 
@@ -154,10 +153,10 @@ def test_a_new_key_not_declared_as_its_old_behaviour_reruns_every_run(tiny_grid,
      lambda run: run.config["method"]["name"] != "cl"),
 ])
 def test_a_changed_default_plans_exactly_the_runs_that_take_it(tiny_grid, tmp_path, old, new, affected):
-    results, _, _ = tiny_grid
+    results, args, _ = tiny_grid
     grid = _grid_file(tmp_path, results)
     src = _package_copy(tmp_path, old, new)
-    counts, planned, out = _plan(grid, src)
+    counts, planned, out = _plan(args, src)
     runs = expand_grid(yaml.safe_load(grid.read_text()))
     want = sorted(rid for rid, run in runs.items() if affected(run))
     assert 0 < len(want) < len(runs)

@@ -67,6 +67,13 @@ try:
 except ConfigError as e:
     config_error(e)
 
+try:  # the workflow config's own claims (report/claims.py), checked before any job
+    from bayesncl.report.claims import parse_claims
+
+    parse_claims(config.get("claims") or [], config.get("variants"))
+except ConfigError as e:
+    config_error(e)
+
 RESULTS = config["results"]
 BENCHMARKS = f"{RESULTS}/benchmarks"  # each job's wall time and memory (`benchmark:`), summary/jobs.csv
 # The extended benchmark record also names the rule, the wildcards and the resources a job was given (its GPUs,

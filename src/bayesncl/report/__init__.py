@@ -48,7 +48,21 @@ def render_figures(df, out_dir, formats=("pdf", "png"), stamp=None):  # lazy: ma
 
 def write_document(summary_csv, results, grid=None, figures=(), overrides=None):
     from .document import write_document as _write
+    declare_from(grid)
     return _write(summary_csv, results, grid, figures, overrides)
+
+
+def declare_from(grid: str | os.PathLike | None) -> None:
+    """The claims a workflow config file declares (claims:), judged beside the paper's (claims.DECLARED)."""
+    from .claims import declare
+
+    if grid is None:
+        declare([])
+        return
+    from ..config import load_yaml_file
+
+    wf = load_yaml_file(grid, "--grid")
+    declare((wf or {}).get("claims") or [] if isinstance(wf, dict) else [])
 
 
 def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike, *, echo: bool = True,
@@ -62,6 +76,7 @@ def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike, *,
     from .provenance import stamp
 
     df = read_summary(summary_csv)
+    declare_from(grid)
     root = Path(out_root)
     made_by = stamp(grid)
     tables = render_tables(df, root / "tables", made_by, smoke) + write_claims(df, root / "tables", made_by, smoke)

@@ -47,6 +47,7 @@ def _bayes(gate: str = "ste", detach: bool = True, depth: int = 2) -> Callable[[
 
 
 ROLES: dict[str, Callable[[dict], bool]] = {
+    "any": lambda r: True,  # a declared claim's side: found by its variant label alone
     "bayes": _bayes(),
     "ncl": lambda r: r["method"] == "ncl",
     "topk": lambda r: r["method"] == "topk_ncl",
@@ -57,7 +58,7 @@ ROLES: dict[str, Callable[[dict], bool]] = {
     "head1": _bayes(depth=1),
     "head3": _bayes(depth=3),
 }
-DEFAULT_LABELS = {"bayes": "BayesNCL", "ncl": "NCL", "topk": "Top-k NCL", "simclr": "SimCLR",
+DEFAULT_LABELS = {"any": "(no runs)", "bayes": "BayesNCL", "ncl": "NCL", "topk": "Top-k NCL", "simclr": "SimCLR",
                   "gumbel": "BayesNCL (Gumbel)", "soft": "Soft gate", "nodetach": "w/o detach",
                   "head1": "1-layer head", "head3": "3-layer head"}
 
@@ -258,10 +259,11 @@ def _inverted_u(cid: str, param: str, symbol: str, paper: str) -> Callable:
 
 @dataclass(frozen=True)
 class Claim:
-    number: int
+    number: "int | str"  # the paper's claims: 1-12; a declared claim: its id
     sets: tuple[str, ...]
     title: str  # what the paper states (docs/METHOD.md section 9), in short
     build: Callable[[Runs], list[Comparison]]
+    applies: Callable[[Runs], bool] | None = None  # judged only where this holds (declared: a side has runs)
 
 
 CLAIMS = [
@@ -306,6 +308,81 @@ CLAIMS = [
 ]
 
 
+# ----------------------------------------------------------------------------- declared claims
+# A workflow config's own claims (`claims:`, docs/EXTENDING.md), judged by the same rule as the paper's and shown
+# after them: {id, metric, left, right, relation, tolerance, relative, set}. Sides are variant labels.
+RELATIONS = {">": (BETTER, "up", "$>$"), "<": (BETTER, "down", "$<$"), ">=": (NOT_WORSE, "up", "$\\geq$"),
+             "≥": (NOT_WORSE, "up", "$\\geq$"), "<=": (NOT_WORSE, "down", "$\\leq$"),
+             "≤": (NOT_WORSE, "down", "$\\leq$"), "within": (None, "up", "within")}
+_DECLARED_KEYS = {"id", "metric", "left", "right", "relation", "tolerance", "relative", "set"}
+DECLARED: list[Claim] = []  # the claims of the workflow config the report was given (declare)
+
+
+def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
+    """The workflow config's `claims` list as Claim objects; a bad entry is one ConfigError naming it."""
+    from ..errors import ConfigError
+    from ..grid import SETS
+
+    if not isinstance(decls, list):
+        raise ConfigError(f"{where}: expected a list of claims (metric, left, right, relation), got {decls!r}")
+    out, ids = [], set()
+    for i, d in enumerate(decls):
+        at = f"{where}[{i}]"
+        if not isinstance(d, dict):
+            raise ConfigError(f"{at}: expected a mapping with metric, left, right and relation, got {d!r}")
+        unknown = sorted(set(d) - _DECLARED_KEYS)
+        missing = [k for k in ("metric", "left", "right", "relation") if k not in d]
+        if unknown or missing:
+            what = f"unknown key {', '.join(unknown)}" if unknown else f"missing {', '.join(missing)}"
+            raise ConfigError(f"{at}: {what}; a claim takes {', '.join(sorted(_DECLARED_KEYS))}")
+        if d["metric"] not in METRICS:
+            raise ConfigError(f"{at}.metric: unknown metric {d['metric']!r}; runs.csv's metrics: {', '.join(METRICS)}")
+        if d["relation"] not in RELATIONS:
+            raise ConfigError(f"{at}.relation: {d['relation']!r} is not one of {', '.join(RELATIONS)}")
+        for side in ("left", "right"):
+            if variants is not None and d[side] not in variants:
+                raise ConfigError(f"{at}.{side}: no variant {d[side]!r}; the variants: {', '.join(variants)}")
+        tol = d.get("tolerance")
+        if d["relation"] == "within" and (not isinstance(tol, (int, float)) or isinstance(tol, bool) or tol <= 0):
+            raise ConfigError(f"{at}.tolerance: 'within' needs a positive tolerance (in the metric's unit, or a "
+                              f"fraction of the right side with relative: true), got {tol!r}")
+        if "set" in d and d["set"] not in SETS:
+            raise ConfigError(f"{at}.set: unknown set {d['set']!r}; the sets: {', '.join(SETS)}")
+        cid = str(d.get("id") or f"D{i + 1}")
+        if cid in ids:
+            raise ConfigError(f"{at}.id: {cid!r} is used twice; give each claim its own id")
+        ids.add(cid)
+        out.append(_declared(cid, d))
+    return out
+
+
+def _declared(cid: str, d: dict) -> Claim:
+    m = METRICS[d["metric"]]
+    kind, better, rel = RELATIONS[d["relation"]]
+    if kind is None:
+        kind = within(float(d["tolerance"]), relative=bool(d.get("relative", False)))
+        unit = f"{d['tolerance'] * 100:g}%" if d.get("relative") else f"{d['tolerance']:g}"
+        rel = f"within {unit} of"
+    sets = (d["set"],) if d.get("set") else ("table1", "table2", "table4", "table5", "table6", "table7", "figure3")
+    text = f"{m.header}: @A {rel} @B"
+
+    def build(runs: Runs) -> list[Comparison]:
+        def side(label):
+            return runs.side(sets, "any", _column(m.key), m, lambda r: r["variant"] == label)
+        a, b = side(d["left"]), side(d["right"])
+        a.label, b.label = d["left"], d["right"]
+        return [_judged(cid, text, a, b, kind, better, "declared")]
+    def applies(runs: Runs) -> bool:
+        return any(r["variant"] in (d["left"], d["right"]) for s in sets for g in runs.groups(s) for r in g.rows)
+    return Claim(cid, sets, text, build, applies)
+
+
+def declare(decls) -> list[Claim]:
+    """Set the declared claims (DECLARED) from a workflow config's `claims` list."""
+    DECLARED[:] = parse_claims(decls or [])
+    return list(DECLARED)
+
+
 # ----------------------------------------------------------------------------- the table
 def _arch_name(arch: str) -> str:
     return ARCH_NAMES.get(arch, arch) if arch else "ResNet-50"
@@ -323,8 +400,9 @@ def claims_rows(df: pd.DataFrame) -> list[tuple[str, list[Comparison]]]:
         mine = [r for r in records if r["dataset"] == d]
         parts = [Runs([r for r in mine if r["arch"] == a], a) for a in dict.fromkeys(r["arch"] for r in mine)]
         comps = []
-        for claim in CLAIMS:
-            where = [runs for runs in parts if runs.has(*claim.sets)]
+        for claim in [*CLAIMS, *DECLARED]:
+            where = [runs for runs in parts
+                     if runs.has(*claim.sets) and (claim.applies is None or claim.applies(runs))]
             for runs in where:
                 ran.add(claim.number)
                 for c in claim.build(runs):
@@ -337,7 +415,7 @@ def claims_rows(df: pd.DataFrame) -> list[tuple[str, list[Comparison]]]:
             blocks.append((d, comps))
     empty = Runs([])
     missing = []
-    for claim in CLAIMS:
+    for claim in [*CLAIMS, *DECLARED]:
         if claim.number not in ran:
             for c in claim.build(empty):
                 c.sets = claim.sets

@@ -88,7 +88,7 @@ CAPTION = (
     "inconclusive, leaning by $\\Delta$ alone (always so with fewer than 2 seeds on a side: no CI); not run: "
     "no finite value on a side. Claim 7 reads the last recorded epoch; claim 11 compares the best inner sweep "
     "point (chosen after seeing the means) with each end and shows the weaker part. Paper: ImageNet-100 "
-    "unless stated.")
+    "unless stated; \"declared\": a claim of the workflow config (claims:), judged by the same rule.")
 
 
 TEX_ROWS = 14  # rows per LaTeX float (two lines each)
