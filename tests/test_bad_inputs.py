@@ -132,6 +132,22 @@ REPORT = ["report", "--summary", "{tmp}/runs.csv", "--out", "{tmp}/results"]
 TSV_FIX = "rerun the job that writes it"
 RUNS_FIX = "run `bayesncl summarize` to write it again"
 
+
+def runs(*rows: dict[str, str]) -> str:
+    """runs.csv text: a good run (RUNS_ROW, seed i) per item of ``rows``, its columns replaced by the item's."""
+    head = RUNS_HEADER.split(",")
+    out = [RUNS_HEADER]
+    for i, edit in enumerate(rows):
+        row = dict(zip(head, RUNS_ROW.split(",")), run_id=f"synthetic/ncl/seed~{i}", seed=str(i))
+        out.append(",".join({**row, **edit}[c] for c in head))
+    return "\n".join(out) + "\n"
+
+
+def bad_runs(col: str, value: str, at: int = 1) -> Callable[[Path], None]:
+    """Earlier report outputs and a runs.csv of 3 good runs but row ``at`` (0: the first run) with
+    ``col``=``value``."""
+    return both(EARLIER_REPORT, files(runs__csv=runs(*({col: value} if i == at else {} for i in range(3)))))
+
 CASES = [
     # ---- issue 24: prepare-imagenet
     Case("prepare-imagenet cache folder under a file", ["prepare-imagenet", *IMAGENET, "--set",
@@ -176,6 +192,28 @@ CASES = [
          setup=both(EARLIER_REPORT, files(runs__csv=PNG))),
     Case("report ragged runs.csv", REPORT, "{tmp}/runs.csv: not a CSV table",
          setup=both(EARLIER_REPORT, files(runs__csv=RUNS_HEADER + "\n" + RUNS_ROW + ",1,2,3\n" + RUNS_ROW + "\n"))),
+    # ---- issue 35: identity columns of runs.csv (a bad one changed verdicts in silence)
+    Case("report runs.csv text seed", REPORT, "{tmp}/runs.csv: column seed, row 3 ('abc'): expected a "
+         "non-negative integer; " + RUNS_FIX, setup=bad_runs("seed", "abc")),
+    Case("report runs.csv empty seed", REPORT, "{tmp}/runs.csv: column seed, row 4 (''): expected a non-negative",
+         setup=bad_runs("seed", "", at=2)),
+    Case("report runs.csv fractional seed", REPORT, "column seed, row 3 ('1.5')", setup=bad_runs("seed", "1.5")),
+    Case("report runs.csv negative seed", REPORT, "column seed, row 3 ('-1')", setup=bad_runs("seed", "-1")),
+    Case("report runs.csv NaN seed", REPORT, "column seed, row 3 ('nan')", setup=bad_runs("seed", "nan")),
+    Case("report runs.csv empty seeds in rows", REPORT, "column seed, rows 2 (''), 3 (''), 4 (''): expected",
+         setup=both(EARLIER_REPORT, files(runs__csv=runs({"seed": ""}, {"seed": ""}, {"seed": ""})))),
+    Case("report runs.csv empty method", REPORT, "{tmp}/runs.csv: column method, row 3 (''): expected one of cl, "
+         "ncl, topk_ncl, bayesncl", setup=bad_runs("method", "")),
+    Case("report runs.csv unknown method", REPORT, "column method, row 2 ('NCL')", setup=bad_runs("method", "NCL", 0)),
+    Case("report runs.csv empty dataset", REPORT, "column dataset, row 3 (''): expected one of synthetic",
+         setup=bad_runs("dataset", "")),
+    Case("report runs.csv empty variant", REPORT, "column variant, row 3 (''): expected the variant's name",
+         setup=bad_runs("variant", "")),
+    Case("report runs.csv padded variant", REPORT, "column variant, row 3 (' NCL')", setup=bad_runs("variant", " NCL")),
+    Case("report runs.csv empty run_id", REPORT, "column run_id, row 3 (''): expected a run's id",
+         setup=bad_runs("run_id", "")),
+    Case("document runs.csv text seed", ["document", "--summary", "{tmp}/runs.csv", "--out", "{tmp}/results"],
+         "{tmp}/runs.csv: column seed, row 3 ('abc')", setup=bad_runs("seed", "abc")),
     Case("report --summary a folder", REPORT, "--summary {tmp}/runs.csv is a folder, not a file",
          setup=both(EARLIER_REPORT, files(runs__csv=None))),
     Case("report --summary missing", REPORT, "--summary {tmp}/runs.csv does not exist; run `bayesncl summarize`",
@@ -439,6 +477,8 @@ def test_good_inputs_still_work(tmp_path, capsys):
     (tmp_path / "runs.csv").write_text(f"{RUNS_HEADER}\n{RUNS_ROW}\n")
     df = read_summary(tmp_path / "runs.csv")
     assert list(df["run_id"]) == ["synthetic/ncl/seed~0"] and df["sc"].tolist() == [20.0]
+    (tmp_path / "runs.csv").write_text(runs({}, {"seed": "1.0"}, {}))  # summarize writes a seed as 0.0
+    assert read_summary(tmp_path / "runs.csv")["seed"].tolist() == [0.0, 1.0, 2.0]
     assert _workflow_check(["seeds=[0,1]", "smoke=true"], None) == 0
     assert cli.main(["make-synthetic", *SYN, "--set", f"data.cache_dir={tmp_path / 'c'}"]) == 0
     assert "cached in" in capsys.readouterr().out and list((tmp_path / "c").glob("synthetic-*.pt"))
