@@ -115,6 +115,10 @@ def _no_pdflatex(mp):
     mp.setattr(document.shutil, "which", lambda name: None)
 
 
+def _no_cuda(mp):
+    mp.setattr(torch.cuda, "is_available", lambda: False)
+
+
 def _disk_full(mp):
     import bayesncl.data.synthetic as synthetic
 
@@ -214,6 +218,10 @@ CASES = [
          setup=bad_runs("run_id", "")),
     Case("document runs.csv text seed", ["document", "--summary", "{tmp}/runs.csv", "--out", "{tmp}/results"],
          "{tmp}/runs.csv: column seed, row 3 ('abc')", setup=bad_runs("seed", "abc")),
+    # ---- issue 35: clean lines that left files behind
+    Case("pretrain cudagraph on a CPU-only machine", ["pretrain", "--out", "{tmp}/run", *SYN, "--set",
+         "train.batch_size=8", "--set", "train.graph=cudagraph"], "train.graph: 'cudagraph' needs a CUDA device",
+         patch=_no_cuda),
     Case("report --summary a folder", REPORT, "--summary {tmp}/runs.csv is a folder, not a file",
          setup=both(EARLIER_REPORT, files(runs__csv=None))),
     Case("report --summary missing", REPORT, "--summary {tmp}/runs.csv does not exist; run `bayesncl summarize`",
