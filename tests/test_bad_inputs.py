@@ -44,6 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("claims_stability", ROOT / "benchmarks" / "claims_stability.py")
 stability = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(stability)
+_spec = importlib.util.spec_from_file_location("replay_steps", ROOT / "benchmarks" / "replay_steps.py")
+replay_steps = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(replay_steps)
 
 # ------------------------------------------------------------------------------------------------ inputs
 TSV_HEADER = ("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\tjobid\trule_name\t"
@@ -105,7 +108,7 @@ class Case:
     phrase: str                 # the one line must contain it ("{tmp}" as in argv)
     code: int = 2
     setup: Callable[[Path], None] | None = None
-    run: str = "cli"            # cli | stability | workflow | snakemake
+    run: str = "cli"            # cli | stability | replay | workflow | snakemake
     patch: Callable[[pytest.MonkeyPatch], None] | None = None
     config: Callable[[dict], None] | None = None  # the workflow rows: an edit of config/tiny.yaml
 
@@ -133,6 +136,8 @@ IMAGENET = ["--set", "data.dataset=imagenet100", "--set", "data.root={tmp}/image
             f"data.classes=[{','.join(WNIDS)}]", "--set", "data.imagenet_stored_size=16"]
 JOBS = ["jobs", "--benchmarks", "{tmp}/b", "--out", "{tmp}/summary/jobs.csv"]
 REPORT = ["report", "--summary", "{tmp}/runs.csv", "--out", "{tmp}/results"]
+REPLAY_CONFIG = ("train: {epochs: 2, batch_size: 8}\n"
+                 "data: {synthetic: {train_size: 40, test_size: 20, image_size: 8}}\n")  # a run's, tiny
 TSV_FIX = "rerun the job that writes it"
 RUNS_FIX = "run `bayesncl summarize` to write it again"
 
@@ -222,6 +227,14 @@ CASES = [
     Case("pretrain cudagraph on a CPU-only machine", ["pretrain", "--out", "{tmp}/run", *SYN, "--set",
          "train.batch_size=8", "--set", "train.graph=cudagraph"], "train.graph: 'cudagraph' needs a CUDA device",
          patch=_no_cuda),
+    *[Case(f"replay_steps {' '.join(argv)}", ["{tmp}/c.yaml", *argv], phrase, run="replay",
+           setup=files(c__yaml=REPLAY_CONFIG)) for argv, phrase in (
+        (["--from-epoch", "1", "--epochs", "2"], "--from-epoch 1 --epochs 2: {tmp}/c.yaml trains 2 epochs; give "
+                                                 "--from-epoch 0 to 1 and --epochs 1 to 2 - --from-epoch"),
+        (["--from-epoch", "2"], "--from-epoch 2 --epochs 1: {tmp}/c.yaml trains 2 epochs"),
+        (["--epochs", "0"], "--from-epoch 0 --epochs 0: {tmp}/c.yaml trains 2 epochs"),
+        (["--from-epoch", "-1"], "--from-epoch -1 --epochs 1: {tmp}/c.yaml trains 2 epochs"),
+        (["--skip", "2:0"], "--skip 2:0: epoch 2 is not replayed (epochs 1 to 1)"))],
     Case("report --summary a folder", REPORT, "--summary {tmp}/runs.csv is a folder, not a file",
          setup=both(EARLIER_REPORT, files(runs__csv=None))),
     Case("report --summary missing", REPORT, "--summary {tmp}/runs.csv does not exist; run `bayesncl summarize`",
@@ -426,6 +439,8 @@ def run_case(case: Case, tmp: Path, monkeypatch) -> tuple[int, str, str]:
                 code = cli.main(argv)
             elif case.run == "stability":
                 code = stability.main(argv)
+            elif case.run == "replay":
+                code = replay_steps.main(argv)
             else:
                 code = _workflow_check(argv, case.config)
         except SystemExit as e:  # argparse
