@@ -44,6 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("claims_stability", ROOT / "benchmarks" / "claims_stability.py")
 stability = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(stability)
+_spec = importlib.util.spec_from_file_location("demo_runs", ROOT / "benchmarks" / "demo_runs.py")
+demo_runs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(demo_runs)
 _spec = importlib.util.spec_from_file_location("replay_steps", ROOT / "benchmarks" / "replay_steps.py")
 replay_steps = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(replay_steps)
@@ -108,7 +111,7 @@ class Case:
     phrase: str                 # the one line must contain it ("{tmp}" as in argv)
     code: int = 2
     setup: Callable[[Path], None] | None = None
-    run: str = "cli"            # cli | stability | replay | workflow | snakemake
+    run: str = "cli"            # cli | stability | replay | demo | workflow | snakemake
     patch: Callable[[pytest.MonkeyPatch], None] | None = None
     config: Callable[[dict], None] | None = None  # the workflow rows: an edit of config/tiny.yaml
 
@@ -138,6 +141,21 @@ JOBS = ["jobs", "--benchmarks", "{tmp}/b", "--out", "{tmp}/summary/jobs.csv"]
 REPORT = ["report", "--summary", "{tmp}/runs.csv", "--out", "{tmp}/results"]
 REPLAY_CONFIG = ("train: {epochs: 2, batch_size: 8}\n"
                  "data: {synthetic: {train_size: 40, test_size: 20, image_size: 8}}\n")  # a run's, tiny
+
+
+def demo_run(name: str, epochs: int, log: bool = True) -> Callable[[Path], None]:
+    """A finished run of `demo_runs.py run` under study/: result.json, its config and (``log``) its log."""
+    result = {"method": "ncl", "seed": 0, "epochs": epochs, "train_bn": "view", "sets": [], "infonce": 4.0,
+              "learning": {"still_learning": 0}, "top1": 50.0, "batch": {"sc": 10.0, "act": 20.0}}
+    content = {f"study__{name}__result.json": json.dumps(result), f"study__{name}__config.resolved.yaml":
+               "train: {batch_size: 8}\n"}
+    if log:
+        content[f"study__{name}__log.jsonl"] = "".join(json.dumps({"infonce": 4.0 - e / 10}) + "\n"
+                                                       for e in range(epochs))
+    return files(**content)
+
+
+SATURATION = ["saturation", "{tmp}/study", "--figure", "{tmp}/fig/saturation"]
 TSV_FIX = "rerun the job that writes it"
 RUNS_FIX = "run `bayesncl summarize` to write it again"
 
@@ -235,6 +253,15 @@ CASES = [
         (["--epochs", "0"], "--from-epoch 0 --epochs 0: {tmp}/c.yaml trains 2 epochs"),
         (["--from-epoch", "-1"], "--from-epoch -1 --epochs 1: {tmp}/c.yaml trains 2 epochs"),
         (["--skip", "2:0"], "--skip 2:0: epoch 2 is not replayed (epochs 1 to 1)"))],
+    Case("demo_runs saturation a run without its log", SATURATION, "{tmp}/study/ncl-view-e4-s0: its result.json, "
+         "config.resolved.yaml or log.jsonl is missing or unreadable", run="demo",
+         setup=both(demo_run("ncl-view-e0-s0", 0), demo_run("ncl-view-e4-s0", 4, log=False))),
+    Case("demo_runs saturation missing folder --figure", SATURATION, "{tmp}/study does not exist; give the --out",
+         run="demo"),
+    Case("demo_runs saturation empty folder --figure", SATURATION, "no NCL result.json with per-view BatchNorm "
+         "under {tmp}/study", run="demo", setup=files(study=None)),
+    Case("demo_runs saturation one budget --figure", SATURATION, "needs NCL at two budgets or more under "
+         "{tmp}/study", run="demo", setup=both(demo_run("ncl-view-e0-s0", 0), demo_run("ncl-view-e4-s0", 4))),
     Case("report --summary a folder", REPORT, "--summary {tmp}/runs.csv is a folder, not a file",
          setup=both(EARLIER_REPORT, files(runs__csv=None))),
     Case("report --summary missing", REPORT, "--summary {tmp}/runs.csv does not exist; run `bayesncl summarize`",
@@ -441,6 +468,8 @@ def run_case(case: Case, tmp: Path, monkeypatch) -> tuple[int, str, str]:
                 code = stability.main(argv)
             elif case.run == "replay":
                 code = replay_steps.main(argv)
+            elif case.run == "demo":
+                code = demo_runs.main(argv)
             else:
                 code = _workflow_check(argv, case.config)
         except SystemExit as e:  # argparse
@@ -503,6 +532,9 @@ def test_good_inputs_still_work(tmp_path, capsys):
     (tmp_path / "runs.csv").write_text(runs({}, {"seed": "1.0"}, {}))  # summarize writes a seed as 0.0
     assert read_summary(tmp_path / "runs.csv")["seed"].tolist() == [0.0, 1.0, 2.0]
     assert _workflow_check(["seeds=[0,1]", "smoke=true"], None) == 0
+    both(*(demo_run(f"ncl-view-e{e}-s0", e) for e in (0, 4, 8)))(tmp_path)
+    assert demo_runs.main(["saturation", str(tmp_path / "study"), "--figure", str(tmp_path / "sat")]) == 0
+    assert "Criterion (NCL only" in capsys.readouterr().out and (tmp_path / "sat.png").is_file()
     assert cli.main(["make-synthetic", *SYN, "--set", f"data.cache_dir={tmp_path / 'c'}"]) == 0
     assert "cached in" in capsys.readouterr().out and list((tmp_path / "c").glob("synthetic-*.pt"))
 
