@@ -4,7 +4,8 @@ the fix; never a traceback, never exit 0 on nothing, and nothing written (earlie
 One row per case: the entry point and its arguments, the exit code, a phrase the line must contain (so that
 breaking any one message fails its row), and the files each case starts from. Every row snapshots its folder
 before and after: a failing command must leave it byte for byte as it was. The entry points run in this process
-(`bayesncl.cli.main`, `claims_stability.main`, the workflow's config check as common.smk runs it); one row runs
+(`bayesncl.cli.main`, the `main` of benchmarks/claims_stability.py, replay_steps.py and demo_runs.py, the
+workflow's config check as common.smk runs it); one row runs
 Snakemake itself, for the wiring. Cases that need a trained run or another user id are tested where their
 fixtures live: ELSEWHERE lists them, and a test checks they still exist.
 
