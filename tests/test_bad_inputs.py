@@ -540,6 +540,26 @@ def test_good_inputs_still_work(tmp_path, capsys):
     assert "cached in" in capsys.readouterr().out and list((tmp_path / "c").glob("synthetic-*.pt"))
 
 
+@pytest.mark.parametrize("entry,value", [("smoke=0", False), ("smoke=1", True), ("smoke=false", False),
+                                         ("smoke=no", False), ("smoke=TRUE", True), ("forkserver=0", False),
+                                         ("forkserver=1", True), ("forkserver=False", False)])
+def test_a_switch_reads_the_usual_spellings(entry, value):
+    """`--config smoke=0` is false (Snakemake passes the number 0; a config file may give the text "0"), never
+    true; 2 or maybe stays what it was, for the schema to refuse."""
+    from snakemake.cli import parse_config
+
+    from bayesncl.wfconfig import coerce_switches
+
+    key = entry.split("=")[0]
+    for config in (parse_config([entry]), {key: entry.split("=")[1]}):
+        coerce_switches(config)
+        assert config[key] is value, (entry, config)
+    assert _workflow_check([entry], None) == 0
+    config = parse_config([f"{key}=2"])
+    coerce_switches(config)
+    assert config[key] == 2
+
+
 # ------------------------------------------------------------------------------------------------ SIGTERM
 def test_sigterm_while_loading_exits_75(monkeypatch, tmp_path, capsys, tiny_sets):
     """In the middle of start-up (the config resolved, the data about to load): the CLI's handler, exit 75."""
