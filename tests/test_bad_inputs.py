@@ -518,6 +518,19 @@ def test_partly_different_claim_sets_name_the_unmatched_rows(tmp_path, capsys):
     assert f"only in A ({a}): 2 SC: X > Y (Synthetic)" in out and f"only in B ({b}): 3 SC: X > Y (Synthetic)" in out
 
 
+def test_rows_in_one_table_only_are_counted_from_both_sides(tmp_path, capsys):
+    """1 row only in A and 3 only in B: 4 unmatched either way round (not A's alone, nor twice one side's)."""
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    a.write_text(claims("Synthetic", {"1a": "holds", "2": "holds"}))
+    b.write_text(claims("Synthetic", {"1a": "holds", "3": "holds", "4": "holds", "5": "holds"}))
+    for x, y in ((a, b), (b, a)):
+        _, n = stability.compare(stability.read_claims(x), stability.read_claims(y))
+        assert n["rows"] == 1 and n["only_one"] == 4, n
+        assert stability.main([str(x), str(y)]) == 0
+        out = capsys.readouterr().out
+        assert "; 4 rows in one table only (not compared)" in out and out.count("only in ") == 4
+
+
 def test_good_inputs_still_work(tmp_path, capsys):
     """The rows' inputs made good: the same commands succeed, so the rows fail for the reason they name."""
     b = tmp_path / "b" / "pretrain"
