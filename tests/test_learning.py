@@ -235,6 +235,24 @@ def test_collapse_undecided_without_a_finite_epoch():
     assert collapse([float("nan")], 128)["collapsed"] is None
 
 
+def test_the_claims_collapse_mark_counts_both_sides_and_rows_not_runs():
+    """Two collapsed NCL runs, the right side of 1a: a row is marked when a run of either side collapsed, and the
+    caption counts the marked rows of all rows (each marked row holds both runs: a count of runs says twice)."""
+    import re
+
+    df = _golden()
+    df["collapsed"] = 0.0
+    ncl = df.index[(df["variant"] == "NCL") & (df["dataset"] == "cifar10")]
+    assert len(ncl) >= 2
+    df.loc[ncl[:2], "collapsed"] = 1.0
+    md = render_claims(df, "md")
+    ids = [line.split("|")[1].strip() for line in md.splitlines()
+           if line.startswith("| ") and not line.startswith("| *") and line.split("|")[2].strip() not in ("Claim", "")]
+    marked = [i for i in ids if i.endswith("¶")]
+    assert "1a¶" in ids and 2 <= len(marked) < len(ids)  # 1a: SC: BayesNCL > NCL, NCL on the right
+    assert re.search(r"¶ (\d+) of the (\d+) rows compare runs", md).groups() == (str(len(marked)), str(len(ids)))
+
+
 def test_tables_and_claims_mark_rows_with_collapsed_runs_and_count_them():
     df = _golden()
     df["collapsed"] = 0.0
