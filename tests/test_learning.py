@@ -228,6 +228,29 @@ def test_collapse_is_the_first_epoch_that_gives_back_half_the_gain(losses, batch
     assert got["collapsed"] is (epoch is not None)
 
 
+def test_collapse_thresholds_at_equality():
+    """A gain of exactly COLLAPSE_MIN_GAIN counts (at least 0.5); a climb of exactly half the way back does not
+    (more than half); the next float past each boundary decides the other way."""
+    from bayesncl.learning import COLLAPSE_MIN_GAIN, collapse
+
+    batch = 64
+    chance = math.log(2 * batch - 1)
+    best = chance - COLLAPSE_MIN_GAIN  # a gain of exactly the minimum, as collapse computes it
+    half = (chance - best) / 2
+    back = best + half
+    while back - best < half:  # the float whose climb from best is exactly half the way back
+        back = math.nextafter(back, math.inf)
+    while back - best > half:
+        back = math.nextafter(back, -math.inf)
+    assert back - best == half
+    assert collapse([chance, best, back], batch)["collapsed"] is False  # exactly half: not more than half
+    above = math.nextafter(back, math.inf)
+    assert collapse([chance, best, above], batch) == {"collapsed": True, "epoch": 3, "chance": chance}
+    short = math.nextafter(best, math.inf)  # gained a hair under the minimum: never a collapse
+    assert collapse([chance, short, chance], batch)["collapsed"] is False
+    assert collapse([chance, best, chance], batch)["epoch"] == 3
+
+
 def test_collapse_undecided_without_a_finite_epoch():
     from bayesncl.learning import collapse
 
