@@ -228,6 +228,26 @@ def test_collapse_is_the_first_epoch_that_gives_back_half_the_gain(losses, batch
     assert got["collapsed"] is (epoch is not None)
 
 
+def test_the_still_learning_slope_and_the_collapse_read_infonce_alone():
+    """A BayesNCL log: InfoNCE falls steadily while the KL term rises as fast, so the loss (InfoNCE + KL) is flat;
+    the run is still learning. Then InfoNCE climbs back to chance while the loss does not: a collapse."""
+    from bayesncl.evaluation.sections import training_record
+
+    falling = [5.0 - 0.05 * e + 0.002 * (-1) ** e for e in range(40)]
+    log = [{"epoch": e + 1, "infonce": v, "kl": 0.05 * e, "loss": v + 0.05 * e, "open_gates": 0.5}
+           for e, v in enumerate(falling)]
+    got = training_record(log, 64)
+    assert got["learning"]["still_learning"] is True and got["learning"]["slope"] == pytest.approx(-0.05, abs=1e-3)
+    assert learning_slope([r["loss"] for r in log])["still_learning"] is False  # what a fit on the loss says
+    assert got["infonce_final"] == falling[-1] and got["loss"] == [r["loss"] for r in log]
+    assert got["collapse"]["collapsed"] is False and got["open_gates_last"] == 0.5
+    chance = math.log(127)
+    fell = [{"epoch": 1, "infonce": 4.0, "loss": 4.0}, {"epoch": 2, "infonce": chance, "loss": 3.0}]
+    assert training_record(fell, 64)["collapse"]["epoch"] == 2
+    old = [{"epoch": e + 1, "loss": v} for e, v in enumerate(falling)]  # a log before the infonce column
+    assert training_record(old, 64)["learning"]["still_learning"] is True
+
+
 def test_collapse_thresholds_at_equality():
     """A gain of exactly COLLAPSE_MIN_GAIN counts (at least 0.5); a climb of exactly half the way back does not
     (more than half); the next float past each boundary decides the other way."""
