@@ -1,9 +1,16 @@
-"""What a fork-server job reports when its command ends: the child's exit code as a plain process would give it
-(bayesncl.forkserver._child_main), run in a real fork with the command replaced."""
+"""A fork-server job as a plain process: the child's exit code as a plain process would give it
+(bayesncl.forkserver._child_main, run in a real fork with the command replaced), and the client
+(forkserver.run_command, in a fork, against a fake server) passing on SIGINT, SIGHUP and SIGTERM and reading a
+command that ended without a status as a failure."""
 
 import os
+import shutil
+import signal
 import socket
+import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -65,3 +72,115 @@ def test_a_returned_code_and_a_bug(monkeypatch):
         raise RuntimeError("a bug")
     _, done, status, output = _child(monkeypatch, bug)
     assert done == {"exit": 1} and status == 1 and "Traceback" in output and "RuntimeError: a bug" in output
+
+
+# ------------------------------------------------------------------------------------------------ the client
+SLEEPER = """
+import signal, sys, time
+for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+    signal.signal(s, lambda n, f: print(n, flush=True))
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def _line(proc: subprocess.Popen, timeout: float = 20) -> str:
+    """The process's next line; "" when none comes in time (lines come one per signal: nothing is buffered)."""
+    import select
+
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    return proc.stdout.readline() if ready else ""
+
+
+def _catches(pid: int, sig: int) -> bool:
+    with open(f"/proc/{pid}/status") as fh:
+        caught = next(line for line in fh if line.startswith("SigCgt:")).split()[1]
+    return bool(int(caught, 16) & (1 << (sig - 1)))
+
+
+class FakeServer:
+    """A socket where forkserver.socket_path() points; `client()` forks a process running run_command."""
+
+    def __init__(self, monkeypatch):
+        self.folder = tempfile.mkdtemp(prefix="bfx-", dir="/tmp")  # short: a socket path has at most 107 bytes
+        self.path = os.path.join(self.folder, "s.sock")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(1)
+        self.listener.settimeout(60)
+        self.err = os.path.join(self.folder, "err")
+        monkeypatch.setattr(forkserver, "socket_path", lambda: self.path)
+
+    def client(self) -> tuple[int, socket.socket]:
+        """Fork the client; accept and read its request. (its pid, the connection)."""
+        sys.stdout.flush(), sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 99
+            try:
+                self.listener.close()
+                sys.stderr = open(self.err, "w")
+                code = forkserver.run_command(["jobs"])
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+        conn, _ = self.listener.accept()
+        head, fds, _, _ = socket.recv_fds(conn, 4, 3)
+        for fd in fds:
+            os.close(fd)
+        assert forkserver._recv(conn, head)["argv"] == ["jobs"]
+        return pid, conn
+
+    def close(self):
+        self.listener.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@pytest.fixture
+def fake_server(monkeypatch):
+    server = FakeServer(monkeypatch)
+    yield server
+    server.close()
+
+
+def test_the_client_passes_on_sigint_sighup_and_sigterm(fake_server):
+    """A job's Ctrl-C (SIGINT) and hang-up (SIGHUP) reach the command as SIGTERM does, each as itself."""
+    sleeper = subprocess.Popen([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE, text=True)
+    client = None
+    try:
+        assert _line(sleeper) == "ready\n"
+        client, conn = fake_server.client()
+        forkserver._send(conn, {"pid": sleeper.pid})  # the command's process
+        deadline = time.monotonic() + 30
+        while not _catches(client, signal.SIGHUP):  # the client's handlers are in place
+            assert time.monotonic() < deadline, "the client never handled SIGHUP"
+            time.sleep(0.01)
+        got = []
+        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+            os.kill(client, sig)
+            got.append(_line(sleeper).strip())
+        assert got == [str(int(s)) for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)]
+        forkserver._send(conn, {"exit": 3})
+        _, status = os.waitpid(client, 0)
+        client = None
+        assert os.waitstatus_to_exitcode(status) == 3  # the command's code, the client unharmed by the signals
+        conn.close()
+    finally:
+        if client is not None:
+            os.kill(client, signal.SIGKILL)
+            os.waitpid(client, 0)
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_command_that_ended_without_a_status_is_a_failure(fake_server):
+    """The server's child killed (SIGKILL, the OOM killer): the connection closes with no exit message; the job
+    fails (exit 1, one line), never exit 0."""
+    client, conn = fake_server.client()
+    forkserver._send(conn, {"pid": 12345})
+    conn.close()
+    _, status = os.waitpid(client, 0)
+    assert os.waitstatus_to_exitcode(status) == 1
+    err = Path(fake_server.err).read_text()
+    assert err == "bayesncl: the command's process 12345 ended without an exit status (killed?)\n"
