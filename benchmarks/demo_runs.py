@@ -104,15 +104,25 @@ def cmd_run(args) -> None:
 
 
 def load(folder: str) -> list[dict]:
-    """Each run's result.json, with `collapse` (bayesncl.learning.collapse) from its log."""
+    """Each run's result.json, with `collapse` (bayesncl.learning.collapse) from its log. A run folder whose
+    files are missing or unreadable is a DataError naming it (before anything is drawn or printed)."""
+    from bayesncl.errors import BayesNCLError, DataError
     from bayesncl.learning import collapse
-    from bayesncl.rundir import read_log
+    from bayesncl.rundir import CONFIG, LOG, read_log
 
+    if not Path(folder).is_dir():
+        state = "is a file, not a folder" if Path(folder).exists() else "does not exist"
+        raise DataError(f"{folder} {state}; give the --out folder of `demo_runs.py run`")
     rows = []
     for p in sorted(Path(folder).glob("*/result.json")):
-        r = json.loads(p.read_text())
-        batch = yaml.safe_load((p.parent / "config.resolved.yaml").read_text())["train"]["batch_size"]
-        r["collapse"] = collapse([e["infonce"] for e in read_log(p.parent)], batch)
+        try:
+            r = json.loads(p.read_text())
+            batch = yaml.safe_load((p.parent / CONFIG).read_text())["train"]["batch_size"]
+            r["collapse"] = collapse([e["infonce"] for e in read_log(p.parent)], batch)
+        except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError, BayesNCLError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            raise DataError(f"{p.parent}: its result.json, {CONFIG} or {LOG} is missing or unreadable ({why}); "
+                            f"remove the folder and rerun `demo_runs.py run` for it") from None
         rows.append(r)
     return rows
 
@@ -187,7 +197,18 @@ def study_frame(rows: list[dict]):
 
 
 def cmd_saturation(args) -> None:
+    from bayesncl.errors import DataError
+    from bayesncl.report.lines import saturation_curve
+
     every = [r for r in load(args.dir) if r["train_bn"] == "view"]
+    rows = [r for r in every if r["epochs"] > 0]
+    budgets = sorted({r["epochs"] for r in rows if r["method"] == "ncl"})
+    if not budgets:
+        raise DataError(f"no NCL result.json with per-view BatchNorm under {args.dir}; run `demo_runs.py run` first")
+    ncl, start, missing = saturation_curve(study_frame(every))  # as the report reads it
+    if ncl is None:
+        raise DataError(f"{missing} under {args.dir}; run `demo_runs.py run` for it first")
+    # Every check above before the figure: a refused study leaves no figure behind.
     if args.figure:
         from matplotlib import rc_context
 
@@ -198,11 +219,6 @@ def cmd_saturation(args) -> None:
         with rc_context(RC):
             paths = save_figure(saturation_figure(study_frame(every)), out.parent, out.stem, ("png", "pdf"))
         print("figure:", *paths)
-    rows = [r for r in every if r["epochs"] > 0]
-    budgets = sorted({r["epochs"] for r in rows if r["method"] == "ncl"})
-    if not budgets:
-        sys.exit(f"demo_runs.py saturation: no NCL result.json with per-view BatchNorm under {args.dir}; "
-                 "run `demo_runs.py run` first")
     print("| method | epochs | seeds | final InfoNCE | SC | top-1 | still learning | collapsed (epoch) |")
     print("|---|---|---|---|---|---|---|---|")
     for m in ("ncl", "bayesncl"):
@@ -217,11 +233,7 @@ def cmd_saturation(args) -> None:
             print(f"| {VARIANT[m]} | {e} | {len(rs)} | {_ms(vals['infonce'])} | {_ms(vals['sc'])} | "
                   f"{_ms(vals['top1'])} | {learning} of {len(rs)} | {', '.join(fell) or '-'} |")
     from bayesncl.learning import MEASURES, gain_shares, saturated_budget, saturation_rule
-    from bayesncl.report.lines import saturation_curve
 
-    ncl, start, missing = saturation_curve(study_frame(every))  # as the report reads it
-    if ncl is None:
-        sys.exit(f"demo_runs.py saturation: {missing} under {args.dir}; run `demo_runs.py run` for it first")
     top = max(ncl)  # the reference budget the shares are taken to
     print("\n| epochs | share of the way to the largest budget: final InfoNCE | SC | top-1 |")
     print("|---|---|---|---|")
@@ -262,7 +274,10 @@ def cmd_knobs(args) -> None:
               f"{statistics.mean(top1) - ref:+.1f} | {statistics.mean(r['train_seconds'] for r in rs):.0f} |")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    """0: done; 2: an input it cannot use (one line on stderr)."""
+    from bayesncl.errors import BayesNCLError
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("run")
@@ -280,9 +295,14 @@ def main() -> None:
         sub.add_parser(name).add_argument("dir")
     sub.choices["saturation"].add_argument("--figure", help="also draw the report's saturation figure here "
                                                                   "(PATH.png and PATH.pdf)")
-    args = p.parse_args()
-    {"run": cmd_run, "protocol": cmd_protocol, "saturation": cmd_saturation, "knobs": cmd_knobs}[args.cmd](args)
+    args = p.parse_args(argv)
+    try:
+        {"run": cmd_run, "protocol": cmd_protocol, "saturation": cmd_saturation, "knobs": cmd_knobs}[args.cmd](args)
+    except BayesNCLError as exc:
+        print(f"demo_runs.py {args.cmd}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -39,12 +39,27 @@ def replay(config: str, from_epoch: int, epochs: int, skip: set[tuple[int, int]]
     from bayesncl.runtime import resolve_device
     from bayesncl.train import TrainStep, start_epoch, steps_per_epoch, training_augment
 
+    from bayesncl.errors import ConfigError
+
     cfg = resolve(file=config, recorded=True)  # a run's record: a key it lacks is what that run did
+    total = cfg["train"]["epochs"]
+    # Past the run's last epoch there is no learning rate (an IndexError deep in the step); 0 epochs does nothing.
+    if from_epoch < 0 or epochs < 1 or from_epoch + epochs > total:
+        raise ConfigError(f"--from-epoch {from_epoch} --epochs {epochs}: {config} trains {total} epochs; give "
+                          f"--from-epoch 0 to {max(total - 1, 0)} and --epochs 1 to {total} - --from-epoch")
+    outside = sorted((e, s) for e, s in skip if not from_epoch < e <= from_epoch + epochs)
+    if outside:
+        e, s = outside[0]
+        raise ConfigError(f"--skip {e}:{s}: epoch {e} is not replayed (epochs {from_epoch + 1} to "
+                          f"{from_epoch + epochs}); skip a step of a replayed epoch")
     if cfg["train"]["threads"]:
         torch.set_num_threads(cfg["train"]["threads"])
     device = resolve_device(cfg)
     train_set = load_split(cfg["data"], "train")
     steps, seed = steps_per_epoch(len(train_set.labels), cfg), cfg["seed"]
+    for e, s in sorted(skip):
+        if not 0 <= s < steps:
+            raise ConfigError(f"--skip {e}:{s}: an epoch has steps 0 to {steps - 1}; skip one of them")
     torch.manual_seed(seed)
     model = build_method(cfg).to(device)
     opt = build_optimizer(model, cfg)
@@ -142,7 +157,8 @@ def _diagnosed_step(model, opt, train_step, x, gen, names, skip: bool, fp16: boo
     return record
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    """0: replayed; 2: an input it cannot use (one line on stderr)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("config", help="the run's config.resolved.yaml")
     p.add_argument("--from-epoch", type=int, default=0, help="epochs trained before the replay starts")
@@ -151,18 +167,22 @@ def main() -> None:
     p.add_argument("--fp16", action="store_true",
                    help="also the largest fp16 loss scale each step stands (slow on CPU: about 30 s a step)")
     p.add_argument("--spikes", type=float, default=None, metavar="G", help="print only steps with |dL/dz+| >= G")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     try:
         skip = {tuple(int(v) for v in s.split(":")) for s in a.skip}
+        if any(len(s) != 2 for s in skip):
+            raise ValueError
     except ValueError:
         p.error("--skip: EPOCH:STEP, e.g. 162:4")
     from bayesncl.errors import BayesNCLError
 
     try:
         replay(a.config, a.from_epoch, a.epochs, skip, a.spikes, fp16=a.fp16)
-    except BayesNCLError as exc:  # a bad config: one line, not a traceback
-        sys.exit(f"replay_steps.py: {exc}")
+    except BayesNCLError as exc:  # a bad config or range: one line, not a traceback
+        print(f"replay_steps.py: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

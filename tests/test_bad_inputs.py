@@ -4,7 +4,8 @@ the fix; never a traceback, never exit 0 on nothing, and nothing written (earlie
 One row per case: the entry point and its arguments, the exit code, a phrase the line must contain (so that
 breaking any one message fails its row), and the files each case starts from. Every row snapshots its folder
 before and after: a failing command must leave it byte for byte as it was. The entry points run in this process
-(`bayesncl.cli.main`, `claims_stability.main`, the workflow's config check as common.smk runs it); one row runs
+(`bayesncl.cli.main`, the `main` of benchmarks/claims_stability.py, replay_steps.py and demo_runs.py, the
+workflow's config check as common.smk runs it); one row runs
 Snakemake itself, for the wiring. Cases that need a trained run or another user id are tested where their
 fixtures live: ELSEWHERE lists them, and a test checks they still exist.
 
@@ -44,6 +45,12 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("claims_stability", ROOT / "benchmarks" / "claims_stability.py")
 stability = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(stability)
+_spec = importlib.util.spec_from_file_location("demo_runs", ROOT / "benchmarks" / "demo_runs.py")
+demo_runs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(demo_runs)
+_spec = importlib.util.spec_from_file_location("replay_steps", ROOT / "benchmarks" / "replay_steps.py")
+replay_steps = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(replay_steps)
 
 # ------------------------------------------------------------------------------------------------ inputs
 TSV_HEADER = ("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\tjobid\trule_name\t"
@@ -105,7 +112,7 @@ class Case:
     phrase: str                 # the one line must contain it ("{tmp}" as in argv)
     code: int = 2
     setup: Callable[[Path], None] | None = None
-    run: str = "cli"            # cli | stability | workflow | snakemake
+    run: str = "cli"            # cli | stability | replay | demo | workflow | snakemake
     patch: Callable[[pytest.MonkeyPatch], None] | None = None
     config: Callable[[dict], None] | None = None  # the workflow rows: an edit of config/tiny.yaml
 
@@ -113,6 +120,10 @@ class Case:
 def _no_pdflatex(mp):
     import bayesncl.report.document as document
     mp.setattr(document.shutil, "which", lambda name: None)
+
+
+def _no_cuda(mp):
+    mp.setattr(torch.cuda, "is_available", lambda: False)
 
 
 def _disk_full(mp):
@@ -129,8 +140,41 @@ IMAGENET = ["--set", "data.dataset=imagenet100", "--set", "data.root={tmp}/image
             f"data.classes=[{','.join(WNIDS)}]", "--set", "data.imagenet_stored_size=16"]
 JOBS = ["jobs", "--benchmarks", "{tmp}/b", "--out", "{tmp}/summary/jobs.csv"]
 REPORT = ["report", "--summary", "{tmp}/runs.csv", "--out", "{tmp}/results"]
+REPLAY_CONFIG = ("train: {epochs: 2, batch_size: 8}\n"
+                 "data: {synthetic: {train_size: 40, test_size: 20, image_size: 8}}\n")  # a run's, tiny
+
+
+def demo_run(name: str, epochs: int, log: bool = True) -> Callable[[Path], None]:
+    """A finished run of `demo_runs.py run` under study/: result.json, its config and (``log``) its log."""
+    result = {"method": "ncl", "seed": 0, "epochs": epochs, "train_bn": "view", "sets": [], "infonce": 4.0,
+              "learning": {"still_learning": 0}, "top1": 50.0, "batch": {"sc": 10.0, "act": 20.0}}
+    content = {f"study__{name}__result.json": json.dumps(result), f"study__{name}__config.resolved.yaml":
+               "train: {batch_size: 8}\n"}
+    if log:
+        content[f"study__{name}__log.jsonl"] = "".join(json.dumps({"infonce": 4.0 - e / 10}) + "\n"
+                                                       for e in range(epochs))
+    return files(**content)
+
+
+SATURATION = ["saturation", "{tmp}/study", "--figure", "{tmp}/fig/saturation"]
 TSV_FIX = "rerun the job that writes it"
 RUNS_FIX = "run `bayesncl summarize` to write it again"
+
+
+def runs(*rows: dict[str, str]) -> str:
+    """runs.csv text: a good run (RUNS_ROW, seed i) per item of ``rows``, its columns replaced by the item's."""
+    head = RUNS_HEADER.split(",")
+    out = [RUNS_HEADER]
+    for i, edit in enumerate(rows):
+        row = dict(zip(head, RUNS_ROW.split(",")), run_id=f"synthetic/ncl/seed~{i}", seed=str(i))
+        out.append(",".join({**row, **edit}[c] for c in head))
+    return "\n".join(out) + "\n"
+
+
+def bad_runs(col: str, value: str, at: int = 1) -> Callable[[Path], None]:
+    """Earlier report outputs and a runs.csv of 3 good runs but row ``at`` (0: the first run) with
+    ``col``=``value``."""
+    return both(EARLIER_REPORT, files(runs__csv=runs(*({col: value} if i == at else {} for i in range(3)))))
 
 CASES = [
     # ---- issue 24: prepare-imagenet
@@ -176,6 +220,49 @@ CASES = [
          setup=both(EARLIER_REPORT, files(runs__csv=PNG))),
     Case("report ragged runs.csv", REPORT, "{tmp}/runs.csv: not a CSV table",
          setup=both(EARLIER_REPORT, files(runs__csv=RUNS_HEADER + "\n" + RUNS_ROW + ",1,2,3\n" + RUNS_ROW + "\n"))),
+    # ---- issue 35: identity columns of runs.csv (a bad one changed verdicts in silence)
+    Case("report runs.csv text seed", REPORT, "{tmp}/runs.csv: column seed, row 3 ('abc'): expected a "
+         "non-negative integer; " + RUNS_FIX, setup=bad_runs("seed", "abc")),
+    Case("report runs.csv empty seed", REPORT, "{tmp}/runs.csv: column seed, row 4 (''): expected a non-negative",
+         setup=bad_runs("seed", "", at=2)),
+    Case("report runs.csv fractional seed", REPORT, "column seed, row 3 ('1.5')", setup=bad_runs("seed", "1.5")),
+    Case("report runs.csv negative seed", REPORT, "column seed, row 3 ('-1')", setup=bad_runs("seed", "-1")),
+    Case("report runs.csv NaN seed", REPORT, "column seed, row 3 ('nan')", setup=bad_runs("seed", "nan")),
+    Case("report runs.csv empty seeds in rows", REPORT, "column seed, rows 2 (''), 3 (''), 4 (''): expected",
+         setup=both(EARLIER_REPORT, files(runs__csv=runs({"seed": ""}, {"seed": ""}, {"seed": ""})))),
+    Case("report runs.csv empty method", REPORT, "{tmp}/runs.csv: column method, row 3 (''): expected one of cl, "
+         "ncl, topk_ncl, bayesncl", setup=bad_runs("method", "")),
+    Case("report runs.csv unknown method", REPORT, "column method, row 2 ('NCL')", setup=bad_runs("method", "NCL", 0)),
+    Case("report runs.csv empty dataset", REPORT, "column dataset, row 3 (''): expected one of synthetic",
+         setup=bad_runs("dataset", "")),
+    Case("report runs.csv empty variant", REPORT, "column variant, row 3 (''): expected the variant's name",
+         setup=bad_runs("variant", "")),
+    Case("report runs.csv padded variant", REPORT, "column variant, row 3 (' NCL')", setup=bad_runs("variant", " NCL")),
+    Case("report runs.csv empty run_id", REPORT, "column run_id, row 3 (''): expected a run's id",
+         setup=bad_runs("run_id", "")),
+    Case("document runs.csv text seed", ["document", "--summary", "{tmp}/runs.csv", "--out", "{tmp}/results"],
+         "{tmp}/runs.csv: column seed, row 3 ('abc')", setup=bad_runs("seed", "abc")),
+    # ---- issue 35: clean lines that left files behind
+    Case("pretrain cudagraph on a CPU-only machine", ["pretrain", "--out", "{tmp}/run", *SYN, "--set",
+         "train.batch_size=8", "--set", "train.graph=cudagraph"], "train.graph: 'cudagraph' needs a CUDA device",
+         patch=_no_cuda),
+    *[Case(f"replay_steps {' '.join(argv)}", ["{tmp}/c.yaml", *argv], phrase, run="replay",
+           setup=files(c__yaml=REPLAY_CONFIG)) for argv, phrase in (
+        (["--from-epoch", "1", "--epochs", "2"], "--from-epoch 1 --epochs 2: {tmp}/c.yaml trains 2 epochs; give "
+                                                 "--from-epoch 0 to 1 and --epochs 1 to 2 - --from-epoch"),
+        (["--from-epoch", "2"], "--from-epoch 2 --epochs 1: {tmp}/c.yaml trains 2 epochs"),
+        (["--epochs", "0"], "--from-epoch 0 --epochs 0: {tmp}/c.yaml trains 2 epochs"),
+        (["--from-epoch", "-1"], "--from-epoch -1 --epochs 1: {tmp}/c.yaml trains 2 epochs"),
+        (["--skip", "2:0"], "--skip 2:0: epoch 2 is not replayed (epochs 1 to 1)"))],
+    Case("demo_runs saturation a run without its log", SATURATION, "{tmp}/study/ncl-view-e4-s0: its result.json, "
+         "config.resolved.yaml or log.jsonl is missing or unreadable", run="demo",
+         setup=both(demo_run("ncl-view-e0-s0", 0), demo_run("ncl-view-e4-s0", 4, log=False))),
+    Case("demo_runs saturation missing folder --figure", SATURATION, "{tmp}/study does not exist; give the --out",
+         run="demo"),
+    Case("demo_runs saturation empty folder --figure", SATURATION, "no NCL result.json with per-view BatchNorm "
+         "under {tmp}/study", run="demo", setup=files(study=None)),
+    Case("demo_runs saturation one budget --figure", SATURATION, "needs NCL at two budgets or more under "
+         "{tmp}/study", run="demo", setup=both(demo_run("ncl-view-e0-s0", 0), demo_run("ncl-view-e4-s0", 4))),
     Case("report --summary a folder", REPORT, "--summary {tmp}/runs.csv is a folder, not a file",
          setup=both(EARLIER_REPORT, files(runs__csv=None))),
     Case("report --summary missing", REPORT, "--summary {tmp}/runs.csv does not exist; run `bayesncl summarize`",
@@ -380,6 +467,10 @@ def run_case(case: Case, tmp: Path, monkeypatch) -> tuple[int, str, str]:
                 code = cli.main(argv)
             elif case.run == "stability":
                 code = stability.main(argv)
+            elif case.run == "replay":
+                code = replay_steps.main(argv)
+            elif case.run == "demo":
+                code = demo_runs.main(argv)
             else:
                 code = _workflow_check(argv, case.config)
         except SystemExit as e:  # argparse
@@ -427,6 +518,19 @@ def test_partly_different_claim_sets_name_the_unmatched_rows(tmp_path, capsys):
     assert f"only in A ({a}): 2 SC: X > Y (Synthetic)" in out and f"only in B ({b}): 3 SC: X > Y (Synthetic)" in out
 
 
+def test_rows_in_one_table_only_are_counted_from_both_sides(tmp_path, capsys):
+    """1 row only in A and 3 only in B: 4 unmatched either way round (not A's alone, nor twice one side's)."""
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    a.write_text(claims("Synthetic", {"1a": "holds", "2": "holds"}))
+    b.write_text(claims("Synthetic", {"1a": "holds", "3": "holds", "4": "holds", "5": "holds"}))
+    for x, y in ((a, b), (b, a)):
+        _, n = stability.compare(stability.read_claims(x), stability.read_claims(y))
+        assert n["rows"] == 1 and n["only_one"] == 4, n
+        assert stability.main([str(x), str(y)]) == 0
+        out = capsys.readouterr().out
+        assert "; 4 rows in one table only (not compared)" in out and out.count("only in ") == 4
+
+
 def test_good_inputs_still_work(tmp_path, capsys):
     """The rows' inputs made good: the same commands succeed, so the rows fail for the reason they name."""
     b = tmp_path / "b" / "pretrain"
@@ -439,9 +543,34 @@ def test_good_inputs_still_work(tmp_path, capsys):
     (tmp_path / "runs.csv").write_text(f"{RUNS_HEADER}\n{RUNS_ROW}\n")
     df = read_summary(tmp_path / "runs.csv")
     assert list(df["run_id"]) == ["synthetic/ncl/seed~0"] and df["sc"].tolist() == [20.0]
+    (tmp_path / "runs.csv").write_text(runs({}, {"seed": "1.0"}, {}))  # summarize writes a seed as 0.0
+    assert read_summary(tmp_path / "runs.csv")["seed"].tolist() == [0.0, 1.0, 2.0]
     assert _workflow_check(["seeds=[0,1]", "smoke=true"], None) == 0
+    both(*(demo_run(f"ncl-view-e{e}-s0", e) for e in (0, 4, 8)))(tmp_path)
+    assert demo_runs.main(["saturation", str(tmp_path / "study"), "--figure", str(tmp_path / "sat")]) == 0
+    assert "Criterion (NCL only" in capsys.readouterr().out and (tmp_path / "sat.png").is_file()
     assert cli.main(["make-synthetic", *SYN, "--set", f"data.cache_dir={tmp_path / 'c'}"]) == 0
     assert "cached in" in capsys.readouterr().out and list((tmp_path / "c").glob("synthetic-*.pt"))
+
+
+@pytest.mark.parametrize("entry,value", [("smoke=0", False), ("smoke=1", True), ("smoke=false", False),
+                                         ("smoke=no", False), ("smoke=TRUE", True), ("forkserver=0", False),
+                                         ("forkserver=1", True), ("forkserver=False", False)])
+def test_a_switch_reads_the_usual_spellings(entry, value):
+    """`--config smoke=0` is false (Snakemake passes the number 0; a config file may give the text "0"), never
+    true; 2 or maybe stays what it was, for the schema to refuse."""
+    from snakemake.cli import parse_config
+
+    from bayesncl.wfconfig import coerce_switches
+
+    key = entry.split("=")[0]
+    for config in (parse_config([entry]), {key: entry.split("=")[1]}):
+        coerce_switches(config)
+        assert config[key] is value, (entry, config)
+    assert _workflow_check([entry], None) == 0
+    config = parse_config([f"{key}=2"])
+    coerce_switches(config)
+    assert config[key] == 2
 
 
 # ------------------------------------------------------------------------------------------------ SIGTERM

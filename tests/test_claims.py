@@ -805,3 +805,21 @@ def test_caption_says_when_the_runs_stop_before_saturation():
         assert "These runs stop before saturation" in text and "NCL has not saturated below 16 epochs" in text
     assert "stop before saturation" not in claims_table.render_claims(frame(base + curve(sc_at_8=20.0)), "md")
     assert "stop before saturation" not in claims_table.render_claims(frame(base), "md")
+
+
+def test_within_an_interval_touching_the_tolerance():
+    """[-tol, tol] is closed (docs/METHOD.md section 9): an interval that touches it from inside holds, one that
+    touches it from outside is not wholly outside (inconclusive), and a mean difference of exactly tol leans for."""
+    from bayesncl.report.verdicts import _judge
+
+    for d in (1.0, -1.0):  # the degenerate interval [d, d] on the tolerance itself
+        got = claims.compare([(s, 10.0 + d) for s in range(3)], [(s, 10.0) for s in range(3)], claims.within(1.0))
+        assert (got.low, got.high, got.verdict) == (d, d, HOLDS)
+    rel = claims.compare([(s, 3.0) for s in range(3)], [(s, 2.0) for s in range(3)], claims.within(0.5, relative=True))
+    assert (rel.tol, rel.verdict) == (1.0, HOLDS)  # 50% of the right side's 2.0: exactly 1.0
+    w = claims.within(1.0)
+    assert _judge(w, 0.0, -1.0, 1.0, 1.0) == HOLDS
+    assert _judge(w, 1.5, 1.0, 2.0, 1.0) == AGAINST and _judge(w, -1.5, -2.0, -1.0, 1.0) == AGAINST
+    assert _judge(w, 1.5, 1.0 + 1e-9, 2.0, 1.0) == FAILS and _judge(w, -1.5, -2.0, -1.0 - 1e-9, 1.0) == FAILS
+    assert _judge(w, 1.0, math.nan, math.nan, 1.0) == FOR and _judge(w, -1.0, math.nan, math.nan, 1.0) == FOR
+    assert _judge(w, 1.0 + 1e-9, math.nan, math.nan, 1.0) == AGAINST

@@ -408,3 +408,62 @@ def test_a_manifest_pointing_at_the_other_splits_file_is_caught(tree, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert isinstance(load_imagenet100(tree, "train", **kw(tmp_path)).dataset, PreparedImages)
+
+
+# ---------------------------------------------------------------------------------- the block checks, in small
+def _copy(folder: Path, count: int, image_bytes: int, block_bytes: int) -> tuple[dict, Path, bytes]:
+    """A prepared copy's data file (image i: bytes of value i) and its manifest, without decoding anything."""
+    from bayesncl.data import prepared as P
+
+    good = b"".join(bytes([i % 251]) * image_bytes for i in range(count))
+    data = folder / P.data_name("train", "k" * 64)
+    data.write_bytes(good)
+    manifest = {"key": "k" * 64, "split": "train", "data_file": data.name, "count": count,
+                "block_bytes": block_bytes, "blocks": P.file_blocks(data, block_bytes)}
+    return manifest, data, good
+
+
+def test_every_open_checks_the_last_block(tmp_path, monkeypatch):
+    """The last block (written last: a copy cut short or damaged at its end) is read on every open, whatever the
+    random sample; so is the first."""
+    from bayesncl.data import prepared as P
+
+    manifest, data, _ = _copy(tmp_path, 100, 10, 16)  # 63 blocks, the last one 8 bytes
+    n = len(manifest["blocks"])
+    monkeypatch.setattr(P.random, "sample", lambda pop, k: list(pop)[1:1 + k])  # never the first or the last
+    args = dict(split="train", key="k" * 64, count=100, image_bytes=10)
+    assert P.check_copy(manifest, tmp_path, **args) == (data, "", [])
+    for offset, block in ((len(data.read_bytes()) - 1, n - 1), (0, 0)):
+        _flip_one(data, offset)
+        got, why, bad = P.check_copy(manifest, tmp_path, **args)
+        assert got is None and bad == [block] and f"({block})" in why, why
+        _flip_one(data, offset)
+
+
+def _flip_one(path: Path, offset: int) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        b = fh.read(1)
+        fh.seek(offset)
+        fh.write(bytes([b[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("offset", [15, 16, 31, 999])
+def test_verify_decodes_again_every_image_a_bad_block_overlaps(tmp_path, offset):
+    """Images of 10 bytes in blocks of 16: image 1 (bytes 10-19) straddles block 0's end, image 3 (30-39) block
+    1's; a damaged byte in the straddling part is mended, and only the overlapping images are decoded."""
+    from bayesncl.data import prepared as P
+
+    manifest, data, good = _copy(tmp_path, 100, 10, 16)
+    _flip_one(data, offset)
+    bad = P.bad_blocks(data, manifest["blocks"], 16, range(len(manifest["blocks"])))
+    assert bad == [offset // 16]
+    decoded = []
+
+    def decode(i):
+        decoded.append(i)
+        return good[i * 10:(i + 1) * 10]
+    assert P.repair_blocks(data, manifest, bad, 10, decode) == []
+    assert data.read_bytes() == good
+    b = bad[0]
+    assert decoded == list(range(b * 16 // 10, -(-min((b + 1) * 16, 1000) // 10)))  # first..last overlapping

@@ -70,6 +70,16 @@ def test_totals_say_missing_where_nothing_was_measured():
     assert "GPU-hours of the grid as run: NA (1 jobs do not record their GPUs)" in render(jobs)
 
 
+def test_the_median_is_the_middle_job_not_the_mean():
+    """One slow job among quick ones moves a mean, not the median (odd and even counts; unmeasured left out)."""
+    jobs = pd.DataFrame({"rule": ["a"] * 4 + ["b"] * 4, "run": list("wxyzwxyz"),
+                         "seconds": [1.0, 2.0, 100.0, math.nan, 1.0, 2.0, 4.0, 100.0], "gpus": [0.0] * 8})
+    per = totals(jobs, all_row=True).set_index("rule")
+    assert per.loc["a", "median_seconds"] == 2.0 and per.loc["b", "median_seconds"] == 3.0
+    assert per.loc["all", "median_seconds"] == 2.0
+    assert "| a | 4 | 0.03 | 2.0 |" in render(jobs)
+
+
 def test_cli_writes_csv_with_NA_and_the_totals(tmp_path, capsys):
     b = tmp_path / "benchmarks"
     _write(b, "cost/synthetic/ncl/seed~0.tsv", 0.3, "NA", 0, "cost")

@@ -228,11 +228,72 @@ def test_collapse_is_the_first_epoch_that_gives_back_half_the_gain(losses, batch
     assert got["collapsed"] is (epoch is not None)
 
 
+def test_the_still_learning_slope_and_the_collapse_read_infonce_alone():
+    """A BayesNCL log: InfoNCE falls steadily while the KL term rises as fast, so the loss (InfoNCE + KL) is flat;
+    the run is still learning. Then InfoNCE climbs back to chance while the loss does not: a collapse."""
+    from bayesncl.evaluation.sections import training_record
+
+    falling = [5.0 - 0.05 * e + 0.002 * (-1) ** e for e in range(40)]
+    log = [{"epoch": e + 1, "infonce": v, "kl": 0.05 * e, "loss": v + 0.05 * e, "open_gates": 0.5}
+           for e, v in enumerate(falling)]
+    got = training_record(log, 64)
+    assert got["learning"]["still_learning"] is True and got["learning"]["slope"] == pytest.approx(-0.05, abs=1e-3)
+    assert learning_slope([r["loss"] for r in log])["still_learning"] is False  # what a fit on the loss says
+    assert got["infonce_final"] == falling[-1] and got["loss"] == [r["loss"] for r in log]
+    assert got["collapse"]["collapsed"] is False and got["open_gates_last"] == 0.5
+    chance = math.log(127)
+    fell = [{"epoch": 1, "infonce": 4.0, "loss": 4.0}, {"epoch": 2, "infonce": chance, "loss": 3.0}]
+    assert training_record(fell, 64)["collapse"]["epoch"] == 2
+    old = [{"epoch": e + 1, "loss": v} for e, v in enumerate(falling)]  # a log before the infonce column
+    assert training_record(old, 64)["learning"]["still_learning"] is True
+
+
+def test_collapse_thresholds_at_equality():
+    """A gain of exactly COLLAPSE_MIN_GAIN counts (at least 0.5); a climb of exactly half the way back does not
+    (more than half); the next float past each boundary decides the other way."""
+    from bayesncl.learning import COLLAPSE_MIN_GAIN, collapse
+
+    batch = 64
+    chance = math.log(2 * batch - 1)
+    best = chance - COLLAPSE_MIN_GAIN  # a gain of exactly the minimum, as collapse computes it
+    half = (chance - best) / 2
+    back = best + half
+    while back - best < half:  # the float whose climb from best is exactly half the way back
+        back = math.nextafter(back, math.inf)
+    while back - best > half:
+        back = math.nextafter(back, -math.inf)
+    assert back - best == half
+    assert collapse([chance, best, back], batch)["collapsed"] is False  # exactly half: not more than half
+    above = math.nextafter(back, math.inf)
+    assert collapse([chance, best, above], batch) == {"collapsed": True, "epoch": 3, "chance": chance}
+    short = math.nextafter(best, math.inf)  # gained a hair under the minimum: never a collapse
+    assert collapse([chance, short, chance], batch)["collapsed"] is False
+    assert collapse([chance, best, chance], batch)["epoch"] == 3
+
+
 def test_collapse_undecided_without_a_finite_epoch():
     from bayesncl.learning import collapse
 
     assert collapse([], 128)["collapsed"] is None  # the random-init reference (0 epochs)
     assert collapse([float("nan")], 128)["collapsed"] is None
+
+
+def test_the_claims_collapse_mark_counts_both_sides_and_rows_not_runs():
+    """Two collapsed NCL runs, the right side of 1a: a row is marked when a run of either side collapsed, and the
+    caption counts the marked rows of all rows (each marked row holds both runs: a count of runs says twice)."""
+    import re
+
+    df = _golden()
+    df["collapsed"] = 0.0
+    ncl = df.index[(df["variant"] == "NCL") & (df["dataset"] == "cifar10")]
+    assert len(ncl) >= 2
+    df.loc[ncl[:2], "collapsed"] = 1.0
+    md = render_claims(df, "md")
+    ids = [line.split("|")[1].strip() for line in md.splitlines()
+           if line.startswith("| ") and not line.startswith("| *") and line.split("|")[2].strip() not in ("Claim", "")]
+    marked = [i for i in ids if i.endswith("¶")]
+    assert "1a¶" in ids and 2 <= len(marked) < len(ids)  # 1a: SC: BayesNCL > NCL, NCL on the right
+    assert re.search(r"¶ (\d+) of the (\d+) rows compare runs", md).groups() == (str(len(marked)), str(len(ids)))
 
 
 def test_tables_and_claims_mark_rows_with_collapsed_runs_and_count_them():

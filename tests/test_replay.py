@@ -59,7 +59,7 @@ def test_a_bad_config_is_one_line(tmp_path):
     for path in (tmp_path / "missing.yaml", bad):
         r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "replay_steps.py"), str(path)],
                            capture_output=True, text=True, env={"PYTHONPATH": str(ROOT / "src")})
-        assert r.returncode == 1 and r.stderr.count("\n") == 1 and str(path) in r.stderr, r.stderr
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and str(path) in r.stderr, r.stderr
 
 
 def test_fp16_headroom_is_the_largest_finite_power_of_two_and_the_steps_own_overflow_point(tmp_path, tiny_sets):

@@ -109,6 +109,12 @@ def _rng_state(gen: torch.Generator) -> dict:
     return state
 
 
+def check_graph(cfg: dict, device: torch.device) -> None:
+    """train.graph=cudagraph on the device train.device resolved to (auto: CPU on a machine without CUDA)."""
+    if cfg["train"]["graph"] == "cudagraph" and device.type != "cuda":
+        raise ConfigError("train.graph: 'cudagraph' needs a CUDA device; use 'compile' or 'eager' on CPU")
+
+
 class TrainStep:
     """One training step on device tensors: two augmented views, forward, loss, backward, LARS update, and the
     running sums of the logged values; no host sync and the same shapes every step.
@@ -124,8 +130,7 @@ class TrainStep:
                  steps: int):
         self.model, self.opt, self.augment, self.device = model, opt, augment.to(device), device
         self.mode = cfg["train"]["graph"]
-        if self.mode == "cudagraph" and device.type != "cuda":
-            raise ConfigError("train.graph: 'cudagraph' needs a CUDA device; use 'compile' or 'eager' on CPU")
+        check_graph(cfg, device)
         self.precision = cfg["train"]["precision"]
         self.channels_last = channels_last(cfg, device)
         # The released fp16 loss scaler: real under fp16, emulated otherwise; "skipped" logs its skips.
@@ -326,6 +331,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
     if cfg["train"]["threads"]:
         torch.set_num_threads(cfg["train"]["threads"])
     device = resolve_device(cfg)
+    check_graph(cfg, device)  # before the data is cached or the run folder written
     train_set = load_split(cfg["data"], "train")
     test_set = load_split(cfg["data"], "test") if cfg["train"]["dynamics_every"] else None
     steps = steps_per_epoch(len(train_set.labels), cfg)

@@ -35,11 +35,14 @@ BOOLEANS = ("smoke", "forkserver")  # top-level switches
 
 
 def coerce_switches(config: dict) -> None:
-    """`--config smoke=true` (or forkserver=false) arrives as a string: read the usual spellings of true and
-    false."""
+    """`--config smoke=true` (or forkserver=false) arrives as a string, `smoke=0` as the integer 0: read the
+    usual spellings of true and false."""
     for key in BOOLEANS:
-        if isinstance(config.get(key), str):
-            config[key] = _TRUTH.get(config[key].strip().lower(), config[key])
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # Snakemake parses 0 and 1 as numbers
+        if isinstance(value, str):
+            config[key] = _TRUTH.get(value.strip().lower(), config[key])
 
 
 def _key(path) -> str:

@@ -78,10 +78,25 @@ def _needs_train_h(cfg: dict) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ features
+def training_record(log: list[dict], batch: int) -> dict:
+    """features.json's training block from the run's log. The still-learning slope, the collapse and the final
+    value read InfoNCE alone (docs/METHOD.md section 10): BayesNCL's loss adds its KL term, which moves on its
+    own; a log older than the infonce column gives its loss."""
+    from ..learning import collapse, learning_slope
+
+    infonce = [r.get("infonce", r["loss"]) for r in log]
+    training = {"epochs": [r["epoch"] for r in log], "loss": [r["loss"] for r in log],
+                "infonce_final": infonce[-1] if infonce else None, "learning": learning_slope(infonce),
+                "collapse": collapse(infonce, batch)}
+    if log and "open_gates" in log[-1]:
+        training["open_gates"] = [r["open_gates"] for r in log]
+        training["open_gates_last"] = log[-1]["open_gates"]
+    return training
+
+
 @section("features", gpu=lambda cfg: True)
 def features(ctx) -> dict:
     """Embed the test split (and the train split where needed) once; cache what the CPU sections read."""
-    from ..learning import collapse, learning_slope
     from ..rundir import read_log
 
     cfg = ctx.cfg
@@ -106,14 +121,7 @@ def features(ctx) -> dict:
         h, = ctx.embed(train, ("h",), "running")
         ctx.save_arrays("features_train", ctx.labels(train) | {"h": h.numpy()})
         n_train = len(train.labels)
-    log = read_log(ctx.run_dir)
-    infonce = [r.get("infonce", r["loss"]) for r in log]
-    training = {"epochs": [r["epoch"] for r in log], "loss": [r["loss"] for r in log],
-                "infonce_final": infonce[-1] if infonce else None, "learning": learning_slope(infonce),
-                "collapse": collapse(infonce, cfg["train"]["batch_size"])}
-    if log and "open_gates" in log[-1]:
-        training["open_gates"] = [r["open_gates"] for r in log]
-        training["open_gates_last"] = log[-1]["open_gates"]
+    training = training_record(read_log(ctx.run_dir), cfg["train"]["batch_size"])
     return {"features": {"test_images": len(test.labels), "train_images": n_train, "arrays": sorted(arrays),
                          "bn": bn, "bn_batch": cfg["train"]["batch_size"] if bn == "batch" else None},
             "training": training, "config": ctx.stored_config}  # what the cache-reading sections run on

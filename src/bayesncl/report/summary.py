@@ -50,8 +50,8 @@ from ..errors import ConfigError, MetricsFileError  # MetricsFileError re-export
 from ..grid import Run, evaluation_sections, expand_grid
 from .names import METRICS_JSON, is_main
 
-__all__ = ["COLUMNS", "MetricsFileError", "prepare", "read_summary", "summarize", "sweep_rows",
-           "write_summary"]
+__all__ = ["COLUMNS", "MetricsFileError", "check_identity", "prepare", "read_summary", "summarize",
+           "sweep_rows", "write_summary"]
 
 ID_COLUMNS = ["run_id", "dataset", "arch", "method", "variant", "sets", "sweep"]
 RUN_COLUMNS = ["gate", "detach", "head_depth", "rho", "lambda", "proj_dim", "epochs", "seed", "weights_sha"]
@@ -335,7 +335,43 @@ def read_summary(csv_path: str | os.PathLike) -> pd.DataFrame:
                         f"{', '.join(REQUIRED_COLUMNS)}); {fix}")
     if not len(df):
         raise DataError(f"{csv_path}: a header but no runs; {fix}")
+    check_identity(df, csv_path)
     return prepare(df)
+
+
+def _seed_ok(value: str) -> bool:
+    try:
+        x = float(value)
+    except ValueError:
+        return False
+    return math.isfinite(x) and x >= 0 and x == int(x)  # summarize writes 0.0: a float that is an integer
+
+
+def check_identity(df: pd.DataFrame, csv_path) -> None:
+    """Refuse a runs.csv (read as text, ``dtype=str``) whose identity columns hold a missing or malformed
+    value: a run without its seed, method, ... would be dropped from, or pooled wrongly into, a comparison
+    and change a verdict in silence. One DataError naming the file, the rows (the header is row 1) and the
+    first bad column; every reader of runs.csv calls it (read_summary) before anything is written."""
+    from ..config import DATASETS, METHOD_NAMES
+    from ..errors import DataError
+
+    def text(v: str) -> bool:
+        return v != "" and v == v.strip()
+
+    checks = (
+        ("run_id", text, "a run's id, as `bayesncl summarize` writes it"),
+        ("dataset", lambda v: v in DATASETS, f"one of {', '.join(DATASETS)}"),
+        ("method", lambda v: v in METHOD_NAMES, f"one of {', '.join(METHOD_NAMES)}"),
+        ("variant", text, "the variant's name, e.g. NCL"),
+        ("seed", _seed_ok, "a non-negative integer"),
+    )
+    for col, ok, want in checks:
+        bad = [(i + 2, v) for i, v in enumerate(df[col]) if not ok(v)]
+        if bad:
+            shown = ", ".join(f"{n} ({v[:40]!r})" for n, v in bad[:5]) + (
+                f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+            raise DataError(f"{csv_path}: column {col}, {'row' if len(bad) == 1 else 'rows'} {shown}: expected "
+                            f"{want}; run `bayesncl summarize` to write it again")
 
 
 def sweep_rows(rows: pd.DataFrame, param: str) -> pd.DataFrame:
