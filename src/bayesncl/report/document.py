@@ -287,6 +287,8 @@ def provenance_items(prov, tex: bool) -> list[tuple[str, str]]:
         ("Runs", esc(f"{prov.runs} ({per_ds})" if per_ds else str(prov.runs))),
         ("Training device", esc(f"train.device {devices}")),
         ("Versions", esc(versions)),
+        ("Plugins", esc("; ".join(f"{p['module']} ({p['file']}, SHA-256 {p['sha256'][:provenance.HASH_CHARS]}...)"
+                                  for p in prov.plugins) or "none")),
         ("CPU", esc(m["cpu"])),
         ("GPU", esc(m["gpu"])),
         ("Machine", esc(f"{m['host']}, {m['os']} (the machine that made this report; local jobs ran here, "

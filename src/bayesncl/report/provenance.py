@@ -187,6 +187,7 @@ class Provenance:
     jobs_csv: str
     date: str
     command: str = field(default="")
+    plugins: list = field(default_factory=list)  # bayesncl.plugins.loaded(): {module, file, sha256} each
 
     def stamp(self) -> str:
         return stamp(self.grid, self.git)
@@ -208,4 +209,10 @@ def collect(df, results: str | os.PathLike, grid: str | os.PathLike | None = Non
         grid_sha256=None if grid is None else file_sha256(grid), overrides=dict(overrides or {}),
         seeds=seeds, runs=int(len(df)), runs_per_dataset=per_ds, devices=devices, versions=versions(),
         machine=machine(), costs=job_costs(jobs), jobs_csv=str(jobs), date=now.strftime("%Y-%m-%d %H:%M UTC"),
-        command=" ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv)))
+        command=" ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv)), plugins=_plugins())
+
+
+def _plugins() -> list[dict]:
+    from ..plugins import loaded
+
+    return loaded()

@@ -360,8 +360,10 @@ def check_identity(df: pd.DataFrame, csv_path) -> None:
 
     checks = (
         ("run_id", text, "a run's id, as `bayesncl summarize` writes it"),
-        ("dataset", lambda v: v in DATASETS, f"one of {', '.join(DATASETS)}"),
-        ("method", lambda v: v in METHOD_NAMES, f"one of {', '.join(METHOD_NAMES)}"),
+        ("dataset", lambda v: v in DATASETS, f"one of {', '.join(DATASETS)} (a plugin's dataset: give the report "
+                                              "--grid, the workflow config that names its plugin)"),
+        ("method", lambda v: v in METHOD_NAMES, f"one of {', '.join(METHOD_NAMES)} (a plugin's method: give the "
+                                                "report --grid, the workflow config that names its plugin)"),
         ("variant", text, "the variant's name, e.g. NCL"),
         ("seed", _seed_ok, "a non-negative integer"),
     )

@@ -1,0 +1,90 @@
+"""docs/EXTENDING.md, done as the page says: its files, written into a temporary folder (the package untouched), a
+folder dataset of generated images, and its command, to rows in Tables 1 and 2 and a verdict for its claim."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "EXTENDING.md"
+SNAKEMAKE = shutil.which("snakemake", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def page_files() -> dict[str, str]:
+    """{file name: text} of the page's code blocks that start with `# file: NAME`."""
+    return {m.group(2): m.group(3) for m in
+            re.finditer(r"```(\w+)\n# file: (\S+)\n(.*?)```", PAGE.read_text(), re.S)}
+
+
+def page_command() -> list[str]:
+    (cmd,) = re.findall(r"```bash\n(snakemake [^\n]*)\n```", PAGE.read_text())
+    return cmd.split()
+
+
+def write_images(root: Path, classes=("circle", "square", "stripes"), train=12, val=6, size=20) -> None:
+    """A folder dataset whose class decides the picture: train/ and val/ with one folder per class."""
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[:size, :size]
+    shapes = {"circle": (yy - size / 2) ** 2 + (xx - size / 2) ** 2 < (size / 3) ** 2,
+              "square": (abs(yy - size / 2) < size / 4) & (abs(xx - size / 2) < size / 4),
+              "stripes": (xx // 3) % 2 == 0}
+    for split, n in (("train", train), ("val", val)):
+        for c in classes:
+            (root / split / c).mkdir(parents=True)
+            for i in range(n):
+                img = rng.integers(0, 80, (size, size, 3), dtype=np.uint8)
+                img[shapes[c]] = rng.integers(150, 256, 3, dtype=np.uint8)
+                Image.fromarray(img).save(root / split / c / f"{i:03d}.png")
+
+
+def test_the_page_has_the_files_and_the_command_this_test_runs():
+    files = page_files()
+    assert set(files) == {"my_method.py", "my_grid.yaml"}
+    grid = yaml.safe_load(files["my_grid.yaml"])
+    assert grid["plugins"] == ["my_method"] and grid["datasets"]["my_images"]["data"]["dataset"] == "imagefolder"
+    assert page_command()[:2] == ["snakemake", "--cores"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed (pip install -e '.[workflow]')")
+def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tmp_path):
+    work = tmp_path / "mine"
+    work.mkdir()
+    for name, text in page_files().items():
+        (work / name).write_text(text)
+    write_images(tmp_path / "my_images")
+    grid_path = work / "my_grid.yaml"
+    grid = yaml.safe_load(grid_path.read_text())
+    # the page's placeholders: where the images are, where the results go
+    grid["datasets"]["my_images"]["data"]["root"] = str(tmp_path / "my_images")
+    grid["results"] = str(tmp_path / "results-mine")
+    grid_path.write_text(yaml.safe_dump(grid, sort_keys=False))
+    cmd = page_command()
+    cmd[cmd.index("my_grid.yaml")] = str(grid_path)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", BAYESNCL_CACHE=str(tmp_path / "cache"))
+    env.pop("BAYESNCL_PLUGINS", None)
+    r = subprocess.run([SNAKEMAKE, *cmd[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
+    out = tmp_path / "results-mine"
+    assert "rule prepare_data" in r.stdout + r.stderr  # the folder's prepared copy, before the runs read it
+    for table in ("table1", "table2"):
+        text = (out / "tables" / f"{table}.md").read_text()
+        assert "*Image folder*" in text
+        row = next(line for line in text.splitlines() if line.startswith("| NCL + L1 "))
+        assert re.search(r"\d+\.\d+", row), row  # numbers, not dashes
+    claims = (out / "tables" / "claims.md").read_text()
+    row = next(line for line in claims.splitlines() if line.startswith("| D1"))
+    assert "SC: NCL + L1 > BayesNCL (STE)" in row and "declared" in row
+    assert re.search(r"\| (holds|does not hold|inconclusive \(leans (for|against)\)) +\|$", row), row
+    log = (out / "runs" / "my_images" / "ncl_l1" / "seed~0" / "log.jsonl").read_text()
+    assert '"l1"' in log  # the plugin's loss term was trained and logged
+    prov = (out / "report" / "provenance.rst").read_text() if (out / "report" / "provenance.rst").exists() else ""
+    assert "my_method" in prov
