@@ -354,3 +354,21 @@ def test_every_generated_file_names_its_commit_and_grid(tiny):
     assert prov["git"]["commit"] == HEAD and prov["seeds"] == [0] and prov["runs"] > 0
     assert prov["grid_sha256"] == hashlib.sha256((ROOT / "config" / "tiny.yaml").read_bytes()).hexdigest()
     assert yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())["seeds"] == prov["seeds"]
+
+
+def test_build_pdf_reads_a_pdflatex_output_with_a_split_utf8_character(tmp_path, monkeypatch):
+    """pdflatex wraps its output at 79 bytes, cutting a multi-byte character in two (a '·' of the title did)."""
+    from bayesncl.report.document import build_pdf
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "pdflatex"
+    fake.write_text("#!/bin/sh\nfor a; do f=$a; done\nprintf 'Grid x \\302\\n\\267 commit\\n'\n"
+                    "printf '%%PDF-1.4\\n' > \"${f%.tex}.pdf\"\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    tex = tmp_path / "doc" / "report.tex"
+    tex.parent.mkdir()
+    tex.write_text("\\documentclass{article}\\begin{document}x\\end{document}\n")
+    out = build_pdf(tex, tmp_path / "report.pdf")
+    assert out.read_bytes().startswith(b"%PDF")

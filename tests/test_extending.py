@@ -77,7 +77,7 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
     assert "rule prepare_data" in r.stdout + r.stderr  # the folder's prepared copy, before the runs read it
     for table in ("table1", "table2"):
         text = (out / "tables" / f"{table}.md").read_text()
-        assert "*Image folder*" in text
+        assert "| *Image folder" in text
         row = next(line for line in text.splitlines() if line.startswith("| NCL + L1 "))
         assert re.search(r"\d+\.\d+", row), row  # numbers, not dashes
     claims = (out / "tables" / "claims.md").read_text()
@@ -86,5 +86,8 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
     assert re.search(r"\| (holds|does not hold|inconclusive \(leans (for|against)\)) +\|$", row), row
     log = (out / "runs" / "my_images" / "ncl_l1" / "seed~0" / "log.jsonl").read_text()
     assert '"l1"' in log  # the plugin's loss term was trained and logged
-    prov = (out / "report" / "provenance.rst").read_text() if (out / "report" / "provenance.rst").exists() else ""
-    assert "my_method" in prov
+    import json
+
+    (plugin,) = json.loads((out / "report" / "provenance.json").read_text())["plugins"]
+    assert plugin["module"] == "my_method" and plugin["file"] == str(work / "my_method.py")
+    assert "my\\_method" in (out / "report" / "provenance.rst").read_text()  # on the report's page

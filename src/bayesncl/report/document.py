@@ -429,7 +429,8 @@ def build_pdf(tex: str | Path, out_pdf: str | Path, timeout: float = 600) -> Pat
     if not tex.is_file():
         raise MissingInputError(f"{tex} does not exist; run `bayesncl document` first")
     proc = subprocess.run([exe, "-interaction=nonstopmode", "-halt-on-error", "-file-line-error", tex.name],
-                          cwd=tex.parent, capture_output=True, text=True, timeout=timeout)
+                          cwd=tex.parent, capture_output=True, text=True, errors="replace",  # pdflatex echoes
+                          timeout=timeout)  # input bytes as they are: a UTF-8 character may be split in its log
     log = tex.with_suffix(".log")
     text = log.read_text(errors="replace") if log.is_file() else proc.stdout
     if proc.returncode != 0 or not tex.with_suffix(".pdf").is_file():
