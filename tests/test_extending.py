@@ -84,7 +84,7 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
     row = next(line for line in claims.splitlines() if line.startswith("| D1"))
     assert "SC: NCL + L1 > BayesNCL (STE)" in row and "declared" in row
     assert re.search(r"\| (holds|does not hold|inconclusive \(leans (for|against)\)) +\|$", row), row
-    log = (out / "runs" / "my_images" / "ncl_l1" / "seed~0" / "log.jsonl").read_text()
+    log = (out / "runs" / "imagefolder" / "ncl_l1" / "seed~0" / "log.jsonl").read_text()
     assert '"l1"' in log  # the plugin's loss term was trained and logged
     import json
 
