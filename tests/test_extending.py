@@ -47,9 +47,9 @@ def write_images(root: Path, classes=("circle", "square", "stripes"), train=12, 
 
 def test_the_page_has_the_files_and_the_command_this_test_runs():
     files = page_files()
-    assert set(files) == {"my_method.py", "my_grid.yaml"}
+    assert set(files) == {"my_method.py", "my_measure.py", "my_grid.yaml"}
     grid = yaml.safe_load(files["my_grid.yaml"])
-    assert grid["plugins"] == ["my_method"] and grid["datasets"]["my_images"]["data"]["dataset"] == "imagefolder"
+    assert grid["plugins"] == ["my_method", "my_measure"] and grid["datasets"]["my_images"]["data"]["dataset"] == "imagefolder"
     assert page_command()[:2] == ["snakemake", "--cores"]
 
 
@@ -84,10 +84,16 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
     row = next(line for line in claims.splitlines() if line.startswith("| D1"))
     assert "SC: NCL + L1 > BayesNCL (STE)" in row and "declared" in row
     assert re.search(r"\| (holds|does not hold|inconclusive \(leans (for|against)\)) +\|$", row), row
+    row = next(line for line in claims.splitlines() if line.startswith("| D2"))
+    assert "Zeros (%): NCL + L1 > NCL" in row and "declared" in row
+    import pandas as pd
+
+    runs = pd.read_csv(out / "summary" / "runs.csv")
+    assert runs["zero_share"].between(0, 100).all()  # the plugin section's number, for every run
     log = (out / "runs" / "imagefolder" / "ncl_l1" / "seed~0" / "log.jsonl").read_text()
     assert '"l1"' in log  # the plugin's loss term was trained and logged
     import json
 
-    (plugin,) = json.loads((out / "report" / "provenance.json").read_text())["plugins"]
-    assert plugin["module"] == "my_method" and plugin["file"] == str(work / "my_method.py")
+    plugins = json.loads((out / "report" / "provenance.json").read_text())["plugins"]
+    assert [(p["module"], p["file"]) for p in plugins] == [(m, str(work / f"{m}.py")) for m in ("my_method", "my_measure")]
     assert "my\\_method" in (out / "report" / "provenance.rst").read_text()  # on the report's page

@@ -436,11 +436,15 @@ def main(argv: list[str] | None = None) -> int:
     own = threading.current_thread() is threading.main_thread()  # signal handlers live in the main thread
     previous = signal.signal(signal.SIGTERM, _terminated) if own else None  # first: before the heavy imports
     try:
-        args = build_parser().parse_args(argv)
         try:
             from .plugins import load_from_env
 
-            load_from_env()  # the workflow's plugins (docs/EXTENDING.md): their methods and datasets are registered
+            load_from_env()  # the workflow's plugins (docs/EXTENDING.md): their methods, datasets and sections
+        except BayesNCLError as e:
+            print(f"bayesncl: error: {e}", file=sys.stderr)
+            return 2
+        args = build_parser().parse_args(argv)
+        try:
             return args.func(args)
         except BayesNCLError as e:  # bad input; anything else is a bug and keeps its traceback
             print(f"bayesncl {args.command}: error: {e}", file=sys.stderr)

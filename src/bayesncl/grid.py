@@ -245,7 +245,8 @@ def evaluation_sections(run: Run) -> list[str]:
     """The evaluation sections (bayesncl.evaluation.sections.SECTIONS) this run's sets need and its config allows."""
     from .evaluation.sections import SECTIONS
 
-    out = [name for name in EVERY_RUN if SECTIONS[name].skip(run.config) is None]
+    every = [*EVERY_RUN, *(name for name, s in SECTIONS.items() if s.every_run)]
+    out = [name for name in every if SECTIONS[name].skip(run.config) is None]
     for set_name in run.sets:
         for name in SET_SECTIONS.get(set_name, ()):
             why = SECTIONS[name].skip(run.config)

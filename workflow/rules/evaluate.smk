@@ -1,5 +1,6 @@
-# Evaluation: one rule per section of bayesncl.evaluation.sections.SECTIONS, each writing eval/<section>.json,
-# all made by the loop at the end from EVAL_RULES. `features` embeds the test (and, where needed, train) split
+# Evaluation: one rule per section of bayesncl.evaluation.sections.SECTIONS (a plugin's too), each writing
+# eval/<section>.json, all made by the loop at the end from what each section registered: the files it reads, the
+# files it writes beside its JSON and one job's resources. `features` embeds the test (and, where needed, train) split
 # once on the GPU; the CPU sections read its cache. Which sections a run gets: bayesncl.grid.evaluation_sections
 # (common.smk, EVAL_OUTPUTS).
 #
@@ -18,6 +19,8 @@
 import os
 import shlex
 
+from bayesncl.evaluation.sections import SECTIONS
+
 from_common("LOCAL", "PREPARED_OF", "RESULTS", "benchmark_file", "evaluate_command", "evaluate_trigger", "launch",
             "section_gpus")
 
@@ -27,24 +30,14 @@ PREPARED_INPUT = lambda wc: PREPARED_OF[wc.run]  # the ImageNet-100 prepared cop
 EVAL_DIR = f"{RESULTS}/runs/{{run}}/eval"
 FEATURES = f"{EVAL_DIR}/features.json"
 
-# section: what it reads, the outputs beside eval/<section>.json, and what one job needs on a cluster (SLURM reads
+# What a section reads (Section.reads), as the rule's inputs.
+READS = {"model": MODEL, "features": FEATURES, "prepared": PREPARED_INPUT}
+# section: its inputs, the outputs beside eval/<section>.json, and what one job needs on a cluster (SLURM reads
 # these; locally only `gpu` is enforced, see common.smk).
 EVAL_RULES = {
-    # written last: eval/features_train.npz too, where a CPU section needs the train split
-    "features": dict(input={"model": MODEL, "prepared": PREPARED_INPUT}, output={"test": "features.npz"}, cpus=8,
-                     mem_mb=64000, runtime=60),
-    "interpretability": dict(input={"features": FEATURES}, output={"vectors": "vectors.npz"}, cpus=4,
-                             mem_mb=16000, runtime=30),
-    # all-pairs similarities over the test split, at every K of the curve
-    "retrieval": dict(input={"features": FEATURES}, cpus=8, mem_mb=32000, runtime=60),
-    # the paper protocol runs the network on augmented crops (GPU); the fast one reads the cache
-    "linear_probe": dict(input={"features": FEATURES, "model": MODEL, "prepared": PREPARED_INPUT}, cpus=8,
-                         mem_mb=64000, runtime=240),
-    # Waterbirds is embedded on the GPU; the synthetic set's background label is cached
-    "background_probe": dict(input={"features": FEATURES, "model": MODEL}, cpus=8, mem_mb=32000, runtime=60),
-    "dynamics": dict(input={"model": MODEL}, cpus=1, mem_mb=4000, runtime=15),  # dynamics.pt, written before model.pt
-    # FLOPs are counted, not timed; time and peak memory come from the training log
-    "cost": dict(input={"model": MODEL}, cpus=2, mem_mb=16000, runtime=15),
+    name: dict(input={r: READS[r] for r in s.reads}, output=dict(s.outputs), cpus=s.cpus, mem_mb=s.mem_mb,
+               runtime=s.runtime)
+    for name, s in SECTIONS.items()
 }
 
 # On a cluster, members of a group may not share a layer: where it is submitted, the group asks for its largest

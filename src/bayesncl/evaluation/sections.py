@@ -5,8 +5,9 @@ runs the network (`gpu`: it needs the model on the device; the others read the c
 whether it reads the model at all (`model`: the checkpoint is loaded; the others get the run's config and
 identity from features.json and import no torch unless their measure does) and to which runs it applies.
 `bayesncl evaluate --only NAME` runs it and writes `eval/NAME.json`; the workflow makes one rule per section
-(workflow/rules/evaluate.smk) with its own resources. Adding a metric is one function here plus one entry
-there.
+(workflow/rules/evaluate.smk) from what it registered: the files it reads (`reads`), writes beside its JSON
+(`outputs`) and what one job needs on a cluster. A plugin's section (docs/EXTENDING.md) says `every_run` and
+the runs.csv columns its numbers go to (`columns`).
 
     features          (GPU) one pass over the test split (and the train split where a CPU section needs it):
                       eval/features.npz, eval/features_train.npz; the training curves from log.jsonl
@@ -45,6 +46,15 @@ class Section:
     gpu: Callable[[dict], bool]                 # cfg -> does it run the network?
     skip: Callable[[dict], str | None]          # cfg -> why it does not apply to this run (None: it applies)
     model: Callable[[dict], bool]               # cfg -> does it read the checkpoint's model?
+    # The workflow's rule: what it reads ("model": model.pt; "features": the features cache; "prepared": the
+    # dataset's prepared copy), the files it writes beside eval/<name>.json ({name: file}), and one job's needs.
+    reads: tuple[str, ...] = ("features",)
+    outputs: tuple[tuple[str, str], ...] = ()
+    cpus: int = 1
+    mem_mb: int = 4000
+    runtime: int = 15                           # minutes
+    every_run: bool = False                     # every run it applies to gets it (else the sets ask: grid.py)
+    columns: tuple[tuple[str, str], ...] = ()   # (key of its body, runs.csv column) for a plugin's numbers
 
     @property
     def doc(self) -> str:
@@ -55,10 +65,15 @@ SECTIONS: dict[str, Section] = {}
 
 
 def section(name: str, *, gpu: Callable[[dict], bool] = lambda cfg: False,
-            skip: Callable[[dict], str | None] = lambda cfg: None, model: Callable[[dict], bool] | None = None):
+            skip: Callable[[dict], str | None] = lambda cfg: None, model: Callable[[dict], bool] | None = None,
+            reads=("features",), outputs: dict[str, str] | None = None, cpus: int = 1, mem_mb: int = 4000,
+            runtime: int = 15, every_run: bool = False, columns: dict[str, str] | None = None):
     """Register `compute` as section `name`; `model` defaults to `gpu` (running the network reads the model)."""
     def register(fn):
-        SECTIONS[name] = Section(name, fn, gpu, skip, model or gpu)
+        if name in SECTIONS and SECTIONS[name].compute is not fn:
+            raise ConfigError(f"evaluation section {name!r} is registered twice; give the new one another name")
+        SECTIONS[name] = Section(name, fn, gpu, skip, model or gpu, tuple(reads), tuple((outputs or {}).items()),
+                                 cpus, mem_mb, runtime, every_run, tuple((columns or {}).items()))
         return fn
     return register
 
@@ -94,7 +109,9 @@ def training_record(log: list[dict], batch: int) -> dict:
     return training
 
 
-@section("features", gpu=lambda cfg: True)
+# written last: eval/features_train.npz too, where a CPU section needs the train split
+@section("features", gpu=lambda cfg: True, reads=("model", "prepared"), outputs={"test": "features.npz"}, cpus=8,
+         mem_mb=64000, runtime=60)
 def features(ctx) -> dict:
     """Embed the test split (and the train split where needed) once; cache what the CPU sections read."""
     from ..rundir import read_log
@@ -137,7 +154,7 @@ def _cached_bn(ctx, f: dict) -> str:
 
 
 # ------------------------------------------------------------------------------------------- interpretability
-@section("interpretability")
+@section("interpretability", outputs={"vectors": "vectors.npz"}, cpus=4, mem_mb=16000, runtime=30)
 def interpretability(ctx) -> dict:
     """SC, SE-Sum/Mean/Freq and Act. on the evaluation feature and z+; background dominance; gate/mask binding."""
     from . import arrays as metrics
@@ -184,7 +201,8 @@ def interpretability(ctx) -> dict:
 
 # ---------------------------------------------------------------------------------------------------- retrieval
 @section("retrieval", skip=lambda cfg: f"not reported for {METHODS[cfg['method']['name']].label}: its feature is "
-         "not built on z+ (docs/METHOD.md section 5)" if not METHODS[cfg["method"]["name"]].nonnegative else None)
+         "not built on z+ (docs/METHOD.md section 5)" if not METHODS[cfg["method"]["name"]].nonnegative else None,
+         cpus=8, mem_mb=32000, runtime=60)  # all-pairs similarities over the test split, at every K of the curve
 def retrieval(ctx) -> dict:
     """P@k (k = 1, 3, 5, 10) with the top-K dims by activation frequency, and P@10 over K."""
     from . import arrays as ret
@@ -200,7 +218,9 @@ def retrieval(ctx) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------- linear probe
-@section("linear_probe", gpu=lambda cfg: cfg["eval"]["probe"] == "paper")
+# the paper protocol runs the network on augmented crops (GPU); the fast one reads the cache
+@section("linear_probe", gpu=lambda cfg: cfg["eval"]["probe"] == "paper", reads=("features", "model", "prepared"),
+         cpus=8, mem_mb=64000, runtime=240)
 def linear_probe(ctx) -> dict:
     """Top-1/Top-5 of a linear classifier on frozen h (fast: cached h; paper: augmented crops on the GPU)."""
     cfg = ctx.cfg
@@ -225,7 +245,9 @@ def _background_skip(cfg: dict) -> str | None:
             "eval.waterbirds_root=/path/to/waterbird_complete95_forest2water2")
 
 
-@section("background_probe", gpu=lambda cfg: bool(cfg["eval"]["waterbirds_root"]), skip=_background_skip)
+# Waterbirds is embedded on the GPU; the synthetic set's background label is cached
+@section("background_probe", gpu=lambda cfg: bool(cfg["eval"]["waterbirds_root"]), skip=_background_skip,
+         reads=("features", "model"), cpus=8, mem_mb=32000, runtime=60)
 def background_probe(ctx) -> dict:
     """Accuracy of predicting the background from frozen h: Waterbirds `place`, else the synthetic set's label."""
     from .linear import linear_probe_fast
@@ -249,7 +271,8 @@ def background_probe(ctx) -> dict:
 
 # ------------------------------------------------------------------------------------------------------ dynamics
 @section("dynamics", skip=lambda cfg: None if cfg["train"]["dynamics_every"] else
-         "the run recorded no gradient dynamics; pretrain with train.dynamics_every > 0")
+         "the run recorded no gradient dynamics; pretrain with train.dynamics_every > 0",
+         reads=("model",), cpus=1, mem_mb=4000, runtime=15)  # dynamics.pt, written before model.pt
 def dynamics(ctx) -> dict:
     """Spearman rho(AF, GV), rho(GV, SC), rho(AF, SC) per recorded epoch (Table 3)."""
     from .. import checkpoint as ckpt_io
@@ -275,7 +298,8 @@ def dynamics(ctx) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------- cost
-@section("cost", model=lambda cfg: True)
+# FLOPs are counted, not timed; time and peak memory come from the training log
+@section("cost", model=lambda cfg: True, reads=("model",), cpus=2, mem_mb=16000, runtime=15)
 def cost(ctx) -> dict:
     """GFLOPs per image of the training forward and parameters (counted), time and peak memory (training log)."""
     import copy

@@ -336,7 +336,8 @@ def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
             what = f"unknown key {', '.join(unknown)}" if unknown else f"missing {', '.join(missing)}"
             raise ConfigError(f"{at}: {what}; a claim takes {', '.join(sorted(_DECLARED_KEYS))}")
         if d["metric"] not in METRICS:
-            raise ConfigError(f"{at}.metric: unknown metric {d['metric']!r}; runs.csv's metrics: {', '.join(METRICS)}")
+            raise ConfigError(f"{at}.metric: unknown metric {d['metric']!r}; runs.csv's metrics: {', '.join(METRICS)} "
+                              "(a plugin section's: register it in bayesncl.report.cells.METRICS)")
         if d["relation"] not in RELATIONS:
             raise ConfigError(f"{at}.relation: {d['relation']!r} is not one of {', '.join(RELATIONS)}")
         for side in ("left", "right"):

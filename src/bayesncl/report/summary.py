@@ -206,6 +206,11 @@ def _flatten(run: Run, metrics: dict[str, dict]) -> dict:
         row["collapsed"], row["collapse_epoch"] = _num(fall.get("collapsed")), _num(fall.get("epoch"))
         row["infonce_chance"] = _num(fall.get("chance"))
     row["infonce_final"] = _num((metrics.get("training") or {}).get("infonce_final"))  # the last epoch's mean
+    from ..evaluation.sections import SECTIONS
+
+    for name, body in metrics.items():  # a plugin section's numbers, in the columns it named
+        for key, col in getattr(SECTIONS.get(name), "columns", ()):
+            row[col] = _num((body or {}).get(key))
     recorded = metrics.get("config")  # what the run was trained with (features.json), against today's grid
     if isinstance(recorded, dict):
         from ..stale import run_staleness
@@ -228,7 +233,7 @@ def summarize(grid_config: dict, base_dir: str | os.PathLike | None = None) -> p
         results = (Path(base_dir) if base_dir is not None else Path.cwd()) / results
     rows = [_flatten(run, _read_run(run, results / "runs" / run_id / "eval"))
             for run_id, run in expand_grid(grid_config).items()]
-    return prepare(pd.DataFrame(rows, columns=COLUMNS))
+    return prepare(pd.DataFrame(rows, columns=COLUMNS + section_columns()))
 
 
 def write_summary(grid_config: dict, out_csv: str | os.PathLike,
@@ -275,10 +280,19 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
         else:
             values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
         cols[col] = pd.Series(values, dtype=object if col in TEXT_COLUMNS else float)
+    plugin = set(section_columns())
     for col in df.columns:
-        if col not in cols:
-            cols[col] = df[col].reset_index(drop=True)
+        if col not in cols:  # a plugin section's numbers are numbers; other extra columns stay as they are
+            cols[col] = (pd.Series(pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)) if col in plugin
+                         else df[col].reset_index(drop=True))
     return pd.DataFrame(cols)  # built once: per-column assignment is slow in pandas
+
+
+def section_columns() -> list[str]:
+    """The runs.csv columns of the registered sections that name some (a plugin's: Section.columns)."""
+    from ..evaluation.sections import SECTIONS
+
+    return [col for s in SECTIONS.values() for _, col in s.columns if col not in COLUMNS]
 
 
 def _missing(value: Any) -> bool:
