@@ -8,7 +8,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Lowest first. A package name stands for all its modules unless a module is listed on its own.
 LAYERS = [
-    ["bayesncl", "bayesncl.errors", "bayesncl.atomic", "bayesncl.startup", "bayesncl.evaluation"],
+    ["bayesncl", "bayesncl.errors", "bayesncl.atomic", "bayesncl.startup", "bayesncl.evaluation",
+     "bayesncl.registry", "bayesncl.plugins"],
     ["bayesncl.config"],
     ["bayesncl.data", "bayesncl.losses", "bayesncl.backbones", "bayesncl.rundir"],
     ["bayesncl.methods", "bayesncl.optim", "bayesncl.checkpoint", "bayesncl.runtime"],
@@ -16,7 +17,7 @@ LAYERS = [
      "bayesncl.evaluation.cost", "bayesncl.evaluation.linear"],
     ["bayesncl.train"],
     ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner", "bayesncl.evaluation.context"],
-    ["bayesncl.grid", "bayesncl.preflight"],
+    ["bayesncl.grid", "bayesncl.preflight", "bayesncl.stale"],
     ["bayesncl.report"],
     ["bayesncl.cli"],
     ["bayesncl.forkserver", "bayesncl.__main__"],  # the `bayesncl` script: routes a command or runs the CLI
