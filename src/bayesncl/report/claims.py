@@ -316,6 +316,20 @@ RELATIONS = {">": (BETTER, "up", "$>$"), "<": (BETTER, "down", "$<$"), ">=": (NO
              "≤": (NOT_WORSE, "down", "$\\leq$"), "within": (None, "up", "within")}
 _DECLARED_KEYS = {"id", "metric", "left", "right", "relation", "tolerance", "relative", "set"}
 DECLARED: list[Claim] = []  # the claims of the workflow config the report was given (declare)
+PLUGIN_CLAIMS: list[Claim] = []  # claims a plugin module registered (register_claim)
+
+
+def register_claim(claim: "Claim | dict") -> "Claim":
+    """A plugin's claim: a Claim (its own build function), or a declaration as in the workflow config's claims:
+    list (an `id` is needed). Judged and shown like the workflow config's."""
+    if isinstance(claim, dict):
+        (claim,) = parse_claims([claim], where=f"claim {claim.get('id', '?')}")
+    if any(c.number == claim.number for c in [*CLAIMS, *PLUGIN_CLAIMS]):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"claim {claim.number!r} is registered twice; give it another id")
+    PLUGIN_CLAIMS.append(claim)
+    return claim
 
 
 def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
@@ -401,7 +415,7 @@ def claims_rows(df: pd.DataFrame) -> list[tuple[str, list[Comparison]]]:
         mine = [r for r in records if r["dataset"] == d]
         parts = [Runs([r for r in mine if r["arch"] == a], a) for a in dict.fromkeys(r["arch"] for r in mine)]
         comps = []
-        for claim in [*CLAIMS, *DECLARED]:
+        for claim in [*CLAIMS, *PLUGIN_CLAIMS, *DECLARED]:
             where = [runs for runs in parts
                      if runs.has(*claim.sets) and (claim.applies is None or claim.applies(runs))]
             for runs in where:
@@ -416,7 +430,7 @@ def claims_rows(df: pd.DataFrame) -> list[tuple[str, list[Comparison]]]:
             blocks.append((d, comps))
     empty = Runs([])
     missing = []
-    for claim in [*CLAIMS, *DECLARED]:
+    for claim in [*CLAIMS, *PLUGIN_CLAIMS, *DECLARED]:
         if claim.number not in ran:
             for c in claim.build(empty):
                 c.sets = claim.sets

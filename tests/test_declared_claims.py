@@ -1,0 +1,75 @@
+"""The workflow config's own claims (claims:), judged by the paper's claims' rule (report/claims.py)."""
+
+import pandas as pd
+import pytest
+
+from bayesncl.errors import ConfigError
+from bayesncl.report import claims as K
+
+VARIANTS = {"A": {}, "B": {}}
+
+
+def _rows(a, b, metric="sc", sets="table1"):
+    return pd.DataFrame([{"run_id": f"synthetic/{m}/seed~{s}", "dataset": "synthetic", "arch": "resnet18",
+                          "method": m, "variant": v, "sets": sets, "seed": s, metric: x}
+                         for m, v, xs in (("ncl", "A", a), ("bayesncl", "B", b)) for s, x in enumerate(xs)])
+
+
+def _judge(decl, df):
+    K.declare([decl])
+    try:
+        blocks = dict(K.claims_rows(df))
+    finally:
+        K.declare([])
+    (c,) = [c for c in blocks.get("synthetic", []) + blocks.get("", []) if c.claim == decl.get("id", "D1")]
+    return c
+
+
+@pytest.mark.parametrize("decl, message", [
+    ({"metric": "sc", "left": "A", "right": "B"}, "claims[0]: missing relation; a claim takes id, left, metric,"),
+    ({"metric": "sc", "left": "A", "right": "B", "relation": ">", "colour": 1}, "claims[0]: unknown key colour;"),
+    ({"metric": "nope", "left": "A", "right": "B", "relation": ">"}, "claims[0].metric: unknown metric 'nope';"),
+    ({"metric": "sc", "left": "A", "right": "B", "relation": "=>"}, "claims[0].relation: '=>' is not one of >, <,"),
+    ({"metric": "sc", "left": "A", "right": "C", "relation": ">"}, "claims[0].right: no variant 'C'; the variants: A, B"),
+    ({"metric": "sc", "left": "A", "right": "B", "relation": "within"},
+     "claims[0].tolerance: 'within' needs a positive tolerance"),
+    ({"metric": "sc", "left": "A", "right": "B", "relation": ">", "set": "table9"}, "claims[0].set: unknown set 'table9'"),
+])
+def test_a_bad_claim_is_one_line_naming_it(decl, message):
+    with pytest.raises(ConfigError) as e:
+        K.parse_claims([decl], VARIANTS)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_two_claims_with_one_id_are_refused():
+    d = {"id": "x", "metric": "sc", "left": "A", "right": "B", "relation": ">"}
+    with pytest.raises(ConfigError, match=r"claims\[1\].id: 'x' is used twice"):
+        K.parse_claims([d, d], VARIANTS)
+
+
+def test_greater_holds_on_a_paired_interval_above_zero_and_not_below():
+    # paired differences 20, 21, 19: mean 20, t interval well above 0
+    c = _judge({"metric": "sc", "left": "A", "right": "B", "relation": ">"}, _rows([30, 31, 29], [10, 10, 10]))
+    assert c.verdict == "holds" and c.result.diff == pytest.approx(20.0) and c.paper == "declared"
+    c = _judge({"metric": "sc", "left": "A", "right": "B", "relation": ">"}, _rows([10, 10, 10], [30, 31, 29]))
+    assert c.verdict == "does not hold"
+    # "<" on the same runs: A is below B, so it holds
+    c = _judge({"metric": "sc", "left": "A", "right": "B", "relation": "<"}, _rows([10, 10, 10], [30, 31, 29]))
+    assert c.verdict == "holds" and c.result.diff == pytest.approx(20.0)
+
+
+def test_within_is_judged_against_the_tolerance():
+    # differences 0.1, -0.1, 0.0 around 0: inside 1 point, outside 0.01
+    rows = _rows([50.1, 49.9, 50.0], [50.0, 50.0, 50.0])
+    assert _judge({"metric": "sc", "left": "A", "right": "B", "relation": "within", "tolerance": 1.0},
+                  rows).verdict == "holds"
+    assert _judge({"metric": "sc", "left": "A", "right": "B", "relation": "within", "tolerance": 0.01},
+                  rows).verdict != "holds"
+
+
+def test_a_claim_reads_only_its_set_and_says_so_when_its_runs_are_missing():
+    rows = _rows([30, 31, 29], [10, 10, 10], sets="table4")
+    c = _judge({"metric": "sc", "left": "A", "right": "B", "relation": ">", "set": "table1"}, rows)
+    assert c.verdict == "not run"
+    c = _judge({"metric": "sc", "left": "A", "right": "B", "relation": ">", "set": "table4"}, rows)
+    assert c.verdict == "holds"
