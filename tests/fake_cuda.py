@@ -8,7 +8,8 @@ What torch 2.14 cannot do here, and the stand-ins used instead:
   kernels the engine would run, seen by the guard); checked against torch.autograd.grad on the CPU.
 - autocast disables itself on "cuda" when no GPU is available: `fake_cuda` says one is.
 - a CUDA generator needs a driver: `CudaGenerator` is a CPU generator that reports the device "cuda".
-- `Module.to("cuda")` cannot swap fake parameters: build modules under `torch.device("cuda")`.
+- `Module.to` cannot swap a parameter for a fake one: `fake_cuda` replaces each parameter and buffer instead
+  (before any optimizer holds them, as everywhere in the package).
 - a bf16/fp16 convolution's backend (hence its output's memory format) is chosen from the GPU's properties:
   without one torch picks its slow NCHW kernel; `fake_cuda` picks cuDNN, as on any GPU since sm80.
 """
@@ -23,7 +24,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["CudaGenerator", "HostSync", "NoHostSync", "fake_cuda", "python_grad", "to_channels_last"]
+__all__ = ["CudaGenerator", "HostSync", "NoHostSync", "fake_cuda", "python_backward", "python_grad"]
 
 DEVICE = torch.device("cuda", 0)
 
@@ -83,12 +84,30 @@ class CudaGenerator(torch.Generator):
         return DEVICE
 
 
+_REAL_GENERATOR = torch.Generator
+
+
+class _GeneratorMeta(type):
+    def __call__(cls, device="cpu"):
+        return CudaGenerator() if torch.device(device).type == "cuda" else _REAL_GENERATOR(device)
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, _REAL_GENERATOR)
+
+
+class _Generator(metaclass=_GeneratorMeta):
+    """torch.Generator under fake_cuda: torch.Generator(device="cuda") gives a CudaGenerator."""
+
+
 @contextlib.contextmanager
 def fake_cuda(monkeypatch):
     """Fake tensors with CUDA's device, autocast and backward (see the module docstring)."""
     monkeypatch.setattr(torch.cuda.amp.common, "amp_definitely_not_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     monkeypatch.setattr(torch.autograd, "grad", python_grad)
+    monkeypatch.setattr(torch.Tensor, "backward", python_backward)
+    monkeypatch.setattr(torch.nn.Module, "to", module_to)
+    monkeypatch.setattr(torch, "Generator", _Generator)
     select = torch._C._select_conv_backend
 
     def conv_backend(x, w, *args, **kwargs):
@@ -101,11 +120,38 @@ def fake_cuda(monkeypatch):
         yield mode
 
 
-def to_channels_last(model: torch.nn.Module) -> None:
-    """model.to(memory_format=torch.channels_last) for fake parameters (Module.to cannot swap them)."""
-    for t in (*model.parameters(), *model.buffers()):
-        if t.ndim == 4:
-            t.data = t.data.contiguous(memory_format=torch.channels_last)
+def module_to(self, *args, **kwargs):
+    """nn.Module.to for fake tensors: each parameter and buffer replaced by its converted copy."""
+    device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+
+    def convert(t):
+        return t.to(device=device or t.device, dtype=dtype if dtype is not None and t.is_floating_point() else t.dtype,
+                    memory_format=memory_format if memory_format is not None and t.ndim == 4 else torch.preserve_format)
+
+    for m in self.modules():
+        for n, p in m._parameters.items():
+            if p is not None:
+                m._parameters[n] = torch.nn.Parameter(convert(p.detach()), requires_grad=p.requires_grad)
+        for n, b in m._buffers.items():
+            if b is not None:
+                m._buffers[n] = convert(b)
+    return self
+
+
+def python_backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+    """Tensor.backward by python_grad: every leaf that requires a gradient gets it added to its .grad."""
+    leaves, seen, todo = [], set(), [self.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if getattr(node, "variable", None) is not None:
+            leaves.append(node.variable)
+        todo += [n for n, _ in node.next_functions]
+    grads = python_grad(self, leaves, None if gradient is None else [gradient], allow_unused=True)
+    for v, g in zip(leaves, grads):
+        v.grad = g if v.grad is None else v.grad + g
 
 
 def python_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=None,

@@ -19,7 +19,7 @@ from bayesncl.data import SimCLRAugment
 from bayesncl.evaluation.dynamics import GradientStats
 from bayesncl.methods import build_method
 from bayesncl.optim import build_optimizer
-from fake_cuda import CudaGenerator, HostSync, NoHostSync, fake_cuda, python_grad, to_channels_last
+from fake_cuda import CudaGenerator, HostSync, NoHostSync, fake_cuda, python_grad
 
 CUDA = torch.device("cuda", 0)
 SETS = ["data.synthetic.image_size=16", "model.width=4", "model.proj_hidden=32", "model.proj_dim=16",
@@ -61,10 +61,8 @@ def fake_step(method: str, precision: str, scaler: str, extra=()):
     cfg = C.resolve(sets=SETS + METHODS[method] + [f"train.precision={precision}", f"train.loss_scaler={scaler}",
                                                    *extra])
     assert cfg["train"]["bn"] == "view" and cfg["train"]["channels_last"]
-    with torch.device(CUDA):
-        model = build_method(cfg).train()
-        aug = SimCLRAugment(16, (0.5,) * 3, (0.25,) * 3)
-    to_channels_last(model)
+    model = build_method(cfg).to(CUDA).to(memory_format=torch.channels_last).train()  # as `pretrain`
+    aug = SimCLRAugment(16, (0.5,) * 3, (0.25,) * 3)
     step = T.TrainStep(model, build_optimizer(model, cfg), aug, cfg, CUDA, steps=4)
     assert step.channels_last and (step.scaler is not None) == (scaler == "fp16")
     step.start(0)
@@ -90,8 +88,7 @@ def test_the_guard_refuses_every_kind_of_host_sync(monkeypatch):
             torch._foreach_mul_([y], [0.9])
             x.new_zeros(3).index_select(0, torch.zeros(2, dtype=torch.long, device=CUDA))
         assert g.ops > 0 and y.device == CUDA
-        conv = torch.nn.Conv2d(3, 4, 3, device=CUDA)
-        to_channels_last(conv)
+        conv = torch.nn.Conv2d(3, 4, 3).to(CUDA, memory_format=torch.channels_last)
         with pytest.raises(HostSync, match="layout"), NoHostSync():
             conv(torch.empty(2, 3, 8, 8, device=CUDA))  # NCHW input, channels-last weight
 
@@ -156,3 +153,72 @@ def test_the_dynamics_step_never_waits_for_the_host(tiny_backbone, monkeypatch, 
 def test_the_paper_grids_step_with_resnet18(monkeypatch):
     """The paper grid's step with its real backbone (ResNet-18, CIFAR stem, channels-last), BayesNCL STE."""
     run_step(monkeypatch, "bayesncl_ste", "auto", "fp16")
+
+
+# ---------------------------------------------------------------------------------------- evaluation sections
+# Each section's per-batch (per-step) device work is guarded; what it does once per pass is not: moving the
+# in-memory split to the device (the data feed, once) and reading each batch's results to the host
+# (runtime.embed's .cpu(), what the section exists for; the probe's logits at the end).
+
+def eval_setup(sets=()):
+    """The config, and its splits loaded on the host (real tensors; their device copies will be fake)."""
+    from bayesncl.data import load_split
+
+    cfg = C.resolve(sets=SETS + METHODS["bayesncl_ste"] + ["data.synthetic.train_size=40", "data.synthetic.test_size=24",
+                                                           "eval.batch_size=16", *sets])
+    return cfg, load_split(cfg["data"], "train"), load_split(cfg["data"], "test")
+
+
+def eval_model(cfg):
+    return build_method(cfg).to(CUDA).to(memory_format=torch.channels_last)  # as EvalContext.model on CUDA
+
+
+def guarded(monkeypatch, module, name: str) -> list:
+    """Wrap module.name so that each call runs under NoHostSync; returns the list of the calls' guards."""
+    real, calls = getattr(module, name), []
+
+    def wrapper(*args, **kwargs):
+        with NoHostSync() as g:
+            out = real(*args, **kwargs)
+        calls.append(g)
+        return out
+    monkeypatch.setattr(module, name, wrapper)
+    return calls
+
+
+@pytest.mark.parametrize("bn", ["batch", "running"])
+def test_feature_batches_never_wait_for_the_host(tiny_backbone, monkeypatch, bn):
+    """The features section's pass (runtime.embed) in both eval.bn modes: each batch's transform and forward
+    under autocast, channels-last like the weights."""
+    import bayesncl.runtime as R
+
+    cfg, _, test = eval_setup([f"eval.bn={bn}"])
+    with fake_cuda(monkeypatch):
+        model = eval_model(cfg)
+        calls = guarded(monkeypatch, R, "embed_batch")
+        f, h = R.embed(model, test, cfg, CUDA, key=("feature", "h"), bn=bn)
+        assert len(calls) == -(-24 // (8 if bn == "batch" else 16)) and f.shape == (24, 16)
+        assert all(torch.bfloat16 in g.dtypes["aten.convolution"] for g in calls)
+
+
+def test_probe_steps_never_wait_for_the_host(tiny_backbone, monkeypatch):
+    """The paper probe's step (augmented crops, the frozen backbone with running statistics, the linear layer's
+    LARS step), with everything `linear_probe_paper` sets up on the device."""
+    import bayesncl.evaluation.probe as P
+    import bayesncl.runtime as R
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):  # the test features: embed's batches are the test above's
+        raise Stop
+
+    cfg, train, test = eval_setup(["eval.probe=paper", "eval.probe_epochs=2"])
+    with fake_cuda(monkeypatch):
+        model = eval_model(cfg)
+        calls = guarded(monkeypatch, P, "probe_step")
+        monkeypatch.setattr(R, "embed", stop)
+        with pytest.raises(Stop):
+            P.linear_probe_paper(model, train, test, cfg, CUDA, progress=False)
+        assert len(calls) == 2 and not model.training  # one step per epoch (40 images, batch 256)
+        assert torch.bfloat16 in calls[0].dtypes["aten.convolution"]

@@ -40,7 +40,8 @@ from .startup import mark_ready
 from .methods import Method, build_method
 from .optim import Lars, build_optimizer, group_peaks, lr_at, lr_schedule
 from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
-from .runtime import LossScaler, autocast, channels_last, embed, peak_memory_mb, resolve_device
+from .runtime import (LossScaler, autocast, channels_last, embed, peak_memory_mb, reset_peak_memory,
+                      resolve_device)
 
 COMPILE_BACKEND = "inductor"  # torch.compile's backend for train.graph=compile
 CHECK_EVERY = 50  # steps between finiteness checks (read one check late, so they never stall the device queue)
@@ -324,6 +325,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
     if cfg["train"]["threads"]:
         torch.set_num_threads(cfg["train"]["threads"])
     device = resolve_device(cfg)
+    reset_peak_memory(device)  # this run's peak (a process may run several, e.g. a resume or the GPU check)
     train_set = load_split(cfg["data"], "train")
     test_set = load_split(cfg["data"], "test") if cfg["train"]["dynamics_every"] else None
     steps = steps_per_epoch(len(train_set.labels), cfg)
