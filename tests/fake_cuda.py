@@ -38,7 +38,9 @@ class NoHostSync(TorchDispatchMode):
     (torch's tags data_dependent_output, e.g. _local_scalar_dense behind .item()/float()/bool(), and
     dynamic_output_shape, e.g. nonzero, boolean-mask indexing); any operator whose tensors or target device
     are on more than one device type (.cpu(), .tolist(), torch.tensor(..., device="cuda") = a host tensor
-    copied over, a CPU tensor mixed into a CUDA op: under capture its value would be frozen); a convolution
+    copied over, a CPU tensor mixed into a CUDA op: under capture its value would be frozen); any operator on
+    host tensors only (run once at capture, never replayed); a random operator without an explicit
+    generator (the default generators are not the step's: not re-seeded, saved or registered); a convolution
     whose input and weight differ in memory format (channels-last on one side: a layout copy per call).
     `ops` counts the operators seen; `dtypes` maps convolution/matmul names to the dtypes they ran in."""
 
@@ -61,6 +63,11 @@ class NoHostSync(TorchDispatchMode):
             devices.add(torch.device(kwargs["device"]).type)
         if len(devices) > 1:
             raise HostSync(f"{func}: tensors on {sorted(devices)} (a host-device copy or a device mismatch)")
+        if devices == {"cpu"}:
+            raise HostSync(f"{func}: a host tensor (in a CUDA graph this would run once, at capture)")
+        if torch.Tag.nondeterministic_seeded in func.tags and kwargs.get("generator") is None:
+            raise HostSync(f"{func}: draws from a default generator, not the step's (which is the one re-seeded "
+                           "per epoch, saved at a preemption and registered with a captured graph)")
         name = str(func.overloadpacket)
         if name == "aten.convolution":
             x, w = args[0], args[1]

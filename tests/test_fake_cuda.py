@@ -78,13 +78,16 @@ def test_the_guard_refuses_every_kind_of_host_sync(monkeypatch):
                  "cpu": lambda: x.cpu(), "tolist": lambda: x.tolist(), "nonzero": lambda: x.nonzero(),
                  "mask index": lambda: x[x > 0], "tensor on device": lambda: torch.tensor(0.9, device=CUDA),
                  "copy from host": lambda: x[0].copy_(host), "to device": lambda: host.to(CUDA),
-                 "host operand": lambda: x * host, "host scalar tensor": lambda: x * torch.tensor(2.0)}
+                 "host operand": lambda: x * host, "host scalar tensor": lambda: x * torch.tensor(2.0),
+                 "host work": lambda: host + 1, "default generator": lambda: torch.rand(3, device=CUDA),
+                 "default generator in place": lambda: x.bernoulli_(0.5)}
         for name, fn in syncs.items():
             with pytest.raises(HostSync), NoHostSync():
                 fn()
                 pytest.fail(f"{name}: not refused")
         with NoHostSync() as g:
             y = torch.where(x > 0, 1.0, x) * 2 + torch.full((4,), 3.0, device=CUDA)
+            y = y + torch.rand(4, device=CUDA, generator=CudaGenerator())
             torch._foreach_mul_([y], [0.9])
             x.new_zeros(3).index_select(0, torch.zeros(2, dtype=torch.long, device=CUDA))
         assert g.ops > 0 and y.device == CUDA
