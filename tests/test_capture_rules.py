@@ -72,8 +72,25 @@ def test_each_run_reports_its_own_peak_memory(tmp_path, tiny_sets, monkeypatch):
     real_reset, real_step = T.reset_peak_memory, T.TrainStep.__call__
     monkeypatch.setattr(T, "reset_peak_memory", lambda device: (events.append(("reset", str(device))),
                                                                 real_reset(device)))
-    monkeypatch.setattr(T.TrainStep, "__call__", lambda self, *a, **k: (events.append("step"), real_step(self, *a, **k))[1])
+    monkeypatch.setattr(T.TrainStep, "__call__",
+                        lambda self, *a, **k: (events.append("step"), real_step(self, *a, **k))[1])
     cfg = C.resolve(sets=tiny_sets + ["method.name=ncl", "train.max_steps_per_epoch=1", "train.epochs=1"])
     T.pretrain(cfg, tmp_path / "a", progress=False)
     T.pretrain(cfg, tmp_path / "b", progress=False)
     assert events == [("reset", "cpu"), "step"] * 2
+
+
+def test_lars_lists_every_device_tensor_it_holds_as_state():
+    """Lars.state_tensors is what compile marks as static addresses on CUDA and what warm-up and capture put
+    back: every tensor the optimizer holds besides the parameters must be in it (a tensor missing would be
+    copied into the graph, or a changed one not restored)."""
+    from bayesncl.methods import build_method
+    from bayesncl.optim import build_optimizer
+
+    cfg = C.resolve(sets=["model.width=4", "model.proj_hidden=32", "model.proj_dim=16", "method.name=bayesncl"])
+    opt = build_optimizer(build_method(cfg), cfg)
+    held = [v for v in vars(opt).values() if isinstance(v, torch.Tensor)]
+    held += [t for v in vars(opt).values() if isinstance(v, list) and v and isinstance(v[0], torch.Tensor)
+             and v is not opt._params for t in v]
+    state = {id(t) for t in opt.state_tensors()}
+    assert len(held) > len(opt._bufs) and all(id(t) in state for t in held)

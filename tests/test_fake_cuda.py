@@ -167,8 +167,8 @@ def eval_setup(sets=()):
     """The config, and its splits loaded on the host (real tensors; their device copies will be fake)."""
     from bayesncl.data import load_split
 
-    cfg = C.resolve(sets=SETS + METHODS["bayesncl_ste"] + ["data.synthetic.train_size=40", "data.synthetic.test_size=24",
-                                                           "eval.batch_size=16", *sets])
+    cfg = C.resolve(sets=SETS + METHODS["bayesncl_ste"] + [
+        "data.synthetic.train_size=40", "data.synthetic.test_size=24", "eval.batch_size=16", *sets])
     return cfg, load_split(cfg["data"], "train"), load_split(cfg["data"], "test")
 
 
@@ -201,6 +201,7 @@ def test_feature_batches_never_wait_for_the_host(tiny_backbone, monkeypatch, bn)
         calls = guarded(monkeypatch, R, "embed_batch")
         f, h = R.embed(model, test, cfg, CUDA, key=("feature", "h"), bn=bn)
         assert len(calls) == -(-24 // (8 if bn == "batch" else 16)) and f.shape == (24, 16)
+        assert f.dtype == h.dtype == torch.float32  # read back as fp32 (NumPy has no bf16)
         assert all(torch.bfloat16 in g.dtypes["aten.convolution"] for g in calls)
 
 

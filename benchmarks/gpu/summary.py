@@ -69,8 +69,10 @@ def figures(report: dict) -> list[dict]:
             return f"not measured: {step} has no {e}"
 
     def rates(t):
-        return "; ".join(f"{m} {_fmt(t[m]['img_per_s'], 0)} eager / {_fmt(t[f'{m}_{cap}']['img_per_s'], 0)} captured "
-                         f"img/s ({t[f'{m}_{cap}']['img_per_s'] / t[m]['img_per_s']:.2f}x)" for m in ("ncl", "bayesncl"))
+        def one(m):
+            eager, captured = t[m]["img_per_s"], t[f"{m}_{cap}"]["img_per_s"]
+            return f"{m} {_fmt(eager, 0)} eager / {_fmt(captured, 0)} captured img/s ({captured / eager:.2f}x)"
+        return "; ".join(one(m) for m in ("ncl", "bayesncl"))
 
     def peaks(t):
         return ", ".join(f"{m} {100 * t[f'{m}_{cap}']['peak_frac']:.1f}%" for m in ("ncl", "bayesncl"))
