@@ -226,3 +226,19 @@ def test_probe_steps_never_wait_for_the_host(tiny_backbone, monkeypatch):
             P.linear_probe_paper(model, train, test, cfg, CUDA, progress=False)
         assert len(calls) == 2 and not model.training  # one step per epoch (40 images, batch 256)
         assert torch.bfloat16 in calls[0].dtypes["aten.convolution"]
+
+
+def test_cost_counts_the_same_flops_on_cuda(tiny_backbone, monkeypatch):
+    """The cost section counts the training forward's FLOPs (on the CPU model; the GPU check on the meta
+    device): on fake CUDA tensors, under autocast and channels-last, the same count and no host sync."""
+    from bayesncl.evaluation.cost import count_flops_per_image
+
+    cfg, _, _ = eval_setup()
+    torch.manual_seed(0)
+    ref = count_flops_per_image(build_method(cfg).train(), torch.randn(2, 3, 16, 16))
+    with fake_cuda(monkeypatch):
+        model = eval_model(cfg).train()
+        with NoHostSync(), torch.autocast("cuda", dtype=torch.bfloat16):
+            x = torch.empty(2, 3, 16, 16, device=CUDA).contiguous(memory_format=torch.channels_last)
+            got = count_flops_per_image(model, x)
+    assert got == ref > 0
