@@ -103,6 +103,8 @@ def dynamics_epoch(cfg: dict, epoch: int) -> bool:
 
 
 def _rng_state(gen: torch.Generator) -> dict:
+    # "aug": the step's generator (on CUDA too), the only one a step draws from (tests/test_fake_cuda.py refuses
+    # a draw from a default generator); "cuda" is the default CUDA generator, kept for what runs outside steps.
     state = {"aug": gen.get_state(), "global": torch.get_rng_state()}
     if gen.device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(gen.device)
