@@ -148,3 +148,33 @@ def test_tiny_mode_runs_every_step_on_cpu(gc, tmp_path):
     assert steps["grid_estimate"]["result"]["jobs"] > 0 and report["targets"]
     md = (out / "gpu_check.md").read_text()
     assert all(f"| {name} | ok |" in md for name in gc.STEPS)
+    assert md.count("| pending: no GPU |") == 6 and "## Figures" in r.stdout  # printed too
+
+
+def test_each_figure_gives_its_goal_and_its_value_or_pending_without_a_gpu():
+    """The figures a lent GPU is for: on a CPU every one is "pending: no GPU" (a CPU's numbers are not them),
+    on CUDA the measured value, and a step that failed says so."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu.summary import PENDING, figures, markdown
+
+    t = {"graph_modes": ["eager", "cudagraph"], "overhead_pct_cudagraph": 2.5,
+         **{m: {"img_per_s": 1000.0} for m in ("ncl", "bayesncl")},
+         **{f"{m}_cudagraph": {"img_per_s": 1500.0, "peak_frac": 0.25} for m in ("ncl", "bayesncl")}}
+    steps = {"cuda_tests": {"status": "ok", "result": {"passed": 9, "tests": 9}},
+             "throughput": {"status": "ok", "result": t},
+             "grid_estimate": {"status": "ok", "result": {"imagenet_cpus_per_gpu": 7}},
+             "sigterm_resume": {"status": "failed", "error": "boom"}}
+    cpu = figures({"info": {"device": "cpu"}, "steps": steps})
+    assert len(cpu) == 6 and all(f["value"] == PENDING and f["goal"] for f in cpu)
+    cuda = {f["name"].split(",")[0]: f["value"] for f in figures({"info": {"device": "cuda:0"}, "steps": steps})}
+    assert cuda["CUDA-only tests"] == "9 of 9 passed"
+    assert cuda["training step throughput"] == ("ncl 1,000 eager / 1,500 captured img/s (1.50x); "
+                                                "bayesncl 1,000 eager / 1,500 captured img/s (1.50x)")
+    assert cuda["BayesNCL time overhead over NCL"] == "+2.50%"
+    assert cuda["share of the measured bf16 matmul peak"] == "ncl 25.0%, bayesncl 25.0%"
+    assert cuda["CPUs per GPU for the ImageNet-100 feed (prepared copy)"] == "7"
+    assert cuda["resume in train.graph=cudagraph mode bit-identical to an uninterrupted run"] == \
+        "not measured: step sigterm_resume failed"
+    md = markdown({"info": {"device": "cpu", "tiny": True, "date": "d", "commit": "c", "torch": "t", "cpus": 2},
+                   "steps": {}, "targets": []})
+    assert md.count(f"| {PENDING} |") == 6 and "| <= 3% |" in md and "| >= 20% |" in md and "| <= 8 |" in md

@@ -43,6 +43,60 @@ def targets(steps: dict) -> list[dict]:
     return out
 
 
+PENDING = "pending: no GPU"
+
+
+def figures(report: dict) -> list[dict]:
+    """The figures a lent GPU is for (issue 34), each with its goal and its value: measured on CUDA, else
+    "pending: no GPU" (a CPU's numbers are not these figures); "not measured" where its step did not run."""
+    steps = report["steps"]
+    cuda = str(report["info"]["device"]).startswith("cuda")
+    cap = CAPTURED
+
+    def res(name):
+        e = steps.get(name)
+        return e.get("result") if e and e["status"] == "ok" else None
+
+    def value(step, fn):
+        if not cuda:
+            return PENDING
+        r = res(step)
+        if r is None:
+            return f"not measured: step {step} {steps.get(step, {}).get('status', 'not run')}"
+        try:
+            return fn(r)
+        except (KeyError, TypeError) as e:
+            return f"not measured: {step} has no {e}"
+
+    def rates(t):
+        def one(m):
+            eager, captured = t[m]["img_per_s"], t[f"{m}_{cap}"]["img_per_s"]
+            return f"{m} {_fmt(eager, 0)} eager / {_fmt(captured, 0)} captured img/s ({captured / eager:.2f}x)"
+        return "; ".join(one(m) for m in ("ncl", "bayesncl"))
+
+    def peaks(t):
+        return ", ".join(f"{m} {100 * t[f'{m}_{cap}']['peak_frac']:.1f}%" for m in ("ncl", "bayesncl"))
+
+    def tests(r):
+        return r.get("note") or f"{r['passed']} of {r['tests']} passed"
+
+    g = TARGETS
+    return [
+        {"name": "CUDA-only tests", "goal": "all pass", "value": value("cuda_tests", tests)},
+        {"name": f"training step throughput, eager against captured (train.graph={cap}), NCL and BayesNCL",
+         "goal": "captured >= eager", "value": value("throughput", rates)},
+        {"name": "BayesNCL time overhead over NCL, captured step", "goal": f"<= {g['overhead_pct_goal']:g}%",
+         "value": value("throughput", lambda t: f"{t[f'overhead_pct_{cap}']:+.2f}%")},
+        {"name": "share of the measured bf16 matmul peak, captured step",
+         "goal": f">= {100 * g['peak_frac_goal']:g}%", "value": value("throughput", peaks)},
+        {"name": "CPUs per GPU for the ImageNet-100 feed (prepared copy)", "goal": f"<= {g['cpus_per_gpu_goal']}",
+         "value": value("grid_estimate", lambda r: str(r["imagenet_cpus_per_gpu"]))},
+        {"name": f"resume in train.graph={cap} mode bit-identical to an uninterrupted run", "goal": "identical",
+         "value": value("sigterm_resume", lambda r: "identical" if r[cap]["identical"] else
+                        f"differs ({r[cap].get('error') or r[cap].get('max_abs_diff')})")},
+    ]
+
+
 def _fmt(x, nd=1) -> str:
     if isinstance(x, float):
         return f"{x:,.{nd}f}"
@@ -128,6 +182,8 @@ def markdown(report: dict) -> str:
             fig = e.get("error", "")[:300].replace("\n", " ")
         status = e["status"] + (" (previous run)" if e.get("from_previous") else "")
         lines.append(f"| {name} | {status} | {e['seconds']} | {fig.replace('|', '/')} |")
+    lines += ["", "## Figures", "", "| figure | goal | value |", "|---|---|---|"]
+    lines += [f"| {f['name']} | {f['goal']} | {f['value']} |" for f in figures(report)]
     if report["targets"]:
         lines += ["", "## Targets", ""]
         lines += [f"- {'PASS' if t['pass'] else 'FAIL'}{' (goal met)' if t.get('goal') else ''}: {t['name']} "

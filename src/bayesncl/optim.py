@@ -79,10 +79,11 @@ class Lars(torch.optim.Optimizer):
         self._mult = vec("lr_mult", flat)
         self._gidx = torch.tensor(self._group_of, dtype=torch.long, device=dev)
         self._momentum = [float(g["momentum"]) for g, _ in flat]
+        self._mom_vec = vec("momentum", flat)  # the skip path's: built here, not per step (a host copy)
 
     def state_tensors(self) -> list[torch.Tensor]:
         """The tensors a step reads or writes besides the parameters (momentum buffers, per-parameter settings)."""
-        return [*self._bufs, self._wd_vec, self._eta, self._eps, self._clip, self._mult, self._gidx]
+        return [*self._bufs, self._wd_vec, self._eta, self._eps, self._clip, self._mult, self._gidx, self._mom_vec]
 
     @property
     def params(self) -> list[torch.Tensor]:
@@ -139,7 +140,7 @@ class Lars(torch.optim.Optimizer):
             torch._foreach_addcmul_(params, bufs, lrs.neg().unbind(0))
             return
         # A skipped step multiplies the buffers by 1, adds 0 and moves the weights by 0 x lr: all exact.
-        momentum = torch.where(skip, 1.0, torch.tensor(self._momentum, dtype=torch.float32, device=skip.device))
+        momentum = torch.where(skip, 1.0, self._mom_vec)
         torch._foreach_mul_(bufs, momentum.unbind(0))
         torch._foreach_add_(bufs, torch._foreach_mul(d, torch.where(skip, 0.0, 1.0)))
         torch._foreach_addcmul_(params, bufs, torch.where(skip, 0.0, lrs).neg().unbind(0))

@@ -12,7 +12,8 @@ import torch
 from .config import ConfigError
 from .data import eval_transform, iter_batches
 
-__all__ = ["LossScaler", "autocast", "bn_mode", "channels_last", "embed", "peak_memory_mb", "resolve_device"]
+__all__ = ["LossScaler", "autocast", "bn_mode", "channels_last", "embed", "embed_batch", "peak_memory_mb",
+           "reset_peak_memory", "resolve_device"]
 
 
 def resolve_device(cfg: dict) -> torch.device:
@@ -108,6 +109,13 @@ def peak_memory_mb(device: str | torch.device, cpu_rss: bool = False) -> float |
     return rss / 2**20 if sys.platform == "darwin" else rss / 2**10  # bytes on macOS, KiB on Linux
 
 
+def reset_peak_memory(device: str | torch.device) -> None:
+    """Start peak_memory_mb's count afresh (each run reports its own peak, not the process's highest so far)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
 @contextlib.contextmanager
 def bn_mode(model: torch.nn.Module, mode: str):
     """The model in eval mode, except with mode "batch" its BatchNorm layers, which then normalise with each
@@ -145,11 +153,16 @@ def embed(model, ds, cfg: dict, device, key: str | tuple[str, ...] = "feature",
     with bn_mode(model, bn):
         for x, _, _ in iter_batches(ds, batch, shuffle=False, seed=0, drop_last=False,
                                     device=device, num_workers=cfg["data"]["num_workers"]):
-            x = eval_transform(x, ds.mean, ds.std, ds.crop_size)
-            if channels_last(cfg, device):
-                x = x.contiguous(memory_format=torch.channels_last)
-            with autocast(device, cfg["train"]["precision"]):
-                out = model(x)
-            for k in keys:
+            out = embed_batch(model, x, ds, cfg, device)
+            for k in keys:  # the results to the host: the one copy (and wait) per batch
                 outs[k].append(out[k].float().cpu())
     return tuple(torch.cat(outs[k]) for k in keys)
+
+
+def embed_batch(model, x: torch.Tensor, ds, cfg: dict, device) -> dict[str, torch.Tensor]:
+    """`embed`'s device work on one batch (uint8 images already on the device): no host sync."""
+    x = eval_transform(x, ds.mean, ds.std, ds.crop_size)
+    if channels_last(cfg, device):
+        x = x.contiguous(memory_format=torch.channels_last)
+    with autocast(device, cfg["train"]["precision"]):
+        return model(x)

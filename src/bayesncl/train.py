@@ -41,7 +41,8 @@ from .methods import Method, build_method
 from .registry import METHODS
 from .optim import Lars, build_optimizer, group_peaks, lr_at, lr_schedule
 from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
-from .runtime import LossScaler, autocast, channels_last, embed, peak_memory_mb, resolve_device
+from .runtime import (LossScaler, autocast, channels_last, embed, peak_memory_mb, reset_peak_memory,
+                      resolve_device)
 
 COMPILE_BACKEND = "inductor"  # torch.compile's backend for train.graph=compile
 CHECK_EVERY = 50  # steps between finiteness checks (read one check late, so they never stall the device queue)
@@ -103,6 +104,8 @@ def dynamics_epoch(cfg: dict, epoch: int) -> bool:
 
 
 def _rng_state(gen: torch.Generator) -> dict:
+    # "aug": the step's generator (on CUDA too), the only one a step draws from (tests/test_fake_cuda.py refuses
+    # a draw from a default generator); "cuda" is the default CUDA generator, kept for what runs outside steps.
     state = {"aug": gen.get_state(), "global": torch.get_rng_state()}
     if gen.device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(gen.device)
@@ -332,6 +335,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
         torch.set_num_threads(cfg["train"]["threads"])
     device = resolve_device(cfg)
     check_graph(cfg, device)  # before the data is cached or the run folder written
+    reset_peak_memory(device)  # this run's peak (a process may run several, e.g. a resume or the GPU check)
     train_set = load_split(cfg["data"], "train")
     test_set = load_split(cfg["data"], "test") if cfg["train"]["dynamics_every"] else None
     steps = steps_per_epoch(len(train_set.labels), cfg)

@@ -44,10 +44,13 @@ def to_float(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float32)
 
 
+def _channels(x: torch.Tensor, values: Sequence[float]) -> torch.Tensor:
+    # filled on x's device: a tensor built on the host would be copied over (a host sync) every batch
+    return torch.cat([x.new_full((1,), float(v)) for v in values]).view(1, -1, 1, 1)
+
+
 def _normalize(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
-    m = torch.as_tensor(mean, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
-    s = torch.as_tensor(std, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
-    return (x - m) / s
+    return (x - _channels(x, mean)) / _channels(x, std)
 
 
 def blur_kernel_size(size: int) -> int:

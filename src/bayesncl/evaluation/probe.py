@@ -22,7 +22,7 @@ def linear_probe_paper(model, train, test, cfg: dict, device, *, progress: bool 
 
     from ..data import SimCLRAugment, iter_batches
     from ..optim import lr_at
-    from ..runtime import autocast, embed
+    from ..runtime import channels_last, embed
 
     from ..registry import DATASETS
 
@@ -38,7 +38,9 @@ def linear_probe_paper(model, train, test, cfg: dict, device, *, progress: bool 
                    lr=0.4, momentum=0.9, trust_coeff=0.02, trust_clip=True)
         sched = {"base_lr": 0.4, "batch_size": 256, "warmup_epochs": min(10, epochs // 5),
                  "warmup_start_lr": 3e-5, "epochs": epochs}
-    aug = SimCLRAugment(train.crop_size, train.mean, train.std, jitter_p=0.0, gray_p=0.0, blur_p=0.0)
+    # crops in the model's memory format (channels-last on CUDA, as its weights): no layout copy per convolution
+    aug = SimCLRAugment(train.crop_size, train.mean, train.std, jitter_p=0.0, gray_p=0.0, blur_p=0.0,
+                        channels_last=channels_last(cfg, device)).to(device)
     steps = max(len(train.labels) // bs, 1)
     model.eval()
     gen = torch.Generator(device=device)
@@ -50,13 +52,22 @@ def linear_probe_paper(model, train, test, cfg: dict, device, *, progress: bool 
         for step, (x, y, _) in enumerate(batches):
             for g in opt.param_groups:
                 g["lr"] = lr_at(epoch * steps + min(step, steps - 1), steps, sched)
-            with torch.no_grad(), autocast(device, cfg["train"]["precision"]):
-                h = model.backbone(aug(x, gen)).float()
-            loss = nn.functional.cross_entropy(layer(h), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            probe_step(model, layer, opt, aug, x, y, gen, cfg, device)
     h_test, = embed(model, test, cfg, device, key="h", bn="running")
     with torch.no_grad():
         logits = layer(h_test.to(device)).float().cpu()
     return {**topk_accuracy(logits.numpy(), test.labels.cpu().numpy()), "protocol": "paper", "epochs": epochs}
+
+
+def probe_step(model, layer: nn.Linear, opt, aug, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator, cfg: dict,
+               device) -> None:
+    """One probe step on a batch on the device: augmented crops, h of the frozen backbone (the model in eval
+    mode: BatchNorm's running statistics), the linear layer's update."""
+    from ..runtime import autocast
+
+    with torch.no_grad(), autocast(device, cfg["train"]["precision"]):
+        h = model.backbone(aug(x, gen)).float()
+    loss = nn.functional.cross_entropy(layer(h), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()

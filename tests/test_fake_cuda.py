@@ -1,0 +1,244 @@
+"""The GPU path proven without a GPU (issue 34): one training step of every method under every precision and
+loss-scaler setting the paper grid (config/paper.yaml) and the GPU check (benchmarks/gpu_check.py) use, and
+the per-batch regions of the GPU evaluation sections, on fake `cuda` tensors under a guard that refuses any
+host sync, host-device copy or device mismatch (tests/fake_cuda.py says how, and what stands in for what).
+
+This is what stands for the CUDA-only tests of tests/test_step_compile.py where no GPU is lent: a step that
+reads a device value on the host, copies a constant over, or mixes a CPU tensor in fails here, on the CPU. It
+cannot see timing, numerics or what the CUDA kernels themselves do (docs/DESIGN.md, "The GPU path without a
+GPU").
+"""
+
+import pytest
+import torch
+from torch import nn
+
+import bayesncl.train as T
+from bayesncl import config as C
+from bayesncl.data import SimCLRAugment
+from bayesncl.evaluation.dynamics import GradientStats
+from bayesncl.methods import build_method
+from bayesncl.optim import build_optimizer
+from fake_cuda import CudaGenerator, HostSync, NoHostSync, fake_cuda, python_grad
+
+CUDA = torch.device("cuda", 0)
+SETS = ["data.synthetic.image_size=16", "model.width=4", "model.proj_hidden=32", "model.proj_dim=16",
+        "train.batch_size=8", "train.epochs=2", "train.warmup_epochs=1", "train.threads=1"]
+METHODS = {"cl": ["method.name=cl"], "ncl": ["method.name=ncl"], "topk_ncl": ["method.name=topk_ncl"],
+           "bayesncl_ste": ["method.name=bayesncl", "method.gate=ste"],
+           "bayesncl_gumbel": ["method.name=bayesncl", "method.gate=gumbel"]}
+# (train.precision, train.loss_scaler): the paper grid's (auto = bf16 on CUDA, the scaler emulated), the GPU
+# check's bf16, the released fp16 with the real scaler, and fp32 / no scaler (the other branches of the step).
+SETTINGS = [("auto", "fp16"), ("bf16", "fp16"), ("fp16", "fp16"), ("fp32", "none")]
+AUTOCAST = {"auto": torch.bfloat16, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+class TinyBackbone(nn.Module):
+    """Two conv-BN-ReLU blocks: the step's structure at a tenth of ResNet-18's operators (fake tensors cost
+    Python per operator); the real backbone runs once, in test_the_paper_grids_step_with_resnet18."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU(inplace=True),
+            nn.Conv2d(4, 8, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.out_dim = 8
+
+    def forward(self, x):
+        return self.net(x)
+
+
+@pytest.fixture
+def tiny_backbone(monkeypatch):
+    import bayesncl.methods as methods_mod
+
+    monkeypatch.setattr(methods_mod, "build_backbone", TinyBackbone)
+
+
+def fake_step(method: str, precision: str, scaler: str, extra=()):
+    """A TrainStep on fake CUDA tensors, as `pretrain` builds it on a GPU (channels-last model, per-view BN)."""
+    cfg = C.resolve(sets=SETS + METHODS[method] + [f"train.precision={precision}", f"train.loss_scaler={scaler}",
+                                                   *extra])
+    assert cfg["train"]["bn"] == "view" and cfg["train"]["channels_last"]
+    model = build_method(cfg).to(CUDA).to(memory_format=torch.channels_last).train()  # as `pretrain`
+    aug = SimCLRAugment(16, (0.5,) * 3, (0.25,) * 3)
+    step = T.TrainStep(model, build_optimizer(model, cfg), aug, cfg, CUDA, steps=4)
+    assert step.channels_last and (step.scaler is not None) == (scaler == "fp16")
+    step.start(0)
+    return step, cfg
+
+
+def test_the_guard_refuses_every_kind_of_host_sync(monkeypatch):
+    """The guard itself: each way of waiting for the device or copying over fails, what a step does passes."""
+    with fake_cuda(monkeypatch):
+        x = torch.empty(4, 4, device=CUDA)
+        host = torch.ones(4)
+        syncs = {"item": lambda: x.sum().item(), "float": lambda: float(x[0, 0]), "bool": lambda: bool(x[0, 0] > 0),
+                 "cpu": lambda: x.cpu(), "tolist": lambda: x.tolist(), "nonzero": lambda: x.nonzero(),
+                 "mask index": lambda: x[x > 0], "tensor on device": lambda: torch.tensor(0.9, device=CUDA),
+                 "copy from host": lambda: x[0].copy_(host), "to device": lambda: host.to(CUDA),
+                 "host operand": lambda: x * host, "host scalar tensor": lambda: x * torch.tensor(2.0),
+                 "host work": lambda: host + 1, "default generator": lambda: torch.rand(3, device=CUDA),
+                 "default generator in place": lambda: x.bernoulli_(0.5)}
+        for name, fn in syncs.items():
+            with pytest.raises(HostSync), NoHostSync():
+                fn()
+                pytest.fail(f"{name}: not refused")
+        with NoHostSync() as g:
+            y = torch.where(x > 0, 1.0, x) * 2 + torch.full((4,), 3.0, device=CUDA)
+            y = y + torch.rand(4, device=CUDA, generator=CudaGenerator())
+            torch._foreach_mul_([y], [0.9])
+            x.new_zeros(3).index_select(0, torch.zeros(2, dtype=torch.long, device=CUDA))
+        assert g.ops > 0 and y.device == CUDA
+        conv = torch.nn.Conv2d(3, 4, 3).to(CUDA, memory_format=torch.channels_last)
+        with pytest.raises(HostSync, match="layout"), NoHostSync():
+            conv(torch.empty(2, 3, 8, 8, device=CUDA))  # NCHW input, channels-last weight
+
+
+@pytest.mark.parametrize("method", ["ncl", "bayesncl_gumbel"])
+def test_python_grad_is_the_autograd_engines_on_the_cpu(method):
+    """The dry run's stand-in for the engine against the engine, on real CPU tensors: the same gradients of the
+    whole loss (custom Functions, BatchNorm per view, bf16 autocast casts) for every parameter and for z+."""
+    cfg = C.resolve(sets=SETS + METHODS[method] + ["train.precision=bf16", "train.device=cpu"])
+    torch.manual_seed(0)
+    model = build_method(cfg).train()
+    x = torch.randn(16, 3, 16, 16)
+    u = torch.rand(model.gate_draws(16)) if model.gate_draws(16) else None
+    for grad in (torch.autograd.grad, python_grad):
+        torch.manual_seed(1)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, parts = model.views_loss(x, u)
+        params = list(model.parameters())
+        got = grad(loss, [*params, parts["out"]["zplus"]])
+        if grad is torch.autograd.grad:
+            ref = got
+    assert len(got) == len(ref) == len(params) + 1
+    for a, b in zip(ref, got):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+def run_step(monkeypatch, method, precision, scaler, dynamics=False):
+    with fake_cuda(monkeypatch):
+        step, cfg = fake_step(method, precision, scaler)
+        x = torch.empty(8, 3, 16, 16, dtype=torch.uint8, device=CUDA)
+        gen = CudaGenerator()
+        with NoHostSync() as guard:
+            step(x, gen)
+        assert step.t.device == CUDA and all(p.device == CUDA for p in step.model.parameters())
+        # autocast really ran on "cuda" (else the dry run would prove nothing about the low-precision path);
+        # the augmentation's blur convolution runs in fp32, outside autocast
+        assert AUTOCAST[precision] in guard.dtypes["aten.convolution"]
+        assert guard.dtypes["aten.addmm"] == {AUTOCAST[precision]}
+        if dynamics:
+            stats = GradientStats(cfg["model"]["proj_dim"])
+            with NoHostSync():
+                stats.update(*step(x, gen, want_zplus=True))
+            assert stats.n_iters == 1
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: f"{s[0]}-{s[1]}")
+@pytest.mark.parametrize("method", list(METHODS))
+def test_one_training_step_on_cuda_never_waits_for_the_host(tiny_backbone, monkeypatch, method, setting):
+    """The step as `pretrain` runs it on a GPU: draws from the step's generator, augmentation, per-view
+    BatchNorm forward under autocast, the (scaled) backward, the loss scaler's check, the LARS update with the
+    lr of the device table, the running sums, the scale update: nothing reads a device value on the host or
+    copies one over."""
+    run_step(monkeypatch, method, *setting)
+
+
+@pytest.mark.parametrize("method", ["ncl", "bayesncl_gumbel"])
+def test_the_dynamics_step_never_waits_for_the_host(tiny_backbone, monkeypatch, method):
+    """A gradient-dynamics epoch's step (z+ and dL/dz+ returned) and the statistics it feeds, per step."""
+    run_step(monkeypatch, method, "auto", "fp16", dynamics=True)
+
+
+def test_the_paper_grids_step_with_resnet18(monkeypatch):
+    """The paper grid's step with its real backbone (ResNet-18, CIFAR stem, channels-last), BayesNCL STE."""
+    run_step(monkeypatch, "bayesncl_ste", "auto", "fp16")
+
+
+# ---------------------------------------------------------------------------------------- evaluation sections
+# Each section's per-batch (per-step) device work is guarded; what it does once per pass is not: moving the
+# in-memory split to the device (the data feed, once) and reading each batch's results to the host
+# (runtime.embed's .cpu(), what the section exists for; the probe's logits at the end).
+
+def eval_setup(sets=()):
+    """The config, and its splits loaded on the host (real tensors; their device copies will be fake)."""
+    from bayesncl.data import load_split
+
+    cfg = C.resolve(sets=SETS + METHODS["bayesncl_ste"] + [
+        "data.synthetic.train_size=40", "data.synthetic.test_size=24", "eval.batch_size=16", *sets])
+    return cfg, load_split(cfg["data"], "train"), load_split(cfg["data"], "test")
+
+
+def eval_model(cfg):
+    return build_method(cfg).to(CUDA).to(memory_format=torch.channels_last)  # as EvalContext.model on CUDA
+
+
+def guarded(monkeypatch, module, name: str) -> list:
+    """Wrap module.name so that each call runs under NoHostSync; returns the list of the calls' guards."""
+    real, calls = getattr(module, name), []
+
+    def wrapper(*args, **kwargs):
+        with NoHostSync() as g:
+            out = real(*args, **kwargs)
+        calls.append(g)
+        return out
+    monkeypatch.setattr(module, name, wrapper)
+    return calls
+
+
+@pytest.mark.parametrize("bn", ["batch", "running"])
+def test_feature_batches_never_wait_for_the_host(tiny_backbone, monkeypatch, bn):
+    """The features section's pass (runtime.embed) in both eval.bn modes: each batch's transform and forward
+    under autocast, channels-last like the weights."""
+    import bayesncl.runtime as R
+
+    cfg, _, test = eval_setup([f"eval.bn={bn}"])
+    with fake_cuda(monkeypatch):
+        model = eval_model(cfg)
+        calls = guarded(monkeypatch, R, "embed_batch")
+        f, h = R.embed(model, test, cfg, CUDA, key=("feature", "h"), bn=bn)
+        assert len(calls) == -(-24 // (8 if bn == "batch" else 16)) and f.shape == (24, 16)
+        assert f.dtype == h.dtype == torch.float32  # read back as fp32 (NumPy has no bf16)
+        assert all(torch.bfloat16 in g.dtypes["aten.convolution"] for g in calls)
+
+
+def test_probe_steps_never_wait_for_the_host(tiny_backbone, monkeypatch):
+    """The paper probe's step (augmented crops, the frozen backbone with running statistics, the linear layer's
+    LARS step), with everything `linear_probe_paper` sets up on the device."""
+    import bayesncl.evaluation.probe as P
+    import bayesncl.runtime as R
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):  # the test features: embed's batches are the test above's
+        raise Stop
+
+    cfg, train, test = eval_setup(["eval.probe=paper", "eval.probe_epochs=2"])
+    with fake_cuda(monkeypatch):
+        model = eval_model(cfg)
+        calls = guarded(monkeypatch, P, "probe_step")
+        monkeypatch.setattr(R, "embed", stop)
+        with pytest.raises(Stop):
+            P.linear_probe_paper(model, train, test, cfg, CUDA, progress=False)
+        assert len(calls) == 2 and not model.training  # one step per epoch (40 images, batch 256)
+        assert torch.bfloat16 in calls[0].dtypes["aten.convolution"]
+
+
+def test_cost_counts_the_same_flops_on_cuda(tiny_backbone, monkeypatch):
+    """The cost section counts the training forward's FLOPs (on the CPU model; the GPU check on the meta
+    device): on fake CUDA tensors, under autocast and channels-last, the same count and no host sync."""
+    from bayesncl.evaluation.cost import count_flops_per_image
+
+    cfg, _, _ = eval_setup()
+    torch.manual_seed(0)
+    ref = count_flops_per_image(build_method(cfg).train(), torch.randn(2, 3, 16, 16))
+    with fake_cuda(monkeypatch):
+        model = eval_model(cfg).train()
+        with NoHostSync(), torch.autocast("cuda", dtype=torch.bfloat16):
+            x = torch.empty(2, 3, 16, 16, device=CUDA).contiguous(memory_format=torch.channels_last)
+            got = count_flops_per_image(model, x)
+    assert got == ref > 0
