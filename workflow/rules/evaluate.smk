@@ -19,8 +19,6 @@
 import os
 import shlex
 
-from bayesncl.evaluation.sections import SECTIONS
-
 from_common("LOCAL", "PREPARED_OF", "RESULTS", "benchmark_file", "evaluate_command", "evaluate_trigger", "launch",
             "section_gpus")
 
@@ -29,6 +27,8 @@ MODEL = f"{RESULTS}/runs/{{run}}/model.pt"
 PREPARED_INPUT = lambda wc: PREPARED_OF[wc.run]  # the ImageNet-100 prepared copy where a run reads it (common.smk)
 EVAL_DIR = f"{RESULTS}/runs/{{run}}/eval"
 FEATURES = f"{EVAL_DIR}/features.json"
+
+from bayesncl.evaluation.sections import SECTIONS  # noqa: E402 - after the declaration above, as every rule file
 
 # What a section reads (Section.reads), as the rule's inputs.
 READS = {"model": MODEL, "features": FEATURES, "prepared": PREPARED_INPUT}

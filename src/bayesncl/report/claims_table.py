@@ -88,7 +88,9 @@ CAPTION = (
     "inconclusive, leaning by $\\Delta$ alone (always so with fewer than 2 seeds on a side: no CI); not run: "
     "no finite value on a side. Claim 7 reads the last recorded epoch; claim 11 compares the best inner sweep "
     "point (chosen after seeing the means) with each end and shows the weaker part. Paper: ImageNet-100 "
-    "unless stated; \"declared\": a claim of the workflow config (claims:), judged by the same rule.")
+    "unless stated.")
+DECLARED_NOTE = (" Paper \"declared\": a claim that is not the paper's (the workflow config's claims:, or a "
+                 "plugin's; docs/EXTENDING.md), judged by the same rule.")
 
 
 TEX_ROWS = 14  # rows per LaTeX float (two lines each)
@@ -139,10 +141,11 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
     """The claims table's context (``kind`` "tex", "md" or "txt"). LaTeX puts the test under the interval,
     so that every row is two lines of a page-wide table."""
     fmt = Fmt(kind)
-    blocks, flags, learning, fell = [], [], [], []
+    blocks, flags, learning, fell, declared = [], [], [], [], False
     for dataset, comps in claims_rows(df):
         rows = []
         for c in comps:
+            declared |= c.paper == "declared"
             learning.append(still_learning(c))
             fell.append(collapsed(c))
             cell = claim_cells(c, fmt)
@@ -159,7 +162,7 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
         step = TEX_ROWS if fmt.tex else len(rows)  # a LaTeX float must fit a page: long blocks continue
         for i in range(0, len(rows), step):
             blocks.append({"title": fmt.esc(title + (" (continued)" if i else "")), "rows": rows[i:i + step]})
-    caption = CAPTION
+    caption = CAPTION + (DECLARED_NOTE if declared else "")
     if any(learning):
         caption += (f" § {sum(map(bool, learning))} of the {len(learning)} rows compare runs of which some were "
                     "still learning when they stopped (their InfoNCE loss still fell over the last 20% of epochs, "
