@@ -146,6 +146,74 @@ def test_a_missing_plugin_is_one_line_naming_where_it_looked(tmp_path):
         plugins.load("my_method")
 
 
+# A value other than the default for every method.* key a method may read.
+OTHER = {"temperature": 0.5, "nonneg": "relu", "rho": 0.3, "lambda": 0.5, "gate": "gumbel", "detach": False,
+         "head_depth": 3, "tau_g": 0.3, "head_lr": 0.7, "topk_k": 3}
+TINY = ["model.width=4", "model.proj_hidden=8", "model.proj_dim=8", "train.batch_size=8"]
+
+
+def _what_it_does(cfg):
+    """A method's loss, gradients, evaluation outputs and lr peaks on fixed inputs: what a setting can change."""
+    import torch
+
+    from bayesncl.methods import build_method
+    from bayesncl.optim import build_optimizer, group_peaks
+
+    torch.manual_seed(0)
+    model = build_method(cfg)
+    x = torch.rand(2, 8, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    shape = model.gate_draws(16)  # uniform draws for both views' 16 images (a stochastic gate's)
+    u = torch.rand(shape, generator=torch.Generator().manual_seed(2)) if shape else None
+    loss, parts = model.training_loss(x[0], x[1], u)
+    loss.backward()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    model.eval()
+    out = model.features(x[0])
+    return [loss.detach(), grads, *(out[k] for k in sorted(out))], sorted(out), group_peaks(build_optimizer(model, cfg))
+
+
+@pytest.mark.parametrize("name", ["cl", "ncl", "topk_ncl", "bayesncl"])
+def test_a_method_spec_says_what_its_class_reads_and_outputs(name):
+    """`reads`: the method.* keys whose change changes the method (its loss, gradients, outputs or lr); `nonnegative`,
+    `arrays`, `gated`, `masked`: the outputs its class gives."""
+    import torch
+
+    spec = registry.METHODS[name]
+    base, keys, peaks = _what_it_does(C.resolve(sets=[f"method.name={name}", *TINY]))
+    read = []
+    for key, value in OTHER.items():
+        other, _, other_peaks = _what_it_does(C.resolve(sets=[f"method.name={name}", *TINY, f"method.{key}={value}"]))
+        if peaks != other_peaks or any(a.shape != b.shape or not torch.equal(a, b) for a, b in zip(base, other)):
+            read.append(key)
+    assert sorted(read) == sorted(spec.reads)
+    assert ("zplus" in keys) == spec.nonnegative
+    assert set(spec.arrays) <= set(keys) and ({"gate", "mask"} & set(keys)) == set(spec.arrays)
+    assert ("gate" in keys) == spec.gated and ("mask" in keys) == spec.masked
+
+
+def test_the_registry_s_labels_and_reference_are_the_papers():
+    assert {n: registry.method_label(n) for n in registry.METHODS} == {
+        "cl": "SimCLR", "ncl": "NCL", "topk_ncl": "Top-k NCL", "bayesncl": "BayesNCL"}
+    assert registry.METHODS.names(lambda s: s.reference) == ("ncl",)  # the baseline figures draw against
+    assert registry.METHODS["bayesncl"].always_named == ("method.rho", "method.lambda")
+    assert registry.METHODS["topk_ncl"].always_named == ("method.topk_k",)
+    assert registry.method_traits("unknown").label == "unknown" and not registry.method_traits("unknown").gated
+
+
+def test_a_plugin_method_takes_the_documented_defaults():
+    spec = registry.MethodSpec("x", "X", "m:C")
+    assert (spec.reads, spec.nonnegative, spec.arrays, spec.gated, spec.masked, spec.reference, spec.module,
+            spec.always_named) == (("temperature",), True, (), False, False, False, "", ())
+    with pytest.raises(AttributeError):
+        spec.label = "Y"  # frozen: a spec is read by every process alike
+    with pytest.raises(ConfigError, match="method.name: method 'x' has no implementation"):
+        registry.register_method("x")
+    with pytest.raises(ConfigError) as e:
+        registry.METHODS.register(registry.MethodSpec("ncl", "Mine", "m:C", module="my_plugin"))
+    assert str(e.value) == ("method.name: method 'ncl' is registered twice (first by bayesncl); give the new one "
+                            "another name")
+
+
 def test_each_method_spec_agrees_with_its_class():
     from bayesncl.methods import METHODS
 
