@@ -201,6 +201,19 @@ def test_bad_config_fails_when_the_dag_is_built(tmp_path, edit, message):
     assert message in r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("edit,message", [
+    (lambda c: c.update(plugins=["no_such_plugin"]), "invalid workflow config: plugins: no plugin module "
+                                                     "'no_such_plugin' (looked for no_such_plugin.py in "),
+    (lambda c: c.update(claims=[{"metric": "sc", "left": "NCL", "right": "Nope", "relation": ">"}]),
+     "invalid workflow config: claims[0].right: no variant 'Nope'; the variants: BayesNCL (STE), NCL,"),
+])
+def test_a_bad_plugin_or_claim_stops_the_dag_in_one_line(tmp_path, edit, message):
+    r = snakemake("-n", "--configfile", str(_bad_config(tmp_path, edit)), "--config", f"results={tmp_path}")
+    assert r.returncode == 2
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("invalid workflow config")]
+    assert line.startswith(message) and "Traceback" not in r.stderr
+
+
 @pytest.mark.parametrize("edit,message", BAD)
 def test_bad_config_is_reported_with_its_key(tmp_path, edit, message):
     """What common.smk runs (schema, then bayesncl.grid), without a Snakemake process per case."""
