@@ -409,8 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "loader reads",
                         description="Decode every image of the config's dataset (train/ and val/) once, as the "
                                     "loader would, into data.cache_dir (else $BAYESNCL_CACHE, else ~/.cache/bayesncl): "
-                                    "for ImageNet-100 about 24 GiB at the stored size 256. Runs then read it instead of "
-                                    "the image files (the same pixels). Does nothing when a valid copy exists: its "
+                                    "for ImageNet-100 about 24 GiB at the stored size 256. Runs then read it "
+                                    "instead of the image files (the same pixels). Does nothing when a valid copy exists: its "
                                     "manifest binds each data file to its split, image count and per-block checksums.")
     common(sp)
     sp.add_argument("--config-json", help=argparse.SUPPRESS)  # the workflow's data settings

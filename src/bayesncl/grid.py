@@ -95,7 +95,7 @@ def trigger_config(cfg: dict, job: str = "pretrain") -> dict:
     if job == "pretrain":
         keep = [k for k in flat if not k.startswith(RUNTIME_KEYS)]
     else:
-        keep = [k for k in flat if k.startswith(("eval.", "data.")) and (k.startswith("eval.") or not k.startswith(RUNTIME_KEYS))]
+        keep = [k for k in flat if k.startswith("eval.") or (k.startswith("data.") and not k.startswith(RUNTIME_KEYS))]
     return nest({k: flat[k] for k in keep if read_by(spec, k) and not (k in KEYS_ADDED and flat[k] == KEYS_ADDED[k])})
 
 
@@ -103,6 +103,7 @@ def trigger_diff(recorded: dict, today: dict, job: str = "pretrain") -> list[tup
     """(key, recorded value, today's) for every trigger key where a run's recorded config (config.as_recorded)
     and today's differ."""
     a, b = flatten(trigger_config(recorded, job)), flatten(trigger_config(today, job))
+
     def value(flat, k):  # a key left out at its old behaviour has that value
         return flat[k] if k in flat else KEYS_ADDED.get(k, "absent")
 

@@ -18,8 +18,9 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from .errors import ConfigError
 
-__all__ = ["DATASETS", "METHODS", "DatasetSpec", "MethodSpec", "Registry", "dataset", "method", "method_label", "method_traits",
-           "dataset_label", "register_dataset", "register_method", "training_datasets"]
+__all__ = ["BACKGROUND_PROBE", "DATASETS", "METHODS", "DatasetSpec", "MethodSpec", "Registry", "dataset",
+           "dataset_label", "method", "method_label", "method_traits", "register_dataset", "register_method",
+           "training_datasets"]
 
 T = TypeVar("T")
 

@@ -16,11 +16,11 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from bayesncl.errors import BayesNCLError, ConfigError
-from bayesncl.plugins import export_env, load_grid
 from bayesncl.grid import evaluation_sections, expand_grid, smoke_results, trigger_config
-from bayesncl.report.atlas import atlas_runs
+from bayesncl.plugins import export_env, load_grid
 from bayesncl.registry import DATASETS
 from bayesncl.report import names as report_names
+from bayesncl.report.atlas import atlas_runs
 from bayesncl.report.document import PDFLATEX_HINT, report_pages
 from bayesncl.wfconfig import check_workflow_config, coerce_switches
 

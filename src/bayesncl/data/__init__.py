@@ -210,7 +210,8 @@ def _imagefolder_backgrounds(data_cfg: dict) -> bool:
 def _imagefolder_manifests(data_cfg: dict) -> list[str]:
     from .imagefolder import imagefolder_manifests
 
-    return imagefolder_manifests(data_cfg.get("root"), _folder_sizes(data_cfg)["stored_size"], data_cfg.get("cache_dir"))
+    sizes = _folder_sizes(data_cfg)
+    return imagefolder_manifests(data_cfg.get("root"), sizes["stored_size"], data_cfg.get("cache_dir"))
 
 
 def _prepare_imagefolder(data_cfg: dict, workers: int, verify: bool) -> list[str]:
