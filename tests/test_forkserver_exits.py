@@ -61,8 +61,11 @@ def _exits(value):
 @pytest.mark.parametrize("value,code", [("a message", 1), (None, 0), (0, 0), (2, 2), (75, 75)])
 def test_system_exit_gives_the_plain_process_exit_code(monkeypatch, value, code):
     """sys.exit("message") is exit 1 in a plain process, never 0; sys.exit(None) 0; an int itself."""
-    hello, done, status, _ = _child(monkeypatch, _exits(value))
+    hello, done, status, output = _child(monkeypatch, _exits(value))
     assert hello == {"pid": hello["pid"]} and done == {"exit": code} and status == code
+    # and its message on stderr, as the interpreter prints it; nothing for a code
+    plain = subprocess.run([sys.executable, "-c", f"raise SystemExit({value!r})"], capture_output=True, text=True)
+    assert output == plain.stdout + plain.stderr and plain.returncode == code
 
 
 def test_a_returned_code_and_a_bug(monkeypatch):

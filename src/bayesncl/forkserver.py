@@ -218,6 +218,8 @@ def _child_main(conn: socket.socket, listener: socket.socket, request: dict, fds
         code = main(request["argv"])
     except SystemExit as exc:  # argparse: --help (0) and usage errors (2)
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):  # as the interpreter does: the message on stderr
+            print(exc.code, file=sys.stderr)
     except BaseException:  # noqa: BLE001 - a bug: its traceback, as a plain process would print it
         traceback.print_exc()
         code = 1
