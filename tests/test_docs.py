@@ -1,6 +1,6 @@
 """The README and docs/ tell the truth about the repository: the README stays a newcomer's page, every
-path they name exists, the README's Layout names every module, and every `bayesncl` command they show
-parses."""
+path they name exists, docs/DESIGN.md's Layout names every module, and every `bayesncl` command they
+show parses."""
 
 import re
 import shlex
@@ -23,7 +23,7 @@ def _code_spans(text: str) -> list[str]:
 
 def _named_paths(text: str) -> set[str]:
     """Repository paths a page names: in code spans or Markdown links, under a tracked top folder."""
-    found = set(re.findall(r"\]\(([^)#\s]+)\)", text))
+    found = {link for link in re.findall(r"\]\(([^)#\s]+)\)", text) if "://" not in link}  # web links are no paths
     for span in _code_spans(text):
         found |= {tok for tok in re.split(r"[\s,;()]+", span) if tok.startswith(TRACKED_TOPS)}
     # placeholders (<run>, DIR, a brace list) name no single file
@@ -49,8 +49,13 @@ def test_every_path_the_docs_name_exists():
     assert not missing
 
 
-def test_readme_layout_names_every_module():
-    layout = README.read_text().split("## Layout", 1)[1]
+def test_design_layout_names_every_module():
+    """docs/DESIGN.md's "## Layout" section (up to the next "## " heading) names every module, rule file and
+    workflow folder; the README points there."""
+    assert "docs/DESIGN.md" in README.read_text().split("## Layout", 1)[1]
+    text = (ROOT / "docs" / "DESIGN.md").read_text()
+    assert text.count("\n## Layout\n") == 1
+    layout = re.split(r"\n## ", text.split("\n## Layout\n", 1)[1], maxsplit=1)[0]
     named = set(re.findall(r"`([^`]+)`", layout))
     words = {w for n in named for w in re.split(r"[/ ]", n) if w}
     pkg = ROOT / "src" / "bayesncl"
@@ -59,7 +64,7 @@ def test_readme_layout_names_every_module():
     rules = {p.name for p in (ROOT / "workflow" / "rules").glob("*.smk")}
     folders = {p.name for p in (ROOT / "workflow").iterdir() if p.is_dir()}
     unnamed = sorted((modules | rules | folders) - words - {w.rstrip("/") for w in words})
-    assert not unnamed, f"README's Layout does not name: {unnamed}"
+    assert not unnamed, f"docs/DESIGN.md's Layout does not name: {unnamed}"
 
 
 def test_every_bayesncl_command_shown_parses():
