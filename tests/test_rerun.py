@@ -199,3 +199,30 @@ def test_the_report_names_the_stale_runs_in_its_captions(tiny_grid, tmp_path):
     assert 0 < n1 < n
     assert (f"Runs trained under other settings than the workflow config gives them today: method.head_lr 0.1 in "
             f"{n1} of the table's {n} runs (today 0.2).") in caption
+
+
+def test_stale_runs_compares_each_recorded_config_with_today_s(tmp_path):
+    """bayesncl.stale on run folders written by hand: a run recorded as today, one recorded under another
+    default, one recorded before a key existed, one never trained."""
+    from bayesncl.config import dump_yaml
+    from bayesncl.stale import stale_runs, targets
+
+    wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    runs = expand_grid(wf)
+    ids = list(runs)
+    same, other, older, untrained = ids[0], ids[1], ids[2], ids[3]
+    for rid in (same, other, older):
+        cfg = json.loads(json.dumps(runs[rid].config))
+        if rid == other:
+            cfg["method"]["temperature"] = 0.3  # trained under another default
+        if rid == older:
+            del cfg["train"]["loss_scaler"]  # recorded before the key: every step taken
+        folder = tmp_path / "runs" / rid
+        folder.mkdir(parents=True)
+        (folder / "config.resolved.yaml").write_text(dump_yaml(cfg))
+    found = stale_runs(wf, tmp_path)
+    assert found == {other: {"method.temperature": [0.3, 0.2]}, older: {"train.loss_scaler": ["none", "fp16"]}}
+    assert untrained not in found and same not in found
+    assert targets(tmp_path, found) == [str(tmp_path / "runs" / rid / "model.pt") for rid in (other, older)]
+    assert describe(found[other]) == "method.temperature 0.3 (today 0.2)"
+    assert describe({"method.topk_k": [None, 3]}) == "method.topk_k null (today 3)"
