@@ -1,6 +1,7 @@
 """bayesncl.registry: the one list of method and dataset names, and plugins that add to it."""
 
 import ast
+import os
 import re
 import sys
 import textwrap
@@ -254,3 +255,41 @@ def test_a_plugin_claim_is_judged_beside_the_paper_s():
         assert claim.number == "P1"
     finally:
         K.PLUGIN_CLAIMS.remove(claim)
+
+
+def test_plugins_travel_to_every_job_through_the_environment(tmp_path, monkeypatch):
+    """What the workflow exports (export_env) is what each job loads (load_from_env), beside the grid's own."""
+    (tmp_path / "plug_env.py").write_text("LOADED = True\n")
+    monkeypatch.delenv(plugins.ENV, raising=False)
+    monkeypatch.delenv(plugins.PATH_ENV, raising=False)
+    assert plugins.load_from_env() == []
+    try:
+        plugins.export_env(["plug_env"], [tmp_path])
+        plugins.export_env(["plug_env", "other"], [])  # names are added once, in order; folders kept
+        assert os.environ[plugins.ENV] == "plug_env,other"
+        assert os.environ[plugins.PATH_ENV] == str(tmp_path.resolve())
+        monkeypatch.setenv(plugins.ENV, "plug_env")
+        (info,) = plugins.load_from_env()
+        assert info["module"] == "plug_env" and sys.modules["plug_env"].LOADED
+        assert info["sha256"] == __import__("hashlib").sha256(b"LOADED = True\n").hexdigest()
+        assert info in plugins.loaded()
+        # the grid's list and the environment's, each once
+        assert plugins.load_grid({"plugins": ["plug_env"]}, [tmp_path]) == [info]
+        with pytest.raises(ConfigError, match=r"\$BAYESNCL_PLUGINS: no plugin module 'gone'"):
+            monkeypatch.setenv(plugins.ENV, "gone")
+            plugins.load_from_env()
+    finally:
+        sys.modules.pop("plug_env", None)
+        plugins._LOADED.pop("plug_env", None)
+        if str(tmp_path.resolve()) in sys.path:
+            sys.path.remove(str(tmp_path.resolve()))
+
+
+def test_a_plugin_that_imports_a_missing_package_says_which(tmp_path):
+    (tmp_path / "plug_dep.py").write_text("import no_such_dependency_xyz\n")
+    try:
+        with pytest.raises(ConfigError) as e:
+            plugins.load(["plug_dep"], [tmp_path])
+        assert str(e.value) == "plugins: plugin 'plug_dep' imports 'no_such_dependency_xyz', which is not installed"
+    finally:
+        sys.modules.pop("plug_dep", None)
