@@ -293,3 +293,41 @@ def test_a_plugin_that_imports_a_missing_package_says_which(tmp_path):
         assert str(e.value) == "plugins: plugin 'plug_dep' imports 'no_such_dependency_xyz', which is not installed"
     finally:
         sys.modules.pop("plug_dep", None)
+
+
+def test_plugins_edge_cases_each_give_one_line_or_a_record(tmp_path, monkeypatch):
+    """mutmut's survivors of plugins.py, each pinned."""
+    monkeypatch.delenv(plugins.ENV, raising=False)
+    monkeypatch.delenv(plugins.PATH_ENV, raising=False)
+    assert (plugins.ENV, plugins.PATH_ENV) == ("BAYESNCL_PLUGINS", "BAYESNCL_PLUGIN_PATH")  # what the docs name
+    for bad in ([""], [1], "one"):
+        with pytest.raises(ConfigError, match=r"^plugins: expected a list of module names, e.g. \[my_method\]"):
+            plugins.load(bad)
+    with pytest.raises(ConfigError) as e:
+        plugins.load(["no_such_plugin_2"])
+    assert "(looked for no_such_plugin_2.py in no folder and among the installed packages)" in str(e.value)
+    (tmp_path / "plug_pkg").mkdir()
+    (tmp_path / "plug_pkg" / "__init__.py").write_text("")
+    with pytest.raises(ConfigError, match=r"^plugins: no plugin module 'plug_pkg.missing' \(looked for"):
+        plugins.load(["plug_pkg.missing"], [tmp_path])  # the package is there, its module is not
+    assert sys.path[0] == str(tmp_path.resolve())  # the workflow config's folder first
+    (tmp_path / "plug_bad.py").write_text("from bayesncl.errors import ConfigError\nraise ConfigError('x: y')\n")
+    with pytest.raises(ConfigError, match=r"^plugins: plugin 'plug_bad': x: y$"):
+        plugins.load(["plug_bad"], [tmp_path])
+    (info,) = plugins.load(["itertools"])  # a module with no file: recorded without one
+    assert info == {"module": "itertools", "file": "", "sha256": ""}
+    assert plugins._sha(str(tmp_path / "gone.py")) == "" and plugins._sha(None) == ""
+    # the grid's list alone (no environment), and two names in the environment
+    (tmp_path / "plug_a.py").write_text("")
+    (tmp_path / "plug_b.py").write_text("")
+    try:
+        assert [p["module"] for p in plugins.load_grid({"plugins": ["plug_a"]}, [tmp_path])] == ["plug_a"]
+        monkeypatch.setenv(plugins.ENV, "plug_a,plug_b")
+        assert [p["module"] for p in plugins.load_from_env()] == ["plug_a", "plug_b"]
+    finally:
+        for m in ("plug_a", "plug_b", "plug_pkg", "plug_bad", "itertools"):
+            plugins._LOADED.pop(m, None)
+        for m in ("plug_a", "plug_b", "plug_pkg", "plug_bad"):
+            sys.modules.pop(m, None)
+        while str(tmp_path.resolve()) in sys.path:
+            sys.path.remove(str(tmp_path.resolve()))
