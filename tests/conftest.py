@@ -7,6 +7,19 @@ os.environ.setdefault("BAYESNCL_FORKSERVER_IDLE", "10")
 # One cache for the synthetic datasets of the whole test session (generated once per parameter set).
 os.environ.setdefault("BAYESNCL_CACHE", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "bayesncl"))
 
+@pytest.fixture(autouse=True)
+def _plugin_environment():
+    """A test that loads plugins (bayesncl.plugins.export_env) must not pass them on to the jobs of later tests."""
+    names = ("BAYESNCL_PLUGINS", "BAYESNCL_PLUGIN_PATH")
+    saved = {k: os.environ.get(k) for k in names}
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 TINY = [
     "data.synthetic.train_size=256",
     "data.synthetic.test_size=120",

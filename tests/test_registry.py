@@ -260,15 +260,16 @@ def test_a_plugin_claim_is_judged_beside_the_paper_s():
 def test_plugins_travel_to_every_job_through_the_environment(tmp_path, monkeypatch):
     """What the workflow exports (export_env) is what each job loads (load_from_env), beside the grid's own."""
     (tmp_path / "plug_env.py").write_text("LOADED = True\n")
-    monkeypatch.delenv(plugins.ENV, raising=False)
-    monkeypatch.delenv(plugins.PATH_ENV, raising=False)
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in (plugins.ENV, plugins.PATH_ENV)})
     assert plugins.load_from_env() == []
+    plugins.export_env([], [tmp_path])  # no plugins: the environment as it was
+    assert plugins.ENV not in os.environ and plugins.PATH_ENV not in os.environ
     try:
         plugins.export_env(["plug_env"], [tmp_path])
         plugins.export_env(["plug_env", "other"], [])  # names are added once, in order; folders kept
         assert os.environ[plugins.ENV] == "plug_env,other"
         assert os.environ[plugins.PATH_ENV] == str(tmp_path.resolve())
-        monkeypatch.setenv(plugins.ENV, "plug_env")
+        os.environ[plugins.ENV] = "plug_env"
         (info,) = plugins.load_from_env()
         assert info["module"] == "plug_env" and sys.modules["plug_env"].LOADED
         assert info["sha256"] == __import__("hashlib").sha256(b"LOADED = True\n").hexdigest()
@@ -276,7 +277,7 @@ def test_plugins_travel_to_every_job_through_the_environment(tmp_path, monkeypat
         # the grid's list and the environment's, each once
         assert plugins.load_grid({"plugins": ["plug_env"]}, [tmp_path]) == [info]
         with pytest.raises(ConfigError, match=r"\$BAYESNCL_PLUGINS: no plugin module 'gone'"):
-            monkeypatch.setenv(plugins.ENV, "gone")
+            os.environ[plugins.ENV] = "gone"
             plugins.load_from_env()
     finally:
         sys.modules.pop("plug_env", None)

@@ -73,7 +73,10 @@ def load_grid(wf: dict, search=()) -> list[dict]:
 
 
 def export_env(names, search) -> None:
-    """Name the plugins in this process's environment, so every job it starts imports them too."""
+    """Name the plugins in this process's environment, so every job it starts imports them too (nothing when
+    there are none: a grid without plugins leaves the environment as it was)."""
+    if not names:
+        return
     names = [n for n in dict.fromkeys([*os.environ.get(ENV, "").split(","), *names]) if n]
     if names:
         os.environ[ENV] = ",".join(names)
