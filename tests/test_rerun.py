@@ -226,3 +226,4 @@ def test_stale_runs_compares_each_recorded_config_with_today_s(tmp_path):
     assert targets(tmp_path, found) == [str(tmp_path / "runs" / rid / "model.pt") for rid in (other, older)]
     assert describe(found[other]) == "method.temperature 0.3 (today 0.2)"
     assert describe({"method.topk_k": [None, 3]}) == "method.topk_k null (today 3)"
+    assert describe({"a.b": [1, 2], "c.d": ["x", "y"]}) == "a.b 1 (today 2); c.d x (today y)"
