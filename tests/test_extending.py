@@ -53,7 +53,7 @@ def test_the_page_has_the_files_and_the_command_this_test_runs():
     assert page_command()[:2] == ["snakemake", "--cores"]
 
 
-@pytest.mark.slow
+@pytest.mark.grid  # a whole grid end to end (about 2 minutes): CI runs it with `-m grid`
 @pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed (pip install -e '.[workflow]')")
 def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tmp_path):
     work = tmp_path / "mine"
