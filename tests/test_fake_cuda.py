@@ -33,27 +33,9 @@ SETTINGS = [("auto", "fp16"), ("bf16", "fp16"), ("fp16", "fp16"), ("fp32", "none
 AUTOCAST = {"auto": torch.bfloat16, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-class TinyBackbone(nn.Module):
-    """Two conv-BN-ReLU blocks: the step's structure at a tenth of ResNet-18's operators (fake tensors cost
-    Python per operator); the real backbone runs once, in test_the_paper_grids_step_with_resnet18."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU(inplace=True),
-            nn.Conv2d(4, 8, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.out_dim = 8
-
-    def forward(self, x):
-        return self.net(x)
-
-
-@pytest.fixture
-def tiny_backbone(monkeypatch):
-    import bayesncl.methods as methods_mod
-
-    monkeypatch.setattr(methods_mod, "build_backbone", TinyBackbone)
+# The step's structure at a tenth of ResNet-18's operators (fake tensors cost Python per operator); the real
+# backbone runs once, in test_the_paper_grids_step_with_resnet18.
+from test_step_compile import TinyBackbone, tiny_backbone  # noqa: E402,F401 - the fixture, as there
 
 
 def fake_step(method: str, precision: str, scaler: str, extra=()):
