@@ -11,7 +11,6 @@ GPU").
 
 import pytest
 import torch
-from torch import nn
 
 import bayesncl.train as T
 from bayesncl import config as C
