@@ -58,6 +58,7 @@ def tiny_grid(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny_grid") / "results"
     args = ("--configfile", "config/tiny.yaml", "--config", f"results={out}")
     env = dict(os.environ, PYTHONPATH=str(root / "src"), OMP_NUM_THREADS="1")
+    env.pop("BAYESNCL_FORKSERVER_DIR", None)  # the run's servers in a folder of its own, ended with it
     r = subprocess.run([exe, "--cores", "2", *args], cwd=root, env=env, capture_output=True, text=True,
                        timeout=2400)
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]

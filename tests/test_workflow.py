@@ -292,6 +292,9 @@ def test_tiny_grid_end_to_end(tiny_grid):
     records = [json.loads(p.read_text()) for p in (out / "benchmarks").rglob("*.start.json")]
     assert len(records) == len(jobs) and all(rec["forkserver"] is True for rec in records)
     assert all(rec["max_rss_mb"] > 50 for rec in records)  # the child's own memory, not its client's
+    from bayesncl import forkserver  # the run ended the servers it started, and removed their folder
+
+    assert not Path(forkserver.run_folder(str(ROOT))).exists()
     assert "Start-up (process start, imports, loading;" in (out / "summary" / "jobs.md").read_text()
     # The saturation set's 0-epoch run is the random-init network: no training log, evaluated like the others
     zero = runs[runs["epochs"] == 0]

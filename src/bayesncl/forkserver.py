@@ -10,9 +10,19 @@ to the child and the child stops (SIGTERM: checkpoint, exit 75) if its client di
 cancel and kill behave as with a plain process.
 
 The first client starts the server (a daemon in its own session); it exits after IDLE_SECONDS without a
-command. One server serves one interpreter, package source and environment: the socket's name hashes
-sys.executable, sys.path, every source file's name and mtime and the variables libraries read when imported
-(TORCH*, CUDA*, OMP*, MKL*, ...), so an edited source or a changed environment gets a fresh server.
+command, and a workflow run ends its own servers when it ends (end_servers, common.smk). One server serves one
+interpreter, package source, environment and process context: the socket's name hashes sys.executable,
+sys.path, every source file's name and mtime, the variables libraries read when imported (TORCH*, CUDA*, OMP*,
+LC_*, ...) and what a child inherits from its parent rather than from the request (umask, nice, CPU affinity,
+limits, cgroup, ids, capabilities, namespaces), so a job always runs with its own. Signals its client ignored
+(nohup, `&` in a script) stay ignored in the command, and the client does not pass them on.
+
+Everything lives in a folder of this user's alone (BAYESNCL_FORKSERVER_DIR, else $XDG_RUNTIME_DIR/bayesncl,
+else $TMPDIR or /tmp/bayesncl-<uid>; refused unless it is a real folder owned by the user that no one else may
+write), and the client talks only to a server of its own uid (SO_PEERCRED). Whatever keeps the server from
+answering (a long socket path, something else at it, a listener that answers garbage or nothing, a server that
+dies while starting) is one line on stderr, and the command then runs in the client's own process: never a
+traceback, never a long wait.
 
 The `bayesncl` script is `entry()` here (and `python -m bayesncl`): a routed command goes to the server before
 anything else is imported, so the client imports only the standard library; any other runs bayesncl.cli in
@@ -30,8 +40,14 @@ import sys
 import time
 
 ENV = "BAYESNCL_FORKSERVER"  # "1": run commands through the fork server
+DIR_ENV = "BAYESNCL_FORKSERVER_DIR"  # the folder of the sockets (private to the user)
 IDLE_SECONDS = float(os.environ.get("BAYESNCL_FORKSERVER_IDLE", "120"))
-START_TIMEOUT = 120.0  # seconds a client waits for a server it started to listen
+START_TIMEOUT = 120.0  # seconds a client waits for a server it started to listen (a cold import of torch: ~15 s)
+HELLO_TIMEOUT = 30.0  # seconds a client waits for the command's pid (the server forks at once)
+REQUEST_TIMEOUT = 10.0  # seconds the server waits for a connected client's request
+MAX_MESSAGE = 1 << 24  # bytes: a longer frame is not a message of ours
+SUN_PATH_MAX = 107  # bytes of a Unix socket's path (108 with its NUL)
+TMP_SUFFIX_MAX = len(".4194304.tmp")  # the server binds <socket>.<pid>.tmp first
 # What the commands of a workflow job import; the server imports them once. A module missing here is imported
 # by the child itself (slower, never wrong).
 PRELOAD = ("numpy", "torch", "torchvision", "bayesncl.cli", "bayesncl.train", "bayesncl.evaluation.runner",
@@ -39,27 +55,125 @@ PRELOAD = ("numpy", "torch", "torchvision", "bayesncl.cli", "bayesncl.train", "b
            "bayesncl.report.summary", "pandas", "scipy.stats")
 # Environment variables that libraries read when imported: a server is only reused under the same values.
 IMPORT_ENV_PREFIXES = ("TORCH", "PYTORCH", "CUDA", "OMP", "MKL", "OPENBLAS", "KMP", "GOMP", "NUMEXPR", "PYTHON",
-                       "MPLBACKEND", "LD_")
+                       "MPLBACKEND", "LD_", "LC_", "LANG", "TZ")
+# /proc/self/status lines a forked child inherits from the server, not from its client: part of the server's key.
+CONTEXT_STATUS = ("Umask", "Uid", "Gid", "Groups", "NoNewPrivs", "Seccomp", "CapInh", "CapPrm", "CapEff", "CapBnd",
+                  "CapAmb", "Cpus_allowed_list", "Mems_allowed_list")
+# Signals the client passes on to the command (those it does not ignore).
+FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+
+
+class Unavailable(Exception):
+    """No server can run this command; the message is the one line that says why."""
 
 _child = False  # True in this process once it runs a command itself: never route again
 
 
 # --------------------------------------------------------------------------- the socket
+def _sources() -> list[tuple[str, int]]:
+    """The package's modules with their mtimes. Only names Python can import: an editor's lock file
+    (`.#train.py`, often a dangling link) or a file that vanishes meanwhile is no module."""
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    found = []
+    for folder, _, files in os.walk(pkg):
+        for name in files:
+            if name.endswith(".py") and name[:-3].isidentifier():
+                try:
+                    found.append((os.path.join(folder, name), os.stat(os.path.join(folder, name)).st_mtime_ns))
+                except OSError:
+                    pass
+    return sorted(found)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def context() -> tuple:
+    """What a forked child inherits from the server instead of its client: umask, ids, capabilities, CPU and
+    memory affinity (/proc/self/status), nice, limits, cgroup, OOM score, namespaces and root."""
+    status = [line for line in _read("/proc/self/status").splitlines() if line.split(":")[0] in CONTEXT_STATUS]
+    try:
+        nice = os.getpriority(os.PRIO_PROCESS, 0)
+    except OSError:
+        nice = None
+    links = []
+    for name in ("ns/cgroup", "ns/ipc", "ns/mnt", "ns/net", "ns/pid", "ns/user", "ns/uts", "root"):
+        try:
+            links.append(os.readlink(f"/proc/self/{name}"))
+        except OSError:
+            links.append("")
+    return (status, nice, _read("/proc/self/limits"), _read("/proc/self/cgroup"),
+            _read("/proc/self/oom_score_adj"), links)
+
+
 def _digest() -> str:
     import hashlib
 
-    pkg = os.path.dirname(os.path.abspath(__file__))
-    sources = sorted((os.path.join(folder, name), os.stat(os.path.join(folder, name)).st_mtime_ns)
-                     for folder, _, files in os.walk(pkg) for name in files if name.endswith(".py"))
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith(IMPORT_ENV_PREFIXES))
-    key = repr((sys.executable, sys.path[1:], sources, env, os.getuid()))
+    key = repr((sys.executable, sys.path[1:], _sources(), env, os.getuid(), context()))
     return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
 
+def folder() -> str:
+    """The user's socket folder: BAYESNCL_FORKSERVER_DIR, else $XDG_RUNTIME_DIR/bayesncl, else
+    <$TMPDIR or /tmp>/bayesncl-<uid>."""
+    given = os.environ.get(DIR_ENV)
+    if given:
+        return given
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return os.path.join(runtime, "bayesncl")
+    return os.path.join(os.environ.get("TMPDIR") or "/tmp", f"bayesncl-{os.getuid()}")
+
+
+def run_folder(workdir: str) -> str:
+    """A workflow's own socket folder, named after its working folder (one per workflow: the run ends its
+    servers without ending another workflow's); the first client makes it (mode 700)."""
+    import hashlib
+
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if not (base and os.path.isdir(base)):
+        base = os.environ.get("TMPDIR") or "/tmp"
+    tag = hashlib.blake2b(os.path.realpath(workdir).encode(), digest_size=4).hexdigest()
+    return os.path.join(base, f"bncl-{os.getuid()}-{tag}")
+
+
 def socket_path() -> str:
-    """The server socket for this interpreter, source and environment (BAYESNCL_FORKSERVER_DIR: its folder)."""
-    folder = os.environ.get("BAYESNCL_FORKSERVER_DIR") or os.environ.get("TMPDIR") or "/tmp"
-    return os.path.join(folder, f"bayesncl-{os.getuid()}-{_digest()}.sock")
+    """The server socket for this interpreter, source, environment and context, in folder()."""
+    return os.path.join(folder(), f"{_digest()}.sock")
+
+
+def _private(path: str) -> None:
+    """Make `path`'s folder (mode 700) or check it: a real folder, this user's, no one else may write to it."""
+    import stat
+
+    where = os.path.dirname(path)
+    try:
+        os.makedirs(where, mode=0o700, exist_ok=True)
+        st = os.lstat(where)
+    except OSError as exc:
+        raise Unavailable(f"cannot make the socket folder {where}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise Unavailable(f"the socket folder {where} is not a folder (a link?); set {DIR_ENV} to a folder of yours")
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise Unavailable(f"the socket folder {where} is not this user's alone (owner uid {st.st_uid}, mode "
+                          f"{stat.S_IMODE(st.st_mode):o}); set {DIR_ENV} to a folder only you may write to")
+    if len(os.fsencode(path)) + TMP_SUFFIX_MAX > SUN_PATH_MAX:
+        raise Unavailable(f"the socket path {path} is too long for a Unix socket ({len(os.fsencode(path))} bytes, "
+                          f"at most {SUN_PATH_MAX - TMP_SUFFIX_MAX}); set {DIR_ENV} to a shorter folder")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise Unavailable(f"cannot read {path}: {exc.strerror}") from None
+    if not stat.S_ISSOCK(st.st_mode):
+        raise Unavailable(f"{path} is not a socket; remove it")
 
 
 def _frame(obj: dict) -> bytes:
@@ -86,19 +200,41 @@ def _recv(conn: socket.socket, buf: bytes = b"") -> dict | None:
     head = _recv_exact(conn, 4, buf)
     if head is None:
         return None
-    body = _recv_exact(conn, struct.unpack("!I", head)[0])
-    return None if body is None else json.loads(body)
+    size = struct.unpack("!I", head)[0]
+    if size > MAX_MESSAGE:
+        raise ValueError(f"a frame of {size} bytes")
+    body = _recv_exact(conn, size)
+    if body is None:
+        return None
+    message = json.loads(body)
+    if not isinstance(message, dict):
+        raise ValueError("a message that is not an object")
+    return message
 
 
 # --------------------------------------------------------------------------- client
+def _peer_uid(conn: socket.socket) -> int | None:
+    """The uid of the process at the other end (SO_PEERCRED); None where the platform cannot tell."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
 def _connect(path: str) -> socket.socket | None:
+    """A connection to the server at `path`, or None where nothing listens; refused unless it runs as this user."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.connect(path)
-        return s
     except OSError:
         s.close()
         return None
+    uid = _peer_uid(s)
+    if uid is not None and uid != os.getuid():
+        s.close()
+        raise Unavailable(f"{path} is served by uid {uid}, not by this user (uid {os.getuid()}); "
+                          f"set {DIR_ENV} to a folder of yours")
+    return s
 
 
 def _start_server(path: str) -> socket.socket:
@@ -111,53 +247,95 @@ def _start_server(path: str) -> socket.socket:
         conn = _connect(path)
         if conn is not None:
             return conn
-        log = open(path + ".log", "ab")
-        subprocess.Popen([sys.executable, "-m", "bayesncl.forkserver", path], stdin=subprocess.DEVNULL,
-                         stdout=log, stderr=log, start_new_session=True, close_fds=True,
-                         cwd="/")  # nothing in the client's folder may shadow a module
-        log.close()
+        _private(path)  # something may have taken the socket's place meanwhile
+        with open(path + ".log", "ab") as log:
+            server = subprocess.Popen([sys.executable, "-m", "bayesncl.forkserver", path], stdin=subprocess.DEVNULL,
+                                      stdout=log, stderr=log, start_new_session=True, close_fds=True,
+                                      cwd="/")  # nothing in the client's folder may shadow a module
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             conn = _connect(path)
             if conn is not None:
                 return conn
+            if server.poll() is not None:
+                last = (_read(path + ".log").strip().splitlines() or ["no output"])[-1]
+                raise Unavailable(f"the fork server exited with code {server.returncode} before it listened "
+                                  f"({last}; {path}.log)")
             time.sleep(0.02)
-    raise OSError(f"the bayesncl fork server did not start in {START_TIMEOUT:.0f} s; see {path}.log")
+        server.kill()
+    raise Unavailable(f"the fork server did not listen within {START_TIMEOUT:.0f} s (see {path}.log)")
+
+
+def _ignored() -> list[int]:
+    """The signals this process ignores (inherited: nohup, `&` in a script)."""
+    found = []
+    for sig in signal.valid_signals():
+        try:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                found.append(int(sig))
+        except (ValueError, OSError):
+            pass
+    return found
+
+
+def _greeting(conn: socket.socket, path: str, argv: list[str]) -> int:
+    """Send the request; the pid of the command's process from the server's answer."""
+    from .startup import process_started
+
+    request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "start": process_started(),
+               "ignored": _ignored(), "blocked": sorted(int(sig) for sig in signal.pthread_sigmask(signal.SIG_BLOCK, []))}
+    conn.settimeout(HELLO_TIMEOUT)
+    try:
+        socket.send_fds(conn, [_frame(request)], [0, 1, 2])
+        hello = _recv(conn)
+    except TimeoutError:
+        raise Unavailable(f"the server at {path} did not answer within {HELLO_TIMEOUT:.0f} s") from None
+    except (OSError, ValueError) as exc:
+        raise Unavailable(f"the server at {path} answered no request of ours ({type(exc).__name__})") from None
+    if hello is None:
+        raise Unavailable(f"the server at {path} closed the connection before starting the command")
+    pid = hello.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        raise Unavailable(f"the server at {path} answered no process id")
+    conn.settimeout(None)  # the command runs as long as it needs
+    return pid
 
 
 def run_command(argv: list[str]) -> int:
-    """Run `bayesncl <argv>` in a child of the fork server; its exit code. Falls back to running it here when
-    no server can be reached (a message says why)."""
-    path = socket_path()
+    """Run `bayesncl <argv>` in a child of the fork server; its exit code. Where no server can start it (a line
+    says why), the command runs in this process instead."""
     try:
+        path = socket_path()
+        _private(path)
         conn = _connect(path) or _start_server(path)
-    except OSError as exc:
-        print(f"bayesncl: fork server unavailable ({exc}); running the command in this process", file=sys.stderr)
+        try:
+            pid = _greeting(conn, path, argv)
+        except Unavailable:
+            conn.close()
+            raise
+    except Unavailable as exc:
+        print(f"bayesncl: fork server unavailable: {exc}; running the command in this process", file=sys.stderr)
         return _run_here(argv)
     with conn:
-        from .startup import process_started
-
-        request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "start": process_started()}
-        socket.send_fds(conn, [_frame(request)], [0, 1, 2])
-        hello = _recv(conn)
-        if hello is None:
-            print("bayesncl: the fork server closed the connection before starting the command", file=sys.stderr)
-            return 1
-        pid = hello["pid"]
-
         def forward(signum, _frame):
             try:
                 os.kill(pid, signum)
             except ProcessLookupError:
                 pass
 
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, forward)
-        done = _recv(conn)
-    if done is None:
+        for name in FORWARDED:
+            sig = getattr(signal, name)
+            if signal.getsignal(sig) != signal.SIG_IGN:  # ignored here: ignored by the command too
+                signal.signal(sig, forward)
+        try:
+            done = _recv(conn)
+        except (OSError, ValueError):
+            done = None
+    code = done.get("exit") if done is not None else None
+    if not isinstance(code, int) or isinstance(code, bool):
         print(f"bayesncl: the command's process {pid} ended without an exit status (killed?)", file=sys.stderr)
         return 1
-    return int(done["exit"])
+    return code
 
 
 def _run_here(argv: list[str]) -> int:
@@ -179,6 +357,28 @@ def _preload() -> None:
             print(f"preload {name}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
 
 
+def _signals_as(ignored: list[int], blocked: list[int]) -> None:
+    """The dispositions a plain Python process started by the client would have: what the client ignored stays
+    ignored, SIGINT raises KeyboardInterrupt, every other signal its default; the client's blocked mask."""
+    ignored = set(ignored)
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        if sig in ignored:
+            handler = signal.SIG_IGN
+        elif sig == signal.SIGINT:
+            handler = signal.default_int_handler
+        elif sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python's own start-up ignores these
+            handler = signal.SIG_IGN
+        else:
+            handler = signal.SIG_DFL
+        try:
+            signal.signal(sig, handler)
+        except (OSError, ValueError, RuntimeError):
+            pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
 def _child_main(conn: socket.socket, listener: socket.socket, request: dict, fds: list[int]) -> None:
     """In the forked child: become the client's process, run the command, report its exit code, exit."""
     import threading
@@ -190,14 +390,19 @@ def _child_main(conn: socket.socket, listener: socket.socket, request: dict, fds
     _child = True
     as_forked_child(request.get("start"))
     listener.close()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
-        signal.signal(sig, signal.SIG_DFL)
+    _signals_as(request.get("ignored", []), request.get("blocked", []))
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
+    for stream in (sys.stdout, sys.stderr):  # a terminal's output line by line, as in a plain process
+        try:
+            stream.reconfigure(line_buffering=os.isatty(stream.fileno()))
+        except (AttributeError, OSError, ValueError):
+            pass
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    time.tzset()  # TZ is the client's
     sys.argv = ["bayesncl", *request["argv"]]
     done = threading.Event()
 
@@ -240,10 +445,8 @@ def _child_main(conn: socket.socket, listener: socket.socket, request: dict, fds
 
 def _same_user(conn: socket.socket) -> bool:
     """Whether the peer runs as this server's user (SO_PEERCRED; True where the platform cannot tell)."""
-    if not hasattr(socket, "SO_PEERCRED"):
-        return True
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1] == os.getuid()
+    uid = _peer_uid(conn)
+    return uid is None or uid == os.getuid()
 
 
 def serve(path: str) -> None:
@@ -251,6 +454,7 @@ def serve(path: str) -> None:
     replaced or removed."""
     import select
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # end_servers: remove the socket on the way out
     _preload()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = f"{path}.{os.getpid()}.tmp"
@@ -259,6 +463,7 @@ def serve(path: str) -> None:
     listener.listen(64)
     os.replace(tmp, path)  # published only once it listens
     inode = os.stat(path).st_ino
+    _write_pid(path)
     children: set[int] = set()
     last = time.monotonic()
     try:
@@ -274,9 +479,11 @@ def serve(path: str) -> None:
                     conn.close()
                     continue
                 fds = []
+                conn.settimeout(REQUEST_TIMEOUT)  # a client that never sends holds no one else up
                 try:
                     head, fds, _, _ = socket.recv_fds(conn, 4, 3)
                     request = _recv(conn, head)
+                    conn.settimeout(None)
                 except (OSError, ValueError):
                     request = None
                 if not isinstance(request, dict) or len(fds) != 3:  # not a client's request: drop it
@@ -306,8 +513,54 @@ def serve(path: str) -> None:
         try:
             if os.stat(path).st_ino == inode:
                 os.unlink(path)
+                os.unlink(path + ".pid")
         except FileNotFoundError:
             pass
+
+
+def _write_pid(path: str) -> None:
+    """<socket>.pid: this server's pid, for end_servers."""
+    tmp = f"{path}.pid.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(f"{os.getpid()}\n")
+    os.replace(tmp, path + ".pid")
+
+
+def end_servers(where: str, remove: bool = True, wait: float = 10.0) -> list[int]:
+    """End the servers whose socket lies in the folder `where` (a workflow run's own, at its end) and, with
+    `remove`, the folder; the pids ended. A pid is only signalled while it is still that socket's server."""
+    import glob
+    import shutil
+
+    ended = []
+    for pidfile in glob.glob(os.path.join(glob.escape(where), "*.sock.pid")):
+        sock = pidfile[: -len(".pid")]
+        try:
+            pid = int(_read(pidfile).strip())
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except (ValueError, OSError):
+            continue
+        if b"bayesncl.forkserver" in argv and os.fsencode(sock) in argv and pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGTERM)
+                ended.append(pid)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + wait
+    while any(os.path.exists(f"/proc/{pid}") and "Z" not in _state(pid) for pid in ended):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if remove:
+        shutil.rmtree(where, ignore_errors=True)
+    return ended
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (Z: a zombie, ended but not yet collected)."""
+    fields = _read(f"/proc/{pid}/stat").rsplit(")", 1)[-1].split()
+    return fields[0] if fields else ""
 
 
 def routed() -> bool:
@@ -325,7 +578,11 @@ def entry() -> int:
     return main()
 
 
-if __name__ == "__main__":  # the server: `python -m bayesncl.forkserver SOCKET`, started by the first client
-    from bayesncl.forkserver import serve as _serve  # the package's module: its flags are the ones in use
+if __name__ == "__main__":  # the server: `python -m bayesncl.forkserver SOCKET`, started by the first client;
+    # `python -m bayesncl.forkserver --end FOLDER`: end the servers of FOLDER and remove it (.ci/run)
+    from bayesncl import forkserver as _fs  # the package's module: its flags are the ones in use
 
-    _serve(sys.argv[1])
+    if sys.argv[1] == "--end":
+        _fs.end_servers(sys.argv[2])
+    else:
+        _fs.serve(sys.argv[1])

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+from bayesncl import forkserver
+
 from bayesncl.errors import BayesNCLError, ConfigError
 from bayesncl.grid import evaluation_sections, expand_grid, smoke_results, trigger_config
 from bayesncl.plugins import export_env, load_grid
@@ -156,6 +158,12 @@ def gpu_slot(wildcards, resources):
 # Locally, CPU jobs run in children of the fork server (bayesncl/forkserver.py), which imports torch once for the
 # whole run instead of once per job (about 3 s of a 5-15 s job); `--config forkserver=false`: a plain process each.
 FORKSERVER = LOCAL and config.get("forkserver", True) is True and sys.platform.startswith("linux")  # fork + /proc
+# The run's servers are its own: started by its first job in a folder of this workflow's (unless
+# BAYESNCL_FORKSERVER_DIR names one) and ended with the run (onsuccess/onerror below); a killed run's idle out.
+FORKSERVER_RUN_DIR = None
+if FORKSERVER and workflow.is_main_process and not os.environ.get(forkserver.DIR_ENV):
+    FORKSERVER_RUN_DIR = forkserver.run_folder(os.getcwd())
+    os.environ[forkserver.DIR_ENV] = FORKSERVER_RUN_DIR  # every job's shell inherits it
 # Locally, where PATH finds a version manager's shim for `bayesncl` (pyenv's, asdf's: a shell script under
 # .../shims/, a tenth of a second per job), the script this interpreter installed goes first on PATH instead.
 _FOUND = shutil.which("bayesncl") or ""
@@ -293,6 +301,16 @@ if workflow.is_main_process and workflow.output_settings.dryrun:  # no DAG to as
     from bayesncl.preflight import todo_from_files
 
     preflight(todo_from_files(RUNS, EVAL_SECTIONS, RESULTS, ATLAS_RUNS), dry_run=True)
+
+
+onsuccess:
+    if FORKSERVER_RUN_DIR:
+        forkserver.end_servers(FORKSERVER_RUN_DIR)
+
+
+onerror:
+    if FORKSERVER_RUN_DIR:
+        forkserver.end_servers(FORKSERVER_RUN_DIR)
 
 
 onstart:

@@ -1,0 +1,500 @@
+"""A job routed through the fork server behaves as the same command run as a plain process, in each case where
+it once did not (docs/DESIGN.md, "Local jobs"): a listener of another user or one that answers garbage or
+nothing, a socket folder that is not the user's alone, too long, or taken by something else, a server that dies
+while starting, signals the job ignores, the job's umask and the rest of its process context, an editor's lock
+file among the sources, and the servers a workflow run started ended with it. Where no server can run a
+command, it runs in the client's own process after one line that says why: never a traceback, never a wait."""
+
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from bayesncl import forkserver
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/stat").exists(),
+                                reason="fork and /proc")
+FALLBACK = "bayesncl: fork server unavailable: "
+NOBODY = 65534
+
+
+def _short_dir(prefix="bfc-") -> str:
+    return tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # a socket path has at most 107 bytes
+
+
+def _env(folder, routed=True, **extra):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", **extra)
+    env.pop(forkserver.ENV, None)
+    env[forkserver.DIR_ENV] = folder
+    if routed:
+        env[forkserver.ENV] = "1"
+    return env
+
+
+def _bayesncl(args, env, **kw):
+    return subprocess.run([sys.executable, "-m", "bayesncl", *args], env=env, capture_output=True, text=True,
+                          timeout=300, **kw)
+
+
+BAD = ["jobs", "--benchmarks", "/nonexistent/bfc-benchmarks", "--out", "/nonexistent/bfc/j.csv"]
+
+
+@pytest.fixture(scope="module")
+def plain_bad():
+    """The plain process's stderr for BAD."""
+    r = _bayesncl(BAD, _env(_short_dir(), False))
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
+    return r.stderr
+
+
+def _expected_socket(env) -> str:
+    """Where a client started with `env` looks for its server."""
+    code = "from bayesncl import forkserver; print(forkserver.socket_path())"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def _as_plain_with_one_line(served, plain_stderr: str, why: str):
+    """`served` fell back: one line naming why, then exactly the plain process's result (BAD: exit 2)."""
+    first, _, rest = served.stderr.partition("\n")
+    assert first.startswith(FALLBACK) and why in first and first.endswith("; running the command in this process")
+    assert (served.returncode, served.stdout, rest) == (2, "", plain_stderr)
+    assert "Traceback" not in served.stderr
+
+
+# ------------------------------------------------------------------------------ whom the client talks to
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a listener as another user")
+def test_a_listener_of_another_user_is_given_nothing(plain_bad):
+    """Another user's listener at the socket path receives no argv, folder, environment or descriptors, and its
+    fake `exit 0` is never taken: the job runs as a plain process."""
+    folder = _short_dir()
+    env = _env(folder)
+    path = _expected_socket(env)
+    shared = _short_dir("bfo-")
+    os.chmod(shared, 0o777)
+    theirs, got = os.path.join(shared, "l.sock"), os.path.join(shared, "got")
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(NOBODY), os.setuid(NOBODY)
+            lst = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            lst.bind(theirs)
+            lst.listen(1)
+            os.write(ready_w, b"x")
+            conn, _ = lst.accept()
+            conn.settimeout(10)
+            data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+            with open(got, "w") as fh:
+                json.dump({"bytes": len(data), "fds": len(fds)}, fh)
+            forkserver._send(conn, {"pid": 1})
+            forkserver._send(conn, {"exit": 0})
+        finally:
+            os._exit(0)
+    try:
+        assert os.read(ready_r, 1) == b"x"
+        os.rename(theirs, path)  # as if they had bound it there
+        served = _bayesncl(BAD, env)
+        _as_plain_with_one_line(served, plain_bad, f"is served by uid {NOBODY}, not by this user")
+        assert served.returncode == 2
+        os.waitpid(pid, 0)
+        assert json.loads(Path(got).read_text()) == {"bytes": 0, "fds": 0}  # connected, then left at once
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+def test_the_client_checks_the_peers_uid(monkeypatch):
+    a, b = socket.socketpair(socket.AF_UNIX)
+    with a, b:
+        assert forkserver._peer_uid(a) == os.getuid() and forkserver._same_user(a)
+        monkeypatch.setattr(forkserver, "_peer_uid", lambda conn: os.getuid() + 1)
+        assert not forkserver._same_user(a)
+
+
+@pytest.mark.parametrize("case", ["group-writable", "a link", "another owner"])
+def test_the_socket_folder_must_be_the_users_alone(monkeypatch, tmp_path, plain_bad, case):
+    if case == "another owner" and os.geteuid() != 0:
+        pytest.skip("needs root to give a folder away")
+    real = _short_dir()
+    folder = real
+    if case == "group-writable":
+        os.chmod(real, 0o775)
+    elif case == "a link":
+        folder = real + "-link"
+        os.symlink(real, folder)
+    else:
+        os.chown(real, NOBODY, NOBODY)
+    monkeypatch.setenv(forkserver.DIR_ENV, folder)
+    code, _ = _wait(_fork_client(str(tmp_path / "err"), BAD))
+    first, _, rest = (tmp_path / "err").read_text().partition("\n")
+    why = "is not a folder (a link?)" if case == "a link" else "is not this user's alone"
+    assert first.startswith(f"{FALLBACK}the socket folder {folder} {why}") and (code, rest) == (2, plain_bad)
+    assert not list(Path(real).iterdir())  # nothing was made in it
+
+
+def test_the_default_folder_is_made_private(monkeypatch):
+    tmp_path = Path(_short_dir())
+    monkeypatch.delenv(forkserver.DIR_ENV, raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert forkserver.folder() == str(tmp_path / "bayesncl")
+    forkserver._private(forkserver.socket_path())
+    assert (tmp_path / "bayesncl").stat().st_mode & 0o777 == 0o700
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert forkserver.folder() == str(tmp_path / f"bayesncl-{os.getuid()}")
+
+
+# ------------------------------------------------------------------------------ servers that cannot serve
+class Listener:
+    """A listener where the client's socket_path() points, which answers a request as the test says."""
+
+    def __init__(self, monkeypatch, folder=None):
+        self.folder = folder or _short_dir("bfl-")
+        self.path = os.path.join(self.folder, "s.sock")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(1)
+        self.listener.settimeout(60)
+        self.err = os.path.join(self.folder, "err")
+        monkeypatch.setattr(forkserver, "socket_path", lambda: self.path)
+
+    def client(self, argv, before=None) -> int:
+        return _fork_client(self.err, argv, before)
+
+    def accept(self) -> tuple[socket.socket, dict]:
+        conn, _ = self.listener.accept()
+        head, fds, _, _ = socket.recv_fds(conn, 4, 3)
+        for fd in fds:
+            os.close(fd)
+        return conn, forkserver._recv(conn, head)
+
+
+def _fork_client(err: str, argv: list[str], before=None) -> int:
+    """Fork a client running `argv` (after `before()`); its pid. Its stderr goes to the file `err`."""
+    sys.stdout.flush(), sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            sys.stderr = open(err, "w")
+            if before:
+                before()
+            code = forkserver.run_command(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    return pid
+
+
+def _wait(pid, limit=60) -> tuple[int, float]:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status), time.monotonic() - t0
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError("the client did not end")
+
+
+@pytest.mark.parametrize("answer,why", [
+    (b"\xff\xff\xff\xffjunk", "answered no request of ours (ValueError)"),  # a frame longer than any message
+    (b"\x00\x00\x00\x08not json", "answered no request of ours (JSONDecodeError)"),
+    (forkserver._frame({"hello": 1}), "answered no process id"),
+    (b"\x00\x00\x00\x02[]", "answered no request of ours (ValueError)"),
+    (forkserver._frame({"pid": "12"}), "answered no process id"),
+    (b"", "closed the connection before starting the command"),
+    (None, "did not answer within 1 s"),
+])
+def test_a_listener_that_answers_garbage_or_nothing(monkeypatch, plain_bad, answer, why):
+    monkeypatch.setattr(forkserver, "HELLO_TIMEOUT", 1.0)
+    server = Listener(monkeypatch)
+    pid = server.client(BAD)
+    conn, request = server.accept()
+    assert request["argv"] == BAD
+    if answer is not None:
+        conn.sendall(answer)
+        conn.close()
+    code, _ = _wait(pid)
+    conn.close()
+    err = Path(server.err).read_text()
+    first, _, rest = err.partition("\n")
+    assert first == f"{FALLBACK}the server at {server.path} {why}; running the command in this process"
+    assert code == 2 and rest == plain_bad
+
+
+def test_a_long_socket_folder_falls_back_at_once(monkeypatch, tmp_path):
+    folder = os.path.join(_short_dir(), "f" * 80)
+    monkeypatch.setenv(forkserver.DIR_ENV, folder)
+    pid = _fork_client(str(tmp_path / "err"), BAD)
+    code, seconds = _wait(pid)
+    err = (tmp_path / "err").read_text()
+    assert code == 2 and seconds < 10 and err.startswith(f"{FALLBACK}the socket path {folder}/")
+    assert "is too long for a Unix socket" in err.splitlines()[0]
+
+
+def test_something_else_at_the_socket_path_falls_back_at_once(monkeypatch, tmp_path):
+    monkeypatch.setenv(forkserver.DIR_ENV, _short_dir())
+    path = forkserver.socket_path()
+    os.mkdir(path)
+    pid = _fork_client(str(tmp_path / "err"), BAD)
+    code, seconds = _wait(pid)
+    assert code == 2 and seconds < 10
+    assert (tmp_path / "err").read_text().startswith(f"{FALLBACK}{path} is not a socket; remove it;")
+
+
+def test_a_server_that_dies_while_starting_falls_back_at_once(monkeypatch, tmp_path):
+    monkeypatch.setenv(forkserver.DIR_ENV, _short_dir())
+    pid = _fork_client(str(tmp_path / "err"), BAD, before=lambda: setattr(sys, "executable", "/bin/false"))
+    code, seconds = _wait(pid)
+    assert code == 2 and seconds < 20
+    first = (tmp_path / "err").read_text().splitlines()[0]
+    assert first.startswith(f"{FALLBACK}the fork server exited with code 1 before it listened")
+
+
+# ------------------------------------------------------------------------------ signals
+def test_signals_the_client_ignores_stay_ignored(monkeypatch, tmp_path):
+    """Started under nohup and with `&` from a script (SIGHUP, SIGINT ignored): the client passes those on to
+    nobody and asks for them ignored in the command; what it does not ignore it passes on."""
+    server = Listener(monkeypatch)
+
+    def ignore():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    pid = server.client(BAD, before=ignore)
+    conn, request = server.accept()
+    assert {int(signal.SIGHUP), int(signal.SIGINT)} <= set(request["ignored"])
+    assert int(signal.SIGTERM) not in request["ignored"]
+    forkserver._send(conn, {"pid": 2 ** 22 + 1})  # no such process: forwarding finds nobody
+    deadline = time.monotonic() + 30
+    while not _mask(pid, "SigCgt") & _bit(signal.SIGTERM):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert _mask(pid, "SigIgn") & (_bit(signal.SIGHUP) | _bit(signal.SIGINT)) == _bit(signal.SIGHUP) | _bit(signal.SIGINT)
+    assert not _mask(pid, "SigCgt") & (_bit(signal.SIGHUP) | _bit(signal.SIGINT))
+    os.kill(pid, signal.SIGHUP), os.kill(pid, signal.SIGINT)  # nothing happens, as in a plain process
+    time.sleep(0.2)
+    forkserver._send(conn, {"exit": 4})
+    assert _wait(pid)[0] == 4
+    conn.close()
+
+
+def _bit(sig) -> int:
+    return 1 << (int(sig) - 1)
+
+
+def _mask(pid, field) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return int(next(line for line in fh if line.startswith(field + ":")).split()[1], 16)
+
+
+def test_the_command_gets_the_clients_dispositions_and_mask():
+    """In the server's child: ignored as the client ignored, SIGINT Python's KeyboardInterrupt, the rest default
+    (the server's own SIGTERM handler gone), the client's blocked mask."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.signal(signal.SIGTERM, lambda *_: None)  # as the server has
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            forkserver._signals_as([int(signal.SIGQUIT)], [int(signal.SIGUSR2)])
+            out = {name: str(signal.getsignal(getattr(signal, name)))
+                   for name in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGINT", "SIGPIPE")}
+            out["blocked"] = sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+            os.write(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as fh:
+        got = json.loads(fh.read())
+    os.waitpid(pid, 0)
+    assert got == {"SIGTERM": str(signal.SIG_DFL), "SIGHUP": str(signal.SIG_DFL), "SIGQUIT": str(signal.SIG_IGN),
+                   "SIGINT": str(signal.default_int_handler), "SIGPIPE": str(signal.SIG_IGN),
+                   "blocked": [int(signal.SIGUSR2)]}
+
+
+def test_a_run_under_nohup_survives_a_hang_up_and_ctrl_c(tmp_path, tiny_sets):
+    """End to end: a routed training run started with SIGHUP and SIGINT ignored keeps training through both, as
+    a plain process does, and still stops on SIGTERM (checkpoint, exit 75)."""
+    folder, run = _short_dir(), tmp_path / "run"
+    argv = [sys.executable, "-m", "bayesncl", "pretrain", "--out", str(run), "--quiet",
+            *sum((["--set", s] for s in tiny_sets + ["train.epochs=400"]), [])]
+
+    def nohup():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = subprocess.Popen(argv, env=_env(folder), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=nohup)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "checkpoint.pt").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1.5)
+        assert proc.poll() is None  # still training
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 75 and "SIGTERM: checkpoint saved in" in err and "Traceback" not in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        forkserver.end_servers(folder)
+
+
+# ------------------------------------------------------------------------------ the job's process context
+def test_the_job_writes_with_its_own_umask(tmp_path):
+    """Files a routed job writes have the modes its own umask gives, whichever umask started a server before."""
+    from test_jobs import _write
+
+    bench = tmp_path / "benchmarks"
+    _write(bench, "cost/synthetic/ncl/seed~0.tsv", 0.3, "NA", 0, "cost")
+    folder = _short_dir()
+    try:
+        for mask in (0o022, 0o077, 0o002):
+            out = tmp_path / f"u{mask:o}" / "jobs.csv"
+            timing = tmp_path / f"u{mask:o}.start.json"
+            r = _bayesncl(["jobs", "--benchmarks", str(bench), "--out", str(out)],
+                          _env(folder, BAYESNCL_FORKSERVER_IDLE="600", BAYESNCL_TIMING=str(timing)),
+                          preexec_fn=lambda m=mask: os.umask(m))
+            assert r.returncode == 0 and json.loads(timing.read_text())["forkserver"] is True, r.stderr
+            assert out.stat().st_mode & 0o777 == 0o666 & ~mask, f"umask {mask:o}"
+        assert len(list(Path(folder).glob("*.sock"))) == 3  # a server per process context, all still up
+    finally:
+        forkserver.end_servers(folder)
+
+
+def _socket_after(change) -> str:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            change()
+            os.write(w, forkserver.socket_path().encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as fh:
+        path = fh.read()
+    os.waitpid(pid, 0)
+    return path
+
+
+def test_the_server_is_shared_only_within_one_process_context(monkeypatch):
+    """umask, nice, CPU affinity and limits each give a server of their own; an unrelated variable does not."""
+    monkeypatch.setenv(forkserver.DIR_ENV, "/tmp/x")
+    base = _socket_after(lambda: None)
+    assert base == _socket_after(lambda: os.environ.update(SOME_UNRELATED_VARIABLE="1"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    nice = os.getpriority(os.PRIO_PROCESS, 0)  # at 19, only root may go lower
+    changes = {"umask": lambda: os.umask(0o077 if os.umask(0o022) != 0o077 else 0o022),
+               "nice": lambda: os.setpriority(os.PRIO_PROCESS, 0, nice + 1 if nice < 19 else nice - 1),
+               "limits": lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft // 2, 64), hard)),
+               "locale": lambda: os.environ.update(LC_ALL="C.UTF-8" if os.environ.get("LC_ALL") != "C.UTF-8" else "C")}
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) > 1:
+        changes["affinity"] = lambda: os.sched_setaffinity(0, {cpus[0]})
+    if nice == 19 and os.geteuid() != 0:
+        del changes["nice"]
+    for name, change in changes.items():
+        assert _socket_after(change) != base, name
+
+
+# ------------------------------------------------------------------------------ the sources
+def test_an_editors_lock_file_among_the_sources_is_no_module(monkeypatch):
+    """An editor's `.#train.py` in the package, dangling (emacs) or not: the same server, no traceback."""
+    monkeypatch.setenv(forkserver.DIR_ENV, "/tmp/x")
+    base = forkserver.socket_path()
+    lock = Path(forkserver.__file__).parent / ".#train.py"
+    for target in ("root@host.1234:1700000000", "train.py"):
+        os.symlink(target, lock)
+        try:
+            assert forkserver.socket_path() == base, target
+            assert all(".#" not in name for name, _ in forkserver._sources())
+        finally:
+            lock.unlink()
+
+
+# ------------------------------------------------------------------------------ ending servers
+def _serve(folder) -> subprocess.Popen:
+    path = os.path.join(folder, "a.sock")
+    proc = subprocess.Popen([sys.executable, "-m", "bayesncl.forkserver", path],
+                            env=_env(folder, False, BAYESNCL_FORKSERVER_IDLE="600"),
+                            cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(path + ".pid"):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    return proc
+
+
+def test_end_servers_ends_its_folders_servers_only():
+    """A workflow run ends the servers of its own folder (onsuccess/onerror), never another folder's."""
+    mine, other = _short_dir(), _short_dir()
+    a, b = _serve(mine), _serve(other)
+    try:
+        assert forkserver.end_servers(mine) == [a.pid]
+        assert a.wait(timeout=30) == 0 and not os.path.exists(mine)  # a clean exit: its socket removed first
+        assert b.poll() is None and os.path.exists(os.path.join(other, "a.sock"))
+    finally:
+        forkserver.end_servers(other)
+        for p in (a, b):
+            if p.poll() is None:
+                p.kill()
+    assert b.wait(timeout=30) == 0 and not os.path.exists(other)
+
+
+def test_a_client_that_never_sends_holds_no_one_up(tmp_path):
+    """A connection that sends nothing is dropped after REQUEST_TIMEOUT: the next job is served, not refused."""
+    folder = _short_dir()
+    env = _env(folder, BAYESNCL_FORKSERVER_IDLE="600", BAYESNCL_TIMING=str(tmp_path / "t.json"))
+    path = _expected_socket(env)
+    proc = subprocess.Popen([sys.executable, "-m", "bayesncl.forkserver", path], env=env, cwd="/",
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(path + ".pid"):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+            silent.connect(path)
+            time.sleep(0.5)  # accepted first
+            from test_jobs import _write
+
+            _write(tmp_path / "b", "cost/synthetic/ncl/seed~0.tsv", 0.3, "NA", 0, "cost")
+            t0 = time.monotonic()
+            r = _bayesncl(["jobs", "--benchmarks", str(tmp_path / "b"), "--out", str(tmp_path / "j.csv")], env)
+            assert r.returncode == 0 and FALLBACK not in r.stderr, r.stderr
+            assert json.loads((tmp_path / "t.json").read_text())["forkserver"] is True
+            assert time.monotonic() - t0 < forkserver.HELLO_TIMEOUT
+    finally:
+        forkserver.end_servers(folder)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_workflow_run_has_its_own_folder(tmp_path):
+    """Each working folder gets its own socket folder, short enough for a socket in it."""
+    a, b = forkserver.run_folder(str(tmp_path / "a")), forkserver.run_folder(str(tmp_path / "b"))
+    assert a != b and a == forkserver.run_folder(str(tmp_path / "a"))
+    assert len(os.fsencode(os.path.join(a, "0" * 16 + ".sock"))) + forkserver.TMP_SUFFIX_MAX <= forkserver.SUN_PATH_MAX
