@@ -137,6 +137,7 @@ class Estimate:
 def estimate(wf: dict, rates: dict, *, time_limit_min: float | None = None,
              sizes: dict[str, int] | None = None) -> Estimate:
     """The cost of every run of the workflow config `wf` (bayesncl.grid), per dataset."""
+    from .config import crop_size
     from .evaluation.sections import SECTIONS, _needs_train_h
     from .grid import evaluation_sections, expand_grid
     from .registry import BACKGROUND_PROBE, DATASETS
@@ -150,8 +151,8 @@ def estimate(wf: dict, rates: dict, *, time_limit_min: float | None = None,
         cfg = run.config
         gated = cfg["method"]["name"] == "bayesncl"
         ref = rates["bayesncl" if gated else "ncl"]
-        key = json.dumps([cfg["model"], cfg["method"]["name"], cfg["method"].get("head_depth"), cfg["data"]],
-                         sort_keys=True, default=str)
+        # only the gating head adds FLOPs to backbone + projector
+        key = json.dumps([cfg["model"], gated and cfg["method"]["head_depth"], crop_size(cfg)], sort_keys=True)
         if key not in flops:
             flops[key] = forward_flops(cfg)
         rate = ref["img_per_s"] * ref["gflops_fwd_per_view"] * 1e9 / flops[key]
