@@ -39,8 +39,8 @@ def flops(method: str) -> float:
 def rates():
     """Measured on exactly the grid's models: NCL runs at 1000 images/s, BayesNCL at 500."""
     return {"gpu": "test GPU", "source": "by hand",
-            "ncl": {"img_per_s": 1000.0, "gflops_fwd_per_view": flops("ncl") / 1e9},
-            "bayesncl": {"img_per_s": 500.0, "gflops_fwd_per_view": flops("bayesncl") / 1e9}}
+            "methods": [{"method": "ncl", "img_per_s": 1000.0, "gflops_fwd_per_view": flops("ncl") / 1e9},
+                        {"method": "bayesncl", "img_per_s": 500.0, "gflops_fwd_per_view": flops("bayesncl") / 1e9}]}
 
 
 def test_a_small_grid_priced_by_hand(rates):
@@ -91,7 +91,11 @@ def test_rates_from_a_gpu_check_json_prefer_the_captured_step(tmp_path):
     path = tmp_path / "gpu_check.json"
     path.write_text(json.dumps(report))
     r = measured_rates(None, path)
-    assert (r["gpu"], r["ncl"]["img_per_s"], r["bayesncl"]["img_per_s"]) == ("NVIDIA L40S", 3.0, 4.0)
+    assert r["gpu"] == "NVIDIA L40S" and [(m["method"], m["img_per_s"]) for m in r["methods"]] == [
+        ("ncl", 3.0), ("bayesncl", 4.0)]
+    del report["steps"]["throughput"]["result"]["bayesncl_cudagraph"]  # not every method captured: the eager rates
+    path.write_text(json.dumps(report))
+    assert [m["img_per_s"] for m in measured_rates(None, path)["methods"]] == [1.0, 2.0]
     report["steps"]["throughput"]["status"] = "failed"
     path.write_text(json.dumps(report))
     with pytest.raises(ConfigError, match="did not end ok"):
@@ -110,6 +114,18 @@ def test_bad_input_is_one_line(tmp_path, capsys):
         assert err.count("\n") == 1 and words in err
 
 
-def test_every_run_of_the_grid_is_priced(rates):
-    est = estimate(GRID, rates)
-    assert sum(r.runs for r in est.rows.values()) == len(expand_grid(GRID))
+def test_methods_not_measured_take_the_rate_of_their_gating(rates):
+    """SimCLR and Top-k NCL (no gating head, NCL's FLOPs) are priced at NCL's 1000 images/s; the BayesNCL variants
+    at BayesNCL's 500; with BayesNCL unmeasured, at NCL's scaled by the counted FLOPs."""
+    grid = json.loads(json.dumps(GRID))
+    grid["variants"] = {"SimCLR": {"method": {"name": "cl"}}, "Top-k NCL": {"method": {"name": "topk_ncl"}},
+                        "Soft gate": {"method": {"name": "bayesncl", "gate": "soft"}}}
+    grid["sets"] = {"table1": {"variants": list(grid["variants"])}}
+    est = estimate(grid, rates)
+    assert est.rows["cifar10"].runs == len(expand_grid(grid)) == 3
+    seconds = 100 * (50_000 // 256) * 256
+    assert est.rows["cifar10"].pretrain_h == pytest.approx((2 * seconds / 1000 + seconds / 500) / 3600, rel=1e-9)
+    only_ncl = {**rates, "methods": rates["methods"][:1]}
+    est = estimate(grid, only_ncl)
+    soft = seconds / (1000 * flops("ncl") / flops("bayesncl"))
+    assert est.rows["cifar10"].pretrain_h == pytest.approx((2 * seconds / 1000 + soft) / 3600, rel=1e-9)

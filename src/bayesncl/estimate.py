@@ -27,16 +27,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError
+from .registry import METHODS
 
-__all__ = ["MEASURED", "Estimate", "estimate", "forward_flops", "measured_rates", "pretrain_seconds", "render"]
+__all__ = ["MEASURED", "Estimate", "estimate", "forward_flops", "measured_rates", "pretrain_seconds", "reference",
+           "render"]
 
-# gpu_check's throughput step per GPU (images/s of the training step, counted forward GFLOPs of one 32 px view of
-# its model): ResNet-18 CIFAR stem, width 64, projector 2048/256, batch 256, bf16, eager step.
+# gpu_check's throughput step per GPU, one record per measured method (images/s of the training step, counted
+# forward GFLOPs of one 32 px view of its model): ResNet-18 CIFAR stem, width 64, projector 2048/256, batch 256,
+# bf16, eager step.
 MEASURED = {
     "h200": {"gpu": "NVIDIA H200",
              "source": "benchmarks/gpu_check.py, run 2 of 2026-11-30 (docs/BENCHMARKS.md, \"Measured figures\")",
-             "ncl": {"img_per_s": 10_474.0, "gflops_fwd_per_view": 1.1140},
-             "bayesncl": {"img_per_s": 9_265.0, "gflops_fwd_per_view": 1.1171}},
+             "methods": [{"method": "ncl", "img_per_s": 10_474.0, "gflops_fwd_per_view": 1.1140},
+                         {"method": "bayesncl", "img_per_s": 9_265.0, "gflops_fwd_per_view": 1.1171}]},
 }
 CAPTURED = "cudagraph"  # gpu_check's captured-step rate, preferred where it was measured (as its grid_estimate)
 FORWARD_SHARE = 1 / 6  # one forward view against a training image (two views, forward + backward)
@@ -53,20 +56,32 @@ def measured_rates(gpu: str | None = None, measured: str | Path | None = None) -
                               "that `benchmarks/gpu_check.py --out DIR` wrote") from None
         step = (report.get("steps") or {}).get("throughput") or {}
         tput = step.get("result") if step.get("status") == "ok" else None
-        if not tput or "ncl" not in tput or "bayesncl" not in tput:
+        measured = [m for m in METHODS if isinstance((tput or {}).get(m), dict)]
+        if not measured:
             raise ConfigError(f"--measured {path}: its throughput step did not end ok; rerun "
                               "`benchmarks/gpu_check.py --only throughput` on the GPU")
-        mode = CAPTURED if f"ncl_{CAPTURED}" in tput and f"bayesncl_{CAPTURED}" in tput else None
+        # the captured step's rates where every method has one (as gpu_check's own grid estimate)
+        mode = CAPTURED if all(f"{m}_{CAPTURED}" in tput for m in measured) else None
         info = report.get("info") or {}
         name = gpu or info.get("gpu") or info.get("device_name") or str(path)
         return {"gpu": name, "source": f"{path}" + (f" (train.graph={mode})" if mode else ""),
-                **{m: tput[f"{m}_{mode}" if mode else m] for m in ("ncl", "bayesncl")}}
+                "methods": [{"method": m, **tput[f"{m}_{mode}" if mode else m]} for m in measured]}
     key = (gpu or "").lower().replace("nvidia", "").replace(" ", "").replace("-", "")
     if key not in MEASURED:
         raise ConfigError(f"--gpu {gpu}: no gpu_check measurement for it (measured: {', '.join(MEASURED)}); run "
                           "`benchmarks/gpu_check.py --device cuda --out DIR` on that GPU and pass "
                           "--measured DIR/gpu_check.json")
     return MEASURED[key]
+
+
+def reference(rates: dict, method: str) -> dict:
+    """The measurement a run of `method` is priced from: its own, else one of a method with the same gating
+    (the gating head is what changes the step), else the first."""
+    from .registry import method_traits
+
+    records = rates["methods"]
+    return next((r for r in records if r["method"] == method), None) or next(
+        (r for r in records if method_traits(r["method"]).gated == method_traits(method).gated), records[0])
 
 
 def forward_flops(cfg: dict) -> float:
@@ -140,7 +155,7 @@ def estimate(wf: dict, rates: dict, *, time_limit_min: float | None = None,
     from .config import crop_size
     from .evaluation.sections import SECTIONS, _needs_train_h
     from .grid import evaluation_sections, expand_grid
-    from .registry import BACKGROUND_PROBE, DATASETS
+    from .registry import BACKGROUND_PROBE, DATASETS, method_traits
     from .report.atlas import atlas_runs
 
     runs = expand_grid(wf)
@@ -149,8 +164,8 @@ def estimate(wf: dict, rates: dict, *, time_limit_min: float | None = None,
     prepared = set()
     for run in runs.values():
         cfg = run.config
-        gated = cfg["method"]["name"] == "bayesncl"
-        ref = rates["bayesncl" if gated else "ncl"]
+        gated = method_traits(cfg["method"]["name"]).gated
+        ref = reference(rates, cfg["method"]["name"])
         # only the gating head adds FLOPs to backbone + projector
         key = json.dumps([cfg["model"], gated and cfg["method"]["head_depth"], crop_size(cfg)], sort_keys=True)
         if key not in flops:
