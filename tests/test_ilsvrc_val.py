@@ -59,6 +59,8 @@ def test_both_label_files_read_the_same(flat):
 
 def test_the_classes_of_the_list_are_hard_linked_and_pass_the_check(flat, capsys):
     root, csv, truth, meta, classes = flat
+    with pytest.raises(DataError, match="flat official val/ is sorted into class folders by `bayesncl arrange-val"):
+        check_imagenet100(root, classes=str(classes))  # the pre-flight's message names the command
     assert main(["arrange-val", str(root), "--labels", str(csv), "--classes", str(classes), "--quiet"]) == 0
     assert "2 class folders made, 0 already there (5 images, hard links)" in capsys.readouterr().out
     val = root / "val"
