@@ -125,6 +125,10 @@ def test_methods_not_measured_take_the_rate_of_their_gating(rates):
     assert est.rows["cifar10"].runs == len(expand_grid(grid)) == 3
     seconds = 100 * (50_000 // 256) * 256
     assert est.rows["cifar10"].pretrain_h == pytest.approx((2 * seconds / 1000 + seconds / 500) / 3600, rel=1e-9)
+    with_cl = {**rates, "methods": [*rates["methods"], {**rates["methods"][0], "method": "cl", "img_per_s": 2000.0}]}
+    est = estimate(grid, with_cl)  # SimCLR measured itself: its own rate
+    assert est.rows["cifar10"].pretrain_h == pytest.approx((seconds / 2000 + seconds / 1000 + seconds / 500) / 3600,
+                                                           rel=1e-9)
     only_ncl = {**rates, "methods": rates["methods"][:1]}
     est = estimate(grid, only_ncl)
     soft = seconds / (1000 * flops("ncl") / flops("bayesncl"))
