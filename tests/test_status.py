@@ -67,6 +67,7 @@ def interrupted(tmp_path):
     write_log(fail, [4.7, 4.6])
     (fail / "pretrain.log").write_text("warning: something\nbayesncl pretrain: training diverged: loss is nan in "
                                        "epoch 3 (seen by step 2); stopped.\n")
+    os.utime(fail / "pretrain.log", (NOW, NOW))  # written as the job ended, after its last checkpoint
     return res, runs, ids
 
 
@@ -117,7 +118,11 @@ def test_requeued_stalled_collapsed_and_a_failed_section(tmp_path):
     write_log(d, [4.0, 4.1])
     (d / "pretrain.log").write_text("bayesncl pretrain: SIGTERM: checkpoint saved in x; rerun the same command to "
                                     "resume (exit 75)\n")
+    os.utime(d / "pretrain.log", (NOW, NOW))
     assert run_status(d, "r", {"train": {"epochs": 5, "batch_size": 64}}, now=NOW).state == "requeued"
+    # the same line before the run's last checkpoint: an earlier job's words, since resumed
+    os.utime(d / "pretrain.log", (NOW - 1, NOW - 1))
+    assert run_status(d, "r", {"train": {"epochs": 5, "batch_size": 64}}, now=NOW).state == "running"
     (d / "pretrain.log").write_text("")
     stalled = run_status(d, "r", {"train": {"epochs": 5, "batch_size": 64}}, now=NOW + 3600)
     assert stalled.state == "running" and stalled.flags == ["stalled 1h00"] and stalled.eta_s == pytest.approx(20.0)  # two epochs after the current one

@@ -129,8 +129,11 @@ def run_status(run_dir: str | Path, run_id: str, cfg: dict | None = None, sectio
         else:
             st.state = "done" if len(done) == len(names) else "evaluating"
         return st
-    last = _last_line(d / PRETRAIN_LOG)
     started = _mtime(d / CONFIG, d / CHECKPOINT, d / LOG)
+    ended = _mtime(d / PRETRAIN_LOG)
+    # A job's last words come after its last checkpoint; a line older than the run's files (a warning at
+    # start-up, then epochs) says nothing about its end.
+    last = _last_line(d / PRETRAIN_LOG) if ended is not None and (started is None or ended >= started) else ""
     if _REQUEUED.search(last):
         st.state, st.note = "requeued", last
     elif _FAILED.search(last):
