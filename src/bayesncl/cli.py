@@ -280,7 +280,8 @@ def _estimate(args) -> int:
     if args.smoke:
         grid["smoke"] = True
     rates = measured_rates(args.gpu, args.measured)
-    print(render(estimate(grid, rates, time_limit_min=args.time_limit, sizes=sizes)), end="")
+    est = estimate(grid, rates, time_limit_min=args.time_limit, sizes=sizes, progress=sys.stderr.isatty())
+    print(render(est), end="")
     return 0
 
 

@@ -150,8 +150,10 @@ class Estimate:
 
 
 def estimate(wf: dict, rates: dict, *, time_limit_min: float | None = None,
-             sizes: dict[str, int] | None = None) -> Estimate:
+             sizes: dict[str, int] | None = None, progress: bool = False) -> Estimate:
     """The cost of every run of the workflow config `wf` (bayesncl.grid), per dataset."""
+    from tqdm.auto import tqdm
+
     from .config import crop_size
     from .evaluation.sections import SECTIONS, _needs_train_h
     from .grid import evaluation_sections, expand_grid
@@ -162,7 +164,7 @@ def estimate(wf: dict, rates: dict, *, time_limit_min: float | None = None,
     est = Estimate(rates["gpu"], rates["source"], time_limit_min=time_limit_min)
     flops: dict[str, float] = {}
     prepared = set()
-    for run in runs.values():
+    for run in tqdm(runs.values(), disable=not progress, desc="estimate", unit="run", leave=False):
         cfg = run.config
         gated = method_traits(cfg["method"]["name"]).gated
         ref = reference(rates, cfg["method"]["name"])
