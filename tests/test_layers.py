@@ -17,8 +17,8 @@ LAYERS = [
      "bayesncl.evaluation.cost", "bayesncl.evaluation.linear"],
     ["bayesncl.train"],
     ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner", "bayesncl.evaluation.context"],
-    ["bayesncl.grid", "bayesncl.preflight", "bayesncl.stale"],
-    ["bayesncl.report"],
+    ["bayesncl.grid", "bayesncl.preflight", "bayesncl.stale", "bayesncl.status"],
+    ["bayesncl.report", "bayesncl.estimate"],  # estimate: the atlas submissions (report.atlas)
     ["bayesncl.cli"],
     ["bayesncl.forkserver", "bayesncl.__main__"],  # the `bayesncl` script: routes a command or runs the CLI
 ]

@@ -6,9 +6,8 @@ import json
 import math
 from typing import TYPE_CHECKING
 
-import torch
-
 from bayesncl import config
+from bayesncl.estimate import forward_flops  # noqa: F401 - the one count, also steps_train's (via this module)
 
 from .common import CAPTURED, PAPER_MINUTES, ROOT, TRAIN_IMAGES, StepFailed
 
@@ -19,18 +18,6 @@ if TYPE_CHECKING:
 def cpus_per_gpu(need_img_per_s: float, per_core_img_per_s: float) -> int:
     """CPUs to ask for per GPU: enough feeding cores for the GPU's images/s, plus one for the training process."""
     return math.ceil(need_img_per_s / per_core_img_per_s) + 1
-
-
-def forward_flops(cfg: dict) -> float:
-    """Counted forward FLOPs of one training view (backbone + projector + gating head), built on the meta
-    device (no weights, no compute)."""
-    from bayesncl.evaluation.cost import count_flops_per_image
-    from bayesncl.methods import build_method
-
-    s = config.crop_size(cfg)
-    with torch.device("meta"):
-        model = build_method(cfg).train()
-    return count_flops_per_image(model, torch.randn(2, 3, s, s, device="meta"))
 
 
 def estimate_grid(configs: list[dict], tput: dict) -> dict:

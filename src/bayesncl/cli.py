@@ -1,5 +1,5 @@
 """Command line: `bayesncl pretrain | evaluate | summarize | report | jobs | atlas | document | pdf |
-make-synthetic | prepare | stale`."""
+make-synthetic | prepare | stale | status | estimate | arrange-val`."""
 
 from __future__ import annotations
 
@@ -249,6 +249,50 @@ def _prepare(args) -> int:
     return 0
 
 
+def _status(args) -> int:
+    from .status import grid_status, render
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    grid = _read_grid(args.grid) if args.grid else None
+    results = args.results or (grid or {}).get("results") or "results"
+    if not Path(results).is_dir():
+        raise ConfigError(f"RESULTS {results}: no such folder; give the grid's results folder (its `results:`)")
+    print(render(grid_status(results, grid), args.only), end="")
+    return 0
+
+
+def _estimate(args) -> int:
+    from .config import parse_set
+    from .estimate import estimate, measured_rates, render
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    if args.gpu is None and args.measured is None:
+        raise ConfigError("--gpu: name the GPU (e.g. --gpu h200) or give --measured DIR/gpu_check.json")
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise ConfigError(f"--time-limit: {args.time_limit} is not a positive number of minutes")
+    sizes = {}
+    for item in args.images:
+        name, value = parse_set(item)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"--images {item}: expected DATASET=N, N a positive number of training images")
+        sizes[name] = value
+    grid = _read_grid(args.grid)
+    if args.smoke:
+        grid["smoke"] = True
+    rates = measured_rates(args.gpu, args.measured)
+    est = estimate(grid, rates, time_limit_min=args.time_limit, sizes=sizes, progress=sys.stderr.isatty())
+    print(render(est), end="")
+    return 0
+
+
+def _arrange_val(args) -> int:
+    from .data.ilsvrc_val import arrange_val
+
+    for line in arrange_val(args.root, args.labels, args.meta, args.classes, args.symlink, progress=not args.quiet):
+        print(line)
+    return 0
+
+
 def _atlas(args) -> int:
     from .report.atlas import write_atlas
     from .report.provenance import stamp
@@ -419,6 +463,43 @@ def build_parser() -> argparse.ArgumentParser:
                     help="check the checksum of every block of an existing copy (each open checks a sample) and "
                          "decode again the images of the blocks that differ")
     sp.set_defaults(func=_prepare)
+
+    sp = sub.add_parser("status", help="the grid's progress: each run done, running (epoch, loss, ETA), failed, "
+                                       "waiting; flags and totals",
+                        description="Read while the grid runs (nothing is written): every run's state from its "
+                                    "folder under RESULTS/runs and, with --grid, the runs still waiting.")
+    sp.add_argument("results", nargs="?", metavar="RESULTS", help="the grid's results folder (default: the grid's "
+                                                                   "`results:`, else results)")
+    sp.add_argument("--grid", help="the workflow config (e.g. config/paper.yaml): lists the runs not started too")
+    sp.add_argument("--only", nargs="+", metavar="STATE", choices=["failed", "running", "requeued", "evaluating",
+                                                                    "waiting", "done"],
+                    help="list only runs in these states (the totals count every run)")
+    sp.set_defaults(func=_status)
+
+    sp = sub.add_parser("estimate", help="GPU-hours and submissions of a grid before it runs, for a named GPU",
+                        description="What a workflow config costs: pretraining and evaluation GPU-hours and the "
+                                    "SLURM submissions, from benchmarks/gpu_check.py's measured rate on the GPU.")
+    sp.add_argument("--grid", required=True, help="the workflow config, e.g. config/paper.yaml")
+    sp.add_argument("--gpu", help="a GPU with a stored gpu_check measurement, e.g. h200")
+    sp.add_argument("--measured", metavar="JSON", help="your GPU's DIR/gpu_check.json (benchmarks/gpu_check.py)")
+    sp.add_argument("--time-limit", type=float, metavar="MINUTES",
+                    help="the partition's time limit: a run needing more is that many pretraining submissions")
+    sp.add_argument("--images", action="append", default=[], metavar="DATASET=N",
+                    help="training images of a dataset whose size is not known before it is read (an image folder)")
+    sp.add_argument("--smoke", action="store_true", help="the smoke run's grid (--config smoke=true)")
+    sp.set_defaults(func=_estimate)
+
+    sp = sub.add_parser("arrange-val", help="sort the flat official ILSVRC-2012 val/ into class folders (links)",
+                        description="Link ROOT/val/<file> into ROOT/val/<wnid>/<file> for the ImageNet-100 classes "
+                                    "(or all), from LOC_val_solution.csv or the devkit's ground truth and meta.mat.")
+    sp.add_argument("root", metavar="ROOT", help="the ImageNet root holding train/ and the flat val/")
+    sp.add_argument("--labels", required=True, help="LOC_val_solution.csv, or the devkit's "
+                                                    "data/ILSVRC2012_validation_ground_truth.txt")
+    sp.add_argument("--meta", help="the devkit's data/meta.mat (with the ground-truth file)")
+    sp.add_argument("--classes", help="a one-wnid-per-line file, or `all` (default: the shipped ImageNet-100 list)")
+    sp.add_argument("--symlink", action="store_true", help="relative symbolic links instead of hard links")
+    sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.set_defaults(func=_arrange_val)
     return p
 
 

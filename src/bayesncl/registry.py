@@ -166,6 +166,9 @@ class DatasetSpec:
     prepare: "str | Callable | None" = None
     trainable: bool = True           # a choice of data.dataset (Waterbirds is read by the background probe only)
     module: str = ""
+    # images per split, {"train": n, "test": n}, or data_cfg -> that; None: not known before the data is read
+    # (the cost estimate, bayesncl.estimate, then asks for it)
+    images: "dict | Callable | None" = None
 
     def loader(self) -> Callable:
         return _resolve(self.load)
@@ -180,6 +183,9 @@ class DatasetSpec:
         return bool(_resolve(self.backgrounds)(data_cfg)) if callable(self.backgrounds) or isinstance(
             self.backgrounds, str) else bool(self.backgrounds)
 
+    def sizes(self, data_cfg: dict) -> dict | None:
+        return dict(self.images(data_cfg)) if callable(self.images) else self.images
+
     def crop_size(self, cfg: dict) -> int:
         return int(self.crop(cfg) if callable(self.crop) else self.crop)
 
@@ -189,21 +195,22 @@ DATASETS: Registry[DatasetSpec] = Registry("dataset", "data.dataset")
 for _spec in (
     DatasetSpec("synthetic", "Synthetic", "bayesncl.data:_load_synthetic", "bayesncl.data:_check_synthetic",
                 crop=lambda cfg: cfg["data"]["synthetic"]["image_size"], retrieval_k=32, needs_root=False,
-                backgrounds=True),
+                backgrounds=True, images=lambda d: {"train": d["synthetic"]["train_size"],
+                                                    "test": d["synthetic"]["test_size"]}),
     DatasetSpec("cifar10", "CIFAR-10", "bayesncl.data:_load_cifar", "bayesncl.data:_check_cifar", crop=32,
-                retrieval_k=64),
+                retrieval_k=64, images={"train": 50_000, "test": 10_000}),
     DatasetSpec("cifar100", "CIFAR-100", "bayesncl.data:_load_cifar", "bayesncl.data:_check_cifar", crop=32,
-                retrieval_k=128),
+                retrieval_k=128, images={"train": 50_000, "test": 10_000}),
     DatasetSpec("imagenet100", "ImageNet-100", "bayesncl.data:_load_imagenet100", "bayesncl.data:_check_imagenet100",
                 crop=224, retrieval_k=256, probe="imagenet", prepared="bayesncl.data.imagenet:prepared_manifests",
-                prepare="bayesncl.data:_prepare_imagenet100"),
+                prepare="bayesncl.data:_prepare_imagenet100", images={"train": 126_689, "test": 5_000}),
     # Any folder of class subfolders (bayesncl.data.imagefolder); its sizes: data.imagefolder.*
     DatasetSpec("imagefolder", "Image folder", "bayesncl.data:_load_imagefolder", "bayesncl.data:_check_imagefolder",
                 crop=lambda cfg: cfg["data"]["imagefolder"]["crop_size"], retrieval_k=64,
                 backgrounds="bayesncl.data:_imagefolder_backgrounds",
                 prepared="bayesncl.data:_imagefolder_manifests", prepare="bayesncl.data:_prepare_imagefolder"),
     DatasetSpec("waterbirds", "Waterbirds", "bayesncl.data:_load_waterbirds", "bayesncl.data:_check_waterbirds",
-                crop=224, trainable=False),
+                crop=224, trainable=False, images={"train": 4_795, "test": 5_794}),
 ):
     DATASETS.register(_spec)
 

@@ -2,8 +2,8 @@
 
 Layout: an ImageNet-1k tree of class folders,
   <root>/train/<wnid>/*.JPEG   (split "train")
-  <root>/val/<wnid>/*.JPEG     (split "test"; the flat official val/ must first be sorted into
-                                class folders, e.g. with the usual valprep.sh)
+  <root>/val/<wnid>/*.JPEG     (split "test"; the flat official val/ is sorted into class folders
+                                once by `bayesncl arrange-val`, bayesncl.data.ilsvrc_val)
 of which only the wnids in ``imagenet100_classes.txt`` (shipped with the package) are read.
 Labels are the index of the wnid in the SORTED class list, as torchvision's ImageFolder would number
 a folder holding just those classes.
@@ -212,7 +212,8 @@ def _check_split_dir(root: Path, split_dir: Path, wnids: list[str]) -> None:
         shown = ", ".join(str(split_dir / w) for w in missing[:3]) + (" ..." if len(missing) > 3 else "")
         raise DataError(
             f"ImageNet-100: {len(missing)} of {len(wnids)} class folders missing: {shown}; expected {_LAYOUT}"
-            " with every wnid of the class list (val/ must be sorted into class folders)"
+            " with every wnid of the class list (the flat official val/ is sorted into class folders by "
+            "`bayesncl arrange-val ROOT --labels LOC_val_solution.csv`)"
         )
 
 

@@ -1,0 +1,219 @@
+"""The grid's progress at a glance (`bayesncl status RESULTS`): every run done, running, failed or waiting.
+
+Read from what the runs write (bayesncl.rundir) and, with the workflow config, from the plan (bayesncl.grid):
+nothing is locked or written, so it works while the grid runs, on the submitting machine, from the shared
+results folder. A run's state:
+
+- done: model.pt and every evaluation section its sets need (eval/<section>.json);
+- evaluating: model.pt, some sections still missing (none failed);
+- running: pretraining started (config.resolved.yaml, checkpoint.pt or log.jsonl) and has not ended;
+  epoch k of E, the last epoch's loss, an ETA from the median epoch time; "stalled" when nothing was written
+  for three epoch times (and at least STALL_MIN_S): its job may have been killed without a word;
+- requeued: pretraining stopped by SIGTERM (exit 75, a time limit or preemption) and resumes when resubmitted;
+- failed: pretrain.log, or a missing section's <section>.log, ends in an error line (shown);
+- waiting: nothing written yet.
+
+Flags (bayesncl.learning, the rules the report's § and ¶ marks use): "collapse@e" from the InfoNCE epochs so
+far; "still learning" once pretraining ended with the loss still falling.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import load_yaml_file
+from .errors import BayesNCLError
+from .grid import evaluation_sections, expand_grid, smoke_results
+from .rundir import CHECKPOINT, CONFIG, EVAL, FINAL, LOG
+
+__all__ = ["STATES", "RunStatus", "grid_status", "render", "run_status", "totals"]
+
+# In the order the table lists them: what needs a look first.
+STATES = ("failed", "running", "requeued", "evaluating", "waiting", "done")
+STALL_EPOCHS = 3
+STALL_MIN_S = 900.0
+PRETRAIN_LOG = "pretrain.log"  # Snakemake's log of the pretrain rule (workflow/rules/pretrain.smk)
+# The last line of a command that stopped: SIGTERM's exit 75 (bayesncl.cli), else an error or a traceback's end.
+_REQUEUED = re.compile(r"\bexit 75\b")
+_FAILED = re.compile(r"\berror\b|diverged|^Traceback|^\w+(Error|Exception)\b|^Killed|out of memory|CANCELLED",
+                     re.IGNORECASE)
+
+
+@dataclass
+class RunStatus:
+    run_id: str
+    state: str
+    epoch: int = 0
+    epochs: int | None = None
+    loss: float | None = None
+    eta_s: float | None = None
+    train_s: float = 0.0  # training seconds so far (the log's epoch_seconds)
+    sections: tuple[int, int] | None = None  # evaluation sections (done, needed)
+    flags: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+def _last_line(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def _read_log(path: Path) -> list[dict]:
+    """The epochs logged so far ([] when none). The trainer replaces the file whole, so a read sees a whole file."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # not one of the trainer's lines: skip it, the rest still says where it is
+            continue
+    return out
+
+
+def _mtime(*paths: Path) -> float | None:
+    times = [p.stat().st_mtime for p in paths if p.exists()]
+    return max(times) if times else None
+
+
+def run_status(run_dir: str | Path, run_id: str, cfg: dict | None = None, sections: list[str] | None = None,
+               now: float | None = None) -> RunStatus:
+    """One run's state from its folder. `cfg`: its run config from the plan (else the one it recorded);
+    `sections`: the evaluation sections it needs (else the ones it has written count as all)."""
+    from .learning import collapse, learning_slope
+
+    d = Path(run_dir)
+    now = time.time() if now is None else now
+    if cfg is None and (d / CONFIG).is_file():
+        try:
+            cfg = load_yaml_file(d / CONFIG, str(d / CONFIG))
+        except BayesNCLError:
+            cfg = None
+    cfg = cfg if isinstance(cfg, dict) else {}
+    log = _read_log(d / LOG)
+    train = cfg.get("train") or {}
+    st = RunStatus(run_id, "waiting", epoch=len(log), epochs=train.get("epochs"))
+    if log:
+        st.loss = log[-1].get("loss")
+        st.train_s = sum(r.get("epoch_seconds", 0.0) for r in log)
+        infonce = [r.get("infonce", r.get("loss", math.nan)) for r in log]
+        fall = collapse(infonce, train.get("batch_size", 256))
+        if fall["collapsed"]:
+            st.flags.append(f"collapse@{fall['epoch']}")
+    trained = (d / FINAL).is_file()
+    if trained:
+        if log and learning_slope([r.get("infonce", r.get("loss", math.nan)) for r in log])["still_learning"]:
+            st.flags.append("still learning")
+        ev = d / EVAL
+        names = sections if sections is not None else sorted(p.stem for p in ev.glob("*.json"))
+        done = [s for s in names if (ev / f"{s}.json").is_file()]
+        st.sections = (len(done), len(names))
+        failed = [(s, line) for s in names if s not in done
+                  for line in [_last_line(ev / f"{s}.log")] if _FAILED.search(line)]
+        if failed:
+            st.state, st.note = "failed", f"{failed[0][0]}: {failed[0][1]}"
+        else:
+            st.state = "done" if len(done) == len(names) else "evaluating"
+        return st
+    started = _mtime(d / CONFIG, d / CHECKPOINT, d / LOG)
+    ended = _mtime(d / PRETRAIN_LOG)
+    # A job's last words come after its last checkpoint; a line older than the run's files (a warning at
+    # start-up, then epochs) says nothing about its end.
+    last = _last_line(d / PRETRAIN_LOG) if ended is not None and (started is None or ended >= started) else ""
+    if _REQUEUED.search(last):
+        st.state, st.note = "requeued", last
+    elif _FAILED.search(last):
+        st.state, st.note = "failed", last
+    elif started is not None:
+        st.state = "running"
+        times = [r["epoch_seconds"] for r in log if isinstance(r.get("epoch_seconds"), (int, float))]
+        if times and st.epochs:
+            per = statistics.median(times)
+            since = max(0.0, now - started)
+            left = max(st.epochs - st.epoch, 0)
+            # the epoch under way has run `since` seconds (the log and checkpoint are written at each epoch's end)
+            st.eta_s = max(left - 1, 0) * per + max(per - since, 0.0) if left else 0.0
+            if since > max(STALL_EPOCHS * per, STALL_MIN_S):
+                st.flags.append(f"stalled {_duration(since)}")
+    return st
+
+
+def _runs_on_disk(results: Path) -> list[str]:
+    """Run ids under results/runs: the folders holding a run's files."""
+    root = results / "runs"
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        if CONFIG in filenames or FINAL in filenames or LOG in filenames:
+            found.append(Path(dirpath).relative_to(root).as_posix())
+            dirnames.clear()
+        dirnames[:] = [n for n in dirnames if n != EVAL and not n.startswith(".")]
+    return sorted(found)
+
+
+def grid_status(results: str | Path, grid: dict | None = None, now: float | None = None) -> list[RunStatus]:
+    """Every run of the plan (`grid`, a workflow config: waiting ones included) or, without one, every run
+    found under results/runs. A results folder named like a smoke run's reads the smoke plan."""
+    results = Path(results)
+    now = time.time() if now is None else now
+    if grid is None:
+        return [run_status(results / "runs" / rid, rid, now=now) for rid in _runs_on_disk(results)]
+    wf = dict(grid)
+    if str(results).rstrip("/") == smoke_results(str(results)):  # results-smoke: the smoke run's shrunk plan
+        wf["smoke"] = True
+    runs = expand_grid(wf)
+    return [run_status(results / "runs" / rid, rid, run.config, evaluation_sections(run), now=now)
+            for rid, run in runs.items()]
+
+
+def totals(rows: list[RunStatus]) -> dict:
+    """Runs per state, epochs trained of those planned, training GPU-hours so far, the longest ETA."""
+    out: dict = {s: sum(r.state == s for r in rows) for s in STATES}
+    out["runs"] = len(rows)
+    out["epochs_done"] = sum(r.epoch for r in rows)
+    out["epochs_planned"] = sum(r.epochs or 0 for r in rows)
+    out["train_hours"] = sum(r.train_s for r in rows) / 3600
+    out["flagged"] = sum(bool(r.flags) for r in rows)
+    etas = [r.eta_s for r in rows if r.eta_s is not None]
+    out["longest_eta_s"] = max(etas) if etas else None
+    return out
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    m = int(round(seconds / 60))
+    return f"{m // 60}h{m % 60:02d}" if m >= 60 else f"{m}m"
+
+
+def render(rows: list[RunStatus], states: list[str] | None = None) -> str:
+    """The table (failed runs first) and the totals, as `bayesncl status` prints them."""
+    order = {s: i for i, s in enumerate(STATES)}
+    shown = sorted((r for r in rows if not states or r.state in states), key=lambda r: (order[r.state], r.run_id))
+    lines = [f"{'state':<10} {'epoch':>9} {'loss':>7} {'ETA':>6} {'eval':>5}  {'run':<s}"]
+    for r in shown:
+        epoch = f"{r.epoch}/{r.epochs}" if r.epochs is not None else str(r.epoch)
+        loss = f"{r.loss:.3f}" if isinstance(r.loss, (int, float)) and math.isfinite(r.loss) else "-"
+        ev = f"{r.sections[0]}/{r.sections[1]}" if r.sections else "-"
+        extra = "  ".join(x for x in (", ".join(r.flags) and f"[{', '.join(r.flags)}]", r.note) if x)
+        lines.append(f"{r.state:<10} {epoch:>9} {loss:>7} {_duration(r.eta_s) if r.state == 'running' else '-':>6} "
+                     f"{ev:>5}  {r.run_id}" + (f"  {extra}" if extra else ""))
+    t = totals(rows)
+    counts = ", ".join(f"{t[s]} {s}" for s in STATES if t[s])
+    lines.append(f"{t['runs']} runs: {counts or 'none'}; {t['epochs_done']} of {t['epochs_planned']} epochs trained "
+                 f"({t['train_hours']:.1f} GPU-hours of training so far); {t['flagged']} flagged"
+                 + (f"; the longest ETA {_duration(t['longest_eta_s'])}" if t["longest_eta_s"] is not None else ""))
+    return "\n".join(lines) + "\n"
