@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import types
 from collections import OrderedDict
@@ -292,3 +293,84 @@ def test_an_export_of_an_other_width_is_safetensors_only(tmp_path):
     with pytest.raises(CheckpointError, match="model.width is 4"):
         export(tmp_path / "model.pt", tmp_path / "x", "timm")
     assert not (tmp_path / "x").exists()
+
+
+# ------------------------------------------------------------------------------------------- in the workflow
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _grid_with_import(tmp_path: Path, model_pt: Path, sets=("table1", "table2")) -> dict:
+    """config/tiny.yaml cut to two tables, with one released checkpoint (written from `model_pt`) imported."""
+    wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    keep = ["NCL", "BayesNCL (STE)"]
+    wf["variants"] = {k: wf["variants"][k] for k in keep}
+    wf["sets"] = {s: {"variants": keep} for s in sets}
+    ckpt = write_released(model_pt, tmp_path / "released")
+    wf["imported"] = [{"checkpoint": str(ckpt), "name": "BayesNCL (released)", "dataset": "synthetic",
+                       "sets": list(sets)}]
+    wf["results"] = str(tmp_path / "results")
+    return wf
+
+
+def test_an_imported_checkpoint_is_a_run_of_the_grid_that_is_never_trained(trained, tmp_path):
+    from bayesncl.errors import ConfigError
+    from bayesncl.grid import expand_grid, trigger_config
+
+    run, cfg = trained
+    wf = _grid_with_import(tmp_path, run / "model.pt")
+    runs = expand_grid(wf)
+    (imp,) = [r for r in runs.values() if r.imported]
+    assert imp.variant == "BayesNCL (released)" and imp.sets == ["table1", "table2"]
+    assert imp.run_id == f"synthetic/{cfg['method']['name']}/imported~BayesNCL_released/seed~0"
+    assert imp.imported["sha256"] == released.sha256_file(wf["imported"][0]["checkpoint"])
+    assert imp.config["model"] == cfg["model"] and imp.config["method"] == cfg["method"]
+    assert imp.config["data"] == C.resolve(base={"data": yaml.safe_load(
+        (ROOT / "config" / "tiny.yaml").read_text())["defaults"]["data"]})["data"]  # the grid's data settings
+    assert trigger_config(imp.config, "evaluate")["eval"]["probe"] == "fast"
+    assert len([r for r in runs.values() if not r.imported]) == 2
+    for edit, phrase in ((lambda e: e.update(dataset="cifar10"), "imported[0].dataset: unknown dataset"),
+                         (lambda e: e.update(name="NCL"), "imported[0].name: 'NCL' is a variant of the grid"),
+                         (lambda e: e.update(sets=["table9"]), "imported[0].sets: unknown set 'table9'"),
+                         (lambda e: e.update(overrides={"model": {"proj_dim": 3}}), "imported[0]: model.proj_dim=3")):
+        bad = yaml.safe_load(yaml.safe_dump(wf))
+        edit(bad["imported"][0])
+        with pytest.raises(ConfigError, match=re.escape(phrase)):
+            expand_grid(bad)
+
+
+@pytest.mark.grid
+def test_the_tiny_grid_with_an_imported_checkpoint_evaluates_and_reports_it(trained, tmp_path):
+    import shutil
+    import subprocess
+
+    import pandas as pd
+
+    exe = shutil.which("snakemake")
+    if exe is None:
+        pytest.skip("snakemake not installed (pip install -e '.[workflow]')")
+    run, cfg = trained
+    wf = _grid_with_import(tmp_path, run / "model.pt")
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(wf, sort_keys=False))
+    out = Path(wf["results"])
+    env = dict(__import__("os").environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    targets = [str(out / "tables" / f"{t}.md") for t in ("table1", "table2")]
+    r = subprocess.run([exe, "--cores", "2", *targets, "--configfile", str(tmp_path / "grid.yaml")], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    runs = pd.read_csv(out / "summary" / "runs.csv")
+    imp = runs[runs["variant"] == "BayesNCL (released)"]
+    sha = released.sha256_file(wf["imported"][0]["checkpoint"])
+    assert len(imp) == 1 and imp["imported"].iloc[0] == sha and imp["sc"].notna().all()
+    assert imp["stale"].isna().all()  # the job imported it with the config the grid gives it
+    assert (runs[runs["variant"] != "BayesNCL (released)"]["imported"].isna()).all()
+    rid = imp["run_id"].iloc[0]
+    assert not (out / "runs" / rid / "checkpoint.pt").exists()  # imported, never trained
+    assert "imported" in (out / "runs" / rid / "import.log").read_text()  # made by rule import_weights
+    for t in ("table1", "table2"):
+        md = (out / "tables" / f"{t}.md").read_text()
+        assert "BayesNCL (released) (imported)" in md and sha[:16] in md, t
+    rec = json.loads((out / "runs" / rid / "eval" / "features.json").read_text())
+    assert rec["run"]["imported"]["sha256"] == sha
+    again = subprocess.run([exe, "-n", "--cores", "2", *targets, "--configfile", str(tmp_path / "grid.yaml")],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr

@@ -268,7 +268,8 @@ def _import(args) -> int:
     from .weights.released import import_checkpoint, write_run
 
     check_writable_dir(args.out)
-    imp = import_checkpoint(args.checkpoint, file=args.config, sets=args.set, args=args.args)
+    overrides = _json_object(args.config_json, "--config-json") if args.config_json else None
+    imp = import_checkpoint(args.checkpoint, file=args.config, sets=args.set, args=args.args, overrides=overrides)
     path = write_run(imp, args.checkpoint, args.out)
     for flag in imp.flags:
         print(f"note: {flag}")
@@ -301,6 +302,7 @@ def _weights_commands(sub, common) -> None:
     common(sp)
     sp.add_argument("--checkpoint", required=True, metavar="CKPT", help="the released code's .ckpt")
     sp.add_argument("--args", metavar="JSON", help="the released run's args.json (default: the one beside CKPT)")
+    sp.add_argument("--config-json", help=argparse.SUPPRESS)  # the workflow's run config (bayesncl.grid)
     sp.add_argument("--out", required=True, metavar="DIR", help="run folder: model.pt, config.resolved.yaml")
     sp.set_defaults(func=_import)
 

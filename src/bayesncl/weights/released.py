@@ -281,11 +281,13 @@ def infer(groups: dict, hp: dict, path: Path, sets: dict) -> tuple[dict, list[st
 
 
 def import_checkpoint(path: str | Path, file: str | Path | None = None, sets: list[str] | tuple = (),
-                      args: str | Path | None = None) -> Imported:
-    """A released checkpoint as a validated run config and this package's state dict. `file`/`sets`: the
-    user's config file and --set overrides (the data and evaluation settings; what the checkpoint leaves open).
-    A --set that contradicts the checkpoint's shapes is refused."""
-    from ..config import parse_set
+                      args: str | Path | None = None, base: dict | None = None,
+                      overrides: dict | None = None) -> Imported:
+    """A released checkpoint as a validated run config and this package's state dict. The config is laid in
+    layers: defaults <- `file` <- `base` (the data, training and evaluation settings a workflow gives every run)
+    <- what the checkpoint says <- `overrides` <- `sets` (--set). An override that contradicts the checkpoint's
+    shapes is refused."""
+    from ..config import DEFAULTS, merge, parse_set, validate
     from ..methods import build_method
 
     path = Path(path)
@@ -295,20 +297,20 @@ def import_checkpoint(path: str | Path, file: str | Path | None = None, sets: li
         raise CheckpointError(f"checkpoint {path}: its state_dict is a {type(sd).__name__}, not a dict")
     groups, dropped = split_state(sd, path)
     hp, source = hyper_parameters(ckpt, path, args)
-    given = dict(parse_set(s) for s in sets)
+    given = {**flatten(overrides or {}), **dict(parse_set(s) for s in sets)}
     partial, flags, shaped = infer(groups, hp, path, given)
+    want_shape = flatten(partial)
     for key in sorted(shaped & set(given)):
-        if given[key] != flatten(partial)[key]:
-            raise CheckpointError(f"--set {key}={given[key]}: the checkpoint's shapes give {key} = "
-                                  f"{flatten(partial)[key]}; leave it out")
+        if given[key] != want_shape[key]:
+            raise CheckpointError(f"{key}={given[key]}: the checkpoint {path} has {key} = {want_shape[key]} (its "
+                                  "shapes); leave the key out")
     try:
-        cfg = resolve(base=partial, sets=sets, file=file)
+        layers = resolve(file=file) if file is not None else copy.deepcopy(DEFAULTS)
+        for layer in (base, partial, overrides):
+            merge(layers, copy.deepcopy(layer or {}))
+        cfg = resolve(base=layers, sets=sets) if sets else validate(layers)
     except ConfigError as e:
         raise ConfigError(f"checkpoint {path}: {e}") from None
-    for key in sorted(shaped):
-        if flatten(cfg)[key] != flatten(partial)[key]:
-            raise CheckpointError(f"{file}: {key} is {flatten(cfg)[key]}, the checkpoint's shapes give "
-                                  f"{flatten(partial)[key]}; leave it out of the config file")
     state = {f"{PREFIXES[p]}.{k}": v for p, g in groups.items() for k, v in g.items()}
     model = build_method(cfg)
     want = model.state_dict()
