@@ -306,8 +306,8 @@ def _grid_with_import(tmp_path: Path, model_pt: Path, sets=("table1", "table2"))
     wf["variants"] = {k: wf["variants"][k] for k in keep}
     wf["sets"] = {s: {"variants": keep} for s in sets}
     ckpt = write_released(model_pt, tmp_path / "released")
-    wf["imported"] = [{"checkpoint": str(ckpt), "name": "BayesNCL (released)", "dataset": "synthetic",
-                       "sets": list(sets)}]
+    wf["imported"] = [{"checkpoint": str(ckpt), "args": str(ckpt.parent / "args.json"), "name": "BayesNCL (released)",
+                       "dataset": "synthetic", "sets": list(sets)}]
     wf["results"] = str(tmp_path / "results")
     return wf
 
@@ -374,3 +374,25 @@ def test_the_tiny_grid_with_an_imported_checkpoint_evaluates_and_reports_it(trai
     again = subprocess.run([exe, "-n", "--cores", "2", *targets, "--configfile", str(tmp_path / "grid.yaml")],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_rows_of_imported_weights_say_so_and_the_caption_names_the_file_and_its_hash():
+    import pandas as pd
+
+    from bayesncl.report import provenance, summary, tables
+
+    sha = "ab" * 32
+    rows = [{"run_id": f"synthetic/x/seed~{s}", "dataset": "synthetic", "arch": "resnet18", "method": m,
+             "variant": v, "sets": "table1", "seed": s, "sc": 10.0 + s, "imported": imp, "imported_from": frm}
+            for s in (0, 1) for m, v, imp, frm in (("ncl", "NCL", "", ""),
+                                                    ("bayesncl", "BayesNCL (released)", sha, "r/x.ckpt"))]
+    df = summary.prepare(pd.DataFrame(rows))
+    for kind in ("md", "tex"):
+        text = tables.render_table(df, "table1", kind)
+        assert text.count("(imported)") >= 1 and "NCL (imported)" not in text, kind
+        assert f"r/x.ckpt (sha256 {sha[:16]})" in text.replace("\\_", "_"), kind
+    plain = summary.prepare(pd.DataFrame([r for r in rows if not r["imported"]]))
+    assert "imported" not in tables.render_table(plain, "table1", "md").lower()
+    assert provenance.imported_runs(df) == [
+        {"run_id": "synthetic/x/seed~0", "variant": "BayesNCL (released)", "checkpoint": "r/x.ckpt", "sha256": sha},
+        {"run_id": "synthetic/x/seed~1", "variant": "BayesNCL (released)", "checkpoint": "r/x.ckpt", "sha256": sha}]

@@ -311,9 +311,11 @@ def _weights_commands(sub, common) -> None:
                                     "DIR/backbone.safetensors, loadable with strict=True into the ResNet that "
                                     "DIR/config.json describes (docs/USAGE.md), and the run config as JSON.")
     sp.add_argument("--checkpoint", required=True, metavar="PT", help="a model.pt")
-    sp.add_argument("--format", required=True, choices=FORMATS)
+    sp.add_argument("--format", required=True, choices=FORMATS,
+                    help="torchvision or timm: backbone.pth; safetensors: backbone.safetensors (any width)")
     sp.add_argument("--heads", action="store_true", help="also the projector and the gating head (heads.*)")
-    sp.add_argument("--out", required=True, metavar="DIR")
+    sp.add_argument("--out", required=True, metavar="DIR", help="folder for the files and config.json; created if "
+                                                                "missing")
     sp.set_defaults(func=_export)
 
 

@@ -251,9 +251,11 @@ def imported_runs(wf: dict, grid_runs: dict[str, Run]) -> dict[str, Run]:
     checkpoint leaves open. Its id: <dataset>/<method>/imported~<name>/seed~<seed>."""
     import re
 
-    from .weights.released import import_checkpoint
-
     runs: dict[str, Run] = {}
+    if not wf.get("imported"):
+        return runs
+    from .weights.released import import_checkpoint  # torch: only for a grid that imports weights
+
     for i, entry in enumerate(wf.get("imported") or []):
         where = f"imported[{i}]"
         ds = entry["dataset"]

@@ -76,8 +76,8 @@ except ConfigError as e:
 
 RESULTS = config["results"]
 # The runs of imported weights (the workflow config's `imported:`; bayesncl.grid.imported_runs): rules/imported.smk
-# makes their model.pt from the checkpoint instead of training it. {run id: {checkpoint, args, sha256}}
-IMPORTED = {rid: run.imported for rid, run in RUNS.items() if run.imported}
+# makes their model.pt from the checkpoint instead of training it. {run id: {checkpoint, args, sha256, config}}
+IMPORTED = {rid: {**run.imported, "config": run.config} for rid, run in RUNS.items() if run.imported}
 BENCHMARKS = f"{RESULTS}/benchmarks"  # each job's wall time and memory (`benchmark:`), summary/jobs.csv
 # The extended benchmark record also names the rule, the wildcards and the resources a job was given (its GPUs,
 # for the GPU-hours as run): what `bayesncl jobs` reads. Snakemake's --benchmark-extended, set for every run.

@@ -4,25 +4,16 @@ import json
 import os
 import re
 
-from_common("IMPORTED", "RESULTS", "RUNS", "benchmark_file", "launch")
+from_common("IMPORTED", "RESULTS", "benchmark_file", "launch")
 
 
 ruleorder: import_weights > pretrain
 
 
-def import_inputs(wildcards):
-    entry = IMPORTED[wildcards.run]
-    return [entry["checkpoint"]] + ([entry["args"]] if entry["args"] else [])
-
-
-def import_config_text(wildcards, output):
-    """The run config the grid gave the run (derived: the trigger is the checkpoint's hash)."""
-    return json.dumps(RUNS[wildcards.run].config, sort_keys=True)
-
-
 rule import_weights:
     input:
-        import_inputs,
+        ckpt=lambda wc: IMPORTED[wc.run]["checkpoint"],
+        args=lambda wc: [IMPORTED[wc.run]["args"]] if IMPORTED[wc.run]["args"] else [],
     output:
         f"{RESULTS}/runs/{{run}}/model.pt",
     log:
@@ -32,9 +23,10 @@ rule import_weights:
     wildcard_constraints:
         run="|".join(re.escape(rid) for rid in IMPORTED) or "(?!)",  # only the imported runs
     params:
-        config=import_config_text,
+        # the run config the grid gave the run (derived: takes output); the trigger is the checkpoint's hash
+        config=lambda wc, output: json.dumps(IMPORTED[wc.run]["config"], sort_keys=True),
         trigger=lambda wc: IMPORTED[wc.run]["sha256"],
-        args=lambda wc: f"--args {IMPORTED[wc.run]['args']}" if IMPORTED[wc.run]["args"] else "",
+        args=lambda wc, input: f"--args {input.args}" if input.args else "",
         out=lambda wc, output: os.path.dirname(output[0]),
         launch=launch("import_weights", "run"),
     threads: 1
@@ -42,5 +34,5 @@ rule import_weights:
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "{params.launch}bayesncl import --checkpoint {input[0]:q} {params.args} --out {params.out} "
+        "{params.launch}bayesncl import --checkpoint {input.ckpt:q} {params.args} --out {params.out} "
         "--config-json {params.config:q} > {log} 2>&1"
