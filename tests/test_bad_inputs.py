@@ -432,6 +432,10 @@ CASES = [
          setup=released(args={"use_bayes": True, "non_neg": "relu"}, drop="gating_head.")),
     Case("import a projector of another width", IMPORT, "the projector's layers are (out, in) [(8, 20), (4, 8)]",
          setup=released(proj_in=20)),
+    Case("import a gating head of another hidden width", IMPORT, "the gating head's hidden widths are [6]; this package's "
+         "head of depth 2 has [8]", setup=released(extra={"gating_head.0.weight": torch.zeros(6, 16),
+                                                           "gating_head.0.bias": torch.zeros(6),
+                                                           "gating_head.2.weight": torch.zeros(4, 6)})),
     Case("import keys of no module here", IMPORT, "keys of no module this package has (momentum_backbone.w)",
          setup=released(extra={"momentum_backbone.w": torch.zeros(1)})),
     Case("import no method to be told", IMPORT, "no hyper-parameters and no gating head, so the method is not known",

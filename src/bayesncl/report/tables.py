@@ -168,8 +168,8 @@ def imported_note(groups: list[Group]) -> str:
         return ""
     files = "; ".join(dict.fromkeys(f"{r['variant']}: {r['imported_from'] or 'a checkpoint'} (sha256 "
                                     f"{r['imported'][:16]})" for r in rows))
-    return ("Rows marked (imported) evaluate weights imported from the released code's checkpoints (`bayesncl "
-            f"import`), not trained by this workflow: {files}.")
+    return ("Rows marked (imported) evaluate weights imported from the released code's checkpoints (bayesncl "
+            f"import), not trained by this workflow: {files}.")
 
 
 def repeat_note(groups: list[Group], multi_dataset: bool) -> str:
