@@ -242,7 +242,7 @@ def infer(groups: dict, hp: dict, path: Path, sets: dict) -> tuple[dict, list[st
                     method[ours] = float(v)
                 else:
                     flags.append(f"method.{ours}: the released {theirs} is {v!r}, not a value this package takes; "
-                                 "the default is kept")
+                                 "the config's value is kept")
             lr = (hp.get("optimizer") or {}).get("gating_head_lr")
             if isinstance(lr, (int, float)) and lr > 0:
                 method["head_lr"] = float(lr)
@@ -254,9 +254,9 @@ def infer(groups: dict, hp: dict, path: Path, sets: dict) -> tuple[dict, list[st
             flags.append("method.gate, method.rho, method.lambda, method.nonneg: no hyper-parameters (neither in "
                          "the checkpoint nor an args.json beside it); this package's defaults are recorded")
         elif "method.name" not in sets:
-            names = ", ".join(registry.METHODS.names(lambda s: not s.module and not s.gated))
+            names = " | ".join(registry.METHODS.names(lambda s: not s.module and not s.gated))
             raise CheckpointError(f"checkpoint {path}: no hyper-parameters and no gating head, so the method is "
-                                  f"not known; give --args args.json or --set method.name=<{' | '.join(names.split(', '))}>")
+                                  f"not known; give --args args.json or --set method.name=<{names}>")
         else:
             flags.append("method.nonneg: no hyper-parameters; this package's default is recorded")
     if gated:
