@@ -328,6 +328,13 @@ def test_an_imported_checkpoint_is_a_run_of_the_grid_that_is_never_trained(train
         (ROOT / "config" / "tiny.yaml").read_text())["defaults"]["data"]})["data"]  # the grid's data settings
     assert trigger_config(imp.config, "evaluate")["eval"]["probe"] == "fast"
     assert len([r for r in runs.values() if not r.imported]) == 2
+    from bayesncl.grid import variant_names
+    from bayesncl.report.claims import parse_claims
+
+    claim = {"metric": "sc", "left": "BayesNCL (released)", "right": "NCL", "relation": ">"}
+    assert parse_claims([claim], variant_names(wf))  # a workflow claim may name the imported weights
+    with pytest.raises(ConfigError, match="no variant 'BayesNCL"):
+        parse_claims([claim], list(wf["variants"]))
     for edit, phrase in ((lambda e: e.update(dataset="cifar10"), "imported[0].dataset: unknown dataset"),
                          (lambda e: e.update(name="NCL"), "imported[0].name: 'NCL' is a variant of the grid"),
                          (lambda e: e.update(sets=["table9"]), "imported[0].sets: unknown set 'table9'"),
