@@ -99,6 +99,39 @@ def checkpoint(content) -> Callable[[Path], None]:
     return setup
 
 
+def released(args: dict | None = None, drop: str = "", extra: dict | None = None, width: int = 2,
+             arch: str = "resnet18", proj_in: int | None = None) -> Callable[[Path], None]:
+    """A checkpoint in the released code's layout (bayesncl.weights.released) at {tmp}/r.ckpt, a tiny ResNet of
+    this package under its names; `args`: method_kwargs of an args.json beside it; `drop`: a key prefix left out."""
+    def setup(tmp: Path) -> None:
+        from bayesncl.backbones import build_backbone
+
+        bb = build_backbone(arch, width)
+        f = proj_in or bb.out_dim
+        sd = {f"backbone.{k}": v for k, v in bb.state_dict().items()}
+        sd.update({"projector.0.weight": torch.zeros(8, f), "projector.0.bias": torch.zeros(8),
+                   "projector.2.weight": torch.zeros(4, 8), "projector.2.bias": torch.zeros(4),
+                   "gating_head.0.weight": torch.zeros(8, f), "gating_head.0.bias": torch.zeros(8),
+                   "gating_head.2.weight": torch.zeros(4, 8), "gating_head.2.bias": torch.zeros(4)})
+        sd = {k: v for k, v in sd.items() if not (drop and k.startswith(drop))} | (extra or {})
+        torch.save({"epoch": 0, "state_dict": sd, "pytorch-lightning_version": "2.0.2"}, tmp / "r.ckpt")
+        if args is not None:
+            (tmp / "args.json").write_text(json.dumps({"method_kwargs": args}))
+    return setup
+
+
+def _model_pt(tmp: Path) -> None:
+    from bayesncl import checkpoint as ckpt_io
+    from bayesncl.config import resolve
+    from bayesncl.methods import build_method
+
+    cfg = resolve(sets=["model.width=4", "model.proj_hidden=8", "model.proj_dim=4"])
+    ckpt_io.save({"config": cfg, "model": build_method(cfg).state_dict()}, tmp / "model.pt")
+
+
+IMPORT = ["import", "--checkpoint", "{tmp}/r.ckpt", "--out", "{tmp}/run"]
+
+
 # Earlier outputs of a good run, which a failing command must leave as they were.
 EARLIER_REPORT = files(results__tables__table1__md="earlier table\n", results__figures__figure3__png=b"earlier")
 EARLIER_JOBS = files(summary__jobs__csv="rule,run\nearlier,1\n", summary__jobs__md="earlier\n")
@@ -390,6 +423,31 @@ CASES = [
     Case("pdf without pdflatex", ["pdf", "--tex", "{tmp}/report.tex", "--out", "{tmp}/report.pdf"],
          "pdflatex not found", patch=_no_pdflatex),
     Case("atlas --run missing", ["atlas", "--run", "{tmp}/missing"], "config.resolved.yaml: not found"),
+    Case("import a ViT", IMPORT, "the backbone is not a ResNet (backbone.cls_token",
+         setup=released(drop="backbone.", extra={"backbone.cls_token": torch.zeros(1, 1, 8),
+                                                 "backbone.patch_embed.proj.weight": torch.zeros(8, 3, 4, 4)})),
+    Case("import a ResNet-34", IMPORT, "a ResNet with [3, 4, 6, 3] Basic blocks per stage; only ResNet-18 and",
+         setup=released(arch="resnet50", drop="backbone.layer1.0.conv3")),
+    Case("import BayesNCL without its gating head", IMPORT, "use_bayes is True but the state dict has no gating_head",
+         setup=released(args={"use_bayes": True, "non_neg": "relu"}, drop="gating_head.")),
+    Case("import a projector of another width", IMPORT, "the projector's layers are (out, in) [(8, 20), (4, 8)]",
+         setup=released(proj_in=20)),
+    Case("import a gating head of another hidden width", IMPORT, "the gating head's hidden widths are [6]; this package's "
+         "head of depth 2 has [8]", setup=released(extra={"gating_head.0.weight": torch.zeros(6, 16),
+                                                           "gating_head.0.bias": torch.zeros(6),
+                                                           "gating_head.2.weight": torch.zeros(4, 6)})),
+    Case("import keys of no module here", IMPORT, "keys of no module this package has (momentum_backbone.w)",
+         setup=released(extra={"momentum_backbone.w": torch.zeros(1)})),
+    Case("import no method to be told", IMPORT, "no hyper-parameters and no gating head, so the method is not known",
+         setup=released(drop="gating_head.")),
+    Case("import non_neg gelu", IMPORT, "method_kwargs.non_neg 'gelu'",
+         setup=released(args={"use_bayes": True, "non_neg": "gelu"})),
+    Case("import a pickled object", IMPORT, "pickles Python objects that are not read without running their code",
+         setup=lambda tmp: torch.save({"state_dict": {}, "hyper_parameters": {"p": Path("x")}}, tmp / "r.ckpt")),
+    Case("import missing checkpoint", IMPORT, "checkpoint {tmp}/r.ckpt does not exist"),
+    Case("export a narrow backbone to timm", ["export", "--checkpoint", "{tmp}/model.pt", "--format", "timm",
+                                              "--out", "{tmp}/x"], "model.width is 4; timm's resnet18 has base width 64",
+         setup=lambda tmp: _model_pt(tmp)),
     Case("atlas --grid missing", ["atlas", "--run", "{tmp}/missing", "--grid", "{tmp}/g.yaml"],
          "--grid {tmp}/g.yaml does not exist"),
 ]

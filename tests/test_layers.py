@@ -15,7 +15,7 @@ LAYERS = [
     ["bayesncl.methods", "bayesncl.optim", "bayesncl.checkpoint", "bayesncl.runtime"],
     ["bayesncl.evaluation.arrays", "bayesncl.evaluation.probe", "bayesncl.evaluation.dynamics",
      "bayesncl.evaluation.cost", "bayesncl.evaluation.linear"],
-    ["bayesncl.train"],
+    ["bayesncl.train", "bayesncl.weights"],
     ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner", "bayesncl.evaluation.context"],
     ["bayesncl.grid", "bayesncl.preflight", "bayesncl.stale", "bayesncl.status"],
     ["bayesncl.report", "bayesncl.estimate"],  # estimate: the atlas submissions (report.atlas)

@@ -1,5 +1,5 @@
 """Command line: `bayesncl pretrain | evaluate | summarize | report | jobs | atlas | document | pdf |
-make-synthetic | prepare | stale | status | estimate | arrange-val`."""
+make-synthetic | prepare | stale | status | estimate | arrange-val | import | export`."""
 
 from __future__ import annotations
 
@@ -307,6 +307,62 @@ def _atlas(args) -> int:
     return 0
 
 
+
+def _import(args) -> int:
+    from .weights.released import import_checkpoint, write_run
+
+    check_writable_dir(args.out)
+    overrides = _json_object(args.config_json, "--config-json") if args.config_json else None
+    imp = import_checkpoint(args.checkpoint, file=args.config, sets=args.set, args=args.args, overrides=overrides)
+    path = write_run(imp, args.checkpoint, args.out)
+    for flag in imp.flags:
+        print(f"note: {flag}")
+    print(f"imported {args.checkpoint} (sha256 {imp.sha256[:16]}): {path}")
+    return 0
+
+
+def _export(args) -> int:
+    from .weights.export import export
+
+    _input_file(args.checkpoint, "--checkpoint", "give the model.pt that `bayesncl pretrain` or `bayesncl import` "
+                "wrote")
+    check_writable_dir(args.out)
+    for path in export(args.checkpoint, args.out, args.format, heads=args.heads):
+        print(f"wrote {path}")
+    return 0
+
+
+def _weights_commands(sub, common) -> None:
+    """`bayesncl import` and `bayesncl export` (bayesncl.weights)."""
+    from .weights.export import FORMATS
+
+    sp = sub.add_parser("import", help="a checkpoint of the released BayesNCL code (a solo-learn .ckpt) as a run "
+                                       "folder whose model.pt `bayesncl evaluate` reads",
+                        description="Map a released-code checkpoint (state_dict: backbone.*, projector.*, "
+                                    "gating_head.*) to this package's model.pt and run config: its hyper-parameters "
+                                    "where present (the checkpoint's, or args.json beside it), its keys and shapes "
+                                    "otherwise. What neither says is printed as a note. Data and evaluation settings: "
+                                    "--config / --set.")
+    common(sp)
+    sp.add_argument("--checkpoint", required=True, metavar="CKPT", help="the released code's .ckpt")
+    sp.add_argument("--args", metavar="JSON", help="the released run's args.json (default: the one beside CKPT)")
+    sp.add_argument("--config-json", help=argparse.SUPPRESS)  # the workflow's run config (bayesncl.grid)
+    sp.add_argument("--out", required=True, metavar="DIR", help="run folder: model.pt, config.resolved.yaml")
+    sp.set_defaults(func=_import)
+
+    sp = sub.add_parser("export", help="a run's backbone in torchvision's / timm's key layout, or as safetensors",
+                        description="Write the backbone of a model.pt as DIR/backbone.pth (torchvision, timm) or "
+                                    "DIR/backbone.safetensors, loadable with strict=True into the ResNet that "
+                                    "DIR/config.json describes (docs/USAGE.md), and the run config as JSON.")
+    sp.add_argument("--checkpoint", required=True, metavar="PT", help="a model.pt")
+    sp.add_argument("--format", required=True, choices=FORMATS,
+                    help="torchvision or timm: backbone.pth; safetensors: backbone.safetensors (any width)")
+    sp.add_argument("--heads", action="store_true", help="also the projector and the gating head (heads.*)")
+    sp.add_argument("--out", required=True, metavar="DIR", help="folder for the files and config.json; created if "
+                                                                "missing")
+    sp.set_defaults(func=_export)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .evaluation.sections import SECTIONS
 
@@ -500,6 +556,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--symlink", action="store_true", help="relative symbolic links instead of hard links")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.set_defaults(func=_arrange_val)
+
+    _weights_commands(sub, common)
     return p
 
 

@@ -12,6 +12,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from .config import KEYS_ADDED, RUNTIME_KEYS, ConfigError, flatten, nest, resolve, topk_k
+from .errors import BayesNCLError
 from .registry import METHODS
 # Order of the path components after the method.
 ID_ORDER = ("model.arch", "model.width", "model.proj_dim", "method.gate", "method.detach", "method.head_depth",
@@ -39,6 +40,7 @@ class Run:
     sets: list[str] = field(default_factory=list)
     sweeps: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the grid should hear about this run (GridWarning)
+    imported: dict = field(default_factory=dict)  # weights imported, not trained: {checkpoint, args, sha256}
 
 
 def _merged(*parts: dict) -> dict:
@@ -231,8 +233,55 @@ def expand_grid(wf: dict) -> dict[str, Run]:
         if rid in runs:
             raise ConfigError(f"{p['where']}: two different configs map to run {rid!r}")
         runs[rid] = Run(rid, cfg, p["variant"], p["sets"], p["sweeps"], p["notes"])
+    runs.update(imported_runs(wf, runs))
     for run in runs.values():
         evaluation_sections(run)  # a set that needs a section its runs cannot have fails here
+    return runs
+
+
+def variant_names(wf: dict) -> list[str]:
+    """The names rows and claims may take: the grid's variants and the imported checkpoints' names."""
+    return [*(wf.get("variants") or {}), *(e.get("name") for e in wf.get("imported") or [] if isinstance(e, dict))]
+
+
+def imported_runs(wf: dict, grid_runs: dict[str, Run]) -> dict[str, Run]:
+    """The workflow config's `imported:` checkpoints (the released code's, bayesncl.weights.released) as runs that
+    are evaluated and reported beside the grid's, never trained: each takes the data, training and evaluation
+    settings of its dataset, the model and method its checkpoint describes, and `overrides` for what the
+    checkpoint leaves open. Its id: <dataset>/<method>/imported~<name>/seed~<seed>."""
+    import re
+
+    runs: dict[str, Run] = {}
+    if not wf.get("imported"):
+        return runs
+    from .weights.released import import_checkpoint  # torch: only for a grid that imports weights
+
+    for i, entry in enumerate(wf.get("imported") or []):
+        where = f"imported[{i}]"
+        ds = entry["dataset"]
+        if ds not in wf["datasets"]:
+            raise ConfigError(f"{where}.dataset: unknown dataset {ds!r}; defined: {', '.join(wf['datasets'])}")
+        bad = [s for s in entry["sets"] if s not in SETS]
+        if bad:
+            raise ConfigError(f"{where}.sets: unknown set {bad[0]!r}; the report renders {', '.join(SETS)}")
+        if entry["name"] in wf["variants"]:
+            raise ConfigError(f"{where}.name: {entry['name']!r} is a variant of the grid; give the imported "
+                              "weights a name of their own (their rows must not mix with the grid's runs)")
+        base = _merged(wf["defaults"], wf["datasets"][ds], _smoke(wf),
+                       {"seed": entry.get("seed", 0), "train": {"dynamics_every": 0}})
+        try:
+            imp = import_checkpoint(entry["checkpoint"], args=entry.get("args"), base=base,
+                                    overrides=entry.get("overrides"))
+        except BayesNCLError as e:  # a config or a checkpoint error: the user's to fix, named by its entry
+            raise ConfigError(f"{where}: {e}") from None
+        cfg = imp.config
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", entry["name"]).strip("_") or "weights"
+        rid = f"{cfg['data']['dataset']}/{cfg['method']['name']}/imported~{slug}/seed~{cfg['seed']}"
+        if rid in runs or rid in grid_runs:
+            raise ConfigError(f"{where}: run {rid!r} already exists; give each imported checkpoint its own name")
+        runs[rid] = Run(rid, cfg, entry["name"], list(entry["sets"]), [],
+                        [f"{where}: {flag}" for flag in imp.flags],
+                        {"checkpoint": str(entry["checkpoint"]), "args": entry.get("args"), "sha256": imp.sha256})
     return runs
 
 

@@ -18,7 +18,7 @@ from snakemake.utils import validate
 from bayesncl import forkserver
 
 from bayesncl.errors import BayesNCLError, ConfigError
-from bayesncl.grid import evaluation_sections, expand_grid, smoke_results, trigger_config
+from bayesncl.grid import evaluation_sections, expand_grid, smoke_results, trigger_config, variant_names
 from bayesncl.plugins import export_env, load_grid
 from bayesncl.registry import DATASETS
 from bayesncl.report import names as report_names
@@ -72,11 +72,14 @@ except ConfigError as e:
 try:  # the workflow config's own claims (report/claims.py), checked before any job
     from bayesncl.report.claims import parse_claims
 
-    parse_claims(config.get("claims") or [], config.get("variants"))
+    parse_claims(config.get("claims") or [], variant_names(config))  # the grid's variants and imported names
 except ConfigError as e:
     config_error(e)
 
 RESULTS = config["results"]
+# The runs of imported weights (the workflow config's `imported:`; bayesncl.grid.imported_runs): rules/imported.smk
+# makes their model.pt from the checkpoint instead of training it. {run id: {checkpoint, args, sha256, config}}
+IMPORTED = {rid: {**run.imported, "config": run.config} for rid, run in RUNS.items() if run.imported}
 BENCHMARKS = f"{RESULTS}/benchmarks"  # each job's wall time and memory (`benchmark:`), summary/jobs.csv
 # The extended benchmark record also names the rule, the wildcards and the resources a job was given (its GPUs,
 # for the GPU-hours as run): what `bayesncl jobs` reads. Snakemake's --benchmark-extended, set for every run.

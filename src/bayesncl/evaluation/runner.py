@@ -92,15 +92,18 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
         stored = ckpt_io.stored_config(state, checkpoint)
         cfg = _config(stored, checkpoint, sets, overrides, expect_config)
         weights_sha = ckpt_io.weights_digest(state["model"])
+        imported = state.get("imported")  # weights of the released code (bayesncl.weights.released)
     else:
         weights_sha = recorded["run"]["weights_sha"]
+        imported = recorded["run"].get("imported")
     _torch_threads(cfg)
     names = list(only) if only else applicable(cfg)
     for name in names:
         check_applies(name, cfg)
     names = [n for n in SECTIONS if n in names]  # features before the sections that read it
     ctx = Context(checkpoint, out, cfg, progress, state=state, weights_sha=weights_sha, stored_config=stored)
-    run = {**run_info(cfg), "checkpoint": str(checkpoint), "weights_sha": weights_sha}
+    run = {**run_info(cfg), "checkpoint": str(checkpoint), "weights_sha": weights_sha,
+           **({"imported": imported} if imported else {})}
     written = []
     mark_ready()  # imports, config and checkpoint loaded: the work begins (bayesncl.startup)
     for name in names:

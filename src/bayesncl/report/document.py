@@ -289,6 +289,9 @@ def provenance_items(prov, tex: bool) -> list[tuple[str, str]]:
         ("Versions", esc(versions)),
         ("Plugins", esc("; ".join(f"{p['module']} ({p['file']}, SHA-256 {p['sha256'][:provenance.HASH_CHARS]}...)"
                                   for p in prov.plugins) or "none")),
+        ("Imported weights", esc("; ".join(f"{r['variant']}: {r['run_id']} from {r['checkpoint']} (SHA-256 "
+                                           f"{r['sha256'][:provenance.HASH_CHARS]}...)"
+                                           for r in getattr(prov, "imported", [])) or "none")),
         ("CPU", esc(m["cpu"])),
         ("GPU", esc(m["gpu"])),
         ("Machine", esc(f"{m['host']}, {m['os']} (the machine that made this report; local jobs ran here, "

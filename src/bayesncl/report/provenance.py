@@ -188,6 +188,7 @@ class Provenance:
     date: str
     command: str = field(default="")
     plugins: list = field(default_factory=list)  # bayesncl.plugins.loaded(): {module, file, sha256} each
+    imported: list = field(default_factory=list)  # runs of imported weights: {run_id, variant, checkpoint, sha256}
 
     def stamp(self) -> str:
         return stamp(self.grid, self.git)
@@ -209,7 +210,17 @@ def collect(df, results: str | os.PathLike, grid: str | os.PathLike | None = Non
         grid_sha256=None if grid is None else file_sha256(grid), overrides=dict(overrides or {}),
         seeds=seeds, runs=int(len(df)), runs_per_dataset=per_ds, devices=devices, versions=versions(),
         machine=machine(), costs=job_costs(jobs), jobs_csv=str(jobs), date=now.strftime("%Y-%m-%d %H:%M UTC"),
-        command=" ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv)), plugins=_plugins())
+        command=" ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv)), plugins=_plugins(),
+        imported=imported_runs(df))
+
+
+def imported_runs(df) -> list[dict]:
+    """The runs of runs.csv whose weights were imported (the released code's checkpoints), with the file's hash."""
+    if "imported" not in df:
+        return []
+    return [{"run_id": str(r["run_id"]), "variant": str(r["variant"]), "checkpoint": str(r.get("imported_from", "")),
+             "sha256": str(r["imported"])} for r in df.to_dict("records")
+            if isinstance(r["imported"], str) and r["imported"]]
 
 
 def _plugins() -> list[dict]:

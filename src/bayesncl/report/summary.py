@@ -54,7 +54,8 @@ __all__ = ["COLUMNS", "MetricsFileError", "check_identity", "prepare", "read_sum
            "sweep_rows", "write_summary"]
 
 ID_COLUMNS = ["run_id", "dataset", "arch", "method", "variant", "sets", "sweep"]
-RUN_COLUMNS = ["gate", "detach", "head_depth", "rho", "lambda", "proj_dim", "epochs", "seed", "weights_sha"]
+RUN_COLUMNS = ["gate", "detach", "head_depth", "rho", "lambda", "proj_dim", "epochs", "seed", "weights_sha",
+               "imported", "imported_from"]  # imported: the sha256 of the released checkpoint the weights came from
 METRIC_COLUMNS = [
     "sc", "se_sum", "se_mean", "se_freq", "act", "alive", "alive_frac",
     "bg_dominated_zplus", "bg_dominated_feature", "closed_bg", "closed_cls", "topk_bound", "topk_removed",
@@ -69,7 +70,8 @@ METRIC_COLUMNS = [
 ]
 COLUMNS = ID_COLUMNS + RUN_COLUMNS + METRIC_COLUMNS
 TEXT_COLUMNS = {
-    "run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "gate", "weights_sha",
+    "run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "gate", "weights_sha", "imported",
+    "imported_from",
     "probe_protocol", "ret_curve", "bg_protocol", "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc",
     "dyn_sc", "gate_curve", "loss_curve", "eval_bn", "stale",
 }
@@ -180,7 +182,8 @@ def _flatten(run: Run, metrics: dict[str, dict]) -> dict:
                gate=str(mc["gate"]), detach=_num(mc["detach"]), head_depth=_num(mc["head_depth"]),
                rho=_num(mc["rho"]), proj_dim=_num(cfg["model"]["proj_dim"]), epochs=_num(cfg["train"]["epochs"]),
                seed=_num(cfg["seed"]),
-               weights_sha=str(metrics["run"].get("weights_sha") or ""))
+               weights_sha=str(metrics["run"].get("weights_sha") or ""),
+               imported=str(run.imported.get("sha256") or ""), imported_from=str(run.imported.get("checkpoint") or ""))
     row["lambda"] = _num(mc["lambda"])
     for section, key, col in _SCALARS:
         row[col] = _num((metrics.get(section) or {}).get(key))

@@ -61,7 +61,7 @@ PROBE_PROTOCOLS = {
 
 # ----------------------------------------------------------------------------- rows and captions
 def _label(g: Group, block: list[Group], fmt: Fmt) -> str:
-    text = g.variant
+    text = g.variant + (" (imported)" if imported(g) else "")
     if len({x.arch for x in block}) > 1:
         text += f" ({ARCH_NAMES.get(g.arch, g.arch)})"
     label = fmt.esc(text)
@@ -154,6 +154,22 @@ def stale_note(groups: list[Group]) -> str:
              + f" (today {today[key]})" for key, counts in seen.items()]
     return ("Runs trained under other settings than the workflow config gives them today: " + "; ".join(parts)
             + ". `bayesncl stale` lists them; `snakemake` retrains them.")
+
+
+def imported(g: Group) -> bool:
+    """Whether the group's weights were imported (the released code's checkpoints), not trained by the grid."""
+    return any(r.get("imported") for r in g.rows)
+
+
+def imported_note(groups: list[Group]) -> str:
+    """The caption's note on rows whose weights were imported: each checkpoint's file and sha256."""
+    rows = [r for g in groups if imported(g) for r in g.rows if r.get("imported")]
+    if not rows:
+        return ""
+    files = "; ".join(dict.fromkeys(f"{r['variant']}: {r['imported_from'] or 'a checkpoint'} (sha256 "
+                                    f"{r['imported'][:16]})" for r in rows))
+    return ("Rows marked (imported) evaluate weights imported from the released code's checkpoints (bayesncl "
+            f"import), not trained by this workflow: {files}.")
 
 
 def repeat_note(groups: list[Group], multi_dataset: bool) -> str:
@@ -305,6 +321,7 @@ def build_table(df: pd.DataFrame, name: str, kind: str = "tex") -> dict:
     notes.append(learning_note(groups))
     notes.append(collapse_note(groups))
     notes.append(stale_note(groups))
+    notes.append(imported_note(groups))
     notes.append(_seed_caption(groups))
     metrics = [METRICS[c] for c in spec.columns]
     header = ["Method"] + (["Epoch"] if spec.kind == "dynamics" else []) + [fmt.header(m) for m in metrics]
