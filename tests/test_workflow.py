@@ -35,14 +35,18 @@ def test_paper_dag_builds_without_data(tmp_path):
     # CIFAR-100 (12); Table 5 ResNet-50 x 3 methods (9); Figure 4a on ImageNet-100, 3 more widths than the
     # default D = 2048 x 2 methods (18); Figure 4b 4 more rho and 4 more lambda values (24). Tables 3, 6, 7
     # and Figure 3 reuse runs already counted.
-    runs = 45 + 12 + 9 + 18 + 24
+    # The initialisation control (bayesncl.grid.plan_init_runs): an untrained twin of every run of Tables 1, 2, 4,
+    # 5, 6 and Figure 4a (45 + 12 + 9 + 18: every distinct initialisation of those), evaluation only.
+    twins = 45 + 12 + 9 + 18
+    runs = 45 + 12 + 9 + 18 + 24 + twins
     assert counts["pretrain"] == runs
     # One evaluation job per section and run: every run gets features, interpretability and the linear probe;
-    # retrieval all but the 12 SimCLR runs (Tables 1-2 and 5); the background probe Table 6's NCL and BayesNCL
-    # runs on ImageNet-100 (6); dynamics Table 3's (6, CIFAR-100); cost Table 7's (2 methods x 3 datasets x 3).
+    # retrieval all but the 12 SimCLR runs (Tables 1-2 and 5) and their 12 twins; the background probe Table 6's
+    # NCL and BayesNCL runs on ImageNet-100 (6) and their twins (6); dynamics Table 3's (6, CIFAR-100); cost
+    # Table 7's (2 methods x 3 datasets x 3).
     assert counts["features"] == counts["interpretability"] == counts["linear_probe"] == runs
-    assert counts["retrieval"] == runs - 12
-    assert counts["background_probe"] == 6 and counts["dynamics"] == 6 and counts["cost"] == 18
+    assert counts["retrieval"] == runs - 24
+    assert counts["background_probe"] == 12 and counts["dynamics"] == 6 and counts["cost"] == 18
     assert "evaluate" not in counts
     assert counts["summarize"] == 1 and counts["report"] == 1
 
@@ -54,9 +58,12 @@ def test_demo_dag_trains_each_config_once(tmp_path):
     # (6); Figure 4a: 1 more width x 2 methods x 3 (6); Figure 4b: 2 more lambda values x 3 (6); the saturation
     # figure: 3 more budgets (0, 4, 8 epochs; 16 is Table 1's run) x 2 methods x 3 (18).
     counts = job_counts(r.stdout)
-    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 6 + 18
-    # Table 3's dynamics, Table 6's background probe and Table 7's cost on NCL and BayesNCL x 5 seeds.
-    assert counts["dynamics"] == counts["background_probe"] == counts["cost"] == 10
+    # The initialisation control: an untrained twin of each run of Tables 1-2, 4, 5, 6 and Figure 4a (25 + 12 + 6
+    # + 6), less the 6 that are the saturation set's 0-epoch runs (NCL and BayesNCL (STE), seeds 0-2): 43.
+    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 6 + 18 + 43
+    # Table 3's dynamics and Table 7's cost on NCL and BayesNCL x 5 seeds; Table 6's background probe on those
+    # and on their 10 twins.
+    assert counts["dynamics"] == counts["cost"] == 10 and counts["background_probe"] == 20
     # One override of the global seed list moves the whole grid (the stability check), as typed on a shell.
     r = snakemake("-n", "--config", f"results={tmp_path}", "seeds=[5,6,7,8,9]")
     assert r.returncode == 0, r.stderr + r.stdout

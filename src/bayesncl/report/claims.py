@@ -460,7 +460,7 @@ def claims_rows(df: pd.DataFrame) -> list[tuple[str, list[Comparison]]]:
     for claim in [*CLAIMS, *PLUGIN_CLAIMS, *DECLARED]:
         if claim.number not in ran:
             for c in claim.build(empty):
-                c.sets, c.init_note = claim.sets, claim.at_init or NO_TWINS
+                c.sets, c.init_note = claim.sets, claim.at_init
                 c.text = c.text.replace("@arch", _arch_name(""))
                 missing.append(c)
     if missing:
@@ -484,7 +484,7 @@ def _controlled(claim: Claim, runs: Runs) -> list[Comparison]:
     for i, c in enumerate(comps):
         c0 = init[i] if len(init) == len(comps) and init[i].claim == c.claim else None
         if c0 is None or c0.result.verdict == NOT_RUN:
-            c.init_note = NO_TWINS
+            c.init_note = NO_TWINS if c.result.verdict != NOT_RUN else ""  # not run: nothing to control
             continue
         c.init, c.change = c0.result, training_change(c, c0)
     return comps

@@ -104,7 +104,7 @@ CAPTION = (
     "seeds' untrained networks (their own initialisation, no step taken, the same evaluation); Training judges "
     "by the same rule and margins what training changed, each seed's $\\Delta$ minus its $\\Delta$ at init (n/a: "
     "a metric that does not exist before training). Family: the verdict with the table's comparisons as one "
-    "family, Holm's step-down at $\\alpha$ = 0.05 over the one-sided t-tests that the intervals read (p doubled, "
+    "family, Holm's step-down at level 0.05 over the one-sided t-tests that the intervals read (p doubled, "
     "so that a family of one gives the plain verdict); it holds or does not hold only where its adjusted p is "
     "below 0.05.")
 DECLARED_NOTE = (" Paper \"declared\": a claim that is not the paper's (the workflow config's claims:, or a "
