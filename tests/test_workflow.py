@@ -280,6 +280,10 @@ def test_tiny_grid_end_to_end(tiny_grid):
     every = {c.claim for _, comps in claims.claims_rows(summary.prepare(pd.DataFrame())) for c in comps}
     md = (out / "tables" / "claims.md").read_text()
     assert every <= {line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ")}
+    # the controls: 1a made again on the untrained twins (one seed: no interval), 7a says why it has none
+    cells = {line.split("|")[1].strip(): line.split("|")[7].strip() for line in md.splitlines() if line.startswith("| ")}
+    assert cells["1a"].startswith(("+", "-")) and cells["1a"].endswith("(no CI)"), cells["1a"]
+    assert cells["7a"] == claims.NO_INIT["dyn"] and "Family (Holm)" in md
     assert "Claims (docs/METHOD.md section 9" in r.stdout + r.stderr  # the outcome, on the terminal
     # What each job cost: every job of every rule but the last (jobs itself), GPUs as held (none here)
     from bayesncl.grid import expand_grid
