@@ -627,7 +627,7 @@ def test_cells_as_printed():
                                        r"\begin{tabular}[t]{@{}r@{}}$28.66_{\pm 0.89}$\\(3)\end{tabular}",
                                        r"$-6.52$ [$-$6.80, $-$6.24] \newline paired (3)"]
     assert _tex_row(tex, "7b")[3:5] == ["0", r"$+0.289$ [0.265, 0.314] \newline one-sample (5), $-$left"]
-    assert _tex_row(tex, "6c")[-1] == r"inconclusive \newline (leans against) \newline inconclusive \newline (family)"
+    assert _tex_row(tex, "6c")[-1] == r"inconclusive \newline (leans against) \newline family: inconclusive"
     # Equal sides: an exact zero difference has no sign, whichever way the claim points.
     same = frame([row(v, s, "table1", sc=20.0 + s, se_sum=1.5 + s) for v in (B, N) for s in range(3)])
     md = claims_table.render_claims(same, "md")

@@ -206,6 +206,11 @@ def test_delta_at_init_and_the_training_verdict_are_written_out_paired_t(init, v
     m, lo, hi = t_interval(d_init)
     assert cell["Δ at init [95% CI]"] == f"{m:+.2f} [{lo:.2f}, {hi:.2f}]"
     assert cell["Training"] == verdict and cell["Verdict"] == HOLDS
+    tex = next(x for x in claims_table.render_claims(sc_pair(init), "tex").splitlines() if x.startswith("1a & "))
+    control, shown = tex.split(" & ")[5], tex.split(" & ")[7]
+    interval = f"[{lo:.2f}, {hi:.2f}]".replace("-", "$-$")
+    assert control == f"${m:+.2f}$ {interval} \\newline training: " + verdict.replace(" (", r" \newline (")
+    assert shown.startswith(r"holds \newline family: ")
 
 
 def test_training_change_follows_the_claims_direction_and_margin():

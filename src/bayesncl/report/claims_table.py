@@ -186,8 +186,9 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
                 nl = r" \newline "
                 evidence = nl.join(e for e in (cell["diff"], cell["test"]) if e != fmt.dash()) or fmt.dash()
                 control = cell["init"] + (nl + "training: " + cell["training"] if c.change is not None else "")
+                family = "" if c.family == c.verdict else nl + "family: " + c.family.removesuffix(" (family)")
                 rows.append([cell["id"], cell["text"], cell["left"], cell["right"], evidence, control, cell["paper"],
-                             cell["verdict"] + nl + cell["family"]])
+                             cell["verdict"] + family])
             else:
                 rows.append([cell["id"], cell["text"], cell["left"], cell["right"], cell["diff"], cell["test"],
                              cell["init"], cell["paper"], cell["verdict"], cell["training"], cell["family"]])
