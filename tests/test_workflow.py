@@ -304,9 +304,11 @@ def test_tiny_grid_end_to_end(tiny_grid):
     assert len(records) == len(jobs) and all(rec["forkserver"] is True for rec in records)
     assert all(rec["max_rss_mb"] > 50 for rec in records)  # the child's own memory, not its client's
     assert "Start-up (process start, imports, loading;" in (out / "summary" / "jobs.md").read_text()
-    # The saturation set's 0-epoch run is the random-init network: no training log, evaluated like the others
+    # The saturation set's 0-epoch run and the 7 untrained twins (one per distinct initialisation of the claims'
+    # runs; the saturation run is NCL's) are random-init networks: no training log, evaluated like the others
     zero = runs[runs["epochs"] == 0]
-    assert len(zero) == 1 and zero["infonce_final"].isna().all() and zero["sc"].notna().all()
+    assert len(zero) == 1 + 7 and zero["infonce_final"].isna().all() and zero["sc"].notna().all()
+    assert (zero["sets"].fillna("") == "").sum() == 7 and zero["init_of"].notna().all()
     trained = runs[runs["epochs"] > 0]
     assert (trained["epochs"] == 1).all() and trained["infonce_final"].between(0, 20).all()
 

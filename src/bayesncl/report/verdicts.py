@@ -30,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["ALPHA", "BETTER", "FAMILY_VERDICTS", "NOT_WORSE", "VERDICTS", "Kind", "Outcome", "Values", "combine",
+__all__ = ["ALPHA", "BETTER", "NOT_WORSE", "VERDICTS", "Kind", "Outcome", "Values", "combine",
            "compare", "family_verdicts", "finite", "holm", "mean_interval", "p_values", "within"]
 
 HOLDS, FAILS, NOT_RUN = "holds", "does not hold", "not run"
@@ -40,7 +40,6 @@ _STRENGTH = {HOLDS: 4, LEANS_FOR: 3, LEANS_AGAINST: 2, FAILS: 1, NOT_RUN: 0}
 CONFIDENCE = 0.95
 ALPHA = 0.05  # the familywise error rate of the table's family of claims
 FAMILY_HOLDS, FAMILY_FAILS, FAMILY_OPEN = "holds (family)", "does not hold (family)", "inconclusive (family)"
-FAMILY_VERDICTS = (FAMILY_HOLDS, FAMILY_OPEN, FAMILY_FAILS, NOT_RUN)
 
 Values = Sequence[tuple[float, float]]  # (seed, value) per run; the value NaN when undefined
 
