@@ -317,10 +317,12 @@ def test_rows_show_both_sides_the_interval_and_the_test():
     line = next(x for x in md.splitlines() if x.startswith("| 1a"))
     cells = [x.strip() for x in line.split("|")[1:-1]]
     assert cells == ["1a", "SC: BayesNCL (STE) > NCL", "31.00 ± 1.00 (3/4)", "20.00 ± 1.00 (3)",
-                     "+11.00 [8.52, 13.48]", "paired (3)", "36.14 vs 14.93", "holds"]
+                     "+11.00 [8.52, 13.48]", "paired (3)", "no untrained runs", "36.14 vs 14.93", "holds", "-",
+                     "holds (family)"]
     header = next(x for x in md.splitlines() if x.startswith("|  "))
     assert [x.strip() for x in header.split("|")[1:-1]] == ["", "Claim", "Left", "Right", "Δ [95% CI]", "Test (n)",
-                                                            "Paper", "Verdict"]
+                                                            "Δ at init [95% CI]", "Paper", "Verdict", "Training",
+                                                            "Family (Holm)"]
     se = frame([row("BayesNCL (STE)", s, "table1", se_sum=v) for s, v in enumerate([1.0, 1.1])]
                + [row("NCL", s, "table1", se_sum=v) for s, v in enumerate([2.0])])
     line = next(x for x in claims_table.render_claims(se, "md").splitlines() if x.startswith("| 1c"))
@@ -582,15 +584,22 @@ def test_sides_found_by_settings_with_defaults_for_missing_ones():
     assert (c.left.label, c.left.stat.mean, c.right.stat.mean) == (B, 31.0, 22.0)
 
 
+CONTROLS = (6, 9, 10)  # the controls' columns (Δ at init, Training, Family): test_claims_controls.py reads them
+
+
+def _plain(cells: list[str]) -> list[str]:
+    return [c for i, c in enumerate(cells) if i not in CONTROLS]
+
+
 def _md_rows_of(md: str) -> list[list[str]]:
     import re
-    return [[x.strip() for x in re.split(r"(?<!\\)\|", line)[1:-1]] for line in md.splitlines()
+    return [_plain([x.strip() for x in re.split(r"(?<!\\)\|", line)[1:-1]]) for line in md.splitlines()
             if line.startswith("| ") and not line.startswith("|  ")]
 
 
 def _md_row(md: str, cid: str, nth: int = 0) -> list[str]:
     lines = [x for x in md.splitlines() if x.startswith(f"| {cid} ")]
-    return [x.strip() for x in lines[nth].split("|")[1:-1]]
+    return _plain([x.strip() for x in lines[nth].split("|")[1:-1]])
 
 
 def _tex_row(tex: str, cid: str) -> list[str]:
@@ -618,7 +627,7 @@ def test_cells_as_printed():
                                        r"\begin{tabular}[t]{@{}r@{}}$28.66_{\pm 0.89}$\\(3)\end{tabular}",
                                        r"$-6.52$ [$-$6.80, $-$6.24] \newline paired (3)"]
     assert _tex_row(tex, "7b")[3:5] == ["0", r"$+0.289$ [0.265, 0.314] \newline one-sample (5), $-$left"]
-    assert _tex_row(tex, "6c")[-1] == r"inconclusive \newline (leans against)"
+    assert _tex_row(tex, "6c")[-1] == r"inconclusive \newline (leans against) \newline family: inconclusive"
     # Equal sides: an exact zero difference has no sign, whichever way the claim points.
     same = frame([row(v, s, "table1", sc=20.0 + s, se_sum=1.5 + s) for v in (B, N) for s in range(3)])
     md = claims_table.render_claims(same, "md")

@@ -333,6 +333,10 @@ def test_summarize_checks_its_inputs_and_output(tmp_path, capsys):
               "linear_probe": {"linear_probe": {"top1": 50.0, "protocol": "fast"}}}
     for name, body in bodies.items():
         (evald / f"{name}.json").write_text(json.dumps({"run": run, **body}))
+    twin = tmp_path / "results" / "runs" / "synthetic" / "ncl" / "epochs~0" / "seed~0" / "eval"  # the untrained twin
+    twin.mkdir(parents=True)  # (bayesncl.grid.plan_init_runs) table1's runs have
+    for name, body in bodies.items():
+        (twin / f"{name}.json").write_text(json.dumps({"run": {**run, "weights_sha": "cd"}, **body}))
     out = tmp_path / "summary" / "runs.csv"
     assert main(["summarize", "--grid", str(tmp_path / "grid.yaml"), "--out", str(out)]) == 0
     assert "50.0" in out.read_text()

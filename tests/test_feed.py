@@ -311,11 +311,12 @@ def test_workflow_prepares_once_before_the_jobs_that_read_images(tree, tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     table = r.stdout.split("Job stats:")[1]
     counts = {m[0]: int(m[1]) for m in (line.split() for line in table.splitlines()) if len(m) == 2 and m[1].isdigit()}
-    assert counts["prepare_data"] == 1 and counts["pretrain"] == 2  # one copy for both runs
+    # one copy for both runs and their untrained twins (bayesncl.grid.plan_init_runs)
+    assert counts["prepare_data"] == 1 and counts["pretrain"] == 4
     marker = re.search(r"rule prepare_data:\n    output: (\S+)", r.stdout).group(1)
     for rule in ("pretrain", "features", "linear_probe"):
         jobs = re.findall(rf"^ *rule {rule}:\n *input: ([^\n]*)", r.stdout, re.M)  # sections: in their group
-        assert len(jobs) == 2 and all(marker in j for j in jobs), (rule, jobs)
+        assert len(jobs) == 4 and all(marker in j for j in jobs), (rule, jobs)
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import pytest
 
 from bayesncl.report import claims_table, summary, tables
 from test_claims import full_grid, row, frame  # noqa: I001 (tests/ is on sys.path)
+from test_claims_controls import with_twins  # noqa: I001
 from test_report import GOLDEN
 
 pytestmark = pytest.mark.skipif(
@@ -55,6 +56,10 @@ def _sources():
                               bg_protocol="paper", arch="resnet50"),
                           row("BayesNCL (STE)", 1, "table1;table2", sc=3.0, probe_protocol="paper")])
     yield "empty", frame([])
+    # the initialisation control's cells filled (untrained twins of every run, as grid.plan_init_runs plans them)
+    yield "twins", with_twins(_long_names(), lambda r: {"sc": -50.5 + r["seed"], "se_sum": 2.5 - r["seed"] / 10,
+                                                        "probe_top1": 12.25 * (1 + r["seed"]), "ret_p10": 10.0,
+                                                        "bg_acc": 50.0 + r["seed"]})
 
 
 def _compile(tmp_path, name: str, files: list[str]) -> str:

@@ -77,6 +77,11 @@ def test_smoke_run_of_the_paper_grid_on_real_format_files(tmp_path):
         for ext in ("md", "tex"):
             text = (smoke / "tables" / f"{name}.{ext}").read_text()
             assert "SMOKE RUN" in text.splitlines()[0], (name, ext)
+    # the claims table's controls: Δ at init on the untrained twins where the metric exists before training
+    claims_md = (smoke / "tables" / "claims.md").read_text()
+    assert "Family (Holm)" in claims_md and "decisive verdicts survive the familywise control" in claims_md
+    init = [line.split("|")[7].strip() for line in claims_md.splitlines() if line.startswith("| 1a ")]
+    assert init and all(cell.startswith(("+", "-")) for cell in init), init
     for name in ("figure3", "figure4a", "figure4b", "gates", "atlas_cifar10", "atlas_cifar100", "atlas_imagenet100"):
         assert (smoke / "figures" / f"{name}.png").stat().st_size > 0, name
 
@@ -89,9 +94,9 @@ def test_smoke_run_of_the_paper_grid_on_real_format_files(tmp_path):
     assert set(rows["probe_protocol"]) == {"paper"}
     assert set(rows.loc[rows["bg_acc"].notna(), "dataset"]) == {"imagenet100"}  # Waterbirds, on the ImageNet models
     assert rows.loc[rows["dyn_epochs"].notna(), "run_id"].str.contains("dyn~1/").all()
-    for rid, run in runs.items():  # every run trained 1 epoch of 2 steps, with the grid's stem
+    for rid, run in runs.items():  # every run trained 1 epoch of 2 steps (an untrained twin none), with the grid's stem
         log = [json.loads(x) for x in (smoke / "runs" / rid / "log.jsonl").read_text().splitlines()]
-        assert [x["steps"] for x in log] == [2], rid
+        assert [x["steps"] for x in log] == ([] if run.init_of and not run.sets else [2]), rid
         assert run.config["model"]["stem"] == ("imagenet" if rid.startswith("imagenet100/") else "cifar")
     jobs = pd.read_csv(smoke / "summary" / "jobs.csv")
     assert (jobs["rule"] == "pretrain").sum() == len(runs) and (jobs["seconds"] > 0).all()

@@ -35,14 +35,18 @@ def test_paper_dag_builds_without_data(tmp_path):
     # CIFAR-100 (12); Table 5 ResNet-50 x 3 methods (9); Figure 4a on ImageNet-100, 3 more widths than the
     # default D = 2048 x 2 methods (18); Figure 4b 4 more rho and 4 more lambda values (24). Tables 3, 6, 7
     # and Figure 3 reuse runs already counted.
-    runs = 45 + 12 + 9 + 18 + 24
+    # The initialisation control (bayesncl.grid.plan_init_runs): an untrained twin of every run of Tables 1, 2, 4,
+    # 5, 6 and Figure 4a (45 + 12 + 9 + 18: every distinct initialisation of those), evaluation only.
+    twins = 45 + 12 + 9 + 18
+    runs = 45 + 12 + 9 + 18 + 24 + twins
     assert counts["pretrain"] == runs
     # One evaluation job per section and run: every run gets features, interpretability and the linear probe;
-    # retrieval all but the 12 SimCLR runs (Tables 1-2 and 5); the background probe Table 6's NCL and BayesNCL
-    # runs on ImageNet-100 (6); dynamics Table 3's (6, CIFAR-100); cost Table 7's (2 methods x 3 datasets x 3).
+    # retrieval all but the 12 SimCLR runs (Tables 1-2 and 5) and their 12 twins; the background probe Table 6's
+    # NCL and BayesNCL runs on ImageNet-100 (6) and their twins (6); dynamics Table 3's (6, CIFAR-100); cost
+    # Table 7's (2 methods x 3 datasets x 3).
     assert counts["features"] == counts["interpretability"] == counts["linear_probe"] == runs
-    assert counts["retrieval"] == runs - 12
-    assert counts["background_probe"] == 6 and counts["dynamics"] == 6 and counts["cost"] == 18
+    assert counts["retrieval"] == runs - 24
+    assert counts["background_probe"] == 12 and counts["dynamics"] == 6 and counts["cost"] == 18
     assert "evaluate" not in counts
     assert counts["summarize"] == 1 and counts["report"] == 1
 
@@ -54,9 +58,12 @@ def test_demo_dag_trains_each_config_once(tmp_path):
     # (6); Figure 4a: 1 more width x 2 methods x 3 (6); Figure 4b: 2 more lambda values x 3 (6); the saturation
     # figure: 3 more budgets (0, 4, 8 epochs; 16 is Table 1's run) x 2 methods x 3 (18).
     counts = job_counts(r.stdout)
-    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 6 + 18
-    # Table 3's dynamics, Table 6's background probe and Table 7's cost on NCL and BayesNCL x 5 seeds.
-    assert counts["dynamics"] == counts["background_probe"] == counts["cost"] == 10
+    # The initialisation control: an untrained twin of each run of Tables 1-2, 4, 5, 6 and Figure 4a (25 + 12 + 6
+    # + 6), less the 6 that are the saturation set's 0-epoch runs (NCL and BayesNCL (STE), seeds 0-2): 43.
+    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 6 + 18 + 43
+    # Table 3's dynamics and Table 7's cost on NCL and BayesNCL x 5 seeds; Table 6's background probe on those
+    # and on their 10 twins.
+    assert counts["dynamics"] == counts["cost"] == 10 and counts["background_probe"] == 20
     # One override of the global seed list moves the whole grid (the stability check), as typed on a shell.
     r = snakemake("-n", "--config", f"results={tmp_path}", "seeds=[5,6,7,8,9]")
     assert r.returncode == 0, r.stderr + r.stdout
@@ -257,7 +264,7 @@ def test_tiny_grid_end_to_end(tiny_grid):
     runs = pd.read_csv(out / "summary" / "runs.csv")
     cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
     for set_name, spec in cfg["sets"].items():
-        rows = runs[runs["sets"].str.split(";").apply(lambda s: set_name in s)]
+        rows = runs[runs["sets"].fillna("").str.split(";").apply(lambda s: set_name in s)]  # a twin: in no set
         assert set(spec["variants"]) <= set(rows["variant"]), set_name
         for col in REQUIRED.get(set_name, []):
             needed = rows if not col.startswith("ret") else rows[rows["method"] != "cl"]
@@ -273,6 +280,10 @@ def test_tiny_grid_end_to_end(tiny_grid):
     every = {c.claim for _, comps in claims.claims_rows(summary.prepare(pd.DataFrame())) for c in comps}
     md = (out / "tables" / "claims.md").read_text()
     assert every <= {line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ")}
+    # the controls: 1a made again on the untrained twins (one seed: no interval), 7a says why it has none
+    cells = {line.split("|")[1].strip(): line.split("|")[7].strip() for line in md.splitlines() if line.startswith("| ")}
+    assert cells["1a"].startswith(("+", "-")) and cells["1a"].endswith("(no CI)"), cells["1a"]
+    assert cells["7a"] == claims.NO_INIT["dyn"] and "Family (Holm)" in md
     assert "Claims (docs/METHOD.md section 9" in r.stdout + r.stderr  # the outcome, on the terminal
     # What each job cost: every job of every rule but the last (jobs itself), GPUs as held (none here)
     from bayesncl.grid import expand_grid
@@ -296,9 +307,11 @@ def test_tiny_grid_end_to_end(tiny_grid):
 
     assert not Path(forkserver.run_folder(str(ROOT))).exists()
     assert "Start-up (process start, imports, loading;" in (out / "summary" / "jobs.md").read_text()
-    # The saturation set's 0-epoch run is the random-init network: no training log, evaluated like the others
+    # The saturation set's 0-epoch run and the 7 untrained twins (one per distinct initialisation of the claims'
+    # runs; the saturation run is NCL's) are random-init networks: no training log, evaluated like the others
     zero = runs[runs["epochs"] == 0]
-    assert len(zero) == 1 and zero["infonce_final"].isna().all() and zero["sc"].notna().all()
+    assert len(zero) == 1 + 7 and zero["infonce_final"].isna().all() and zero["sc"].notna().all()
+    assert (zero["sets"].fillna("") == "").sum() == 7 and zero["init_of"].notna().all()
     trained = runs[runs["epochs"] > 0]
     assert (trained["epochs"] == 1).all() and trained["infonce_final"].between(0, 20).all()
 

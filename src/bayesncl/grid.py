@@ -41,6 +41,7 @@ class Run:
     sweeps: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the grid should hear about this run (GridWarning)
     imported: dict = field(default_factory=dict)  # weights imported, not trained: {checkpoint, args, sha256}
+    init_of: list[str] = field(default_factory=list)  # the sets whose runs' initialisation this run is (plan_init_runs)
 
 
 def _merged(*parts: dict) -> dict:
@@ -224,6 +225,7 @@ def expand_grid(wf: dict) -> dict[str, Run]:
         if key and key.split(".")[-1] not in p["sweeps"]:
             p["sweeps"].append(key.split(".")[-1])
     runs: dict[str, Run] = {}
+    bases: dict[str, dict] = {}  # run id -> the base its id is read against
     for p in points.values():
         cfg = p["cfg"]
         cfg["train"]["dynamics_every"] = p["dyn"]
@@ -233,6 +235,8 @@ def expand_grid(wf: dict) -> dict[str, Run]:
         if rid in runs:
             raise ConfigError(f"{p['where']}: two different configs map to run {rid!r}")
         runs[rid] = Run(rid, cfg, p["variant"], p["sets"], p["sweeps"], p["notes"])
+        bases[rid] = base
+    plan_init_runs(runs, bases)  # the grid's own runs only: imported weights have no initialisation of ours
     runs.update(imported_runs(wf, runs))
     for run in runs.values():
         evaluation_sections(run)  # a set that needs a section its runs cannot have fails here
@@ -285,6 +289,43 @@ def imported_runs(wf: dict, grid_runs: dict[str, Run]) -> dict[str, Run]:
     return runs
 
 
+# The sets whose claims compare trained networks on a metric that exists before training (docs/METHOD.md section 9,
+# "Controls"; report/claims.py reads them): SC, entropies, activation ratio, probe, retrieval, background probe.
+# Table 3 (gradient dynamics), Table 7 (cost) and Figure 4b (a sweep of training settings) have none.
+INIT_SETS = ("table1", "table2", "table4", "table5", "table6", "figure4a")
+
+
+def init_config(cfg: dict) -> dict:
+    """The untrained twin of a run config: the same seed builds the same network (train.py seeds before it builds
+    the model), no step is taken (train.epochs 0 saves the initialisation) and it records no dynamics."""
+    out = copy.deepcopy(cfg)
+    out["train"]["epochs"] = 0
+    out["train"]["dynamics_every"] = 0
+    return out
+
+
+def plan_init_runs(runs: dict[str, Run], bases: dict[str, dict]) -> None:
+    """Add to ``runs`` (in place) the untrained twin (init_config) of every run an INIT_SETS set reads, as an
+    evaluation-only run: its pretrain job only saves the initialisation. Twins are keyed by their config like any
+    run, so one initialisation serves every run that shares it (Tables 1, 2 and 6 read the same runs) and an epochs-0
+    run the grid already has (the saturation set's) is reused. Nothing else changes: existing runs keep their ids,
+    configs and sets (``init_of`` is not part of any rerun trigger), so adding the twins reruns nothing."""
+    by_identity = {_identity(r.config): r for r in runs.values()}
+    for run in list(runs.values()):
+        wanted = [s for s in run.sets if s in INIT_SETS]
+        if not wanted:
+            continue
+        cfg = init_config(run.config)
+        twin = by_identity.get(_identity(cfg))
+        if twin is None:
+            rid = run_id(cfg, bases[run.run_id])
+            if rid in runs:
+                raise ConfigError(f"the untrained twin of run {run.run_id} maps to run {rid!r}, another config")
+            twin = runs[rid] = by_identity[_identity(cfg)] = Run(rid, cfg, run.variant)
+            bases[rid] = bases[run.run_id]
+        twin.init_of.extend(s for s in wanted if s not in twin.init_of)
+
+
 # The evaluation sections a set's rows read beyond the ones every run gets (features, interpretability,
 # retrieval, linear_probe); dynamics follow from train.dynamics_every, which the set turns on.
 SET_SECTIONS = {"table6": ("background_probe",), "table7": ("cost",)}
@@ -297,7 +338,7 @@ def evaluation_sections(run: Run) -> list[str]:
 
     every = [*EVERY_RUN, *(name for name, s in SECTIONS.items() if s.every_run)]
     out = [name for name in every if SECTIONS[name].skip(run.config) is None]
-    for set_name in run.sets:
+    for set_name in dict.fromkeys([*run.sets, *run.init_of]):  # an untrained twin is evaluated as its runs are
         for name in SET_SECTIONS.get(set_name, ()):
             why = SECTIONS[name].skip(run.config)
             if why is not None:

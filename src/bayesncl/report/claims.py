@@ -13,6 +13,12 @@ absolute values. Claim 11 compares the best inner sweep point (chosen after seei
 it holds only when both parts hold and does not hold when either does not. Runs that repeat another result
 (equal ``weights_sha``, a Top-k mask that never bound; see groups.flag_repeats) are marked with a double
 dagger.
+
+Controls (docs/METHOD.md section 9): each comparison of trained networks on a metric that exists before training
+is made again on the runs' untrained twins (bayesncl.grid.plan_init_runs; runs.csv's ``init_of`` names the sets
+a twin initialises), giving Delta at initialisation, and the change training brought (each seed's Delta minus
+its Delta at initialisation) is judged by the same rule; a claim without such a metric (``Claim.at_init``) says
+why. Every comparison is also judged familywise: Holm over the table (verdicts.family_verdicts).
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ from .cells import METRICS, Metric, Stat, stat
 from .groups import Group, flag_repeats, group_rows, in_set, parse_list
 from .names import ARCH_NAMES
 from .summary import prepare, sweep_rows
-from .verdicts import BETTER, NOT_WORSE, VERDICTS, Kind, Outcome, combine, compare, finite, within
+from .verdicts import (BETTER, NOT_RUN, NOT_WORSE, VERDICTS, Kind, Outcome, combine, compare, family_verdicts,
+                       finite, within)
 
 __all__ = ["BETTER", "CLAIMS", "NOT_WORSE", "VERDICTS", "Claim", "Comparison", "Kind", "Outcome", "Side",
            "claims_rows", "combine", "compare", "within"]
@@ -89,15 +96,16 @@ class Side:
 
 
 class Runs:
-    """The records of one dataset and one architecture, grouped per set with the tables' flags."""
+    """The records of one dataset and one architecture, grouped per set with the tables' flags. ``column``
+    "init_of": the untrained twins of the set's runs instead of the runs (the initialisation control)."""
 
-    def __init__(self, records: list[dict], arch: str = ""):
-        self.records, self.arch = records, arch
+    def __init__(self, records: list[dict], arch: str = "", column: str = "sets"):
+        self.records, self.arch, self.column = records, arch, column
         self._groups: dict[str, list[Group]] = {}
 
     def groups(self, set_name: str) -> list[Group]:
         if set_name not in self._groups:
-            gs = group_rows(r for r in self.records if in_set(r["sets"], set_name))
+            gs = group_rows(r for r in self.records if in_set(r[self.column], set_name))
             flag_repeats(gs)
             self._groups[set_name] = gs
         return self._groups[set_name]
@@ -150,6 +158,11 @@ class Comparison:
     right_text: str | None = None  # shown instead of the right side's value (a constant)
     delta: str = ""         # how the difference is taken when not left - right ("right $-$ left")
     sets: tuple[str, ...] = ()  # the sets its claim reads (claims_rows sets it): the tables that show it
+    better: str = "up"      # the direction compare was given
+    init: Outcome | None = None    # the same comparison on the untrained twins (claims_rows sets it)
+    change: Outcome | None = None  # Delta - Delta at initialisation, per seed: the training verdict
+    init_note: str = ""     # why there is no ``init`` ("" when there is)
+    family: str = ""        # the familywise verdict (Holm over the table)
 
     @property
     def verdict(self) -> str:
@@ -166,7 +179,8 @@ def _judged(cid: str, text: str, left: Side, right: "Side | float", kind: Kind, 
     if not const:
         right_side.use(res.right if res.test else [v for _, v in finite(right_side.values)])
     delta = ("$-$left" if const else "right $-$ left") if better == "down" and kind.name != "within" else ""
-    return Comparison(cid, text, left, right_side, res, kind, paper, f"{right:g}" if const else None, delta)
+    return Comparison(cid, text, left, right_side, res, kind, paper, f"{right:g}" if const else None, delta,
+                      better=better)
 
 
 def _directional(cid: str, text: str, sets: tuple[str, ...], metric: str, left: str, right: str,
@@ -257,6 +271,15 @@ def _inverted_u(cid: str, param: str, symbol: str, paper: str) -> Callable:
     return build
 
 
+# Why a claim has no initialisation control: its metric has no meaning before training.
+NO_INIT = {"dyn": "n/a: gradient dynamics over training", "cost": "n/a: the cost of training",
+           "sweep": "n/a: a sweep of training settings"}
+NO_TWINS = "no untrained runs"  # the grid planned none (runs.csv from before the control)
+_TRAINING_METRICS = {"dyn_af_gv": "dyn", "dyn_gv_sc": "dyn", "dyn_af_sc": "dyn", "gflops": "cost",
+                     "params_m": "cost", "sec_per_epoch": "cost", "img_per_s": "cost", "peak_mem_mb": "cost",
+                     "train_minutes": "cost"}
+
+
 @dataclass(frozen=True)
 class Claim:
     number: "int | str"  # the paper's claims: 1-12; a declared claim: its id
@@ -264,6 +287,7 @@ class Claim:
     title: str  # what the paper states (docs/METHOD.md section 9), in short
     build: Callable[[Runs], list[Comparison]]
     applies: Callable[[Runs], bool] | None = None  # judged only where this holds (declared: a side has runs)
+    at_init: str = ""  # why it has no initialisation control ("": it has one; grid.INIT_SETS plans its runs)
 
 
 CLAIMS = [
@@ -287,7 +311,8 @@ CLAIMS = [
         *_directional("6a", "SC: @A $\\geq$ @B", ("table4",), "sc", "bayes", "nodetach", kind=NOT_WORSE)(runs),
         *_directional("6b", "SC: @A $>$ @B", ("table4",), "sc", "bayes", "head1")(runs),
         *_directional("6c", "SC: @A $>$ @B", ("table4",), "sc", "bayes", "head3")(runs)]),
-    Claim(7, ("table3",), "NCL couples AF with GV and GV against SC; BayesNCL weakens both", lambda runs: [
+    Claim(7, ("table3",), "NCL couples AF with GV and GV against SC; BayesNCL weakens both", at_init=NO_INIT["dyn"],
+          build=lambda runs: [
         *_sign("7a", "$\\rho$(AF, GV) of @A $>$ 0", "dyn_af_gv", "up")(runs),
         *_sign("7b", "$\\rho$(GV, SC) of @A $<$ 0", "dyn_gv_sc", "down")(runs),
         *_weakens("7c", "$|\\rho(\\mathrm{AF}, \\mathrm{GV})|$: @A $<$ @B", "dyn_af_gv")(runs),
@@ -297,10 +322,11 @@ CLAIMS = [
     Claim(9, ("table5",), "BayesNCL SC above NCL on ResNet-50",
           _directional("9", "SC (@arch): @A $>$ @B", ("table5",), "sc", "bayes", "ncl")),
     Claim(10, ("figure4a",), "SC rises with D; BayesNCL beats NCL at each D", _widths),
-    Claim(11, ("figure4b",), "Inverted U over lambda and rho", lambda runs: [
+    Claim(11, ("figure4b",), "Inverted U over lambda and rho", at_init=NO_INIT["sweep"], build=lambda runs: [
         *_inverted_u("11a", "lambda", "\\lambda", "worse for $\\lambda >$ 4e-5")(runs),
         *_inverted_u("11b", "rho", "\\rho", "inverted U")(runs)]),
-    Claim(12, ("table7",), "Cost: GFLOPs within 1%, training time within 6% of NCL", lambda runs: [
+    Claim(12, ("table7",), "Cost: GFLOPs within 1%, training time within 6% of NCL", at_init=NO_INIT["cost"],
+          build=lambda runs: [
         *_within("12a", "GFLOPs: @A within 1% of @B", "table7", "gflops", within(0.01, relative=True),
                  "1.419 vs 1.416")(runs),
         *_within("12b", "Train time: @A within 6% of @B", "table7", "train_minutes", within(0.06, relative=True),
@@ -389,7 +415,8 @@ def _declared(cid: str, d: dict) -> Claim:
         return [_judged(cid, text, a, b, kind, better, "declared")]
     def applies(runs: Runs) -> bool:
         return any(r["variant"] in (d["left"], d["right"]) for s in sets for g in runs.groups(s) for r in g.rows)
-    return Claim(cid, sets, text, build, applies)
+    reason = NO_INIT[_TRAINING_METRICS[m.key]] if m.key in _TRAINING_METRICS else ""
+    return Claim(cid, sets, text, build, applies, reason)
 
 
 def declare(decls) -> list[Claim]:
@@ -420,7 +447,7 @@ def claims_rows(df: pd.DataFrame) -> list[tuple[str, list[Comparison]]]:
                      if runs.has(*claim.sets) and (claim.applies is None or claim.applies(runs))]
             for runs in where:
                 ran.add(claim.number)
-                for c in claim.build(runs):
+                for c in _controlled(claim, runs):
                     c.sets = claim.sets
                     c.text = c.text.replace("@arch", _arch_name(runs.arch))
                     if len(where) > 1 and claim.number != 9:
@@ -433,9 +460,43 @@ def claims_rows(df: pd.DataFrame) -> list[tuple[str, list[Comparison]]]:
     for claim in [*CLAIMS, *PLUGIN_CLAIMS, *DECLARED]:
         if claim.number not in ran:
             for c in claim.build(empty):
-                c.sets = claim.sets
+                c.sets, c.init_note = claim.sets, claim.at_init
                 c.text = c.text.replace("@arch", _arch_name(""))
                 missing.append(c)
     if missing:
         blocks.append(("", missing))
+    every = [c for _, comps in blocks for c in comps]
+    for c, family in zip(every, family_verdicts([(c.result, c.kind) for c in every])):
+        c.family = family
     return blocks
+
+
+def _controlled(claim: Claim, runs: Runs) -> list[Comparison]:
+    """The claim's comparisons on ``runs`` with their initialisation control: the same comparisons on the runs'
+    untrained twins, and the change training brought, judged by the same rule."""
+    comps = claim.build(runs)
+    if claim.at_init:
+        for c in comps:
+            c.init_note = claim.at_init
+        return comps
+    twins = Runs(runs.records, runs.arch, column="init_of")
+    init = claim.build(twins) if twins.has(*claim.sets) else []
+    for i, c in enumerate(comps):
+        c0 = init[i] if len(init) == len(comps) and init[i].claim == c.claim else None
+        if c0 is None or c0.result.verdict == NOT_RUN:
+            c.init_note = NO_TWINS if c.result.verdict != NOT_RUN else ""  # not run: nothing to control
+            continue
+        c.init, c.change = c0.result, training_change(c, c0)
+    return comps
+
+
+def training_change(c: Comparison, c0: Comparison) -> Outcome:
+    """What training changed: each side's gain over its own initialisation (a seed's value minus its untrained
+    twin's), compared as the claim compares its sides. Paired by seed this is Delta_s - Delta_init,s; the margins
+    are the trained comparison's (a relative tolerance in the trained right side's unit)."""
+    def gain(side: Side, init: Side) -> list[tuple[float, float]]:
+        at = dict(finite(init.values))
+        return [(s, v - at[s]) for s, v in finite(side.values) if s in at]
+
+    kind = within(c.result.tol) if c.kind.relative else c.kind
+    return compare(gain(c.left, c0.left), gain(c.right, c0.right), kind, c.better)

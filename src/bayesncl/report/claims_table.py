@@ -21,10 +21,10 @@ from .layout import render_context, table_context, write_table
 from .lines import rows_in_set, saturation_verdict
 from .names import ARCH_NAMES, DATASET_NAMES, HEADLINE, is_main
 from .summary import prepare
-from .verdicts import VERDICTS
+from .verdicts import FAILS, HOLDS, VERDICTS, Outcome
 
-__all__ = ["CAPTION", "build_claims", "claim_cells", "dataset_title", "outcome", "print_outcome", "render_claims",
-           "write_claims"]
+__all__ = ["CAPTION", "build_claims", "claim_cells", "dataset_title", "family_tally", "outcome", "print_outcome",
+           "render_claims", "write_claims"]
 
 
 def _count(side: Side) -> str:
@@ -54,10 +54,10 @@ def _num(x: float, decimals: int, plus: bool = False) -> str:
     return f"{x:+.{decimals}f}" if plus else f"{x:.{decimals}f}"
 
 
-def _diff_cell(c: Comparison, fmt: Fmt) -> str:
-    """The mean difference and its 95% interval, in the claim's direction; relative tolerances in percent
-    of the right side."""
-    r = c.result
+def _diff_cell(c: Comparison, fmt: Fmt, r: Outcome | None = None) -> str:
+    """The mean difference (``r``, else the comparison's) and its 95% interval, in the claim's direction;
+    relative tolerances in percent of the right side."""
+    r = c.result if r is None else r
     if not r.test:
         return fmt.dash()
     scale, dec, unit = 1.0, c.left.stat.decimals, ""
@@ -68,6 +68,18 @@ def _diff_cell(c: Comparison, fmt: Fmt) -> str:
     if fmt.tex:
         return f"${diff.replace('%', '')}$" + (r"\%" if unit else "") + " " + ci.replace("-", "$-$")
     return f"{diff} {ci}"
+
+
+def _init_cell(c: Comparison, fmt: Fmt) -> str:
+    """Delta at initialisation with its interval (the untrained twins), or why there is none."""
+    if c.init is None:
+        return fmt.text(c.init_note) or fmt.dash()
+    return _diff_cell(c, fmt, c.init)
+
+
+def _training_cell(c: Comparison, fmt: Fmt) -> str:
+    """The verdict on what training changed (Delta - Delta at initialisation, per seed); a dash without it."""
+    return c.change.verdict if c.change is not None else fmt.dash()
 
 
 def _test_cell(c: Comparison, fmt: Fmt) -> str:
@@ -88,23 +100,43 @@ CAPTION = (
     "inconclusive, leaning by $\\Delta$ alone (always so with fewer than 2 seeds on a side: no CI); not run: "
     "no finite value on a side. Claim 7 reads the last recorded epoch; claim 11 compares the best inner sweep "
     "point (chosen after seeing the means) with each end and shows the weaker part. Paper: ImageNet-100 "
-    "unless stated.")
+    "unless stated. Controls (docs/METHOD.md section 9): $\\Delta$ at init is the same comparison on the same "
+    "seeds' untrained networks (their own initialisation, no step taken, the same evaluation); Training judges "
+    "by the same rule and margins what training changed, each seed's $\\Delta$ minus its $\\Delta$ at init (n/a: "
+    "a metric that does not exist before training). Family: the verdict with the table's comparisons as one "
+    "family, Holm's step-down at level 0.05 over the one-sided t-tests that the intervals read (p doubled, "
+    "so that a family of one gives the plain verdict); it holds or does not hold only where its adjusted p is "
+    "below 0.05.")
 DECLARED_NOTE = (" Paper \"declared\": a claim that is not the paper's (the workflow config's claims:, or a "
                  "plugin's; docs/EXTENDING.md), judged by the same rule.")
 
 
-TEX_ROWS = 14  # rows per LaTeX float (two lines each)
+TEX_ROWS = 10  # rows per LaTeX float (up to four lines each)
 
 
 def claim_cells(c: Comparison, fmt: Fmt) -> dict[str, str]:
-    """One comparison's cells in ``fmt``: id, text, left, right, diff, test, paper, verdict. LaTeX breaks the
-    verdict before its lean (every row of the page-wide table is two lines)."""
+    """One comparison's cells in ``fmt``: id, text, left, right, diff, test, init, paper, verdict, training,
+    family. LaTeX breaks a verdict before its lean."""
     text = fmt.text(c.text).replace("@A", fmt.esc(c.left.label)).replace("@B", fmt.esc(c.right.label))
     marks = (fmt.mark("§") if still_learning(c) else "") + (fmt.mark("¶") if collapsed(c) else "")
     return {"id": c.claim + marks, "text": text, "left": _side_cell(c.left, fmt),
             "right": c.right_text if c.right_text is not None else _side_cell(c.right, fmt),
-            "diff": _diff_cell(c, fmt), "test": _test_cell(c, fmt), "paper": fmt.text(c.paper) or fmt.dash(),
-            "verdict": c.verdict.replace(" (", r" \newline (") if fmt.tex else c.verdict}
+            "diff": _diff_cell(c, fmt), "test": _test_cell(c, fmt), "init": _init_cell(c, fmt),
+            "paper": fmt.text(c.paper) or fmt.dash(), "verdict": _broken(c.verdict, fmt),
+            "training": _broken(_training_cell(c, fmt), fmt), "family": _broken(c.family, fmt)}
+
+
+def _broken(verdict: str, fmt: Fmt) -> str:
+    return verdict.replace(" (", r" \newline (") if fmt.tex else verdict
+
+
+def family_tally(comps: list[Comparison]) -> str:
+    """How many decisive verdicts survive the familywise control, in words."""
+    decisive = [c for c in comps if c.verdict in (HOLDS, FAILS)]
+    kept = [c for c in decisive if c.family.startswith(c.verdict + " (")]
+    tested = sum(c.result.has_interval for c in comps)
+    return (f"{len(kept)} of the {len(decisive)} decisive verdicts survive the familywise control (Holm over "
+            f"{tested} comparisons with an interval)")
 
 
 def still_learning(c: Comparison) -> int:
@@ -141,7 +173,7 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
     """The claims table's context (``kind`` "tex", "md" or "txt"). LaTeX puts the test under the interval,
     so that every row is two lines of a page-wide table."""
     fmt = Fmt(kind)
-    blocks, flags, learning, fell, declared = [], [], [], [], False
+    blocks, flags, learning, fell, declared, every = [], [], [], [], False, []
     for dataset, comps in claims_rows(df):
         rows = []
         for c in comps:
@@ -149,11 +181,17 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
             learning.append(still_learning(c))
             fell.append(collapsed(c))
             cell = claim_cells(c, fmt)
-            evidence = [cell["diff"], cell["test"]]
-            if fmt.tex:
-                evidence = [r" \newline ".join(e for e in evidence if e != fmt.dash()) or fmt.dash()]
-            rows.append([cell["id"], cell["text"], cell["left"], cell["right"], *evidence, cell["paper"],
-                         cell["verdict"]])
+            every.append(c)
+            if fmt.tex:  # fewer, stacked columns: the table spans the page
+                nl = r" \newline "
+                evidence = nl.join(e for e in (cell["diff"], cell["test"]) if e != fmt.dash()) or fmt.dash()
+                control = cell["init"] + (nl + "training: " + cell["training"] if c.change is not None else "")
+                family = "" if c.family == c.verdict else nl + "family: " + c.family.removesuffix(" (family)")
+                rows.append([cell["id"], cell["text"], cell["left"], cell["right"], evidence, control, cell["paper"],
+                             cell["verdict"] + family])
+            else:
+                rows.append([cell["id"], cell["text"], cell["left"], cell["right"], cell["diff"], cell["test"],
+                             cell["init"], cell["paper"], cell["verdict"], cell["training"], cell["family"]])
             for s in (c.left, c.right):
                 if s.repeats:
                     where = f" on {DATASET_NAMES.get(dataset, dataset)}" if dataset else ""
@@ -162,7 +200,7 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
         step = TEX_ROWS if fmt.tex else len(rows)  # a LaTeX float must fit a page: long blocks continue
         for i in range(0, len(rows), step):
             blocks.append({"title": fmt.esc(title + (" (continued)" if i else "")), "rows": rows[i:i + step]})
-    caption = CAPTION + (DECLARED_NOTE if declared else "")
+    caption = CAPTION + (DECLARED_NOTE if declared else "") + f" {family_tally(every)}."
     if any(learning):
         caption += (f" § {sum(map(bool, learning))} of the {len(learning)} rows compare runs of which some were "
                     "still learning when they stopped (their InfoNCE loss still fell over the last 20% of epochs, "
@@ -176,10 +214,13 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
         caption += " ‡ Not a separate result: " + "; ".join(dict.fromkeys(flags)) + "."
     rag = r">{\raggedright\arraybackslash}"
     if fmt.tex:
-        header = ["", "Claim", "Left", "Right", "$\\Delta$ [95% CI], test (n)", "Paper", "Verdict"]
-        colspec = f"@{{}}l{rag}p{{4.3cm}}rr{rag}p{{3.3cm}}{rag}p{{1.75cm}}{rag}p{{1.75cm}}@{{}}"
+        header = ["", "Claim", "Left", "Right", "$\\Delta$ [95% CI], test (n)", "$\\Delta$ at init, training",
+                  "Paper", "Verdict, family"]
+        colspec = (f"@{{}}l{rag}p{{2.6cm}}rr{rag}p{{2.7cm}}{rag}p{{2.5cm}}{rag}p{{1.3cm}}"
+                   f"{rag}p{{1.9cm}}@{{}}")
     else:
-        header = ["", "Claim", "Left", "Right", "$\\Delta$ [95% CI]", "Test (n)", "Paper", "Verdict"]
+        header = ["", "Claim", "Left", "Right", "$\\Delta$ [95% CI]", "Test (n)", "$\\Delta$ at init [95% CI]",
+                  "Paper", "Verdict", "Training", "Family (Holm)"]
         colspec = None
     align = ["left", "left", "right", "right"] + ["left"] * (len(header) - 4)
     return table_context("claims", "Claims", fmt.text(caption), [fmt.text(h) for h in header], blocks, wide=True,
@@ -222,17 +263,20 @@ def _headline(df: pd.DataFrame, fmt: Fmt) -> str:
 def outcome(df: pd.DataFrame) -> str:
     """What the run showed, for the terminal: the claims and the headline rows of Tables 1 and 2."""
     fmt = Fmt("txt")
-    lines = []
-    for dataset, comps in claims_rows(df):
+    lines, blocks = [], claims_rows(df)
+    for dataset, comps in blocks:
         for i, c in enumerate(comps):
             cell = claim_cells(c, fmt)
             lines.append([dataset_title(dataset) if i == 0 else "",
-                          *[cell[k] for k in ("id", "text", "left", "right", "diff", "test", "verdict")]])
-    claims = tabulate(lines, headers=["Dataset", "", "Claim", "Left", "Right", "Δ [95% CI]", "Test (n)", "Verdict"],
+                          *[cell[k] for k in ("id", "text", "left", "right", "diff", "test", "init", "verdict",
+                                              "training", "family")]])
+    every = [c for _, comps in blocks for c in comps]
+    claims = tabulate(lines, headers=["Dataset", "", "Claim", "Left", "Right", "Δ [95% CI]", "Test (n)",
+                                      "Δ at init [95% CI]", "Verdict", "Training", "Family (Holm)"],
                       tablefmt="simple", disable_numparse=True, maxcolwidths=[None, None, 40, None, None, None,
-                                                                              None, None])
-    counts = pd.Series([r[-1] for r in lines]).value_counts()
-    tally = "; ".join(f"{v}: {counts[v]}" for v in VERDICTS if v in counts)
+                                                                              None, 24, None, None, None])
+    counts = pd.Series([c.verdict for c in every]).value_counts()
+    tally = "; ".join(f"{v}: {counts[v]}" for v in VERDICTS if v in counts) + f"; {family_tally(every)}"
     return (f"Claims (docs/METHOD.md section 9; mean ± std (seeds), left vs right; Δ with its 95% interval, "
             f"in the claim's direction): {tally}\n{claims}\n\n"
             f"Main comparison (Tables 1-2; ‡ repeats another row's result; (k/n): k of n seeds finite):\n"

@@ -31,7 +31,7 @@ from ..learning import saturation_rule
 from . import provenance
 from .cells import Fmt, caption_text, latex_escape
 from .claims import Comparison, claims_rows
-from .claims_table import build_claims, claim_cells, dataset_title
+from .claims_table import build_claims, claim_cells, dataset_title, family_tally
 from .layout import environment
 from .names import DATASET_NAMES
 from .tables import TABLES, build_table
@@ -146,15 +146,17 @@ def _tex_path(path: str) -> str:
 
 
 # --------------------------------------------------------------------------- the claims, per table
-def outcome_text(verdicts: list[str]) -> str:
-    """"24 comparisons ...: holds: 5; does not hold: 9; ..." (verdicts in verdicts.VERDICTS order)."""
+def outcome_text(verdicts: list[str], family: str = "") -> str:
+    """"24 comparisons ...: holds: 5; does not hold: 9; ..." (verdicts in verdicts.VERDICTS order), then
+    ``family`` (claims_table.family_tally: how many decisive verdicts survive the familywise control)."""
     counts: dict[str, int] = {}
     for v in verdicts:
         counts[v] = counts.get(v, 0) + 1
     order = [v for v in VERDICTS if v in counts] + [v for v in counts if v not in VERDICTS]
     tally = "; ".join(f"{v}: {counts[v]}" for v in order)
     n = len(verdicts)
-    return f"{n} comparison{'s' if n != 1 else ''} of the paper's claims on this grid's runs: {tally}."
+    return (f"{n} comparison{'s' if n != 1 else ''} of the paper's claims on this grid's runs: {tally}."
+            + (f" {family[0].upper()}{family[1:]}." if family else ""))
 
 
 def claims_for(set_name: str, judged: list[tuple[str, Comparison]], fmt: Fmt) -> list[dict]:
@@ -319,7 +321,7 @@ def _latex_context(df, prov, figures: list[str], results: Path, judged: list[tup
         "stamp": stamp, "title": "BayesNCL reproduction report",
         "subtitle": latex_escape(f"Grid {grid} · commit {commit}{' (uncommitted changes)' if prov.git.dirty else ''}"
                                  f" · {prov.date}").replace("·", r"\textperiodcentered{}"),
-        "outcome": latex_escape(outcome_text([c.verdict for _, c in judged])),
+        "outcome": latex_escape(outcome_text([c.verdict for _, c in judged], family_tally([c for _, c in judged]))),
         "claims_note": latex_escape(f"{prov.runs} runs; seeds {seeds}. The claims table "
                                     "(tables/claims.tex) follows; each row's verdict follows the rule in its caption."),
         "tables": tables, "figures": figs,
@@ -408,7 +410,7 @@ def write_document(summary_csv: str | Path, results: str | Path, grid: str | Pat
         written.append(atomic_write_text(out / "captions" / f"{page.name}.rst", caption_rst(title, caption, stamp)))
 
     judged = [(d, c) for d, comps in claims_rows(df) for c in comps]
-    outcome = outcome_text([c.verdict for _, c in judged])
+    outcome = outcome_text([c.verdict for _, c in judged], family_tally([c for _, c in judged]))
     written.append(atomic_write_text(out / "provenance.rst", provenance_rst(prov, outcome, results)))
     written.append(atomic_write_text(out / "provenance.json", prov.to_json()))
     tex = _render_tex(_latex_context(df, prov, list(figures), results, judged))

@@ -16,6 +16,10 @@ The verdict rule (docs/METHOD.md section 9), in ``compare``:
 - otherwise "inconclusive", leaning for or against the claim by where the mean difference alone falls;
   without an interval (fewer than 2 seeds on a side) always inconclusive; "not run" when a side has no
   finite value. A std of 0 (GFLOPs) gives the degenerate interval [d, d], decided like any other.
+
+The familywise control (``p_values``, ``holm``, ``family_verdicts``): each comparison's interval is two
+one-sided t-tests against its bound; their p-values, doubled so that p < 0.05 is exactly the 95% interval
+clearing the bound, are adjusted by Holm's step-down over the table's comparisons that have an interval.
 """
 
 from __future__ import annotations
@@ -26,14 +30,16 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["BETTER", "NOT_WORSE", "VERDICTS", "Kind", "Outcome", "Values", "combine", "compare", "finite",
-           "mean_interval", "within"]
+__all__ = ["ALPHA", "BETTER", "NOT_WORSE", "VERDICTS", "Kind", "Outcome", "Values", "combine",
+           "compare", "family_verdicts", "finite", "holm", "mean_interval", "p_values", "within"]
 
 HOLDS, FAILS, NOT_RUN = "holds", "does not hold", "not run"
 LEANS_FOR, LEANS_AGAINST = "inconclusive (leans for)", "inconclusive (leans against)"
 VERDICTS = (HOLDS, LEANS_FOR, LEANS_AGAINST, FAILS, NOT_RUN)
 _STRENGTH = {HOLDS: 4, LEANS_FOR: 3, LEANS_AGAINST: 2, FAILS: 1, NOT_RUN: 0}
 CONFIDENCE = 0.95
+ALPHA = 0.05  # the familywise error rate of the table's family of claims
+FAMILY_HOLDS, FAMILY_FAILS, FAMILY_OPEN = "holds (family)", "does not hold (family)", "inconclusive (family)"
 
 Values = Sequence[tuple[float, float]]  # (seed, value) per run; the value NaN when undefined
 
@@ -71,6 +77,8 @@ class Outcome:
     ref: float = math.nan     # the right side's mean over the values used (relative tolerances)
     left: tuple[float, ...] = ()   # the values the test used
     right: tuple[float, ...] = ()
+    se: float = math.nan      # the standard error of ``diff`` and its t degrees of freedom (the interval's)
+    dof: float = math.nan
 
     @property
     def has_interval(self) -> bool:
@@ -131,7 +139,7 @@ def compare(left: Values, right: "Values | float", kind: Kind = BETTER, better: 
             return Outcome(NOT_RUN)
         diff, low, high = mean_interval(d)
         return Outcome(_judge(kind, diff, low, high, tol), "one-sample", (int(d.size),), diff, low, high, tol,
-                       ref, tuple(v for _, v in lf), ())
+                       ref, tuple(v for _, v in lf), (), *_se(d))
     rf = finite(right)
     if not lf or not rf:
         return Outcome(NOT_RUN)
@@ -142,21 +150,28 @@ def compare(left: Values, right: "Values | float", kind: Kind = BETTER, better: 
         lv, rv = dict(lf), dict(rf)
         a, b = np.array([lv[s] for s in shared]), np.array([rv[s] for s in shared])
         diff, low, high = mean_interval(sign * (a - b))
+        se, dof = _se(sign * (a - b))
         test, n = "paired", (int(a.size),)
     else:
         a, b = np.array([v for _, v in lf]), np.array([v for _, v in rf])
         diff = sign * float(a.mean() - b.mean())
-        low = high = math.nan
+        low = high = se = dof = math.nan
         if a.size >= 2 and b.size >= 2:
             va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
             se = math.sqrt(va + vb)
-            df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1)) if se > 0 else math.inf
-            low, high = _interval(diff, se, df)
+            dof = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1)) if se > 0 else math.inf
+            low, high = _interval(diff, se, dof)
         test, n = "Welch", (int(a.size), int(b.size))
     ref = abs(float(b.mean()))
     tol = kind.margin * ref if kind.relative else kind.margin
     return Outcome(_judge(kind, diff, low, high, tol), test, n, diff, low, high, tol, ref,
-                   tuple(a.tolist()), tuple(b.tolist()))
+                   tuple(a.tolist()), tuple(b.tolist()), se, dof)
+
+
+def _se(d) -> tuple[float, float]:
+    """(standard error, degrees of freedom) of the mean of ``d``, as mean_interval takes them; NaN below 2."""
+    d = np.asarray(d, dtype=float)
+    return (float(d.std(ddof=1)) / math.sqrt(d.size), d.size - 1.0) if d.size >= 2 else (math.nan, math.nan)
 
 
 def combine(parts: list[Outcome]) -> tuple[str, Outcome]:
@@ -165,3 +180,54 @@ def combine(parts: list[Outcome]) -> tuple[str, Outcome]:
     that decides it (the weakest; among equals, the smallest mean difference). ``parts`` is not empty."""
     weakest = min(parts, key=lambda p: (_STRENGTH[p.verdict], p.diff))  # "not run" is the weakest
     return weakest.verdict, weakest
+
+
+# ----------------------------------------------------------------------------- familywise control
+def p_values(r: Outcome, kind: Kind) -> tuple[float, float]:
+    """(p for, p against): the p-values of the one-sided t-tests the verdict's interval reads (docs/METHOD.md
+    section 9, "Controls"), doubled so that p < ALPHA is exactly the 95% interval clearing its bound: a family of
+    one gives the plain verdict. "For" tests that the mean difference lies beyond -tol ("within": inside
+    [-tol, tol], the larger of its two p-values); "against" the opposite side of the same bound ("within": wholly
+    outside it, the smaller). NaN without an interval; a degenerate interval (se 0) gives 0 or 1 by its verdict."""
+    if not r.has_interval:
+        return math.nan, math.nan
+    if not r.se > 0:
+        return float(r.verdict != HOLDS), float(r.verdict != FAILS)
+    from scipy import stats
+
+    def above(b: float) -> float:  # H0: mean <= b
+        return min(1.0, 2.0 * float(stats.t.sf((r.diff - b) / r.se, r.dof)))
+
+    def below(b: float) -> float:  # H0: mean >= b
+        return min(1.0, 2.0 * float(stats.t.cdf((r.diff - b) / r.se, r.dof)))
+
+    if kind.name == "within":
+        return max(above(-r.tol), below(r.tol)), min(above(r.tol), below(-r.tol))
+    return above(-r.tol), below(-r.tol)
+
+
+def holm(p: Sequence[float]) -> np.ndarray:
+    """Holm's step-down adjusted p-values (statsmodels' multipletests(method="holm"), transcribed): sorted
+    ascending, the i-th smallest (from 0) times (m - i), made non-decreasing, capped at 1; in the input's order."""
+    p = np.asarray(p, dtype=float)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.minimum(1.0, np.maximum.accumulate((p.size - np.arange(p.size)) * p[order]))
+    out = np.empty_like(adjusted)
+    out[order] = adjusted
+    return out
+
+
+def family_verdicts(judged: Sequence[tuple[Outcome, Kind]], alpha: float = ALPHA) -> list[str]:
+    """Each comparison's familywise verdict, the family being ``judged`` (a table's comparisons): "holds
+    (family)" when its Holm-adjusted p for is below ``alpha``, "does not hold (family)" when its adjusted p
+    against is; "not run" as the plain verdict; else inconclusive. Holm runs over the comparisons that have an
+    interval, each direction on its own."""
+    ps = [p_values(r, k) for r, k in judged]
+    tested = [i for i, (pf, _) in enumerate(ps) if math.isfinite(pf)]
+    out = [NOT_RUN if r.verdict == NOT_RUN else FAMILY_OPEN for r, _ in judged]
+    if tested:
+        adj_for = holm([ps[i][0] for i in tested])
+        adj_against = holm([ps[i][1] for i in tested])
+        for i, pf, pa in zip(tested, adj_for, adj_against):
+            out[i] = FAMILY_HOLDS if pf < alpha else FAMILY_FAILS if pa < alpha else FAMILY_OPEN
+    return out

@@ -1,0 +1,322 @@
+"""The claims table's controls (docs/METHOD.md section 9, "Controls") against written-out calculations: the
+initialisation control (each trained comparison made again on the runs' untrained twins, and the change training
+brought judged by the same rule), the familywise control (Holm's step-down over the table), and the planning of
+the untrained twins (bayesncl.grid.plan_init_runs). Fast; the one torch check builds two tiny networks."""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from scipy import stats
+
+from bayesncl import grid
+from bayesncl.report import claims, claims_table, verdicts
+from test_claims import FAILS, FOR, HOLDS, MAIN, NOT_RUN, frame, row  # noqa: I001 (tests/ is on sys.path)
+
+ROOT = Path(__file__).resolve().parents[1]
+B, N = "BayesNCL (STE)", "NCL"
+
+
+# --------------------------------------------------------------------------- written-out references
+def t_interval(d) -> tuple[float, float, float]:
+    d = np.asarray(d, dtype=float)
+    half = stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size)
+    return d.mean(), d.mean() - half, d.mean() + half
+
+
+def rule(low: float, high: float, diff: float, tol: float = 0.0) -> str:
+    """The "better" / "not worse" rule of section 9, written out."""
+    if low > -tol:
+        return HOLDS
+    if high < -tol:
+        return FAILS
+    return FOR if diff > -tol else "inconclusive (leans against)"
+
+
+def naive_holm(p: list[float]) -> list[float]:
+    """Holm's step-down as its definition reads: the k-th smallest p (k from 1) times (m - k + 1), never below
+    the adjusted p of a smaller one, at most 1."""
+    m, adjusted, running = len(p), [0.0] * len(p), 0.0
+    for k, i in enumerate(sorted(range(m), key=lambda j: p[j]), start=1):
+        running = max(running, min(1.0, (m - k + 1) * p[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def paired_p(d, tol: float = 0.0, within: bool = False) -> tuple[float, float]:
+    """(p for, p against) from scipy's one-sample t-test on the per-seed differences, doubled (the 95%
+    interval's two sides)."""
+    def one(bound, side):
+        return min(1.0, 2 * stats.ttest_1samp(d, bound, alternative=side).pvalue)
+    if within:
+        return max(one(-tol, "greater"), one(tol, "less")), min(one(tol, "greater"), one(-tol, "less"))
+    return one(-tol, "greater"), one(-tol, "less")
+
+
+# --------------------------------------------------------------------------- Holm and the p-values
+def test_holm_is_the_written_out_step_down():
+    assert np.allclose(verdicts.holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
+    rng = random.Random(3)
+    for _ in range(200):
+        p = [rng.choice([rng.random(), rng.random() / 50, 1.0, 0.0]) for _ in range(rng.randint(1, 12))]
+        assert np.allclose(verdicts.holm(p), naive_holm(p)), p
+
+
+@pytest.mark.parametrize("kind", [claims.BETTER, claims.NOT_WORSE, claims.within(1.0)], ids=lambda k: k.name)
+def test_p_values_are_scipys_one_sided_tests_and_agree_with_the_interval(kind):
+    """p < 0.05 exactly when the plain rule decides in that direction: a family of one is the plain table."""
+    rng = np.random.default_rng(11)
+    seen = set()
+    for _ in range(120):
+        n = int(rng.integers(2, 7))
+        left = rng.normal(rng.choice([-3.0, -1.0, 0.0, 0.6, 2.0]), rng.choice([0.3, 1.0, 3.0]), n)
+        right = rng.normal(0.0, 1.0, n)
+        r = claims.compare(list(enumerate(left)), list(enumerate(right)), kind)
+        want = paired_p(left - right, kind.margin, kind.name == "within")
+        got = verdicts.p_values(r, kind)
+        assert np.allclose(got, want, rtol=1e-9, atol=1e-12), (got, want)
+        assert (got[0] < 0.05) == (r.verdict == HOLDS) and (got[1] < 0.05) == (r.verdict == FAILS)
+        seen.add(r.verdict)
+    assert {HOLDS, FAILS} <= seen
+
+
+def test_welch_p_values_are_scipys_welch_tests():
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        a, b = rng.normal(1.0, 1.0, 4), rng.normal(0.0, 2.0, 3)
+        r = claims.compare([(s, v) for s, v in enumerate(a)], [(10 + s, v) for s, v in enumerate(b)],
+                           claims.NOT_WORSE)
+        assert r.test == "Welch"
+        want = [min(1.0, 2 * stats.ttest_ind(a + 1.0, b, equal_var=False, alternative=side).pvalue)
+                for side in ("greater", "less")]
+        assert np.allclose(verdicts.p_values(r, claims.NOT_WORSE), want, rtol=1e-9)
+
+
+def test_untested_comparisons_stay_out_of_the_family():
+    one_seed = claims.compare([(0, 5.0)], [(0, 1.0)])
+    degenerate = claims.compare([(s, 2.0) for s in range(3)], [(s, 1.0) for s in range(3)])
+    assert math.isnan(verdicts.p_values(one_seed, claims.BETTER)[0])
+    assert verdicts.p_values(degenerate, claims.BETTER) == (0.0, 1.0)  # std 0: decided as its interval [1, 1]
+    got = verdicts.family_verdicts([(one_seed, claims.BETTER), (degenerate, claims.BETTER),
+                                    (claims.compare([], [(0, 1.0)]), claims.BETTER)])
+    assert got == ["inconclusive (family)", "holds (family)", NOT_RUN]
+
+
+# --------------------------------------------------------------------------- the family, in the table
+D_MARGINAL = [0.6, 2.9, 1.6, 0.9, 2.4]  # BayesNCL - NCL on SC per seed: holds alone (p 0.018), not among 7
+D_STRONG = [2.0, 2.6, 1.8, 1.2, 3.0]    # p 0.0025: survives 7 comparisons
+
+
+def main_table(d_sc: list[float]) -> pd.DataFrame:
+    """Tables 1-2 of five seeds: SC of BayesNCL (STE) = NCL's + ``d_sc``; every other difference noise."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for v in ("SimCLR", N, "Top-k NCL", B, "BayesNCL (Gumbel)"):
+        for s in range(5):
+            sc = 20.0 + (d_sc[s] if v == B else 0.0 if v == N else rng.normal(0, 2))
+            rows.append(row(v, s, MAIN, sc=sc,
+                            se_sum=2.0 + rng.normal(0, 0.1), probe_top1=50.0 + rng.normal(0, 3),
+                            ret_p10=30.0 + rng.normal(0, 3)))
+    return frame(rows)
+
+
+def written_out_family(df) -> dict[str, str]:
+    """The familywise verdicts by hand: each tested comparison's doubled one-sided p from scipy, Holm by loop."""
+    comps = [c for _, cs in claims.claims_rows(df) for c in cs]
+    tested = [c for c in comps if c.result.has_interval]
+    assert all(c.result.test == "paired" for c in tested)
+    ps = []
+    for c in tested:
+        d = np.array(c.result.left) - np.array(c.result.right)
+        ps.append(paired_p(-d if c.better == "down" else d, c.result.tol, c.kind.name == "within"))
+    adj_for, adj_against = naive_holm([p for p, _ in ps]), naive_holm([p for _, p in ps])
+    out = {}
+    for c, pf, pa in zip(tested, adj_for, adj_against):
+        out[c.claim] = "holds (family)" if pf < 0.05 else "does not hold (family)" if pa < 0.05 else \
+            "inconclusive (family)"
+    return out
+
+
+@pytest.mark.parametrize("d_sc, family", [(D_MARGINAL, "inconclusive (family)"), (D_STRONG, "holds (family)")],
+                         ids=["the control changes 1a", "1a survives it"])
+def test_familywise_verdicts_are_holm_over_the_table(d_sc, family):
+    df = main_table(d_sc)
+    comps = {c.claim: c for _, cs in claims.claims_rows(df) for c in cs}
+    assert comps["1a"].verdict == HOLDS and comps["1a"].family == family
+    want = written_out_family(df)
+    assert len(want) == 7 and {k: comps[k].family for k in want} == want
+    md = claims_table.render_claims(df, "md")
+    line = next(x for x in md.splitlines() if x.startswith("| 1a"))
+    assert line.rstrip(" |").endswith(family) and "| holds " in line
+    kept = sum(c.family.startswith(c.verdict + " (") for c in comps.values() if c.verdict in (HOLDS, FAILS))
+    decisive = sum(c.verdict in (HOLDS, FAILS) for c in comps.values())
+    assert f"{kept} of the {decisive} decisive verdicts survive the familywise control" in md
+    assert f"{kept} of the {decisive} decisive verdicts survive" in claims_table.outcome(df)
+
+
+# --------------------------------------------------------------------------- the initialisation control
+def with_twins(df: pd.DataFrame, at_init) -> pd.DataFrame:
+    """``df`` and, as grid.plan_init_runs plans them, one untrained twin per run of an INIT_SETS set: in no set,
+    ``init_of`` naming the sets it initialises, epochs 0, its values ``at_init(row)`` (the others NaN)."""
+    twins = []
+    for r in df.to_dict("records"):
+        of = [s for s in r["sets"].split(";") if s in grid.INIT_SETS]
+        if of:
+            t = {k: r[k] for k in ("dataset", "arch", "method", "variant", "gate", "detach", "head_depth", "rho",
+                                   "lambda", "proj_dim", "seed")}
+            twins.append({**t, "run_id": r["run_id"] + "/epochs~0", "sets": "", "init_of": ";".join(of),
+                          "epochs": 0.0, "weights_sha": r["weights_sha"] + "/init", **at_init(r)})
+    return pd.concat([df, frame(twins)], ignore_index=True)
+
+
+TRAINED = {B: [28.1, 26.3, 29.0, 27.2, 25.9], N: [20.0, 20.9, 21.2, 19.4, 20.6]}  # 1a holds plainly
+
+
+def sc_pair(init: dict[str, list[float]]) -> pd.DataFrame:
+    df = frame([row(v, s, MAIN, sc=TRAINED[v][s]) for v in (B, N) for s in range(5)])
+    return with_twins(df, lambda r: {"sc": init[r["variant"]][int(r["seed"])]})
+
+
+@pytest.mark.parametrize("init, verdict", [
+    ({B: [23.4, 19.6, 22.2, 23.8, 19.3], N: [14.8, 15.0, 14.7, 15.1, 14.6]}, FOR),  # the lead was there untrained
+    ({B: [15.0, 14.9, 15.2, 14.8, 15.1], N: [14.8, 15.0, 14.7, 15.1, 14.6]}, HOLDS),  # no lead untrained
+], ids=["the control changes 1a", "1a survives it"])
+def test_delta_at_init_and_the_training_verdict_are_written_out_paired_t(init, verdict):
+    c = next(c for _, cs in claims.claims_rows(sc_pair(init)) for c in cs if c.claim == "1a")
+    assert c.verdict == HOLDS
+    d_trained = np.array(TRAINED[B]) - np.array(TRAINED[N])
+    d_init = np.array(init[B]) - np.array(init[N])
+    diff, low, high = t_interval(d_init)
+    assert c.init.test == "paired" and np.allclose([c.init.diff, c.init.low, c.init.high], [diff, low, high])
+    change = d_trained - d_init
+    diff, low, high = t_interval(change)
+    assert np.allclose([c.change.diff, c.change.low, c.change.high], [diff, low, high])
+    assert c.change.verdict == rule(low, high, diff) == verdict
+    md = claims_table.render_claims(sc_pair(init), "md")
+    line = next(x for x in md.splitlines() if x.startswith("| 1a")).split("|")
+    header = next(x for x in md.splitlines() if x.startswith("|") and "Δ at init" in x).split("|")
+    cell = dict(zip([h.strip() for h in header], [x.strip() for x in line]))
+    m, lo, hi = t_interval(d_init)
+    assert cell["Δ at init [95% CI]"] == f"{m:+.2f} [{lo:.2f}, {hi:.2f}]"
+    assert cell["Training"] == verdict and cell["Verdict"] == HOLDS
+    tex = next(x for x in claims_table.render_claims(sc_pair(init), "tex").splitlines() if x.startswith("1a & "))
+    control, shown = tex.split(" & ")[5], tex.split(" & ")[7]
+    interval = f"[{lo:.2f}, {hi:.2f}]".replace("-", "$-$")
+    assert control == f"${m:+.2f}$ {interval} \\newline training: " + verdict.replace(" (", r" \newline (")
+    assert shown.startswith(r"holds \newline family: ")
+
+
+def test_training_change_follows_the_claims_direction_and_margin():
+    """1c (SE, lower is the claim: right - left) and 2a (not worse, margin 1 point) on their twins."""
+    se = {B: [1.50, 1.62, 1.55, 1.48, 1.60], N: [1.90, 1.95, 1.85, 1.92, 1.88]}
+    se0 = {B: [1.70, 1.80, 1.72, 1.66, 1.79], N: [1.91, 1.96, 1.90, 1.89, 1.93]}
+    top = {B: [40.0, 41.0, 39.5, 40.2, 40.8], N: [41.1, 41.9, 40.1, 41.3, 41.6]}
+    top0 = {B: [31.2, 31.5, 31.3, 31.4, 31.0], N: [30.2, 30.0, 30.3, 30.1, 29.8]}
+    df = frame([row(v, s, MAIN, se_sum=se[v][s], probe_top1=top[v][s]) for v in (B, N) for s in range(5)])
+    df = with_twins(df, lambda r: {"se_sum": se0[r["variant"]][int(r["seed"])],
+                                   "probe_top1": top0[r["variant"]][int(r["seed"])]})
+    comps = {c.claim: c for _, cs in claims.claims_rows(df) for c in cs}
+    change = (np.array(se[N]) - np.array(se[B])) - (np.array(se0[N]) - np.array(se0[B]))
+    diff, low, high = t_interval(change)
+    assert np.allclose([comps["1c"].change.diff, comps["1c"].change.low], [diff, low])
+    assert comps["1c"].change.verdict == rule(low, high, diff)
+    change = (np.array(top[B]) - np.array(top[N])) - (np.array(top0[B]) - np.array(top0[N]))
+    diff, low, high = t_interval(change)
+    assert comps["2a"].change.verdict == rule(low, high, diff, 1.0) == FAILS  # plain: inconclusive
+    assert comps["2a"].verdict != FAILS
+
+
+def test_claims_without_a_meaning_at_init_say_why():
+    from test_claims import full_grid
+
+    df = with_twins(full_grid(datasets=("synthetic",)), lambda r: {"sc": 10.0 + r["seed"]})
+    comps = [c for _, cs in claims.claims_rows(df) for c in cs]
+    notes = {c.claim: c.init_note for c in comps if c.init is None}
+    assert set(notes) >= {"7a", "7b", "7c", "7d", "11a", "11b", "12a", "12b"}
+    assert notes["7a"] == claims.NO_INIT["dyn"] and notes["11a"] == claims.NO_INIT["sweep"]
+    assert notes["12b"] == claims.NO_INIT["cost"]
+    assert all(c.init is not None for c in comps if c.claim in ("1a", "4", "5", "9", "10a", "10b"))
+    md = claims_table.render_claims(df, "md")
+    assert claims.NO_INIT["dyn"] in md and "Family (Holm)" in md
+    # runs.csv of a grid without the twins: the column says so, nothing else changes
+    plain = [c for _, cs in claims.claims_rows(full_grid(datasets=("synthetic",))) for c in cs]
+    assert {c.init_note for c in plain if c.claim == "1a"} == {claims.NO_TWINS}
+    assert [c.verdict for c in plain] == [c.verdict for c in comps]
+
+
+# --------------------------------------------------------------------------- planning the untrained twins
+def _grid(name: str) -> dict:
+    return yaml.safe_load((ROOT / "config" / name).read_text())
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "tiny.yaml", "paper.yaml"])
+def test_every_run_of_an_init_set_gets_its_untrained_twin_and_nothing_else_changes(name, monkeypatch):
+    runs = grid.expand_grid(_grid(name))
+    monkeypatch.setattr(grid, "plan_init_runs", lambda runs, bases: None)
+    before = grid.expand_grid(_grid(name))
+    # the runs of the grid without the control keep their ids, configs, sets and triggers
+    assert list(runs)[:len(before)] == list(before)
+    for rid, run in before.items():
+        assert runs[rid].config == run.config and runs[rid].sets == run.sets
+        assert grid.trigger_config(runs[rid].config) == grid.trigger_config(run.config)
+    by_config = {grid._identity(r.config): r for r in runs.values()}
+    init_of = {rid: grid._identity(grid.init_config(r.config)) for rid, r in before.items()}
+    for run in before.values():
+        wanted = [s for s in run.sets if s in grid.INIT_SETS]
+        twin = by_config.get(init_of[run.run_id])
+        if wanted:
+            assert twin is not None, run.run_id
+            assert set(wanted) <= set(twin.init_of) and twin.config["train"]["epochs"] == 0
+            flat, flat_twin = grid.flatten(run.config), grid.flatten(twin.config)
+            assert {k for k in flat if flat[k] != flat_twin[k]} <= {"train.epochs", "train.dynamics_every"}
+            if "table6" in wanted:
+                assert "background_probe" in grid.evaluation_sections(twin)
+    served: dict[tuple, set] = {}
+    for r in before.values():
+        served.setdefault(init_of[r.run_id], set()).update(s for s in r.sets if s in grid.INIT_SETS)
+    for ident, twin in by_config.items():  # a twin serves exactly the sets of the runs it initialises
+        assert set(twin.init_of) == served.get(ident, set()), twin.run_id
+    new = [r for r in runs.values() if r.run_id not in before]
+    assert new and all(not r.sets and r.init_of and "cost" not in grid.evaluation_sections(r) for r in new)
+    # one twin per distinct initialisation; an epochs-0 run the grid has (the saturation set's) is reused
+    assert len({grid._identity(r.config) for r in runs.values()}) == len(runs)
+    reused = [r for r in before.values() if runs[r.run_id].init_of]
+    assert all(r.config["train"]["epochs"] == 0 for r in reused)
+    if "saturation" in _grid(name)["sets"]:
+        assert reused
+
+
+def test_the_demo_plans_43_twins_and_reuses_the_saturation_set_random_inits():
+    """Tables 1-2 and 6: 5 methods x 5 seeds, less NCL's and BayesNCL (STE)'s seeds 0-2, whose saturation-set
+    runs at 0 epochs are the twins (19); Table 4: 4 ablations x 3 seeds (12); Table 5: 2 x 3 (6); Figure 4a at
+    D = 256: 2 x 3 (6)."""
+    runs = grid.expand_grid(_grid("config.yaml"))
+    new = [r for r in runs.values() if not r.sets]
+    assert len(new) == 19 + 12 + 6 + 6
+    assert sum(1 for r in runs.values() if r.sets == ["saturation"] and r.init_of) == 6
+
+
+def test_a_twin_is_the_runs_own_initialisation(tmp_path):
+    """pretrain at 0 epochs saves the network its trained run starts from (same seed, same build)."""
+    import torch
+
+    from bayesncl import checkpoint as ckpt_io
+    from bayesncl.methods import build_method
+    from bayesncl.train import pretrain
+
+    runs = grid.expand_grid(_grid("tiny.yaml"))
+    run = next(r for r in runs.values() if "table1" in r.sets and r.config["method"]["name"] == "bayesncl")
+    twin = next(r for r in runs.values() if "table1" in r.init_of and r.variant == run.variant)
+    cfg = copy.deepcopy(twin.config)
+    cfg["seed"] = run.config["seed"]
+    saved = ckpt_io.load(pretrain(cfg, tmp_path, progress=False))["model"]
+    torch.manual_seed(run.config["seed"])
+    fresh = build_method(run.config).state_dict()
+    assert saved.keys() == fresh.keys() and all(torch.equal(saved[k], fresh[k]) for k in fresh)
