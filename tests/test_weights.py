@@ -327,7 +327,8 @@ def test_an_imported_checkpoint_is_a_run_of_the_grid_that_is_never_trained(train
     assert imp.config["data"] == C.resolve(base={"data": yaml.safe_load(
         (ROOT / "config" / "tiny.yaml").read_text())["defaults"]["data"]})["data"]  # the grid's data settings
     assert trigger_config(imp.config, "evaluate")["eval"]["probe"] == "fast"
-    assert len([r for r in runs.values() if not r.imported]) == 2
+    assert len([r for r in runs.values() if not r.imported and not r.init_of]) == 2  # the grid's own two
+    assert not any(r.init_of and r.imported for r in runs.values())  # imported weights get no untrained twin
     from bayesncl.grid import variant_names
     from bayesncl.report.claims import parse_claims
 
