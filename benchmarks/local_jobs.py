@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"start-up wall time of the grid on {CORES} cores (s):")
     print(f"  (b) fork server, {sum(jobs.values())} jobs: {b:.0f}")
     print(f"  plain processes, the same {sum(jobs.values())} jobs: {plain_now:.0f}")
-    print(f"  (a) plain, one evaluation job per run ({2 * runs + other} jobs) at the import floor: {a:.0f} (lower bound)")
+    print(f"  (a) plain, one evaluation job per run ({2 * runs + other} jobs) at the import floor: {a:.0f} "
+          "(lower bound)")
     print(f"(b) saves at least {(a - b) / 60:.1f} min over (a); rule: keep (a) unless (b) saves more than 2 min "
           f"-> {'keep (b)' if a - b > 120 else 'keep (a)'}")
     return 0

@@ -334,7 +334,7 @@ def _export(args) -> int:
 
 def _weights_commands(sub, common) -> None:
     """`bayesncl import` and `bayesncl export` (bayesncl.weights)."""
-    from .weights.export import FORMATS
+    from .weights import FORMATS
 
     sp = sub.add_parser("import", help="a checkpoint of the released BayesNCL code (a solo-learn .ckpt) as a run "
                                        "folder whose model.pt `bayesncl evaluate` reads",

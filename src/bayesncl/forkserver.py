@@ -283,7 +283,8 @@ def _greeting(conn: socket.socket, path: str, argv: list[str]) -> int:
     from .startup import process_started
 
     request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "start": process_started(),
-               "ignored": _ignored(), "blocked": sorted(int(sig) for sig in signal.pthread_sigmask(signal.SIG_BLOCK, []))}
+               "ignored": _ignored(),
+               "blocked": sorted(int(sig) for sig in signal.pthread_sigmask(signal.SIG_BLOCK, []))}
     conn.settimeout(HELLO_TIMEOUT)
     try:
         socket.send_fds(conn, [_frame(request)], [0, 1, 2])

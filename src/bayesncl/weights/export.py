@@ -20,8 +20,7 @@ from pathlib import Path
 import torch
 
 from ..errors import CheckpointError
-
-FORMATS = ("torchvision", "timm", "safetensors")
+from . import FORMATS
 STANDARD_WIDTH = 64  # torchvision's and timm's ResNets: other base widths have no network there to load into
 # How to build the network the backbone loads into, by library and stem (the CIFAR stem: a 3x3 stride-1 conv1,
 # padding 1, and no max-pool; docs/METHOD.md section 2).
