@@ -149,7 +149,8 @@ class Preempt(threading.Thread):
                 self.logged = log.read_text().splitlines()
                 env = subprocess.run(["bash", str(CLUSTER), "env", str(self.state)], capture_output=True,
                                      text=True, check=True).stdout
-                cmd = f"{env}\nsbatch --parsable -p debug-high --exclusive -t 1 -J preemptor -o /dev/null --wrap 'sleep 2'"
+                cmd = (f"{env}\nsbatch --parsable -p debug-high --exclusive -t 1 -J preemptor -o /dev/null "
+                       "--wrap 'sleep 2'")
                 r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True)
                 self.error = None if r.returncode == 0 else r.stderr
                 return

@@ -175,7 +175,8 @@ if LOCAL_BIN and not os.path.isfile(os.path.join(LOCAL_BIN, "bayesncl")):
     LOCAL_BIN = None
 
 
-ALLOCATION_SCRIPT = os.path.normpath(os.path.join(str(workflow.current_basedir), "..", "scripts", "allocation.py"))
+ALLOCATION_SCRIPT = os.path.normpath(os.path.join(str(workflow.current_basedir), "..", "scripts",
+                                                 "allocation.py"))
 
 
 def within_allocation(wildcards, resources):

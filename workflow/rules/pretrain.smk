@@ -34,4 +34,5 @@ rule pretrain:
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "{params.launch}{params.allocation}bayesncl pretrain --config-json {params.config:q} --out {params.out} --quiet > {log} 2>&1"
+        "{params.launch}{params.allocation}bayesncl pretrain --config-json {params.config:q} --out {params.out}"
+        " --quiet > {log} 2>&1"
