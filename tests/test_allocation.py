@@ -142,8 +142,9 @@ def test_sigterm_from_outside_reaches_the_command(tmp_path, slurm):
     import threading
 
     slurm(time.time() + 3600)
+    signal.signal(signal.SIGTERM, lambda s, f: None)  # this process survives it even if run() installs nothing
     threading.Timer(1.0, lambda: signal.raise_signal(signal.SIGTERM)).start()
-    assert allocation.run(command(tmp_path, 30), margin=1, job_id="7") == REQUEUE_EXIT
+    assert allocation.run(command(tmp_path, 5), margin=1, job_id="7") == REQUEUE_EXIT
     assert (tmp_path / "stopped").exists() and calls(tmp_path, "scontrol") == []
 
 

@@ -187,6 +187,8 @@ def test_smoke_run_on_a_gres_cluster_asks_minutes_and_gres(tmp_path):
         asked = g["asked"]
         assert asked["runtime"] == SMOKE_MINUTES * len(g["members"]), g
         assert asked["gres"] == "gpu:1" and asked["gpu"] == 0 and _sbatch_gpu_flags(asked) == "--gres=gpu:1"
+    # On a cluster pretraining runs inside allocation.py (stopped and requeued before the allocation ends)
+    assert re.search(r"allocation\.py --margin 600 -- bayesncl pretrain ", out)
     # The one preparation decodes the first SMOKE_CLASSES classes of the list, not ImageNet-100's 100
     (prepare,) = re.findall(r"bayesncl prepare --config-json '([^']+)'", out)
     assert json.loads(prepare)["data"]["classes"] == imagenet100_classes()[:SMOKE_CLASSES] and SMOKE_CLASSES < 100

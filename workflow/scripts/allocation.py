@@ -97,9 +97,11 @@ def run(command: list[str], margin: float, job_id: str | None, now=time.time) ->
                 stopped = True
         elif end is not None and not stopped:
             end = job_end_time(job_id) or end
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # nothing left to pass them to
+        signal.signal(sig, signal.SIG_DFL)
     if rc == REQUEUE_EXIT and stopped and requeue(job_id):
         log(f"job {job_id} requeued: it resumes from its checkpoint in the next allocation")
-        time.sleep(REQUEUE_WAIT_S)  # SLURM ends this allocation now
+        time.sleep(REQUEUE_WAIT_S)  # SLURM ends this allocation now (SIGTERM)
     return rc
 
 
