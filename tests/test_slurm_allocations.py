@@ -120,6 +120,7 @@ def test_run_longer_than_its_allocation(tmp_path, cluster_state):
     profile = _profile(tmp_path, runtime=1, stop_margin_s=20)
     results = tmp_path / "results"
     model = results / "runs" / rid / "model.pt"
+    reference = _reference(tmp_path, cfg)  # beside it: it can only slow the run, i.e. add allocations
     rc, out = run_workflow(cluster_state, "--profile", str(profile), str(model), "--configfile", str(grid),
                            "--config", f"results={results}", directory=REPO, limit=900, timeout=960)
     assert rc == 0, _tail(out)
@@ -129,7 +130,7 @@ def test_run_longer_than_its_allocation(tmp_path, cluster_state):
     assert set(runs[:-1]) == {"PENDING"}, runs  # requeued: back in the queue when its allocation ended
     limit = re.search(rf"JobId={job} .*?TimeLimit=(\S+)", (cluster_state / "log" / "jobcomp.txt").read_text())[1]
     assert limit in ("1", "00:01:00"), limit  # the profile's request
-    _same_weights(_reference(tmp_path, cfg), tmp_path, model)  # afterwards: beside it, it would slow the run
+    _same_weights(reference, tmp_path, model)
 
 
 class Preempt(threading.Thread):
