@@ -328,6 +328,8 @@ CASES = [
     Case("workflow smoke=maybe", ["smoke=maybe"], "smoke: 'maybe' is not true or false; fix it in", run="workflow"),
     Case("workflow forkserver=maybe", ["forkserver=maybe"], "forkserver: 'maybe' is not true or false; fix it in",
          run="workflow"),
+    Case("workflow gpu_request=gpu", ["gpu_request=gpu"], "gpu_request: 'gpu' is not one of ['gpus', 'gres']; fix it in",
+         run="workflow"),
     Case("workflow seeds=[]", ["seeds=[]"], "seeds: [] is empty; give at least 1 item; fix it in", run="workflow"),
     Case("workflow seeds=[0,0]", ["seeds=[0,0]"], "seeds: ['0', '0'] repeats 0; give each item once",
          run="workflow"),

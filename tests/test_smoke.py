@@ -5,8 +5,10 @@ projectors, probe protocols and the Waterbirds probe; only sizes are cut for two
 points per sweep, narrow networks). A bad dataset root stops the run before any job."""
 
 import json
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -26,7 +28,8 @@ def write_datasets(root: Path) -> dict[str, Path]:
     roots = {name: root / name for name in ("cifar10", "cifar100", "imagenet", "waterbirds")}
     write_cifar10(roots["cifar10"], per_batch=4)  # 20 train, 3 test images
     write_cifar100(roots["cifar100"], n_train=16, n_test=8)
-    write_imagenet(roots["imagenet"], wnids=imagenet100_classes(), n_train=1, n_val=1)
+    # 2 a class: the smoke run reads the first SMOKE_CLASSES classes, 2 steps of 8 images
+    write_imagenet(roots["imagenet"], wnids=imagenet100_classes(), n_train=2, n_val=1)
     write_waterbirds(roots["waterbirds"])
     return roots
 
@@ -152,3 +155,36 @@ def test_smoke_switch_plans_every_output_beside_the_results(tmp_path):
     paths = [p for line in outputs for p in line.split(", ")]
     assert len(paths) > 50 and all(p.startswith(f"{results}-smoke/") for p in paths), paths[:5]
     assert f"{results}/" not in r.stdout
+
+
+def test_the_smoke_run_reads_a_subset_of_imagenet100(tmp_path):
+    """The smoke run's ImageNet-100 runs read (and prepare) the first SMOKE_CLASSES classes of their list, never the
+    100; CIFAR runs are left as they are; run ids are the real grid's. Its preparation decodes that subset only."""
+    from bayesncl.data.imagenet import SMOKE_CLASSES, prepared_manifests
+    from bayesncl.grid import expand_grid
+    from bayesncl.registry import DATASETS
+    from test_data import write_imagenet
+
+    cfg = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    real, smoke = expand_grid(cfg), expand_grid({**cfg, "smoke": True})
+    # the same ids but for dynamics, which the smoke run records every epoch (dyn~1)
+    assert {re.sub(r"/dyn~\d+/", "/", r) for r in smoke} == {re.sub(r"/dyn~\d+/", "/", r) for r in real}
+    subset = imagenet100_classes()[:SMOKE_CLASSES]
+    by_dataset = {}
+    for run in smoke.values():
+        by_dataset.setdefault(run.config["data"]["dataset"], set()).add(json.dumps(run.config["data"]["classes"]))
+    prepared = {ds for ds in by_dataset if DATASETS[ds].prepare is not None}
+    assert prepared and all(by_dataset[ds] == {json.dumps(subset)} for ds in prepared), by_dataset
+    assert all(by_dataset[ds] == {"null"} for ds in by_dataset if ds not in prepared), by_dataset
+    assert {json.dumps(r.config["data"]["classes"]) for r in real.values()} == {"null"}
+
+    # `bayesncl prepare` with a smoke run's data settings: SMOKE_CLASSES classes decoded, of 100 present
+    root = tmp_path / "imagenet"
+    write_imagenet(root, wnids=imagenet100_classes(), n_train=1, n_val=1)
+    run = next(r for r in smoke.values() if r.config["data"]["dataset"] in prepared)
+    data = {**run.config["data"], "root": str(root), "cache_dir": str(tmp_path / "cache"), "imagenet_stored_size": 16}
+    r = subprocess.run([sys.executable, "-m", "bayesncl", "prepare", "--config-json", json.dumps({"data": data}),
+                        "--workers", "1", "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    for manifest in prepared_manifests(data):
+        assert json.loads(Path(manifest).read_text())["count"] == SMOKE_CLASSES, manifest

@@ -149,6 +149,56 @@ def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
             {"background_probe"} & set(members)), gid
     longest = max(g["asked"]["runtime"] for g in groups.values())
     assert f"up to {longest} minutes" in (ROOT / "slurm" / "config.yaml").read_text()  # what the profile says
+    # Pretraining asks for what the profile says (the partition's limit, its CPUs per GPU), not the rule
+    profile = yaml.safe_load((ROOT / "slurm" / "config.yaml").read_text())["set-resources"]["pretrain"]
+    for rule, res in top:
+        if rule == "pretrain":
+            fields = dict(kv.split("=", 1) for kv in res.split(", "))
+            assert {k: int(fields[k]) for k in ("runtime", "cpus_per_gpu", "stop_margin_s")} == {
+                k: profile[k] for k in ("runtime", "cpus_per_gpu", "stop_margin_s")}, fields
+            assert _sbatch_gpu_flags(fields) == "--gpus=1"
+    assert "runtime" not in (ROOT / "workflow" / "rules" / "pretrain.smk").read_text()
+    assert "cpus_per_gpu" not in (ROOT / "workflow" / "rules" / "pretrain.smk").read_text()
+
+
+def _sbatch_gpu_flags(resources: dict) -> str:
+    """What snakemake-executor-plugin-slurm adds to sbatch for a job's GPU: --gpus=N or --gres=..."""
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    class Job:
+        def __init__(self, res):
+            self.resources = type("R", (dict,), {"__getattr__": dict.get})(res)
+
+    return set_gres_string(Job({k: int(v) if str(v).isdigit() else v for k, v in resources.items()})).strip()
+
+
+def test_smoke_run_on_a_gres_cluster_asks_minutes_and_gres(tmp_path):
+    """`--config smoke=true gpu_request=gres` with the SLURM profile (dry run): every submission asks for
+    SMOKE_MINUTES a job (an evaluation submission: the sum over its sections), whatever the profile's limit; GPUs
+    are asked as --gres=gpu:1, never --gpus; the ImageNet-100 preparation decodes a subset of the classes."""
+    from bayesncl.data.imagenet import SMOKE_CLASSES, imagenet100_classes
+    from bayesncl.grid import SMOKE_MINUTES
+
+    out, groups = plan("--profile", "slurm", "all", "--config", f"results={tmp_path}", "smoke=true",
+                       "gpu_request=gres", "-p")
+    top = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", out, re.M)
+    local = {"all", "summarize", "report", "jobs", "document", "pdf"}
+    submitted = [(rule, dict(kv.split("=", 1) for kv in res.split(", "))) for rule, res in top if rule not in local]
+    assert {rule for rule, _ in submitted} == {"pretrain", "atlas", "prepare_data"} and groups
+    for rule, fields in submitted:
+        assert int(fields["runtime"]) == SMOKE_MINUTES, (rule, fields)
+        if rule == "pretrain":
+            assert fields["gres"] == "gpu:1" and fields["gpu"] == "0"
+            assert _sbatch_gpu_flags(fields) == "--gres=gpu:1"
+    for g in groups.values():
+        asked = g["asked"]
+        assert asked["runtime"] == SMOKE_MINUTES * len(g["members"]), g
+        assert asked["gres"] == "gpu:1" and asked["gpu"] == 0 and _sbatch_gpu_flags(asked) == "--gres=gpu:1"
+    # On a cluster pretraining runs inside allocation.py (stopped and requeued before the allocation ends)
+    assert re.search(r"allocation\.py --margin 600 -- bayesncl pretrain ", out)
+    # The one preparation decodes the first SMOKE_CLASSES classes of the list, not ImageNet-100's 100
+    (prepare,) = re.findall(r"bayesncl prepare --config-json '([^']+)'", out)
+    assert json.loads(prepare)["data"]["classes"] == imagenet100_classes()[:SMOKE_CLASSES] and SMOKE_CLASSES < 100
 
 
 def test_a_failed_section_is_planned_alone(tmp_path):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .config import KEYS_ADDED, RUNTIME_KEYS, ConfigError, flatten, nest, resolve, topk_k
 from .errors import BayesNCLError
-from .registry import METHODS
+from .registry import DATASETS, METHODS
 # Order of the path components after the method.
 ID_ORDER = ("model.arch", "model.width", "model.proj_dim", "method.gate", "method.detach", "method.head_depth",
             "method.nonneg", "method.rho", "method.lambda", "method.topk_k")
@@ -23,6 +23,9 @@ SHORT = {"model.proj_dim": "D", "method.head_depth": "depth", "method.topk_k": "
 # its id is read against, so ids stay those of the real grid); sets that record dynamics record them every epoch.
 SMOKE = {"train": {"epochs": 1, "warmup_epochs": 0, "max_steps_per_epoch": 2},
          "eval": {"probe_epochs": 1, "max_images": 256}}
+# Minutes each job of the smoke run asks of a scheduler (SLURM's --time; a run's evaluation submission asks the sum
+# over its sections), whatever the rules and the profile ask for the real grid (the Snakefile sets it).
+SMOKE_MINUTES = 10
 # The tables and figures a set can feed (bayesncl.report renders each).
 SETS = ("table1", "table2", "table3", "table4", "table5", "table6", "table7", "figure3", "figure4a", "figure4b",
         "saturation")
@@ -119,8 +122,14 @@ def smoke_results(results: str) -> str:
     return results if results.endswith("-smoke") else results + "-smoke"
 
 
-def _smoke(wf: dict) -> dict | None:
-    return SMOKE if wf.get("smoke") else None
+def _smoke(wf: dict, *parts: dict | None) -> dict | None:
+    """The smoke overlay of a run made of `parts`: SMOKE and its dataset's own cut (DatasetSpec.smoke: ImageNet-100
+    reads a subset of its classes, so its preparation decodes a tenth of the images)."""
+    if not wf.get("smoke"):
+        return None
+    data = _merged(*parts).get("data") or {}
+    spec = DATASETS[data["dataset"]] if data.get("dataset") in DATASETS else None
+    return _merged(SMOKE, {"data": spec.smoke_data(data)} if spec is not None else None)
 
 
 def seed_list(value, key: str) -> list[int]:
@@ -180,9 +189,9 @@ def _points(wf: dict):
                                       f"{', '.join(wf['variants'])}")
                 for key, value in sweeps:
                     for seed in seeds:
-                        raw = _merged(wf["defaults"], wf["datasets"][ds], wf["variants"][variant],
-                                      spec.get("overrides"), nest({key: value}) if key else None, _smoke(wf),
-                                      {"seed": seed})
+                        parts = (wf["defaults"], wf["datasets"][ds], wf["variants"][variant],
+                                 spec.get("overrides"), nest({key: value}) if key else None)
+                        raw = _merged(*parts, _smoke(wf, *parts), {"seed": seed})
                         dyn = spec.get("dynamics_every", 0)
                         yield set_name, ds, variant, key, raw, min(dyn, 1) if _smoke(wf) else dyn
 
@@ -229,8 +238,8 @@ def expand_grid(wf: dict) -> dict[str, Run]:
     for p in points.values():
         cfg = p["cfg"]
         cfg["train"]["dynamics_every"] = p["dyn"]
-        base = resolve(base=_merged(wf["defaults"], wf["datasets"][p["ds"]], {"method": {"name": cfg["method"]["name"]}},
-                                    _smoke(wf)))
+        parts = (wf["defaults"], wf["datasets"][p["ds"]], {"method": {"name": cfg["method"]["name"]}})
+        base = resolve(base=_merged(*parts, _smoke(wf, *parts)))
         rid = run_id(cfg, base)
         if rid in runs:
             raise ConfigError(f"{p['where']}: two different configs map to run {rid!r}")

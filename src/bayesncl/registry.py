@@ -165,6 +165,9 @@ class DatasetSpec:
     # (data_cfg, workers, verify) -> a line per split: makes the prepared copy (`bayesncl prepare`)
     prepare: "str | Callable | None" = None
     trainable: bool = True           # a choice of data.dataset (Waterbirds is read by the background probe only)
+    # data_cfg -> data settings laid over the smoke run's configs (a subset of the classes, so that its
+    # preparation decodes a part of the dataset); None: the smoke run reads the dataset as it is
+    smoke: "str | Callable | None" = None
     module: str = ""
     # images per split, {"train": n, "test": n}, or data_cfg -> that; None: not known before the data is read
     # (the cost estimate, bayesncl.estimate, then asks for it)
@@ -178,6 +181,9 @@ class DatasetSpec:
 
     def manifests(self, data_cfg: dict) -> list[str]:
         return list(_resolve(self.prepared)(data_cfg)) if self.prepared is not None else []
+
+    def smoke_data(self, data_cfg: dict) -> dict:
+        return dict(_resolve(self.smoke)(data_cfg)) if self.smoke is not None else {}
 
     def has_backgrounds(self, data_cfg: dict) -> bool:
         return bool(_resolve(self.backgrounds)(data_cfg)) if callable(self.backgrounds) or isinstance(
@@ -203,7 +209,8 @@ for _spec in (
                 retrieval_k=128, images={"train": 50_000, "test": 10_000}),
     DatasetSpec("imagenet100", "ImageNet-100", "bayesncl.data:_load_imagenet100", "bayesncl.data:_check_imagenet100",
                 crop=224, retrieval_k=256, probe="imagenet", prepared="bayesncl.data.imagenet:prepared_manifests",
-                prepare="bayesncl.data:_prepare_imagenet100", images={"train": 126_689, "test": 5_000}),
+                prepare="bayesncl.data:_prepare_imagenet100", images={"train": 126_689, "test": 5_000},
+                smoke="bayesncl.data.imagenet:smoke_subset"),
     # Any folder of class subfolders (bayesncl.data.imagefolder); its sizes: data.imagefolder.*
     DatasetSpec("imagefolder", "Image folder", "bayesncl.data:_load_imagefolder", "bayesncl.data:_check_imagefolder",
                 crop=lambda cfg: cfg["data"]["imagefolder"]["crop_size"], retrieval_k=64,

@@ -13,6 +13,9 @@
 set -euo pipefail
 
 PARTITION=${SLURM_LOCAL_PARTITION:-debug}
+# SLURM_LOCAL_PREEMPT=1: a second partition, <PARTITION>-high, on the same node whose jobs preempt the
+# first's (PreemptType=preempt/partition_prio, PreemptMode=REQUEUE: a preempted job goes back to the queue).
+PREEMPT=${SLURM_LOCAL_PREEMPT:-0}
 START_TIMEOUT=${SLURM_LOCAL_START_TIMEOUT:-60}
 PACKAGES=(slurmctld slurmd slurm-client munge)
 
@@ -96,7 +99,8 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$(cat "$dir/munge_dir")/munge.socket.2
+# cred_expire: also how long a requeued job waits before it may start again (default 120 s).
+AuthInfo=socket=$(cat "$dir/munge_dir")/munge.socket.2,cred_expire=10
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool/slurmd-%n
 SlurmctldPidFile=$dir/slurmctld.pid
@@ -113,6 +117,8 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$dir/log/jobcomp.txt
 SchedulerType=sched/backfill
+# Pending jobs are looked at every 5 s, not 60: a requeued job starts soon after it may (cred_expire).
+SchedulerParameters=sched_interval=5,bf_interval=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 ReturnToService=2
@@ -124,8 +130,17 @@ InactiveLimit=0
 KillWait=5
 MpiDefault=none
 NodeName=${host} NodeAddr=127.0.0.1 CPUs=${cpus} RealMemory=${mem} State=UNKNOWN
-PartitionName=${PARTITION} Nodes=${host} Default=YES MaxTime=INFINITE State=UP
 EOF
+    if [[ $PREEMPT == 1 ]]; then
+        cat >>"$dir/slurm.conf" <<EOF
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=${PARTITION} Nodes=${host} Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
+PartitionName=${PARTITION}-high Nodes=${host} MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
+EOF
+    else
+        echo "PartitionName=${PARTITION} Nodes=${host} Default=YES MaxTime=INFINITE State=UP" >>"$dir/slurm.conf"
+    fi
 }
 
 start_munged() {  # dir

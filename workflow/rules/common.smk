@@ -134,8 +134,19 @@ if LOCAL and "gpu" not in workflow.resource_settings.resources:
     workflow.register_resource("gpu", len(LOCAL_GPUS))
 
 
+# On a cluster that does not take --gpus (`--config gpu_request=gres`), a GPU job asks --gres=gpu:N instead: the
+# plugin's `gres` resource, `gpu` 0. Every section of a run's evaluation submission then asks the run's GPU (a
+# group's string resources must agree); the submission asks one GPU either way.
+GRES = not LOCAL and config.get("gpu_request") == "gres"
+
+
 def run_gpus(wildcards):
-    return 0 if RUNS[wildcards.run].config["train"]["device"] == "cpu" else 1
+    return 0 if GRES or RUNS[wildcards.run].config["train"]["device"] == "cpu" else 1
+
+
+def run_gres(wildcards):
+    """Resource function: the run's GPU as SLURM's --gres (gpu_request: gres), else none."""
+    return "gpu:1" if GRES and RUNS[wildcards.run].config["train"]["device"] != "cpu" else ""
 
 
 def section_gpus(section):
@@ -173,6 +184,18 @@ _FOUND = shutil.which("bayesncl") or ""
 LOCAL_BIN = sysconfig.get_path("scripts") if LOCAL and f"{os.sep}shims{os.sep}" in _FOUND else None
 if LOCAL_BIN and not os.path.isfile(os.path.join(LOCAL_BIN, "bayesncl")):
     LOCAL_BIN = None
+
+
+ALLOCATION_SCRIPT = os.path.normpath(os.path.join(str(workflow.current_basedir), "..", "scripts",
+                                                 "allocation.py"))
+
+
+def within_allocation(wildcards, resources):
+    """Command prefix of a pretraining job on a cluster: stopped resources.stop_margin_s before its allocation
+    ends, then its job requeued (workflow/scripts/allocation.py); '' locally."""
+    if LOCAL:
+        return ""
+    return f"{shlex.quote(sys.executable)} {shlex.quote(ALLOCATION_SCRIPT)} --margin {resources.stop_margin_s} -- "
 
 
 def benchmark_file(rule, wildcard=None):

@@ -20,7 +20,7 @@ import os
 import shlex
 
 from_common("LOCAL", "PREPARED_OF", "RESULTS", "benchmark_file", "evaluate_command", "evaluate_trigger", "launch",
-            "section_gpus")
+            "run_gres", "section_gpus")
 
 
 MODEL = f"{RESULTS}/runs/{{run}}/model.pt"
@@ -102,6 +102,7 @@ for _section, _spec in EVAL_RULES.items():
             after=_after,
         resources:
             gpu=section_gpus(_section),
+            gres=run_gres,
             cpus_per_task=_spec["cpus"],
             mem_mb=_spec["mem_mb"],
             runtime=_spec["runtime"],

@@ -2,7 +2,8 @@
 # (common.smk, pretrain_trigger).
 import os
 
-from_common("PREPARED_OF", "RESULTS", "benchmark_file", "launch", "pretrain_trigger", "run_config_text", "run_gpus")
+from_common("PREPARED_OF", "RESULTS", "benchmark_file", "launch", "pretrain_trigger", "run_config_text", "run_gpus",
+            "run_gres", "within_allocation")
 
 
 rule pretrain:
@@ -19,15 +20,19 @@ rule pretrain:
         trigger=pretrain_trigger,
         out=lambda wc, output: os.path.dirname(output[0]),
         launch=launch("pretrain", "run"),
+        allocation=within_allocation,
     threads: 1
     # What one job of the paper grid needs (SLURM reads these; locally only `gpu` is enforced, see
-    # common.smk). A preempted job resumes from its checkpoint (exit 75, retried).
+    # common.smk). Its time request and CPUs per GPU come from the profile (slurm/config.yaml: the GPU
+    # partition's limit); a run longer than one allocation stops stop_margin_s before its end, checkpoints and
+    # requeues its job (common.smk, within_allocation); a preempted one resumes from its checkpoint.
     resources:
         gpu=run_gpus,
-        cpus_per_gpu=8,
+        gres=run_gres,
         mem_mb=64000,
-        runtime=1440,
+        stop_margin_s=600,
     conda:
         "../envs/bayesncl.yaml"
     shell:
-        "{params.launch}bayesncl pretrain --config-json {params.config:q} --out {params.out} --quiet > {log} 2>&1"
+        "{params.launch}{params.allocation}bayesncl pretrain --config-json {params.config:q} --out {params.out}"
+        " --quiet > {log} 2>&1"

@@ -277,6 +277,14 @@ def prepared_manifests(data_cfg: dict) -> list[str]:
     return [str(folder / f"{split}.json") for split in PREPARED_SPLITS]
 
 
+SMOKE_CLASSES = 10  # the smoke run's share of the class list: a tenth of ImageNet-100 is decoded and read
+
+
+def smoke_subset(data_cfg: dict) -> dict:
+    """The smoke run's data settings: the first SMOKE_CLASSES classes of the run's list (never all 100 decoded)."""
+    return {"classes": imagenet100_classes(data_cfg.get("classes"))[:SMOKE_CLASSES]}
+
+
 def _listing_key(split_dir: Path, wnids: list[str], paths: list[str], labels: list[int], stored_size: int) -> str:
     """What a prepared split must match: every file's relative path, byte size and label, the class list,
     the stored size and the decoder version (the header's keys and order fix existing copies' keys)."""

@@ -1,0 +1,160 @@
+"""workflow/scripts/allocation.py: a pretraining job stops before its allocation ends and requeues itself.
+
+SLURM's clients are stand-ins on PATH here: `squeue` prints the end time the test writes to a file, `scontrol`
+records its arguments (and refuses when told to). The command is a small program that exits 75 on SIGTERM, as
+`bayesncl pretrain` does after saving its checkpoint. The real cluster: tests/test_slurm_allocations.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import signal
+import sys
+import textwrap
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from bayesncl.errors import REQUEUE_EXIT
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("allocation", ROOT / "workflow" / "scripts" / "allocation.py")
+allocation = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(allocation)
+
+# Runs for `seconds` unless SIGTERM comes first: then notes the time and exits 75.
+COMMAND = textwrap.dedent("""\
+    import signal, sys, time
+    out, seconds = sys.argv[1], float(sys.argv[2])
+    def stop(signum, frame):
+        open(out, "w").write(str(time.time()))
+        sys.exit(75)
+    signal.signal(signal.SIGTERM, stop)
+    time.sleep(seconds)
+""")
+
+
+@pytest.fixture
+def slurm(tmp_path, monkeypatch):
+    """Stand-in squeue/scontrol; returns a function that sets the job's end time (Unix seconds, or text)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text(f"#!/bin/sh\necho \"$*\" >> {tmp_path}/squeue.calls\ncat {tmp_path}/end\n")
+    (bin_dir / "scontrol").write_text(
+        f"#!/bin/sh\necho \"$*\" >> {tmp_path}/scontrol.calls\n"
+        f"if [ -e {tmp_path}/refuse ]; then echo 'Requested operation is presently disabled' >&2; exit 1; fi\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.delenv("SLURM_JOB_END_TIME", raising=False)
+    monkeypatch.setattr(allocation, "REQUEUE_WAIT_S", 0)  # SLURM would end the allocation here
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+
+    def end_at(value):
+        text = datetime.fromtimestamp(value).isoformat(timespec="seconds") if isinstance(value, float) else value
+        (tmp_path / "end").write_text(text + "\n")
+
+    yield end_at
+    for s, h in handlers.items():
+        signal.signal(s, h)
+
+
+def calls(tmp_path: Path, tool: str) -> list[str]:
+    f = tmp_path / f"{tool}.calls"
+    return f.read_text().splitlines() if f.exists() else []
+
+
+def command(tmp_path: Path, seconds: float) -> list[str]:
+    return [sys.executable, "-c", COMMAND, str(tmp_path / "stopped"), str(seconds)]
+
+
+def test_stopped_margin_seconds_before_the_end_then_requeued(tmp_path, slurm):
+    start = time.time()
+    slurm(float(int(start) + 5))  # squeue prints whole seconds
+    rc = allocation.run(command(tmp_path, 30), margin=2, job_id="4242")
+    stopped = float((tmp_path / "stopped").read_text())
+    assert rc == REQUEUE_EXIT
+    assert int(start) + 3 - 0.05 <= stopped < int(start) + 3 + 1.5, (stopped - start)  # at end - margin
+    assert calls(tmp_path, "scontrol") == ["requeue 4242"]
+    assert calls(tmp_path, "squeue")[0] == "--noheader --jobs 4242 --format %e"
+
+
+def test_a_command_that_ends_in_time_is_left_alone(tmp_path, slurm):
+    slurm(time.time() + 3600)
+    assert allocation.run(command(tmp_path, 0.2), margin=600, job_id="7") == 0
+    assert not (tmp_path / "stopped").exists() and calls(tmp_path, "scontrol") == []
+
+
+def test_outside_a_job_or_without_an_end_time_nothing_is_stopped(tmp_path, slurm):
+    assert allocation.run(command(tmp_path, 0.2), margin=1, job_id=None) == 0
+    assert calls(tmp_path, "squeue") == []  # not asked: no job
+    for text in ("N/A", "Unknown", "NONE"):
+        slurm(text)
+        assert allocation.run(command(tmp_path, 0.2), margin=1, job_id="7") == 0
+    assert not (tmp_path / "stopped").exists() and calls(tmp_path, "scontrol") == []
+
+
+def test_no_stop_when_the_margin_has_passed_at_start(tmp_path, slurm, capsys):
+    """Stopping at once would requeue the job without any progress, forever: it runs to the limit instead."""
+    slurm(time.time() + 2)
+    assert allocation.run(command(tmp_path, 3), margin=10, job_id="7") == 0
+    assert not (tmp_path / "stopped").exists() and calls(tmp_path, "scontrol") == []
+    assert "within the margin" in capsys.readouterr().err
+
+
+def test_a_raised_time_limit_postpones_the_stop(tmp_path, slurm, monkeypatch):
+    """At the stop the end time is read again (`scontrol update TimeLimit=...` while the job runs)."""
+    slurm(float(int(time.time()) + 3))
+    real = allocation.job_end_time
+    reads = []
+
+    def later(job_id):  # the limit is raised once the job has started
+        reads.append(job_id)
+        if len(reads) == 2:
+            slurm(time.time() + 3600)
+        return real(job_id)
+
+    monkeypatch.setattr(allocation, "job_end_time", later)
+    assert allocation.run(command(tmp_path, 3), margin=1, job_id="7") == 0
+    assert not (tmp_path / "stopped").exists() and calls(tmp_path, "scontrol") == []
+
+
+def test_exit_75_without_our_stop_is_not_requeued(tmp_path, slurm):
+    """A preempted job (SIGTERM from SLURM) is requeued by SLURM itself, or cancelled as the cluster says."""
+    slurm(time.time() + 3600)
+    script = "import sys; sys.exit(75)"
+    assert allocation.run([sys.executable, "-c", script], margin=1, job_id="7") == REQUEUE_EXIT
+    assert calls(tmp_path, "scontrol") == []
+
+
+def test_a_refused_requeue_exits_75_and_says_how_to_allow_it(tmp_path, slurm, capsys):
+    (tmp_path / "refuse").touch()
+    slurm(float(int(time.time()) + 3))
+    assert allocation.run(command(tmp_path, 30), margin=1, job_id="9") == REQUEUE_EXIT
+    assert calls(tmp_path, "scontrol") == ["requeue 9"]
+    assert "slurm-requeue" in capsys.readouterr().err
+
+
+def test_sigterm_from_outside_reaches_the_command(tmp_path, slurm):
+    """Preemption: SLURM signals the job; the command saves its checkpoint (here: exits 75)."""
+    import threading
+
+    slurm(time.time() + 3600)
+    signal.signal(signal.SIGTERM, lambda s, f: None)  # this process survives it even if run() installs nothing
+    threading.Timer(1.0, lambda: signal.raise_signal(signal.SIGTERM)).start()
+    assert allocation.run(command(tmp_path, 5), margin=1, job_id="7") == REQUEUE_EXIT
+    assert (tmp_path / "stopped").exists() and calls(tmp_path, "scontrol") == []
+
+
+@pytest.mark.parametrize("text,expected", [("2026-12-03T04:15:00", datetime(2026, 12, 3, 4, 15).timestamp()),
+                                           ("N/A", None), ("Unknown", None), ("", None), ("NONE\n", None)])
+def test_parse_end_time(text, expected):
+    assert allocation.parse_end_time(text) == expected
+
+
+def test_the_end_time_from_the_environment_when_squeue_says_nothing(tmp_path, slurm, monkeypatch):
+    slurm("N/A")
+    monkeypatch.setenv("SLURM_JOB_END_TIME", "1900000000")
+    assert allocation.job_end_time("7") == 1900000000.0
