@@ -47,17 +47,19 @@ def test_a_small_grid_priced_by_hand(rates):
     est = estimate(GRID, rates)
     (row,) = est.rows.values()
     ncl, bay = 100 * (50_000 // 256) * 256 / 1000, 100 * (50_000 // 256) * 256 / 500  # 4992 s, 9984 s
-    assert row.runs == 2 and row.pretrain_h == pytest.approx((ncl + bay) / 3600, rel=1e-9)
-    # features: the 10,000 test images; the paper probe: 10 passes over 50,000; one forward view = 1/6 image
+    # the two runs and their untrained twins (docs/METHOD.md section 9: evaluated, never trained)
+    assert row.runs == 4 and row.pretrain_h == pytest.approx((ncl + bay) / 3600, rel=1e-9)
+    # features: the 10,000 test images; the paper probe: 10 passes over 50,000; one forward view = 1/6 image;
+    # each twin's evaluation is its run's
     fwd = 10_000 + 10 * 50_000
-    assert row.eval_h == pytest.approx((fwd / 6 / 1000 + fwd / 6 / 500) / 3600, rel=1e-9)
+    assert row.eval_h == pytest.approx(2 * (fwd / 6 / 1000 + fwd / 6 / 500) / 3600, rel=1e-9)
     held = sum(SECTIONS[s].runtime for s in ("features", "interpretability", "retrieval", "linear_probe"))
-    assert row.eval_held_h == pytest.approx(2 * held / 60)
-    # two pretraining, two evaluation submissions, the CIFAR-10 atlas; no prepared copy
-    assert (row.submissions, est.atlas, est.prepare, est.total().submissions) == (4, 1, 0, 5)
-    # a 100-minute limit: NCL's 83.2 minutes fit one allocation, BayesNCL's 166.4 need two
+    assert row.eval_held_h == pytest.approx(4 * held / 60)
+    # four pretraining (two only save their initialisation), four evaluation submissions, the CIFAR-10 atlas
+    assert (row.submissions, est.atlas, est.prepare, est.total().submissions) == (8, 1, 0, 9)
+    # a 100-minute limit: NCL's 83.2 minutes fit one allocation, BayesNCL's 166.4 need two, each twin one
     limited = estimate(GRID, rates, time_limit_min=100)
-    assert limited.total().allocations == 3 and limited.total().submissions == 6
+    assert limited.total().allocations == 5 and limited.total().submissions == 10
 
 
 def test_the_smoke_grid_and_a_dataset_of_unknown_size(rates):
@@ -69,7 +71,7 @@ def test_the_smoke_grid_and_a_dataset_of_unknown_size(rates):
     with pytest.raises(ConfigError, match="--images imagefolder=N"):
         estimate(folder, rates)
     sized = estimate(folder, rates, sizes={"imagefolder": 1000})
-    assert sized.rows["imagefolder"].runs == 2
+    assert sized.rows["imagefolder"].runs == 4  # two runs, two untrained twins
 
 
 @pytest.mark.grid  # the paper grid's 108 runs expanded and their 14 models counted: about a minute on 2 cores
@@ -122,7 +124,8 @@ def test_methods_not_measured_take_the_rate_of_their_gating(rates):
                         "Soft gate": {"method": {"name": "bayesncl", "gate": "soft"}}}
     grid["sets"] = {"table1": {"variants": list(grid["variants"])}}
     est = estimate(grid, rates)
-    assert est.rows["cifar10"].runs == len(expand_grid(grid)) == 3
+    runs = expand_grid(grid)
+    assert est.rows["cifar10"].runs == len(runs) == 6 and sum(not r.init_of for r in runs.values()) == 3
     seconds = 100 * (50_000 // 256) * 256
     assert est.rows["cifar10"].pretrain_h == pytest.approx((2 * seconds / 1000 + seconds / 500) / 3600, rel=1e-9)
     with_cl = {**rates, "methods": [*rates["methods"], {**rates["methods"][0], "method": "cl", "img_per_s": 2000.0}]}

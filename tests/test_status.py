@@ -28,7 +28,8 @@ GRID = {
                  "train": {"epochs": 10, "batch_size": 64, "device": "cpu"}, "eval": {"probe": "fast"}},
     "datasets": {"synthetic": {"data": {"dataset": "synthetic"}}},
     "variants": {"NCL": {"method": {"name": "ncl"}}, "BayesNCL (STE)": {"method": {"name": "bayesncl"}}},
-    "sets": {"table1": {"variants": ["NCL", "BayesNCL (STE)"]}, "table3": {"variants": ["NCL"], "dynamics_every": 5}},
+    # figure3, not table1: a grid without untrained twins (test_untrained_twins_wait_with_no_epochs has them)
+    "sets": {"figure3": {"variants": ["NCL", "BayesNCL (STE)"]}, "table3": {"variants": ["NCL"], "dynamics_every": 5}},
 }
 
 
@@ -192,3 +193,13 @@ def test_a_real_grid_stopped_part_way(tmp_path):
     out = subprocess.run(status, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.splitlines()[-1].startswith("2 runs: 2 done; 6 of 6 epochs trained"), out.stdout
     assert not math.isnan(float(out.stdout.splitlines()[1].split()[2]))
+
+
+def test_untrained_twins_wait_with_no_epochs(tmp_path):
+    """A table1 grid's runs each have an untrained twin (docs/METHOD.md section 9): listed as runs of 0 epochs."""
+    grid = {**GRID, "sets": {"table1": {"variants": ["NCL"]}}}
+    rows = grid_status(tmp_path / "results", grid, now=NOW)
+    twins = [r for r in rows if r.epochs == 0]
+    assert len(rows) == 4 and len(twins) == 2 and all(r.state == "waiting" for r in rows)
+    t = totals(rows)
+    assert (t["runs"], t["waiting"], t["epochs_planned"]) == (4, 4, 20)
