@@ -74,13 +74,13 @@ def test_the_smoke_grid_and_a_dataset_of_unknown_size(rates):
     assert sized.rows["imagefolder"].runs == 4  # two runs, two untrained twins
 
 
-@pytest.mark.grid  # the paper grid's 108 runs expanded and their 14 models counted: about a minute on 2 cores
+@pytest.mark.grid  # the paper grid's 192 runs (108 trained, 84 untrained twins) expanded and their models counted
 def test_the_paper_grid_as_docs_cluster_prints_it(capsys):
     assert main(["estimate", "--grid", "config/paper.yaml", "--gpu", "H200"]) == 0
     out = capsys.readouterr().out
     total = next(line for line in out.splitlines() if line.startswith("all "))
-    assert total.split() == ["all", "108", "64.0", "4.3", "702.0", "68.3", "220"]
-    assert "108 pretraining, 108 evaluation, 3 atlas, 1 prepare_data" in out
+    assert total.split() == ["all", "192", "64.0", "8.3", "1242.0", "72.3", "388"]  # twins: no training hours
+    assert "192 pretraining, 192 evaluation, 3 atlas, 1 prepare_data" in out
     doc = (ROOT / "docs" / "CLUSTER.md").read_text()
     assert total in doc  # the page shows the command's output as it is
 
