@@ -275,7 +275,7 @@ def _claim_ids() -> set[str]:
     return {c.claim for _, comps in claims.claims_rows(summary.prepare(pd.DataFrame())) for c in comps}
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.skipif(shutil.which("pdflatex") is None or shutil.which("pdftotext") is None,
                     reason="needs pdflatex and pdftotext (Debian: texlive-latex-base texlive-latex-recommended "
                            "poppler-utils; .ci/run installs them)")
@@ -316,7 +316,7 @@ def _plain(caption_html: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", "", caption_html)).split())
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_html_report_has_every_table_figure_and_caption(tiny):
     out, report = tiny
     results, categories, desc = _report_data(report)
@@ -337,7 +337,7 @@ def test_html_report_has_every_table_figure_and_caption(tiny):
     assert HEAD in _plain(desc) and "config/tiny.yaml" in _plain(desc)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_every_generated_file_names_its_commit_and_grid(tiny):
     out, _ = tiny
     from PIL import Image

@@ -267,6 +267,7 @@ def test_cost_alone_reads_only_the_checkpoint(trained, tmp_path):
     assert c["gflops"] == pytest.approx(flops / 1e9, rel=1e-6) and 0 < c["gflops"] < 1
 
 
+@pytest.mark.long
 def test_trained_probe_beats_chance_and_random_init(tmp_path):
     # The demo grid's NCL run (config/config.yaml, its 16 epochs) at seed 0. At 9 epochs the probe beat
     # random init by only 4.9 points (36.6% vs 31.7% on the 2048 test images).

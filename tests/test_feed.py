@@ -319,7 +319,7 @@ def test_workflow_prepares_once_before_the_jobs_that_read_images(tree, tmp_path)
         assert len(jobs) == 4 and all(marker in j for j in jobs), (rule, jobs)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed")
 def test_workflow_jobs_read_the_copy_and_a_cleared_cache_retrains_nothing(tree, tmp_path):
     import yaml

@@ -364,6 +364,7 @@ def test_a_run_under_nohup_survives_a_hang_up_and_ctrl_c(tmp_path, tiny_sets):
 
 
 # ------------------------------------------------------------------------------ the job's process context
+@pytest.mark.long
 def test_the_job_writes_with_its_own_umask(tmp_path):
     """Files a routed job writes have the modes its own umask gives, whichever umask started a server before."""
     from test_jobs import _write
@@ -465,6 +466,7 @@ def test_end_servers_ends_its_folders_servers_only():
     assert b.wait(timeout=30) == 0 and not os.path.exists(other)
 
 
+@pytest.mark.long
 def test_a_client_that_never_sends_holds_no_one_up(tmp_path):
     """A connection that sends nothing is dropped after REQUEST_TIMEOUT: the next job is served, not refused."""
     folder = _short_dir()

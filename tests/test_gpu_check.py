@@ -123,7 +123,7 @@ def test_cuda_without_a_gpu_is_a_one_line_error(tmp_path):
     assert r.stderr.count("\n") == 1 and "--device cuda" in r.stderr and "--device cpu --tiny" in r.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_tiny_mode_runs_every_step_on_cpu(gc, tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}

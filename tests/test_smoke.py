@@ -106,6 +106,7 @@ def test_smoke_run_of_the_paper_grid_on_real_format_files(tmp_path):
     assert "SMOKE RUN" in (smoke / "summary" / "jobs.md").read_text()
 
 
+@pytest.mark.long
 def test_a_bad_dataset_root_stops_the_run_before_any_job(tmp_path):
     """One line naming the dataset, the config key and the fix; nothing runs. A run whose outputs exist does
     not need its data: the same target with the model present runs."""

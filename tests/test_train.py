@@ -103,7 +103,7 @@ def _same_weights(a, b):
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.long)])
 def test_killed_run_resumes_to_identical_weights(tmp_path, tiny_sets, sig):
     sets = tiny_sets + ["train.epochs=3", "data.synthetic.train_size=512", "method.gate=gumbel"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
