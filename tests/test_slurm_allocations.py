@@ -49,7 +49,7 @@ datasets:
 variants:
   NCL: {{method: {{name: ncl}}}}
 sets:
-  table1: {{variants: [NCL]}}
+  figure3: {{variants: [NCL]}}  # a set without untrained twins: one run
 """
 
 
