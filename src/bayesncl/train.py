@@ -88,6 +88,12 @@ def snapshot(tensors: list[torch.Tensor]):
     return restore
 
 
+def compile_mode(device: torch.device) -> str | None:
+    """torch.compile's mode for the step: CUDA graphs around inductor's code on a GPU ("reduce-overhead"), none
+    elsewhere (the CPU has no graphs; other backends take no mode)."""
+    return "reduce-overhead" if device.type == "cuda" and COMPILE_BACKEND == "inductor" else None
+
+
 def steps_per_epoch(n: int, cfg: dict) -> int:
     steps = n // cfg["train"]["batch_size"]
     if steps == 0:
@@ -152,8 +158,7 @@ class TrainStep:
                 for x in static:  # state the step mutates or reads: fixed addresses for CUDA graphs
                     torch._dynamo.mark_static_address(x)
             compiled = torch.compile(self.body, fullgraph=True, dynamic=False, backend=COMPILE_BACKEND,
-                                     mode="reduce-overhead" if device.type == "cuda" and COMPILE_BACKEND == "inductor"
-                                     else None)
+                                     mode=compile_mode(device))
             # torch.autograd.grad inside the compiled step: traced into the graph instead of a graph break.
             self._compiled = torch._dynamo.config.patch(trace_autograd_ops=True)(compiled)
 
