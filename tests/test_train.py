@@ -212,7 +212,8 @@ def test_preempted_epoch_keeps_the_seconds_spent_before_the_preemption(tmp_path,
 
     run = tmp_path / "run"
     now = _timed_run(monkeypatch, sigterm_at_call=9)  # epoch 2, step 3
-    with pytest.raises(Preempted):
+    with pytest.raises(Preempted, match=r"^SIGTERM: checkpoint saved in .*/run/checkpoint\.pt; rerun the same "
+                                        r"command to resume$"):  # the CLI prints it as the job's last line
         pretrain(cfg, run, progress=False)
     state = torch.load(run / "checkpoint.pt", weights_only=True)
     assert (state["epoch"], state["step"]) == (1, 3) and state["partial"]["seconds"] == 3.0
