@@ -508,8 +508,9 @@ def _snakemake(entries: list[str], tmp: Path) -> tuple[int, str, str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     r = subprocess.run([exe, "-n", "--configfile", "config/tiny.yaml", "--config", *entries, f"results={tmp}/r"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    # Snakemake's own notes (the pdflatex hint of the Snakefile) are not the error
-    err = "".join(line + "\n" for line in r.stderr.splitlines() if not line.startswith("pdflatex not found"))
+    # Snakemake's own notes (the pdflatex hint of the Snakefile, the workflow profile it read) are not the error
+    notes = ("pdflatex not found", "Using workflow specific profile")
+    err = "".join(line + "\n" for line in r.stderr.splitlines() if not line.startswith(notes))
     return r.returncode, r.stdout, err
 
 
