@@ -283,6 +283,9 @@ def test_combine_several_parts():
     assert claims.combine([part(FOR, 3), part(AGAINST, -1)]) == (AGAINST, part(AGAINST, -1))
     assert claims.combine([part(FOR, 3), part(FOR, 1)])[1].diff == 1  # among equals, the smaller difference
     assert claims.combine([part(HOLDS, 3), claims.Outcome(NOT_RUN)])[0] == NOT_RUN
+    # "not run" is weaker than "does not hold", in either order (its diff is NaN, so only the rank decides)
+    assert claims.combine([part(FAILS, -1), claims.Outcome(NOT_RUN)])[0] == NOT_RUN
+    assert claims.combine([claims.Outcome(NOT_RUN), part(FAILS, -1)])[0] == NOT_RUN
 
 
 # --------------------------------------------------------------------------- through runs.csv rows
