@@ -240,14 +240,13 @@ def test_graph_switch_is_validated(tiny_sets, bad):
 
 def test_steps_per_epoch_drops_the_last_partial_batch_and_refuses_an_empty_epoch():
     """n // batch_size steps, capped by train.max_steps_per_epoch; a batch larger than the set is a config error."""
-    from bayesncl.errors import ConfigError
     from bayesncl.train import steps_per_epoch
 
     cfg = {"train": {"batch_size": 64, "max_steps_per_epoch": 0}}
     assert [steps_per_epoch(n, cfg) for n in (64, 127, 128, 1024)] == [1, 1, 2, 16]
     assert steps_per_epoch(1024, {"train": {"batch_size": 64, "max_steps_per_epoch": 8}}) == 8
     assert steps_per_epoch(64, {"train": {"batch_size": 64, "max_steps_per_epoch": 8}}) == 1
-    with pytest.raises(ConfigError, match=r"train.batch_size: 64 is larger than the training set \(63 images\)"):
+    with pytest.raises(C.ConfigError, match=r"train.batch_size: 64 is larger than the training set \(63 images\)"):
         steps_per_epoch(63, cfg)
 
 
