@@ -14,6 +14,7 @@ import textwrap
 import time
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -23,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("allocation", ROOT / "workflow" / "scripts" / "allocation.py")
 allocation = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(allocation)
+WAIT_S = allocation.REQUEUE_WAIT_S
 
-# Runs for `seconds` unless SIGTERM comes first: then notes the time and exits 75.
+# Runs for `seconds` unless SIGTERM comes first: then notes the time and exits 75. OUT.ready: the handler is set.
 COMMAND = textwrap.dedent("""\
     import signal, sys, time
     out, seconds = sys.argv[1], float(sys.argv[2])
@@ -32,6 +34,7 @@ COMMAND = textwrap.dedent("""\
         open(out, "w").write(str(time.time()))
         sys.exit(75)
     signal.signal(signal.SIGTERM, stop)
+    open(out + ".ready", "w").close()
     time.sleep(seconds)
 """)
 
@@ -70,7 +73,7 @@ def command(tmp_path: Path, seconds: float) -> list[str]:
     return [sys.executable, "-c", COMMAND, str(tmp_path / "stopped"), str(seconds)]
 
 
-def test_stopped_margin_seconds_before_the_end_then_requeued(tmp_path, slurm):
+def test_stopped_margin_seconds_before_the_end_then_requeued(tmp_path, slurm, capsys):
     start = time.time()
     slurm(float(int(start) + 5))  # squeue prints whole seconds
     rc = allocation.run(command(tmp_path, 30), margin=2, job_id="4242")
@@ -79,6 +82,9 @@ def test_stopped_margin_seconds_before_the_end_then_requeued(tmp_path, slurm):
     assert int(start) + 3 - 0.05 <= stopped < int(start) + 3 + 1.5, (stopped - start)  # at end - margin
     assert calls(tmp_path, "scontrol") == ["requeue 4242"]
     assert calls(tmp_path, "squeue")[0] == "--noheader --jobs 4242 --format %e"
+    err = capsys.readouterr().err  # the log names the stop's time (end - margin) and the requeue
+    assert f"stopping the command at {datetime.fromtimestamp(int(start) + 3).isoformat()} " in err
+    assert "job 4242 requeued" in err
 
 
 def test_a_command_that_ends_in_time_is_left_alone(tmp_path, slurm):
@@ -134,7 +140,10 @@ def test_a_refused_requeue_exits_75_and_says_how_to_allow_it(tmp_path, slurm, ca
     slurm(float(int(time.time()) + 3))
     assert allocation.run(command(tmp_path, 30), margin=1, job_id="9") == REQUEUE_EXIT
     assert calls(tmp_path, "scontrol") == ["requeue 9"]
-    assert "slurm-requeue" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "slurm-requeue" in err
+    assert "(Requested operation is presently disabled)" in err  # scontrol's reason, as text
+    assert "requeued:" not in err
 
 
 def test_sigterm_from_outside_reaches_the_command(tmp_path, slurm):
@@ -158,3 +167,133 @@ def test_the_end_time_from_the_environment_when_squeue_says_nothing(tmp_path, sl
     slurm("N/A")
     monkeypatch.setenv("SLURM_JOB_END_TIME", "1900000000")
     assert allocation.job_end_time("7") == 1900000000.0
+
+
+def iso(t: float) -> str:
+    """An end time as squeue would print it, but to the microsecond: a stop a fraction of a second away."""
+    return datetime.fromtimestamp(t).isoformat()
+
+
+def test_after_a_granted_requeue_it_waits_for_slurm_to_end_the_job(tmp_path, slurm, monkeypatch):
+    """`scontrol requeue` granted: SLURM ends this allocation; until then the script waits (no early exit 75).
+    Refused: it exits 75 at once."""
+    sleeps = []
+    monkeypatch.setattr(allocation, "REQUEUE_WAIT_S", WAIT_S)  # the module's own wait, not the fixture's 0
+    monkeypatch.setattr(allocation, "time", SimpleNamespace(sleep=sleeps.append, time=time.time))
+    slurm(iso(time.time() + 2.8))
+    assert allocation.run(command(tmp_path, 30), margin=2, job_id="5") == REQUEUE_EXIT
+    assert calls(tmp_path, "scontrol") == ["requeue 5"]
+    assert len(sleeps) == 1 and sleeps[0] > 0
+    (tmp_path / "refuse").touch()
+    (tmp_path / "stopped").unlink()
+    sleeps.clear()
+    slurm(iso(time.time() + 2.8))
+    assert allocation.run(command(tmp_path, 30), margin=2, job_id="5") == REQUEUE_EXIT
+    assert (tmp_path / "stopped").exists() and calls(tmp_path, "scontrol") == ["requeue 5"] * 2
+    assert sleeps == []
+
+
+def test_sighup_from_outside_reaches_the_command_as_sigterm(tmp_path, slurm):
+    """The command saves its checkpoint on SIGTERM only (bayesncl pretrain); a hangup must not kill it without one."""
+    import threading
+
+    slurm(time.time() + 3600)
+    signal.signal(signal.SIGHUP, lambda s, f: None)  # this process survives it even if run() installs nothing
+    ready = tmp_path / "stopped.ready"
+
+    def hang_up():
+        deadline = time.time() + 10
+        while not ready.exists() and time.time() < deadline:
+            time.sleep(0.02)
+        signal.raise_signal(signal.SIGHUP)
+
+    threading.Thread(target=hang_up).start()
+    assert allocation.run(command(tmp_path, 5), margin=1, job_id="7") == REQUEUE_EXIT
+    assert (tmp_path / "stopped").exists() and calls(tmp_path, "scontrol") == []
+
+
+def test_a_lowered_time_limit_brings_the_stop_forward(tmp_path, slurm, monkeypatch):
+    """The end time is read again every RECHECK_S while the command runs (`scontrol update TimeLimit=...`)."""
+    monkeypatch.setattr(allocation, "RECHECK_S", 0.2)
+    slurm(time.time() + 3600)
+    real = allocation.job_end_time
+    lowered = []
+
+    def sooner(job_id):  # at the first recheck the job ends 1.5 s from now
+        if not lowered and (tmp_path / "squeue.calls").exists():
+            lowered.append(time.time() + 1.5)
+            slurm(iso(lowered[0]))
+        return real(job_id)
+
+    monkeypatch.setattr(allocation, "job_end_time", sooner)
+    assert allocation.run(command(tmp_path, 5), margin=1, job_id="7") == REQUEUE_EXIT
+    stopped = float((tmp_path / "stopped").read_text())
+    assert lowered[0] - 1 - 0.05 <= stopped < lowered[0] - 1 + 0.5, stopped - lowered[0]  # at the new end - margin
+    assert calls(tmp_path, "scontrol") == ["requeue 7"]
+
+
+def test_a_margin_passed_at_start_stays_ignored_all_run(tmp_path, slurm, monkeypatch, capsys):
+    """The recheck every RECHECK_S neither stops the command later nor fails on a job without an end time."""
+    monkeypatch.setattr(allocation, "RECHECK_S", 0.1)
+    end = float(int(time.time()) + 100)
+    slurm(end)
+    assert allocation.run(command(tmp_path, 0.5), margin=102, job_id="7", now=lambda: end - 2) == 0
+    assert "the job ends in 2 s, within the margin of 102 s" in capsys.readouterr().err
+    slurm("N/A")
+    assert allocation.run(command(tmp_path, 0.5), margin=1, job_id="7") == 0
+    assert not (tmp_path / "stopped").exists() and calls(tmp_path, "scontrol") == []
+
+
+def test_without_squeue_the_end_time_comes_from_the_environment(tmp_path, slurm, monkeypatch):
+    (tmp_path / "bin" / "squeue").unlink()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no squeue anywhere
+    monkeypatch.setenv("SLURM_JOB_END_TIME", "1900000000")
+    assert allocation.job_end_time("7") == 1900000000.0
+    monkeypatch.delenv("SLURM_JOB_END_TIME")
+    assert allocation.job_end_time("7") is None
+
+
+def test_squeue_wins_over_the_environment(tmp_path, slurm, monkeypatch):
+    """SLURM_JOB_END_TIME is the end time at the job's start; squeue's includes a limit raised since."""
+    slurm(1950000000.0)
+    monkeypatch.setenv("SLURM_JOB_END_TIME", "1900000000")
+    assert allocation.job_end_time("7") == 1950000000.0
+
+
+def exits(code: int) -> list[str]:
+    return [sys.executable, "-c", f"import sys; sys.exit({code})"]
+
+
+def test_main_runs_the_command_after_the_double_dash(tmp_path, slurm, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert allocation.main(["--margin", "0", "--", *exits(3)]) == 3  # margin 0 allowed: stop at the end time
+    assert allocation.main(["--margin", "600", *exits(4)]) == 4  # without `--` the command is the rest
+    assert calls(tmp_path, "squeue") == []  # outside a job nothing is asked
+    monkeypatch.setenv("SLURM_JOB_ID", "")
+    assert allocation.main(["--margin", "600", "--", *exits(0)]) == 0
+    assert calls(tmp_path, "squeue") == []
+
+
+def test_main_inside_a_job_asks_for_its_end_time(tmp_path, slurm, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "31")
+    slurm(time.time() + 3600)
+    assert allocation.main(["--margin", "600", "--", *exits(0)]) == 0
+    assert calls(tmp_path, "squeue") == ["--noheader --jobs 31 --format %e"]
+
+
+@pytest.mark.parametrize("argv", [["--", "true"], ["--margin", "-1", "--", "true"], ["--margin", "1", "--"],
+                                  ["--margin", "1"]], ids=["no margin", "negative margin", "no command", "no --"])
+def test_main_usage_errors(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        allocation.main(argv)
+    assert e.value.code == 2 and "usage:" in capsys.readouterr().err
+
+
+def test_the_script_exits_with_the_command_status(tmp_path):
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    script = ROOT / "workflow" / "scripts" / "allocation.py"
+    out = subprocess.run([sys.executable, str(script), "--margin", "600", "--", *exits(3)], env=env, timeout=30)
+    assert out.returncode == 3
