@@ -297,3 +297,25 @@ def test_the_script_exits_with_the_command_status(tmp_path):
     script = ROOT / "workflow" / "scripts" / "allocation.py"
     out = subprocess.run([sys.executable, str(script), "--margin", "600", "--", *exits(3)], env=env, timeout=30)
     assert out.returncode == 3
+
+
+@pytest.mark.parametrize("error", [__import__("subprocess").TimeoutExpired(["scontrol"], 60),
+                                   FileNotFoundError(2, "No such file or directory: 'scontrol'")],
+                         ids=["scontrol hangs", "no scontrol"])
+def test_a_failed_scontrol_is_a_refused_requeue(tmp_path, slurm, monkeypatch, capsys, error):
+    """slurmctld not answering (or no scontrol): the command's exit 75 stands, for Snakemake's retries."""
+    import subprocess
+
+    real = subprocess.run
+
+    def run(args, **kwargs):
+        if args[0] == "scontrol":
+            raise error
+        return real(args, **kwargs)
+
+    monkeypatch.setattr(allocation.subprocess, "run", run)
+    slurm(iso(time.time() + 2.8))
+    assert allocation.run(command(tmp_path, 30), margin=2, job_id="9") == REQUEUE_EXIT
+    assert (tmp_path / "stopped").exists()
+    err = capsys.readouterr().err
+    assert "scontrol requeue 9 failed" in err and "slurm-requeue" not in err

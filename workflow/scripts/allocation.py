@@ -13,7 +13,8 @@ SIGTERM is sent by this process rather than asked of SLURM (`sbatch --signal`): 
 of the job's steps, Snakemake's own among them, which then fails the job. A SIGTERM, SIGINT or SIGHUP from
 outside (preemption) is passed on to the command. Outside a SLURM job (no SLURM_JOB_ID), with no end time, or
 when the margin has already passed at start (it would stop the command before any progress), the command just
-runs. Exit status: the command's; 75 also when the requeue was refused (Snakemake's retries then resubmit).
+runs. Exit status: the command's; 75 also when the requeue was refused or scontrol failed (Snakemake's retries
+then resubmit).
 """
 
 from __future__ import annotations
@@ -57,7 +58,11 @@ def job_end_time(job_id: str) -> float | None:
 
 
 def requeue(job_id: str) -> bool:
-    out = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
+    try:
+        out = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:  # slurmctld not answering, no scontrol: as refused
+        log(f"scontrol requeue {job_id} failed ({e}); exit {REQUEUE_EXIT}, for Snakemake's retries")
+        return False
     if out.returncode != 0:
         log(f"scontrol requeue {job_id} refused ({out.stderr.strip()}); exit {REQUEUE_EXIT}, for Snakemake's "
             "retries (allow requeueing: sbatch --requeue, slurm-requeue in the profile)")
