@@ -319,3 +319,4 @@ def test_a_failed_scontrol_is_a_refused_requeue(tmp_path, slurm, monkeypatch, ca
     assert (tmp_path / "stopped").exists()
     err = capsys.readouterr().err
     assert "scontrol requeue 9 failed" in err and "slurm-requeue" not in err
+    assert "requeued:" not in err  # nor waits for an end of the allocation that SLURM was never asked for
