@@ -5,6 +5,7 @@ with `-m grid`, a real grid stopped part-way."""
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -33,12 +34,16 @@ GRID = {
 }
 
 
-def write_log(d: Path, losses, seconds=10.0, mtime=NOW):
+def write_log(d: Path, losses, seconds=10.0, mtime=NOW, infonce=None):
+    """A run's folder mid-way: its config, a log of `losses` (InfoNCE the same unless `infonce` gives it; False:
+    an older log without the column) and a checkpoint, all written at `mtime`."""
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.resolved.yaml").write_text("seed: 0\n")
     secs = seconds if isinstance(seconds, list) else [seconds] * len(losses)
-    (d / "log.jsonl").write_text("".join(json.dumps({"epoch": i + 1, "loss": v, "infonce": v, "epoch_seconds": s})
-                                         + "\n" for i, (v, s) in enumerate(zip(losses, secs))))
+    nce = losses if infonce is None else infonce or [None] * len(losses)
+    (d / "log.jsonl").write_text("".join(
+        json.dumps({"epoch": i + 1, "loss": v, **({} if c is None else {"infonce": c}), "epoch_seconds": s}) + "\n"
+        for i, (v, c, s) in enumerate(zip(losses, nce, secs))))
     (d / "checkpoint.pt").write_bytes(b"x")
     for f in ("config.resolved.yaml", "log.jsonl", "checkpoint.pt"):
         os.utime(d / f, (mtime, mtime))
@@ -203,3 +208,140 @@ def test_untrained_twins_wait_with_no_epochs(tmp_path):
     assert len(rows) == 4 and len(twins) == 2 and all(r.state == "waiting" for r in rows)
     t = totals(rows)
     assert (t["runs"], t["waiting"], t["epochs_planned"]) == (4, 4, 20)
+
+
+def read_table(text: str):
+    """`render`'s text read back: the header's labels; per run a dict of its columns, each right-aligned value
+    ending where its label ends and the run id starting where `run` starts (then its flags and note); the
+    totals line."""
+    lines = text.splitlines()
+    labels = {m.group(): m.span() for m in re.finditer(r"\S+", lines[0])}
+    rows = []
+    for line in lines[1:-1]:
+        row = {"state": line.split()[0]}
+        for name in ("epoch", "loss", "ETA", "eval"):
+            end = labels[name][1]
+            assert line[end] == " ", (name, line)
+            row[name] = line[:end].split()[-1]
+        start = labels["run"][0]
+        assert line[start - 1] == " " != line[start], line
+        row["run"], _, row["extra"] = line[start:].partition("  ")
+        rows.append(row)
+    return list(labels), rows, lines[-1]
+
+
+def minutes(shown: str) -> int:
+    """A duration as the table shows it ("34m", "1h08") in minutes."""
+    h, _, m = shown.rpartition("h")
+    return int(h or 0) * 60 + int(m.rstrip("m"))
+
+
+def test_the_table_read_back_column_by_column(tmp_path):
+    """A run in each state, printed, then read back field by field against what its folder holds."""
+    runs, now = tmp_path / "runs", NOW + 60
+    plan = {"a-failed": 10, "b-running": 10, "c-stalled": 5, "d-requeued": 10, "e-evaluating": 5, "f-waiting": 10,
+            "g-done": 7}
+    seconds = {}
+
+    def log(rid, losses, secs, **kw):
+        write_log(runs / rid, losses, seconds=secs, **kw)
+        seconds[rid] = sum(secs) if isinstance(secs, list) else secs * len(losses)
+
+    def last_words(rid, line):
+        (runs / rid / "pretrain.log").write_text(line + "\n")
+        os.utime(runs / rid / "pretrain.log", (NOW, NOW))
+        return line
+
+    # InfoNCE down to 3.0, then back up past half the way to chance (ln 127 = 4.84) at epoch 4; then a failure
+    log("a-failed", [4.8, 3.0, 3.5, 4.0], 100.0)
+    died = last_words("a-failed", "bayesncl pretrain: training diverged: loss is nan in epoch 5; stopped.")
+    # epochs of 600, 720, 660 and 1800 s (median 690); the fifth began 60 s ago: 5 x 690 + 630 = 4080 s = 68 min
+    log("b-running", [4.7, 4.5, 4.4, 4.3], [600.0, 720.0, 660.0, 1800.0])
+    # epochs of 400 s, nothing written for 2060 s (over 3 x 400 s and 900 s); its last epoch is overdue: ETA 0
+    log("c-stalled", [4.6, 4.5, 4.4, 4.35], 400.0, mtime=NOW - 2000)
+    log("d-requeued", [4.7, 4.6], 100.0)
+    stopped = last_words("d-requeued", "bayesncl pretrain: SIGTERM: checkpoint saved; rerun to resume (exit 75)")
+    log("e-evaluating", [4.0, 3.9, 4.0, 3.9, 4.0], 100.0)  # not falling at the end
+    finish(runs / "e-evaluating", ["features", "retrieval"], missing=("retrieval",))
+    log("g-done", [4.8, 3.0, 4.5, 4.4, 4.3, 4.2, 4.1], 100.0)  # up past half the way at 3, then falling to the end
+    finish(runs / "g-done", ["features"])
+    sections = {"e-evaluating": ["features", "retrieval"], "g-done": ["features"]}
+    rows = [run_status(runs / rid, rid, {"train": {"epochs": e, "batch_size": 64}}, sections.get(rid), now=now)
+            for rid, e in reversed(plan.items())]
+
+    labels, table, total = read_table(render(rows))
+    assert labels == ["state", "epoch", "loss", "ETA", "eval", "run"]
+    assert [tuple(r.values()) for r in table] == [
+        ("failed", "4/10", "4.000", "-", "-", "a-failed", f"[collapse@4]  {died}"),
+        ("running", "4/10", "4.300", "1h08", "-", "b-running", ""),
+        ("running", "4/5", "4.350", "0m", "-", "c-stalled", "[stalled 34m]"),
+        ("requeued", "2/10", "4.600", "-", "-", "d-requeued", stopped),
+        ("evaluating", "5/5", "4.000", "-", "1/2", "e-evaluating", ""),
+        ("waiting", "0/10", "-", "-", "-", "f-waiting", ""),
+        ("done", "7/7", "4.100", "-", "1/1", "g-done", "[collapse@3, still learning]"),
+    ]
+    # the totals line against the rows above and the epoch seconds written
+    m = re.fullmatch(r"(\d+) runs: (.+); (\d+) of (\d+) epochs trained \((\d+\.\d) GPU-hours of training so far\); "
+                     r"(\d+) flagged(?:; the longest ETA (\S+))?", total)
+    assert m, total
+    states = [r["state"] for r in table]
+    assert int(m[1]) == len(plan) and m[2] == ", ".join(f"{states.count(s)} {s}" for s in dict.fromkeys(states))
+    assert int(m[3]) == sum(int(r["epoch"].split("/")[0]) for r in table)
+    assert int(m[4]) == sum(plan.values()) == sum(int(r["epoch"].split("/")[1]) for r in table)
+    assert m[5] == f"{sum(seconds.values()) / 3600:.1f}" == "2.0"  # 7180 s
+    assert int(m[6]) == sum(r["extra"].startswith("[") for r in table) == 3
+    assert m[7] is not None and minutes(m[7]) == max(minutes(r["ETA"]) for r in table if r["ETA"] != "-") == 68
+    # no run with an ETA (1800 s trained): no longest ETA
+    assert read_table(render([r for r in rows if r.state != "running"]))[2].endswith(" epochs trained (0.5 GPU-hours "
+                                                                                    "of training so far); 2 flagged")
+
+
+def test_the_stall_rule_and_the_eta_at_their_boundaries(tmp_path):
+    """Stalled: nothing written for more than max(3 epoch times, 900 s). The ETA: the epochs after the one under
+    way at the median epoch time, and what is left of that one."""
+    d = tmp_path / "run"
+    write_log(d, [4.7, 4.5, 4.4, 4.3], seconds=400.0)  # epoch 4 of 5 ended at NOW: the fifth under way
+
+    def at(since):
+        return run_status(d, "r", {"train": {"epochs": 5, "batch_size": 64}}, now=NOW + since)
+
+    assert [at(s).eta_s for s in (0, 100, 399, 400, 1000)] == [400.0, 300.0, 1.0, 0.0, 0.0]
+    assert (at(1200).flags, at(1201).flags) == ([], ["stalled 20m"])  # 3 x 400 s, over 900 s
+    assert run_status(d, "r", {"train": {"epochs": 8, "batch_size": 64}}, now=NOW + 100).eta_s == 3 * 400 + 300
+    write_log(d, [4.7, 4.5, 4.4, 4.3], seconds=100.0)
+    assert (at(900).flags, at(901).flags) == ([], ["stalled 15m"])  # 3 x 100 s: at least 900 s
+
+
+def test_the_flags_read_infonce_not_the_loss(tmp_path):
+    """BayesNCL's logged loss adds its KL term: collapse and still-learning read the log's infonce column (a log
+    older than that column: its loss)."""
+    d = tmp_path / "run"
+    cfg = {"train": {"epochs": 5, "batch_size": 64}}
+    write_log(d, [4.8, 2.9, 2.8, 2.7, 2.6], infonce=[4.8, 3.0, 3.5, 4.0, 3.9])
+    r = run_status(d, "r", cfg, now=NOW)
+    assert (r.flags, r.loss) == (["collapse@4"], 2.6)
+    write_log(d, [4.8, 3.0, 3.5, 4.0, 3.9], infonce=[4.8, 2.9, 2.8, 2.7, 2.6])
+    assert run_status(d, "r", cfg, now=NOW).flags == []
+    write_log(d, [4.8, 3.0, 3.5, 4.0, 3.9], infonce=False)
+    assert run_status(d, "r", cfg, now=NOW).flags == ["collapse@4"]
+    finish(d, ["features"])
+    write_log(d, [4.0, 4.0, 4.0, 4.0, 4.0], infonce=[4.5, 4.4, 4.3, 4.2, 4.1])  # InfoNCE still falling
+    assert run_status(d, "r", cfg, ["features"], now=NOW).flags == ["still learning"]
+    write_log(d, [4.5, 4.4, 4.3, 4.2, 4.1], infonce=[4.0, 4.1, 4.0, 4.1, 4.0])
+    assert run_status(d, "r", cfg, ["features"], now=NOW).flags == []
+
+
+def test_the_runs_found_leave_out_dot_folders_and_eval_folders(tmp_path):
+    """Without the grid, a run is a folder under results/runs holding its config, log or model; hidden folders
+    (a sync tool's, a trash) and eval/ folders are not searched, nor a run's own subfolders."""
+    runs = tmp_path / "results" / "runs"
+    write_log(runs / "cifar10" / "ncl" / "seed~0", [4.0])
+    write_log(runs / "cifar10" / "ncl" / "seed~0" / "old" / "seed~9", [4.0])  # inside a run
+    write_log(runs / ".trash" / "cifar10" / "ncl" / "seed~1", [4.0])
+    write_log(runs / "cifar10" / ".sync" / "seed~2", [4.0])
+    write_log(runs / "cifar10" / "eval" / "seed~3", [4.0])
+    (runs / "cifar10" / "bayesncl" / "seed~0").mkdir(parents=True)
+    (runs / "cifar10" / "bayesncl" / "seed~0" / "model.pt").write_bytes(b"x")
+    (runs / "cifar10" / "bayesncl" / "seed~1").mkdir(parents=True)  # empty: not a run yet
+    assert [r.run_id for r in grid_status(tmp_path / "results", now=NOW)] == [
+        "cifar10/bayesncl/seed~0", "cifar10/ncl/seed~0"]
