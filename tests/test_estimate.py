@@ -2,7 +2,9 @@
 the evaluation's forward passes, the submissions), the paper grid against the figures docs/CLUSTER.md prints, and
 the rates from a gpu_check.json."""
 
+import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ import yaml
 from bayesncl.cli import main
 from bayesncl.config import resolve
 from bayesncl.errors import ConfigError
-from bayesncl.estimate import MEASURED, estimate, measured_rates
+from bayesncl.estimate import MEASURED, estimate, images, measured_rates, render
 from bayesncl.evaluation.cost import count_flops_per_image
 from bayesncl.evaluation.sections import SECTIONS
 from bayesncl.grid import expand_grid
@@ -136,3 +138,140 @@ def test_methods_not_measured_take_the_rate_of_their_gating(rates):
     est = estimate(grid, only_ncl)
     soft = seconds / (1000 * flops("ncl") / flops("bayesncl"))
     assert est.rows["cifar10"].pretrain_h == pytest.approx((2 * seconds / 1000 + soft) / 3600, rel=1e-9)
+
+
+def read_estimate(text: str):
+    """`render`'s text read back: the first line; the table as {dataset: {column: value}}, each right-aligned value
+    ending where its label ends; the lines after the table (the submissions line, the notes)."""
+    first, blank, head, *rest = text.split("\n")
+    assert blank == "" and text.endswith("\n") and not text.endswith("\n\n")
+    labels = {m.group(): m.end() for m in re.finditer(r"\S+(?: \S+)*", head)}
+    assert list(labels) == ["dataset", "runs", "pretrain", "eval", "eval held", "total", "submissions"]
+    table = {}
+    while rest[0]:
+        line = rest.pop(0)
+        row = table[line.split()[0]] = {}
+        for name, end in list(labels.items())[1:]:
+            assert end == len(line) or line[end] == " ", (name, line)
+            row[name] = float(line[:end].split()[-1])
+    return first, table, rest[1:-1]
+
+
+def test_the_table_and_the_submissions_line_read_back(rates):
+    """Two datasets (CIFAR-10 and a prepared image folder), each with NCL, BayesNCL and their untrained twins,
+    under a 100-minute limit: the rows add up to `all`, and the submissions line splits its total as the
+    workflow submits them."""
+    grid = json.loads(json.dumps(GRID))
+    grid["datasets"]["mine"] = {"data": {"dataset": "imagefolder", "root": "/x", "imagefolder": {"crop_size": 32}}}
+    est = estimate(grid, rates, time_limit_min=100, sizes={"imagefolder": 1000})
+    first, table, after = read_estimate(render(est))
+    assert first == "GPU-hours on one test GPU, from by hand"
+    assert list(table) == ["cifar10", "imagefolder", "all"]
+    assert table["all"]["runs"] == table["cifar10"]["runs"] + table["imagefolder"]["runs"] == 8
+    for col in ("pretrain", "eval", "eval held", "total"):  # each shown to 0.1
+        assert abs(table["all"][col] - table["cifar10"][col] - table["imagefolder"][col]) <= 0.1 + 1e-9
+    for row in table.values():
+        assert abs(row["total"] - row["pretrain"] - row["eval"]) <= 0.1 + 1e-9
+    # pretraining: CIFAR-10's NCL 83.2 min fits one 100-minute allocation, BayesNCL's 166.4 need two, each twin
+    # one; the folder's 1,000 images (3 batches an epoch) one each. One evaluation submission per run; an atlas
+    # per dataset (both have NCL and BayesNCL (STE) in table1); one prepare_data for the folder's prepared copy.
+    pattern = (r"submissions: (\d+) pretraining(?: \(at most (\S+) minutes each\))?, (\d+) evaluation, (\d+) atlas, "
+               r"(\d+) prepare_data")
+    m = re.fullmatch(pattern, after[0])
+    assert m and (int(m[1]), m[2], int(m[3]), int(m[4]), int(m[5])) == (9, "100", 8, 2, 1), after[0]
+    # the datasets' submissions are their runs'; `all` adds the atlases and prepare_data jobs
+    assert int(m[1]) + int(m[3]) == table["cifar10"]["submissions"] + table["imagefolder"]["submissions"]
+    assert sum(map(int, m.group(1, 3, 4, 5))) == table["all"]["submissions"]
+    # the notes name the table's columns
+    assert [line.split(": ")[0] for line in after[1:]] == ["eval", "total"]
+    assert {part.split(": ")[0] for line in after[1:] for part in line.split("; ")} >= {"eval", "eval held", "total"}
+    m = re.fullmatch(pattern, read_estimate(render(dataclasses.replace(est, time_limit_min=None)))[2][0])
+    assert m and m[2] is None
+    m = re.fullmatch(pattern, read_estimate(render(dataclasses.replace(est, time_limit_min=90.5)))[2][0])
+    assert m and m[2] == "90.5"
+
+
+def test_the_background_probe_and_a_given_dataset_size(rates):
+    """eval.max_images caps every split; Waterbirds' train and test (4,795 and 5,794 images) are embedded for
+    table6's background probe only; a dataset sized by --images N tests on N // 5."""
+    grid = json.loads(json.dumps(GRID))
+    grid["datasets"]["mine"] = {"data": {"dataset": "imagefolder", "root": "/x", "imagefolder": {"crop_size": 32}}}
+    grid["defaults"]["eval"].update(max_images=5000, waterbirds_root="/wb")
+    grid["sets"] = {"table6": {"variants": ["NCL"]}, "figure3": {"variants": ["BayesNCL (STE)"]}}
+    est = estimate(grid, rates, sizes={"imagefolder": 1003})
+    runs = expand_grid(grid)
+    assert sorted((r.config["data"]["dataset"], r.config["method"]["name"], bool(r.init_of)) for r in runs.values()) \
+        == sorted((ds, m, twin) for ds in ("cifar10", "imagefolder") for m, twin in
+                  (("ncl", False), ("ncl", True), ("bayesncl", False)))  # table6's NCL has an untrained twin
+
+    def views(test, train, background):  # forward views: features (test split), 10 probe passes, Waterbirds
+        return test + 10 * train + background
+
+    wb = min(4795, 5000) + min(5794, 5000)
+    cifar = 2 * views(5000, 5000, wb) / 1000 + views(5000, 5000, 0) / 500  # NCL and its twin at 1000/s
+    mine = 2 * views(1003 // 5, 1003, wb) / 1000 + views(1003 // 5, 1003, 0) / 500
+    assert est.rows["cifar10"].eval_h == pytest.approx(cifar / 6 / 3600, rel=1e-9)
+    assert est.rows["imagefolder"].eval_h == pytest.approx(mine / 6 / 3600, rel=1e-9)
+
+
+def test_the_h200_figures_are_the_measured_ones():
+    """A run of exactly the measured model (ResNet-18 CIFAR, width 64, projector 2048/256, batch 256, 32 px) is
+    priced at the rate docs/BENCHMARKS.md's "Measured figures" give for run 2 (its counted GFLOPs are the
+    measurement's to 4 digits), whatever the GPU's name is spelled."""
+    doc = (ROOT / "docs" / "BENCHMARKS.md").read_text().split("### Measured figures", 1)[1]
+
+    def cells(label):
+        line = next(ln for ln in doc.splitlines() if ln.startswith(f"| {label}"))
+        return [c.strip() for c in line.strip("|").split("|")[1:3]]
+
+    rate = [float(c.split("→")[-1].replace(",", "")) for c in cells("training images/s")]
+    gflops = [float(c.split()[0]) for c in cells("counted forward GFLOPs per 32 px view")]
+    assert {m["method"]: (m["img_per_s"], m["gflops_fwd_per_view"]) for m in MEASURED["h200"]["methods"]} == {
+        "ncl": (rate[0], gflops[0]), "bayesncl": (rate[1], gflops[1])}
+    for name in ("h200", "H200", "NVIDIA H200", "nvidia-h200", "H-200"):
+        assert measured_rates(name) is MEASURED["h200"], name
+    grid = {"results": "results", "seeds": [0], "defaults": {"train": {"epochs": 10, "batch_size": 256}},
+            "datasets": {"cifar10": {"data": {"dataset": "cifar10", "root": "/nowhere"}},
+                         "cifar100": {"data": {"dataset": "cifar100", "root": "/nowhere"}}},
+            "variants": {"NCL": {"method": {"name": "ncl"}}, "BayesNCL (STE)": {"method": {"name": "bayesncl"}}},
+            "sets": {"figure3": {"variants": ["NCL"], "datasets": ["cifar10"]},
+                     "table3": {"variants": ["BayesNCL (STE)"], "datasets": ["cifar100"]}}}
+    est = estimate(grid, measured_rates("NVIDIA H200"))
+    seconds = 10 * (50_000 // 256) * 256
+    assert est.rows["cifar10"].pretrain_h == pytest.approx(seconds / rate[0] / 3600, rel=1e-4)
+    assert est.rows["cifar100"].pretrain_h == pytest.approx(seconds / rate[1] / 3600, rel=1e-4)
+    first = render(est).splitlines()[0]
+    assert first.startswith("GPU-hours on one NVIDIA H200, from ") and 'docs/BENCHMARKS.md, "Measured figures"' in first
+
+
+def test_a_gpu_check_json_is_named_as_the_source(tmp_path, capsys):
+    """The table's first line names the gpu_check.json it priced from, and the captured step where it was used."""
+    result = {"ncl": {"img_per_s": 1.0, "gflops_fwd_per_view": 1.0}, "bayesncl": {"img_per_s": 2.0,
+                                                                                 "gflops_fwd_per_view": 1.0}}
+    grid = tmp_path / "g.yaml"
+    grid.write_text(yaml.safe_dump({**GRID, "sets": {"figure3": {"variants": ["NCL"]}}}))
+    path = tmp_path / "gpu_check.json"
+    for extra, shown in (({}, f"{path}"), ({"ncl_cudagraph": result["ncl"], "bayesncl_cudagraph": result["ncl"]},
+                                           f"{path} (train.graph=cudagraph)")):
+        path.write_text(json.dumps({"info": {"gpu": "NVIDIA L40S"}, "steps": {"throughput": {
+            "status": "ok", "result": {**result, **extra}}}}))
+        assert main(["estimate", "--grid", str(grid), "--measured", str(path)]) == 0
+        assert capsys.readouterr().out.splitlines()[0] == f"GPU-hours on one NVIDIA L40S, from {shown}"
+
+
+def test_errors_name_the_input_then_what_to_run(tmp_path):
+    """Each error starts with the option or setting and its value, and ends with what to give or run instead."""
+    path, failed = tmp_path / "gpu_check.json", tmp_path / "failed.json"
+    path.write_text("{not json")
+    failed.write_text(json.dumps({"steps": {"throughput": {"status": "failed", "result": None}}}))
+    cases = [(lambda: measured_rates(None, path), f"--measured {path}: ",
+              "; give the gpu_check.json that `benchmarks/gpu_check.py --out DIR` wrote"),
+             (lambda: measured_rates(None, failed), f"--measured {failed}: ",
+              "; rerun `benchmarks/gpu_check.py --only throughput` on the GPU"),
+             (lambda: images({"dataset": "imagefolder", "root": "/x"}), "data.dataset 'imagefolder': ",
+              "; give --images imagefolder=N (its training images)")]
+    for call, start, end in cases:
+        with pytest.raises(ConfigError) as e:
+            call()
+        msg = str(e.value)
+        assert msg.startswith(start) and msg.endswith(end) and "\n" not in msg, msg
