@@ -239,8 +239,8 @@ def minutes(shown: str) -> int:
 def test_the_table_read_back_column_by_column(tmp_path):
     """A run in each state, printed, then read back field by field against what its folder holds."""
     runs, now = tmp_path / "runs", NOW + 60
-    plan = {"a-failed": 10, "b-running": 10, "c-stalled": 5, "d-requeued": 10, "e-evaluating": 5, "f-waiting": 10,
-            "g-done": 7}
+    plan = {"a-failed": 10, "b-running": 10, "b0-started": 10, "c-stalled": 5, "d-requeued": 10, "e-evaluating": 5,
+            "f-waiting": 10, "g-done": 7}
     seconds = {}
 
     def log(rid, losses, secs, **kw):
@@ -257,6 +257,9 @@ def test_the_table_read_back_column_by_column(tmp_path):
     died = last_words("a-failed", "bayesncl pretrain: training diverged: loss is nan in epoch 5; stopped.")
     # epochs of 600, 720, 660 and 1800 s (median 690); the fifth began 60 s ago: 5 x 690 + 630 = 4080 s = 68 min
     log("b-running", [4.7, 4.5, 4.4, 4.3], [600.0, 720.0, 660.0, 1800.0])
+    # its first epoch under way: no loss, no epoch time, no ETA yet
+    (runs / "b0-started").mkdir(parents=True)
+    (runs / "b0-started" / "config.resolved.yaml").write_text("seed: 0\n")
     # epochs of 400 s, nothing written for 2060 s (over 3 x 400 s and 900 s); its last epoch is overdue: ETA 0
     log("c-stalled", [4.6, 4.5, 4.4, 4.35], 400.0, mtime=NOW - 2000)
     log("d-requeued", [4.7, 4.6], 100.0)
@@ -274,6 +277,7 @@ def test_the_table_read_back_column_by_column(tmp_path):
     assert [tuple(r.values()) for r in table] == [
         ("failed", "4/10", "4.000", "-", "-", "a-failed", f"[collapse@4]  {died}"),
         ("running", "4/10", "4.300", "1h08", "-", "b-running", ""),
+        ("running", "0/10", "-", "-", "-", "b0-started", ""),
         ("running", "4/5", "4.350", "0m", "-", "c-stalled", "[stalled 34m]"),
         ("requeued", "2/10", "4.600", "-", "-", "d-requeued", stopped),
         ("evaluating", "5/5", "4.000", "-", "1/2", "e-evaluating", ""),
@@ -345,3 +349,17 @@ def test_the_runs_found_leave_out_dot_folders_and_eval_folders(tmp_path):
     (runs / "cifar10" / "bayesncl" / "seed~1").mkdir(parents=True)  # empty: not a run yet
     assert [r.run_id for r in grid_status(tmp_path / "results", now=NOW)] == [
         "cifar10/bayesncl/seed~0", "cifar10/ncl/seed~0"]
+
+
+def test_without_the_grid_a_run_reads_its_recorded_config(tmp_path):
+    """Without the plan, a run's epochs (and so its ETA) come from the config it recorded; a config that cannot be
+    read leaves them unknown, the run still listed."""
+    runs = tmp_path / "results" / "runs"
+    for rid, text in (("a", "train: {epochs: 10, batch_size: 64}\n"), ("b", "train: [\n")):
+        write_log(runs / rid, [4.7, 4.5, 4.4, 4.3])  # epochs of 10 s, the last ended at NOW
+        (runs / rid / "config.resolved.yaml").write_text(text)
+        os.utime(runs / rid / "config.resolved.yaml", (NOW, NOW))
+    a, b = grid_status(tmp_path / "results", now=NOW + 4)
+    assert (a.run_id, a.state, a.epoch, a.epochs, a.eta_s) == ("a", "running", 4, 10, 5 * 10 + 6)
+    assert (b.run_id, b.state, b.epoch, b.epochs, b.eta_s) == ("b", "running", 4, None, None)
+    assert [line.split()[1] for line in render([a, b]).splitlines()[1:3]] == ["4/10", "4"]
