@@ -222,6 +222,268 @@ def test_a_set_that_contradicts_the_shapes_is_refused(trained, tmp_path):
         released.import_checkpoint(ckpt, sets=["model.proj_dim=8"])
 
 
+# ---------------------------------------------------------------- the import's rules, on checkpoints written here
+# An untrained model of this package written in the released layout: no training, a fraction of a second each.
+SMALL = ["model.width=4", "model.proj_hidden=8", "model.proj_dim=4"]
+_MADE: dict = {}  # (method, sets): (config, state dict), each model built once
+
+
+def _released(tmp_path: Path, name: str = "bayesncl", sets=(), args: bool = True, edit=None, mk=None, **extra):
+    """(checkpoint path, the config it was written from); `edit` changes the released state dict in place, `mk`
+    the args.json's method_kwargs; `extra` goes to the checkpoint's top level."""
+    key = (name, tuple(sets))
+    if key not in _MADE:
+        cfg = C.resolve(sets=[*SMALL, f"method.name={name}", *sets])
+        torch.manual_seed(0)
+        _MADE[key] = cfg, build_method(cfg).state_dict()
+    cfg, ours = _MADE[key]
+    state = released_state(ours)  # copies
+    if edit is not None:
+        edit(state)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "released.ckpt"
+    torch.save(lightning_checkpoint(state, **extra), path)
+    if args:
+        a = released_args(cfg)
+        a["method_kwargs"].update(mk or {})
+        (tmp_path / "args.json").write_text(json.dumps(a))
+    return path, cfg
+
+
+def test_a_file_that_is_no_released_checkpoint_is_refused_in_one_line_that_names_it(tmp_path):
+    cases = {tmp_path: "is a folder, not a file", tmp_path / "none.ckpt": "does not exist"}
+    torch.save(torch.zeros(3), tmp_path / "tensor.ckpt")
+    cases[tmp_path / "tensor.ckpt"] = "holds a Tensor, not a dict"
+    torch.save({"state_dict": {"backbone.w": torch.zeros(64)}}, tmp_path / "full.ckpt")
+    (tmp_path / "cut.ckpt").write_bytes((tmp_path / "full.ckpt").read_bytes()[:100])
+    cases[tmp_path / "cut.ckpt"] = "could not be read ("
+    for path, phrase in cases.items():
+        with pytest.raises(CheckpointError) as e:
+            released.read(path)
+        msg = str(e.value)
+        assert f"checkpoint {path} " in msg and phrase in msg and "\n" not in msg, msg
+
+
+# The qualified names under which Lightning's versions pickled their hyper-parameter dict (AttributeDict).
+LIGHTNING_NAMES = ("pytorch_lightning.utilities.parsing.AttributeDict",
+                   "lightning.pytorch.utilities.parsing.AttributeDict",
+                   "lightning_fabric.utilities.data.AttributeDict",
+                   "lightning.fabric.utilities.data.AttributeDict")
+
+
+@pytest.mark.parametrize("qualname", LIGHTNING_NAMES)
+def test_every_name_lightning_pickled_its_attribute_dict_under_is_read_as_a_plain_dict(tmp_path, qualname):
+    module, _, cls = qualname.rpartition(".")
+    parts = module.split(".")
+    fake = types.ModuleType(module)
+    attribute_dict = type(cls, (dict,), {"__module__": module, "__qualname__": cls})
+    setattr(fake, cls, attribute_dict)
+    names = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    saved = {p: sys.modules.get(p) for p in names}
+    sys.modules.update({p: fake for p in names})
+    try:
+        torch.save({"state_dict": {}, "hyper_parameters": attribute_dict(cfg=attribute_dict(seed=3))}, tmp_path / "a")
+    finally:
+        for p, m in saved.items():
+            sys.modules.pop(p) if m is None else sys.modules.__setitem__(p, m)
+    got = released.read(tmp_path / "a")
+    assert got["hyper_parameters"] == {"cfg": {"seed": 3}}
+
+
+def test_keys_of_no_module_of_this_package_and_a_missing_projector_are_refused_by_name(tmp_path):
+    def momentum(sd):  # a BYOL/MoCo checkpoint: momentum copies of backbone and projector
+        for k in [k for k in sd if k.startswith(("backbone.conv1", "projector."))]:
+            sd[f"momentum_{k}"] = sd[k]
+
+    path, _ = _released(tmp_path, edit=momentum)
+    with pytest.raises(CheckpointError) as e:
+        released.import_checkpoint(path)
+    assert "momentum_backbone.conv1.weight, momentum_projector.0.weight, momentum_projector.0.bias, ...)" \
+        in str(e.value)
+
+    def headless(sd):
+        for k in [k for k in sd if k.startswith("projector.")]:
+            del sd[k]
+
+    path, _ = _released(tmp_path, edit=headless)
+    with pytest.raises(CheckpointError, match=r"no projector\.\* keys"):
+        released.import_checkpoint(path)
+
+
+def _bb(blocks, bottleneck=False, kernel=3, width=4) -> dict:
+    """The keys of a ResNet backbone's state dict with `blocks` blocks per stage (only conv weights)."""
+    bb = {"conv1.weight": torch.zeros(width, 3, kernel, kernel)}
+    for i, n in enumerate(blocks, 1):
+        for b in range(n):
+            for c in (1, 2, 3) if bottleneck else (1, 2):
+                bb[f"layer{i}.{b}.conv{c}.weight"] = torch.zeros(1)
+    return bb
+
+
+def test_the_backbone_s_arch_width_and_stem_are_read_from_its_keys_and_shapes(tmp_path):
+    shape = released.backbone_shape
+    assert shape(_bb([2, 2, 2, 2]), tmp_path) == {"arch": "resnet18", "width": 4, "stem": "cifar"}
+    assert shape(_bb([3, 4, 6, 3], True, 7, 8), tmp_path) == {"arch": "resnet50", "width": 8, "stem": "imagenet"}
+    for bb, phrase in ((_bb([3, 4, 6, 3]), "[3, 4, 6, 3] Basic blocks"),  # ResNet-34
+                       (_bb([2, 2, 2, 2], True), "[2, 2, 2, 2] Bottleneck blocks"),
+                       (_bb([2, 2, 2, 2], kernel=5), "backbone.conv1.weight has shape (4, 3, 5, 5)"),
+                       ({"cls_token": torch.zeros(1), "pos_embed": torch.zeros(1), "blocks.0.w": torch.zeros(1)},
+                        "not a ResNet (backbone.cls_token, backbone.pos_embed, ...)")):
+        with pytest.raises(CheckpointError, match=re.escape(phrase)):
+            shape(bb, tmp_path)
+
+
+def test_an_imagenet_stem_imports_as_such_and_only_the_cifar_stem_is_flagged(tmp_path):
+    path, cfg = _released(tmp_path, sets=["model.stem=imagenet"])
+    imp = released.import_checkpoint(path)
+    assert imp.config["model"] == cfg["model"] and imp.config["model"]["stem"] == "imagenet"
+    assert not any(f.startswith("model.stem") for f in imp.flags)
+
+
+@pytest.mark.parametrize("name,sets", [("cl", []), ("ncl", ["method.nonneg=relu", "method.temperature=0.3"]),
+                                       ("topk_ncl", ["method.topk_k=3"])])
+def test_the_released_method_kwargs_name_the_method_and_its_settings(tmp_path, name, sets):
+    path, cfg = _released(tmp_path, name, sets)
+    assert released.import_checkpoint(path).config["method"] == cfg["method"]
+
+
+@pytest.mark.parametrize("sets", [["method.head_depth=1", "method.lambda=0", "method.head_lr=0.05"],
+                                  ["method.head_depth=3", "method.gate=gumbel", "method.tau_g=0.5"]])
+def test_a_gating_head_of_one_or_three_layers_and_its_settings_come_over(tmp_path, sets):
+    path, cfg = _released(tmp_path, sets=sets)
+    imp = released.import_checkpoint(path)
+    assert imp.config["method"] == cfg["method"]
+    assert not any(f.startswith("method.") for f in imp.flags)
+
+
+def test_a_released_gate_setting_this_package_does_not_take_is_flagged_and_its_default_kept(tmp_path):
+    default = C.DEFAULTS["method"]
+    path, _ = _released(tmp_path, mk={"bayesian_prior_prob": 1.0, "bayesian_kl_lambda": -0.1,
+                                      "sigmoid_temperature": "2"})
+    imp = released.import_checkpoint(path)
+    assert all(imp.config["method"][k] == default[k] for k in ("rho", "lambda", "tau_g"))
+    assert [f.split(":")[0] for f in imp.flags if f.startswith("method.")] == ["method.rho", "method.lambda",
+                                                                               "method.tau_g"]
+    assert any("bayesian_kl_lambda is -0.1" in f for f in imp.flags)
+    path, _ = _released(tmp_path, mk={"bayesian_prior_prob": True, "bayesian_kl_lambda": 0})
+    imp = released.import_checkpoint(path)
+    assert (imp.config["method"]["rho"], imp.config["method"]["lambda"]) == (default["rho"], 0.0)
+    assert [f.split(":")[0] for f in imp.flags if f.startswith("method.")] == ["method.rho"]
+
+
+@pytest.mark.parametrize("name,mk,phrase", [
+    ("bayesncl", {"use_topk": True}, "use_bayes and use_topk both set"),
+    ("bayesncl", {"use_bayes": False}, "use_bayes is False but the state dict has a gating_head"),
+    ("ncl", {"use_bayes": True}, "use_bayes is True but the state dict has no gating_head"),
+    ("bayesncl", {"non_neg": None}, "non_neg is null with a gate or a top-k mask"),
+    ("topk_ncl", {"non_neg": None}, "non_neg is null with a gate or a top-k mask"),
+    ("ncl", {"non_neg": "softplus"}, "non_neg 'softplus'; this package's method.nonneg is relu or rep_relu"),
+    ("bayesncl", {"gate_type": "hard"}, "gate_type 'hard'; the released gates are STE, gumbel_sigmoid"),
+])
+def test_released_method_kwargs_this_package_has_no_method_for_are_refused_by_name(tmp_path, name, mk, phrase):
+    path, _ = _released(tmp_path, name, ["method.topk_k=2"] if name == "topk_ncl" else [], mk=mk)
+    with pytest.raises(CheckpointError, match=re.escape(f"checkpoint {path}: method_kwargs")) as e:
+        released.import_checkpoint(path)
+    assert phrase in str(e.value)
+
+
+def _rename(sd: dict, old: str, new: str):
+    sd[new] = sd.pop(old)
+
+
+@pytest.mark.parametrize("sets,edit,phrase", [
+    ([], lambda sd: sd.update({"projector.4.weight": torch.zeros(2, 4), "projector.4.bias": torch.zeros(2)}),
+     "the projector's layers are (out, in) [(8, 32), (4, 8), (2, 4)]"),
+    ([], lambda sd: (_rename(sd, "projector.2.weight", "projector.1.weight"),
+                     _rename(sd, "projector.2.bias", "projector.1.bias")),
+     "projector.* is not a stack of Linear layers with ReLU between them (keys 0.bias, 0.weight, 1.bias, 1.weight)"),
+    ([], lambda sd: sd.update({"gating_head.2.weight": torch.zeros(5, 8), "gating_head.2.bias": torch.zeros(5)}),
+     "the gating head's layers are (out, in) [(8, 32), (5, 8)]; it must map the 32 backbone features to D = 4"),
+    (["method.head_depth=3"], lambda sd: sd.update({"gating_head.2.weight": torch.zeros(8, 8),
+                                                    "gating_head.2.bias": torch.zeros(8),
+                                                    "gating_head.4.weight": torch.zeros(4, 8)}),
+     "the gating head's hidden widths are [8, 8]; this package's head of depth 3 has [8, 4]"),
+])
+def test_a_projector_or_gating_head_of_another_shape_is_refused_with_its_layers(tmp_path, sets, edit, phrase):
+    path, _ = _released(tmp_path, sets=sets, edit=edit)
+    with pytest.raises(CheckpointError, match=re.escape(f"checkpoint {path}: ")) as e:
+        released.import_checkpoint(path)
+    assert phrase in str(e.value)
+
+
+def test_without_hyper_parameters_or_a_gate_the_method_must_be_given(tmp_path):
+    path, cfg = _released(tmp_path, "ncl", args=False)
+    with pytest.raises(CheckpointError, match=re.escape("give --args args.json or --set method.name=<cl | ncl | "
+                                                        "topk_ncl>")):
+        released.import_checkpoint(path)
+    imp = released.import_checkpoint(path, sets=["method.name=ncl"])
+    assert imp.config["method"] == cfg["method"] and imp.config["model"] == cfg["model"]
+    assert any(f.startswith("method.nonneg: no hyper-parameters") for f in imp.flags)
+    assert any(f.startswith("no hyper-parameters: temperature") for f in imp.flags)
+
+
+def test_the_hyper_parameters_are_read_from_the_checkpoint_else_args_and_a_bad_args_file_is_refused(tmp_path):
+    path, cfg = _released(tmp_path, sets=["method.rho=0.6"])
+    args = json.loads((tmp_path / "args.json").read_text())
+    (tmp_path / "args.json").unlink()
+    for hp in ({"cfg": args}, args):  # under cfg (solo-learn's save_hyperparameters) or at the top
+        torch.save(lightning_checkpoint(torch.load(path)["state_dict"], hyper_parameters=hp), tmp_path / "hp.ckpt")
+        imp = released.import_checkpoint(tmp_path / "hp.ckpt")
+        assert imp.config["method"] == cfg["method"] and not any("no hyper-parameters" in f for f in imp.flags)
+    (tmp_path / "elsewhere.json").write_text(json.dumps(args))
+    assert released.import_checkpoint(path, args=tmp_path / "elsewhere.json").config["method"]["rho"] == 0.6
+    (tmp_path / "text.json").write_text("rho: 0.6")
+    (tmp_path / "list.json").write_text("[]")
+    for file, phrase in ((tmp_path / "absent.json", f"--args {tmp_path / 'absent.json'} does not exist"),
+                         (tmp_path / "text.json", f"{tmp_path / 'text.json'}: not a JSON file"),
+                         (tmp_path / "list.json", f"{tmp_path / 'list.json'}: no method_kwargs object")):
+        with pytest.raises(CheckpointError, match=re.escape(phrase)):
+            released.import_checkpoint(path, args=file)
+
+
+def _drop(key):
+    return lambda sd: sd.pop(key)
+
+
+@pytest.mark.parametrize("edit,phrase", [
+    (_drop("backbone.layer1.0.bn1.running_var"), "(missing backbone.layer1.0.bn1.running_var)"),
+    (lambda sd: sd.update({"backbone.fc.weight": torch.zeros(10, 32)}), "(unexpected backbone.fc.weight)"),
+    (lambda sd: sd.update({"backbone.bn1.weight": torch.ones(5)}),
+     "(backbone.bn1.weight has shape (5,), the model expects (4,))"),
+])
+def test_weights_that_do_not_fit_the_model_the_config_describes_are_refused_by_key_and_shape(tmp_path, edit, phrase):
+    path, _ = _released(tmp_path, edit=edit)
+    with pytest.raises(CheckpointError, match=re.escape(f"checkpoint {path}: its weights do not fit the bayesncl "
+                                                        f"model its config describes {phrase}")):
+        released.import_checkpoint(path)
+
+
+def test_an_import_written_as_a_run_records_its_source_epochs_and_config(tmp_path):
+    defaults = C.resolve()
+    path, cfg = _released(tmp_path / "r", sets=["method.head_depth=1"])
+    imp = released.import_checkpoint(path, sets=["model.proj_dim=4", "eval.probe=paper"])  # agrees with the shapes
+    assert imp.config["eval"]["probe"] == "paper" and imp.config["model"] == cfg["model"]
+    assert imp.epoch == 2  # Lightning's epoch counts from 0: a checkpoint at epoch 1 has 2 epochs behind it
+    final = released.write_run(imp, path, tmp_path / "run")
+    state = ckpt_io.load(final)
+    assert state["epoch"] == 2 and state["config"] == imp.config
+    assert state["imported"] == {"source": str(path), "sha256": released.sha256_file(path), "flags": imp.flags,
+                                 "epochs": 2}
+    assert ckpt_io.weights_digest(state["model"]) == ckpt_io.weights_digest(imp.state)
+    assert (tmp_path / "run" / "config.resolved.yaml").read_text() == C.dump_yaml(imp.config)  # as pretrain's
+    assert (tmp_path / "run" / "log.jsonl").read_text() == ""
+    bare = {k: v for k, v in torch.load(path)["state_dict"].items()}  # a bare state dict: no epoch, no Lightning
+    torch.save(bare, tmp_path / "r" / "bare.ckpt")
+    imp = released.import_checkpoint(tmp_path / "r" / "bare.ckpt")
+    assert imp.epoch is None and ckpt_io.weights_digest(imp.state) == ckpt_io.weights_digest(state["model"])
+    torch.save({"state_dict": [1, 2]}, tmp_path / "list.ckpt")
+    with pytest.raises(CheckpointError, match="its state_dict is a list, not a dict"):
+        released.import_checkpoint(tmp_path / "list.ckpt")
+    with pytest.raises(C.ConfigError, match=re.escape(f"checkpoint {path}: ") + ".*method.temperature"):
+        released.import_checkpoint(path, sets=["method.temperature=-1"])
+    assert C.resolve() == defaults  # the imports laid their layers on a copy of the defaults, not on them
+
+
 # ------------------------------------------------------------------------------------------------ export
 def _model_pt(tmp_path: Path, arch: str, stem: str) -> tuple[Path, torch.nn.Module]:
     cfg = C.resolve(sets=[f"model.arch={arch}", f"model.stem={stem}", "model.width=64", "model.proj_hidden=32",
