@@ -557,6 +557,37 @@ def test_an_export_of_an_other_width_is_safetensors_only(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_an_export_s_config_json_and_safetensors_metadata_say_what_was_exported_and_from_what(tmp_path):
+    pytest.importorskip("safetensors")
+    from safetensors import safe_open
+
+    cfg = C.resolve(sets=[*SMALL, "method.name=ncl"])
+    torch.manual_seed(0)
+    model = build_method(cfg)
+    ckpt_io.save({"config": cfg, "model": model.state_dict()}, tmp_path / "model.pt")
+    with pytest.raises(CheckpointError, match=re.escape("--format 'onnx': allowed torchvision, timm, safetensors")):
+        export(tmp_path / "model.pt", tmp_path / "x", "onnx")
+    written = export(tmp_path / "model.pt", tmp_path / "x", "safetensors")  # the heads only when asked for
+    assert written == [tmp_path / "x" / "backbone.safetensors", tmp_path / "x" / "config.json"]
+    info = {"format": "safetensors", "arch": "resnet18", "width": 4, "stem": "cifar",
+            "source": str(tmp_path / "model.pt"), "weights_sha": ckpt_io.weights_digest(model),
+            "backbone": "backbone.safetensors", "heads": None,
+            "build": None}  # width 4: no network of torchvision's or timm's loads it
+    assert json.loads((tmp_path / "x" / "config.json").read_text()) == {"config": cfg, "export": info}
+    ours = {k.partition(".")[2]: v for k, v in model.state_dict().items() if k.startswith("backbone.")}
+    with safe_open(written[0], "pt") as f:
+        assert json.loads(f.metadata()["config"]) == cfg and json.loads(f.metadata()["export"]) == info
+        assert set(f.keys()) == set(ours) and all(torch.equal(f.get_tensor(k), v) for k, v in ours.items())
+
+
+def test_an_export_without_the_safetensors_package_refuses_only_that_format(tmp_path, monkeypatch):
+    path, _ = _model_pt(tmp_path, "resnet18", "imagenet")
+    monkeypatch.setitem(sys.modules, "safetensors.torch", None)  # `import safetensors.torch` raises ImportError
+    with pytest.raises(CheckpointError, match=re.escape("--format safetensors needs the safetensors package")):
+        export(path, tmp_path / "s", "safetensors")
+    assert [p.name for p in export(path, tmp_path / "t", "torchvision")] == ["backbone.pth", "config.json"]
+
+
 # ------------------------------------------------------------------------------------------- in the workflow
 ROOT = Path(__file__).resolve().parents[1]
 
