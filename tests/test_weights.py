@@ -458,6 +458,15 @@ def test_weights_that_do_not_fit_the_model_the_config_describes_are_refused_by_k
         released.import_checkpoint(path)
 
 
+def test_a_head_depth_or_model_setting_that_contradicts_the_shapes_is_refused_with_both_values(tmp_path):
+    path, _ = _released(tmp_path)  # a gating head of 2 layers on a ResNet-18 of width 4
+    with pytest.raises(CheckpointError, match=re.escape(f"method.head_depth=3: the checkpoint {path} has "
+                                                        "method.head_depth = 2 (its shapes); leave the key out")):
+        released.import_checkpoint(path, sets=["method.head_depth=3"])
+    with pytest.raises(CheckpointError, match=re.escape(f"model.width=8: the checkpoint {path} has model.width = 4")):
+        released.import_checkpoint(path, overrides={"model": {"width": 8}})  # a workflow's overrides: the same rule
+
+
 def test_an_import_written_as_a_run_records_its_source_epochs_and_config(tmp_path):
     defaults = C.resolve()
     path, cfg = _released(tmp_path / "r", sets=["method.head_depth=1"])
