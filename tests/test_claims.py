@@ -819,6 +819,59 @@ def test_caption_says_when_the_runs_stop_before_saturation():
     assert "stop before saturation" not in claims_table.render_claims(frame(base), "md")
 
 
+def test_claims_table_layout_caption_and_terminal(capsys):
+    """The Markdown aligns the sides' numbers right and the rest left; the caption states the controls' rules and
+    names each side that repeats another result once, as "label on dataset is why", joined by "; "; the
+    terminal's outcome has its columns' headers and goes to the stream it is given, not stdout."""
+    import io
+    import re
+
+    twins = [row("BayesNCL (STE)", s, "table4", sc=30.0 + s) for s in range(2)]
+    twins += [dict(r, variant="w/o detach", detach=0.0, run_id=r["run_id"] + "x") for r in twins]  # same weights
+    df = frame(_topk_grid([0.0, 0.0]).to_dict("records") + twins)
+    md = claims_table.render_claims(df, "md")
+    head, rule = [line for line in md.splitlines() if line.startswith("|")][:2]
+    labels = [h.strip() for h in head.strip("|").split("|")]
+    assert labels[:4] == ["", "Claim", "Left", "Right"] and len(labels) == 11
+    cols = [c.strip() for c in rule.strip("|").split("|")]
+    assert len(cols) == len(labels)
+    assert [c.endswith(":") and not c.startswith(":") for c in cols] == [i in (2, 3) for i in range(len(cols))]
+    assert all(c.startswith(":") for i, c in enumerate(cols) if i not in (2, 3))
+    caption = md.splitlines()[1]
+    for rule_text in ("(k/n): k of the side's n runs used, the others NaN",
+                      "Controls (docs/METHOD.md section 9): Δ at init is the same comparison on the same "
+                      "seeds' untrained networks"):
+        assert rule_text in caption, rule_text
+    flagged = [f"{s.label} on Synthetic is {s.repeats}" for _, comps in claims.claims_rows(df) for c in comps
+               for s in (c.left, c.right) if s.repeats]
+    assert len(flagged) == 2 and flagged[0] != flagged[1]
+    assert re.search(r"‡ Not a separate result: (.*?)\.$", caption).group(1) == "; ".join(flagged)
+    # The terminal.
+    out = claims_table.outcome(df)
+    heads = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines() if line.startswith("Dataset")]
+    assert heads[0] == ["Dataset", "Claim", "Left", "Right", "Δ [95% CI]", "Test (n)", "Δ at init [95% CI]",
+                        "Verdict", "Training", "Family (Holm)"]
+    assert heads[1][:4] == ["Dataset", "Arch.", "Method", "Seeds"]
+    buf = io.StringIO()
+    claims_table.print_outcome(df, stream=buf)
+    assert buf.getvalue() == out + "\n" and capsys.readouterr().out == ""
+
+
+def test_still_learning_and_collapsed_count_the_runs_of_both_sides():
+    """§ and ¶ mark a row by how many of its runs, on either side, were still learning or collapsed."""
+    def pair(flag, left_runs, right_runs):
+        return frame([row("BayesNCL (STE)", s, MAIN, sc=30.0 + s, **{flag: float(s < left_runs)}) for s in range(3)]
+                     + [row("NCL", s, MAIN, sc=20.0 + s, **{flag: float(s < right_runs)}) for s in range(3)])
+
+    for flag, count, mark in (("still_learning", claims_table.still_learning, "§"),
+                              ("collapsed", claims_table.collapsed, "¶")):
+        for left_runs, right_runs in ((2, 2), (3, 1), (0, 2), (0, 0)):
+            df = pair(flag, left_runs, right_runs)
+            c = one(df, "1a")
+            assert count(c) == left_runs + right_runs, (flag, left_runs, right_runs)
+            assert _md_row(claims_table.render_claims(df, "md"), "1a" + mark * bool(left_runs + right_runs))
+
+
 def test_within_an_interval_touching_the_tolerance():
     """[-tol, tol] is closed (docs/METHOD.md section 9): an interval that touches it from inside holds, one that
     touches it from outside is not wholly outside (inconclusive), and a mean difference of exactly tol leans for."""

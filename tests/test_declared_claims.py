@@ -58,6 +58,20 @@ def test_greater_holds_on_a_paired_interval_above_zero_and_not_below():
     assert c.verdict == "holds" and c.result.diff == pytest.approx(20.0)
 
 
+def test_the_claims_caption_explains_declared_only_when_the_table_has_one():
+    from bayesncl.report import claims_table
+    from bayesncl.report.summary import prepare
+
+    df = prepare(_rows([30, 31, 29], [10, 10, 10]))
+    K.declare([{"metric": "sc", "left": "A", "right": "B", "relation": ">"}])
+    try:
+        with_decl = claims_table.render_claims(df, "md")
+    finally:
+        K.declare([])
+    note = claims_table.DECLARED_NOTE.strip()
+    assert note in with_decl.splitlines()[1] and note not in claims_table.render_claims(df, "md")
+
+
 def test_within_is_judged_against_the_tolerance():
     # differences 0.1, -0.1, 0.0 around 0: inside 1 point, outside 0.01
     rows = _rows([50.1, 49.9, 50.0], [50.0, 50.0, 50.0])
