@@ -673,6 +673,10 @@ def test_claims_never_pool_architectures():
     other = [dict(r, arch="convnext_t") for r in rows if r["sets"] == "table5"]
     assert one(frame(other), "9").text == "SC (convnext_t): @A $>$ @B"
     assert one(frame([dict(r, arch="resnet18") for r in other]), "9").text == "SC (ResNet-18): @A $>$ @B"
+    # Claim 9's text names its architecture already: no suffix when both architectures ran it.
+    both = other + [dict(r, arch="resnet18", run_id=r["run_id"] + "/r18") for r in other]
+    assert [c.text for c in comparisons(frame(both))["9"]] == ["SC (convnext_t): @A $>$ @B",
+                                                                "SC (ResNet-18): @A $>$ @B"]
     # The headline of the terminal and metrics.json keep the architectures apart too.
     out = claims_table.outcome(frame(rows))
     assert "ResNet-18" in out and "ResNet-50" in out

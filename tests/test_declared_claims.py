@@ -72,6 +72,37 @@ def test_the_claims_caption_explains_declared_only_when_the_table_has_one():
     assert note in with_decl.splitlines()[1] and note not in claims_table.render_claims(df, "md")
 
 
+@pytest.mark.parametrize("relation, a, b, verdict", [
+    # not worse by more than 1 point: paired differences -0.2, 0.2, 0 clear -1; -5, -6, -4 lie wholly beyond it
+    (">=", [49.8, 50.2, 50.0], [50.0, 50.0, 50.0], "holds"), ("≥", [49.8, 50.2, 50.0], [50.0, 50.0, 50.0], "holds"),
+    (">=", [45.0, 44.0, 46.0], [50.0, 50.0, 50.0], "does not hold"),
+    ("<=", [50.2, 49.8, 50.0], [50.0, 50.0, 50.0], "holds"), ("≤", [50.2, 49.8, 50.0], [50.0, 50.0, 50.0], "holds"),
+    ("<=", [55.0, 56.0, 54.0], [50.0, 50.0, 50.0], "does not hold"),
+])
+def test_not_worse_relations_are_judged_against_one_point(relation, a, b, verdict):
+    c = _judge({"metric": "sc", "left": "A", "right": "B", "relation": relation}, _rows(a, b))
+    assert c.verdict == verdict and c.result.tol == pytest.approx(1.0)
+    assert c.better == ("down" if relation in ("<=", "≤") else "up")
+
+
+# Table 1, 2, 4-7 and Figure 3: the sets a claim without `set` reads (docs/EXTENDING.md).
+@pytest.mark.parametrize("sets", ["table1", "table2", "table4", "table5", "table6", "table7", "figure3"])
+def test_a_claim_without_a_set_reads_each_default_set(sets):
+    c = _judge({"metric": "sc", "left": "A", "right": "B", "relation": ">"}, _rows([30, 31, 29], [10, 10, 10],
+                                                                                       sets=sets))
+    assert c.verdict == "holds"
+
+
+def test_a_claim_on_a_training_metric_says_why_it_has_no_control_at_init():
+    from bayesncl.report.tables import TABLES
+
+    spec = {t.name: t.columns for t in TABLES}
+    for metric in spec["table7"] + spec["table3"] + ("sc",):
+        (claim,) = K.parse_claims([{"metric": metric, "left": "A", "right": "B", "relation": ">"}], VARIANTS)
+        want = K.NO_INIT["cost"] if metric in spec["table7"] else K.NO_INIT["dyn"] if metric in spec["table3"] else ""
+        assert claim.at_init == want, metric
+
+
 def test_within_is_judged_against_the_tolerance():
     # differences 0.1, -0.1, 0.0 around 0: inside 1 point, outside 0.01
     rows = _rows([50.1, 49.9, 50.0], [50.0, 50.0, 50.0])
