@@ -34,6 +34,7 @@ def _judge(decl, df):
     ({"metric": "sc", "left": "A", "right": "B", "relation": "within"},
      "claims[0].tolerance: 'within' needs a positive tolerance"),
     ({"metric": "sc", "left": "A", "right": "B", "relation": ">", "set": "table9"}, "claims[0].set: unknown set 'table9'"),
+    ("sc > B", "claims[0]: expected a mapping with metric, left, right and relation, got 'sc > B'"),
 ])
 def test_a_bad_claim_is_one_line_naming_it(decl, message):
     with pytest.raises(ConfigError) as e:
@@ -101,6 +102,14 @@ def test_a_claim_on_a_training_metric_says_why_it_has_no_control_at_init():
         (claim,) = K.parse_claims([{"metric": metric, "left": "A", "right": "B", "relation": ">"}], VARIANTS)
         want = K.NO_INIT["cost"] if metric in spec["table7"] else K.NO_INIT["dyn"] if metric in spec["table3"] else ""
         assert claim.at_init == want, metric
+
+
+def test_a_within_claim_states_its_tolerance_in_its_text():
+    (absolute, relative) = K.parse_claims([
+        {"id": "a", "metric": "sc", "left": "A", "right": "B", "relation": "within", "tolerance": 1.5},
+        {"id": "r", "metric": "sc", "left": "A", "right": "B", "relation": "within", "tolerance": 0.05,
+         "relative": True}], VARIANTS)
+    assert absolute.title.endswith(": @A within 1.5 of @B") and relative.title.endswith(": @A within 5% of @B")
 
 
 def test_within_is_judged_against_the_tolerance():
