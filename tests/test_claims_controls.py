@@ -293,6 +293,14 @@ def test_every_run_of_an_init_set_gets_its_untrained_twin_and_nothing_else_chang
         assert reused
 
 
+def test_the_grid_plans_twins_for_exactly_the_sets_the_controlled_claims_read():
+    """grid.INIT_SETS and report/claims.py agree: every claim with a control (no at_init note) reads only sets
+    whose runs get twins, and every such set is read by one; the others say why they have none."""
+    controlled = {s for c in claims.CLAIMS if not c.at_init for s in c.sets}
+    assert controlled == set(grid.INIT_SETS)
+    assert all(not set(c.sets) & set(grid.INIT_SETS) for c in claims.CLAIMS if c.at_init)
+
+
 def test_the_demo_plans_43_twins_and_reuses_the_saturation_set_random_inits():
     """Tables 1-2 and 6: 5 methods x 5 seeds, less NCL's and BayesNCL (STE)'s seeds 0-2, whose saturation-set
     runs at 0 epochs are the twins (19); Table 4: 4 ablations x 3 seeds (12); Table 5: 2 x 3 (6); Figure 4a at
