@@ -293,6 +293,19 @@ def test_every_run_of_an_init_set_gets_its_untrained_twin_and_nothing_else_chang
         assert reused
 
 
+def test_a_twin_whose_id_another_config_holds_is_refused_naming_both():
+    from bayesncl.config import ConfigError, resolve
+
+    base = resolve()
+    trained = grid.Run("", copy.deepcopy(base), "NCL", ["table1"])
+    trained.run_id = grid.run_id(trained.config, base)
+    taken = grid.run_id(grid.init_config(base), base)
+    runs = {trained.run_id: trained, taken: grid.Run(taken, dict(base, seed=base["seed"] + 1), "other")}
+    with pytest.raises(ConfigError) as e:
+        grid.plan_init_runs(runs, {rid: base for rid in runs})
+    assert str(e.value) == (f"the untrained twin of run {trained.run_id} maps to run {taken!r}, another config")
+
+
 def test_the_grid_plans_twins_for_exactly_the_sets_the_controlled_claims_read():
     """grid.INIT_SETS and report/claims.py agree: every claim with a control (no at_init note) reads only sets
     whose runs get twins, and every such set is read by one; the others say why they have none."""

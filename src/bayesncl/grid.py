@@ -331,7 +331,6 @@ def plan_init_runs(runs: dict[str, Run], bases: dict[str, dict]) -> None:
             if rid in runs:
                 raise ConfigError(f"the untrained twin of run {run.run_id} maps to run {rid!r}, another config")
             twin = runs[rid] = by_identity[_identity(cfg)] = Run(rid, cfg, run.variant)
-            bases[rid] = bases[run.run_id]
         twin.init_of.extend(s for s in wanted if s not in twin.init_of)
 
 
