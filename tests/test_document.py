@@ -126,6 +126,16 @@ def test_rst_text_renders_back_to_the_same_text():
         assert html.unescape(re.sub(r"<[^>]+>", "", body)).strip() == text
 
 
+def test_outcome_text_is_the_written_out_tally():
+    verdicts = ["not run", "holds", "does not hold", "holds", "inconclusive (leans for)", "something else", "holds"]
+    assert document.outcome_text(verdicts, "2 of the 4 decisive verdicts survive it") == (
+        "7 comparisons of the paper's claims on this grid's runs: holds: 3; inconclusive (leans for): 1; "
+        "does not hold: 1; not run: 1; something else: 1. 2 of the 4 decisive verdicts survive it.")
+    assert document.outcome_text(["inconclusive (leans against)"]) == (
+        "1 comparison of the paper's claims on this grid's runs: inconclusive (leans against): 1.")
+    assert document.outcome_text([], "a family of none").endswith("runs: . A family of none.")
+
+
 def test_table_html_keeps_caption_bold_and_one_datasets_block():
     df = full_grid()
     ctx = tables.build_table(df, "table1", "md")
@@ -152,6 +162,15 @@ def test_write_document_inputs_every_table_and_figure_and_shows_the_papers_numbe
     table1 = tex[tex.index("\\input{table1}"):tex.index("\\input{table2}")]
     assert "paper 36.14 vs 14.93" in table1 and "\\textbf{1a}" in table1 and "\\textbf{2a}" not in table1
     assert provenance.stamp(ROOT / "config" / "tiny.yaml") in tex
+    # The outcome line (provenance page and report) tallies the verdicts and the familywise survivors.
+    from bayesncl.report.claims_table import family_tally
+
+    judged = [c for _, cs in claims.claims_rows(full_grid()) for c in cs]
+    outcome = document.outcome_text([c.verdict for c in judged], family_tally(judged))
+    assert "decisive verdicts survive the familywise control" in outcome
+    (prov_rst,) = [p for p in written if p.name == "provenance.rst"]
+    assert f"**Outcome.** {document.rst_text(outcome)}" in prov_rst.read_text()
+    assert document.latex_escape(outcome) in tex
     pages = document.report_pages(list(zip(full_grid()["dataset"], full_grid()["sets"])), stems)
     names = {p.relative_to(tmp_path / "report").as_posix() for p in written if "report" in p.parts}
     for page in pages:
