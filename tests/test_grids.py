@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bayesncl.grid import expand_grid
+from bayesncl.grid import evaluation_sections, expand_grid
 from bayesncl.wfconfig import SCHEMA, check_workflow_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,7 +16,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_grid_is_valid_and_expands(name):
     wf = yaml.safe_load((ROOT / "config" / name).read_text())
     check_workflow_config(wf, SCHEMA, name)
-    assert expand_grid(wf)
+    runs = expand_grid(wf)
+    assert runs
+    # Table 7's runs, and only they, are costed; Table 6's runs and their twins get the background probe.
+    for run in runs.values():
+        sections = evaluation_sections(run)
+        assert ("cost" in sections) == ("table7" in run.sets), run.run_id
+        assert ("background_probe" in sections) == ("table6" in run.sets + run.init_of), run.run_id
 
 
 def test_the_miniature_is_the_demo_trained_longer():
