@@ -195,6 +195,9 @@ def test_summarize_one_row_per_grid_run_identity_from_the_grid(tmp_path):
     # Numbers are each run's own files: sc = 30 + the run's position in the grid.
     assert list(df["sc"]) == [30.0 + i for i in range(len(runs))]
     assert list(df["weights_sha"]) == [f"sha{i:02d}" for i in range(len(runs))]
+    # An untrained twin names the sets it serves, ";"-joined like sets; a trained run serves none.
+    assert [rows[rid]["init_of"] for rid in runs] == [";".join(run.init_of) for run in runs.values()]
+    assert any(len(run.init_of) > 1 for run in runs.values()) and r["init_of"] == ""
 
 
 def test_summarize_flattens_every_section(tmp_path):
