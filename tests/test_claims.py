@@ -844,7 +844,10 @@ def test_claims_table_layout_caption_and_terminal(capsys):
     caption = md.splitlines()[1]
     for rule_text in ("(k/n): k of the side's n runs used, the others NaN",
                       "Controls (docs/METHOD.md section 9): Δ at init is the same comparison on the same "
-                      "seeds' untrained networks"):
+                      "seeds' untrained networks",
+                      "Family: the verdict with the table's comparisons as one family, Holm's step-down at level 0.05 "
+                      "over the one-sided t-tests that the intervals read (p doubled, so that a family of one gives "
+                      "the plain verdict); it holds or does not hold only where its adjusted p is below 0.05."):
         assert rule_text in caption, rule_text
     flagged = [f"{s.label} on Synthetic is {s.repeats}" for _, comps in claims.claims_rows(df) for c in comps
                for s in (c.left, c.right) if s.repeats]
@@ -859,6 +862,16 @@ def test_claims_table_layout_caption_and_terminal(capsys):
     buf = io.StringIO()
     claims_table.print_outcome(df, stream=buf)
     assert buf.getvalue() == out + "\n" and capsys.readouterr().out == ""
+    # LaTeX: every paragraph column is set ragged right (the claim texts and verdicts wrap).
+    tex = claims_table.render_claims(df, "tex")
+    colspec = re.search(r"\\begin\{tabular\}\{(.*)\}$", tex, re.M).group(1)
+    assert colspec.count("p{") == 5 and colspec.count(r">{\raggedright\arraybackslash}p{") == 5
+
+
+def test_numbers_keep_the_sign_of_a_small_negative_and_none_on_zero():
+    assert claims_table._num(1.0, 2) == "1.00" and claims_table._num(1.0, 1, plus=True) == "+1.0"
+    assert claims_table._num(-0.0, 2, plus=True) == "+0.00" and claims_table._num(0.0, 2) == "0.00"
+    assert claims_table._num(-0.001, 2) == "-0.00" and claims_table._num(-0.001, 2, plus=True) == "-0.00"
 
 
 def test_still_learning_and_collapsed_count_the_runs_of_both_sides():
@@ -873,7 +886,16 @@ def test_still_learning_and_collapsed_count_the_runs_of_both_sides():
             df = pair(flag, left_runs, right_runs)
             c = one(df, "1a")
             assert count(c) == left_runs + right_runs, (flag, left_runs, right_runs)
-            assert _md_row(claims_table.render_claims(df, "md"), "1a" + mark * bool(left_runs + right_runs))
+            md = claims_table.render_claims(df, "md")
+            assert _md_row(md, "1a" + mark * bool(left_runs + right_runs))
+            marked = sum(line.split("|")[1].strip().endswith(mark) for line in md.splitlines()
+                         if line.startswith("| ") and not line.startswith("| *"))
+            rows = sum(1 for line in md.splitlines() if line.startswith("| ") and not line.startswith("| *")) - 1
+            sentence = (f" {mark} {marked} of the {rows} rows compare runs of which some "
+                        + ("were still learning when they stopped (" if mark == "§" else "collapsed (their "))
+            assert (sentence in md) == bool(marked), (flag, sentence)
+    assert ("after falling; docs/METHOD.md section 10); those runs stay in the interval."
+            in claims_table.render_claims(pair("collapsed", 1, 0), "md"))
 
 
 def test_within_an_interval_touching_the_tolerance():
