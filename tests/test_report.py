@@ -329,6 +329,62 @@ def test_summarize_errors_name_the_file_and_the_fix(tmp_path):
         summ.summarize({k: v for k, v in wf.items() if k != "results"})
 
 
+def test_summarize_error_messages_are_the_whole_line(tmp_path):
+    """The unreadable, not-JSON and stale files: the message starts with what is wrong with which file and ends
+    with the command that writes it again, nothing around it."""
+    wf = _tiny(tmp_path / "results")
+    _write_eval(wf)
+    folder = tmp_path / "results/runs/synthetic/topk_ncl/k~2/seed~0/eval"
+    features, gone = folder / "features.json", folder / "retrieval.json"
+    fix = (f"write it with `snakemake {folder}/retrieval.json` (or `bayesncl evaluate --checkpoint "
+           f"{folder.parent}/model.pt --out {folder} --only retrieval`)")
+    text = gone.read_text()
+
+    def message() -> str:
+        with pytest.raises(summ.MetricsFileError) as err:
+            summ.summarize(wf)
+        return str(err.value)
+
+    gone.unlink()
+    gone.mkdir()  # a folder where the file should be: not "not found", an OSError naming it
+    msg = message()
+    assert msg.startswith(f"cannot read evaluation file {gone}: ") and msg.endswith(f"; {fix}"), msg
+    assert "Is a directory" in msg
+    gone.rmdir()
+    gone.write_text("{not json")
+    msg = message()
+    assert msg.startswith(f"evaluation file {gone} is not valid JSON (") and msg.endswith(f"); {fix}"), msg
+    sha = json.loads(features.read_text())["run"]["weights_sha"]
+    gone.write_text(json.dumps({**json.loads(text), "run": {"weights_sha": "other"}}))
+    assert message() == (f"evaluation file {gone}: weights_sha other differs from {features}'s {sha}, so it is "
+                         f"stale; delete it and {fix}")
+
+
+def test_prepare_fills_what_a_frame_lacks(tmp_path):
+    """A column the frame lacks: "" for text, NaN for numbers; a missing text cell (None, NaN) is "" too."""
+    df = summ.prepare(pd.DataFrame({"run_id": ["a", None, float("nan")], "sc": ["1.5", None, "x"]}))
+    assert df["run_id"].tolist() == ["a", "", ""] and df["gate"].tolist() == ["", "", ""]
+    assert df["stale"].tolist() == ["", "", ""] and df["ret_curve"].tolist() == ["", "", ""]
+    assert df["sc"].tolist()[0] == 1.5 and df["sc"].isna().tolist() == [False, True, True]
+    assert df["seed"].isna().all() and df["seed"].dtype == float and len(df) == 3
+
+
+def test_a_plugin_sections_columns_follow_the_grids_and_are_numbers(monkeypatch):
+    """A registered section's columns (Section.columns): those runs.csv does not already have are added after
+    COLUMNS, and prepare reads them as numbers; other extra columns stay as they are."""
+    import dataclasses
+
+    from bayesncl.evaluation.sections import SECTIONS
+
+    plugin = dataclasses.replace(SECTIONS["cost"], name="zeros", columns=(("share", "zero_share"), ("sc", "sc")))
+    monkeypatch.setitem(SECTIONS, "zeros", plugin)
+    assert summ.section_columns() == ["zero_share"]  # sc is one of COLUMNS already
+    df = summ.prepare(pd.DataFrame({"run_id": ["a", "b"], "zero_share": ["12.5", "n/a"], "note": ["7", "x"]}))
+    assert list(df.columns) == summ.COLUMNS + ["zero_share", "note"]
+    assert df["zero_share"].tolist()[0] == 12.5 and math.isnan(df["zero_share"].tolist()[1])
+    assert df["note"].tolist() == ["7", "x"]
+
+
 def test_write_summary_roundtrip(tmp_path):
     wf = _tiny(tmp_path / "results")
     _write_eval(wf)
