@@ -614,6 +614,40 @@ def test_good_inputs_still_work(tmp_path, capsys):
     assert "cached in" in capsys.readouterr().out and list((tmp_path / "c").glob("synthetic-*.pt"))
 
 
+def test_runs_csv_errors_are_the_whole_line(tmp_path):
+    """read_summary's message is the file, what is wrong and the fix, nothing around them; at most 5 bad rows are
+    listed, the rest counted ("row" for one, "rows" for more)."""
+    from bayesncl.errors import DataError
+    from bayesncl.report.summary import read_summary
+
+    path = tmp_path / "runs.csv"
+
+    def message(content: str | bytes) -> str:
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        with pytest.raises(DataError) as err:
+            read_summary(path)
+        return str(err.value)
+
+    assert message(RUNS_HEADER.replace(",sets", "") + "\n" + RUNS_ROW.replace(",table1", "") + "\n") == (
+        f"{path}: no column sets (a runs.csv names each run's run_id, dataset, method, variant, sets, seed); "
+        + RUNS_FIX)
+    assert message(PNG) == (f"{path}: not a text file; expected the runs.csv that `bayesncl summarize` writes; "
+                            + RUNS_FIX)
+    assert message(runs({}, {"dataset": "mnist"})) == (
+        f"{path}: column dataset, row 3 ('mnist'): expected one of synthetic, cifar10, cifar100, imagenet100, "
+        "imagefolder (a plugin's dataset: give the report --grid, the workflow config that names its plugin); "
+        + RUNS_FIX)
+    assert message(runs({}, {"run_id": ""})) == (
+        f"{path}: column run_id, row 3 (''): expected a run's id, as `bayesncl summarize` writes it; " + RUNS_FIX)
+    want = ": expected a non-negative integer; " + RUNS_FIX
+    assert message(runs({"seed": "x"}, {"seed": "y"}, {})) == f"{path}: column seed, rows 2 ('x'), 3 ('y')" + want
+    five = [{"seed": "-1"}] * 5
+    assert message(runs(*five, {})) == (
+        f"{path}: column seed, rows 2 ('-1'), 3 ('-1'), 4 ('-1'), 5 ('-1'), 6 ('-1')" + want)
+    assert message(runs({}, *five, *five[:2])) == (
+        f"{path}: column seed, rows 3 ('-1'), 4 ('-1'), 5 ('-1'), 6 ('-1'), 7 ('-1') and 2 more" + want)
+
+
 @pytest.mark.parametrize("entry,value", [("smoke=0", False), ("smoke=1", True), ("smoke=false", False),
                                          ("smoke=no", False), ("smoke=TRUE", True), ("forkserver=0", False),
                                          ("forkserver=1", True), ("forkserver=False", False)])
