@@ -103,8 +103,8 @@ def test_captions_name_the_evaluation_batchnorm_mode(bn, phrase):
 
 
 def test_summary_reads_the_mode_and_the_learning_record(tmp_path):
-    """runs.csv's eval_bn, learning_slope, learning_hi, still_learning, collapsed and collapse_epoch come from
-    features.json."""
+    """runs.csv's eval_bn, learning_slope, learning_hi, still_learning, collapsed, collapse_epoch,
+    infonce_chance and infonce_final come from features.json."""
     import test_report as tr  # the fake evaluation files of the report tests
 
     wf = tr._tiny(tmp_path / "results")
@@ -115,13 +115,16 @@ def test_summary_reads_the_mode_and_the_learning_record(tmp_path):
     data["run"]["eval_bn"] = "running"
     data["training"]["learning"] = {"slope": -0.01, "lo": -0.02, "hi": -0.001, "epochs": 4, "still_learning": True}
     data["training"]["collapse"] = {"collapsed": True, "epoch": 163, "chance": math.log(255)}
+    data["training"]["infonce_final"] = 3.25
     (folder / "features.json").write_text(json.dumps(data))
     rows = {r["run_id"]: r for r in summ.summarize(wf).to_dict("records")}
     r = rows[rid]
     assert (r["eval_bn"], r["learning_slope"], r["learning_hi"], r["still_learning"]) == ("running", -0.01, -0.001, 1.0)
     assert (r["collapsed"], r["collapse_epoch"], r["infonce_chance"]) == (1.0, 163.0, math.log(255))
+    assert r["infonce_final"] == 3.25
     other = rows[list(runs)[1]]
     assert other["eval_bn"] == "" and math.isnan(other["still_learning"]) and math.isnan(other["collapsed"])
+    assert math.isnan(other["infonce_final"])
 
 
 def naive_saturated(means, start, share=0.95):

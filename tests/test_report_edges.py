@@ -60,3 +60,23 @@ def test_metrics_json_rounds_to_four_decimals(tmp_path):
     out = summ.headline(_frame(rows))
     entry = out["cifar10"]["resnet18"]["NCL"]
     assert entry["sc"] == 10.6235 and json.dumps(entry["sc"]) == "10.6235"
+
+
+def test_metrics_json_counts_the_seeds_a_metric_averages_when_some_left_it_undefined():
+    """sc NaN in one of three seeds: its mean is the other two's and sc_seeds says 2; a metric every seed has
+    gets no count."""
+    rows = [_row("NCL", s, method="ncl", sets="table1;table2", sc=sc, probe_top1=70.0 + s)
+            for s, sc in ((0, 10.0), (1, float("nan")), (2, 13.0))]
+    entry = summ.headline(_frame(rows))["cifar10"]["resnet18"]["NCL"]
+    assert (entry["seeds"], entry["sc"], entry["sc_seeds"], entry["probe_top1"]) == (3, 11.5, 2, 71.0)
+    assert "probe_top1_seeds" not in entry and "bg_acc" not in entry  # no seed has a background accuracy
+
+
+def test_metrics_json_keeps_the_tables_order_not_the_alphabets():
+    """Datasets and variants in the order their runs come (the grid's), as the tables list them."""
+    variants = (("SimCLR", "cl"), ("NCL", "ncl"), ("BayesNCL (STE)", "bayesncl"))
+    rows = [_row(v, 0, dataset=d, method=m, sets="table1", sc=1.0)
+            for d in ("synthetic", "cifar10") for v, m in variants]
+    out = summ.headline(_frame(rows))
+    assert list(out) == ["synthetic", "cifar10"]
+    assert list(out["synthetic"]["resnet18"]) == list(out["cifar10"]["resnet18"]) == ["SimCLR", "NCL", "BayesNCL (STE)"]
