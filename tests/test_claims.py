@@ -806,6 +806,8 @@ def test_each_claim_is_run_exactly_when_its_sets_have_runs():
 def test_caption_says_when_the_runs_stop_before_saturation():
     """The claims caption carries the saturation criterion's verdict where the grid ran the saturation set and
     NCL has not met it; nothing where it has, or where the set was not run."""
+    import re
+
     def curve(sc_at_8: float) -> list[dict]:
         rows = []
         for e, loss, sc, top1 in ((0, math.nan, 15.0, 35.0), (4, 5.3, 15.0, 36.0), (8, 5.25, sc_at_8, 37.4),
@@ -819,6 +821,9 @@ def test_caption_says_when_the_runs_stop_before_saturation():
     for kind in ("md", "tex"):
         text = claims_table.render_claims(frame(base + curve(sc_at_8=16.0)), kind)
         assert "These runs stop before saturation" in text and "NCL has not saturated below 16 epochs" in text
+    caption = claims_table.render_claims(frame(base + curve(sc_at_8=16.0)), "md").splitlines()[1]
+    assert re.search(r"These runs stop before saturation \(figures/saturation; docs/METHOD\.md section 10\): "
+                     r"Synthetic: NCL has not saturated below 16 epochs \(.*\)\.$", caption), caption
     assert "stop before saturation" not in claims_table.render_claims(frame(base + curve(sc_at_8=20.0)), "md")
     assert "stop before saturation" not in claims_table.render_claims(frame(base), "md")
 
@@ -845,6 +850,8 @@ def test_claims_table_layout_caption_and_terminal(capsys):
     for rule_text in ("(k/n): k of the side's n runs used, the others NaN",
                       "Controls (docs/METHOD.md section 9): Δ at init is the same comparison on the same "
                       "seeds' untrained networks",
+                      "not run: no finite value on a side. Claim 7 reads the last recorded epoch; claim 11 compares "
+                      "the best inner sweep point",
                       "Family: the verdict with the table's comparisons as one family, Holm's step-down at level 0.05 "
                       "over the one-sided t-tests that the intervals read (p doubled, so that a family of one gives "
                       "the plain verdict); it holds or does not hold only where its adjusted p is below 0.05."):
@@ -866,6 +873,17 @@ def test_claims_table_layout_caption_and_terminal(capsys):
     tex = claims_table.render_claims(df, "tex")
     colspec = re.search(r"\\begin\{tabular\}\{(.*)\}$", tex, re.M).group(1)
     assert colspec.count("p{") == 5 and colspec.count(r">{\raggedright\arraybackslash}p{") == 5
+    columns = re.findall(r"[lrc]|p\{[\d.]+cm\}", colspec.replace(r">{\raggedright\arraybackslash}", ""))
+    assert re.fullmatch(r"@\{\}(?:[lrc]|p\{[\d.]+cm\}|>\{\\raggedright\\arraybackslash\})+@\{\}", colspec)
+    tex_header = tex.split("\\toprule\n")[1].splitlines()[0].removesuffix(r" \\").split(" & ")
+    assert tex_header == ["", "Claim", "Left", "Right", r"$\Delta$ [95\% CI], test (n)", r"$\Delta$ at init, training",
+                          "Paper", r"Verdict, family"] and len(columns) == len(tex_header)
+    # The terminal's claims: a block's dataset is named on its first row only.
+    body = out.split("Claims (")[1].split("\n\n")[0].splitlines()
+    first = next(i for i, line in enumerate(body) if line.startswith("---")) + 1
+    assert body[first].startswith("Synthetic") and not any(line.startswith("Synthetic") for line in body[first + 1:])
+    # The headline marks a variant that repeats another's result.
+    assert any(line.split()[2:5] == ["Top-k", "NCL", "‡"] for line in out.split("Main comparison")[1].splitlines())
 
 
 def test_numbers_keep_the_sign_of_a_small_negative_and_none_on_zero():
@@ -891,7 +909,8 @@ def test_still_learning_and_collapsed_count_the_runs_of_both_sides():
             marked = sum(line.split("|")[1].strip().endswith(mark) for line in md.splitlines()
                          if line.startswith("| ") and not line.startswith("| *"))
             rows = sum(1 for line in md.splitlines() if line.startswith("| ") and not line.startswith("| *")) - 1
-            sentence = (f" {mark} {marked} of the {rows} rows compare runs of which some "
+            assert md.splitlines()[1].startswith("**Claims.** The paper's claims (docs/METHOD.md section 9)")
+            sentence = (f". {mark} {marked} of the {rows} rows compare runs of which some "
                         + ("were still learning when they stopped (" if mark == "§" else "collapsed (their "))
             assert (sentence in md) == bool(marked), (flag, sentence)
     assert ("after falling; docs/METHOD.md section 10); those runs stay in the interval."
