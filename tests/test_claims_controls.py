@@ -144,21 +144,32 @@ def written_out_family(df) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize("d_sc, family", [(D_MARGINAL, "inconclusive (family)"), (D_STRONG, "holds (family)")],
-                         ids=["the control changes 1a", "1a survives it"])
-def test_familywise_verdicts_are_holm_over_the_table(d_sc, family):
+@pytest.mark.parametrize("d_sc, verdict, family", [
+    (D_MARGINAL, HOLDS, "inconclusive (family)"), (D_STRONG, HOLDS, "holds (family)"),
+    ([-d for d in D_STRONG], FAILS, "does not hold (family)")],
+    ids=["the control changes 1a", "1a survives it", "1a fails and survives it"])
+def test_familywise_verdicts_are_holm_over_the_table(d_sc, verdict, family):
     df = main_table(d_sc)
     comps = {c.claim: c for _, cs in claims.claims_rows(df) for c in cs}
-    assert comps["1a"].verdict == HOLDS and comps["1a"].family == family
+    assert comps["1a"].verdict == verdict and comps["1a"].family == family
     want = written_out_family(df)
     assert len(want) == 7 and {k: comps[k].family for k in want} == want
     md = claims_table.render_claims(df, "md")
     line = next(x for x in md.splitlines() if x.startswith("| 1a"))
-    assert line.rstrip(" |").endswith(family) and "| holds " in line
+    assert line.rstrip(" |").endswith(family) and f"| {verdict} " in line
     kept = sum(c.family.startswith(c.verdict + " (") for c in comps.values() if c.verdict in (HOLDS, FAILS))
     decisive = sum(c.verdict in (HOLDS, FAILS) for c in comps.values())
     assert f"{kept} of the {decisive} decisive verdicts survive the familywise control" in md
     assert f"{kept} of the {decisive} decisive verdicts survive" in claims_table.outcome(df)
+
+
+def test_a_family_verdict_needs_its_adjusted_p_below_alpha(monkeypatch):
+    """Decisive only where the adjusted p is below 0.05, as for the plain interval (p at 0.05 exactly: open)."""
+    judged = [(verdicts.compare([(0, 1.0), (1, 2.0)], [(0, 0.0), (1, 0.5)]), verdicts.BETTER)]
+    for p, want in (((0.05, 0.9), "inconclusive (family)"), ((0.9, 0.05), "inconclusive (family)"),
+                    ((0.0499, 0.9), "holds (family)"), ((0.9, 0.0499), "does not hold (family)")):
+        monkeypatch.setattr(verdicts, "p_values", lambda r, k, p=p: p)
+        assert verdicts.family_verdicts(judged) == [want], p
 
 
 # --------------------------------------------------------------------------- the initialisation control
