@@ -236,8 +236,11 @@ def test_fewer_than_two_seeds_never_decide():
                               ([(0, 1.0)], [(0, 10.0), (1, 11.0)], AGAINST),
                               ([(0, 90.0), (1, 91.0)], [(5, 10.0)], FOR),
                               ([(0, 1.0), (1, 1.5)], [(5, 10.0)], AGAINST)):
-        got = claims.compare(left, right)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no variance of one value is taken (numpy would warn on the terminal)
+            got = claims.compare(left, right)
         assert got.verdict == lean and got.test == "Welch" and not got.has_interval
+        assert math.isnan(got.se) and math.isnan(got.dof)
     # One seed shared out of two each: not a paired test; Welch decides on both sides' seeds.
     got = claims.compare([(0, 10.0), (1, 12.0)], [(1, 5.0), (2, 6.0)])
     assert got.test == "Welch" and got.n == (2, 2) and got.has_interval
@@ -281,6 +284,8 @@ def test_combine_several_parts():
     assert claims.combine([part(FOR, 3), part(FAILS, -1)])[0] == FAILS
     assert claims.combine([part(HOLDS, 3), part(FOR, 1)]) == (FOR, part(FOR, 1))
     assert claims.combine([part(FOR, 3), part(AGAINST, -1)]) == (AGAINST, part(AGAINST, -1))
+    # a lean against is weaker than a lean for whatever the differences ("within": leaning for at -0.9, against at 1.5)
+    assert claims.combine([part(FOR, -0.9), part(AGAINST, 1.5)]) == (AGAINST, part(AGAINST, 1.5))
     assert claims.combine([part(FOR, 3), part(FOR, 1)])[1].diff == 1  # among equals, the smaller difference
     assert claims.combine([part(HOLDS, 3), claims.Outcome(NOT_RUN)])[0] == NOT_RUN
     # "not run" is weaker than "does not hold", in either order (its diff is NaN, so only the rank decides)
@@ -850,6 +855,8 @@ def test_claims_table_layout_caption_and_terminal(capsys):
     for rule_text in ("(k/n): k of the side's n runs used, the others NaN",
                       "Controls (docs/METHOD.md section 9): Δ at init is the same comparison on the same "
                       "seeds' untrained networks",
+                      "Holds when the interval clears the claim's bound (>: 0; ≥: -1 point; within: inside the "
+                      "tolerance, for 12a-b relative to the right side, Δ in %)",
                       "not run: no finite value on a side. Claim 7 reads the last recorded epoch; claim 11 compares "
                       "the best inner sweep point",
                       "Family: the verdict with the table's comparisons as one family, Holm's step-down at level 0.05 "
