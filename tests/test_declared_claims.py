@@ -44,8 +44,18 @@ def test_a_bad_claim_is_one_line_naming_it(decl, message):
 
 def test_two_claims_with_one_id_are_refused():
     d = {"id": "x", "metric": "sc", "left": "A", "right": "B", "relation": ">"}
-    with pytest.raises(ConfigError, match=r"claims\[1\].id: 'x' is used twice"):
+    with pytest.raises(ConfigError) as e:
         K.parse_claims([d, d], VARIANTS)
+    assert str(e.value) == "claims[1].id: 'x' is used twice; give each claim its own id"
+
+
+def test_an_unknown_set_is_refused_listing_the_sets():
+    with pytest.raises(ConfigError) as e:
+        K.parse_claims([{"metric": "sc", "left": "A", "right": "B", "relation": ">", "set": "table9"}], VARIANTS)
+    listed = str(e.value).split("; the sets: ")[1].split(", ")
+    from bayesncl.grid import SETS
+
+    assert listed == list(SETS) and "table1" in listed and "figure4a" in listed
 
 
 def test_greater_holds_on_a_paired_interval_above_zero_and_not_below():

@@ -247,6 +247,8 @@ def test_a_plugin_claim_is_judged_beside_the_paper_s():
             K.register_claim({"id": "P1", "metric": "sc", "left": "A", "right": "B", "relation": "<"})
         with pytest.raises(ConfigError, match=r"^claim P2\[0\]: missing relation"):  # named by its id
             K.register_claim({"id": "P2", "metric": "sc", "left": "A", "right": "B"})
+        with pytest.raises(ConfigError, match=r"^claim \?\[0\]: missing relation"):  # no id to name it by
+            K.register_claim({"metric": "sc", "left": "A", "right": "B"})
         rows = [{"run_id": f"synthetic/{m}/seed~{s}", "dataset": "synthetic", "arch": "resnet18", "method": m,
                  "variant": v, "sets": "table1", "seed": s, "sc": sc + s}
                 for m, v, sc in (("ncl", "A", 30.0), ("bayesncl", "B", 10.0)) for s in range(3)]
