@@ -253,6 +253,8 @@ def test_claims_without_a_meaning_at_init_say_why():
     assert set(notes) >= {"7a", "7b", "7c", "7d", "11a", "11b", "12a", "12b"}
     assert notes["7a"] == claims.NO_INIT["dyn"] and notes["11a"] == claims.NO_INIT["sweep"]
     assert notes["12b"] == claims.NO_INIT["cost"]
+    # each reason reads as the caption's legend has it: "n/a: ..."
+    assert all(note.startswith("n/a: ") for note in claims.NO_INIT.values()) and len(claims.NO_INIT) == 3
     assert all(c.init is not None for c in comps if c.claim in ("1a", "4", "5", "9", "10a", "10b"))
     md = claims_table.render_claims(df, "md")
     assert claims.NO_INIT["dyn"] in md and "Family (Holm)" in md
