@@ -4,9 +4,11 @@ architectures, flags (fast; no torch)."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import random
+import re
 import warnings
 
 import numpy as np
@@ -600,7 +602,6 @@ def _plain(cells: list[str]) -> list[str]:
 
 
 def _md_rows_of(md: str) -> list[list[str]]:
-    import re
     return [_plain([x.strip() for x in re.split(r"(?<!\\)\|", line)[1:-1]]) for line in md.splitlines()
             if line.startswith("| ") and not line.startswith("|  ")]
 
@@ -794,8 +795,6 @@ def test_rows_with_identical_weights_are_flagged():
 def test_each_claim_is_run_exactly_when_its_sets_have_runs():
     """A grid of one claim's sets only: every claim sharing none of them is listed as not run (found by its own
     number, so a claim numbered like another cannot hide it), and none of the others is."""
-    import re
-
     grid = full_grid(datasets=("synthetic",), seeds=(0, 1))
     number = lambda cid: int(re.match(r"\d+", cid).group())  # noqa: E731
     every = {c.claim for _, comps in claims.claims_rows(frame([])) for c in comps}
@@ -811,8 +810,6 @@ def test_each_claim_is_run_exactly_when_its_sets_have_runs():
 def test_caption_says_when_the_runs_stop_before_saturation():
     """The claims caption carries the saturation criterion's verdict where the grid ran the saturation set and
     NCL has not met it; nothing where it has, or where the set was not run."""
-    import re
-
     def curve(sc_at_8: float) -> list[dict]:
         rows = []
         for e, loss, sc, top1 in ((0, math.nan, 15.0, 35.0), (4, 5.3, 15.0, 36.0), (8, 5.25, sc_at_8, 37.4),
@@ -837,9 +834,6 @@ def test_claims_table_layout_caption_and_terminal(capsys):
     """The Markdown aligns the sides' numbers right and the rest left; the caption states the controls' rules and
     names each side that repeats another result once, as "label on dataset is why", joined by "; "; the
     terminal's outcome has its columns' headers and goes to the stream it is given, not stdout."""
-    import io
-    import re
-
     twins = [row("BayesNCL (STE)", s, "table4", sc=30.0 + s) for s in range(2)]
     twins += [dict(r, variant="w/o detach", detach=0.0, run_id=r["run_id"] + "x") for r in twins]  # same weights
     df = frame(_topk_grid([0.0, 0.0]).to_dict("records") + twins)
@@ -913,11 +907,10 @@ def test_still_learning_and_collapsed_count_the_runs_of_both_sides():
             assert count(c) == left_runs + right_runs, (flag, left_runs, right_runs)
             md = claims_table.render_claims(df, "md")
             assert _md_row(md, "1a" + mark * bool(left_runs + right_runs))
-            marked = sum(line.split("|")[1].strip().endswith(mark) for line in md.splitlines()
-                         if line.startswith("| ") and not line.startswith("| *"))
-            rows = sum(1 for line in md.splitlines() if line.startswith("| ") and not line.startswith("| *")) - 1
+            rows = [r for r in _md_rows_of(md) if not r[0].startswith("*")]  # not the block titles
+            marked = sum(r[0].endswith(mark) for r in rows)
             assert md.splitlines()[1].startswith("**Claims.** The paper's claims (docs/METHOD.md section 9)")
-            sentence = (f". {mark} {marked} of the {rows} rows compare runs of which some "
+            sentence = (f". {mark} {marked} of the {len(rows)} rows compare runs of which some "
                         + ("were still learning when they stopped (" if mark == "§" else "collapsed (their "))
             assert (sentence in md) == bool(marked), (flag, sentence)
     assert ("after falling; docs/METHOD.md section 10); those runs stay in the interval."

@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 
 from bayesncl.errors import ConfigError
+from bayesncl.grid import SETS
 from bayesncl.report import claims as K
 
 VARIANTS = {"A": {}, "B": {}}
@@ -53,8 +54,6 @@ def test_an_unknown_set_is_refused_listing_the_sets():
     with pytest.raises(ConfigError) as e:
         K.parse_claims([{"metric": "sc", "left": "A", "right": "B", "relation": ">", "set": "table9"}], VARIANTS)
     listed = str(e.value).split("; the sets: ")[1].split(", ")
-    from bayesncl.grid import SETS
-
     assert listed == list(SETS) and "table1" in listed and "figure4a" in listed
 
 

@@ -296,23 +296,35 @@ def test_summarize_errors_name_the_file_and_the_fix(tmp_path):
     _write_eval(wf)
     folder = tmp_path / "results/runs/synthetic/topk_ncl/k~2/seed~0/eval"
 
-    def fails(path: Path, *needles: str):
+    def fails(path: Path, *needles: str) -> str:
         with pytest.raises(summ.MetricsFileError) as err:
             summ.summarize(wf)
         for needle in (str(path), *needles):
             assert needle in str(err.value), (needle, str(err.value))
+        return str(err.value)
 
     gone = folder / "retrieval.json"
     text = gone.read_text()
+    # A message is the whole line: what is wrong with which file, then the command that writes it again.
+    fix = (f"write it with `snakemake {folder}/retrieval.json` (or `bayesncl evaluate --checkpoint "
+           f"{folder.parent}/model.pt --out {folder} --only retrieval`)")
     gone.unlink()
     fails(gone, "not found", f"snakemake {gone}", "--only retrieval",
           f"--checkpoint {folder.parent / 'model.pt'} --out {folder} --only retrieval")
+    gone.mkdir()  # a folder where the file should be: not "not found", an OSError naming it
+    msg = fails(gone, "Is a directory")
+    assert msg.startswith(f"cannot read evaluation file {gone}: ") and msg.endswith(f"; {fix}"), msg
+    gone.rmdir()
     gone.write_text("{not json")
-    fails(gone, "not valid JSON")
+    msg = fails(gone, "not valid JSON")
+    assert msg.startswith(f"evaluation file {gone} is not valid JSON (") and msg.endswith(f"); {fix}"), msg
     gone.write_text(json.dumps({"run": {}, "retrieval_v0": {}}))
     fails(gone, "no 'retrieval' object")
     gone.write_text(json.dumps({**json.loads(text), "run": {"weights_sha": "other"}}))
-    fails(gone, "weights_sha other", "stale")
+    sha = json.loads((folder / "features.json").read_text())["run"]["weights_sha"]
+    assert fails(gone, "weights_sha other", "stale") == (
+        f"evaluation file {gone}: weights_sha other differs from {folder / 'features.json'}'s {sha}, so it is "
+        f"stale; delete it and {fix}")
     for run in ({}, {"weights_sha": None}, {"weights_sha": ""}):  # no hash: the stale check cannot run
         gone.write_text(json.dumps({**json.loads(text), "run": run}))
         fails(gone, "records no weights_sha", f"snakemake {gone}", "--only retrieval")
@@ -327,37 +339,6 @@ def test_summarize_errors_name_the_file_and_the_fix(tmp_path):
     fails(folder / "features.json", "not found", f"snakemake {folder / 'features.json'}")
     with pytest.raises(ConfigError, match="results"):
         summ.summarize({k: v for k, v in wf.items() if k != "results"})
-
-
-def test_summarize_error_messages_are_the_whole_line(tmp_path):
-    """The unreadable, not-JSON and stale files: the message starts with what is wrong with which file and ends
-    with the command that writes it again, nothing around it."""
-    wf = _tiny(tmp_path / "results")
-    _write_eval(wf)
-    folder = tmp_path / "results/runs/synthetic/topk_ncl/k~2/seed~0/eval"
-    features, gone = folder / "features.json", folder / "retrieval.json"
-    fix = (f"write it with `snakemake {folder}/retrieval.json` (or `bayesncl evaluate --checkpoint "
-           f"{folder.parent}/model.pt --out {folder} --only retrieval`)")
-    text = gone.read_text()
-
-    def message() -> str:
-        with pytest.raises(summ.MetricsFileError) as err:
-            summ.summarize(wf)
-        return str(err.value)
-
-    gone.unlink()
-    gone.mkdir()  # a folder where the file should be: not "not found", an OSError naming it
-    msg = message()
-    assert msg.startswith(f"cannot read evaluation file {gone}: ") and msg.endswith(f"; {fix}"), msg
-    assert "Is a directory" in msg
-    gone.rmdir()
-    gone.write_text("{not json")
-    msg = message()
-    assert msg.startswith(f"evaluation file {gone} is not valid JSON (") and msg.endswith(f"); {fix}"), msg
-    sha = json.loads(features.read_text())["run"]["weights_sha"]
-    gone.write_text(json.dumps({**json.loads(text), "run": {"weights_sha": "other"}}))
-    assert message() == (f"evaluation file {gone}: weights_sha other differs from {features}'s {sha}, so it is "
-                         f"stale; delete it and {fix}")
 
 
 def test_prepare_fills_what_a_frame_lacks(tmp_path):
