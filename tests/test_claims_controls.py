@@ -50,13 +50,15 @@ def naive_holm(p: list[float]) -> list[float]:
     return adjusted
 
 
-def paired_p(d, tol: float = 0.0, within: bool = False) -> tuple[float, float]:
+def paired_p(d, tol: float = 0.0, within: bool = False, at_most: bool = False) -> tuple[float, float]:
     """(p for, p against) from scipy's one-sample t-test on the per-seed differences, doubled (the 95%
-    interval's two sides)."""
+    interval's two sides). "at most": the differences below tol (for), above it (against)."""
     def one(bound, side):
         return min(1.0, 2 * stats.ttest_1samp(d, bound, alternative=side).pvalue)
     if within:
         return max(one(-tol, "greater"), one(tol, "less")), min(one(tol, "greater"), one(-tol, "less"))
+    if at_most:
+        return one(tol, "less"), one(tol, "greater")
     return one(-tol, "greater"), one(-tol, "less")
 
 
@@ -69,7 +71,8 @@ def test_holm_is_the_written_out_step_down():
         assert np.allclose(verdicts.holm(p), naive_holm(p)), p
 
 
-@pytest.mark.parametrize("kind", [claims.BETTER, claims.NOT_WORSE, claims.within(1.0)], ids=lambda k: k.name)
+@pytest.mark.parametrize("kind", [claims.BETTER, claims.NOT_WORSE, claims.within(1.0), verdicts.at_most(1.0)],
+                         ids=lambda k: k.name)
 def test_p_values_are_scipys_one_sided_tests_and_agree_with_the_interval(kind):
     """p < 0.05 exactly when the plain rule decides in that direction: a family of one is the plain table."""
     rng = np.random.default_rng(11)
@@ -79,7 +82,7 @@ def test_p_values_are_scipys_one_sided_tests_and_agree_with_the_interval(kind):
         left = rng.normal(rng.choice([-3.0, -1.0, 0.0, 0.6, 2.0]), rng.choice([0.3, 1.0, 3.0]), n)
         right = rng.normal(0.0, 1.0, n)
         r = claims.compare(list(enumerate(left)), list(enumerate(right)), kind)
-        want = paired_p(left - right, kind.margin, kind.name == "within")
+        want = paired_p(left - right, kind.margin, kind.name == "within", kind.name == "at most")
         got = verdicts.p_values(r, kind)
         assert np.allclose(got, want, rtol=1e-9, atol=1e-12), (got, want)
         assert (got[0] < 0.05) == (r.verdict == HOLDS) and (got[1] < 0.05) == (r.verdict == FAILS)
@@ -106,61 +109,125 @@ def test_untested_comparisons_stay_out_of_the_family():
     assert verdicts.p_values(degenerate, claims.BETTER) == (0.0, 1.0)  # std 0: decided as its interval [1, 1]
     got = verdicts.family_verdicts([(one_seed, claims.BETTER), (degenerate, claims.BETTER),
                                     (claims.compare([], [(0, 1.0)]), claims.BETTER)])
-    assert got == ["inconclusive (family)", "holds (family)", NOT_RUN]
+    assert got.verdicts == ["inconclusive (family)", "holds (family)", NOT_RUN]
+    # Holm's m counts only the comparisons with an interval: with two untested ones beside it, a p of 0.03
+    # holds (m = 1); a third tested one doubles it (m = 2: 0.06, open).
+    mid = claims.compare([(s, v) for s, v in enumerate((0.2, 2.9, 1.6, 0.4, 2.4))], [(s, 0.0) for s in range(5)])
+    p = verdicts.p_values(mid, claims.BETTER)[0]
+    assert 0.025 < p < 0.05
+    assert verdicts.family_verdicts([(one_seed, claims.BETTER), (mid, claims.BETTER), (one_seed, claims.BETTER)]
+                                    ).verdicts[1] == "holds (family)"
+    assert verdicts.family_verdicts([(mid, claims.BETTER), (mid, claims.BETTER)]).verdicts == \
+        ["inconclusive (family)"] * 2
 
 
 # --------------------------------------------------------------------------- the family, in the table
-D_MARGINAL = [0.6, 2.9, 1.6, 0.9, 2.4]  # BayesNCL - NCL on SC per seed: holds alone (p 0.018), not among 7
+D_MARGINAL = [0.6, 2.9, 1.6, 0.9, 2.4]  # BayesNCL - NCL on SC per seed: p 0.018: holds alone, not among 7
 D_STRONG = [2.0, 2.6, 1.8, 1.2, 3.0]    # p 0.0025: survives 7 comparisons
+D_WEAK = [0.1, 2.9, 1.6, 0.3, 2.4]      # p 0.058: open even alone
 
 
-def main_table(d_sc: list[float]) -> pd.DataFrame:
-    """Tables 1-2 of five seeds: SC of BayesNCL (STE) = NCL's + ``d_sc``; every other difference noise."""
+def main_table(d_sc: list[float], d_probe: list[float] | None = None) -> pd.DataFrame:
+    """Tables 1-2 of five seeds: SC of BayesNCL (STE) = NCL's + ``d_sc``, its top-1 NCL's + ``d_probe`` (else
+    noise); every other difference noise."""
     rng = np.random.default_rng(7)
     rows = []
     for v in ("SimCLR", N, "Top-k NCL", B, "BayesNCL (Gumbel)"):
         for s in range(5):
             sc = 20.0 + (d_sc[s] if v == B else 0.0 if v == N else rng.normal(0, 2))
-            rows.append(row(v, s, MAIN, sc=sc,
-                            se_sum=2.0 + rng.normal(0, 0.1), probe_top1=50.0 + rng.normal(0, 3),
+            probe = 50.0 + rng.normal(0, 3)
+            if d_probe is not None and v in (B, N):
+                probe = 50.0 + (d_probe[s] if v == B else 0.0)
+            rows.append(row(v, s, MAIN, sc=sc, se_sum=2.0 + rng.normal(0, 0.1), probe_top1=probe,
                             ret_p10=30.0 + rng.normal(0, 3)))
     return frame(rows)
 
 
 def written_out_family(df) -> dict[str, str]:
-    """The familywise verdicts by hand: each tested comparison's doubled one-sided p from scipy, Holm by loop."""
+    """The familywise verdicts by hand (docs/METHOD.md section 9, "Planning"): each tested comparison's doubled
+    one-sided p from scipy; Holm by loop over the primary claims (1a, 2a); over the others only when every
+    primary one holds, else the others' plain verdicts marked "not controlled"."""
     comps = [c for _, cs in claims.claims_rows(df) for c in cs]
     tested = [c for c in comps if c.result.has_interval]
     assert all(c.result.test == "paired" for c in tested)
-    ps = []
-    for c in tested:
-        d = np.array(c.result.left) - np.array(c.result.right)
-        ps.append(paired_p(-d if c.better == "down" else d, c.result.tol, c.kind.name == "within"))
-    adj_for, adj_against = naive_holm([p for p, _ in ps]), naive_holm([p for _, p in ps])
-    out = {}
-    for c, pf, pa in zip(tested, adj_for, adj_against):
-        out[c.claim] = "holds (family)" if pf < 0.05 else "does not hold (family)" if pa < 0.05 else \
-            "inconclusive (family)"
+
+    def holm_by_loop(group):
+        ps = []
+        for c in group:
+            d = np.array(c.result.left) - np.array(c.result.right)
+            ps.append(paired_p(-d if c.better == "down" else d, c.result.tol, c.kind.name == "within"))
+        adj_for, adj_against = naive_holm([p for p, _ in ps]), naive_holm([p for _, p in ps])
+        return {c.claim: "holds (family)" if pf < 0.05 else "does not hold (family)" if pa < 0.05 else
+                "inconclusive (family)" for c, pf, pa in zip(group, adj_for, adj_against)}
+
+    primary = [c for c in tested if c.claim in ("1a", "2a")]
+    out = holm_by_loop(primary)
+    if all(out.get(c.claim) == "holds (family)" for c in comps if c.claim in ("1a", "2a")):
+        out.update(holm_by_loop([c for c in tested if c not in primary]))
+    else:
+        out.update({c.claim: (c.verdict if c.verdict in (HOLDS, FAILS) else "inconclusive") + " (not controlled)"
+                    for c in tested if c not in primary})
     return out
 
 
-@pytest.mark.parametrize("d_sc, verdict, family", [
-    (D_MARGINAL, HOLDS, "inconclusive (family)"), (D_STRONG, HOLDS, "holds (family)"),
-    ([-d for d in D_STRONG], FAILS, "does not hold (family)")],
-    ids=["the control changes 1a", "1a survives it", "1a fails and survives it"])
-def test_familywise_verdicts_are_holm_over_the_table(d_sc, verdict, family):
-    df = main_table(d_sc)
+@pytest.mark.parametrize("d_sc, d_probe, verdict, family", [
+    (D_MARGINAL, None, HOLDS, "holds (family)"), (D_STRONG, None, HOLDS, "holds (family)"),
+    ([-d for d in D_STRONG], None, FAILS, "does not hold (family)"),
+    (D_WEAK, None, FOR, "inconclusive (family)"),
+    (D_MARGINAL, [1.0, 1.2, 0.9, 1.1, 1.0], HOLDS, "holds (family)"),
+    (D_WEAK, [1.0, 1.2, 0.9, 1.1, 1.0], FOR, "inconclusive (family)")],
+    ids=["1a survives the primary family of 2, not a family of 7", "1a survives it", "1a fails and survives it",
+         "1a open", "both primary claims hold", "2a holds, 1a open"])
+def test_familywise_verdicts_are_gatekeeping_over_the_table(d_sc, d_probe, verdict, family):
+    df = main_table(d_sc, d_probe)
     comps = {c.claim: c for _, cs in claims.claims_rows(df) for c in cs}
     assert comps["1a"].verdict == verdict and comps["1a"].family == family
     want = written_out_family(df)
     assert len(want) == 7 and {k: comps[k].family for k in want} == want
+    assert [k for k, c in comps.items() if c.primary] == ["1a", "2a"]
     md = claims_table.render_claims(df, "md")
     line = next(x for x in md.splitlines() if x.startswith("| 1a"))
     assert line.rstrip(" |").endswith(family) and f"| {verdict} " in line
-    kept = sum(c.family.startswith(c.verdict + " (") for c in comps.values() if c.verdict in (HOLDS, FAILS))
+    kept = sum(want[c.claim] == c.verdict + " (family)" for c in comps.values() if c.verdict in (HOLDS, FAILS))
     decisive = sum(c.verdict in (HOLDS, FAILS) for c in comps.values())
     assert f"{kept} of the {decisive} decisive verdicts survive the familywise control" in md
     assert f"{kept} of the {decisive} decisive verdicts survive" in claims_table.outcome(df)
+    gate = all(want[k] == "holds (family)" for k in ("1a", "2a"))
+    secondary = [k for k in want if k not in ("1a", "2a")]
+    assert all(want[k].endswith("(not controlled)") != gate for k in secondary)
+    if gate:
+        assert "Family: primary: 2 of 2 hold; secondary tested at 0.05;" in md
+    else:
+        blocking = ", ".join(f"{k} {want[k].split(' (')[0]}" for k in ("1a", "2a") if want[k] != "holds (family)")
+        assert f"Family: secondary not controlled: primary {blocking};" in md
+        assert f"family: secondary not controlled: primary {blocking};" in claims_table.outcome(df)
+
+
+def test_gatekeeping_on_its_own():
+    """family_verdicts with primary flags: Holm over the primary family first; the secondary family by Holm at
+    the full level only when every primary comparison that ran holds; a primary not run does not close it."""
+    strong = claims.compare([(s, v) for s, v in enumerate(D_STRONG)], [(s, 0.0) for s in range(5)])
+    weak = claims.compare([(s, v) for s, v in enumerate(D_WEAK)], [(s, 0.0) for s in range(5)])
+    margin = claims.compare([(s, v) for s, v in enumerate(D_MARGINAL)], [(s, 0.0) for s in range(5)])
+    gone = claims.compare([], [(0, 1.0)])
+    b = claims.BETTER
+    fam = verdicts.family_verdicts([(strong, b), (margin, b), (margin, b)], [True, False, False])
+    # secondary: two of p 0.018 -> Holm 0.036 each: both hold; the primary's own p does not count in their m
+    assert fam.verdicts == ["holds (family)"] * 3 and fam.gate_open and fam.primary == (0,)
+    fam = verdicts.family_verdicts([(weak, b), (strong, b), (margin, b)], [True, False, False])
+    assert fam.verdicts == ["inconclusive (family)", "holds (not controlled)", "holds (not controlled)"]
+    assert fam.blocking == (0,) and not fam.gate_open
+    fam = verdicts.family_verdicts([(gone, b), (strong, b)], [True, False])
+    assert fam.verdicts == [NOT_RUN, "holds (family)"] and fam.gate_open
+    fam = verdicts.family_verdicts([(strong, b), (weak, b), (gone, b)], [True, False, False])
+    assert fam.verdicts == ["holds (family)", "inconclusive (family)", NOT_RUN]
+    # a primary comparison without an interval closes the gate (it cannot hold), and counts in no m
+    one_seed = claims.compare([(0, 5.0)], [(0, 1.0)])
+    fam = verdicts.family_verdicts([(one_seed, b), (strong, b)], [True, False])
+    assert fam.verdicts == ["inconclusive (family)", "holds (not controlled)"]
+    fails = claims.compare([(s, -v) for s, v in enumerate(D_STRONG)], [(s, 0.0) for s in range(5)])
+    fam = verdicts.family_verdicts([(fails, b), (fails, b)], [True, False])
+    assert fam.verdicts == ["does not hold (family)", "does not hold (not controlled)"]
 
 
 def test_a_family_verdict_needs_its_adjusted_p_below_alpha(monkeypatch):
@@ -169,7 +236,7 @@ def test_a_family_verdict_needs_its_adjusted_p_below_alpha(monkeypatch):
     for p, want in (((0.05, 0.9), "inconclusive (family)"), ((0.9, 0.05), "inconclusive (family)"),
                     ((0.0499, 0.9), "holds (family)"), ((0.9, 0.0499), "does not hold (family)")):
         monkeypatch.setattr(verdicts, "p_values", lambda r, k, p=p: p)
-        assert verdicts.family_verdicts(judged) == [want], p
+        assert verdicts.family_verdicts(judged).verdicts == [want], p
 
 
 # --------------------------------------------------------------------------- the initialisation control

@@ -18,7 +18,12 @@ Controls (docs/METHOD.md section 9): each comparison of trained networks on a me
 is made again on the runs' untrained twins (bayesncl.grid.plan_init_runs; runs.csv's ``init_of`` names the sets
 a twin initialises), giving Delta at initialisation, and the change training brought (each seed's Delta minus
 its Delta at initialisation) is judged by the same rule; a claim without such a metric (``Claim.at_init``) says
-why. Every comparison is also judged familywise: Holm over the table (verdicts.family_verdicts).
+why, and where both sides' twins are the same network (Delta at init 0 by construction) the Training column
+says so instead of repeating the verdict. Every comparison is also judged familywise: the primary claims
+(PRIMARY: 1a and 2a on each dataset) first, the others only when they all hold (verdicts.family_verdicts). A
+grid grown by `bayesncl plan` (runs.csv's ``pilot_of``: the sets whose pilot seeds a run belongs to) is judged
+in two looks: the pilot's seeds at LOOK_ALPHAS[0], the added seeds alone at LOOK_ALPHAS[1] (docs/METHOD.md
+section 9, "Planning").
 """
 
 from __future__ import annotations
@@ -34,11 +39,19 @@ from .cells import METRICS, Metric, Stat, stat
 from .groups import Group, flag_repeats, group_rows, in_set, parse_list
 from .names import ARCH_NAMES
 from .summary import prepare, sweep_rows
-from .verdicts import (BETTER, NOT_RUN, NOT_WORSE, VERDICTS, Kind, Outcome, combine, compare, family_verdicts,
-                       finite, within)
+from .verdicts import (ALPHA, BETTER, FAMILY_FAILS, FAMILY_HOLDS, NOT_RUN, NOT_WORSE, UNCONTROLLED, UNSIGNED,
+                       VERDICTS, Family, Kind, Outcome, at_most, combine, compare, decision, family_verdicts, finite,
+                       within)
 
-__all__ = ["BETTER", "CLAIMS", "NOT_WORSE", "VERDICTS", "Claim", "Comparison", "Kind", "Outcome", "Side",
-           "claims_rows", "combine", "compare", "within"]
+__all__ = ["BETTER", "CLAIMS", "LOOK_ALPHAS", "NOT_WORSE", "PRIMARY", "VERDICTS", "Claim", "Comparison", "Judged",
+           "Kind", "Outcome", "Side", "claims_rows", "combine", "compare", "judge", "within"]
+
+# The paper's headline, tested first on each dataset (docs/METHOD.md section 9, "Planning"): interpretability up
+# (1a) and accuracy kept (2a). The other comparisons are tested only when all of these hold.
+PRIMARY = ("1a", "2a")
+# A grid grown after a pilot (`bayesncl plan`) is a second look: the familywise level split over the two looks,
+# so that the chance of a false "holds" over both stays at ALPHA whatever the pilot made the planner add.
+LOOK_ALPHAS = (0.01, 0.04)
 
 
 # ----------------------------------------------------------------------------- sides
@@ -82,6 +95,8 @@ class Side:
     learning: int = 0  # runs still learning when they stopped (bayesncl.learning)
     collapsed: int = 0  # runs that collapsed (bayesncl.learning.collapse)
     stat: Stat = field(default_factory=lambda: Stat(math.nan, math.nan, 0, 2))
+    set_name: str = ""  # the set its runs came from (what `bayesncl plan` grows)
+    run_ids: tuple[str, ...] = ()
 
     @property
     def runs(self) -> int:
@@ -123,7 +138,8 @@ class Runs:
                 if rows:
                     return Side(g.variant, [(r["seed"], values(r)) for r in rows], m.decimals, m.sig, g.repeats,
                                 sum(r.get("still_learning") == 1 for r in rows),
-                                sum(r.get("collapsed") == 1 for r in rows))
+                                sum(r.get("collapsed") == 1 for r in rows), set_name=s,
+                                run_ids=tuple(str(r.get("run_id", "")) for r in rows))
         return Side(DEFAULT_LABELS[role], [], m.decimals, m.sig)
 
 
@@ -162,7 +178,10 @@ class Comparison:
     init: Outcome | None = None    # the same comparison on the untrained twins (claims_rows sets it)
     change: Outcome | None = None  # Delta - Delta at initialisation, per seed: the training verdict
     init_note: str = ""     # why there is no ``init`` ("" when there is)
-    family: str = ""        # the familywise verdict (Holm over the table)
+    same_init: bool = False  # both sides' untrained twins are the same runs: Delta at init is 0 by construction
+    family: str = ""        # the familywise verdict (gatekeeping and Holm over the table; claims_rows sets it)
+    primary: bool = False   # in the primary family (PRIMARY; claims_rows sets it)
+    looks: tuple = ()       # a grown grid's (look 1, look 2) outcomes: the pilot's seeds, the added seeds alone
 
     @property
     def verdict(self) -> str:
@@ -178,7 +197,7 @@ def _judged(cid: str, text: str, left: Side, right: "Side | float", kind: Kind, 
     left.use(res.left if res.test else [v for _, v in finite(left.values)])
     if not const:
         right_side.use(res.right if res.test else [v for _, v in finite(right_side.values)])
-    delta = ("$-$left" if const else "right $-$ left") if better == "down" and kind.name != "within" else ""
+    delta = ("$-$left" if const else "right $-$ left") if better == "down" and kind.name not in UNSIGNED else ""
     return Comparison(cid, text, left, right_side, res, kind, paper, f"{right:g}" if const else None, delta,
                       better=better)
 
@@ -238,7 +257,8 @@ def _widths(runs: Runs) -> list[Comparison]:
         a = runs.side(("figure4a",), "bayes", get, sc, at(d))
         b = runs.side(("figure4a",), "ncl", get, sc, at(d))
         where = f"at $D = {d:g}$" if math.isfinite(d) else "at each $D$"
-        out.append(_judged("10b", f"SC {where}: @A $>$ @B", a, b, BETTER, "up",
+        cid = f"10b-{d:g}" if math.isfinite(d) else "10b"  # one row per D, each its own id
+        out.append(_judged(cid, f"SC {where}: @A $>$ @B", a, b, BETTER, "up",
                            "$2\\times$ NCL at $D = 2048$" if d == 2048 else ""))
     return out
 
@@ -325,12 +345,12 @@ CLAIMS = [
     Claim(11, ("figure4b",), "Inverted U over lambda and rho", at_init=NO_INIT["sweep"], build=lambda runs: [
         *_inverted_u("11a", "lambda", "\\lambda", "worse for $\\lambda >$ 4e-5")(runs),
         *_inverted_u("11b", "rho", "\\rho", "inverted U")(runs)]),
-    Claim(12, ("table7",), "Cost: GFLOPs within 1%, training time within 6% of NCL", at_init=NO_INIT["cost"],
-          build=lambda runs: [
-        *_within("12a", "GFLOPs: @A within 1% of @B", "table7", "gflops", within(0.01, relative=True),
+    Claim(12, ("table7",), "Cost: at most 1% more GFLOPs, at most 6% more training time than NCL",
+          at_init=NO_INIT["cost"], build=lambda runs: [
+        *_within("12a", "GFLOPs: @A at most 1% more than @B", "table7", "gflops", at_most(0.01, relative=True),
                  "1.419 vs 1.416")(runs),
-        *_within("12b", "Train time: @A within 6% of @B", "table7", "train_minutes", within(0.06, relative=True),
-                 "75.12 vs 70.95 min")(runs)]),
+        *_within("12b", "Train time: @A at most 6% more than @B", "table7", "train_minutes",
+                 at_most(0.06, relative=True), "75.12 vs 70.95 min")(runs)]),
 ]
 
 
@@ -339,7 +359,9 @@ CLAIMS = [
 # after them: {id, metric, left, right, relation, tolerance, relative, set}. Sides are variant labels.
 RELATIONS = {">": (BETTER, "up", "$>$"), "<": (BETTER, "down", "$<$"), ">=": (NOT_WORSE, "up", "$\\geq$"),
              "≥": (NOT_WORSE, "up", "$\\geq$"), "<=": (NOT_WORSE, "down", "$\\leq$"),
-             "≤": (NOT_WORSE, "down", "$\\leq$"), "within": (None, "up", "within")}
+             "≤": (NOT_WORSE, "down", "$\\leq$"), "within": (None, "up", "within"),
+             "at most": (None, "up", "at most")}
+_TOLERANT = {"within": within, "at most": at_most}  # relations that take a tolerance
 _DECLARED_KEYS = {"id", "metric", "left", "right", "relation", "tolerance", "relative", "set"}
 DECLARED: list[Claim] = []  # the claims of the workflow config the report was given (declare)
 PLUGIN_CLAIMS: list[Claim] = []  # claims a plugin module registered (register_claim)
@@ -384,9 +406,9 @@ def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
             if variants is not None and d[side] not in variants:
                 raise ConfigError(f"{at}.{side}: no variant {d[side]!r}; the variants: {', '.join(variants)}")
         tol = d.get("tolerance")
-        if d["relation"] == "within" and (not isinstance(tol, (int, float)) or isinstance(tol, bool) or tol <= 0):
-            raise ConfigError(f"{at}.tolerance: 'within' needs a positive tolerance (in the metric's unit, or a "
-                              f"fraction of the right side with relative: true), got {tol!r}")
+        if d["relation"] in _TOLERANT and (not isinstance(tol, (int, float)) or isinstance(tol, bool) or tol <= 0):
+            raise ConfigError(f"{at}.tolerance: {d['relation']!r} needs a positive tolerance (in the metric's unit, "
+                              f"or a fraction of the right side with relative: true), got {tol!r}")
         if "set" in d and d["set"] not in SETS:
             raise ConfigError(f"{at}.set: unknown set {d['set']!r}; the sets: {', '.join(SETS)}")
         cid = str(d.get("id") or f"D{i + 1}")
@@ -401,9 +423,9 @@ def _declared(cid: str, d: dict) -> Claim:
     m = METRICS[d["metric"]]
     kind, better, rel = RELATIONS[d["relation"]]
     if kind is None:
-        kind = within(float(d["tolerance"]), relative=bool(d.get("relative", False)))
+        kind = _TOLERANT[d["relation"]](float(d["tolerance"]), relative=bool(d.get("relative", False)))
         unit = f"{d['tolerance'] * 100:g}%" if d.get("relative") else f"{d['tolerance']:g}"
-        rel = f"within {unit} of"
+        rel = f"within {unit} of" if d["relation"] == "within" else f"at most {unit} more than"
     sets = (d["set"],) if d.get("set") else ("table1", "table2", "table4", "table5", "table6", "table7", "figure3")
     text = f"{m.header}: @A {rel} @B"
 
@@ -433,11 +455,35 @@ def _arch_name(arch: str) -> str:
 def claims_rows(df: pd.DataFrame) -> list[tuple[str, list[Comparison]]]:
     """[(dataset, comparisons), ...]: per dataset, the claims whose sets it has runs in, each judged within
     one architecture (a claim whose sets hold runs of several architectures gets one row per architecture,
-    which its text names); a last block ("") holds the claims no dataset ran, as "not run"."""
+    which its text and id name); a last block ("") holds the claims no dataset ran, as "not run"."""
+    return judge(df).blocks
+
+
+@dataclass
+class Judged:
+    """The claims table's comparisons (``blocks``, as claims_rows) and their familywise tests: one Family per
+    look (one look, or two for a grid grown by `bayesncl plan`)."""
+    blocks: list[tuple[str, list[Comparison]]]
+    families: list[Family]
+    pilot: bool = False  # two looks: the runs record the pilot's seeds (runs.csv's pilot_of)
+
+    @property
+    def comparisons(self) -> list[Comparison]:
+        return [c for _, comps in self.blocks for c in comps]
+
+
+def judge(df: pd.DataFrame) -> Judged:
+    """Every comparison of the claims table, judged plainly (all seeds), against its initialisation control
+    and familywise (claims_rows)."""
     df = prepare(df)
     records = df.to_dict("records")
+    pilot = any(str(r.get("pilot_of") or "") for r in records)
+    if pilot:  # the runs each set added after the pilot: the second look's evidence
+        for r in records:
+            own = set(parse_sets(r.get("pilot_of")))
+            r["added_of"] = ";".join(s for s in parse_sets(r["sets"]) if s not in own)
     datasets = list(dict.fromkeys(r["dataset"] for r in records))
-    blocks, ran = [], set()
+    blocks, ran, looks = [], set(), []
     for d in datasets:
         mine = [r for r in records if r["dataset"] == d]
         parts = [Runs([r for r in mine if r["arch"] == a], a) for a in dict.fromkeys(r["arch"] for r in mine)]
@@ -447,11 +493,16 @@ def claims_rows(df: pd.DataFrame) -> list[tuple[str, list[Comparison]]]:
                      if runs.has(*claim.sets) and (claim.applies is None or claim.applies(runs))]
             for runs in where:
                 ran.add(claim.number)
-                for c in _controlled(claim, runs):
+                built = _controlled(claim, runs)
+                if pilot:
+                    _looked(claim, runs, built)
+                for c in built:
                     c.sets = claim.sets
+                    c.primary = claim in CLAIMS and c.claim in PRIMARY
                     c.text = c.text.replace("@arch", _arch_name(runs.arch))
                     if len(where) > 1 and claim.number != 9:
                         c.text += f" ({_arch_name(runs.arch)})"
+                        c.claim += f"-{runs.arch}"  # ids stay unique within the dataset
                     comps.append(c)
         if comps:
             blocks.append((d, comps))
@@ -461,14 +512,63 @@ def claims_rows(df: pd.DataFrame) -> list[tuple[str, list[Comparison]]]:
         if claim.number not in ran:
             for c in claim.build(empty):
                 c.sets, c.init_note = claim.sets, claim.at_init
+                c.primary = claim in CLAIMS and c.claim in PRIMARY
                 c.text = c.text.replace("@arch", _arch_name(""))
                 missing.append(c)
     if missing:
         blocks.append(("", missing))
     every = [c for _, comps in blocks for c in comps]
-    for c, family in zip(every, family_verdicts([(c.result, c.kind) for c in every])):
-        c.family = family
-    return blocks
+    if not pilot:
+        family = family_verdicts([(c.result, c.kind) for c in every], [c.primary for c in every], ALPHA)
+        for c, v in zip(every, family.verdicts):
+            c.family = v
+        return Judged(blocks, [family])
+    return Judged(blocks, _two_looks(every), pilot=True)
+
+
+def parse_sets(value) -> list[str]:
+    return [s for s in str(value or "").split(";") if s] if value == value else []  # NaN: none
+
+
+def _looked(claim: Claim, runs: Runs, comps: list[Comparison]) -> None:
+    """A grown grid's two looks at each comparison: the claim built on the pilot's runs alone, then on the
+    added runs alone (comparisons paired by position and id, as the initialisation control)."""
+    out = []
+    for column in ("pilot_of", "added_of"):
+        part = Runs(runs.records, runs.arch, column=column)
+        built = claim.build(part) if part.has(*claim.sets) else []
+        out.append(built if len(built) == len(comps) else [])
+    for i, c in enumerate(comps):
+        c.looks = tuple(look[i].result if look and look[i].claim == c.claim else Outcome(NOT_RUN) for look in out)
+
+
+def _two_looks(every: list[Comparison]) -> list[Family]:
+    """The familywise verdicts of a grown grid: look 1 (the pilot's seeds, LOOK_ALPHAS[0]) decides what it can;
+    look 2 (the added seeds alone, LOOK_ALPHAS[1]) tests the rest, the primary family first again. A primary
+    comparison that held at look 1 counts as holding; one that did not hold keeps the gate closed."""
+    controlled = (FAMILY_HOLDS, FAMILY_FAILS)
+    first = family_verdicts([(c.looks[0], c.kind) for c in every], [c.primary for c in every], LOOK_ALPHAS[0])
+    for c, v in zip(every, first.verdicts):
+        c.family = _at_look(v, 1)
+    rest = [i for i, v in enumerate(first.verdicts) if v not in controlled]
+    second = family_verdicts([(every[i].looks[1], every[i].kind) for i in rest], [every[i].primary for i in rest],
+                             LOOK_ALPHAS[1])
+    verdicts = list(second.verdicts)
+    if any(c.primary and v == FAMILY_FAILS for c, v in zip(every, first.verdicts)):
+        for j, i in enumerate(rest):  # a primary claim failed at look 1: no secondary verdict is controlled
+            r = every[i].looks[1]
+            if not every[i].primary and r.verdict != NOT_RUN:
+                verdicts[j] = f"{decision(r.verdict) or 'inconclusive'} ({UNCONTROLLED})"
+    for i, v in zip(rest, verdicts):
+        if every[i].looks[1].verdict != NOT_RUN:  # no added seeds: look 1's verdict stands
+            every[i].family = _at_look(v, 2)
+    return [first, Family(verdicts, tuple(rest[j] for j in second.primary), tuple(rest[j] for j in second.blocking),
+                          LOOK_ALPHAS[1])]
+
+
+def _at_look(verdict: str, look: int) -> str:
+    """"holds (family)" -> "holds (family, look 1)"; "not run" stays as it is."""
+    return verdict[:-1] + f", look {look})" if verdict.endswith(")") else verdict
 
 
 def _controlled(claim: Claim, runs: Runs) -> list[Comparison]:
@@ -487,16 +587,19 @@ def _controlled(claim: Claim, runs: Runs) -> list[Comparison]:
             c.init_note = NO_TWINS if c.result.verdict != NOT_RUN else ""  # not run: nothing to control
             continue
         c.init, c.change = c0.result, training_change(c, c0)
+        # the two sides start from the same untrained runs (the twin of a run is shared by every run it
+        # initialises): Delta at init is 0 by construction, and Training repeats the verdict
+        c.same_init = bool(c0.left.run_ids) and set(c0.left.run_ids) == set(c0.right.run_ids)
     return comps
 
 
 def training_change(c: Comparison, c0: Comparison) -> Outcome:
     """What training changed: each side's gain over its own initialisation (a seed's value minus its untrained
     twin's), compared as the claim compares its sides. Paired by seed this is Delta_s - Delta_init,s; the margins
-    are the trained comparison's (a relative tolerance in the trained right side's unit)."""
+    are the trained comparison's (a relative tolerance in the trained right side's unit, never the gains')."""
     def gain(side: Side, init: Side) -> list[tuple[float, float]]:
         at = dict(finite(init.values))
         return [(s, v - at[s]) for s, v in finite(side.values) if s in at]
 
-    kind = within(c.result.tol) if c.kind.relative else c.kind
+    kind = Kind(c.kind.name, c.result.tol) if c.kind.relative else c.kind
     return compare(gain(c.left, c0.left), gain(c.right, c0.right), kind, c.better)

@@ -15,16 +15,18 @@ from tabulate import tabulate
 
 from ..registry import method_traits
 from .cells import METRICS, Fmt, Stat
-from .claims import Comparison, Side, claims_rows
+from .claims import LOOK_ALPHAS, PRIMARY, Comparison, Judged, Side, judge
 from .groups import flag_repeats, group_rows
 from .layout import render_context, table_context, write_table
 from .lines import rows_in_set, saturation_verdict
 from .names import ARCH_NAMES, DATASET_NAMES, HEADLINE, is_main
 from .summary import prepare
-from .verdicts import FAILS, HOLDS, VERDICTS, Outcome
+from .verdicts import ALPHA, FAILS, HOLDS, NOT_RUN, UNCONTROLLED, VERDICTS, Outcome, decision
 
-__all__ = ["CAPTION", "build_claims", "claim_cells", "dataset_title", "family_tally", "outcome", "print_outcome",
-           "render_claims", "write_claims"]
+__all__ = ["CAPTION", "SAME_INIT", "build_claims", "claim_cells", "dataset_title", "family_tally", "gate_sentence",
+           "outcome", "print_outcome", "render_claims", "write_claims"]
+
+SAME_INIT = "same network at init"  # Training where both sides' untrained twins are the same runs
 
 
 def _count(side: Side) -> str:
@@ -78,7 +80,10 @@ def _init_cell(c: Comparison, fmt: Fmt) -> str:
 
 
 def _training_cell(c: Comparison, fmt: Fmt) -> str:
-    """The verdict on what training changed (Delta - Delta at initialisation, per seed); a dash without it."""
+    """The verdict on what training changed (Delta - Delta at initialisation, per seed); a dash without it, and
+    SAME_INIT where Delta at init is 0 by construction (the verdict would repeat the plain one)."""
+    if c.same_init:
+        return SAME_INIT
     return c.change.verdict if c.change is not None else fmt.dash()
 
 
@@ -95,18 +100,22 @@ CAPTION = (
     "runs used, the others NaN (e.g. collapsed to no active dimension) or, in a paired test, unshared. "
     "$\\Delta$: the mean difference in the claim's direction (left $-$ right unless the test says otherwise) "
     "with its 95% Student-t interval; paired by seed when at least 2 seeds are shared, else Welch. Holds when "
-    "the interval clears the claim's bound ($>$: 0; $\\geq$: $-$1 point; within: inside the tolerance, for "
-    "12a-b relative to the right side, $\\Delta$ in %), does not hold when it lies wholly beyond it, otherwise "
+    "the interval clears the claim's bound ($>$: 0; $\\geq$: $-$1 point; within: strictly inside the "
+    "tolerance; at most: below the tolerance, one-sided, for 12a-b relative to the right side, $\\Delta$ = left "
+    "$-$ right in %, a cheaper left side satisfying it), does not hold when it lies wholly beyond it, otherwise "
     "inconclusive, leaning by $\\Delta$ alone (always so with fewer than 2 seeds on a side: no CI); not run: "
     "no finite value on a side. Claim 7 reads the last recorded epoch; claim 11 compares the best inner sweep "
     "point (chosen after seeing the means) with each end and shows the weaker part. Paper: ImageNet-100 "
     "unless stated. Controls (docs/METHOD.md section 9): $\\Delta$ at init is the same comparison on the same "
     "seeds' untrained networks (their own initialisation, no step taken, the same evaluation); Training judges "
     "by the same rule and margins what training changed, each seed's $\\Delta$ minus its $\\Delta$ at init (n/a: "
-    "a metric that does not exist before training). Family: the verdict with the table's comparisons as one "
-    "family, Holm's step-down at level 0.05 over the one-sided t-tests that the intervals read (p doubled, "
-    "so that a family of one gives the plain verdict); it holds or does not hold only where its adjusted p is "
-    "below 0.05.")
+    "a metric that does not exist before training; same network at init: both sides start from the same "
+    "untrained runs, $\\Delta$ at init is 0 by construction and Training would repeat the verdict). Family: "
+    "serial gatekeeping at level 0.05 over the one-sided t-tests that the intervals read (p doubled, so that a "
+    "family of one gives the plain verdict): the primary claims (1a and 2a on each dataset) by Holm's "
+    "step-down first; only if every one holds, the secondary claims (the rest) by Holm at 0.05; otherwise the "
+    "secondary verdicts are the plain ones, marked not controlled. A verdict holds or does not hold (family) "
+    "only where its adjusted p is below the level; comparisons without an interval are not counted.")
 DECLARED_NOTE = (" Paper \"declared\": a claim that is not the paper's (the workflow config's claims:, or a "
                  "plugin's; docs/EXTENDING.md), judged by the same rule.")
 
@@ -130,13 +139,44 @@ def _broken(verdict: str, fmt: Fmt) -> str:
     return verdict.replace(" (", r" \newline (") if fmt.tex else verdict
 
 
+def controlled(c: Comparison) -> str | None:
+    """The comparison's familywise decision (HOLDS, FAILS), None when it has none or is not controlled."""
+    return decision(c.family) if "(family" in c.family else None
+
+
 def family_tally(comps: list[Comparison]) -> str:
     """How many decisive verdicts survive the familywise control, in words."""
     decisive = [c for c in comps if c.verdict in (HOLDS, FAILS)]
-    kept = [c for c in decisive if c.family.startswith(c.verdict + " (")]
+    kept = [c for c in decisive if controlled(c) == c.verdict]
     tested = sum(c.result.has_interval for c in comps)
-    return (f"{len(kept)} of the {len(decisive)} decisive verdicts survive the familywise control (Holm over "
-            f"{tested} comparisons with an interval)")
+    return (f"{len(kept)} of the {len(decisive)} decisive verdicts survive the familywise control (gatekeeping "
+            f"and Holm over {tested} comparisons with an interval)")
+
+
+def gate_sentence(judged: Judged) -> str:
+    """The primary family's outcome and what it did to the secondary's: "primary: 2 of 2 hold; secondary tested
+    at 0.05" or "secondary not controlled: primary 2a inconclusive"."""
+    prim = [(d, c) for d, comps in judged.blocks for c in comps if c.primary and c.verdict != NOT_RUN]
+    levels = (" and ".join(f"{a:g} (look {k})" for k, a in enumerate(LOOK_ALPHAS, 1)) if judged.pilot
+              else f"{ALPHA:g}")
+    if not prim:
+        return f"no primary claim ({', '.join(PRIMARY)}) ran: every comparison in one family, tested at {levels}"
+    many = len({d for d, _ in prim}) > 1
+    blocking = [(d, c) for d, c in prim if controlled(c) != HOLDS]
+    if not blocking:
+        return f"primary: {len(prim)} of {len(prim)} hold; secondary tested at {levels}"
+    what = ", ".join(f"{c.claim}{f' ({dataset_title(d)})' if many else ''} "
+                     f"{c.family.split(' (')[0]}" for d, c in blocking)
+    return f"secondary {UNCONTROLLED}: primary {what}"
+
+
+def looks_sentence(judged: Judged) -> str:
+    """A grown grid's two looks, for the caption ("" for one look)."""
+    if not judged.pilot:
+        return ""
+    return (f" Two looks (docs/METHOD.md section 9, \"Planning\"): look 1 judged the pilot's seeds at "
+            f"{LOOK_ALPHAS[0]:g}, look 2 the seeds added after it, alone, at {LOOK_ALPHAS[1]:g}; a verdict decided "
+            "at look 1 stands, and the Family column says which look gave each.")
 
 
 def still_learning(c: Comparison) -> int:
@@ -174,7 +214,8 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
     so that every row is two lines of a page-wide table."""
     fmt = Fmt(kind)
     blocks, flags, learning, fell, declared, every = [], [], [], [], False, []
-    for dataset, comps in claims_rows(df):
+    judged = judge(df)
+    for dataset, comps in judged.blocks:
         rows = []
         for c in comps:
             declared |= c.paper == "declared"
@@ -200,7 +241,8 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
         step = TEX_ROWS if fmt.tex else len(rows)  # a LaTeX float must fit a page: long blocks continue
         for i in range(0, len(rows), step):
             blocks.append({"title": fmt.esc(title + (" (continued)" if i else "")), "rows": rows[i:i + step]})
-    caption = CAPTION + (DECLARED_NOTE if declared else "") + f" {family_tally(every)}."
+    caption = (CAPTION + looks_sentence(judged) + (DECLARED_NOTE if declared else "")
+               + f" Family: {gate_sentence(judged)}; {family_tally(every)}.")
     if any(learning):
         caption += (f" § {sum(map(bool, learning))} of the {len(learning)} rows compare runs of which some were "
                     "still learning when they stopped (their InfoNCE loss still fell over the last 20% of epochs, "
@@ -263,7 +305,8 @@ def _headline(df: pd.DataFrame, fmt: Fmt) -> str:
 def outcome(df: pd.DataFrame) -> str:
     """What the run showed, for the terminal: the claims and the headline rows of Tables 1 and 2."""
     fmt = Fmt("txt")
-    lines, blocks = [], claims_rows(df)
+    lines, judged = [], judge(df)
+    blocks = judged.blocks
     for dataset, comps in blocks:
         for i, c in enumerate(comps):
             cell = claim_cells(c, fmt)
@@ -276,7 +319,8 @@ def outcome(df: pd.DataFrame) -> str:
                       tablefmt="simple", disable_numparse=True, maxcolwidths=[None, None, 40, None, None, None,
                                                                               None, 24, None, None, None])
     counts = pd.Series([c.verdict for c in every]).value_counts()
-    tally = "; ".join(f"{v}: {counts[v]}" for v in VERDICTS if v in counts) + f"; {family_tally(every)}"
+    tally = ("; ".join(f"{v}: {counts[v]}" for v in VERDICTS if v in counts)
+             + f"; family: {gate_sentence(judged)}; {family_tally(every)}")
     return (f"Claims (docs/METHOD.md section 9; mean ± std (seeds), left vs right; Δ with its 95% interval, "
             f"in the claim's direction): {tally}\n{claims}\n\n"
             f"Main comparison (Tables 1-2; ‡ repeats another row's result; (k/n): k of n seeds finite):\n"

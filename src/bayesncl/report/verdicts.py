@@ -11,15 +11,19 @@ The verdict rule (docs/METHOD.md section 9), in ``compare``:
   of 7b) use right - left;
 - the 95% Student-t interval [lo, hi] of the mean difference decides, by the claim's kind: "better" holds
   when lo > 0 and does not hold when hi < 0; "not worse" (margin delta) holds when lo > -delta and does
-  not hold when hi < -delta; "within tol" holds when [lo, hi] lies inside [-tol, tol] and does not hold
-  when it lies wholly on one side outside it (12a/12b: tol relative to the right side's mean);
+  not hold when hi < -delta; "within tol" holds when [lo, hi] lies strictly inside (-tol, tol) and does
+  not hold when it lies wholly on one side outside it; "at most tol more" (12a/12b: tol relative to the
+  right side's mean; one-sided, left - right unsigned) holds when hi < tol and does not hold when lo > tol;
 - otherwise "inconclusive", leaning for or against the claim by where the mean difference alone falls;
   without an interval (fewer than 2 seeds on a side) always inconclusive; "not run" when a side has no
   finite value. A std of 0 (GFLOPs) gives the degenerate interval [d, d], decided like any other.
 
 The familywise control (``p_values``, ``holm``, ``family_verdicts``): each comparison's interval is two
 one-sided t-tests against its bound; their p-values, doubled so that p < 0.05 is exactly the 95% interval
-clearing the bound, are adjusted by Holm's step-down over the table's comparisons that have an interval.
+clearing the bound, are adjusted by Holm's step-down. The primary comparisons (claims.PRIMARY) are one family,
+tested first; only when every one of them holds is the secondary family (the rest) tested, again by Holm at
+the full level (serial gatekeeping); otherwise the secondary verdicts are the plain ones, marked "not
+controlled". Only comparisons with an interval count in a family's size.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["ALPHA", "BETTER", "NOT_WORSE", "VERDICTS", "Kind", "Outcome", "Values", "combine",
-           "compare", "family_verdicts", "finite", "holm", "mean_interval", "p_values", "within"]
+__all__ = ["ALPHA", "BETTER", "NOT_WORSE", "VERDICTS", "Family", "Kind", "Outcome", "Values", "at_most",
+           "combine", "compare", "decision", "family_verdicts", "finite", "holm", "mean_interval", "p_values",
+           "within"]
 
 HOLDS, FAILS, NOT_RUN = "holds", "does not hold", "not run"
 LEANS_FOR, LEANS_AGAINST = "inconclusive (leans for)", "inconclusive (leans against)"
@@ -40,6 +45,7 @@ _STRENGTH = {HOLDS: 4, LEANS_FOR: 3, LEANS_AGAINST: 2, FAILS: 1, NOT_RUN: 0}
 CONFIDENCE = 0.95
 ALPHA = 0.05  # the familywise error rate of the table's family of claims
 FAMILY_HOLDS, FAMILY_FAILS, FAMILY_OPEN = "holds (family)", "does not hold (family)", "inconclusive (family)"
+UNCONTROLLED = "not controlled"  # a secondary verdict while a primary claim does not hold (gatekeeping)
 
 Values = Sequence[tuple[float, float]]  # (seed, value) per run; the value NaN when undefined
 
@@ -47,8 +53,9 @@ Values = Sequence[tuple[float, float]]  # (seed, value) per run; the value NaN w
 # ----------------------------------------------------------------------------- verdict rule
 @dataclass(frozen=True)
 class Kind:
-    """How a claim is decided: "better" (>), "not worse" (>= with margin ``margin``) or "within" (|d| <=
-    ``margin``; with ``relative``, ``margin`` x |mean of the right side|)."""
+    """How a claim is decided: "better" (>), "not worse" (>= with margin ``margin``), "within" (|d| <
+    ``margin``) or "at most" (left - right < ``margin``, one-sided); with ``relative``, ``margin`` x |mean of
+    the right side|."""
     name: str
     margin: float = 0.0
     relative: bool = False
@@ -60,6 +67,14 @@ NOT_WORSE = Kind("not worse", 1.0)  # 1 point of accuracy, P@k or SC
 
 def within(tol: float, relative: bool = False) -> Kind:
     return Kind("within", tol, relative)
+
+
+def at_most(tol: float, relative: bool = False) -> Kind:
+    """At most ``tol`` more than the right side (a cost): a cheaper left side satisfies it."""
+    return Kind("at most", tol, relative)
+
+
+UNSIGNED = ("within", "at most")  # kinds read on left - right whatever the metric's better direction
 
 
 @dataclass(frozen=True)
@@ -112,8 +127,10 @@ def mean_interval(d) -> tuple[float, float, float]:
 
 def _judge(kind: Kind, diff: float, low: float, high: float, tol: float) -> str:
     """The verdict from the interval (NaN bounds: none), else the lean of the mean difference."""
-    if kind.name == "within":
-        holds, fails, leans = (-tol <= low and high <= tol), (low > tol or high < -tol), abs(diff) <= tol
+    if kind.name == "within":  # strict, as the family's p < alpha: an interval touching the bound does not hold
+        holds, fails, leans = (-tol < low and high < tol), (low > tol or high < -tol), abs(diff) <= tol
+    elif kind.name == "at most":
+        holds, fails, leans = high < tol, low > tol, diff <= tol
     else:  # "better" is "not worse" with a margin of 0
         holds, fails, leans = low > -tol, high < -tol, diff > -tol
     if holds:
@@ -126,10 +143,10 @@ def _judge(kind: Kind, diff: float, low: float, high: float, tol: float) -> str:
 def compare(left: Values, right: "Values | float", kind: Kind = BETTER, better: str = "up") -> Outcome:
     """Decide ``left`` against ``right`` (the runs of each side as (seed, value) pairs, or a constant for a
     one-sample claim) by the rule of the module docstring. ``better``: "up" (higher is the claim) or
-    "down"; ignored for "within"."""
+    "down"; ignored for "within" and "at most" (read on left - right)."""
     if better not in ("up", "down"):
         raise ValueError(f"better must be 'up' or 'down', not {better!r}")
-    sign = -1.0 if better == "down" and kind.name != "within" else 1.0
+    sign = -1.0 if better == "down" and kind.name not in UNSIGNED else 1.0
     lf = finite(left)
     if isinstance(right, (int, float)):  # one-sample against a constant
         d = np.array([sign * (v - right) for _, v in lf])
@@ -203,6 +220,8 @@ def p_values(r: Outcome, kind: Kind) -> tuple[float, float]:
 
     if kind.name == "within":
         return max(above(-r.tol), below(r.tol)), min(above(r.tol), below(-r.tol))
+    if kind.name == "at most":
+        return below(r.tol), above(r.tol)
     return above(-r.tol), below(-r.tol)
 
 
@@ -217,17 +236,62 @@ def holm(p: Sequence[float]) -> np.ndarray:
     return out
 
 
-def family_verdicts(judged: Sequence[tuple[Outcome, Kind]], alpha: float = ALPHA) -> list[str]:
-    """Each comparison's familywise verdict, the family being ``judged`` (a table's comparisons): "holds
-    (family)" when its Holm-adjusted p for is below ``alpha``, "does not hold (family)" when its adjusted p
-    against is; "not run" as the plain verdict; else inconclusive. Holm runs over the comparisons that have an
-    interval, each direction on its own."""
-    ps = [p_values(r, k) for r, k in judged]
+@dataclass(frozen=True)
+class Family:
+    """The familywise verdicts of a table (``verdicts``, in the input's order) and the gate: ``primary`` the
+    indices of the primary comparisons that ran, ``blocking`` those of them that do not hold familywise (the
+    secondary family is tested only when it is empty)."""
+    verdicts: list[str]
+    primary: tuple[int, ...] = ()
+    blocking: tuple[int, ...] = ()
+    alpha: float = ALPHA
+
+    @property
+    def gate_open(self) -> bool:
+        return not self.blocking
+
+
+def _holm_verdicts(ps: list[tuple[float, float]], alpha: float) -> list[str | None]:
+    """Holm over the comparisons with an interval, each direction on its own; None where there is none."""
     tested = [i for i, (pf, _) in enumerate(ps) if math.isfinite(pf)]
-    out = [NOT_RUN if r.verdict == NOT_RUN else FAMILY_OPEN for r, _ in judged]
+    out: list[str | None] = [None] * len(ps)
     if tested:
         adj_for = holm([ps[i][0] for i in tested])
         adj_against = holm([ps[i][1] for i in tested])
         for i, pf, pa in zip(tested, adj_for, adj_against):
             out[i] = FAMILY_HOLDS if pf < alpha else FAMILY_FAILS if pa < alpha else FAMILY_OPEN
     return out
+
+
+def decision(verdict: str) -> str | None:
+    """HOLDS or FAILS when ``verdict`` (plain or familywise) decides, else None."""
+    for v in (FAILS, HOLDS):  # "does not hold" first: it ends in "hold"
+        if verdict == v or verdict.startswith(v + " ("):
+            return v
+    return None
+
+
+def family_verdicts(judged: Sequence[tuple[Outcome, Kind]], primary: Sequence[bool] | None = None,
+                    alpha: float = ALPHA) -> Family:
+    """Each comparison's familywise verdict by serial gatekeeping: the primary comparisons (``primary``
+    True; none: the whole table is one family) by Holm at ``alpha``; then, only when every primary comparison
+    that ran holds familywise, the others by Holm at ``alpha``; otherwise the others' plain verdicts, marked
+    "not controlled". "holds (family)" when the Holm-adjusted p for is below ``alpha``, "does not hold
+    (family)" when the adjusted p against is; "not run" as the plain verdict; else inconclusive."""
+    primary = list(primary) if primary is not None else [False] * len(judged)
+    ps = [p_values(r, k) for r, k in judged]
+    out = [NOT_RUN if r.verdict == NOT_RUN else FAMILY_OPEN for r, _ in judged]
+    first = [i for i, p in enumerate(primary) if p and judged[i][0].verdict != NOT_RUN]
+    rest = [i for i in range(len(judged)) if i not in set(first)]
+    for i, v in zip(first, _holm_verdicts([ps[i] for i in first], alpha)):
+        out[i] = v or out[i]
+    blocking = tuple(i for i in first if out[i] != FAMILY_HOLDS)
+    if blocking:
+        for i in rest:
+            r = judged[i][0]
+            if r.verdict != NOT_RUN:
+                out[i] = f"{decision(r.verdict) or 'inconclusive'} ({UNCONTROLLED})"
+    else:
+        for i, v in zip(rest, _holm_verdicts([ps[i] for i in rest], alpha)):
+            out[i] = v or out[i]
+    return Family(out, tuple(first), blocking, alpha)
