@@ -18,6 +18,7 @@ from scipy import stats
 
 from bayesncl import grid
 from bayesncl.report import claims, claims_table, verdicts
+from bayesncl.report.cells import Fmt
 from test_claims import FAILS, FOR, HOLDS, MAIN, NOT_RUN, frame, row  # noqa: I001 (tests/ is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -322,7 +323,7 @@ def test_claims_without_a_meaning_at_init_say_why():
     assert notes["12b"] == claims.NO_INIT["cost"]
     # each reason reads as the caption's legend has it: "n/a: ..."
     assert all(note.startswith("n/a: ") for note in claims.NO_INIT.values()) and len(claims.NO_INIT) == 3
-    assert all(c.init is not None for c in comps if c.claim in ("1a", "4", "5", "9", "10a", "10b"))
+    assert all(c.init is not None for c in comps if c.claim.split("-")[0] in ("1a", "4", "5", "9", "10a", "10b"))
     md = claims_table.render_claims(df, "md")
     assert claims.NO_INIT["dyn"] in md and "Family (Holm)" in md
     # runs.csv of a grid without the twins: the column says so, nothing else changes
@@ -421,3 +422,52 @@ def test_a_twin_is_the_runs_own_initialisation(tmp_path):
     torch.manual_seed(run.config["seed"])
     fresh = build_method(run.config).state_dict()
     assert saved.keys() == fresh.keys() and all(torch.equal(saved[k], fresh[k]) for k in fresh)
+
+
+def test_same_network_at_init_says_so_instead_of_a_training_verdict():
+    """2a reads the backbone's probe: BayesNCL and NCL of one seed start from the same backbone, so every seed's
+    Delta at init is exactly 0 and Training would repeat the verdict; 1a's gated SC differs at init."""
+    top = {B: [40.0, 41.0, 39.5, 40.2, 40.8], N: [38.1, 38.9, 38.1, 38.3, 38.6]}
+    top0 = [31.2, 31.5, 31.3, 31.4, 31.0]  # one backbone per seed, both methods
+    sc0 = {B: [23.4, 19.6, 22.2, 23.8, 19.3], N: [14.8, 15.0, 14.7, 15.1, 14.6]}
+    df = frame([row(v, s, MAIN, sc=TRAINED[v][s], probe_top1=top[v][s]) for v in (B, N) for s in range(5)])
+    twins = with_twins(df, lambda r: {"probe_top1": top0[int(r["seed"])], "sc": sc0[r["variant"]][int(r["seed"])]})
+    comps = {c.claim: c for _, cs in claims.claims_rows(twins) for c in cs}
+    assert comps["2a"].same_init and comps["2a"].init.diff == 0.0 and not comps["1a"].same_init
+    cells = {k: claims_table.claim_cells(comps[k], Fmt("md")) for k in ("1a", "2a")}
+    assert cells["2a"]["training"] == claims_table.SAME_INIT == "same network at init"
+    assert cells["1a"]["training"] == comps["1a"].change.verdict
+    # the same values on all but one seed: a different network at init, and Training gives its verdict
+    off = with_twins(df, lambda r: {"probe_top1": top0[int(r["seed"])] + (1e-9 if r["variant"] == B and
+                                                                           r["seed"] == 3 else 0.0)})
+    c2a = next(c for _, cs in claims.claims_rows(off) for c in cs if c.claim == "2a")
+    assert not c2a.same_init and claims_table.claim_cells(c2a, Fmt("md"))["training"] == c2a.change.verdict
+
+
+def test_a_comparison_whose_twins_were_not_run_says_why_and_has_no_training_verdict():
+    init = {B: [23.4, 19.6, 22.2, 23.8, 19.3], N: [14.8, 15.0, 14.7, 15.1, 14.6]}
+    df = sc_pair(init)
+    no_bayes_twins = df[~((df["epochs"] == 0.0) & (df["variant"] == B))]
+    c = next(c for _, cs in claims.claims_rows(no_bayes_twins) for c in cs if c.claim == "1a")
+    assert c.init is None and c.change is None and c.init_note == claims.NO_TWINS == "no untrained runs"
+    cells = claims_table.claim_cells(c, Fmt("md"))
+    assert (cells["init"], cells["training"]) == ("no untrained runs", "-")
+
+
+def test_the_training_verdict_of_a_relative_claim_reads_the_trained_claims_unit():
+    """A declared "within 10% of NCL" on SC: the tolerance is 10% of the trained NCL's mean (2.0 points of 20.0),
+    never 10% of the gains' own mean (0.5 of 5.0). Gains differing by about 1 point hold within 2.0 and would not
+    hold within 0.5."""
+    trained = {B: [26.0, 26.1, 25.9, 26.2, 25.8], N: [20.0, 20.1, 19.9, 20.2, 19.8]}
+    init = {B: [20.0, 20.1, 19.9, 20.2, 19.8], N: [15.0, 15.1, 14.9, 15.2, 14.8]}  # B gains 6.0, NCL 5.0
+    df = frame([row(v, s, MAIN, sc=trained[v][s]) for v in (B, N) for s in range(5)])
+    df = with_twins(df, lambda r: {"sc": init[r["variant"]][int(r["seed"])]})
+    claims.declare([{"id": "rel", "metric": "sc", "left": B, "right": N, "relation": "within", "tolerance": 0.1,
+                     "relative": True, "set": "table1"}])
+    try:
+        c = next(c for _, cs in claims.claims_rows(df) for c in cs if c.claim == "rel")
+    finally:
+        claims.declare([])
+    assert c.result.tol == pytest.approx(2.0) and c.change.tol == pytest.approx(2.0)
+    assert c.change.diff == pytest.approx(1.0) and c.change.verdict == HOLDS
+    assert c.change.ref != pytest.approx(20.0)  # the gains' side was never the unit

@@ -136,3 +136,27 @@ def test_a_claim_reads_only_its_set_and_says_so_when_its_runs_are_missing():
     assert c.verdict == "not run"
     c = _judge({"metric": "sc", "left": "A", "right": "B", "relation": ">", "set": "table4"}, rows)
     assert c.verdict == "holds"
+
+
+def test_a_relative_within_claim_is_judged_relative_to_the_right_side():
+    """relative: true reads the tolerance as a fraction of the right side's mean (A: 50, B: 100 here), so 10%
+    is 10 points of B, never 5 points of A: differences of 7 hold against B's 10, would fail against A's 5."""
+    decl = {"metric": "sc", "left": "B", "right": "A", "relation": "within", "tolerance": 0.1, "relative": True}
+    c = _judge(decl, _rows([100.0, 100.0, 100.0], [107.0, 106.9, 107.1]))
+    assert c.result.tol == pytest.approx(10.0) and c.verdict == "holds"
+    c = _judge({**decl, "left": "A", "right": "B"}, _rows([100.0, 100.0, 100.0], [107.0, 106.9, 107.1]))
+    assert c.result.tol == pytest.approx(10.7) and c.verdict == "holds"
+    # B - A = 30: half of A (the right side, 50) is 25: does not hold; half of B (80) would be 40 and hold
+    c = _judge({**decl, "tolerance": 0.5}, _rows([50.0, 50.0, 50.0], [80.0, 79.9, 80.1]))
+    assert c.result.tol == pytest.approx(25.0) and c.verdict == "does not hold"
+
+
+def test_an_at_most_claim_is_one_sided():
+    rows = _rows([10.0, 10.1, 9.9], [8.0, 8.1, 7.9])  # B 20% cheaper than A
+    decl = {"metric": "sc", "left": "B", "right": "A", "relation": "at most", "tolerance": 0.05, "relative": True}
+    c = _judge(decl, rows)
+    assert c.verdict == "holds" and c.kind.name == "at most" and "at most 5% more than" in c.text
+    c = _judge({**decl, "left": "A", "right": "B"}, rows)  # A 25% dearer than B
+    assert c.verdict == "does not hold"
+    with pytest.raises(ConfigError, match="'at most' needs a positive tolerance"):
+        K.parse_claims([{**decl, "tolerance": 0}], VARIANTS)

@@ -587,9 +587,10 @@ def _controlled(claim: Claim, runs: Runs) -> list[Comparison]:
             c.init_note = NO_TWINS if c.result.verdict != NOT_RUN else ""  # not run: nothing to control
             continue
         c.init, c.change = c0.result, training_change(c, c0)
-        # the two sides start from the same untrained runs (the twin of a run is shared by every run it
-        # initialises): Delta at init is 0 by construction, and Training repeats the verdict
-        c.same_init = bool(c0.left.run_ids) and set(c0.left.run_ids) == set(c0.right.run_ids)
+        # both sides read the same network before training (one backbone for the probe, a gate that differs only
+        # once trained): every seed's Delta at init is exactly 0 and Training would repeat the verdict
+        r0 = c0.result
+        c.same_init = r0.test == "paired" and len(r0.left) > 0 and r0.left == r0.right
     return comps
 
 
