@@ -1,5 +1,5 @@
 """Command line: `bayesncl pretrain | evaluate | summarize | report | jobs | atlas | document | pdf |
-make-synthetic | prepare | stale | status | estimate | arrange-val | import | export`."""
+make-synthetic | prepare | stale | status | estimate | plan | arrange-val | import | export`."""
 
 from __future__ import annotations
 
@@ -558,6 +558,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=_arrange_val)
 
     _weights_commands(sub, common)
+    from .plan import add_command
+
+    add_command(sub)
     return p
 
 

@@ -45,6 +45,7 @@ class Run:
     notes: list[str] = field(default_factory=list)  # what the grid should hear about this run (GridWarning)
     imported: dict = field(default_factory=dict)  # weights imported, not trained: {checkpoint, args, sha256}
     init_of: list[str] = field(default_factory=list)  # the sets whose runs' initialisation this run is (plan_init_runs)
+    pilot_of: list[str] = field(default_factory=list)  # the sets whose pilot seeds this run is (a grown grid; pilot_sets)
 
 
 def _merged(*parts: dict) -> dict:
@@ -246,10 +247,36 @@ def expand_grid(wf: dict) -> dict[str, Run]:
         runs[rid] = Run(rid, cfg, p["variant"], p["sets"], p["sweeps"], p["notes"])
         bases[rid] = base
     plan_init_runs(runs, bases)  # the grid's own runs only: imported weights have no initialisation of ours
+    pilot = pilot_seeds(wf)
+    if pilot:
+        for run in runs.values():
+            run.pilot_of = pilot_sets(pilot, run)
     runs.update(imported_runs(wf, runs))
     for run in runs.values():
         evaluation_sections(run)  # a set that needs a section its runs cannot have fails here
     return runs
+
+
+def pilot_seeds(wf: dict) -> dict[str, list[int]]:
+    """A grid grown by `bayesncl plan` (its overlay's `plan: {pilot: {set: [seeds]}}`): the seeds each set had in
+    the pilot, whose verdicts were the first look (docs/METHOD.md section 9, "Planning"); {} for any other grid."""
+    plan = wf.get("plan") or {}
+    if not isinstance(plan, dict) or not isinstance(plan.get("pilot") or {}, dict):
+        raise ConfigError("plan.pilot: expected {set: [seeds]}, as `bayesncl plan` writes it")
+    out = {}
+    for set_name, seeds in (plan.get("pilot") or {}).items():
+        if set_name not in (wf.get("sets") or {}):
+            raise ConfigError(f"plan.pilot.{set_name}: the grid has no set {set_name!r}; the plan was written for "
+                              "another grid (rerun `bayesncl plan` with this grid's --grid)")
+        out[set_name] = seed_list(seeds, f"plan.pilot.{set_name}")
+    return out
+
+
+def pilot_sets(pilot: dict[str, list[int]], run: Run) -> list[str]:
+    """The sets (of the run's own, and of those it initialises) whose pilot seeds hold the run's seed; a set the
+    plan does not name is all pilot (it was not grown)."""
+    seed = run.config.get("seed")
+    return [s for s in dict.fromkeys([*run.sets, *run.init_of]) if s not in pilot or seed in pilot[s]]
 
 
 def variant_names(wf: dict) -> list[str]:

@@ -39,9 +39,8 @@ from .cells import METRICS, Metric, Stat, stat
 from .groups import Group, flag_repeats, group_rows, in_set, parse_list
 from .names import ARCH_NAMES
 from .summary import prepare, sweep_rows
-from .verdicts import (ALPHA, BETTER, FAMILY_FAILS, FAMILY_HOLDS, NOT_RUN, NOT_WORSE, UNCONTROLLED, UNSIGNED,
-                       VERDICTS, Family, Kind, Outcome, at_most, combine, compare, decision, family_verdicts, finite,
-                       within)
+from .verdicts import (ALPHA, BETTER, LOOK_ALPHAS, NOT_RUN, NOT_WORSE, UNSIGNED, VERDICTS, Family, Kind, Outcome,
+                       _p_lists, at_most, combine, compare, family_verdicts, finite, label, two_looks, within)
 
 __all__ = ["BETTER", "CLAIMS", "LOOK_ALPHAS", "NOT_WORSE", "PRIMARY", "VERDICTS", "Claim", "Comparison", "Judged",
            "Kind", "Outcome", "Side", "claims_rows", "combine", "compare", "judge", "within"]
@@ -49,9 +48,6 @@ __all__ = ["BETTER", "CLAIMS", "LOOK_ALPHAS", "NOT_WORSE", "PRIMARY", "VERDICTS"
 # The paper's headline, tested first on each dataset (docs/METHOD.md section 9, "Planning"): interpretability up
 # (1a) and accuracy kept (2a). The other comparisons are tested only when all of these hold.
 PRIMARY = ("1a", "2a")
-# A grid grown after a pilot (`bayesncl plan`) is a second look: the familywise level split over the two looks,
-# so that the chance of a false "holds" over both stays at ALPHA whatever the pilot made the planner add.
-LOOK_ALPHAS = (0.01, 0.04)
 
 
 # ----------------------------------------------------------------------------- sides
@@ -543,32 +539,18 @@ def _looked(claim: Claim, runs: Runs, comps: list[Comparison]) -> None:
 
 
 def _two_looks(every: list[Comparison]) -> list[Family]:
-    """The familywise verdicts of a grown grid: look 1 (the pilot's seeds, LOOK_ALPHAS[0]) decides what it can;
-    look 2 (the added seeds alone, LOOK_ALPHAS[1]) tests the rest, the primary family first again. A primary
-    comparison that held at look 1 counts as holding; one that did not hold keeps the gate closed."""
-    controlled = (FAMILY_HOLDS, FAMILY_FAILS)
-    first = family_verdicts([(c.looks[0], c.kind) for c in every], [c.primary for c in every], LOOK_ALPHAS[0])
-    for c, v in zip(every, first.verdicts):
-        c.family = _at_look(v, 1)
-    rest = [i for i, v in enumerate(first.verdicts) if v not in controlled]
-    second = family_verdicts([(every[i].looks[1], every[i].kind) for i in rest], [every[i].primary for i in rest],
-                             LOOK_ALPHAS[1])
-    verdicts = list(second.verdicts)
-    if any(c.primary and v == FAMILY_FAILS for c, v in zip(every, first.verdicts)):
-        for j, i in enumerate(rest):  # a primary claim failed at look 1: no secondary verdict is controlled
-            r = every[i].looks[1]
-            if not every[i].primary and r.verdict != NOT_RUN:
-                verdicts[j] = f"{decision(r.verdict) or 'inconclusive'} ({UNCONTROLLED})"
-    for i, v in zip(rest, verdicts):
-        if every[i].looks[1].verdict != NOT_RUN:  # no added seeds: look 1's verdict stands
-            every[i].family = _at_look(v, 2)
-    return [first, Family(verdicts, tuple(rest[j] for j in second.primary), tuple(rest[j] for j in second.blocking),
-                          LOOK_ALPHAS[1])]
-
-
-def _at_look(verdict: str, look: int) -> str:
-    """"holds (family)" -> "holds (family, look 1)"; "not run" stays as it is."""
-    return verdict[:-1] + f", look {look})" if verdict.endswith(")") else verdict
+    """The familywise verdicts of a grown grid (verdicts.two_looks): look 1 on the pilot's seeds, look 2 on the
+    added seeds alone; each comparison's Family label names the look that gave it."""
+    for c in every:
+        c.looks = c.looks or (Outcome(NOT_RUN), Outcome(NOT_RUN))  # a claim no dataset ran
+    primary = [c.primary for c in every]
+    one = _p_lists([(c.looks[0], c.kind) for c in every])
+    two = _p_lists([(c.looks[1], c.kind) for c in every])
+    codes, controlled, look = two_looks(one[:2], one[2], two[:2], two[2], primary)
+    for i, c in enumerate(every):
+        plain = c.looks[look[i] - 1].verdict
+        c.family = label(codes[i], controlled[i], plain if plain != NOT_RUN else c.verdict, int(look[i]))
+    return [family_verdicts([(c.looks[0], c.kind) for c in every], primary, LOOK_ALPHAS[0])]
 
 
 def _controlled(claim: Claim, runs: Runs) -> list[Comparison]:

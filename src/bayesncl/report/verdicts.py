@@ -200,40 +200,98 @@ def combine(parts: list[Outcome]) -> tuple[str, Outcome]:
 
 
 # ----------------------------------------------------------------------------- familywise control
+# A grown grid (`bayesncl plan`) is judged in two looks: the familywise level split over them, so that the chance of a
+# false "holds" over both stays at ALPHA whatever the pilot made the planner add (docs/METHOD.md section 9).
+LOOK_ALPHAS = (0.01, 0.04)
+HOLD, FAIL, OPEN = 1, -1, 0  # familywise decision codes
+
+
+def p_arrays(diff, se, dof, tol, kind: Kind) -> tuple[np.ndarray, np.ndarray]:
+    """(p for, p against) of ``p_values`` for arrays of comparisons of one kind (the simulations' form)."""
+    from scipy import stats  # lazy: the report imports claims; scipy.stats costs ~0.3 s
+
+    diff, se, dof, tol = (np.asarray(x, dtype=float) for x in (diff, se, dof, tol))
+
+    def above(b):  # H0: mean <= b
+        return np.minimum(1.0, 2.0 * stats.t.sf((diff - b) / se, dof))
+
+    def below(b):  # H0: mean >= b
+        return np.minimum(1.0, 2.0 * stats.t.cdf((diff - b) / se, dof))
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if kind.name == "within":
+            return np.maximum(above(-tol), below(tol)), np.minimum(above(tol), below(-tol))
+        if kind.name == "at most":
+            return below(tol), above(tol)
+        return above(-tol), below(-tol)
+
+
 def p_values(r: Outcome, kind: Kind) -> tuple[float, float]:
     """(p for, p against): the p-values of the one-sided t-tests the verdict's interval reads (docs/METHOD.md
     section 9, "Controls"), doubled so that p < ALPHA is exactly the 95% interval clearing its bound: a family of
     one gives the plain verdict. "For" tests that the mean difference lies beyond -tol ("within": inside
-    [-tol, tol], the larger of its two p-values); "against" the opposite side of the same bound ("within": wholly
-    outside it, the smaller). NaN without an interval; a degenerate interval (se 0) gives 0 or 1 by its verdict."""
+    [-tol, tol], the larger of its two p-values; "at most": below tol); "against" the opposite side of the same
+    bound ("within": wholly outside it, the smaller). NaN without an interval; a degenerate interval (se 0) gives
+    0 or 1 by its verdict."""
     if not r.has_interval:
         return math.nan, math.nan
     if not r.se > 0:
         return float(r.verdict != HOLDS), float(r.verdict != FAILS)
-    from scipy import stats
-
-    def above(b: float) -> float:  # H0: mean <= b
-        return min(1.0, 2.0 * float(stats.t.sf((r.diff - b) / r.se, r.dof)))
-
-    def below(b: float) -> float:  # H0: mean >= b
-        return min(1.0, 2.0 * float(stats.t.cdf((r.diff - b) / r.se, r.dof)))
-
-    if kind.name == "within":
-        return max(above(-r.tol), below(r.tol)), min(above(r.tol), below(-r.tol))
-    if kind.name == "at most":
-        return below(r.tol), above(r.tol)
-    return above(-r.tol), below(-r.tol)
+    pf, pa = p_arrays(r.diff, r.se, r.dof, r.tol, kind)
+    return float(pf), float(pa)
 
 
-def holm(p: Sequence[float]) -> np.ndarray:
-    """Holm's step-down adjusted p-values (statsmodels' multipletests(method="holm"), transcribed): sorted
-    ascending, the i-th smallest (from 0) times (m - i), made non-decreasing, capped at 1; in the input's order."""
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjusted p-values (statsmodels' multipletests(method="holm"), transcribed) along the last
+    axis: sorted ascending, the i-th smallest (from 0) times (m - i), made non-decreasing, capped at 1; in the
+    input's order. NaN (a comparison without an interval) stays NaN and does not count in m."""
     p = np.asarray(p, dtype=float)
-    order = np.argsort(p, kind="stable")
-    adjusted = np.minimum(1.0, np.maximum.accumulate((p.size - np.arange(p.size)) * p[order]))
+    m = np.sum(np.isfinite(p), axis=-1, keepdims=True)
+    order = np.argsort(np.where(np.isfinite(p), p, np.inf), axis=-1, kind="stable")
+    ranked = np.take_along_axis(p, order, axis=-1)
+    adjusted = np.fmax.accumulate(np.minimum(1.0, (m - np.arange(p.shape[-1])) * ranked), axis=-1)
+    adjusted = np.where(np.isfinite(ranked), adjusted, np.nan)
     out = np.empty_like(adjusted)
-    out[order] = adjusted
+    np.put_along_axis(out, order, adjusted, axis=-1)
     return out
+
+
+def gatekeep(p_for, p_against, primary, ran, alpha: float = ALPHA) -> tuple[np.ndarray, np.ndarray]:
+    """Serial gatekeeping over the last axis (one family per row): Holm at ``alpha`` over the primary comparisons
+    that ran, then over the others only where every primary one that ran holds. Returns (codes: HOLD, FAIL or
+    OPEN; controlled: False for the others where the gate stayed closed). NaN p: no interval (never decided,
+    not in m); a primary comparison that ran without an interval cannot hold and so keeps the gate closed."""
+    pf, pa = np.asarray(p_for, dtype=float), np.asarray(p_against, dtype=float)
+    primary, ran = np.broadcast_to(primary, pf.shape), np.broadcast_to(ran, pf.shape)
+
+    def holm_codes(member):
+        af, aa = holm(np.where(member, pf, np.nan)), holm(np.where(member, pa, np.nan))
+        with np.errstate(invalid="ignore"):
+            return np.where(af < alpha, HOLD, np.where(aa < alpha, FAIL, OPEN))
+
+    first = holm_codes(primary & ran)
+    blocked = np.any(primary & ran & (first != HOLD), axis=-1, keepdims=True)
+    codes = np.where(primary, first, np.where(blocked, OPEN, holm_codes(~primary & ran)))
+    return np.where(ran, codes, OPEN), primary | ~blocked
+
+
+def two_looks(p1, ran1, p2, ran2, primary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A grown grid's familywise decisions: look 1 (``p1`` = (p for, p against) on the pilot's seeds) gatekept at
+    LOOK_ALPHAS[0] decides what it can; look 2 (the added seeds alone) tests the rest at LOOK_ALPHAS[1], the
+    primary family first again: a primary comparison that held at look 1 counts as holding, one that did not hold,
+    or is open with no added seeds, keeps the gate closed. Returns (codes, controlled, look: 1 or 2 per
+    comparison)."""
+    c1, ctl1 = gatekeep(*p1, primary, ran1, LOOK_ALPHAS[0])
+    decided = ctl1 & (c1 != OPEN) & np.broadcast_to(ran1, c1.shape)
+    second = np.broadcast_to(ran2, c1.shape) & ~decided
+    c2, ctl2 = gatekeep(*p2, primary, second, LOOK_ALPHAS[1])
+    primary = np.broadcast_to(primary, c1.shape)
+    ran_any = np.broadcast_to(ran1, c1.shape) | np.broadcast_to(ran2, c1.shape)
+    stuck = primary & ran_any & ~(decided & (c1 == HOLD)) & ~(second & (c2 == HOLD))
+    ctl2 = ctl2 & ~(np.any(stuck, axis=-1, keepdims=True) & ~primary)
+    codes = np.where(decided, c1, np.where(second, c2, c1))
+    controlled = np.where(decided, True, np.where(second, ctl2, ctl1))
+    return codes, controlled, np.where(second, 2, 1)
 
 
 @dataclass(frozen=True)
@@ -251,18 +309,6 @@ class Family:
         return not self.blocking
 
 
-def _holm_verdicts(ps: list[tuple[float, float]], alpha: float) -> list[str | None]:
-    """Holm over the comparisons with an interval, each direction on its own; None where there is none."""
-    tested = [i for i, (pf, _) in enumerate(ps) if math.isfinite(pf)]
-    out: list[str | None] = [None] * len(ps)
-    if tested:
-        adj_for = holm([ps[i][0] for i in tested])
-        adj_against = holm([ps[i][1] for i in tested])
-        for i, pf, pa in zip(tested, adj_for, adj_against):
-            out[i] = FAMILY_HOLDS if pf < alpha else FAMILY_FAILS if pa < alpha else FAMILY_OPEN
-    return out
-
-
 def decision(verdict: str) -> str | None:
     """HOLDS or FAILS when ``verdict`` (plain or familywise) decides, else None."""
     for v in (FAILS, HOLDS):  # "does not hold" first: it ends in "hold"
@@ -271,27 +317,35 @@ def decision(verdict: str) -> str | None:
     return None
 
 
+def label(code: int, controlled: bool, plain: str, look: int | None = None) -> str:
+    """A familywise verdict in words: "holds (family)", "inconclusive (family, look 2)", or a secondary verdict the
+    gate left uncontrolled: the plain one, "holds (not controlled)"; "not run" stays."""
+    if plain == NOT_RUN:
+        return NOT_RUN
+    at = f", look {look}" if look else ""
+    if not controlled:
+        return f"{decision(plain) or 'inconclusive'} ({UNCONTROLLED}{at})"
+    return {HOLD: HOLDS, FAIL: FAILS}.get(int(code), "inconclusive") + f" (family{at})"
+
+
+def _p_lists(judged: Sequence[tuple[Outcome, Kind]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ps = [p_values(r, k) for r, k in judged]
+    ran = np.array([r.verdict != NOT_RUN for r, _ in judged], dtype=bool)
+    return np.array([p for p, _ in ps], dtype=float), np.array([p for _, p in ps], dtype=float), ran
+
+
 def family_verdicts(judged: Sequence[tuple[Outcome, Kind]], primary: Sequence[bool] | None = None,
                     alpha: float = ALPHA) -> Family:
-    """Each comparison's familywise verdict by serial gatekeeping: the primary comparisons (``primary``
-    True; none: the whole table is one family) by Holm at ``alpha``; then, only when every primary comparison
-    that ran holds familywise, the others by Holm at ``alpha``; otherwise the others' plain verdicts, marked
-    "not controlled". "holds (family)" when the Holm-adjusted p for is below ``alpha``, "does not hold
+    """Each comparison's familywise verdict by serial gatekeeping (``gatekeep``): the primary comparisons
+    (``primary`` True; none: the whole table is one family) by Holm at ``alpha``; then, only when every primary
+    comparison that ran holds familywise, the others by Holm at ``alpha``; otherwise the others' plain verdicts,
+    marked "not controlled". "holds (family)" when the Holm-adjusted p for is below ``alpha``, "does not hold
     (family)" when the adjusted p against is; "not run" as the plain verdict; else inconclusive."""
-    primary = list(primary) if primary is not None else [False] * len(judged)
-    ps = [p_values(r, k) for r, k in judged]
-    out = [NOT_RUN if r.verdict == NOT_RUN else FAMILY_OPEN for r, _ in judged]
-    first = [i for i, p in enumerate(primary) if p and judged[i][0].verdict != NOT_RUN]
-    rest = [i for i in range(len(judged)) if i not in set(first)]
-    for i, v in zip(first, _holm_verdicts([ps[i] for i in first], alpha)):
-        out[i] = v or out[i]
-    blocking = tuple(i for i in first if out[i] != FAMILY_HOLDS)
-    if blocking:
-        for i in rest:
-            r = judged[i][0]
-            if r.verdict != NOT_RUN:
-                out[i] = f"{decision(r.verdict) or 'inconclusive'} ({UNCONTROLLED})"
-    else:
-        for i, v in zip(rest, _holm_verdicts([ps[i] for i in rest], alpha)):
-            out[i] = v or out[i]
-    return Family(out, tuple(first), blocking, alpha)
+    prim = np.array(list(primary) if primary is not None else [False] * len(judged), dtype=bool)
+    if not judged:
+        return Family([], alpha=alpha)
+    pf, pa, ran = _p_lists(judged)
+    codes, controlled = gatekeep(pf, pa, prim, ran, alpha)
+    out = [label(c, k, r.verdict) for c, k, (r, _) in zip(codes, controlled, judged)]
+    first = tuple(int(i) for i in np.flatnonzero(prim & ran))
+    return Family(out, first, tuple(i for i in first if codes[i] != HOLD), alpha)
