@@ -95,6 +95,7 @@ class Plan:
     gpu_h: float = 0.0                 # the overlay's added runs, pretraining + evaluation
     runs_added: int = 0
     gpu: str = ""
+    unpriced: str = ""                 # why there are no GPU-hours
 
 
 def _sd(r) -> float:
@@ -166,7 +167,10 @@ def make_plan(df, wf: dict, rates: dict | None = None, sizes: dict[str, int] | N
             grow[s] = max(grow.get(s, 0), need.add)
     plan = Plan(needs, pilot, grow)
     if rates is not None:
-        _price(plan, wf, rates, sizes)
+        try:
+            _price(plan, wf, rates, sizes)
+        except ConfigError as e:  # the plan stands without its price (an image folder's size, say)
+            plan.unpriced = f"GPU-hours not priced: {e}"
     return plan
 
 
@@ -234,6 +238,10 @@ def _price(plan: Plan, wf: dict, rates: dict, sizes: dict[str, int] | None) -> N
         need.gpu_h = sum(costs[rid] for rid, r in cache[key].items() if r.config["data"]["dataset"] == need.dataset)
 
 
+def _hours(h: float) -> str:
+    return f"{h:.1f}" if h >= 0.95 else f"{h:.2g}"  # the demo's runs cost minutes: keep two digits
+
+
 def render(plan: Plan, titles: dict[str, str] | None = None) -> str:
     """The plan as the terminal shows it: one line per comparison, then the overlay's cost."""
     from tabulate import tabulate
@@ -247,7 +255,7 @@ def render(plan: Plan, titles: dict[str, str] | None = None) -> str:
             return f"{x:.3g}" if math.isfinite(x) else "-"
         rows.append([titles.get(n.dataset, n.dataset) or "-", n.claim, n.family, n.n or "-", num(n.sd), num(n.diff),
                      num(n.effect), f"{n.alpha:.2g}" if math.isfinite(n.alpha) else "-",
-                     n.add if n.add else "-", f"{n.gpu_h:.1f}" if n.add and plan.gpu else "-", n.why])
+                     n.add if n.add else "-", _hours(n.gpu_h) if n.add and plan.gpu else "-", n.why])
     table = tabulate(rows, headers=["dataset", "claim", "family", "n", "sd", "Δ", "planned Δ", "level", "add",
                                     "GPU-h", "why none"], tablefmt="simple", disable_numparse=True)
     grow = ", ".join(f"{s} +{k}" for s, k in plan.grow.items()) or "nothing"
@@ -255,8 +263,9 @@ def render(plan: Plan, titles: dict[str, str] | None = None) -> str:
             f"look, the added seeds alone, at the family's level (look 1 at {LOOK_ALPHAS[0]:g}, look 2 at "
             f"{LOOK_ALPHAS[1]:g}; level: one-sided, per comparison); planned Δ: the pilot's for > claims, 0 "
             "against the margin otherwise.")
-    cost = (f"\nThe overlay adds {plan.runs_added} runs: {plan.gpu_h:.1f} GPU-hours on one {plan.gpu} "
-            "(bayesncl estimate's rates; per row: that comparison's sets grown alone)." if plan.gpu else "")
+    cost = (f"\nThe overlay adds {plan.runs_added} runs: {_hours(plan.gpu_h)} GPU-hours on one {plan.gpu} "
+            "(bayesncl estimate's rates; per row: that comparison's sets grown alone)." if plan.gpu
+            else f"\n{plan.unpriced}." if plan.unpriced else "")
     return f"{head}\n{table}\n\nGrow: {grow}.{cost}\n"
 
 

@@ -95,6 +95,8 @@ ATLAS_RUNS = atlas_runs(RUNS)  # {dataset: [NCL run, BayesNCL (STE) run]}, for r
 ATLAS = expand(f"{RESULTS}/figures/atlas_{{ds}}.{{ext}}", ds=list(ATLAS_RUNS), ext=["pdf", "png"])
 EVAL_OUTPUTS = [f"{RESULTS}/runs/{rid}/eval/{name}.json" for rid, names in EVAL_SECTIONS.items() for name in names]
 JOBS = [f"{RESULTS}/summary/jobs.csv", f"{RESULTS}/summary/jobs.md"]
+# The seeds each claim needs from this grid's runs, and the overlay that adds them (bayesncl.plan; rules/report.smk).
+PLAN = [f"{RESULTS}/summary/plan.md", f"{RESULTS}/summary/plan.yaml"]
 # The grid config file(s) this run read: named, with their hash, in every generated file.
 GRID_FILES = [os.path.relpath(f) for f in workflow.configfiles] or ["config/config.yaml"]
 GRID_FILE = GRID_FILES[-1]

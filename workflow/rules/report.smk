@@ -2,8 +2,8 @@
 import json
 import os
 
-from_common("ATLAS", "BENCHMARKS", "EVAL_OUTPUTS", "FIGURES", "GRID_FILE", "JOBS", "REPORTED", "RESULTS", "SMOKE",
-            "TABLES", "benchmark_file", "launch")
+from_common("ATLAS", "BENCHMARKS", "EVAL_OUTPUTS", "FIGURES", "GRID_FILE", "JOBS", "PLAN", "REPORTED", "RESULTS",
+            "SMOKE", "TABLES", "benchmark_file", "launch")
 
 
 rule summarize:
@@ -48,6 +48,29 @@ rule report:
         "{params.launch}bayesncl report --summary {input} --out {params.out} --grid {params.grid:q} {params.smoke} 2>&1 | tee {log}"  # the outcome, on the terminal too
 
 
+# The seeds each claim needs (docs/METHOD.md section 9, "Planning"): this grid's runs as the pilot, the overlay that
+# adds the seeds (`--configfile` after the grid's), printed on the terminal too. A grid grown by a plan says so.
+rule plan:
+    input:
+        rules.summarize.output.csv,
+    output:
+        md=PLAN[0],
+        overlay=PLAN[1],
+    log:
+        f"{RESULTS}/summary/plan.log",
+    benchmark:
+        benchmark_file("plan")
+    params:
+        grid=json.dumps(config, sort_keys=True),  # the grid as merged from every --configfile
+        launch=launch("plan"),
+    localrule: True
+    conda:
+        "../envs/bayesncl.yaml"
+    shell:
+        "{params.launch}bayesncl plan --pilot {input} --grid-json {params.grid:q} --out {output.overlay:q} "
+        "--text {output.md:q} 2>&1 | tee {log}"
+
+
 # What each job cost: every rule's benchmark file (wall time, peak memory; the resources it was given) in one
 # CSV, and the totals per rule with the GPU-hours of the grid as run. Last, so that it sees every other job.
 rule jobs:
@@ -55,6 +78,7 @@ rule jobs:
         TABLES,
         FIGURES,
         ATLAS,
+        PLAN,
     output:
         csv=JOBS[0],
         md=JOBS[1],
