@@ -89,3 +89,38 @@ def test_every_bayesncl_command_shown_parses():
     readme = README.read_text() + (ROOT / "docs" / "USAGE.md").read_text()
     for name in ("pretrain", "evaluate", "summarize", "report", "atlas", "document", "pdf"):
         assert f"bayesncl {name}" in readme
+
+
+def _between(text: str, name: str) -> str:
+    assert text.count(f"<!-- {name}:begin -->") == 1 and text.count(f"<!-- {name}:end -->") == 1, name
+    return text.split(f"<!-- {name}:begin -->")[1].split(f"<!-- {name}:end -->")[0]
+
+
+VERDICT_WORDS = re.compile(r"\b(holds?|held|beats?|beaten|reverses?|reversed|fails?|failed|decided|decisive|"
+                           r"survives?|confirm(?:s|ed)?|wins?)\b", re.I)
+CLAIM_ID = re.compile(r"\b(?:1[0-2]|[1-9])[a-d]\b|\bclaims? (?:1[0-2]|[1-9])\b|\((?:1[0-2]|[1-9])\)")
+
+
+def test_the_readmes_reading_is_its_tables_verdicts():
+    """The README's reading of the demo's claims table is generated from the table's verdicts (report/reading.py):
+    regenerated from the README's own table it is the same text, and no other README sentence names a claim
+    beside a verdict word (a hand-written "X holds" drifts from the table)."""
+    from bayesncl.report.reading import read_markdown, reading
+
+    text = README.read_text()
+    table, words = _between(text, "claims"), _between(text, "reading")
+    rows = read_markdown(table)
+    assert len(rows) > 20 and all(r.verdict for r in rows)
+    assert words.strip("\n").splitlines() == reading(rows)
+    prose = text.replace(table, "").replace(words, "")
+    prose = re.sub(r"```.*?```", "", prose, flags=re.S)
+    sentences = re.split(r"(?<=[.;:])\s+", re.sub(r"\s*\n\s*", " ", prose))
+    bad = [s for s in sentences if CLAIM_ID.search(s) and VERDICT_WORDS.search(s)]
+    assert not bad, bad
+
+
+def test_the_prose_check_catches_an_overclaim():
+    for sentence in ("STE beats the Gumbel gate (4).", "training reverses that (1b's Training verdict holds).",
+                     "12b does not hold because BayesNCL was faster"):
+        assert CLAIM_ID.search(sentence) and VERDICT_WORDS.search(sentence), sentence
+    assert not (CLAIM_ID.search("16 epochs are the start of training.") and VERDICT_WORDS.search("16 epochs"))

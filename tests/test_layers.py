@@ -18,7 +18,7 @@ LAYERS = [
     ["bayesncl.train", "bayesncl.weights"],
     ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner", "bayesncl.evaluation.context"],
     ["bayesncl.grid", "bayesncl.preflight", "bayesncl.stale", "bayesncl.status"],
-    ["bayesncl.report", "bayesncl.estimate"],  # estimate: the atlas submissions (report.atlas)
+    ["bayesncl.report", "bayesncl.estimate", "bayesncl.plan"],  # estimate: the atlas submissions (report.atlas)
     ["bayesncl.cli"],
     ["bayesncl.forkserver", "bayesncl.__main__"],  # the `bayesncl` script: routes a command or runs the CLI
 ]

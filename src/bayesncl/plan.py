@@ -269,13 +269,14 @@ def render(plan: Plan, titles: dict[str, str] | None = None) -> str:
     return f"{head}\n{table}\n\nGrow: {grow}.{cost}\n"
 
 
-def gate_line(plan: Plan) -> str:
+def gate_line(plan: Plan, titles: dict[str, str] | None = None) -> str:
     """What the plan does to the gate: the secondary family is controlled only when every primary claim holds."""
+    titles = titles or {}
     stuck = [n for n in plan.needs if n.family == "primary" and not n.add and not n.why.startswith(
         ("decided at look 1: holds", "not run"))]
     if not stuck:
         return "The primary claims are decided or planned: the secondary family is planned as if the gate opens."
-    what = "; ".join(f"{n.claim} ({n.dataset}): {n.why}" for n in stuck)
+    what = "; ".join(f"{n.claim} ({titles.get(n.dataset, n.dataset)}): {n.why}" for n in stuck)
     return (f"The gate stays closed whatever is added ({what}): the secondary verdicts will not be controlled; "
             "their seeds are planned as if it opened.")
 
@@ -341,7 +342,7 @@ def command(args) -> int:
         layer = {}
     else:
         plan = make_plan(read_summary(args.pilot), wf, measured_rates(args.gpu, args.measured))
-        text = render(plan, DATASET_NAMES) + gate_line(plan) + "\n"
+        text = render(plan, DATASET_NAMES) + gate_line(plan, DATASET_NAMES) + "\n"
         layer = overlay(plan, wf)
         if wf.get("claims"):  # the report reads the last config file's claims: the overlay carries the grid's
             layer["claims"] = wf["claims"]

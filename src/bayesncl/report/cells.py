@@ -71,7 +71,7 @@ def strip_marks(label: str) -> str:
 
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                "±": r"$\pm$", "≈": r"$\approx$", "×": r"$\times$",
+                "±": r"$\pm$", "≈": r"$\approx$", "×": r"$\times$", "Δ": r"$\Delta$", "−": r"$-$",
                 **{m: f"$^{tex}$" for m, tex in MARKS.items()}}
 _TEX_RE = re.compile("|".join(re.escape(c) for c in _TEX_SPECIAL))
 _MATH_RE = re.compile(r"\$([^$]*)\$")

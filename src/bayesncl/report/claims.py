@@ -42,12 +42,13 @@ from .summary import prepare, sweep_rows
 from .verdicts import (ALPHA, BETTER, LOOK_ALPHAS, NOT_RUN, NOT_WORSE, UNSIGNED, VERDICTS, Family, Kind, Outcome,
                        _p_lists, at_most, combine, compare, family_verdicts, finite, label, two_looks, within)
 
-__all__ = ["BETTER", "CLAIMS", "LOOK_ALPHAS", "NOT_WORSE", "PRIMARY", "VERDICTS", "Claim", "Comparison", "Judged",
+__all__ = ["BETTER", "CLAIMS", "LOOK_ALPHAS", "NOT_WORSE", "PRIMARY", "SAME_INIT", "VERDICTS", "Claim", "Comparison", "Judged",
            "Kind", "Outcome", "Side", "claims_rows", "combine", "compare", "judge", "within"]
 
 # The paper's headline, tested first on each dataset (docs/METHOD.md section 9, "Planning"): interpretability up
 # (1a) and accuracy kept (2a). The other comparisons are tested only when all of these hold.
 PRIMARY = ("1a", "2a")
+SAME_INIT = "same network at init"  # the Training cell where Delta at init is 0 by construction
 
 
 # ----------------------------------------------------------------------------- sides

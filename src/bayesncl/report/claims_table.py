@@ -15,18 +15,18 @@ from tabulate import tabulate
 
 from ..registry import method_traits
 from .cells import METRICS, Fmt, Stat
-from .claims import LOOK_ALPHAS, PRIMARY, Comparison, Judged, Side, judge
+from .claims import LOOK_ALPHAS, PRIMARY, SAME_INIT, Comparison, Judged, Side, judge
 from .groups import flag_repeats, group_rows
 from .layout import render_context, table_context, write_table
 from .lines import rows_in_set, saturation_verdict
 from .names import ARCH_NAMES, DATASET_NAMES, HEADLINE, is_main
+from .reading import reading, rows_of
 from .summary import prepare
 from .verdicts import ALPHA, FAILS, HOLDS, NOT_RUN, UNCONTROLLED, VERDICTS, Outcome, decision
 
 __all__ = ["CAPTION", "SAME_INIT", "build_claims", "claim_cells", "dataset_title", "family_tally", "gate_sentence",
            "outcome", "print_outcome", "render_claims", "write_claims"]
 
-SAME_INIT = "same network at init"  # Training where both sides' untrained twins are the same runs
 
 
 def _count(side: Side) -> str:
@@ -318,11 +318,13 @@ def outcome(df: pd.DataFrame) -> str:
                                       "Δ at init [95% CI]", "Verdict", "Training", "Family (Holm)"],
                       tablefmt="simple", disable_numparse=True, maxcolwidths=[None, None, 40, None, None, None,
                                                                               None, 24, None, None, None])
+    words = "\n".join(reading(rows_of(blocks, dataset_title)))
     counts = pd.Series([c.verdict for c in every]).value_counts()
     tally = ("; ".join(f"{v}: {counts[v]}" for v in VERDICTS if v in counts)
              + f"; family: {gate_sentence(judged)}; {family_tally(every)}")
     return (f"Claims (docs/METHOD.md section 9; mean ± std (seeds), left vs right; Δ with its 95% interval, "
             f"in the claim's direction): {tally}\n{claims}\n\n"
+            f"Reading (generated from the verdicts):\n{words}\n\n"
             f"Main comparison (Tables 1-2; ‡ repeats another row's result; (k/n): k of n seeds finite):\n"
             f"{_headline(df, fmt)}\n")
 

@@ -32,6 +32,7 @@ from . import provenance
 from .cells import Fmt, caption_text, latex_escape
 from .claims import Comparison, claims_rows
 from .claims_table import build_claims, claim_cells, dataset_title, family_tally
+from .reading import reading, rows_of
 from .layout import environment
 from .names import DATASET_NAMES
 from .tables import TABLES, build_table
@@ -303,6 +304,18 @@ def provenance_items(prov, tex: bool) -> list[tuple[str, str]]:
     return items
 
 
+def _bold_tex(line: str) -> str:
+    """A Markdown line with **bold** as LaTeX."""
+    return re.sub(r"\*\*(.+?)\*\*", r"\\textbf{\1}", latex_escape(line))
+
+
+def _blocks(judged: list[tuple[str, Comparison]]) -> list[tuple[str, list[Comparison]]]:
+    out: dict[str, list[Comparison]] = {}
+    for d, c in judged:
+        out.setdefault(d, []).append(c)
+    return list(out.items())
+
+
 def _latex_context(df, prov, figures: list[str], results: Path, judged: list[tuple[str, Comparison]]) -> dict:
     tex = Fmt("tex")
     stamp = prov.stamp()
@@ -322,6 +335,8 @@ def _latex_context(df, prov, figures: list[str], results: Path, judged: list[tup
         "subtitle": latex_escape(f"Grid {grid} · commit {commit}{' (uncommitted changes)' if prov.git.dirty else ''}"
                                  f" · {prov.date}").replace("·", r"\textperiodcentered{}"),
         "outcome": latex_escape(outcome_text([c.verdict for _, c in judged], family_tally([c for _, c in judged]))),
+        "reading": [_bold_tex(line.removeprefix("- ")) for line in reading(rows_of(
+            _blocks(judged), dataset_title))],
         "claims_note": latex_escape(f"{prov.runs} runs; seeds {seeds}. The claims table "
                                     "(tables/claims.tex) follows; each row's verdict follows the rule in its caption."),
         "tables": tables, "figures": figs,
