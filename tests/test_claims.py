@@ -682,9 +682,9 @@ def test_claims_never_pool_architectures():
             for v, base in ((B, 30.0), (N, 20.0)) for s in range(3)]
     rows += [row(v, s, "table5", arch="resnet50", sc=base + s) for v, base in ((B, 12.0), (N, 14.0)) for s in range(3)]
     comps = comparisons(frame(rows))
-    assert [c.text for c in comps["1a-resnet18"] + comps["1a-resnet50"]] == ["SC: @A $>$ @B (ResNet-18)",
+    assert [c.text for c in comps["1a-r18"] + comps["1a-r50"]] == ["SC: @A $>$ @B (ResNet-18)",
                                                                             "SC: @A $>$ @B (ResNet-50)"]
-    both_1a = comps["1a-resnet18"] + comps["1a-resnet50"]  # each architecture's row its own id, both primary
+    both_1a = comps["1a-r18"] + comps["1a-r50"]  # each architecture's row its own id, both primary
     assert [c.left.stat.mean for c in both_1a] == [31.0, 81.0] and [c.result.n for c in both_1a] == [(3,), (3,)]
     assert all(c.primary for c in both_1a) and "1a" not in comps
     (c9,) = comps["9"]  # Table 5 alone, never Table 1's runs of the same architecture

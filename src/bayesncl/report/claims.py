@@ -499,7 +499,7 @@ def judge(df: pd.DataFrame) -> Judged:
                     c.text = c.text.replace("@arch", _arch_name(runs.arch))
                     if len(where) > 1 and claim.number != 9:
                         c.text += f" ({_arch_name(runs.arch)})"
-                        c.claim += f"-{runs.arch}"  # ids stay unique within the dataset
+                        c.claim += "-" + runs.arch.replace("resnet", "r")  # ids unique within the dataset
                     comps.append(c)
         if comps:
             blocks.append((d, comps))

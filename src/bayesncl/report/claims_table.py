@@ -120,7 +120,7 @@ DECLARED_NOTE = (" Paper \"declared\": a claim that is not the paper's (the work
                  "plugin's; docs/EXTENDING.md), judged by the same rule.")
 
 
-TEX_ROWS = 10  # rows per LaTeX float (up to four lines each)
+TEX_ROWS = 9  # rows per LaTeX float (up to four lines each)
 
 
 def claim_cells(c: Comparison, fmt: Fmt) -> dict[str, str]:
@@ -258,7 +258,7 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
     if fmt.tex:
         header = ["", "Claim", "Left", "Right", "$\\Delta$ [95% CI], test (n)", "$\\Delta$ at init, training",
                   "Paper", "Verdict, family"]
-        colspec = (f"@{{}}l{rag}p{{2.6cm}}rr{rag}p{{2.7cm}}{rag}p{{2.5cm}}{rag}p{{1.3cm}}"
+        colspec = (f"@{{}}l{rag}p{{2.6cm}}rr{rag}p{{2.7cm}}{rag}p{{2.5cm}}{rag}p{{1.15cm}}"
                    f"{rag}p{{1.9cm}}@{{}}")
     else:
         header = ["", "Claim", "Left", "Right", "$\\Delta$ [95% CI]", "Test (n)", "$\\Delta$ at init [95% CI]",
