@@ -15,6 +15,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = shutil.which("snakemake")
+LOCAL = {"all", "summarize", "report", "plan", "jobs", "document", "pdf"}  # run by Snakemake itself (localrule)
 pytestmark = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed (pip install -e '.[workflow]')")
 
 
@@ -119,7 +120,7 @@ def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
     out, groups = plan("--profile", "slurm", "all", "--config", f"results={tmp_path}")
     runs = expand_grid(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
     top = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", out, re.M)  # not in a group
-    local = {"all", "summarize", "report", "jobs", "document", "pdf"}  # run by Snakemake itself (localrule)
+    local = LOCAL
     submitted = [rule for rule, _ in top if rule not in local] + [f"group {g}" for g in groups]
     assert len(groups) == len(runs) and {f"eval_{rid}" for rid in runs} == set(groups)
     # once per ImageNet-100 root, before its runs: the prepared copy (rules/prepare.smk)
@@ -182,7 +183,7 @@ def test_smoke_run_on_a_gres_cluster_asks_minutes_and_gres(tmp_path):
     out, groups = plan("--profile", "slurm", "all", "--config", f"results={tmp_path}", "smoke=true",
                        "gpu_request=gres", "-p")
     top = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", out, re.M)
-    local = {"all", "summarize", "report", "jobs", "document", "pdf"}
+    local = LOCAL
     submitted = [(rule, dict(kv.split("=", 1) for kv in res.split(", "))) for rule, res in top if rule not in local]
     assert {rule for rule, _ in submitted} == {"pretrain", "atlas", "prepare_data"} and groups
     for rule, fields in submitted:
@@ -329,7 +330,9 @@ def test_tiny_grid_end_to_end(tiny_grid):
     from bayesncl.report import claims, summary  # the claims table has a row for every claim (part)
     every = {c.claim for _, comps in claims.claims_rows(summary.prepare(pd.DataFrame())) for c in comps}
     md = (out / "tables" / "claims.md").read_text()
-    assert every <= {line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ")}
+    ids = {line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ")}
+    assert every <= {i.split("-")[0] for i in ids} and len(ids) == len(  # one id per row (10b-16, 10b-32)
+        [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| *")]) + 1
     # the controls: 1a made again on the untrained twins (one seed: no interval), 7a says why it has none
     cells = {line.split("|")[1].strip(): line.split("|")[7].strip() for line in md.splitlines() if line.startswith("| ")}
     assert cells["1a"].startswith(("+", "-")) and cells["1a"].endswith("(no CI)"), cells["1a"]
