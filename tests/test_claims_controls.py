@@ -471,3 +471,17 @@ def test_the_training_verdict_of_a_relative_claim_reads_the_trained_claims_unit(
     assert c.result.tol == pytest.approx(2.0) and c.change.tol == pytest.approx(2.0)
     assert c.change.diff == pytest.approx(1.0) and c.change.verdict == HOLDS
     assert c.change.ref != pytest.approx(20.0)  # the gains' side was never the unit
+
+
+def test_an_empty_table_is_an_empty_family_with_its_gate_open():
+    fam = verdicts.family_verdicts([])
+    assert fam == verdicts.Family([], (), (), 0.05) and fam.gate_open
+    assert verdicts.Family(["x"]).alpha == verdicts.ALPHA and verdicts.Family(["x"]).primary == ()
+
+
+def test_at_most_leans_for_a_difference_exactly_at_its_tolerance():
+    """One seed (no interval): the lean alone, Δ <= tol leans for, as "within"'s |Δ| <= tol."""
+    at = verdicts.at_most(0.5)
+    assert verdicts.compare([(0, 1.5)], [(0, 1.0)], at).verdict == FOR
+    assert verdicts.compare([(0, 1.5 + 1e-9)], [(0, 1.0)], at).verdict == "inconclusive (leans against)"
+    assert verdicts.compare([(0, 3.0)], [(0, 2.0)], verdicts.at_most(0.5, relative=True)).verdict == FOR  # 50% of 2
