@@ -215,3 +215,42 @@ def test_the_plan_command(tmp_path, capsys):
     assert main(["plan", "--grid-json", json.dumps(big), "--pilot", str(csv), "--out", str(tmp_path / "p2.yaml")]) == 0
     assert "already a second look" in capsys.readouterr().out
     assert yaml.safe_load((tmp_path / "p2.yaml").read_text()) == {}
+
+
+def test_the_plans_words():
+    """What the planner says, whole: why a comparison gets no seeds, the rendering of a priced and an unpriced
+    plan, the dataset titles, a grown grid refused."""
+    wf = demo_grid()
+    df = pilot_frame()
+    against = frame([row(v, s, MAIN, sc=20.0 + (-1.0 - s if v == B else 0.0)) for v in (B, N) for s in range(3)])
+    need = {n.claim: n for n in plan.make_plan(against, wf).needs}
+    assert need["1a"].why == "the pilot's difference is not in the claim's direction: no number of seeds is planned"
+    p = plan.make_plan(df, wf)
+    text = plan.render(p, {"synthetic": "Synthetic"})
+    head, rest = text.split("\n", 1)
+    assert head.startswith("Seeds each claim needs (docs/METHOD.md section 9, \"Planning\"): 80% power")
+    assert "\nSynthetic  1a " in rest and "\nsynthetic " not in rest
+    assert text.endswith(f"\n\nGrow: {', '.join(f'{s} +{k}' for s, k in p.grow.items())}.\n")
+    rows = [line.split() for line in rest.splitlines() if line.startswith("Synthetic  1a ")]
+    assert rows[0][8] == str(need_1a := next(n for n in p.needs if n.claim == "1a").add) and rows[0][9] == "-"
+    assert need_1a and "GPU-hours" not in text  # unpriced: no cost column values, no cost line
+    p.gpu, p.gpu_h, p.runs_added = "NVIDIA H200", 12.345, 7
+    for n in p.needs:
+        n.gpu_h = 0.0123
+    text = plan.render(p)
+    assert "\nThe overlay adds 7 runs: 12.3 GPU-hours on one NVIDIA H200" in text
+    assert next(line for line in text.splitlines() if line.startswith("synthetic  1a ")).split()[9] == "0.012"
+    p.gpu, p.unpriced = "", "GPU-hours not priced: give --images"
+    assert plan.render(p).endswith("\nGPU-hours not priced: give --images.\n")
+    with pytest.raises(plan.ConfigError) as e:
+        plan.make_plan(df, plan.grown(wf, plan.overlay(p, wf)))
+    assert str(e.value) == ("this grid is already a second look (its `plan:` names the pilot's seeds): the rule spends "
+                            "its error over two looks, and a third is not planned; read its claims table")
+
+
+def test_the_plan_command_checks_its_grid(tmp_path, capsys):
+    bad = tmp_path / "grid.yaml"
+    bad.write_text("results: r\nseeds: [0]\ndefaults: {}\ndatasets: {}\nvariants: {}\nsets: {}\nnonsense: 1\n")
+    assert main(["plan", "--grid", str(bad), "--pilot", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bayesncl plan: error: the config: unknown key nonsense") and f"in --grid {bad}" in err
