@@ -17,6 +17,7 @@ import yaml
 from scipy import stats
 
 from bayesncl import grid, plan
+from bayesncl.plan import Plan
 from bayesncl.cli import main
 from bayesncl.report import claims, claims_table, verdicts as V
 from test_claims import FOR, HOLDS, MAIN, frame, row  # noqa: I001 (tests/ is on sys.path)
@@ -186,10 +187,11 @@ def test_the_plan_of_a_pilot_and_its_overlay():
 def test_a_set_with_its_own_seeds_grows_its_own_list():
     wf = demo_grid()
     wf["sets"]["table1"] = {**wf["sets"]["table1"], "seeds": [7, 9, 11]}
-    p = plan.Plan([], {s: grid.set_seeds(wf, s) for s in wf["sets"]}, {"table1": 2})
+    p = plan.Plan([], {s: grid.set_seeds(wf, s) for s in wf["sets"]}, {"table1": 4})
     layer = plan.overlay(p, wf)
-    assert layer["sets"]["table1"] == {"seeds": [7, 9, 11, 12, 13]} and layer["seeds"] == wf["seeds"]
-    assert grid.set_seeds(plan.grown(wf, layer), "table1") == [7, 9, 11, 12, 13]
+    # its own list grows (7 seeds), the global list does not (its 5 serve every other set)
+    assert layer["sets"]["table1"] == {"seeds": [7, 9, 11, 12, 13, 14, 15]} and layer["seeds"] == wf["seeds"]
+    assert grid.set_seeds(plan.grown(wf, layer), "table1") == [7, 9, 11, 12, 13, 14, 15]
 
 
 def test_the_plan_command(tmp_path, capsys):
@@ -254,3 +256,21 @@ def test_the_plan_command_checks_its_grid(tmp_path, capsys):
     assert main(["plan", "--grid", str(bad), "--pilot", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("bayesncl plan: error: the config: unknown key nonsense") and f"in --grid {bad}" in err
+
+
+def test_the_gate_line_and_the_edges_of_a_plan():
+    wf = demo_grid()
+    even = frame([row(v, s, MAIN, sc=20.0 + (x if v == B else 0.0), probe_top1=50.0 + (y if v == B else 0.0))
+                  for v in (B, N) for s, (x, y) in enumerate(((-1.0, 3.0), (0.0, 2.0), (1.0, 4.0)))])
+    p = plan.make_plan(even, wf)
+    need = {n.claim: n for n in p.needs}
+    assert need["1a"].diff == 0.0 and need["1a"].why.startswith("the pilot's difference is not in the claim's direction")
+    assert plan.gate_line(p, {"synthetic": "Synthetic"}).startswith(
+        "The gate stays closed whatever is added (1a (Synthetic): the pilot's difference is not in")
+    assert need["2a"].add and plan.gate_line(Plan([need["2a"]], {})) == (
+        "The primary claims are decided or planned: the secondary family is planned as if the gate opens.")
+    lines = plan.render(p).splitlines()
+    not_run = next(line.split() for line in lines if line.split()[1:2] == ["7a"])  # the block no dataset ran: "-"
+    assert not_run[0] == "-" and not_run[3:10] == ["-"] * 7  # n, sd, Δ, planned Δ, level, add, GPU-h: none for a comparison not run
+    empty = Plan([], {})
+    assert empty.grow == {} and plan.render(empty).endswith("\n\nGrow: nothing.\n")
