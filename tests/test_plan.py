@@ -176,6 +176,7 @@ def test_the_plan_of_a_pilot_and_its_overlay():
         assert grid.set_seeds(big, s)[:len(p.pilot[s])] == p.pilot[s]  # the pilot's seeds stay first
         assert len(grid.set_seeds(big, s)) == len(p.pilot[s]) + p.grow.get(s, 0)
     assert layer["plan"]["pilot"] == p.pilot and grid.pilot_seeds(big) == p.pilot
+    assert layer["seeds"] == list(range(len(layer["seeds"]))) and len(layer["seeds"]) > 5  # 0-4, then 5, 6, ...
     runs = grid.expand_grid(big)
     added = [r for r in runs.values() if "table1" in r.sets and r.config["seed"] >= 5]
     assert added and all("table1" not in r.pilot_of for r in added)
@@ -235,6 +236,7 @@ def test_the_plans_words():
     assert text.endswith(f"\n\nGrow: {', '.join(f'{s} +{k}' for s, k in p.grow.items())}.\n")
     rows = [line.split() for line in rest.splitlines() if line.startswith("Synthetic  1a ")]
     assert rows[0][8] == str(need_1a := next(n for n in p.needs if n.claim == "1a").add) and rows[0][9] == "-"
+    assert rows[0][3] == "5" and rows[0][2] == "primary"  # the pilot's seeds, the family
     assert need_1a and "GPU-hours" not in text  # unpriced: no cost column values, no cost line
     p.gpu, p.gpu_h, p.runs_added = "NVIDIA H200", 12.345, 7
     for n in p.needs:
