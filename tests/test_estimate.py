@@ -275,3 +275,16 @@ def test_errors_name_the_input_then_what_to_run(tmp_path):
             call()
         msg = str(e.value)
         assert msg.startswith(start) and msg.endswith(end) and "\n" not in msg, msg
+
+
+def test_run_cost_is_one_runs_share_of_the_table(rates):
+    """run_cost, summed over the grid's runs, is the table's row (estimate is its sum)."""
+    from bayesncl.estimate import run_cost
+
+    runs = expand_grid(GRID)
+    cache: dict = {}
+    costs = [run_cost(r, rates, None, cache, time_limit_min=100) for r in runs.values()]
+    (row,) = estimate(GRID, rates, time_limit_min=100).rows.values()
+    for k in ("pretrain_h", "eval_h", "eval_held_h", "allocations", "submissions"):
+        assert sum(c[k] for c in costs) == pytest.approx(getattr(row, k), rel=1e-12), k
+    assert len(cache) == 2 and all(c["prepared"] is None for c in costs)  # NCL's and BayesNCL's model, counted once

@@ -30,7 +30,7 @@ from .errors import ConfigError
 from .registry import METHODS
 
 __all__ = ["MEASURED", "Estimate", "estimate", "forward_flops", "measured_rates", "pretrain_seconds", "reference",
-           "render"]
+           "render", "run_cost"]
 
 # gpu_check's throughput step per GPU, one record per measured method (images/s of the training step, counted
 # forward GFLOPs of one 32 px view of its model): ResNet-18 CIFAR stem, width 64, projector 2048/256, batch 256,
@@ -149,15 +149,53 @@ class Estimate:
         return t
 
 
+def run_cost(run, rates: dict, sizes: dict[str, int] | None = None, flops_cache: dict[str, float] | None = None, *,
+             time_limit_min: float | None = None) -> dict:
+    """One run's cost (a bayesncl.grid Run): {"pretrain_h", "eval_h", "eval_held_h", "allocations", "submissions",
+    "prepared"}: GPU-hours of pretraining and of the evaluation's GPU work, the evaluation's time request in hours,
+    its pretraining submissions, all its submissions, and the prepared copy its data needs (None: none).
+    `flops_cache` (shared across runs) keeps each distinct model's counted FLOPs."""
+    from .config import crop_size
+    from .evaluation.sections import SECTIONS, _needs_train_h
+    from .grid import evaluation_sections
+    from .registry import BACKGROUND_PROBE, DATASETS, method_traits
+
+    flops = {} if flops_cache is None else flops_cache
+    cfg = run.config
+    gated = method_traits(cfg["method"]["name"]).gated
+    ref = reference(rates, cfg["method"]["name"])
+    # only the gating head adds FLOPs to backbone + projector
+    key = json.dumps([cfg["model"], gated and cfg["method"]["head_depth"], crop_size(cfg)], sort_keys=True)
+    if key not in flops:
+        flops[key] = forward_flops(cfg)
+    rate = ref["img_per_s"] * ref["gflops_fwd_per_view"] * 1e9 / flops[key]
+    n = images(cfg["data"], sizes)
+    cap = cfg["eval"].get("max_images") or math.inf
+    pre = pretrain_seconds(cfg, rate, n["train"])
+    allocations = max(1, math.ceil(pre / 60 / time_limit_min)) if time_limit_min else 1
+    sections = evaluation_sections(run)
+    fwd = 0.0  # forward views of one image each
+    if "features" in sections:
+        fwd += min(n["test"], cap) + (min(n["train"], cap) if _needs_train_h(cfg) else 0)
+    if "linear_probe" in sections and SECTIONS["linear_probe"].gpu(cfg):
+        fwd += cfg["eval"]["probe_epochs"] * min(n["train"], cap)
+    if "background_probe" in sections and SECTIONS["background_probe"].gpu(cfg):
+        wb = DATASETS[BACKGROUND_PROBE].sizes({}) or {}
+        fwd += sum(min(v, cap) for v in wb.values())
+    manifests = DATASETS[cfg["data"]["dataset"]].manifests(cfg["data"])
+    return {"pretrain_h": pre / 3600, "eval_h": fwd * FORWARD_SHARE / rate / 3600,
+            "eval_held_h": sum(SECTIONS[s].runtime for s in sections) / 60, "allocations": allocations,
+            "submissions": allocations + (1 if sections else 0),
+            # one prepare_data job per prepared copy (common.smk, PREPARED)
+            "prepared": tuple(manifests) if manifests else None}
+
+
 def estimate(wf: dict, rates: dict, *, time_limit_min: float | None = None,
              sizes: dict[str, int] | None = None, progress: bool = False) -> Estimate:
     """The cost of every run of the workflow config `wf` (bayesncl.grid), per dataset."""
     from tqdm.auto import tqdm
 
-    from .config import crop_size
-    from .evaluation.sections import SECTIONS, _needs_train_h
-    from .grid import evaluation_sections, expand_grid
-    from .registry import BACKGROUND_PROBE, DATASETS, method_traits
+    from .grid import expand_grid
     from .report.atlas import atlas_runs
 
     runs = expand_grid(wf)
@@ -165,38 +203,13 @@ def estimate(wf: dict, rates: dict, *, time_limit_min: float | None = None,
     flops: dict[str, float] = {}
     prepared = set()
     for run in tqdm(runs.values(), disable=not progress, desc="estimate", unit="run", leave=False):
-        cfg = run.config
-        gated = method_traits(cfg["method"]["name"]).gated
-        ref = reference(rates, cfg["method"]["name"])
-        # only the gating head adds FLOPs to backbone + projector
-        key = json.dumps([cfg["model"], gated and cfg["method"]["head_depth"], crop_size(cfg)], sort_keys=True)
-        if key not in flops:
-            flops[key] = forward_flops(cfg)
-        rate = ref["img_per_s"] * ref["gflops_fwd_per_view"] * 1e9 / flops[key]
-        n = images(cfg["data"], sizes)
-        cap = cfg["eval"].get("max_images") or math.inf
-        ds = cfg["data"]["dataset"]
-        row = est.rows.setdefault(ds, Row())
+        cost = run_cost(run, rates, sizes, flops, time_limit_min=time_limit_min)
+        row = est.rows.setdefault(run.config["data"]["dataset"], Row())
         row.runs += 1
-        pre = pretrain_seconds(cfg, rate, n["train"])
-        row.pretrain_h += pre / 3600
-        allocations = max(1, math.ceil(pre / 60 / time_limit_min)) if time_limit_min else 1
-        row.allocations += allocations
-        sections = evaluation_sections(run)
-        row.submissions += allocations + (1 if sections else 0)
-        fwd = 0.0  # forward views of one image each
-        if "features" in sections:
-            fwd += min(n["test"], cap) + (min(n["train"], cap) if _needs_train_h(cfg) else 0)
-        if "linear_probe" in sections and SECTIONS["linear_probe"].gpu(cfg):
-            fwd += cfg["eval"]["probe_epochs"] * min(n["train"], cap)
-        if "background_probe" in sections and SECTIONS["background_probe"].gpu(cfg):
-            wb = DATASETS[BACKGROUND_PROBE].sizes({}) or {}
-            fwd += sum(min(v, cap) for v in wb.values())
-        row.eval_h += fwd * FORWARD_SHARE / rate / 3600
-        row.eval_held_h += sum(SECTIONS[s].runtime for s in sections) / 60
-        manifests = DATASETS[ds].manifests(cfg["data"])
-        if manifests:  # one prepare_data job per prepared copy (common.smk, PREPARED)
-            prepared.add(tuple(manifests))
+        for k in ("pretrain_h", "eval_h", "eval_held_h", "allocations", "submissions"):
+            setattr(row, k, getattr(row, k) + cost[k])
+        if cost["prepared"]:
+            prepared.add(cost["prepared"])
     est.atlas = len(atlas_runs(runs))
     est.prepare = len(prepared)
     return est
