@@ -193,3 +193,16 @@ def test_generator_params_are_coerced_so_the_cache_key_is_stable(tmp_path):
     p = S.resolve_params({"seed": np.int64(3), "prevalence": 1})
     assert type(p["seed"]) is int and type(p["prevalence"]) is float
     assert p == {**DEFAULTS["data"]["synthetic"], "seed": 3, "prevalence": 1.0}
+
+
+def test_the_cifar_padding_is_the_cifar_stem_s_only():
+    """model.cifar_padding pads the CIFAR stem's conv1; with the ImageNet stem only its default is taken (a
+    padding read by no network must not tell two runs apart)."""
+    assert resolve(sets=["model.cifar_padding=2"])["model"]["cifar_padding"] == 2
+    assert resolve(sets=["model.stem=imagenet"])["model"]["cifar_padding"] == 1
+    with pytest.raises(ConfigError) as e:
+        resolve(sets=["model.stem=imagenet", "model.cifar_padding=2"])
+    assert str(e.value).startswith("model.cifar_padding: 2 pads the CIFAR stem") and "leave it at 1" in str(e.value)
+    for bad in (-1, 4, 1.5):
+        with pytest.raises(ConfigError, match="model.cifar_padding"):
+            resolve(sets=[f"model.cifar_padding={bad}"])

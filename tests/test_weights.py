@@ -81,8 +81,9 @@ def trained(tmp_path_factory):
     from conftest import TINY
 
     out = tmp_path_factory.mktemp("run")
+    # the released CIFAR stem (padding 2): what an import of a released checkpoint builds
     cfg = C.resolve(sets=TINY + ["method.name=bayesncl", "method.gate=gumbel", "method.rho=0.7",
-                                 "method.lambda=1.0e-3", "method.nonneg=relu"])
+                                 "method.lambda=1.0e-3", "method.nonneg=relu", "model.cifar_padding=2"])
     pretrain(cfg, out, progress=False)
     return out, cfg
 
@@ -158,7 +159,7 @@ def test_without_hyper_parameters_the_keys_give_the_model_and_the_rest_is_flagge
     assert METHODS[imp.config["method"]["name"]].gated
     assert imp.config["method"]["head_depth"] == cfg["method"]["head_depth"]
     assert any("no hyper-parameters" in f for f in imp.flags)
-    assert any(f.startswith("model.stem") for f in imp.flags)  # the CIFAR stem's padding differs
+    assert imp.config["model"]["cifar_padding"] == 2 and not any(f.startswith("model.") for f in imp.flags)
 
 
 def test_lightning_s_attribute_dict_is_read_without_lightning_and_other_objects_are_refused(trained, tmp_path):
@@ -232,8 +233,9 @@ def _released(tmp_path: Path, name: str = "bayesncl", sets=(), args: bool = True
     """(checkpoint path, the config it was written from); `edit` changes the released state dict in place, `mk`
     the args.json's method_kwargs; `extra` goes to the checkpoint's top level."""
     key = (name, tuple(sets))
-    if key not in _MADE:
-        cfg = C.resolve(sets=[*SMALL, f"method.name={name}", *sets])
+    if key not in _MADE:  # a CIFAR stem padded as released (what an import builds) unless `sets` says otherwise
+        pad = [] if "model.stem=imagenet" in sets else ["model.cifar_padding=2"]
+        cfg = C.resolve(sets=[*SMALL, *pad, f"method.name={name}", *sets])
         torch.manual_seed(0)
         _MADE[key] = cfg, build_method(cfg).state_dict()
     cfg, ours = _MADE[key]
@@ -333,11 +335,64 @@ def test_the_backbone_s_arch_width_and_stem_are_read_from_its_keys_and_shapes(tm
             shape(bb, tmp_path)
 
 
-def test_an_imagenet_stem_imports_as_such_and_only_the_cifar_stem_is_flagged(tmp_path):
+def test_an_imagenet_stem_imports_as_such_and_the_cifar_stem_with_the_released_padding(tmp_path):
     path, cfg = _released(tmp_path, sets=["model.stem=imagenet"])
     imp = released.import_checkpoint(path)
     assert imp.config["model"] == cfg["model"] and imp.config["model"]["stem"] == "imagenet"
-    assert not any(f.startswith("model.stem") for f in imp.flags)
+    assert imp.config["model"]["cifar_padding"] == 1  # the key's default: the ImageNet stem reads none
+    assert not any(f.startswith("model.") for f in imp.flags)
+    path, cfg = _released(tmp_path / "cifar", sets=["model.cifar_padding=1"])  # nothing in the file says so
+    imp = released.import_checkpoint(path)
+    assert imp.config["model"] == {**cfg["model"], "cifar_padding": 2}  # solo/methods/base.py's, always
+    assert released.import_checkpoint(path, sets=["model.cifar_padding=1"]).config["model"]["cifar_padding"] == 1
+
+
+def _released_resnet18(padding: int) -> torch.nn.Module:
+    """A ResNet-18 built the way the released code builds its CIFAR backbone (solo/methods/base.py): torchvision's
+    resnet18, fc removed, conv1 replaced by a 3x3 stride-1 conv with padding `padding`, no max-pool."""
+    import torchvision
+
+    net = torchvision.models.resnet18()
+    net.fc = torch.nn.Identity()
+    net.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=padding, bias=False)
+    net.maxpool = torch.nn.Identity()
+    return net
+
+
+@pytest.mark.parametrize("padding", [1, 2])
+def test_a_released_backbone_imports_to_the_released_network_s_features(tmp_path, padding):
+    """A network built as the released code builds it, with random weights and running statistics, saved in the
+    released layout and imported: this package's backbone gives its features within float rounding, with the
+    released padding 2 (what an import builds) and with 1 (--set model.cifar_padding=1); the other padding
+    does not."""
+    from bayesncl.backbones import build_backbone
+
+    torch.manual_seed(padding)
+    net = _released_resnet18(padding)
+    for m in net.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.normal_(0, 0.1)
+            m.running_var.uniform_(0.5, 2.0)
+            m.bias.data.normal_(0, 0.1)
+    state = OrderedDict((f"backbone.{k}", v.clone()) for k, v in net.state_dict().items())
+    for i, (o, n) in enumerate(((32, 512), (16, 32))):
+        state[f"projector.{2 * i}.weight"], state[f"projector.{2 * i}.bias"] = torch.randn(o, n), torch.zeros(o)
+    path = tmp_path / "released.ckpt"
+    torch.save(lightning_checkpoint(state), path)
+    cfg = released_args(C.resolve(sets=["method.name=ncl", "model.proj_hidden=32", "model.proj_dim=16"]))
+    (tmp_path / "args.json").write_text(json.dumps(cfg))
+    imp = released.import_checkpoint(path, sets=[] if padding == 2 else ["model.cifar_padding=1"])
+    assert imp.config["model"]["cifar_padding"] == padding
+    model = build_method(imp.config)
+    model.load_state_dict(imp.state)
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want, got = net.eval()(x), model.eval().backbone(x)
+        other = build_backbone("resnet18", 64, "cifar", 3 - padding)
+        other.load_state_dict(model.backbone.state_dict())
+        wrong = other.eval()(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert (wrong - want).abs().max() > 1e-2  # the padding is not a detail: features differ at every border
 
 
 @pytest.mark.parametrize("name,sets", [("cl", []), ("ncl", ["method.nonneg=relu", "method.temperature=0.3"]),
@@ -494,9 +549,9 @@ def test_an_import_written_as_a_run_records_its_source_epochs_and_config(tmp_pat
 
 
 # ------------------------------------------------------------------------------------------------ export
-def _model_pt(tmp_path: Path, arch: str, stem: str) -> tuple[Path, torch.nn.Module]:
+def _model_pt(tmp_path: Path, arch: str, stem: str, padding: int = 1) -> tuple[Path, torch.nn.Module]:
     cfg = C.resolve(sets=[f"model.arch={arch}", f"model.stem={stem}", "model.width=64", "model.proj_hidden=32",
-                          "model.proj_dim=16", "method.name=bayesncl"])
+                          "model.proj_dim=16", "method.name=bayesncl", f"model.cifar_padding={padding}"])
     torch.manual_seed(0)
     model = build_method(cfg)
     for m in model.modules():  # running statistics other than the initial ones: eval mode must use them
@@ -509,32 +564,35 @@ def _model_pt(tmp_path: Path, arch: str, stem: str) -> tuple[Path, torch.nn.Modu
     return path, model.eval()
 
 
-def _build(lib: str, arch: str, stem: str) -> torch.nn.Module:
+def _build(lib: str, arch: str, stem: str, padding: int = 1) -> torch.nn.Module:
     """The network as config.json's `build` line says (the documented recipe), run as written."""
     timm = pytest.importorskip("timm") if lib == "timm" else None
     import torchvision
 
     scope = {"torch": torch, "torchvision": torchvision, "timm": timm}
-    exec(BUILD[lib, stem].format(arch=arch), scope)
+    exec(BUILD[lib, stem].format(arch=arch, padding=padding), scope)
     return scope["m"]
 
 
-@pytest.mark.parametrize("fmt,lib,arch,stem", [
-    ("torchvision", "torchvision", "resnet18", "cifar"),
-    ("torchvision", "torchvision", "resnet50", "imagenet"),
-    ("timm", "timm", "resnet18", "imagenet"),
-    ("timm", "timm", "resnet50", "cifar"),
-    ("safetensors", "torchvision", "resnet18", "imagenet"),
-    ("safetensors", "timm", "resnet18", "cifar"),
+@pytest.mark.parametrize("fmt,lib,arch,stem,padding", [
+    ("torchvision", "torchvision", "resnet18", "cifar", 1),
+    ("torchvision", "torchvision", "resnet18", "cifar", 2),
+    ("torchvision", "torchvision", "resnet50", "imagenet", 1),
+    ("timm", "timm", "resnet18", "imagenet", 1),
+    ("timm", "timm", "resnet50", "cifar", 2),
+    ("safetensors", "torchvision", "resnet18", "imagenet", 1),
+    ("safetensors", "timm", "resnet18", "cifar", 1),
 ])
-def test_an_exported_backbone_loads_strictly_and_gives_the_same_features(tmp_path, fmt, lib, arch, stem):
+def test_an_exported_backbone_loads_strictly_and_gives_the_same_features(tmp_path, fmt, lib, arch, stem, padding):
     if fmt == "safetensors":
         pytest.importorskip("safetensors")
-    path, model = _model_pt(tmp_path, arch, stem)
+    path, model = _model_pt(tmp_path, arch, stem, padding)
     assert main(["export", "--checkpoint", str(path), "--format", fmt, "--out", str(tmp_path / "x"), "--heads"]) == 0
     info = json.loads((tmp_path / "x" / "config.json").read_text())
     assert info["config"] == ckpt_io.load(path)["config"]
-    assert info["export"]["build"][lib] == BUILD[lib, stem].format(arch=arch)
+    assert info["export"]["build"][lib] == BUILD[lib, stem].format(arch=arch, padding=padding)
+    assert f"padding={padding}," in info["export"]["build"][lib] or stem == "imagenet"
+    assert info["export"]["cifar_padding"] == (padding if stem == "cifar" else None)
     if fmt == "safetensors":
         from safetensors.torch import load_file
 
@@ -543,7 +601,7 @@ def test_an_exported_backbone_loads_strictly_and_gives_the_same_features(tmp_pat
     else:
         weights = torch.load(tmp_path / "x" / info["export"]["backbone"], weights_only=True)
         heads = torch.load(tmp_path / "x" / info["export"]["heads"], weights_only=True)
-    net = _build(lib, arch, stem)
+    net = _build(lib, arch, stem, padding)
     net.load_state_dict(weights, strict=True)
     net.eval()
     size = 32 if stem == "cifar" else 64
@@ -578,7 +636,7 @@ def test_an_export_s_config_json_and_safetensors_metadata_say_what_was_exported_
         export(tmp_path / "model.pt", tmp_path / "x", "onnx")
     written = export(tmp_path / "model.pt", tmp_path / "x", "safetensors")  # the heads only when asked for
     assert written == [tmp_path / "x" / "backbone.safetensors", tmp_path / "x" / "config.json"]
-    info = {"format": "safetensors", "arch": "resnet18", "width": 4, "stem": "cifar",
+    info = {"format": "safetensors", "arch": "resnet18", "width": 4, "stem": "cifar", "cifar_padding": 1,
             "source": str(tmp_path / "model.pt"), "weights_sha": ckpt_io.weights_digest(model),
             "backbone": "backbone.safetensors", "heads": None,
             "build": None}  # width 4: no network of torchvision's or timm's loads it

@@ -37,6 +37,7 @@ ATTRIBUTE_DICTS = ("pytorch_lightning.utilities.parsing.AttributeDict",
 # The released gate types (method_kwargs.gate_type) and this package's method.gate.
 GATES = {"STE": "ste", "gumbel_sigmoid": "gumbel"}
 NONNEG = ("relu", "rep_relu")
+RELEASED_CIFAR_PADDING = 2  # the released CIFAR stem's conv1 padding (model.cifar_padding)
 KEEP = "re-save its state dict alone: torch.save({'state_dict': ckpt['state_dict']}, path)"
 
 
@@ -273,10 +274,9 @@ def infer(groups: dict, hp: dict, path: Path, sets: dict) -> tuple[dict, list[st
                                   f"(the projector's hidden width {hid})")
         method["head_depth"] = depth
     shaped = {f"model.{k}" for k in model} | ({"method.head_depth"} if gated else set())
+    if model["stem"] == "cifar":  # solo/methods/base.py: every released CIFAR backbone pads conv1 by 2
+        model["cifar_padding"] = RELEASED_CIFAR_PADDING
     partial = {"model": model, "method": method}
-    if model["stem"] == "cifar":
-        flags.append("model.stem: the released CIFAR stem pads its 3x3 conv by 2, this package's by 1 "
-                     "(docs/METHOD.md section 2); features differ from the released evaluation's at the borders")
     return partial, flags, shaped
 
 
