@@ -51,8 +51,9 @@ def released_args(cfg: dict) -> dict:
           "topk_k": mc["topk_k"] or 0, "gate_type": RELEASED_GATES.get(mc["gate"], "STE"),
           "bayesian_prior_prob": mc["rho"], "bayesian_kl_lambda": mc["lambda"], "sigmoid_temperature": mc["tau_g"],
           "gate_threshold": 0.5}
+    dataset = "cifar100" if m["stem"] == "cifar" else "imagenet100"  # what picks the released stem
     return {"name": "released", "method": "simclr", "backbone": {"name": m["arch"], "kwargs": {}},
-            "data": {"dataset": "cifar100", "num_classes": 10}, "optimizer": {"name": "lars", "lr": 0.4,
+            "data": {"dataset": dataset, "num_classes": 10}, "optimizer": {"name": "lars", "lr": 0.4,
                                                                                "gating_head_lr": mc["head_lr"]},
             "method_kwargs": mk, "max_epochs": 2, "seed": cfg["seed"]}
 
@@ -206,14 +207,17 @@ def test_the_released_hyper_parameters_map_to_this_package_s(trained, tmp_path, 
     ckpt = write_released(run / "model.pt", tmp_path)
     args = json.loads((tmp_path / "args.json").read_text())
     args["method_kwargs"].update(gate_type=gate, bayesian_prior_prob=0.55, bayesian_kl_lambda=0.02,
-                                 sigmoid_temperature=0.0, temperature=0.3)
+                                 sigmoid_temperature=0.5, temperature=0.3)
+    args["optimizer"]["gating_head_lr"] = 0.05
     (tmp_path / "args.json").write_text(json.dumps(args))
     imp = released.import_checkpoint(ckpt)
     mc = imp.config["method"]
-    assert (mc["gate"], mc["rho"], mc["lambda"], mc["temperature"]) == (ours, 0.55, 0.02, 0.3)
-    assert mc["tau_g"] == C.DEFAULTS["method"]["tau_g"]  # the released 0.0 is no temperature: flagged
-    assert any(f.startswith("method.tau_g") for f in imp.flags)
+    assert (mc["gate"], mc["rho"], mc["lambda"], mc["tau_g"], mc["temperature"], mc["head_lr"]) == (
+        ours, 0.55, 0.02, 0.5, 0.3, 0.05)
     assert any("cifar100" in f for f in imp.flags)  # trained on another dataset than evaluated on
+    del args["optimizer"]["gating_head_lr"]  # absent: optimizer.lr, the released default
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    assert released.import_checkpoint(ckpt).config["method"]["head_lr"] == args["optimizer"]["lr"] == 0.4
 
 
 def test_a_set_that_contradicts_the_shapes_is_refused(trained, tmp_path):
@@ -411,19 +415,23 @@ def test_a_gating_head_of_one_or_three_layers_and_its_settings_come_over(tmp_pat
     assert not any(f.startswith("method.") for f in imp.flags)
 
 
-def test_a_released_gate_setting_this_package_does_not_take_is_flagged_and_its_default_kept(tmp_path):
-    default = C.DEFAULTS["method"]
-    path, _ = _released(tmp_path, mk={"bayesian_prior_prob": 1.0, "bayesian_kl_lambda": -0.1,
-                                      "sigmoid_temperature": "2"})
-    imp = released.import_checkpoint(path)
-    assert all(imp.config["method"][k] == default[k] for k in ("rho", "lambda", "tau_g"))
-    assert [f.split(":")[0] for f in imp.flags if f.startswith("method.")] == ["method.rho", "method.lambda",
-                                                                               "method.tau_g"]
-    assert any("bayesian_kl_lambda is -0.1" in f for f in imp.flags)
-    path, _ = _released(tmp_path, mk={"bayesian_prior_prob": True, "bayesian_kl_lambda": 0})
-    imp = released.import_checkpoint(path)
-    assert (imp.config["method"]["rho"], imp.config["method"]["lambda"]) == (default["rho"], 0.0)
-    assert [f.split(":")[0] for f in imp.flags if f.startswith("method.")] == ["method.rho"]
+@pytest.mark.parametrize("theirs,ours,bad", [("bayesian_prior_prob", "rho", 1.0), ("bayesian_prior_prob", "rho", True),
+                                             ("bayesian_kl_lambda", "lambda", -0.1),
+                                             ("sigmoid_temperature", "tau_g", "2"),
+                                             ("sigmoid_temperature", "tau_g", 0.0)])
+def test_a_released_gate_setting_this_package_does_not_take_is_refused_unless_set(tmp_path, theirs, ours, bad):
+    """The released value is carried or refused in one line naming it and the key; `--set` gives the value."""
+    path, _ = _released(tmp_path, mk={theirs: bad})
+    with pytest.raises(CheckpointError) as e:
+        released.import_checkpoint(path)
+    msg = str(e.value)
+    assert msg.startswith(f"checkpoint {path}: method_kwargs.{theirs} is {bad!r}, not a value of method.{ours} (")
+    assert msg.endswith(f"give --set method.{ours}=VALUE to record another") and "\n" not in msg
+    value = {"rho": 0.6, "lambda": 0.001, "tau_g": 2.0}[ours]
+    imp = released.import_checkpoint(path, sets=[f"method.{ours}={value}"])
+    assert imp.config["method"][ours] == value
+    path, _ = _released(tmp_path, mk={"bayesian_kl_lambda": 0})  # 0 is a lambda this package takes
+    assert released.import_checkpoint(path).config["method"]["lambda"] == 0.0
 
 
 @pytest.mark.parametrize("name,mk,phrase", [
@@ -765,3 +773,102 @@ def test_rows_of_imported_weights_say_so_and_the_caption_names_the_file_and_its_
     assert provenance.imported_runs(df) == [
         {"run_id": "synthetic/x/seed~0", "variant": "BayesNCL (released)", "checkpoint": "r/x.ckpt", "sha256": sha},
         {"run_id": "synthetic/x/seed~1", "variant": "BayesNCL (released)", "checkpoint": "r/x.ckpt", "sha256": sha}]
+
+
+# Each setting the released code reads (released.READS), changed in an args.json: (method, sets the checkpoint was
+# written from, the released key, its new value, the config key it lands in with its value, or None: refused).
+READ_CASES = {
+    "method_kwargs.proj_hidden_dim": ("bayesncl", (), 999, None),
+    "method_kwargs.proj_output_dim": ("bayesncl", (), 999, None),
+    "method_kwargs.temperature": ("ncl", (), 0.7, ("method.temperature", 0.7)),
+    "method_kwargs.non_neg": ("ncl", (), "relu", ("method.nonneg", "relu")),
+    "method_kwargs.use_bayes": ("bayesncl", (), False, None),
+    "method_kwargs.use_topk": ("ncl", (), True, ("method.name", "topk_ncl")),
+    "method_kwargs.topk_k": ("topk_ncl", ("method.topk_k=2",), 3, ("method.topk_k", 3)),
+    "method_kwargs.gate_type": ("bayesncl", (), "gumbel_sigmoid", ("method.gate", "gumbel")),
+    "method_kwargs.bayesian_prior_prob": ("bayesncl", (), 0.6, ("method.rho", 0.6)),
+    "method_kwargs.bayesian_kl_lambda": ("bayesncl", (), 0.01, ("method.lambda", 0.01)),
+    "method_kwargs.sigmoid_temperature": ("bayesncl", (), 0.5, ("method.tau_g", 0.5)),
+    "method_kwargs.gate_threshold": ("bayesncl", (), 0.7, None),
+    "optimizer.gating_head_lr": ("bayesncl", (), 0.03, ("method.head_lr", 0.03)),
+    "backbone.name": ("bayesncl", (), "resnet50", None),
+    "data.dataset": ("bayesncl", (), "imagenet100", None),  # the released ImageNet stem: a 7x7 conv1
+}
+
+
+@pytest.mark.parametrize("key", list(READ_CASES))
+def test_every_setting_the_released_code_reads_is_carried_or_refused(tmp_path, key):
+    """No released setting is dropped in silence: changed in args.json, it changes the imported config, or the
+    import stops in one line that names it (issue 49: gate_threshold was dropped)."""
+    assert set(READ_CASES) == set(released.READS)  # a new read needs its case
+    name, sets, value, lands = READ_CASES[key]
+    path, cfg = _released(tmp_path, name, list(sets), mk={"topk_k": 2} if key == "method_kwargs.use_topk" else None)
+    args = json.loads((tmp_path / "args.json").read_text())
+    section, _, leaf = key.partition(".")
+    args[section][leaf] = value
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    if lands is None:
+        with pytest.raises(CheckpointError) as e:
+            released.import_checkpoint(path)
+        assert f": {key} " in str(e.value) and "\n" not in str(e.value)
+    else:
+        got = C.flatten(released.import_checkpoint(path).config)
+        assert got[lands[0]] == lands[1] != C.flatten(cfg)[lands[0]]
+
+
+def test_the_gate_threshold_is_the_released_default_or_refused(tmp_path):
+    """gate_threshold 0.5 (the released default, also when absent) imports; any other value is refused in one
+    line: this package's gate opens at 0.5 and has no key for another."""
+    for mk in ({"gate_threshold": 0.5}, {"gate_threshold": 0.5000001}, {"gate_threshold": True}):
+        path, _ = _released(tmp_path, mk=mk)
+        if mk["gate_threshold"] == 0.5 and mk["gate_threshold"] is not True:
+            assert released.import_checkpoint(path).config["method"]["gate"] == "ste"
+        else:
+            with pytest.raises(CheckpointError, match=re.escape("method_kwargs.gate_threshold")):
+                released.import_checkpoint(path)
+    path, _ = _released(tmp_path)
+    args = json.loads((tmp_path / "args.json").read_text())
+    del args["method_kwargs"]["gate_threshold"]
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    assert released.import_checkpoint(path).config["method"]["gate"] == "ste"
+
+
+def _pickled_attribute_dict(tmp_path: Path, reduce_args) -> Path:
+    """A checkpoint whose pickle calls the allow-listed AttributeDict (under Lightning's name) with `reduce_args`."""
+    name = "pytorch_lightning.utilities.parsing"
+    fake = types.ModuleType(name)
+
+    class AttributeDict(dict):
+        def __reduce__(self):
+            return AttributeDict, reduce_args
+
+    AttributeDict.__module__, AttributeDict.__qualname__ = name, "AttributeDict"
+    fake.AttributeDict = AttributeDict
+    parents = {p: sys.modules.get(p) for p in ("pytorch_lightning", "pytorch_lightning.utilities", name)}
+    for p in parents:
+        sys.modules[p] = fake
+    try:
+        path = tmp_path / f"bad{len(list(tmp_path.glob('bad*')))}.ckpt"
+        torch.save({"state_dict": {}, "hyper_parameters": AttributeDict()}, path)
+    finally:
+        for p, m in parents.items():
+            if m is None:
+                sys.modules.pop(p, None)
+            else:
+                sys.modules[p] = m
+    return path
+
+
+@pytest.mark.parametrize("reduce_args", [(1, 2), (5,), ("not pairs",), ([("a", 1, 2)],)],
+                         ids=["two arguments", "an int", "a string", "a triple"])
+def test_a_malformed_pickle_of_the_allowed_dict_is_one_line(tmp_path, capsys, reduce_args):
+    """The allow-listed AttributeDict called with arguments a dict does not take: one line naming the file,
+    through the API and through `bayesncl import` (exit 2), never a TypeError traceback."""
+    path = _pickled_attribute_dict(tmp_path, reduce_args)
+    with pytest.raises(CheckpointError) as e:
+        released.read(path)
+    msg = str(e.value)
+    assert msg.startswith(f"checkpoint {path} could not be read (") and msg.endswith(released.KEEP) and "\n" not in msg
+    assert main(["import", "--checkpoint", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and "Traceback" not in err
