@@ -872,3 +872,19 @@ def test_a_malformed_pickle_of_the_allowed_dict_is_one_line(tmp_path, capsys, re
     assert main(["import", "--checkpoint", str(path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(path) in err and "Traceback" not in err
+
+
+def test_an_absent_gate_setting_is_the_released_default(tmp_path):
+    """args.json without bayesian_* or sigmoid_temperature: the released code took 0.0 for each; a prior or a gate
+    temperature of 0 is no value of this package (refused), a KL weight of 0 is (carried)."""
+    path, _ = _released(tmp_path)
+    args = json.loads((tmp_path / "args.json").read_text())
+    for key in ("bayesian_prior_prob", "sigmoid_temperature", "bayesian_kl_lambda"):
+        del args["method_kwargs"][key]
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    with pytest.raises(CheckpointError, match=re.escape("method_kwargs.bayesian_prior_prob is 0.0")):
+        released.import_checkpoint(path)
+    with pytest.raises(CheckpointError, match=re.escape("method_kwargs.sigmoid_temperature is 0.0")):
+        released.import_checkpoint(path, sets=["method.rho=0.8"])
+    imp = released.import_checkpoint(path, sets=["method.rho=0.8", "method.tau_g=1.0"])
+    assert imp.config["method"]["lambda"] == 0.0

@@ -296,9 +296,10 @@ def infer(groups: dict, hp: dict, path: Path, sets: dict) -> tuple[dict, list[st
             opt = hp.get("optimizer") or {}
             # the released default of gating_head_lr is optimizer.lr (solo/methods/simclr.py)
             lr_key = "optimizer.gating_head_lr" if "gating_head_lr" in opt else "optimizer.lr"
-            for ours, theirs, v in (("rho", "method_kwargs.bayesian_prior_prob", mk.get("bayesian_prior_prob")),
-                                    ("lambda", "method_kwargs.bayesian_kl_lambda", mk.get("bayesian_kl_lambda")),
-                                    ("tau_g", "method_kwargs.sigmoid_temperature", mk.get("sigmoid_temperature")),
+            # absent: the released defaults (solo/methods/simclr.py, add_and_assert_specific_cfg), all 0.0
+            for ours, theirs, v in (("rho", "method_kwargs.bayesian_prior_prob", mk.get("bayesian_prior_prob", 0.0)),
+                                    ("lambda", "method_kwargs.bayesian_kl_lambda", mk.get("bayesian_kl_lambda", 0.0)),
+                                    ("tau_g", "method_kwargs.sigmoid_temperature", mk.get("sigmoid_temperature", 0.0)),
                                     ("head_lr", lr_key, opt.get(lr_key.split(".")[1]))):
                 method[ours] = _carried(f"method.{ours}", theirs, v, path, sets)
             method = {k: v for k, v in method.items() if v is not None}
