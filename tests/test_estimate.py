@@ -288,3 +288,35 @@ def test_run_cost_is_one_runs_share_of_the_table(rates):
     for k in ("pretrain_h", "eval_h", "eval_held_h", "allocations", "submissions"):
         assert sum(c[k] for c in costs) == pytest.approx(getattr(row, k), rel=1e-12), k
     assert len(cache) == 2 and all(c["prepared"] is None for c in costs)  # NCL's and BayesNCL's model, counted once
+
+
+def test_a_run_s_flops_follow_its_gating_head_s_depth(rates):
+    """Two BayesNCL runs that differ only in method.head_depth are priced at their own counted FLOPs (the FLOPs
+    cache is keyed by the head's depth): each run's hours against its own model's count."""
+    grid = json.loads(json.dumps(GRID))
+    grid["variants"] = {"1-layer head": {"method": {"name": "bayesncl", "head_depth": 1}},
+                        "3-layer head": {"method": {"name": "bayesncl", "head_depth": 3}}}
+    grid["sets"] = {"table4": {"variants": list(grid["variants"])}}
+    runs = [r for r in expand_grid(grid).values() if r.config["train"]["epochs"]]
+    seconds = 100 * (50_000 // 256) * 256
+    from bayesncl.estimate import run_cost
+
+    cache: dict = {}
+    for run in runs:
+        depth = run.config["method"]["head_depth"]
+        cfg = resolve(sets=[f"model.{k}={v}" for k, v in MODEL.items()] + ["method.name=bayesncl",
+                                                                           f"method.head_depth={depth}"])
+        own = count_flops_per_image(build_method(cfg).train(), torch.randn(2, 3, 32, 32))
+        rate = 500.0 * flops("bayesncl") / own
+        assert run_cost(run, rates, None, cache)["pretrain_h"] == pytest.approx(seconds / rate / 3600, rel=1e-9)
+    assert len(cache) == 2
+
+
+def test_pretraining_submissions_over_the_limit_are_counted_by_ceiling(rates):
+    """NCL's 83.2 minutes under a 60-minute limit need 2 allocations (1.39, never rounded down to 1), BayesNCL's
+    166.4 need 3 (2.77); a run that fits takes 1."""
+    limited = estimate({**GRID, "sets": {"figure3": {"variants": ["NCL", "BayesNCL (STE)"]}}}, rates,
+                       time_limit_min=60)
+    assert limited.total().allocations == 2 + 3
+    assert estimate({**GRID, "sets": {"figure3": {"variants": ["NCL"]}}}, rates,
+                    time_limit_min=83.2 * 1.0001).total().allocations == 1

@@ -888,3 +888,15 @@ def test_an_absent_gate_setting_is_the_released_default(tmp_path):
         released.import_checkpoint(path, sets=["method.rho=0.8"])
     imp = released.import_checkpoint(path, sets=["method.rho=0.8", "method.tau_g=1.0"])
     assert imp.config["method"]["lambda"] == 0.0
+
+
+def test_an_import_s_set_wins_over_the_checkpoint_s_settings(tmp_path):
+    """`bayesncl import --set` overrides what the hyper-parameters say (not the shapes): the run config records
+    the --set value."""
+    path, cfg = _released(tmp_path, mk={"temperature": 0.3, "bayesian_prior_prob": 0.6})
+    out = tmp_path / "run"
+    assert main(["import", "--checkpoint", str(path), "--out", str(out), "--set", "method.temperature=0.5",
+                 "--set", "method.rho=0.7"]) == 0
+    got = ckpt_io.load(out / "model.pt")["config"]["method"]
+    assert (got["temperature"], got["rho"]) == (0.5, 0.7)
+    assert released.import_checkpoint(path).config["method"]["temperature"] == 0.3  # without the --set: carried
