@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+import bayesncl.train as T
 from bayesncl import config as C
 from bayesncl import losses
 from bayesncl.cli import main
@@ -258,3 +259,45 @@ def test_the_compiled_step_uses_cuda_graphs_on_a_gpu_only(monkeypatch):
     assert train.compile_mode(torch.device("cpu")) is None
     monkeypatch.setattr(train, "COMPILE_BACKEND", "aot_eager")
     assert train.compile_mode(torch.device("cuda")) is None
+
+
+def test_deterministic_kernels_are_on_for_the_steps_only_and_change_no_run(tmp_path, tiny_sets, monkeypatch):
+    """train.deterministic: deterministic algorithms, cuDNN's deterministic kernels without autotuning and cuBLAS's
+    fixed workspace while the run trains, the process's settings back afterwards (also when training fails); off,
+    nothing is touched. On the CPU the weights are the same either way, and the key is a runtime key: no run id or
+    rerun trigger changes, and a checkpoint resumes under the other value."""
+    from bayesncl.grid import trigger_config
+
+    seen = []
+    real = T.TrainStep.__call__
+
+    def spy(self, *a, **k):
+        seen.append((torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+                     torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG")))
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(T.TrainStep, "__call__", spy)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic, True, None)
+    sets = tiny_sets + ["train.max_steps_per_epoch=2"]
+    on = C.resolve(sets=sets + ["train.deterministic=true"])
+    pretrain(on, tmp_path / "on", progress=False)
+    assert seen and set(seen) == {(True, True, False, ":4096:8")}
+    after = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+             torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    assert after == before
+    seen.clear()
+    off = C.resolve(sets=sets)
+    pretrain(off, tmp_path / "off", progress=False)
+    assert set(seen) == {before}
+    assert _same_weights(tmp_path / "on" / "model.pt", tmp_path / "off" / "model.pt")
+    assert trigger_config(on) == trigger_config(off)
+    # the finished run taken up again under the other value: its checkpoint differs in a runtime key only
+    assert pretrain(on, tmp_path / "off", progress=False) == tmp_path / "off" / "model.pt"
+    with pytest.raises(RuntimeError, match="planted"):
+        monkeypatch.setattr(T.TrainStep, "__call__", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("planted")))
+        pretrain(C.resolve(sets=sets + ["train.deterministic=true", "train.epochs=1"]), tmp_path / "bad",
+                 progress=False)
+    assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+            torch.backends.cudnn.benchmark, os.environ.get("CUBLAS_WORKSPACE_CONFIG")) == before

@@ -183,6 +183,10 @@ class TrainConfig:
     # view: the backbone once per view, as the released training step (docs/METHOD.md section 2); joint: one
     # pass over both views (BatchNorm over 2N images), kept to measure what the protocol changes.
     bn: Literal["view", "joint"] = _field("view", "BatchNorm batch in training: each view's N images, or both views")
+    # Resume on a GPU is bit-identical with deterministic kernels only (docs/REPRODUCIBILITY.md); off by default:
+    # their cost on a GPU is not measured yet. A runtime key: it changes no run's id or rerun trigger.
+    deterministic: bool = _field(False, "deterministic algorithms and cuDNN kernels (what the GPU resume check "
+                                        "runs with)", added=False)
     threads: int = _field(0, "torch CPU threads; 0: torch's default", ge=0)
     dynamics_every: int = _field(0, "record gradient dynamics every this many epochs; 0: never", ge=0)
     max_steps_per_epoch: int = _field(0, "cap on steps per epoch; 0: no cap", ge=0)
@@ -224,7 +228,8 @@ class Config:
 # Keys that change neither the trained weights nor what a run records (where things run, how it is evaluated):
 # a checkpoint may be resumed or evaluated with other values, and the workflow leaves them out of a run's id.
 # train.dynamics_every is not one: it decides whether the run writes dynamics.pt.
-RUNTIME_KEYS = ("train.device", "train.threads", "data.num_workers", "data.cache_dir", "data.root", "eval.")
+RUNTIME_KEYS = ("train.device", "train.threads", "train.deterministic", "data.num_workers", "data.cache_dir",
+                "data.root", "eval.")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from .registry import METHODS
 from .optim import Lars, build_optimizer, group_peaks, lr_at, lr_schedule
 from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
 from .runtime import (LossScaler, autocast, channels_last, embed, peak_memory_mb, reset_peak_memory,
-                      resolve_device)
+                      resolve_device, set_deterministic)
 
 COMPILE_BACKEND = "inductor"  # torch.compile's backend for train.graph=compile
 CHECK_EVERY = 50  # steps between finiteness checks (read one check late, so they never stall the device queue)
@@ -186,10 +186,6 @@ class TrainStep:
             self.sums.zero_()
         else:
             self.sums.copy_(torch.tensor(sums, dtype=torch.float64))
-
-    def read_sums(self) -> list[float]:
-        """The running sums on the host (waits for the device)."""
-        return self.read_epoch()[0]
 
     def read_epoch(self) -> tuple[list[float], float | None]:
         """The running sums and the loss scale (None without the scaler) on the host: one copy, one wait for
@@ -399,6 +395,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
     names = train_step.names
     stop = {"signal": None}
     previous = signal.signal(signal.SIGTERM, lambda s, f: stop.update(signal=s))
+    deterministic_off = set_deterministic(cfg["train"]["deterministic"])  # put back when the loop ends
 
     def save(epoch: int, step: int, rng=None, partial=None):
         ckpt_io.save({"config": cfg, "model": model.state_dict(), "optimizer": opt.state_dict(),
@@ -489,6 +486,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
                 raise Preempted(f"SIGTERM: checkpoint saved in {ckpt_path}; rerun the same command to resume")
     finally:
         signal.signal(signal.SIGTERM, previous)
+        deterministic_off()
         bar.close()
 
     with host_contact("run end"):
