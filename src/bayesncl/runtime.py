@@ -34,18 +34,23 @@ def set_deterministic(on: bool) -> Callable[[], None]:
     """train.deterministic: deterministic algorithms, deterministic cuDNN kernels, no cuDNN autotuning and cuBLAS's
     fixed workspace for what runs next; returns what puts the previous settings back. An operator without a
     deterministic kernel warns, naming itself, instead of stopping a long run. Off: nothing changes."""
+    import torch.utils.deterministic as det
+
     prev = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
-            os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+            os.environ.get("CUBLAS_WORKSPACE_CONFIG"), det.fill_uninitialized_memory)
     if not on:
         return lambda: None
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    # a debugging aid of deterministic mode, a pass over every new tensor: nothing here reads memory it did not write
+    det.fill_uninitialized_memory = False
 
     def restore() -> None:
         torch.use_deterministic_algorithms(prev[0], warn_only=prev[1])
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = prev[2], prev[3]
+        det.fill_uninitialized_memory = prev[5]
         if prev[4] is None:
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
         else:
