@@ -106,6 +106,7 @@ def test_rates_from_a_gpu_check_json_are_read_in_the_mode_each_run_trains_in(tmp
         ("ncl", "eager", 1.0), ("bayesncl", "eager", 2.0), ("ncl", "cudagraph", 3.0), ("bayesncl", "cudagraph", 4.0)]
     assert E.reference(r, "ncl")["img_per_s"] == 1.0 and E.reference(r, "bayesncl", "cudagraph")["img_per_s"] == 4.0
     assert E.reference(r, "ncl", "compile")["img_per_s"] == 1.0  # not measured: eager
+    assert E.reference({**r, "methods": r["methods"][::-1]}, "ncl", "compile")["img_per_s"] == 1.0  # whatever order
     legacy = {"steps": {"throughput": {"status": "ok", "result": {**report["steps"]["throughput"]["result"],
                                                                   "ncl_cudagraph": {"img_per_s": 5.0, **one}}}}}
     path.write_text(json.dumps(legacy))
@@ -198,6 +199,9 @@ def test_the_table_and_the_submissions_line_read_back(rates):
         assert abs(table["all"][col] - table["cifar10"][col] - table["imagefolder"][col]) <= 0.1 + 1e-9
     for row in table.values():
         assert abs(row["total"] - row["pretrain"] - row["eval held"]) <= 0.1 + 1e-9
+    for name, row in est.rows.items():  # each column is its row's figure, to 0.1
+        assert table[name]["requested"] == round(row.pretrain_request_h + row.eval_request_h, 1)
+        assert table[name]["eval held"] == round(row.eval_held_h, 1)
     # pretraining: CIFAR-10's NCL 83.2 min fits one 100-minute allocation, BayesNCL's 166.4 need two, each twin
     # one; the folder's 1,000 images (3 batches an epoch) one each. One evaluation submission per run; an atlas
     # per dataset (both have NCL and BayesNCL (STE) in table1); one prepare_data for the folder's prepared copy.
@@ -346,8 +350,9 @@ def test_pretraining_submissions_over_the_limit_are_counted_by_ceiling(rates):
     limited = estimate({**GRID, "sets": {"figure3": {"variants": ["NCL", "BayesNCL (STE)"]}}}, rates,
                        time_limit_min=60)
     assert limited.total().allocations == 2 + 3
-    assert estimate({**GRID, "sets": {"figure3": {"variants": ["NCL"]}}}, rates,
-                    time_limit_min=83.2 * 1.0001).total().allocations == 1
+    ncl = {**GRID, "sets": {"figure3": {"variants": ["NCL"]}}}
+    assert estimate(ncl, rates, time_limit_min=83.2 * 1.0001).total().allocations == 1
+    assert estimate(ncl, rates, time_limit_min=83.2 * 0.9999).total().allocations == 2  # just over: another
 
 
 def test_time_requests_are_the_expected_time_times_the_safety_factor(rates):
@@ -372,6 +377,7 @@ def test_time_requests_are_the_expected_time_times_the_safety_factor(rates):
     second = E.requests(cost, attempt=2, margin_s=600)  # a retry asks twice; pretraining adds the stop margin
     assert second == {"pretrain": asked(pre, 2) + 10, **{k: asked(v, 2) for k, v in want.items()}}
     assert E.requests(cost, time_limit_min=120)["pretrain"] == 120 < asked(pre)
+    assert E.requests(cost, margin_s=610)["pretrain"] == asked(pre) + 11  # the margin's minutes, rounded up
     assert cost["eval_request_h"] == pytest.approx(sum(asked(v) for v in want.values()) / 60)
     assert cost["pretrain_request_h"] == pytest.approx(asked(pre) / 60)
 
@@ -391,3 +397,19 @@ def test_the_paper_grid_holds_its_gpus_about_as_long_as_their_work(paper):
     floor_h = jobs * E.FLOOR_MIN / 60
     assert t.eval_request_h + t.pretrain_request_h <= E.SAFETY * (t.eval_held_h + t.pretrain_h) + floor_h + 200 / 60
     assert t.eval_request_h < 100 and paper.graphs == {"eager": "eager"}
+
+
+def test_a_plugin_s_section_is_priced_at_the_runtime_it_declares(rates):
+    """A section the estimate does not know (a plugin's) is expected to take its declared runtime, on the GPU
+    where it runs the network, and asks for exactly that (times its attempt)."""
+    from bayesncl.evaluation.sections import section
+
+    section("zz_probe", gpu=lambda cfg: True, every_run=True, runtime=50)(lambda ctx: {})
+    try:
+        (run,) = [r for r in expand_grid({**GRID, "sets": {"figure3": {"variants": ["NCL"]}}}).values()]
+        cost = E.run_cost(run, rates)
+        assert cost["sections"]["zz_probe"] == (3000.0, 3000.0)
+        assert E.requests(cost)["zz_probe"] == 50 and E.requests(cost, attempt=2)["zz_probe"] == 100
+        assert cost["eval_h"] == pytest.approx(sum(w for _, w in cost["sections"].values()) / 3600)
+    finally:
+        SECTIONS.pop("zz_probe")

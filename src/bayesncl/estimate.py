@@ -58,6 +58,8 @@ FORWARD_SHARE = 1 / 6  # one forward view against a training image (two views, f
 # checkpoint loaded before its first step.
 SAFETY = 3.0
 FLOOR_MIN = 3
+# The sections priced so; a plugin's section is expected to take, and asks for, the runtime it declares.
+PRICED = ("features", "interpretability", "retrieval", "linear_probe", "background_probe", "dynamics", "cost")
 SECTION_START_S = 20.0
 CPU_SECTION_S = 10.0
 PRETRAIN_START_S = 60.0
@@ -206,7 +208,11 @@ def section_seconds(run, rate: float, n: dict, cap: float) -> dict[str, tuple[fl
         else:
             views[name] = None  # a CPU section
     work = {k: 0.0 if v is None else v * FORWARD_SHARE / rate for k, v in views.items()}
-    return {k: (SECTION_START_S + (CPU_SECTION_S if views[k] is None else w), w) for k, w in work.items()}
+    out = {k: (SECTION_START_S + (CPU_SECTION_S if views[k] is None else w), w) for k, w in work.items()}
+    for name in (k for k in out if k not in PRICED):  # a plugin's: its declared runtime, on the GPU where it runs
+        s = SECTIONS[name]
+        out[name] = (60.0 * s.runtime, 60.0 * s.runtime if s.gpu(cfg) else 0.0)
+    return out
 
 
 def requests(cost: dict, attempt: int = 1, time_limit_min: float | None = None,
@@ -215,7 +221,8 @@ def requests(cost: dict, attempt: int = 1, time_limit_min: float | None = None,
     before the end, at most `time_limit_min`) and each evaluation section."""
     pre = request_minutes(cost["pretrain_h"] * 3600 + PRETRAIN_START_S, attempt) + math.ceil(margin_s / 60)
     out = {"pretrain": min(pre, int(time_limit_min)) if time_limit_min else pre}
-    out.update({k: request_minutes(v[0], attempt) for k, v in cost["sections"].items()})
+    out.update({k: request_minutes(v[0], attempt) if k in PRICED else attempt * math.ceil(v[0] / 60)
+                for k, v in cost["sections"].items()})
     return out
 
 

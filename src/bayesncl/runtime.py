@@ -51,10 +51,8 @@ def set_deterministic(on: bool) -> Callable[[], None]:
         torch.use_deterministic_algorithms(prev[0], warn_only=prev[1])
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = prev[2], prev[3]
         det.fill_uninitialized_memory = prev[5]
-        if prev[4] is None:
+        if prev[4] is None:  # a workspace given before is kept as it was (setdefault)
             os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
-        else:
-            os.environ["CUBLAS_WORKSPACE_CONFIG"] = prev[4]
     return restore
 
 
