@@ -816,6 +816,22 @@ def test_every_setting_the_released_code_reads_is_carried_or_refused(tmp_path, k
         assert got[lands[0]] == lands[1] != C.flatten(cfg)[lands[0]]
 
 
+def test_the_released_dataset_picks_the_stem_as_the_released_code_does(tmp_path):
+    """solo/methods/base.py: cifar10 and cifar100 get the CIFAR stem, every other dataset torchvision's; an
+    args.json whose dataset says the other stem than conv1's shape is another run's."""
+    for stem, dataset, ok in (("cifar", "cifar10", True), ("cifar", "cifar100", True), ("cifar", "stl10", False),
+                              ("imagenet", "imagenet100", True), ("imagenet", "cifar10", False)):
+        path, _ = _released(tmp_path / f"{stem}-{dataset}", sets=["model.stem=imagenet"] if stem == "imagenet" else ())
+        args = json.loads((path.parent / "args.json").read_text())
+        args["data"]["dataset"] = dataset
+        (path.parent / "args.json").write_text(json.dumps(args))
+        if ok:
+            assert released.import_checkpoint(path).config["model"]["stem"] == stem, dataset
+        else:
+            with pytest.raises(CheckpointError, match=re.escape(f"data.dataset is {dataset!r}")):
+                released.import_checkpoint(path)
+
+
 def test_the_gate_threshold_is_the_released_default_or_refused(tmp_path):
     """gate_threshold 0.5 (the released default, also when absent) imports; any other value is refused in one
     line: this package's gate opens at 0.5 and has no key for another."""
@@ -859,16 +875,19 @@ def _pickled_attribute_dict(tmp_path: Path, reduce_args) -> Path:
     return path
 
 
-@pytest.mark.parametrize("reduce_args", [(1, 2), (5,), ("not pairs",), ([("a", 1, 2)],)],
-                         ids=["two arguments", "an int", "a string", "a triple"])
-def test_a_malformed_pickle_of_the_allowed_dict_is_one_line(tmp_path, capsys, reduce_args):
+@pytest.mark.parametrize("reduce_args,reason", [
+    ((1, 2), "TypeError: dict expected at most 1 argument, got 2"), ((5,), "TypeError: 'int' object is not iterable"),
+    (("not pairs",), "ValueError: dictionary update sequence element #0 has length 1; 2 is required"),
+    (([("a", 1, 2)],), "ValueError: dictionary update sequence element #0 has length 3; 2 is required")],
+    ids=["two arguments", "an int", "a string", "a triple"])
+def test_a_malformed_pickle_of_the_allowed_dict_is_one_line(tmp_path, capsys, reduce_args, reason):
     """The allow-listed AttributeDict called with arguments a dict does not take: one line naming the file,
     through the API and through `bayesncl import` (exit 2), never a TypeError traceback."""
     path = _pickled_attribute_dict(tmp_path, reduce_args)
     with pytest.raises(CheckpointError) as e:
         released.read(path)
     msg = str(e.value)
-    assert msg.startswith(f"checkpoint {path} could not be read (") and msg.endswith(released.KEEP) and "\n" not in msg
+    assert msg == f"checkpoint {path} could not be read ({reason}); {released.KEEP}"
     assert main(["import", "--checkpoint", str(path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(path) in err and "Traceback" not in err

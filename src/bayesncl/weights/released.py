@@ -225,15 +225,19 @@ def check_shapes_against_hp(model: dict, hp: dict, path: Path) -> None:
     """The released settings the weights' shapes also say (sizes, backbone, the stem the dataset picks) must
     agree with them: a disagreement is an args.json of another run."""
     mk = hp.get("method_kwargs") or {}
-    stem = {"cifar10": "cifar", "cifar100": "cifar"}.get((hp.get("data") or {}).get("dataset"), "imagenet")
-    said = {"method_kwargs.proj_hidden_dim": ("proj_hidden", mk.get("proj_hidden_dim")),
-            "method_kwargs.proj_output_dim": ("proj_dim", mk.get("proj_output_dim")),
-            "backbone.name": ("arch", (hp.get("backbone") or {}).get("name")),
-            "data.dataset": ("stem", stem if (hp.get("data") or {}).get("dataset") else None)}
-    for theirs, (ours, v) in said.items():
+    dataset = (hp.get("data") or {}).get("dataset")
+    # solo/methods/base.py: the CIFAR stem for cifar10 and cifar100, torchvision's for every other dataset
+    stem = ("cifar" if dataset in ("cifar10", "cifar100") else "imagenet") if dataset else None
+    said = {"method_kwargs.proj_hidden_dim": ("proj_hidden", mk.get("proj_hidden_dim"), ""),
+            "method_kwargs.proj_output_dim": ("proj_dim", mk.get("proj_output_dim"), ""),
+            "backbone.name": ("arch", (hp.get("backbone") or {}).get("name"), ""),
+            "data.dataset": ("stem", stem, f" (the released code gives it the {stem} stem)")}
+    for theirs, (ours, v, why) in said.items():
         if v is not None and v != model[ours]:
-            raise CheckpointError(f"checkpoint {path}: {theirs} is {v!r}, but its weights' shapes give model.{ours} "
-                                  f"= {model[ours]!r}; give the args.json of the run that saved these weights")
+            shown = dataset if theirs == "data.dataset" else v
+            raise CheckpointError(f"checkpoint {path}: {theirs} is {shown!r}{why}, but its weights' shapes give "
+                                  f"model.{ours} = {model[ours]!r}; give the args.json of the run that saved these "
+                                  "weights")
 
 
 def _builtin(trait) -> str:
