@@ -199,10 +199,12 @@ def test_the_cifar_padding_is_the_cifar_stem_s_only():
     """model.cifar_padding pads the CIFAR stem's conv1; with the ImageNet stem only its default is taken (a
     padding read by no network must not tell two runs apart)."""
     assert resolve(sets=["model.cifar_padding=2"])["model"]["cifar_padding"] == 2
+    assert resolve(sets=["model.cifar_padding=0"])["model"]["cifar_padding"] == 0
     assert resolve(sets=["model.stem=imagenet"])["model"]["cifar_padding"] == 1
     with pytest.raises(ConfigError) as e:
         resolve(sets=["model.stem=imagenet", "model.cifar_padding=2"])
-    assert str(e.value).startswith("model.cifar_padding: 2 pads the CIFAR stem") and "leave it at 1" in str(e.value)
+    assert str(e.value) == ("model.cifar_padding: 2 pads the CIFAR stem, and model.stem is 'imagenet' (torchvision's "
+                            "7x7 conv1); leave it at 1 or set model.stem=cifar")
     for bad in (-1, 4, 1.5):
         with pytest.raises(ConfigError, match="model.cifar_padding"):
             resolve(sets=[f"model.cifar_padding={bad}"])

@@ -5,6 +5,7 @@ import ast
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,6 +204,10 @@ def test_the_plan_puts_the_grid_first_and_fits_five_minutes(gc, capsys):
     assert when["compiled_step"] is None  # the budget leaves it out
     assert gc.plan(1e9)["compiled_step"] == sum(gc.PLANNED_S.values()) / 60
     assert gc.plan(0)["matmul_peak"] is None and gc.plan(0)["grid_estimate"] is not None  # needs always run
+    # docs/BENCHMARKS.md's step table shows the plan as it is
+    doc = (ROOT / "docs" / "BENCHMARKS.md").read_text().split("| step | planned s | what it does |", 1)[1]
+    shown = {m[1]: int(m[2]) for m in re.finditer(r"^\| `(\w+)`(?: \(extra\))? \| (\d+) \|", doc, re.M)}
+    assert shown == gc.PLANNED_S and list(shown) == list(gc.STEPS)
     assert gc.main(["--plan"]) == 0
     out = capsys.readouterr().out
     figures = [line for line in out.splitlines() if "| pending: no GPU |" in line]
@@ -225,8 +230,8 @@ def test_extras_start_only_while_the_budget_lasts(gc, tmp_path, monkeypatch):
     # the fake steps take no time: an extra runs where its planned seconds fit 20 s (5, 15), not 35 or 25
     assert ran == list(gc.STEPS[:5]) + ["matmul_peak", "step_profile"]
     assert c.report["steps"]["captured_step"]["status"] == "skipped"
-    ran.clear()
-    assert check_mod.Check(torch.device("cpu"), True, tmp_path, 20.0).run(list(gc.STEPS)) == 0
+    ran.clear()  # --tiny: the plan's seconds are not its own; only the time spent counts
+    assert check_mod.Check(torch.device("cpu"), True, tmp_path, 0.5).run(list(gc.STEPS)) == 0
     assert ran == list(gc.STEPS)
 
 
@@ -238,3 +243,45 @@ def test_the_resume_check_runs_with_deterministic_kernels(gc):
 
     assert steps_cli.RESUME_SETS == ["train.deterministic=true"]
     assert resolve(sets=steps_cli.RESUME_SETS)["train"]["deterministic"] is True
+
+
+def test_the_summary_reads_every_step_it_prints():
+    """A CUDA report's targets and step lines, worked out by hand: the eager, captured and compiled overheads and
+    shares of the matmul peak, the feed ratio; each step's key figures (the resume lines too)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu.summary import key_figures, markdown, targets
+
+    def rate(v, tflops=90.0):
+        return {"img_per_s": v, "ms_per_step": 256e3 / v, "achieved_tflops": tflops, "peak_mem_mb": 1500.0}
+
+    tput = {"methods": ["ncl", "bayesncl"], "graph": "eager", "overhead_pct": 2.0, "ncl": rate(1020.0),
+            "bayesncl": rate(1000.0, 60.0)}
+    captured = {"graph": "cudagraph", "overhead_pct": 8.0, "ncl": rate(2160.0), "bayesncl": rate(2000.0)}
+    resume = {"interrupted_at": {"exit": 75, "epoch": 2, "step": 27}, "identical": True}
+    steps = {"throughput": {"status": "ok", "result": tput}, "matmul_peak": {"status": "ok", "result": {
+        "tflops": 600.0, "n": 8192, "dtype": "bfloat16"}}, "captured_step": {"status": "ok", "result": captured},
+             "official_feed": {"status": "ok", "result": {"ratio": 3.5, "img_per_s": 7000.0, "workers": 16}},
+             "sigterm_resume": {"status": "ok", "result": resume},
+             "captured_resume": {"status": "ok", "result": {"identical": False, "error": "boom"}}}
+    got = {t["name"]: (t["value"], t["pass"], t.get("goal")) for t in targets(steps)}
+    assert got == {
+        "BayesNCL time overhead over NCL, train.graph=eager": ("+2.00%", True, True),
+        "ncl achieved / bf16 matmul peak, train.graph=eager": ("15.0%", True, False),
+        "bayesncl achieved / bf16 matmul peak, train.graph=eager": ("10.0%", False, False),
+        "BayesNCL time overhead over NCL, train.graph=cudagraph": ("+8.00%", False, False),
+        "ncl achieved / bf16 matmul peak, train.graph=cudagraph": ("15.0%", True, False),
+        "bayesncl achieved / bf16 matmul peak, train.graph=cudagraph": ("15.0%", True, False),
+        "ours / official-style feed (NCL)": ("3.50x", True, None)}
+    assert key_figures("throughput", tput) == (
+        "eager: ncl 1,020 img/s (250.98 ms), 90.0 TFLOP/s, peak 1,500 MiB; bayesncl 1,000 img/s (256.00 ms), "
+        "60.0 TFLOP/s, peak 1,500 MiB; overhead +2.00%")
+    assert key_figures("captured_step", {"note": "train.graph=cudagraph needs CUDA"}) == \
+        "train.graph=cudagraph needs CUDA"
+    assert key_figures("sigterm_resume", resume) == "exit 75 at epoch 3 step 27; resumed weights identical: True"
+    assert key_figures("captured_resume", {"identical": False, "error": "boom"}) == \
+        "resumed weights identical: False (boom)"
+    md = markdown({"info": {"device": "cuda:0", "tiny": False, "date": "d", "commit": "c", "torch": "t", "cpus": 16,
+                            "gpu": "NVIDIA H200", "budget_s": 300.0},
+                   "steps": {k: {**v, "seconds": 1.0} for k, v in steps.items()}, "targets": targets(steps)})
+    assert "| sigterm_resume | ok | 1.0 | exit 75 at epoch 3 step 27; resumed weights identical: True |" in md
+    assert "- PASS (goal met): BayesNCL time overhead over NCL, train.graph=eager +2.00%" in md

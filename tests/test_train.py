@@ -309,6 +309,9 @@ def test_deterministic_kernels_are_on_for_the_steps_only_and_change_no_run(tmp_p
         assert set(seen) == {before}
         assert _same_weights(tmp_path / "on" / "model.pt", tmp_path / "off" / "model.pt")
         assert trigger_config(on) == trigger_config(off)
+        # a run recorded before the key trained without it
+        assert C.KEYS_ADDED["train.deterministic"] is False
+        assert C.as_recorded({"train": {"epochs": 1}})["train"]["deterministic"] is False
         # the finished run taken up again under the other value: its checkpoint differs in a runtime key only
         assert pretrain(on, tmp_path / "off", progress=False) == tmp_path / "off" / "model.pt"
         with pytest.raises(RuntimeError, match="planted"):
