@@ -94,7 +94,7 @@ class NoHostSync(TorchDispatchMode):
 
     def _async_copy(self, func, args, kwargs) -> bool:
         """copy_(dst, src, non_blocking=True) between the device and page-locked host memory: no wait."""
-        if str(func.overloadpacket) != "aten.copy_" or not (kwargs.get("non_blocking") or args[2:3] == (True,)):
+        if str(func.overloadpacket) != "aten.copy_" or args[2:3] != (True,):  # the dispatcher passes it by position
             return False
         dst, src = args[0], args[1]
         host = dst if dst.device.type == "cpu" else src
