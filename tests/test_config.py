@@ -208,3 +208,16 @@ def test_the_cifar_padding_is_the_cifar_stem_s_only():
     for bad in (-1, 4, 1.5):
         with pytest.raises(ConfigError, match="model.cifar_padding"):
             resolve(sets=[f"model.cifar_padding={bad}"])
+
+
+def test_the_runtime_keys_tell_no_runs_apart():
+    """Where things run and how they are evaluated (config.RUNTIME_KEYS) never retrain a run: another data.root,
+    cache folder, thread count, device or train.deterministic leaves the pretraining trigger as it was."""
+    from bayesncl.grid import trigger_config
+
+    base = resolve(sets=["data.root=/a"])
+    for key, value in (("data.root", "/b"), ("data.cache_dir", "/c"), ("train.threads", 3), ("train.device", "cpu"),
+                       ("data.num_workers", 1), ("train.deterministic", True)):
+        assert key.startswith(C.RUNTIME_KEYS), key
+        other = resolve(sets=["data.root=/a", f"{key}={value}"])
+        assert trigger_config(other) == trigger_config(base), key
