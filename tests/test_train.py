@@ -218,6 +218,7 @@ def test_preempted_epoch_keeps_the_seconds_spent_before_the_preemption(tmp_path,
         pretrain(cfg, run, progress=False)
     state = torch.load(run / "checkpoint.pt", weights_only=True)
     assert (state["epoch"], state["step"]) == (1, 3) and state["partial"]["seconds"] == 3.0
+    assert state["partial"]["compile_seconds"] == 0.0  # eager: nothing compiled (carried over in graph modes)
     now["t"] += 500.0  # the time between the two jobs is not training time
     monkeypatch.setattr("bayesncl.train._clock", lambda: now["t"])
     pretrain(cfg, run, progress=False)
