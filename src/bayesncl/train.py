@@ -395,7 +395,6 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
     names = train_step.names
     stop = {"signal": None}
     previous = signal.signal(signal.SIGTERM, lambda s, f: stop.update(signal=s))
-    deterministic_off = set_deterministic(cfg["train"]["deterministic"])  # put back when the loop ends
 
     def save(epoch: int, step: int, rng=None, partial=None):
         ckpt_io.save({"config": cfg, "model": model.state_dict(), "optimizer": opt.state_dict(),
@@ -416,6 +415,7 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
     mark_ready()  # imports, data, model and checkpoint loaded: the work begins (bayesncl.startup)
     # One generator for the whole run, re-seeded each epoch (a CUDA graph keeps the generator it captured).
     gen = torch.Generator(device=device)
+    deterministic_off = set_deterministic(cfg["train"]["deterministic"])  # put back when the loop ends
     try:
         for epoch in range(state["epoch"], epochs):
             start_step = state["step"] if state["rng"] is not None else 0

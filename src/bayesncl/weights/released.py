@@ -38,6 +38,9 @@ ATTRIBUTE_DICTS = ("pytorch_lightning.utilities.parsing.AttributeDict",
 GATES = {"STE": "ste", "gumbel_sigmoid": "gumbel"}
 NONNEG = ("relu", "rep_relu")
 RELEASED_CIFAR_PADDING = 2  # the released CIFAR stem's conv1 padding (model.cifar_padding)
+# solo/methods/base.py gives the CIFAR stem to these data.dataset names of its own (solo-learn's vocabulary, which
+# args.json writes; not bayesncl.registry's) and torchvision's stem to every other
+SOLO_CIFAR = "cifar10 cifar100".split()
 RELEASED_THRESHOLD = 0.5  # the gate's threshold, method_kwargs.gate_threshold: this package's, fixed
 # Every setting the released SimCLR/BayesNCL reads (solo/methods/simclr.py, solo/methods/base.py) and what an
 # import does with it: carried to a key of this package, checked against the weights' shapes, or refused in one
@@ -226,8 +229,7 @@ def check_shapes_against_hp(model: dict, hp: dict, path: Path) -> None:
     agree with them: a disagreement is an args.json of another run."""
     mk = hp.get("method_kwargs") or {}
     dataset = (hp.get("data") or {}).get("dataset")
-    # solo/methods/base.py: the CIFAR stem for cifar10 and cifar100, torchvision's for every other dataset
-    stem = ("cifar" if dataset in ("cifar10", "cifar100") else "imagenet") if dataset else None
+    stem = ("cifar" if dataset in SOLO_CIFAR else "imagenet") if dataset else None
     said = {"method_kwargs.proj_hidden_dim": ("proj_hidden", mk.get("proj_hidden_dim"), ""),
             "method_kwargs.proj_output_dim": ("proj_dim", mk.get("proj_output_dim"), ""),
             "backbone.name": ("arch", (hp.get("backbone") or {}).get("name"), ""),
