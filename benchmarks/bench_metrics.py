@@ -1,6 +1,7 @@
 """Time the interpretability suite and retrieval (K=256) on ImageNet-100-val-sized features.
 
     PYTHONPATH=src python benchmarks/bench_metrics.py [--threads 1]
+    PYTHONPATH=src python benchmarks/bench_metrics.py --n 10000 --d 256    # a CIFAR test split of the paper grid
 
 10,000 x 2,048 non-negative features, ~16% non-zero, 100 classes, 2 backgrounds, with the measures the
 tables use (bayesncl.evaluation.arrays, NumPy). Target on one CPU thread: interpretability < 1 s.
@@ -35,7 +36,8 @@ def main() -> None:
         os.environ[var] = str(args.threads)
     import numpy as np
 
-    from bayesncl.evaluation.arrays import background_dominance, interpretability, retrieval_precision
+    from bayesncl.evaluation.arrays import (background_dominance, default_Ks, interpretability, retrieval_curve,
+                                            retrieval_precision)
 
     rng = np.random.default_rng(0)
     F = np.maximum(rng.standard_normal((args.n, args.d), dtype=np.float32) - 1.0, 0.0)
@@ -50,6 +52,8 @@ def main() -> None:
     print(f"background_dominance   {t:.3f} s")
     t = timed(lambda: retrieval_precision(F, y, K=256), args.repeats)
     print(f"retrieval P@k (K=256)  {t:.3f} s")
+    t = timed(lambda: retrieval_curve(F, y, default_Ks(args.d)), args.repeats)
+    print(f"retrieval curve        {t:.3f} s  (K = {', '.join(map(str, default_Ks(args.d)))})")
 
 
 if __name__ == "__main__":

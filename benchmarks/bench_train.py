@@ -6,6 +6,7 @@
     python benchmarks/bench_train.py --graph compile      # the step as train.graph=compile runs it
     python benchmarks/bench_train.py --batches 32 64 128 256  # CPU time per image against the batch
     python benchmarks/bench_train.py --scaler             # what train.loss_scaler=fp16's check costs a step
+    python benchmarks/bench_train.py --deterministic      # what train.deterministic costs a step
 
 Times `bayesncl.train.TrainStep` (on-device augmentation of two views, forward, InfoNCE (+ KL), backward,
 LARS update, the logged sums) on random uint8 images held on the device, after a warm-up.
@@ -250,6 +251,34 @@ def scaler_cost(sets: list[str], size: int, device: torch.device, steps: int, wa
               f"{100 * (med['fp16'] / med['none'] - 1):+.1f}%")
 
 
+def deterministic_cost(sets: list[str], size: int, device: torch.device, steps: int, warmup: int) -> None:
+    """Each method's step with train.deterministic off and on (runtime.set_deterministic around the step), one step
+    of each in turn on one batch, each first in every other round; medians of the calling thread's CPU time
+    (CUDA: device events)."""
+    from bayesncl.runtime import set_deterministic
+
+    x = torch.randint(0, 256, (128, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    x = x.to(device)
+    for method in ("ncl", "bayesncl"):
+        runs = {k: make_step(method, sets, size, device) for k in ("off", "on")}
+        gens = {k: torch.Generator(device=device).manual_seed(0) for k in runs}
+        ms = {k: [] for k in runs}
+        for i in range(warmup + steps):
+            for k in ("off", "on") if i % 2 else ("on", "off"):  # each first in every other round
+                step = runs[k]
+                restore = set_deterministic(k == "on")
+                t = Phases(device)
+                t.mark()
+                step(x, gens[k])
+                t.mark()
+                restore()
+                if i >= warmup:
+                    ms[k].append(t.ms()[0])
+        med = {k: statistics.median(v) for k, v in ms.items()}
+        print(f"{method:9s} train.deterministic off {med['off']:7.1f} ms, on {med['on']:7.1f} ms: "
+              f"{100 * (med['on'] / med['off'] - 1):+.1f}%")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=["demo", "cifar"], default="demo")
@@ -262,6 +291,7 @@ def main() -> None:
     p.add_argument("--phases", action="store_true", help="per-phase times, the step before / after")
     p.add_argument("--batches", type=int, nargs="+", default=None, help="time NCL's step at these batch sizes")
     p.add_argument("--scaler", action="store_true", help="the step with and without the loss scaler's check")
+    p.add_argument("--deterministic", action="store_true", help="the step with train.deterministic off and on")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -273,6 +303,9 @@ def main() -> None:
         return
     if args.scaler:
         scaler_cost(sets, size, device, args.steps or 40, args.warmup)
+        return
+    if args.deterministic:
+        deterministic_cost(sets, size, device, args.steps or 40, args.warmup)
         return
     if args.phases:
         phases(sets, size, device, args.steps or (20 if device.type == "cpu" else 30), args.warmup)

@@ -1,30 +1,38 @@
-"""One prepared check of the GPU path: CUDA tests, training throughput, input paths, a real run, grid cost.
+"""One prepared check of the GPU path, within 5 minutes on one H200: what the paper grid needs first, then extras
+while the budget lasts.
 
-    PYTHONPATH=src python benchmarks/gpu_check.py --device cuda --out DIR          # ~5 min on one H200
+    PYTHONPATH=src python benchmarks/gpu_check.py --device cuda --out DIR          # at most 5 min on one H200
+    PYTHONPATH=src python benchmarks/gpu_check.py --plan                           # the plan; runs nothing
     PYTHONPATH=src python benchmarks/gpu_check.py --device cpu --tiny --out DIR    # every step, small, on CPU
 
-Steps (each timed and guarded: a failing step records its error and the next one runs):
+Steps (each timed and guarded: a failing step records its error and the next one runs). What the grid needs,
+always run, in this order:
   cuda_tests      pytest on the tests that skip without CUDA
+  throughput      `bayesncl.train.pretrain` itself in the mode the paper grid trains in (train.graph=eager), each
+                  of its methods (SimCLR, NCL, Top-k NCL, BayesNCL), on a CIFAR-100-format set of random images:
+                  images/s, BayesNCL's overhead, peak memory, achieved FLOP/s (counted forward FLOPs x 3 for
+                  forward+backward, x 2 views)
   sigterm_resume  `bayesncl pretrain` through the CLI, SIGTERM mid-epoch (exit 75), rerun: final weights must
-                  equal an uninterrupted run's (eager; on CUDA also recorded for train.graph=cudagraph)
+                  equal an uninterrupted run's (eager, train.deterministic=true)
+  imagenet_input  generated 500x375 JPEGs decoded and resized as bayesncl.data.imagenet does, and their prepared
+                  copy (bayesncl prepare-imagenet), with 1 worker and one per CPU, feeding the 224 px on-device
+                  crop: images/s; the CPUs per GPU to ask for come from the prepared copy's per-core rate
+  grid_estimate   GPU-hours of config/paper.yaml's pretraining jobs from the measured rate, scaled by FLOPs
+Extras, each started only while its planned time (common.PLANNED_S) fits the budget (--budget-s, default 300):
   matmul_peak     a large bf16 matmul: the FLOP/s ceiling the training step is compared with
-  throughput      `bayesncl.train.pretrain` itself (on-device augmentation + forward/backward + LARS) on a
-                  CIFAR-100-format set of random images, NCL and BayesNCL, eager and (CUDA) with the step captured
-                  in a CUDA graph (train.graph=cudagraph): images/s, overhead, peak memory, achieved FLOP/s
-                  (counted forward FLOPs x 3 for forward+backward, x 2 views)
+  captured_step   an option the grid does not use: the throughput of the step captured in a CUDA graph
+                  (train.graph=cudagraph), NCL and BayesNCL
   step_profile    where one training step's time goes, NCL and BayesNCL: augmentation (two views), forward +
                   loss, backward, LARS update, logged sums (median ms from device events after warm-up, one batch
                   reused); on CUDA also the captured step's replay time
   official_feed   the same model and optimizer fed the released code's way: per-image PIL augmentations of
                   two views in DataLoader workers (one per CPU); images/s and ours / official-style
-  imagenet_input  generated 500x375 JPEGs decoded and resized as bayesncl.data.imagenet does, and their prepared
-                  copy (bayesncl prepare-imagenet), with 1 worker and one per CPU, feeding the 224 px on-device
-                  crop: images/s; the CPUs per GPU to ask for come from the prepared copy's per-core rate
   cli_end_to_end  `bayesncl pretrain` + `bayesncl evaluate` on synthetic 32 px data: every eval/<section>.json written
-  grid_estimate   GPU-hours of config/paper.yaml's pretraining jobs from the measured rate, scaled by FLOPs
+  captured_resume sigterm_resume with train.graph=cudagraph (recorded)
   compiled_step   `pretrain` with train.graph=compile (torch.compile of the whole step): compile time, images/s
 Writes DIR/gpu_check.json and DIR/gpu_check.md after every step (so a run cut short still leaves its
-figures) and prints a summary with the targets: BayesNCL overhead <= 6% (the paper's 5.9%; goal 3%),
+figures) and prints a summary: the figures a GPU is for, each with its goal, its value ("pending: no GPU" on a
+CPU) and the minute it is planned by; the targets: BayesNCL overhead <= 6% (the paper's 5.9%; goal 3%),
 >= 15% of the measured bf16 matmul peak (goal 20%), >= 3x the official-style feed. The commit recorded is
 --commit, else $BAYESNCL_COMMIT, else git HEAD when no file differs from it, else "unknown" (a copied tree's
 .git can be older than its files).
@@ -48,30 +56,40 @@ for path in (SRC, HERE):
 import torch  # noqa: E402
 
 from gpu.check import Check  # noqa: E402
-from gpu.common import STEPS  # noqa: E402
+from gpu.common import BUDGET_S, PLANNED_S, STEPS, plan  # noqa: E402
 from gpu.estimate import cpus_per_gpu, estimate_grid  # noqa: E402, F401
 from gpu.inputs import repeated, write_jpeg_tree  # noqa: E402, F401
 from gpu.procs import compare_weights, cuda_test_ids, junit_counts  # noqa: E402, F401
 
 # What tests and bench_feed.py take from this script by name.
-__all__ = ["STEPS", "compare_weights", "cpus_per_gpu", "cuda_test_ids", "estimate_grid", "junit_counts", "main",
-           "repeated", "write_jpeg_tree"]
+__all__ = ["PLANNED_S", "STEPS", "compare_weights", "cpus_per_gpu", "cuda_test_ids", "estimate_grid", "junit_counts",
+           "main", "plan", "plan_text", "repeated", "write_jpeg_tree"]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda", help="cuda or cpu (default cuda)")
-    p.add_argument("--out", required=True, metavar="DIR", help="where gpu_check.json and gpu_check.md go")
+    p.add_argument("--out", metavar="DIR", help="where gpu_check.json and gpu_check.md go (needed unless --plan)")
+    p.add_argument("--plan", action="store_true", help="print the steps' and figures' planned minutes; run nothing")
     p.add_argument("--tiny", action="store_true", help="tiny sizes: every step end to end in a minute or two")
     p.add_argument("--only", nargs="+", choices=STEPS, default=list(STEPS), metavar="STEP",
                    help=f"run these steps only ({', '.join(STEPS)})")
     p.add_argument("--previous", metavar="JSON",
                    help="a gpu_check.json whose results stand in for the steps not run now (with --only)")
-    p.add_argument("--budget-s", type=float, default=360.0,
-                   help="start no step after this many seconds (default 360)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help=f"start no extra step whose planned time would end past this many seconds (default "
+                        f"{BUDGET_S:g}; --tiny: no limit); the grid's steps always run")
     p.add_argument("--commit", help="the commit recorded for this run (default: $BAYESNCL_COMMIT, else git HEAD "
                    "if no file differs from it, else 'unknown'); give it where the tree is a copy without git")
     args = p.parse_args(argv)
+    if args.plan:
+        print(plan_text(args.budget_s or BUDGET_S), end="")
+        return 0
+    if not args.out:
+        print("gpu_check: --out DIR is needed (where gpu_check.json goes); or --plan to see the plan only",
+              file=sys.stderr)
+        return 2
+    budget = args.budget_s if args.budget_s is not None else (float("inf") if args.tiny else BUDGET_S)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("gpu_check: --device cuda: no CUDA device is visible (torch.cuda.is_available() is False); "
@@ -95,7 +113,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpu_check: --previous {args.previous}: cannot read it as a gpu_check.json ({e}); "
                   "give the file an earlier run wrote", file=sys.stderr)
             return 2
-    return Check(device, args.tiny, out, args.budget_s, args.commit).run(args.only, previous)
+    return Check(device, args.tiny, out, budget, args.commit).run(args.only, previous)
+
+
+def plan_text(budget_s: float = BUDGET_S) -> str:
+    """The plan on one H200: each step's planned seconds and the minute it ends by, then every figure with
+    "pending: no GPU" and its planned minute (the summary's Figures table of a run on a CPU)."""
+    from gpu.summary import figures
+
+    when = plan(budget_s)
+    lines = [f"gpu_check plan on one H200, budget {budget_s:g} s: what the grid needs first, extras while it lasts",
+             "", "| step | planned s | ends by (minute) |", "|---|---|---|"]
+    lines += [f"| {n} | {PLANNED_S[n]} | {when[n]:.1f} |" if when[n] is not None else
+              f"| {n} | {PLANNED_S[n]} | not run within the budget |" for n in STEPS]
+    total = max(v for v in when.values() if v is not None)
+    lines += ["", f"planned: {total:.1f} minutes", "", "| figure | goal | value | planned (minute) |",
+              "|---|---|---|---|"]
+    report = {"info": {"device": "cpu"}, "steps": {}}  # nothing measured here
+    lines += [f"| {f['name']} | {f['goal']} | {f['value']} | {f['planned']} |" for f in figures(report, budget_s)]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ def replay(config: str, from_epoch: int, epochs: int, skip: set[tuple[int, int]]
                     + (f"; finite up to loss scale 2^{r['emulated_log2_scale']:.1f} (its fp16 forward: 2^"
                        f"{r['fp16_log2_scale']:.0f})" if fp16 else ""))
         if epoch >= from_epoch:
-            out(f"epoch {epoch + 1}: InfoNCE {train_step.read_sums()[1] / steps:.4f}")
+            out(f"epoch {epoch + 1}: InfoNCE {train_step.read_epoch()[0][1] / steps:.4f}")
     return records
 
 
@@ -142,11 +142,11 @@ def _diagnosed_step(model, opt, train_step, x, gen, names, skip: bool, fp16: boo
         v = out["zplus"].float() * (out["gate"].float() if "gate" in out else 1.0)
         min_norm = float(v.norm(dim=1).min())
     put_back_statistics()
-    before = train_step.read_sums()[1]
+    before = train_step.read_epoch()[0][1]
     _, grad = train_step.body(x, views, gate_u, want_zplus=True)
     moved = [float((p.detach() - s).norm() / s.norm().clamp_min(1e-12)) for p, s in zip(model.parameters(), saved)]
     i = max(range(len(moved)), key=moved.__getitem__)
-    record = {"infonce": train_step.read_sums()[1] - before, "min_norm": min_norm, "grad_norm": float(grad.norm()),
+    record = {"infonce": train_step.read_epoch()[0][1] - before, "min_norm": min_norm, "grad_norm": float(grad.norm()),
               "grad_max": float(grad.abs().max()),
               "moved": names[i], "moved_by": moved[i], "skipped": skip,
               "overflow": bool(train_step.scaler.found[0]) if train_step.scaler else False}

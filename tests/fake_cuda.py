@@ -24,9 +24,33 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["CudaGenerator", "HostSync", "NoHostSync", "fake_cuda", "python_backward", "python_grad"]
+__all__ = ["SYNCING", "CudaGenerator", "FakeEvent", "HostSync", "NoHostSync", "fake_cuda", "fake_cuda_runtime",
+           "python_backward", "python_grad"]
 
 DEVICE = torch.device("cuda", 0)
+
+# Operators whose CUDA kernels make the host wait for the device, by name (some carry no tag saying so, and an
+# operator's `out` overloads lose theirs): what each reads back to the host. repeat_interleave is refused only
+# without output_size (given, nothing is read back).
+SYNCING = {
+    "aten.histc": "its kernel reads the input's min and max back to the host when no range is given",
+    "aten.histogram": "bins from the input's range, read on the host",
+    "aten._histogramdd_bin_edges": "histogramdd's bins from the input's range, read on the host",
+    "aten.bincount": "its output length is the input's max, read back",
+    "aten.nonzero": "its output length is the count of nonzeros, read back",
+    "aten.argwhere": "its output length is the count of nonzeros, read back",
+    "aten.masked_select": "its output length is the mask's count, read back",
+    "aten._unique": "its output length is the count of distinct values, read back",
+    "aten._unique2": "its output length is the count of distinct values, read back",
+    "aten.unique_dim": "its output length is the count of distinct values, read back",
+    "aten.unique_consecutive": "its output length is the count of runs, read back",
+    "aten.unique_dim_consecutive": "its output length is the count of runs, read back",
+    "aten.repeat_interleave": "its output length is the repeats' sum, read back (give output_size)",
+    "aten.equal": "returns a host bool",
+    "aten.is_nonzero": "returns a host bool",
+    "aten.allclose": "returns a host bool",
+    "aten._local_scalar_dense": "a device value read on the host (.item(), float(), bool(), .tolist())",
+}
 
 
 class HostSync(AssertionError):
@@ -34,14 +58,19 @@ class HostSync(AssertionError):
 
 
 class NoHostSync(TorchDispatchMode):
-    """Refuses, inside its `with` block: operators whose result depends on device values read by the host
-    (torch's tags data_dependent_output, e.g. _local_scalar_dense behind .item()/float()/bool(), and
-    dynamic_output_shape, e.g. nonzero, boolean-mask indexing); any operator whose tensors or target device
-    are on more than one device type (.cpu(), .tolist(), torch.tensor(..., device="cuda") = a host tensor
-    copied over, a CPU tensor mixed into a CUDA op: under capture its value would be frozen); any operator on
-    host tensors only (run once at capture, never replayed); a random operator without an explicit
-    generator (the default generators are not the step's: not re-seeded, saved or registered); a convolution
-    whose input and weight differ in memory format (channels-last on one side: a layout copy per call).
+    """Refuses, inside its `with` block: the operators of SYNCING (their CUDA kernels read device values back to
+    the host) and any other whose result depends on device values read by the host (torch's tags
+    data_dependent_output, e.g. _local_scalar_dense behind .item()/float()/bool(), and dynamic_output_shape, e.g.
+    boolean-mask indexing); any operator whose tensors or target device are on more than one device type (.cpu(),
+    .tolist(), torch.tensor(..., device="cuda") = a host tensor copied over, a CPU tensor mixed into a CUDA op:
+    under capture its value would be frozen), except an asynchronous copy (non_blocking) into or out of
+    page-locked host memory allocated inside the block (the lagged check's); any operator on host tensors only
+    (run once at capture, never replayed); a random operator without an explicit generator (the default
+    generators are not the step's: not re-seeded, saved or registered); a convolution whose input and weight
+    differ in memory format (channels-last on one side: a layout copy per call).
+
+    `permitted(where)`: a region where the host meets the device by design (an epoch's end reads its sums and
+    saves a checkpoint), counted in `permits`; fake tensors hold no values, so a value read there returns 1.
     `ops` counts the operators seen; `dtypes` maps convolution/matmul names to the dtypes they ran in."""
 
     MATMULS = ("aten.convolution", "aten.mm", "aten.addmm", "aten.bmm")
@@ -50,20 +79,56 @@ class NoHostSync(TorchDispatchMode):
         super().__init__()
         self.ops = 0
         self.dtypes: dict[str, set] = {}
+        self.permits: dict[str, int] = {}
+        self._where: list[str] = []
+        self._pinned: list[torch.Tensor] = []  # the page-locked host tensors allocated here
+
+    @contextlib.contextmanager
+    def permitted(self, where: str):
+        self.permits[where] = self.permits.get(where, 0) + 1
+        self._where.append(where)
+        try:
+            yield
+        finally:
+            self._where.pop()
+
+    def _async_copy(self, func, args, kwargs) -> bool:
+        """copy_(dst, src, non_blocking=True) between the device and page-locked host memory: no wait."""
+        if str(func.overloadpacket) != "aten.copy_" or args[2:3] != (True,):  # the dispatcher passes it by position
+            return False
+        dst, src = args[0], args[1]
+        host = dst if dst.device.type == "cpu" else src
+        return {dst.device.type, src.device.type} == {"cpu", "cuda"} and any(host is t for t in self._pinned)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         self.ops += 1
-        if torch.Tag.data_dependent_output in func.tags or torch.Tag.dynamic_output_shape in func.tags:
+        name = str(func.overloadpacket)
+        if name == "prim.device":  # a query of where a tensor lives: no work
+            return func(*args, **kwargs)
+        if self._where:  # by design: the host reads device values here (fake tensors hold none: 1 stands in)
+            if name == "aten._local_scalar_dense":
+                return True if args[0].dtype == torch.bool else 1
+            return func(*args, **kwargs)
+        if name in SYNCING and not (name == "aten.repeat_interleave" and kwargs.get("output_size") is not None):
+            raise HostSync(f"{func}: {SYNCING[name]} (a host sync)")
+        if torch.Tag.data_dependent_output in func.tags or (torch.Tag.dynamic_output_shape in func.tags
+                                                           and name != "aten.repeat_interleave"
+                                                           and not _integer_index(name, args)):
             raise HostSync(f"{func}: its result needs device values on the host (a host sync)")
         flat, _ = tree_flatten((args, kwargs))
         tensors = [t for t in flat if isinstance(t, torch.Tensor)]
         devices = {t.device.type for t in tensors}
         if kwargs.get("device") is not None:
             devices.add(torch.device(kwargs["device"]).type)
-        if len(devices) > 1:
+        pinned_alias = name in ("aten.detach", "aten.alias") and any(args[0] is t for t in self._pinned)
+        if kwargs.get("pin_memory") or pinned_alias:  # page-locked host memory: an async copy's end on the host
+            out = func(*args, **kwargs)
+            self._pinned.append(out)
+            return out
+        if len(devices) > 1 and not self._async_copy(func, args, kwargs):
             raise HostSync(f"{func}: tensors on {sorted(devices)} (a host-device copy or a device mismatch)")
-        if devices == {"cpu"}:
+        if devices == {"cpu"} and not self._async_copy(func, args, kwargs):
             raise HostSync(f"{func}: a host tensor (in a CUDA graph this would run once, at capture)")
         if torch.Tag.nondeterministic_seeded in func.tags and kwargs.get("generator") is None:
             raise HostSync(f"{func}: draws from a default generator, not the step's (which is the one re-seeded "
@@ -80,6 +145,41 @@ class NoHostSync(TorchDispatchMode):
         if name in self.MATMULS:
             self.dtypes.setdefault(name, set()).add(out.dtype)
         return out
+
+
+def _integer_index(name: str, args) -> bool:
+    """aten.index with integer indices only: its output has the indices' shape (a boolean mask's is read back)."""
+    return name == "aten.index" and all(i is None or i.dtype not in (torch.bool, torch.uint8) for i in args[1])
+
+
+class FakeEvent:
+    """torch.cuda.Event without a driver: recording is free; waiting on it is a host sync, refused by the guard
+    `FakeEvent.guard` outside its permitted regions."""
+
+    guard: NoHostSync | None = None
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, stream=None) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        if self.guard is not None and not self.guard._where:
+            raise HostSync("torch.cuda.Event.synchronize: the host waits for the device")
+
+
+@contextlib.contextmanager
+def fake_cuda_runtime(monkeypatch, guard: NoHostSync):
+    """What `pretrain` asks of the CUDA runtime around its steps, without a driver: the current device is 0, peak
+    memory reads 0, events are FakeEvents reporting to `guard`. (torch.cuda.is_available stays False: fake
+    tensors would then compute their constants on a device that is not there.)"""
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: 0)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(FakeEvent, "guard", guard)
+    yield
 
 
 class CudaGenerator(torch.Generator):

@@ -193,3 +193,31 @@ def test_generator_params_are_coerced_so_the_cache_key_is_stable(tmp_path):
     p = S.resolve_params({"seed": np.int64(3), "prevalence": 1})
     assert type(p["seed"]) is int and type(p["prevalence"]) is float
     assert p == {**DEFAULTS["data"]["synthetic"], "seed": 3, "prevalence": 1.0}
+
+
+def test_the_cifar_padding_is_the_cifar_stem_s_only():
+    """model.cifar_padding pads the CIFAR stem's conv1; with the ImageNet stem only its default is taken (a
+    padding read by no network must not tell two runs apart)."""
+    assert resolve(sets=["model.cifar_padding=2"])["model"]["cifar_padding"] == 2
+    assert resolve(sets=["model.cifar_padding=0"])["model"]["cifar_padding"] == 0
+    assert resolve(sets=["model.stem=imagenet"])["model"]["cifar_padding"] == 1
+    with pytest.raises(ConfigError) as e:
+        resolve(sets=["model.stem=imagenet", "model.cifar_padding=2"])
+    assert str(e.value) == ("model.cifar_padding: 2 pads the CIFAR stem, and model.stem is 'imagenet' (torchvision's "
+                            "7x7 conv1); leave it at 1 or set model.stem=cifar")
+    for bad in (-1, 4, 1.5):
+        with pytest.raises(ConfigError, match="model.cifar_padding"):
+            resolve(sets=[f"model.cifar_padding={bad}"])
+
+
+def test_the_runtime_keys_tell_no_runs_apart():
+    """Where things run and how they are evaluated (config.RUNTIME_KEYS) never retrain a run: another data.root,
+    cache folder, thread count, device or train.deterministic leaves the pretraining trigger as it was."""
+    from bayesncl.grid import trigger_config
+
+    base = resolve(sets=["data.root=/a"])
+    for key, value in (("data.root", "/b"), ("data.cache_dir", "/c"), ("train.threads", 3), ("train.device", "cpu"),
+                       ("data.num_workers", 1), ("train.deterministic", True)):
+        assert key.startswith(C.RUNTIME_KEYS), key
+        other = resolve(sets=["data.root=/a", f"{key}={value}"])
+        assert trigger_config(other) == trigger_config(base), key

@@ -14,6 +14,7 @@ import yaml
 from bayesncl.cli import main
 from bayesncl.config import resolve
 from bayesncl.errors import ConfigError
+from bayesncl import estimate as E
 from bayesncl.estimate import MEASURED, estimate, images, measured_rates, render
 from bayesncl.evaluation.cost import count_flops_per_image
 from bayesncl.evaluation.sections import SECTIONS
@@ -55,8 +56,9 @@ def test_a_small_grid_priced_by_hand(rates):
     # each twin's evaluation is its run's
     fwd = 10_000 + 10 * 50_000
     assert row.eval_h == pytest.approx(2 * (fwd / 6 / 1000 + fwd / 6 / 500) / 3600, rel=1e-9)
-    held = sum(SECTIONS[s].runtime for s in ("features", "interpretability", "retrieval", "linear_probe"))
-    assert row.eval_held_h == pytest.approx(4 * held / 60)
+    # held: each of the 4 sections' start-up, the GPU work, the two CPU sections' allowance
+    held = 4 * (4 * E.SECTION_START_S + 2 * E.CPU_SECTION_S) + 3600 * row.eval_h
+    assert row.eval_held_h == pytest.approx(held / 3600, rel=1e-9)
     # four pretraining (two only save their initialisation), four evaluation submissions, the CIFAR-10 atlas
     assert (row.submissions, est.atlas, est.prepare, est.total().submissions) == (8, 1, 0, 9)
     # a 100-minute limit: NCL's 83.2 minutes fit one allocation, BayesNCL's 166.4 need two, each twin one
@@ -81,25 +83,50 @@ def test_the_paper_grid_as_docs_cluster_prints_it(capsys):
     assert main(["estimate", "--grid", "config/paper.yaml", "--gpu", "H200"]) == 0
     out = capsys.readouterr().out
     total = next(line for line in out.splitlines() if line.startswith("all "))
-    assert total.split() == ["all", "192", "64.0", "8.3", "1242.0", "72.3", "388"]  # twins: no training hours
+    assert total.split() == ["all", "192", "70.5", "8.8", "14.2", "84.7", "282.2", "388"]  # twins: no training
     assert "192 pretraining, 192 evaluation, 3 atlas, 1 prepare_data" in out
     doc = (ROOT / "docs" / "CLUSTER.md").read_text()
     assert total in doc  # the page shows the command's output as it is
 
 
-def test_rates_from_a_gpu_check_json_prefer_the_captured_step(tmp_path):
-    report = {"info": {"gpu": "NVIDIA L40S"}, "steps": {"throughput": {"status": "ok", "result": {
-        "ncl": {"img_per_s": 1.0, "gflops_fwd_per_view": 1.0}, "bayesncl": {"img_per_s": 2.0, "gflops_fwd_per_view": 1.0},
-        "ncl_cudagraph": {"img_per_s": 3.0, "gflops_fwd_per_view": 1.0},
-        "bayesncl_cudagraph": {"img_per_s": 4.0, "gflops_fwd_per_view": 1.0}}}}}
+def test_rates_from_a_gpu_check_json_are_read_in_the_mode_each_run_trains_in(tmp_path, rates):
+    """A gpu_check.json's eager rates (throughput) and captured rates (captured_step, or throughput's *_cudagraph
+    before issue 49): a run is priced in its own train.graph, the paper grid's eager whatever else was measured;
+    a mode not measured is priced at the eager rate and the table says so."""
+    one = {"gflops_fwd_per_view": 1.0}
+    report = {"info": {"gpu": "NVIDIA L40S"}, "steps": {
+        "throughput": {"status": "ok", "result": {"ncl": {"img_per_s": 1.0, **one}, "bayesncl": {"img_per_s": 2.0,
+                                                                                                **one}}},
+        "captured_step": {"status": "ok", "result": {"ncl": {"img_per_s": 3.0, **one},
+                                                     "bayesncl": {"img_per_s": 4.0, **one}}}}}
     path = tmp_path / "gpu_check.json"
     path.write_text(json.dumps(report))
     r = measured_rates(None, path)
-    assert r["gpu"] == "NVIDIA L40S" and [(m["method"], m["img_per_s"]) for m in r["methods"]] == [
-        ("ncl", 3.0), ("bayesncl", 4.0)]
-    del report["steps"]["throughput"]["result"]["bayesncl_cudagraph"]  # not every method captured: the eager rates
-    path.write_text(json.dumps(report))
-    assert [m["img_per_s"] for m in measured_rates(None, path)["methods"]] == [1.0, 2.0]
+    assert r["gpu"] == "NVIDIA L40S" and [(m["method"], m["graph"], m["img_per_s"]) for m in r["methods"]] == [
+        ("ncl", "eager", 1.0), ("bayesncl", "eager", 2.0), ("ncl", "cudagraph", 3.0), ("bayesncl", "cudagraph", 4.0)]
+    assert E.reference(r, "ncl")["img_per_s"] == 1.0 and E.reference(r, "bayesncl", "cudagraph")["img_per_s"] == 4.0
+    assert E.reference(r, "ncl", "compile")["img_per_s"] == 1.0  # not measured: eager
+    assert E.reference({**r, "methods": r["methods"][::-1]}, "ncl", "compile")["img_per_s"] == 1.0  # whatever order
+    legacy = {"steps": {"throughput": {"status": "ok", "result": {**report["steps"]["throughput"]["result"],
+                                                                  "ncl_cudagraph": {"img_per_s": 5.0, **one}}}}}
+    path.write_text(json.dumps(legacy))
+    assert [(m["graph"], m["img_per_s"]) for m in measured_rates(None, path)["methods"]] == [
+        ("eager", 1.0), ("eager", 2.0), ("cudagraph", 5.0)]
+    # the run's own mode: the same grid in eager and captured mode, priced at each mode's rate
+    seconds = 100 * (50_000 // 256) * 256
+    captured = {**rates, "methods": rates["methods"] + [{**m, "graph": "cudagraph", "img_per_s": 2 * m["img_per_s"]}
+                                                        for m in rates["methods"]]}
+    grid = json.loads(json.dumps(GRID))
+    grid["sets"] = {"figure3": {"variants": ["NCL"]}}
+    assert estimate(grid, captured).rows["cifar10"].pretrain_h == pytest.approx(seconds / 1000 / 3600, rel=1e-9)
+    grid["defaults"]["train"]["graph"] = "cudagraph"
+    grid["defaults"]["train"]["device"] = "cuda"
+    est = estimate(grid, captured)
+    assert est.rows["cifar10"].pretrain_h == pytest.approx(seconds / 2000 / 3600, rel=1e-9)
+    assert est.graphs == {"cudagraph": "cudagraph"}
+    est = estimate(grid, rates)  # nothing captured measured: eager, said so
+    assert est.graphs == {"cudagraph": "eager"} and "train.graph=cudagraph at the measured eager rate " \
+        "(cudagraph not measured)" in render(est)
     report["steps"]["throughput"]["status"] = "failed"
     path.write_text(json.dumps(report))
     with pytest.raises(ConfigError, match="did not end ok"):
@@ -146,7 +173,7 @@ def read_estimate(text: str):
     first, blank, head, *rest = text.split("\n")
     assert blank == "" and text.endswith("\n") and not text.endswith("\n\n")
     labels = {m.group(): m.end() for m in re.finditer(r"\S+(?: \S+)*", head)}
-    assert list(labels) == ["dataset", "runs", "pretrain", "eval", "eval held", "total", "submissions"]
+    assert list(labels) == ["dataset", "runs", "pretrain", "eval", "eval held", "total", "requested", "submissions"]
     table = {}
     while rest[0]:
         line = rest.pop(0)
@@ -168,10 +195,13 @@ def test_the_table_and_the_submissions_line_read_back(rates):
     assert first == "GPU-hours on one test GPU, from by hand"
     assert list(table) == ["cifar10", "imagefolder", "all"]
     assert table["all"]["runs"] == table["cifar10"]["runs"] + table["imagefolder"]["runs"] == 8
-    for col in ("pretrain", "eval", "eval held", "total"):  # each shown to 0.1
+    for col in ("pretrain", "eval", "eval held", "total", "requested"):  # each shown to 0.1
         assert abs(table["all"][col] - table["cifar10"][col] - table["imagefolder"][col]) <= 0.1 + 1e-9
     for row in table.values():
-        assert abs(row["total"] - row["pretrain"] - row["eval"]) <= 0.1 + 1e-9
+        assert abs(row["total"] - row["pretrain"] - row["eval held"]) <= 0.1 + 1e-9
+    for name, row in est.rows.items():  # each column is its row's figure, to 0.1
+        assert table[name]["requested"] == round(row.pretrain_request_h + row.eval_request_h, 1)
+        assert table[name]["eval held"] == round(row.eval_held_h, 1)
     # pretraining: CIFAR-10's NCL 83.2 min fits one 100-minute allocation, BayesNCL's 166.4 need two, each twin
     # one; the folder's 1,000 images (3 batches an epoch) one each. One evaluation submission per run; an atlas
     # per dataset (both have NCL and BayesNCL (STE) in table1); one prepare_data for the folder's prepared copy.
@@ -183,8 +213,9 @@ def test_the_table_and_the_submissions_line_read_back(rates):
     assert int(m[1]) + int(m[3]) == table["cifar10"]["submissions"] + table["imagefolder"]["submissions"]
     assert sum(map(int, m.group(1, 3, 4, 5))) == table["all"]["submissions"]
     # the notes name the table's columns
-    assert [line.split(": ")[0] for line in after[1:]] == ["eval", "total"]
-    assert {part.split(": ")[0] for line in after[1:] for part in line.split("; ")} >= {"eval", "eval held", "total"}
+    assert [line.split(": ")[0] for line in after[1:]] == ["rates", "eval", "total", "requested"]
+    assert {part.split(": ")[0] for line in after[1:] for part in line.split("; ")} >= {"eval", "eval held", "total",
+                                                                                        "requested"}
     m = re.fullmatch(pattern, read_estimate(render(dataclasses.replace(est, time_limit_min=None)))[2][0])
     assert m and m[2] is None
     m = re.fullmatch(pattern, read_estimate(render(dataclasses.replace(est, time_limit_min=90.5)))[2][0])
@@ -245,18 +276,19 @@ def test_the_h200_figures_are_the_measured_ones():
 
 
 def test_a_gpu_check_json_is_named_as_the_source(tmp_path, capsys):
-    """The table's first line names the gpu_check.json it priced from, and the captured step where it was used."""
+    """The table's first line names the gpu_check.json it priced from; the rates line the mode (the grid's)."""
     result = {"ncl": {"img_per_s": 1.0, "gflops_fwd_per_view": 1.0}, "bayesncl": {"img_per_s": 2.0,
                                                                                  "gflops_fwd_per_view": 1.0}}
     grid = tmp_path / "g.yaml"
     grid.write_text(yaml.safe_dump({**GRID, "sets": {"figure3": {"variants": ["NCL"]}}}))
     path = tmp_path / "gpu_check.json"
-    for extra, shown in (({}, f"{path}"), ({"ncl_cudagraph": result["ncl"], "bayesncl_cudagraph": result["ncl"]},
-                                           f"{path} (train.graph=cudagraph)")):
+    for extra in ({}, {"ncl_cudagraph": result["ncl"], "bayesncl_cudagraph": result["ncl"]}):
         path.write_text(json.dumps({"info": {"gpu": "NVIDIA L40S"}, "steps": {"throughput": {
             "status": "ok", "result": {**result, **extra}}}}))
         assert main(["estimate", "--grid", str(grid), "--measured", str(path)]) == 0
-        assert capsys.readouterr().out.splitlines()[0] == f"GPU-hours on one NVIDIA L40S, from {shown}"
+        out = capsys.readouterr().out.splitlines()
+        assert out[0] == f"GPU-hours on one NVIDIA L40S, from {path}"
+        assert "rates: train.graph=eager at the measured eager rate, the mode each run trains in" in out
 
 
 def test_errors_name_the_input_then_what_to_run(tmp_path):
@@ -288,3 +320,96 @@ def test_run_cost_is_one_runs_share_of_the_table(rates):
     for k in ("pretrain_h", "eval_h", "eval_held_h", "allocations", "submissions"):
         assert sum(c[k] for c in costs) == pytest.approx(getattr(row, k), rel=1e-12), k
     assert len(cache) == 2 and all(c["prepared"] is None for c in costs)  # NCL's and BayesNCL's model, counted once
+
+
+def test_a_run_s_flops_follow_its_gating_head_s_depth(rates):
+    """Two BayesNCL runs that differ only in method.head_depth are priced at their own counted FLOPs (the FLOPs
+    cache is keyed by the head's depth): each run's hours against its own model's count."""
+    grid = json.loads(json.dumps(GRID))
+    grid["variants"] = {"1-layer head": {"method": {"name": "bayesncl", "head_depth": 1}},
+                        "3-layer head": {"method": {"name": "bayesncl", "head_depth": 3}}}
+    grid["sets"] = {"table4": {"variants": list(grid["variants"])}}
+    runs = [r for r in expand_grid(grid).values() if r.config["train"]["epochs"]]
+    seconds = 100 * (50_000 // 256) * 256
+    from bayesncl.estimate import run_cost
+
+    cache: dict = {}
+    for run in runs:
+        depth = run.config["method"]["head_depth"]
+        cfg = resolve(sets=[f"model.{k}={v}" for k, v in MODEL.items()] + ["method.name=bayesncl",
+                                                                           f"method.head_depth={depth}"])
+        own = count_flops_per_image(build_method(cfg).train(), torch.randn(2, 3, 32, 32))
+        rate = 500.0 * flops("bayesncl") / own
+        assert run_cost(run, rates, None, cache)["pretrain_h"] == pytest.approx(seconds / rate / 3600, rel=1e-9)
+    assert len(cache) == 2
+
+
+def test_pretraining_submissions_over_the_limit_are_counted_by_ceiling(rates):
+    """NCL's 83.2 minutes under a 60-minute limit need 2 allocations (1.39, never rounded down to 1), BayesNCL's
+    166.4 need 3 (2.77); a run that fits takes 1."""
+    limited = estimate({**GRID, "sets": {"figure3": {"variants": ["NCL", "BayesNCL (STE)"]}}}, rates,
+                       time_limit_min=60)
+    assert limited.total().allocations == 2 + 3
+    ncl = {**GRID, "sets": {"figure3": {"variants": ["NCL"]}}}
+    assert estimate(ncl, rates, time_limit_min=83.2 * 1.0001).total().allocations == 1
+    assert estimate(ncl, rates, time_limit_min=83.2 * 0.9999).total().allocations == 2  # just over: another
+
+
+def test_time_requests_are_the_expected_time_times_the_safety_factor(rates):
+    """A job asks SAFETY x its expected minutes, at least FLOOR_MIN, times its attempt; a pretraining job also its
+    stop margin, at most the partition's limit. NCL's run of GRID: 4,992 s of training + start-up; features 10,000
+    test views, the paper probe 10 x 50,000 views at 1/6 of 1000 images/s; the CPU sections their allowance."""
+    import math
+
+    (run,) = [r for r in expand_grid({**GRID, "sets": {"figure3": {"variants": ["NCL"]}}}).values()]
+    cost = E.run_cost(run, rates)
+    start, cpu = E.SECTION_START_S, E.CPU_SECTION_S
+    want = {"features": start + 10_000 / 6 / 1000, "interpretability": start + cpu, "retrieval": start + cpu,
+            "linear_probe": start + 500_000 / 6 / 1000}
+    assert {k: v[0] for k, v in cost["sections"].items()} == pytest.approx(want, rel=1e-12)
+
+    def asked(seconds, attempt=1):
+        return max(E.FLOOR_MIN, math.ceil(E.SAFETY * attempt * seconds / 60))
+
+    pre = 100 * (50_000 // 256) * 256 / 1000 + E.PRETRAIN_START_S
+    assert E.requests(cost) == {"pretrain": asked(pre), **{k: asked(v) for k, v in want.items()}}
+    assert E.requests(cost)["linear_probe"] == 6 and E.requests(cost)["features"] == E.FLOOR_MIN
+    second = E.requests(cost, attempt=2, margin_s=600)  # a retry asks twice; pretraining adds the stop margin
+    assert second == {"pretrain": asked(pre, 2) + 10, **{k: asked(v, 2) for k, v in want.items()}}
+    assert E.requests(cost, time_limit_min=120)["pretrain"] == 120 < asked(pre)
+    assert E.requests(cost, margin_s=610)["pretrain"] == asked(pre) + 11  # the margin's minutes, rounded up
+    assert cost["eval_request_h"] == pytest.approx(sum(asked(v) for v in want.values()) / 60)
+    assert cost["pretrain_request_h"] == pytest.approx(asked(pre) / 60)
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return estimate(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()), measured_rates("h200"))
+
+
+def test_the_paper_grid_holds_its_gpus_about_as_long_as_their_work(paper):
+    """issue 49: the evaluation submissions asked for 1,242 GPU-hours against 8.3 of work. Now what they are
+    expected to hold is within 2x of their work, and what every job asks for is within SAFETY x what it is expected
+    to hold, FLOOR_MIN a job aside."""
+    t = paper.total()
+    assert t.eval_h < t.eval_held_h <= 2 * t.eval_h
+    jobs = t.allocations + (t.submissions - t.allocations - paper.atlas - paper.prepare) * 6  # at most 6 sections
+    floor_h = jobs * E.FLOOR_MIN / 60
+    assert t.eval_request_h + t.pretrain_request_h <= E.SAFETY * (t.eval_held_h + t.pretrain_h) + floor_h + 200 / 60
+    assert t.eval_request_h < 100 and paper.graphs == {"eager": "eager"}
+
+
+def test_a_plugin_s_section_is_priced_at_the_runtime_it_declares(rates):
+    """A section the estimate does not know (a plugin's) is expected to take its declared runtime, on the GPU
+    where it runs the network, and asks for exactly that (times its attempt)."""
+    from bayesncl.evaluation.sections import section
+
+    section("zz_probe", gpu=lambda cfg: True, every_run=True, runtime=50)(lambda ctx: {})
+    try:
+        (run,) = [r for r in expand_grid({**GRID, "sets": {"figure3": {"variants": ["NCL"]}}}).values()]
+        cost = E.run_cost(run, rates)
+        assert cost["sections"]["zz_probe"] == (3000.0, 3000.0)
+        assert E.requests(cost)["zz_probe"] == 50 and E.requests(cost, attempt=2)["zz_probe"] == 100
+        assert cost["eval_h"] == pytest.approx(sum(w for _, w in cost["sections"].values()) / 3600)
+    finally:
+        SECTIONS.pop("zz_probe")

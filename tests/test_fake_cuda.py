@@ -223,3 +223,142 @@ def test_cost_counts_the_same_flops_on_cuda(tiny_backbone, monkeypatch):
             x = torch.empty(2, 3, 16, 16, device=CUDA).contiguous(memory_format=torch.channels_last)
             got = count_flops_per_image(model, x)
     assert got == ref > 0
+
+
+# ------------------------------------------------------------------------------------------------ the whole loop
+# `pretrain` itself on fake CUDA tensors: 2 epochs of 3 steps (an epoch boundary), the lagged check every step,
+# the in-memory feed (indexed on the device), logging and checkpoints. The guard is entered where the work begins
+# (startup.mark_ready) and refuses any host sync outside the regions the loop marks as host contacts
+# (train.host_contact: an epoch's start and end, the lagged check's read, the run's end), each counted.
+LOOP = SETS + METHODS["bayesncl_ste"] + ["data.synthetic.train_size=24", "data.synthetic.test_size=8",
+                                         "train.device=cuda"]
+LOOP_CONTACTS = {"epoch start": 2, "lagged check": 4, "epoch end": 2, "run end": 1}
+
+
+def dry_run(monkeypatch, out, module=T, sets=()):
+    """(the guard with its permitted regions counted, the files `pretrain` saved) of one run on fake CUDA."""
+    import contextlib
+    from pathlib import Path
+
+    from bayesncl.data import load_split
+    from fake_cuda import fake_cuda_runtime
+
+    cfg = C.resolve(sets=LOOP + list(sets))
+    splits = {s: load_split(cfg["data"], s) for s in ("train", "test")}  # real data, read before the fake mode
+    guard, saved = NoHostSync(), []
+    with fake_cuda(monkeypatch), fake_cuda_runtime(monkeypatch, guard), contextlib.ExitStack() as stack:
+        monkeypatch.setattr(module, "load_split", lambda data, split: splits[split])
+        # "cuda" is the current device, cuda:0, which fake tensors cannot ask a driver for
+        monkeypatch.setattr(module, "resolve_device", lambda cfg: CUDA)
+        monkeypatch.setattr(module, "CHECK_EVERY", 1)
+        monkeypatch.setattr(module, "host_contact", guard.permitted)
+        monkeypatch.setattr(module, "mark_ready", lambda: stack.enter_context(guard))
+        # fake tensors have no bytes to write: a checkpoint is recorded, not written
+        monkeypatch.setattr(module.ckpt_io, "save", lambda obj, path: saved.append(Path(path).name))
+        module.pretrain(cfg, out, progress=False)
+    return guard, saved
+
+
+def test_the_training_loop_never_waits_for_the_host_between_its_contacts(tiny_backbone, monkeypatch, tmp_path):
+    """The whole of `pretrain` on a GPU, 6 steps over 2 epochs: the feed, the steps, the lagged finiteness check
+    (its asynchronous copy into page-locked memory, read a check later), logging and checkpoints. Outside the
+    marked host contacts nothing waits for the device, copies over synchronously or runs on the host."""
+    guard, saved = dry_run(monkeypatch, tmp_path / "run")
+    assert guard.permits == LOOP_CONTACTS
+    assert saved == ["checkpoint.pt", "checkpoint.pt", "model.pt"]
+    import json
+
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in log] == [1, 2] and all(r["steps"] == 3 and "loss_scale" in r for r in log)
+    assert guard.ops > 6 * 100  # the steps ran under it
+
+
+def _planted(source: str, anchor: str, line: str):
+    """bayesncl.train with `line` planted after the line holding `anchor` (same indentation): a copy of the module,
+    the package's own untouched."""
+    import importlib.util
+    import inspect
+    import sys
+    import textwrap
+
+    lines = inspect.getsource(T).splitlines(True)
+    (i,) = [k for k, text in enumerate(lines) if anchor in text]
+    indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+    lines.insert(i + 1, textwrap.indent(line, indent) + "\n")
+    spec = importlib.util.spec_from_loader("bayesncl._planted_train", loader=None)
+    mod = importlib.util.module_from_spec(spec)
+    mod.__package__ = "bayesncl"
+    sys.modules[spec.name] = mod
+    try:
+        exec(compile("".join(lines), T.__file__, "exec"), mod.__dict__)
+    finally:
+        del sys.modules[spec.name]
+    return mod
+
+
+def test_a_float_per_step_in_the_loop_fails_the_dry_run(tiny_backbone, monkeypatch, tmp_path):
+    """Planted: `float(tensor)` in pretrain's loop after each step (issue 49: the one-step dry run let it pass)."""
+    mod = _planted(T, "r = train_step(x, gen, want_zplus=stats is not None)", "float(train_step.sums[0])")
+    with pytest.raises(HostSync, match="_local_scalar_dense"):
+        dry_run(monkeypatch, tmp_path / "run", module=mod)
+
+
+def test_a_histc_in_the_step_fails_the_dry_run(tiny_backbone, monkeypatch, tmp_path):
+    """Planted: `torch.histc` in the step (no tag says it syncs; its CUDA kernel reads min and max back)."""
+    log = T.TrainStep.log
+
+    def with_histc(self, loss, parts, out):
+        torch.histc(out["zplus"].float(), bins=10)
+        return log(self, loss, parts, out)
+
+    monkeypatch.setattr(T.TrainStep, "log", with_histc)
+    with pytest.raises(HostSync, match="histc"):
+        dry_run(monkeypatch, tmp_path / "run")
+
+
+def test_the_guard_refuses_every_operator_whose_cuda_kernel_syncs(monkeypatch):
+    """The written list (fake_cuda.SYNCING): each of its operators is refused, tagged or not (histc, bincount's
+    `out`); what looks alike but reads nothing back passes: repeat_interleave given output_size, integer
+    indexing, an asynchronous copy into page-locked memory. A synchronous copy into that memory and an event
+    waited on are refused; inside a permitted region all pass, a value read there standing in as 1."""
+    from fake_cuda import SYNCING, FakeEvent
+
+    with fake_cuda(monkeypatch):
+        x = torch.empty(8, device=CUDA)
+        i = torch.zeros(8, dtype=torch.long, device=CUDA)
+        m = x > 0
+        calls = {"aten.histc": lambda: torch.histc(x), "aten.histogram": lambda: torch.histogram(x, 4),
+                 "aten._histogramdd_bin_edges": lambda: torch.histogramdd(x.reshape(4, 2), [2, 2]),
+                 "aten.bincount": lambda: torch.bincount(i),
+                 "aten.nonzero": lambda: x.nonzero(), "aten.argwhere": lambda: torch.argwhere(x),
+                 "aten.masked_select": lambda: x.masked_select(m),
+                 "aten._unique": lambda: torch.ops.aten._unique(x), "aten._unique2": lambda: torch.unique(x),
+                 "aten.unique_dim": lambda: torch.unique(x, dim=0),
+                 "aten.unique_consecutive": lambda: torch.unique_consecutive(x),
+                 "aten.unique_dim_consecutive": lambda: torch.unique_consecutive(x, dim=0),
+                 "aten.repeat_interleave": lambda: torch.repeat_interleave(i),
+                 "aten.equal": lambda: torch.equal(x, x), "aten.is_nonzero": lambda: x[:1].is_nonzero(),
+                 "aten.allclose": lambda: torch.allclose(x, x), "aten._local_scalar_dense": lambda: x[0].item()}
+        assert set(calls) == set(SYNCING)
+        for name, fn in calls.items():
+            with pytest.raises(HostSync), NoHostSync():
+                fn()
+                pytest.fail(f"{name}: not refused")
+        out = torch.empty(0, dtype=torch.long, device=CUDA)
+        with pytest.raises(HostSync, match="bincount"), NoHostSync():
+            torch.ops.aten.bincount.out(i, out=out)  # the `out` overload has no tag
+        with NoHostSync() as g:
+            torch.repeat_interleave(i, output_size=8)
+            x[i] * 2
+            host = torch.empty((), pin_memory=True)
+            host.copy_(x[0], non_blocking=True)
+        with pytest.raises(HostSync), NoHostSync():
+            host = torch.empty((), pin_memory=True)
+            host.copy_(x[0])  # not asynchronous: the host waits
+        monkeypatch.setattr(FakeEvent, "guard", g)
+        with pytest.raises(HostSync, match="Event.synchronize"):
+            FakeEvent().synchronize()
+        with g, g.permitted("reading"):
+            FakeEvent().synchronize()
+            assert float(x[0]) == 1.0 and x[:2].tolist() == [1, 1] and torch.histc(x).shape == (100,)
+        assert g.permits == {"reading": 1}

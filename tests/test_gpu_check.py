@@ -5,6 +5,7 @@ import ast
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -135,10 +136,11 @@ def test_tiny_mode_runs_every_step_on_cpu(gc, tmp_path):
     steps = report["steps"]
     assert list(steps) == list(gc.STEPS)
     sig = steps["sigterm_resume"]["result"]
-    assert sig["identical"] and sig["interrupted_at"]["step"] > 0
+    assert sig["identical"] and sig["interrupted_at"]["step"] > 0 and sig["sets"] == ["train.deterministic=true"]
     assert steps["cuda_tests"]["result"]["skipped"] == steps["cuda_tests"]["result"]["tests"] > 0
     t = steps["throughput"]["result"]
     assert t["ncl"]["img_per_s"] > 0 and t["bayesncl"]["gflops_fwd_per_view"] > t["ncl"]["gflops_fwd_per_view"]
+    assert t["methods"] == ["cl", "ncl", "topk_ncl", "bayesncl"] and t["graph"] == "eager"
     prof = steps["step_profile"]["result"]
     for m in ("ncl", "bayesncl"):  # the phases are parts of the step
         parts = sum(prof[m][k] for k in ("augment", "forward", "backward", "optimizer"))
@@ -148,33 +150,138 @@ def test_tiny_mode_runs_every_step_on_cpu(gc, tmp_path):
     assert steps["grid_estimate"]["result"]["jobs"] > 0 and report["targets"]
     md = (out / "gpu_check.md").read_text()
     assert all(f"| {name} | ok |" in md for name in gc.STEPS)
-    assert md.count("| pending: no GPU |") == 6 and "## Figures" in r.stdout  # printed too
+    assert md.count("| pending: no GPU |") == 8 and "## Figures" in r.stdout  # printed too, with planned minutes
+    assert "every figure within 4.1 minutes" in r.stdout
 
 
 def test_each_figure_gives_its_goal_and_its_value_or_pending_without_a_gpu():
-    """The figures a lent GPU is for: on a CPU every one is "pending: no GPU" (a CPU's numbers are not them),
-    on CUDA the measured value, and a step that failed says so."""
+    """The figures a lent GPU is for, the grid's eager step first: on a CPU every one is "pending: no GPU" (a CPU's
+    numbers are not them), on CUDA the measured value, and a step that failed says so; each with its planned
+    minute."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gpu.summary import PENDING, figures, markdown
 
-    t = {"graph_modes": ["eager", "cudagraph"], "overhead_pct_cudagraph": 2.5,
-         **{m: {"img_per_s": 1000.0} for m in ("ncl", "bayesncl")},
-         **{f"{m}_cudagraph": {"img_per_s": 1500.0, "peak_frac": 0.25} for m in ("ncl", "bayesncl")}}
+    t = {"methods": ["cl", "ncl", "topk_ncl", "bayesncl"], "overhead_pct": 2.5,
+         **{m: {"img_per_s": 1000.0, "achieved_tflops": 150.0} for m in ("cl", "ncl", "topk_ncl", "bayesncl")}}
     steps = {"cuda_tests": {"status": "ok", "result": {"passed": 9, "tests": 9}},
              "throughput": {"status": "ok", "result": t},
-             "grid_estimate": {"status": "ok", "result": {"imagenet_cpus_per_gpu": 7}},
+             "matmul_peak": {"status": "ok", "result": {"tflops": 600.0}},
+             "captured_step": {"status": "ok", "result": {m: {"img_per_s": 1500.0} for m in ("ncl", "bayesncl")}},
+             "grid_estimate": {"status": "ok", "result": {"imagenet_cpus_per_gpu": 7, "pretrain_gpu_hours": 70.46,
+                                                          "rates_from": "train.graph=eager"}},
              "sigterm_resume": {"status": "failed", "error": "boom"}}
     cpu = figures({"info": {"device": "cpu"}, "steps": steps})
-    assert len(cpu) == 6 and all(f["value"] == PENDING and f["goal"] for f in cpu)
+    assert len(cpu) == 8 and all(f["value"] == PENDING and f["goal"] for f in cpu)
+    assert [f["planned"] for f in cpu] == ["0.8", "2.0", "2.0", "2.8", "3.4", "3.4", "3.5", "4.1"]
     cuda = {f["name"].split(",")[0]: f["value"] for f in figures({"info": {"device": "cuda:0"}, "steps": steps})}
     assert cuda["CUDA-only tests"] == "9 of 9 passed"
-    assert cuda["training step throughput"] == ("ncl 1,000 eager / 1,500 captured img/s (1.50x); "
-                                                "bayesncl 1,000 eager / 1,500 captured img/s (1.50x)")
+    assert cuda["training images/s"] == "cl 1,000 img/s; ncl 1,000 img/s; topk_ncl 1,000 img/s; bayesncl 1,000 img/s"
     assert cuda["BayesNCL time overhead over NCL"] == "+2.50%"
     assert cuda["share of the measured bf16 matmul peak"] == "ncl 25.0%, bayesncl 25.0%"
     assert cuda["CPUs per GPU for the ImageNet-100 feed (prepared copy)"] == "7"
-    assert cuda["resume in train.graph=cudagraph mode bit-identical to an uninterrupted run"] == \
-        "not measured: step sigterm_resume failed"
+    assert cuda["config/paper.yaml's pretraining GPU-hours at the measured rate"] == "70.5 (train.graph=eager)"
+    assert cuda["resume bit-identical to an uninterrupted run"] == "not measured: step sigterm_resume failed"
+    assert cuda["an option: the step captured (train.graph=cudagraph) against eager"] == (
+        "ncl 1,500 captured / 1,000 eager img/s (1.50x); bayesncl 1,500 captured / 1,000 eager img/s (1.50x)")
     md = markdown({"info": {"device": "cpu", "tiny": True, "date": "d", "commit": "c", "torch": "t", "cpus": 2},
                    "steps": {}, "targets": []})
-    assert md.count(f"| {PENDING} |") == 6 and "| <= 3% |" in md and "| >= 20% |" in md and "| <= 8 |" in md
+    assert md.count(f"| {PENDING} |") == 8 and "| <= 3% |" in md and "| >= 20% |" in md and "| <= 8 |" in md
+    assert "every figure within 4.1 minutes" in md
+
+
+def test_the_plan_puts_the_grid_first_and_fits_five_minutes(gc, capsys):
+    """The check's plan on one H200 (PLANNED_S): the grid's needs first (the CUDA tests, the eager rate of each
+    method, resume, the feed, the grid's cost), extras after, while the budget lasts; at most 5 minutes planned,
+    which leaves a rerun within a 15-minute lease. `--plan` prints every figure pending with its minute."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu import common
+
+    assert gc.STEPS[:5] == ("cuda_tests", "throughput", "sigterm_resume", "imagenet_input", "grid_estimate")
+    assert common.GRID_METHODS == ("cl", "ncl", "topk_ncl", "bayesncl") and "model.cifar_padding=2" in \
+        common.PAPER_MODEL
+    when = gc.plan()
+    assert all(when[n] is not None for n in common.NEEDED) and max(v for v in when.values() if v) <= 5.0
+    assert when["compiled_step"] is None  # the budget leaves it out
+    assert gc.plan(1e9)["compiled_step"] == sum(gc.PLANNED_S.values()) / 60
+    assert gc.plan(0)["matmul_peak"] is None and gc.plan(0)["grid_estimate"] is not None  # needs always run
+    # docs/BENCHMARKS.md's step table shows the plan as it is
+    doc = (ROOT / "docs" / "BENCHMARKS.md").read_text().split("| step | planned s | what it does |", 1)[1]
+    shown = {m[1]: int(m[2]) for m in re.finditer(r"^\| `(\w+)`(?: \(extra\))? \| (\d+) \|", doc, re.M)}
+    assert shown == gc.PLANNED_S and list(shown) == list(gc.STEPS)
+    assert gc.main(["--plan"]) == 0
+    out = capsys.readouterr().out
+    figures = [line for line in out.splitlines() if "| pending: no GPU |" in line]
+    assert len(figures) == 8 and all(float(line.strip("|").split("|")[-1]) <= 5.0 for line in figures)
+    assert "planned: 4.8 minutes" in out
+
+
+def test_extras_start_only_while_the_budget_lasts(gc, tmp_path, monkeypatch):
+    """Check.run: the grid's steps always run, an extra only while its planned seconds fit the budget (not with
+    --tiny, whose sizes are not the plan's)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu import check as check_mod
+
+    ran = []
+    monkeypatch.setattr(check_mod, "STEP_FUNCS", {n: (lambda c, n=n: ran.append(n) or {}) for n in gc.STEPS})
+    monkeypatch.setattr(check_mod, "markdown", lambda report: "")
+    monkeypatch.setattr(check_mod, "targets", lambda steps: [])
+    c = check_mod.Check(torch.device("cpu"), False, tmp_path, 20.0)
+    assert c.run(list(gc.STEPS)) == 1  # skipped extras
+    # the fake steps take no time: an extra runs where its planned seconds fit 20 s (5, 15), not 35 or 25
+    assert ran == list(gc.STEPS[:5]) + ["matmul_peak", "step_profile"]
+    assert c.report["steps"]["captured_step"]["status"] == "skipped"
+    ran.clear()  # --tiny: the plan's seconds are not its own; only the time spent counts
+    assert check_mod.Check(torch.device("cpu"), True, tmp_path, 0.5).run(list(gc.STEPS)) == 0
+    assert ran == list(gc.STEPS)
+
+
+def test_the_resume_check_runs_with_deterministic_kernels(gc):
+    """sigterm_resume (and its captured option) train with train.deterministic=true: two uninterrupted GPU runs
+    may otherwise differ, which is no resume bug (docs/REPRODUCIBILITY.md)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu import steps_cli
+
+    assert steps_cli.RESUME_SETS == ["train.deterministic=true"]
+    assert resolve(sets=steps_cli.RESUME_SETS)["train"]["deterministic"] is True
+
+
+def test_the_summary_reads_every_step_it_prints():
+    """A CUDA report's targets and step lines, worked out by hand: the eager, captured and compiled overheads and
+    shares of the matmul peak, the feed ratio; each step's key figures (the resume lines too)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu.summary import key_figures, markdown, targets
+
+    def rate(v, tflops=90.0):
+        return {"img_per_s": v, "ms_per_step": 256e3 / v, "achieved_tflops": tflops, "peak_mem_mb": 1500.0}
+
+    tput = {"methods": ["ncl", "bayesncl"], "graph": "eager", "overhead_pct": 2.0, "ncl": rate(1020.0),
+            "bayesncl": rate(1000.0, 60.0)}
+    captured = {"graph": "cudagraph", "overhead_pct": 8.0, "ncl": rate(2160.0), "bayesncl": rate(2000.0)}
+    resume = {"interrupted_at": {"exit": 75, "epoch": 2, "step": 27}, "identical": True}
+    steps = {"throughput": {"status": "ok", "result": tput}, "matmul_peak": {"status": "ok", "result": {
+        "tflops": 600.0, "n": 8192, "dtype": "bfloat16"}}, "captured_step": {"status": "ok", "result": captured},
+             "official_feed": {"status": "ok", "result": {"ratio": 3.5, "img_per_s": 7000.0, "workers": 16}},
+             "sigterm_resume": {"status": "ok", "result": resume},
+             "captured_resume": {"status": "ok", "result": {"identical": False, "error": "boom"}}}
+    got = {t["name"]: (t["value"], t["pass"], t.get("goal")) for t in targets(steps)}
+    assert got == {
+        "BayesNCL time overhead over NCL, train.graph=eager": ("+2.00%", True, True),
+        "ncl achieved / bf16 matmul peak, train.graph=eager": ("15.0%", True, False),
+        "bayesncl achieved / bf16 matmul peak, train.graph=eager": ("10.0%", False, False),
+        "BayesNCL time overhead over NCL, train.graph=cudagraph": ("+8.00%", False, False),
+        "ncl achieved / bf16 matmul peak, train.graph=cudagraph": ("15.0%", True, False),
+        "bayesncl achieved / bf16 matmul peak, train.graph=cudagraph": ("15.0%", True, False),
+        "ours / official-style feed (NCL)": ("3.50x", True, None)}
+    assert key_figures("throughput", tput) == (
+        "eager: ncl 1,020 img/s (250.98 ms), 90.0 TFLOP/s, peak 1,500 MiB; bayesncl 1,000 img/s (256.00 ms), "
+        "60.0 TFLOP/s, peak 1,500 MiB; overhead +2.00%")
+    assert key_figures("captured_step", {"note": "train.graph=cudagraph needs CUDA"}) == \
+        "train.graph=cudagraph needs CUDA"
+    assert key_figures("sigterm_resume", resume) == "exit 75 at epoch 3 step 27; resumed weights identical: True"
+    assert key_figures("captured_resume", {"identical": False, "error": "boom"}) == \
+        "resumed weights identical: False (boom)"
+    md = markdown({"info": {"device": "cuda:0", "tiny": False, "date": "d", "commit": "c", "torch": "t", "cpus": 16,
+                            "gpu": "NVIDIA H200", "budget_s": 300.0},
+                   "steps": {k: {**v, "seconds": 1.0} for k, v in steps.items()}, "targets": targets(steps)})
+    assert "| sigterm_resume | ok | 1.0 | exit 75 at epoch 3 step 27; resumed weights identical: True |" in md
+    assert "- PASS (goal met): BayesNCL time overhead over NCL, train.graph=eager +2.00%" in md

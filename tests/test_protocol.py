@@ -165,6 +165,7 @@ RELEASED = {
     "cifar": {  # scripts/pretrain/cifar/ncl.yaml (+ augmentations/symmetric.yaml), solo/methods/base.py defaults
         "model.proj_hidden": 2048,               # method_kwargs.proj_hidden_dim
         "model.proj_dim": 256,                   # method_kwargs.proj_output_dim
+        "model.cifar_padding": 2,                # solo/methods/base.py: conv1 = Conv2d(3, 64, 3, 1, padding=2)
         "method.temperature": 0.2,               # method_kwargs.temperature
         "method.nonneg": "rep_relu",             # method_kwargs.non_neg
         "method.head_lr": 0.1,                   # optimizer.gating_head_lr
@@ -208,7 +209,6 @@ DEPARTURES = {
     },
     # released precision 16 (fp16 autocast); here bf16 on GPUs that support it ("auto")
     "all": {"train.precision": ("fp16", "auto")},
-    # the CIFAR stem: the NCL code pads conv1 by 2, here 1 (torchvision-style 3x3, stride 1); no config key
 }
 
 
@@ -261,3 +261,24 @@ def test_paper_grid_uses_the_released_values(dataset):
     opt = build_optimizer(build_method(small), small)
     for g in opt.param_groups:
         assert all((p.ndim <= 1) == (g["weight_decay"] == 0.0) for p in g["params"])
+
+
+def test_every_cifar_run_of_the_paper_grid_has_the_released_stem_and_the_demo_keeps_its_own():
+    """config/paper.yaml: every CIFAR run (Table 5's ResNet-50 too) pads conv1 by 2 as released, ImageNet-100's stem
+    reads no padding; the demo grid keeps 1 (docs/METHOD.md section 2, [choice]), so its run ids and rerun
+    triggers are those of before the key (config.KEYS_ADDED)."""
+    import yaml
+
+    from bayesncl.grid import trigger_config
+
+    pads = {(r.config["data"]["dataset"], r.config["model"]["arch"], r.config["model"]["cifar_padding"])
+            for r in _paper_runs()}
+    assert pads == {("cifar10", "resnet18", 2), ("cifar100", "resnet18", 2), ("cifar100", "resnet50", 2),
+                    ("imagenet100", "resnet18", 1)}
+    assert C.KEYS_ADDED["model.cifar_padding"] == 1
+    demo = expand_grid(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+    for run in demo.values():
+        assert run.config["model"]["cifar_padding"] == 1 and "cifar_padding" not in run.run_id
+        assert "cifar_padding" not in trigger_config(run.config)["model"]
+    paper = next(r for r in _paper_runs() if r.config["data"]["dataset"] == "cifar10")
+    assert trigger_config(paper.config)["model"]["cifar_padding"] == 2  # the released network: another run

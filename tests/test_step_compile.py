@@ -162,10 +162,14 @@ def test_pretrain_in_compile_mode_resumes_to_the_eager_runs_weights(tiny_backbon
     assert [(r["loss"], r["kl"]) for r in logs[0]] == [(r["loss"], r["kl"]) for r in logs[1]]
 
 
-def test_compile_time_is_logged_apart_from_epoch_seconds(tiny_backbone, monkeypatch, tmp_path):
+@pytest.mark.parametrize("preempt_at,compiled", [(5, [100.0, 100.0]), (2, [200.0, 0.0])],
+                         ids=["epoch 2", "epoch 1"])
+def test_compile_time_is_logged_apart_from_epoch_seconds(tiny_backbone, monkeypatch, tmp_path, preempt_at,
+                                                         compiled):
     """An injected clock: 1 s per training step, 100 s for compiling (TrainStep.warm_up). epoch_seconds counts
     the steps only, compile_seconds the compile; the cost section reports both apart. A resumed process
-    compiles again, and that time is logged apart too."""
+    compiles again, and that time is logged apart too: in the epoch it resumes, beside the compile before the
+    preemption when that epoch compiled already (its checkpoint carries it)."""
     from bayesncl.evaluation.cost import training_time
 
     monkeypatch.setattr(T, "COMPILE_BACKEND", "aot_eager")
@@ -177,7 +181,7 @@ def test_compile_time_is_logged_apart_from_epoch_seconds(tiny_backbone, monkeypa
     def step(self, x, gen, want_zplus=False):
         now["t"] += 1.0
         now["calls"] += 1
-        if now["calls"] == 5:  # epoch 2, step 2
+        if now["calls"] == preempt_at:  # 5: epoch 2, step 2; 2: epoch 1, step 2
             os.kill(os.getpid(), signal.SIGTERM)
         return real_step(self, x, gen, want_zplus)
 
@@ -195,7 +199,7 @@ def test_compile_time_is_logged_apart_from_epoch_seconds(tiny_backbone, monkeypa
     T.pretrain(cfg, tmp_path, progress=False)
     log = [json.loads(l) for l in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert [r["epoch_seconds"] for r in log] == [3.0, 3.0]
-    assert [r["compile_seconds"] for r in log] == [100.0, 100.0]  # epoch 2: compiled again after the resume
+    assert [r["compile_seconds"] for r in log] == compiled  # compiled again after the resume
     cost = training_time(log)
     assert cost["train_minutes"] == 6.0 / 60 and cost["compile_seconds"] == 200.0
     assert training_time([{**r, "compile_seconds": 0.0} for r in log])["compile_seconds"] == 0.0

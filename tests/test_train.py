@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+import bayesncl.train as T
 from bayesncl import config as C
 from bayesncl import losses
 from bayesncl.cli import main
@@ -217,6 +218,7 @@ def test_preempted_epoch_keeps_the_seconds_spent_before_the_preemption(tmp_path,
         pretrain(cfg, run, progress=False)
     state = torch.load(run / "checkpoint.pt", weights_only=True)
     assert (state["epoch"], state["step"]) == (1, 3) and state["partial"]["seconds"] == 3.0
+    assert state["partial"]["compile_seconds"] == 0.0  # eager: nothing compiled (carried over in graph modes)
     now["t"] += 500.0  # the time between the two jobs is not training time
     monkeypatch.setattr("bayesncl.train._clock", lambda: now["t"])
     pretrain(cfg, run, progress=False)
@@ -258,3 +260,66 @@ def test_the_compiled_step_uses_cuda_graphs_on_a_gpu_only(monkeypatch):
     assert train.compile_mode(torch.device("cpu")) is None
     monkeypatch.setattr(train, "COMPILE_BACKEND", "aot_eager")
     assert train.compile_mode(torch.device("cuda")) is None
+
+
+def test_deterministic_kernels_are_on_for_the_steps_only_and_change_no_run(tmp_path, tiny_sets, monkeypatch):
+    """train.deterministic: deterministic algorithms, cuDNN's deterministic kernels without autotuning and cuBLAS's
+    fixed workspace while the run trains, the process's settings back afterwards (also when training fails); off,
+    nothing is touched. On the CPU the weights are the same either way, and the key is a runtime key: no run id or
+    rerun trigger changes, and a checkpoint resumes under the other value."""
+    from bayesncl.grid import trigger_config
+
+    seen = []
+    real = T.TrainStep.__call__
+
+    import torch.utils.deterministic as det
+
+    def flags():
+        return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+                torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+                os.environ.get("CUBLAS_WORKSPACE_CONFIG"), det.fill_uninitialized_memory)
+
+    def spy(self, *a, **k):
+        seen.append(flags())
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(T.TrainStep, "__call__", spy)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    mode = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(False, warn_only=True)  # the process's own setting, to be put back
+    try:
+        before = flags()
+        assert before[:2] == (False, True) and before[3:5] == (True, None)
+        sets = tiny_sets + ["train.max_steps_per_epoch=2"]
+        on = C.resolve(sets=sets + ["train.deterministic=true"])
+        pretrain(on, tmp_path / "on", progress=False)
+        # no filling of new tensors (deterministic mode's debugging aid, +4% a CPU step): nothing reads what it
+        # did not write; an operator without a deterministic kernel warns (warn_only), a long run goes on
+        assert seen and set(seen) == {(True, True, True, False, ":4096:8", False)}
+        assert flags() == before
+        # a workspace the user set is kept, and left set
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+        seen.clear()
+        pretrain(on, tmp_path / "on16", progress=False)
+        assert {f[4] for f in seen} == {":16:8"} and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+        seen.clear()
+        off = C.resolve(sets=sets)
+        pretrain(off, tmp_path / "off", progress=False)
+        assert set(seen) == {before}
+        assert _same_weights(tmp_path / "on" / "model.pt", tmp_path / "off" / "model.pt")
+        assert trigger_config(on) == trigger_config(off)
+        # a run recorded before the key trained without it
+        assert C.KEYS_ADDED["train.deterministic"] is False
+        assert C.as_recorded({"train": {"epochs": 1}})["train"]["deterministic"] is False
+        # the finished run taken up again under the other value: its checkpoint differs in a runtime key only
+        assert pretrain(on, tmp_path / "off", progress=False) == tmp_path / "off" / "model.pt"
+        with pytest.raises(RuntimeError, match="planted"):
+            monkeypatch.setattr(T.TrainStep, "__call__",
+                                lambda *a, **k: (_ for _ in ()).throw(RuntimeError("planted")))
+            pretrain(C.resolve(sets=sets + ["train.deterministic=true", "train.epochs=1"]), tmp_path / "bad",
+                     progress=False)
+        assert flags() == before
+    finally:
+        torch.use_deterministic_algorithms(mode[0], warn_only=mode[1])

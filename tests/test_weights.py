@@ -51,8 +51,9 @@ def released_args(cfg: dict) -> dict:
           "topk_k": mc["topk_k"] or 0, "gate_type": RELEASED_GATES.get(mc["gate"], "STE"),
           "bayesian_prior_prob": mc["rho"], "bayesian_kl_lambda": mc["lambda"], "sigmoid_temperature": mc["tau_g"],
           "gate_threshold": 0.5}
+    dataset = "cifar100" if m["stem"] == "cifar" else "imagenet100"  # what picks the released stem
     return {"name": "released", "method": "simclr", "backbone": {"name": m["arch"], "kwargs": {}},
-            "data": {"dataset": "cifar100", "num_classes": 10}, "optimizer": {"name": "lars", "lr": 0.4,
+            "data": {"dataset": dataset, "num_classes": 10}, "optimizer": {"name": "lars", "lr": 0.4,
                                                                                "gating_head_lr": mc["head_lr"]},
             "method_kwargs": mk, "max_epochs": 2, "seed": cfg["seed"]}
 
@@ -81,8 +82,9 @@ def trained(tmp_path_factory):
     from conftest import TINY
 
     out = tmp_path_factory.mktemp("run")
+    # the released CIFAR stem (padding 2): what an import of a released checkpoint builds
     cfg = C.resolve(sets=TINY + ["method.name=bayesncl", "method.gate=gumbel", "method.rho=0.7",
-                                 "method.lambda=1.0e-3", "method.nonneg=relu"])
+                                 "method.lambda=1.0e-3", "method.nonneg=relu", "model.cifar_padding=2"])
     pretrain(cfg, out, progress=False)
     return out, cfg
 
@@ -158,7 +160,7 @@ def test_without_hyper_parameters_the_keys_give_the_model_and_the_rest_is_flagge
     assert METHODS[imp.config["method"]["name"]].gated
     assert imp.config["method"]["head_depth"] == cfg["method"]["head_depth"]
     assert any("no hyper-parameters" in f for f in imp.flags)
-    assert any(f.startswith("model.stem") for f in imp.flags)  # the CIFAR stem's padding differs
+    assert imp.config["model"]["cifar_padding"] == 2 and not any(f.startswith("model.") for f in imp.flags)
 
 
 def test_lightning_s_attribute_dict_is_read_without_lightning_and_other_objects_are_refused(trained, tmp_path):
@@ -205,14 +207,17 @@ def test_the_released_hyper_parameters_map_to_this_package_s(trained, tmp_path, 
     ckpt = write_released(run / "model.pt", tmp_path)
     args = json.loads((tmp_path / "args.json").read_text())
     args["method_kwargs"].update(gate_type=gate, bayesian_prior_prob=0.55, bayesian_kl_lambda=0.02,
-                                 sigmoid_temperature=0.0, temperature=0.3)
+                                 sigmoid_temperature=0.5, temperature=0.3)
+    args["optimizer"]["gating_head_lr"] = 0.05
     (tmp_path / "args.json").write_text(json.dumps(args))
     imp = released.import_checkpoint(ckpt)
     mc = imp.config["method"]
-    assert (mc["gate"], mc["rho"], mc["lambda"], mc["temperature"]) == (ours, 0.55, 0.02, 0.3)
-    assert mc["tau_g"] == C.DEFAULTS["method"]["tau_g"]  # the released 0.0 is no temperature: flagged
-    assert any(f.startswith("method.tau_g") for f in imp.flags)
+    assert (mc["gate"], mc["rho"], mc["lambda"], mc["tau_g"], mc["temperature"], mc["head_lr"]) == (
+        ours, 0.55, 0.02, 0.5, 0.3, 0.05)
     assert any("cifar100" in f for f in imp.flags)  # trained on another dataset than evaluated on
+    del args["optimizer"]["gating_head_lr"]  # absent: optimizer.lr, the released default
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    assert released.import_checkpoint(ckpt).config["method"]["head_lr"] == args["optimizer"]["lr"] == 0.4
 
 
 def test_a_set_that_contradicts_the_shapes_is_refused(trained, tmp_path):
@@ -232,8 +237,9 @@ def _released(tmp_path: Path, name: str = "bayesncl", sets=(), args: bool = True
     """(checkpoint path, the config it was written from); `edit` changes the released state dict in place, `mk`
     the args.json's method_kwargs; `extra` goes to the checkpoint's top level."""
     key = (name, tuple(sets))
-    if key not in _MADE:
-        cfg = C.resolve(sets=[*SMALL, f"method.name={name}", *sets])
+    if key not in _MADE:  # a CIFAR stem padded as released (what an import builds) unless `sets` says otherwise
+        pad = [] if "model.stem=imagenet" in sets else ["model.cifar_padding=2"]
+        cfg = C.resolve(sets=[*SMALL, *pad, f"method.name={name}", *sets])
         torch.manual_seed(0)
         _MADE[key] = cfg, build_method(cfg).state_dict()
     cfg, ours = _MADE[key]
@@ -333,11 +339,64 @@ def test_the_backbone_s_arch_width_and_stem_are_read_from_its_keys_and_shapes(tm
             shape(bb, tmp_path)
 
 
-def test_an_imagenet_stem_imports_as_such_and_only_the_cifar_stem_is_flagged(tmp_path):
+def test_an_imagenet_stem_imports_as_such_and_the_cifar_stem_with_the_released_padding(tmp_path):
     path, cfg = _released(tmp_path, sets=["model.stem=imagenet"])
     imp = released.import_checkpoint(path)
     assert imp.config["model"] == cfg["model"] and imp.config["model"]["stem"] == "imagenet"
-    assert not any(f.startswith("model.stem") for f in imp.flags)
+    assert imp.config["model"]["cifar_padding"] == 1  # the key's default: the ImageNet stem reads none
+    assert not any(f.startswith("model.") for f in imp.flags)
+    path, cfg = _released(tmp_path / "cifar", sets=["model.cifar_padding=1"])  # nothing in the file says so
+    imp = released.import_checkpoint(path)
+    assert imp.config["model"] == {**cfg["model"], "cifar_padding": 2}  # solo/methods/base.py's, always
+    assert released.import_checkpoint(path, sets=["model.cifar_padding=1"]).config["model"]["cifar_padding"] == 1
+
+
+def _released_resnet18(padding: int) -> torch.nn.Module:
+    """A ResNet-18 built the way the released code builds its CIFAR backbone (solo/methods/base.py): torchvision's
+    resnet18, fc removed, conv1 replaced by a 3x3 stride-1 conv with padding `padding`, no max-pool."""
+    import torchvision
+
+    net = torchvision.models.resnet18()
+    net.fc = torch.nn.Identity()
+    net.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=padding, bias=False)
+    net.maxpool = torch.nn.Identity()
+    return net
+
+
+@pytest.mark.parametrize("padding", [1, 2])
+def test_a_released_backbone_imports_to_the_released_network_s_features(tmp_path, padding):
+    """A network built as the released code builds it, with random weights and running statistics, saved in the
+    released layout and imported: this package's backbone gives its features within float rounding, with the
+    released padding 2 (what an import builds) and with 1 (--set model.cifar_padding=1); the other padding
+    does not."""
+    from bayesncl.backbones import build_backbone
+
+    torch.manual_seed(padding)
+    net = _released_resnet18(padding)
+    for m in net.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.normal_(0, 0.1)
+            m.running_var.uniform_(0.5, 2.0)
+            m.bias.data.normal_(0, 0.1)
+    state = OrderedDict((f"backbone.{k}", v.clone()) for k, v in net.state_dict().items())
+    for i, (o, n) in enumerate(((32, 512), (16, 32))):
+        state[f"projector.{2 * i}.weight"], state[f"projector.{2 * i}.bias"] = torch.randn(o, n), torch.zeros(o)
+    path = tmp_path / "released.ckpt"
+    torch.save(lightning_checkpoint(state), path)
+    cfg = released_args(C.resolve(sets=["method.name=ncl", "model.proj_hidden=32", "model.proj_dim=16"]))
+    (tmp_path / "args.json").write_text(json.dumps(cfg))
+    imp = released.import_checkpoint(path, sets=[] if padding == 2 else ["model.cifar_padding=1"])
+    assert imp.config["model"]["cifar_padding"] == padding
+    model = build_method(imp.config)
+    model.load_state_dict(imp.state)
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want, got = net.eval()(x), model.eval().backbone(x)
+        other = build_backbone("resnet18", 64, "cifar", 3 - padding)
+        other.load_state_dict(model.backbone.state_dict())
+        wrong = other.eval()(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert (wrong - want).abs().max() > 1e-2  # the padding is not a detail: features differ at every border
 
 
 @pytest.mark.parametrize("name,sets", [("cl", []), ("ncl", ["method.nonneg=relu", "method.temperature=0.3"]),
@@ -356,19 +415,23 @@ def test_a_gating_head_of_one_or_three_layers_and_its_settings_come_over(tmp_pat
     assert not any(f.startswith("method.") for f in imp.flags)
 
 
-def test_a_released_gate_setting_this_package_does_not_take_is_flagged_and_its_default_kept(tmp_path):
-    default = C.DEFAULTS["method"]
-    path, _ = _released(tmp_path, mk={"bayesian_prior_prob": 1.0, "bayesian_kl_lambda": -0.1,
-                                      "sigmoid_temperature": "2"})
-    imp = released.import_checkpoint(path)
-    assert all(imp.config["method"][k] == default[k] for k in ("rho", "lambda", "tau_g"))
-    assert [f.split(":")[0] for f in imp.flags if f.startswith("method.")] == ["method.rho", "method.lambda",
-                                                                               "method.tau_g"]
-    assert any("bayesian_kl_lambda is -0.1" in f for f in imp.flags)
-    path, _ = _released(tmp_path, mk={"bayesian_prior_prob": True, "bayesian_kl_lambda": 0})
-    imp = released.import_checkpoint(path)
-    assert (imp.config["method"]["rho"], imp.config["method"]["lambda"]) == (default["rho"], 0.0)
-    assert [f.split(":")[0] for f in imp.flags if f.startswith("method.")] == ["method.rho"]
+@pytest.mark.parametrize("theirs,ours,bad", [("bayesian_prior_prob", "rho", 1.0), ("bayesian_prior_prob", "rho", True),
+                                             ("bayesian_kl_lambda", "lambda", -0.1),
+                                             ("sigmoid_temperature", "tau_g", "2"),
+                                             ("sigmoid_temperature", "tau_g", 0.0)])
+def test_a_released_gate_setting_this_package_does_not_take_is_refused_unless_set(tmp_path, theirs, ours, bad):
+    """The released value is carried or refused in one line naming it and the key; `--set` gives the value."""
+    path, _ = _released(tmp_path, mk={theirs: bad})
+    with pytest.raises(CheckpointError) as e:
+        released.import_checkpoint(path)
+    msg = str(e.value)
+    assert msg.startswith(f"checkpoint {path}: method_kwargs.{theirs} is {bad!r}, not a value of method.{ours} (")
+    assert msg.endswith(f"give --set method.{ours}=VALUE to record another") and "\n" not in msg
+    value = {"rho": 0.6, "lambda": 0.001, "tau_g": 2.0}[ours]
+    imp = released.import_checkpoint(path, sets=[f"method.{ours}={value}"])
+    assert imp.config["method"][ours] == value
+    path, _ = _released(tmp_path, mk={"bayesian_kl_lambda": 0})  # 0 is a lambda this package takes
+    assert released.import_checkpoint(path).config["method"]["lambda"] == 0.0
 
 
 @pytest.mark.parametrize("name,mk,phrase", [
@@ -494,9 +557,9 @@ def test_an_import_written_as_a_run_records_its_source_epochs_and_config(tmp_pat
 
 
 # ------------------------------------------------------------------------------------------------ export
-def _model_pt(tmp_path: Path, arch: str, stem: str) -> tuple[Path, torch.nn.Module]:
+def _model_pt(tmp_path: Path, arch: str, stem: str, padding: int = 1) -> tuple[Path, torch.nn.Module]:
     cfg = C.resolve(sets=[f"model.arch={arch}", f"model.stem={stem}", "model.width=64", "model.proj_hidden=32",
-                          "model.proj_dim=16", "method.name=bayesncl"])
+                          "model.proj_dim=16", "method.name=bayesncl", f"model.cifar_padding={padding}"])
     torch.manual_seed(0)
     model = build_method(cfg)
     for m in model.modules():  # running statistics other than the initial ones: eval mode must use them
@@ -509,32 +572,35 @@ def _model_pt(tmp_path: Path, arch: str, stem: str) -> tuple[Path, torch.nn.Modu
     return path, model.eval()
 
 
-def _build(lib: str, arch: str, stem: str) -> torch.nn.Module:
+def _build(lib: str, arch: str, stem: str, padding: int = 1) -> torch.nn.Module:
     """The network as config.json's `build` line says (the documented recipe), run as written."""
     timm = pytest.importorskip("timm") if lib == "timm" else None
     import torchvision
 
     scope = {"torch": torch, "torchvision": torchvision, "timm": timm}
-    exec(BUILD[lib, stem].format(arch=arch), scope)
+    exec(BUILD[lib, stem].format(arch=arch, padding=padding), scope)
     return scope["m"]
 
 
-@pytest.mark.parametrize("fmt,lib,arch,stem", [
-    ("torchvision", "torchvision", "resnet18", "cifar"),
-    ("torchvision", "torchvision", "resnet50", "imagenet"),
-    ("timm", "timm", "resnet18", "imagenet"),
-    ("timm", "timm", "resnet50", "cifar"),
-    ("safetensors", "torchvision", "resnet18", "imagenet"),
-    ("safetensors", "timm", "resnet18", "cifar"),
+@pytest.mark.parametrize("fmt,lib,arch,stem,padding", [
+    ("torchvision", "torchvision", "resnet18", "cifar", 1),
+    ("torchvision", "torchvision", "resnet18", "cifar", 2),
+    ("torchvision", "torchvision", "resnet50", "imagenet", 1),
+    ("timm", "timm", "resnet18", "imagenet", 1),
+    ("timm", "timm", "resnet50", "cifar", 2),
+    ("safetensors", "torchvision", "resnet18", "imagenet", 1),
+    ("safetensors", "timm", "resnet18", "cifar", 1),
 ])
-def test_an_exported_backbone_loads_strictly_and_gives_the_same_features(tmp_path, fmt, lib, arch, stem):
+def test_an_exported_backbone_loads_strictly_and_gives_the_same_features(tmp_path, fmt, lib, arch, stem, padding):
     if fmt == "safetensors":
         pytest.importorskip("safetensors")
-    path, model = _model_pt(tmp_path, arch, stem)
+    path, model = _model_pt(tmp_path, arch, stem, padding)
     assert main(["export", "--checkpoint", str(path), "--format", fmt, "--out", str(tmp_path / "x"), "--heads"]) == 0
     info = json.loads((tmp_path / "x" / "config.json").read_text())
     assert info["config"] == ckpt_io.load(path)["config"]
-    assert info["export"]["build"][lib] == BUILD[lib, stem].format(arch=arch)
+    assert info["export"]["build"][lib] == BUILD[lib, stem].format(arch=arch, padding=padding)
+    assert f"padding={padding}," in info["export"]["build"][lib] or stem == "imagenet"
+    assert info["export"]["cifar_padding"] == (padding if stem == "cifar" else None)
     if fmt == "safetensors":
         from safetensors.torch import load_file
 
@@ -543,7 +609,7 @@ def test_an_exported_backbone_loads_strictly_and_gives_the_same_features(tmp_pat
     else:
         weights = torch.load(tmp_path / "x" / info["export"]["backbone"], weights_only=True)
         heads = torch.load(tmp_path / "x" / info["export"]["heads"], weights_only=True)
-    net = _build(lib, arch, stem)
+    net = _build(lib, arch, stem, padding)
     net.load_state_dict(weights, strict=True)
     net.eval()
     size = 32 if stem == "cifar" else 64
@@ -578,7 +644,7 @@ def test_an_export_s_config_json_and_safetensors_metadata_say_what_was_exported_
         export(tmp_path / "model.pt", tmp_path / "x", "onnx")
     written = export(tmp_path / "model.pt", tmp_path / "x", "safetensors")  # the heads only when asked for
     assert written == [tmp_path / "x" / "backbone.safetensors", tmp_path / "x" / "config.json"]
-    info = {"format": "safetensors", "arch": "resnet18", "width": 4, "stem": "cifar",
+    info = {"format": "safetensors", "arch": "resnet18", "width": 4, "stem": "cifar", "cifar_padding": 1,
             "source": str(tmp_path / "model.pt"), "weights_sha": ckpt_io.weights_digest(model),
             "backbone": "backbone.safetensors", "heads": None,
             "build": None}  # width 4: no network of torchvision's or timm's loads it
@@ -707,3 +773,149 @@ def test_rows_of_imported_weights_say_so_and_the_caption_names_the_file_and_its_
     assert provenance.imported_runs(df) == [
         {"run_id": "synthetic/x/seed~0", "variant": "BayesNCL (released)", "checkpoint": "r/x.ckpt", "sha256": sha},
         {"run_id": "synthetic/x/seed~1", "variant": "BayesNCL (released)", "checkpoint": "r/x.ckpt", "sha256": sha}]
+
+
+# Each setting the released code reads (released.READS), changed in an args.json: (method, sets the checkpoint was
+# written from, the released key, its new value, the config key it lands in with its value, or None: refused).
+READ_CASES = {
+    "method_kwargs.proj_hidden_dim": ("bayesncl", (), 999, None),
+    "method_kwargs.proj_output_dim": ("bayesncl", (), 999, None),
+    "method_kwargs.temperature": ("ncl", (), 0.7, ("method.temperature", 0.7)),
+    "method_kwargs.non_neg": ("ncl", (), "relu", ("method.nonneg", "relu")),
+    "method_kwargs.use_bayes": ("bayesncl", (), False, None),
+    "method_kwargs.use_topk": ("ncl", (), True, ("method.name", "topk_ncl")),
+    "method_kwargs.topk_k": ("topk_ncl", ("method.topk_k=2",), 3, ("method.topk_k", 3)),
+    "method_kwargs.gate_type": ("bayesncl", (), "gumbel_sigmoid", ("method.gate", "gumbel")),
+    "method_kwargs.bayesian_prior_prob": ("bayesncl", (), 0.6, ("method.rho", 0.6)),
+    "method_kwargs.bayesian_kl_lambda": ("bayesncl", (), 0.01, ("method.lambda", 0.01)),
+    "method_kwargs.sigmoid_temperature": ("bayesncl", (), 0.5, ("method.tau_g", 0.5)),
+    "method_kwargs.gate_threshold": ("bayesncl", (), 0.7, None),
+    "optimizer.gating_head_lr": ("bayesncl", (), 0.03, ("method.head_lr", 0.03)),
+    "backbone.name": ("bayesncl", (), "resnet50", None),
+    "data.dataset": ("bayesncl", (), "imagenet100", None),  # the released ImageNet stem: a 7x7 conv1
+}
+
+
+@pytest.mark.parametrize("key", list(READ_CASES))
+def test_every_setting_the_released_code_reads_is_carried_or_refused(tmp_path, key):
+    """No released setting is dropped in silence: changed in args.json, it changes the imported config, or the
+    import stops in one line that names it (issue 49: gate_threshold was dropped)."""
+    assert set(READ_CASES) == set(released.READS)  # a new read needs its case
+    name, sets, value, lands = READ_CASES[key]
+    path, cfg = _released(tmp_path, name, list(sets), mk={"topk_k": 2} if key == "method_kwargs.use_topk" else None)
+    args = json.loads((tmp_path / "args.json").read_text())
+    section, _, leaf = key.partition(".")
+    args[section][leaf] = value
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    if lands is None:
+        with pytest.raises(CheckpointError) as e:
+            released.import_checkpoint(path)
+        assert f": {key} " in str(e.value) and "\n" not in str(e.value)
+    else:
+        got = C.flatten(released.import_checkpoint(path).config)
+        assert got[lands[0]] == lands[1] != C.flatten(cfg)[lands[0]]
+
+
+def test_the_released_dataset_picks_the_stem_as_the_released_code_does(tmp_path):
+    """solo/methods/base.py: cifar10 and cifar100 get the CIFAR stem, every other dataset torchvision's; an
+    args.json whose dataset says the other stem than conv1's shape is another run's."""
+    for stem, dataset, ok in (("cifar", "cifar10", True), ("cifar", "cifar100", True), ("cifar", "stl10", False),
+                              ("imagenet", "imagenet100", True), ("imagenet", "cifar10", False)):
+        path, _ = _released(tmp_path / f"{stem}-{dataset}", sets=["model.stem=imagenet"] if stem == "imagenet" else ())
+        args = json.loads((path.parent / "args.json").read_text())
+        args["data"]["dataset"] = dataset
+        (path.parent / "args.json").write_text(json.dumps(args))
+        if ok:
+            assert released.import_checkpoint(path).config["model"]["stem"] == stem, dataset
+        else:
+            with pytest.raises(CheckpointError, match=re.escape(f"data.dataset is {dataset!r}")):
+                released.import_checkpoint(path)
+
+
+def test_the_gate_threshold_is_the_released_default_or_refused(tmp_path):
+    """gate_threshold 0.5 (the released default, also when absent) imports; any other value is refused in one
+    line: this package's gate opens at 0.5 and has no key for another."""
+    for mk in ({"gate_threshold": 0.5}, {"gate_threshold": 0.5000001}, {"gate_threshold": True}):
+        path, _ = _released(tmp_path, mk=mk)
+        if mk["gate_threshold"] == 0.5 and mk["gate_threshold"] is not True:
+            assert released.import_checkpoint(path).config["method"]["gate"] == "ste"
+        else:
+            with pytest.raises(CheckpointError, match=re.escape("method_kwargs.gate_threshold")):
+                released.import_checkpoint(path)
+    path, _ = _released(tmp_path)
+    args = json.loads((tmp_path / "args.json").read_text())
+    del args["method_kwargs"]["gate_threshold"]
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    assert released.import_checkpoint(path).config["method"]["gate"] == "ste"
+
+
+def _pickled_attribute_dict(tmp_path: Path, reduce_args) -> Path:
+    """A checkpoint whose pickle calls the allow-listed AttributeDict (under Lightning's name) with `reduce_args`."""
+    name = "pytorch_lightning.utilities.parsing"
+    fake = types.ModuleType(name)
+
+    class AttributeDict(dict):
+        def __reduce__(self):
+            return AttributeDict, reduce_args
+
+    AttributeDict.__module__, AttributeDict.__qualname__ = name, "AttributeDict"
+    fake.AttributeDict = AttributeDict
+    parents = {p: sys.modules.get(p) for p in ("pytorch_lightning", "pytorch_lightning.utilities", name)}
+    for p in parents:
+        sys.modules[p] = fake
+    try:
+        path = tmp_path / f"bad{len(list(tmp_path.glob('bad*')))}.ckpt"
+        torch.save({"state_dict": {}, "hyper_parameters": AttributeDict()}, path)
+    finally:
+        for p, m in parents.items():
+            if m is None:
+                sys.modules.pop(p, None)
+            else:
+                sys.modules[p] = m
+    return path
+
+
+@pytest.mark.parametrize("reduce_args,reason", [
+    ((1, 2), "TypeError: dict expected at most 1 argument, got 2"), ((5,), "TypeError: 'int' object is not iterable"),
+    (("not pairs",), "ValueError: dictionary update sequence element #0 has length 1; 2 is required"),
+    (([("a", 1, 2)],), "ValueError: dictionary update sequence element #0 has length 3; 2 is required")],
+    ids=["two arguments", "an int", "a string", "a triple"])
+def test_a_malformed_pickle_of_the_allowed_dict_is_one_line(tmp_path, capsys, reduce_args, reason):
+    """The allow-listed AttributeDict called with arguments a dict does not take: one line naming the file,
+    through the API and through `bayesncl import` (exit 2), never a TypeError traceback."""
+    path = _pickled_attribute_dict(tmp_path, reduce_args)
+    with pytest.raises(CheckpointError) as e:
+        released.read(path)
+    msg = str(e.value)
+    assert msg == f"checkpoint {path} could not be read ({reason}); {released.KEEP}"
+    assert main(["import", "--checkpoint", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and "Traceback" not in err
+
+
+def test_an_absent_gate_setting_is_the_released_default(tmp_path):
+    """args.json without bayesian_* or sigmoid_temperature: the released code took 0.0 for each; a prior or a gate
+    temperature of 0 is no value of this package (refused), a KL weight of 0 is (carried)."""
+    path, _ = _released(tmp_path)
+    args = json.loads((tmp_path / "args.json").read_text())
+    for key in ("bayesian_prior_prob", "sigmoid_temperature", "bayesian_kl_lambda"):
+        del args["method_kwargs"][key]
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    with pytest.raises(CheckpointError, match=re.escape("method_kwargs.bayesian_prior_prob is 0.0")):
+        released.import_checkpoint(path)
+    with pytest.raises(CheckpointError, match=re.escape("method_kwargs.sigmoid_temperature is 0.0")):
+        released.import_checkpoint(path, sets=["method.rho=0.8"])
+    imp = released.import_checkpoint(path, sets=["method.rho=0.8", "method.tau_g=1.0"])
+    assert imp.config["method"]["lambda"] == 0.0
+
+
+def test_an_import_s_set_wins_over_the_checkpoint_s_settings(tmp_path):
+    """`bayesncl import --set` overrides what the hyper-parameters say (not the shapes): the run config records
+    the --set value."""
+    path, cfg = _released(tmp_path, mk={"temperature": 0.3, "bayesian_prior_prob": 0.6})
+    out = tmp_path / "run"
+    assert main(["import", "--checkpoint", str(path), "--out", str(out), "--set", "method.temperature=0.5",
+                 "--set", "method.rho=0.7"]) == 0
+    got = ckpt_io.load(out / "model.pt")["config"]["method"]
+    assert (got["temperature"], got["rho"]) == (0.5, 0.7)
+    assert released.import_checkpoint(path).config["method"]["temperature"] == 0.3  # without the --set: carried

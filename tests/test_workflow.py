@@ -115,10 +115,16 @@ def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
     evaluation submission (group eval_<run>) holding all its sections, run in series on one GPU node."""
     import yaml
 
+    from bayesncl.estimate import measured_rates, requests, run_cost
     from bayesncl.grid import evaluation_sections, expand_grid
 
     out, groups = plan("--profile", "slurm", "all", "--config", f"results={tmp_path}")
     runs = expand_grid(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
+    profile = yaml.safe_load((ROOT / "slurm" / "config.yaml").read_text())["set-resources"]["pretrain"]
+    rates, flops = measured_rates("h200"), {}
+    # each job's time request is the estimate's (3 x expected, at least 3 minutes), pretraining's at most the limit
+    asks = {rid: requests(run_cost(run, rates, None, flops), 1, profile["time_limit"], profile["stop_margin_s"])
+            for rid, run in runs.items()}
     top = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", out, re.M)  # not in a group
     local = LOCAL
     submitted = [rule for rule, _ in top if rule not in local] + [f"group {g}" for g in groups]
@@ -145,20 +151,25 @@ def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
         for key in ("gpu", "cpus_per_task", "mem_mb"):
             assert asked[key] == max(m[key] for m in members.values()), (gid, key)
         assert asked["gpu"] == 1 and asked["runtime"] == sum(m["runtime"] for m in members.values()), gid
+        assert {r: m["runtime"] for r, m in members.items()} == {r: asks[rid][r] for r in members}, gid
         # the paper protocol and Waterbirds run the network
         assert {r for r, m in members.items() if m["gpu"]} == {"features", "linear_probe"} | (
             {"background_probe"} & set(members)), gid
     longest = max(g["asked"]["runtime"] for g in groups.values())
     assert f"up to {longest} minutes" in (ROOT / "slurm" / "config.yaml").read_text()  # what the profile says
-    # Pretraining asks for what the profile says (the partition's limit, its CPUs per GPU), not the rule
-    profile = yaml.safe_load((ROOT / "slurm" / "config.yaml").read_text())["set-resources"]["pretrain"]
+    # Pretraining asks for its estimated time (capped by the profile's limit) and the profile's CPUs per GPU
+    pretrain_asks = sorted(a["pretrain"] for a in asks.values())
+    assert f"{pretrain_asks[0]} to {pretrain_asks[-1]} minutes on the paper grid" in (
+        ROOT / "slurm" / "config.yaml").read_text()
+    seen = []
     for rule, res in top:
         if rule == "pretrain":
             fields = dict(kv.split("=", 1) for kv in res.split(", "))
-            assert {k: int(fields[k]) for k in ("runtime", "cpus_per_gpu", "stop_margin_s")} == {
-                k: profile[k] for k in ("runtime", "cpus_per_gpu", "stop_margin_s")}, fields
+            assert {k: int(fields[k]) for k in ("cpus_per_gpu", "stop_margin_s")} == {
+                k: profile[k] for k in ("cpus_per_gpu", "stop_margin_s")}, fields
+            seen.append(int(fields["runtime"]))
             assert _sbatch_gpu_flags(fields) == "--gpus=1"
-    assert "runtime" not in (ROOT / "workflow" / "rules" / "pretrain.smk").read_text()
+    assert sorted(seen) == pretrain_asks and max(seen) <= profile["time_limit"]
     assert "cpus_per_gpu" not in (ROOT / "workflow" / "rules" / "pretrain.smk").read_text()
 
 

@@ -35,7 +35,8 @@ def estimate_grid(configs: list[dict], tput: dict) -> dict:
                          sort_keys=True)
         if key not in flops:
             flops[key] = forward_flops(cfg)
-        ref = tput["bayesncl" if cfg["method"]["name"] == "bayesncl" else "ncl"]
+        # its own method's rate where measured (throughput times each method of the grid), else its family's
+        ref = tput.get(cfg["method"]["name"]) or tput["bayesncl" if cfg["method"]["name"] == "bayesncl" else "ncl"]
         rate = ref["img_per_s"] * ref["gflops_fwd_per_view"] * 1e9 / flops[key]
         ds = cfg["data"]["dataset"]
         n = TRAIN_IMAGES[ds]
@@ -66,11 +67,14 @@ def grid_estimate(check: Check) -> dict:
     tput = check.step_result("throughput")
     if not tput:
         raise StepFailed("needs the throughput step's measured rates")
-    # The rate of the captured step where it was measured (what a grid run with train.graph set would get).
-    mode = CAPTURED if f"ncl_{CAPTURED}" in tput else "eager"
-    rates = {m: tput[m if mode == "eager" else f"{m}_{mode}"] for m in ("ncl", "bayesncl")}
+    # The rates of the mode the grid trains in (the throughput step's eager ones; the captured step's where the
+    # grid captures its step and that was measured).
     wf = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
     runs = expand_grid(wf)
+    modes = {r.config["train"]["graph"] for r in runs.values()}
+    captured = check.step_result("captured_step") or {}
+    mode = CAPTURED if modes == {CAPTURED} and "ncl" in captured else "eager"
+    rates = {m: v for m, v in (captured if mode == CAPTURED else tput).items() if isinstance(v, dict)}
     est = estimate_grid([r.config for r in runs.values()], rates)
     est["rates_from"] = f"train.graph={mode}"
     feed = check.step_result("imagenet_input")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .common import BENCHMARKS, CAPTURED, sync
+from .common import BENCHMARKS, CAPTURED, GRID_METHODS, GRID_MODE, sync
 from .estimate import forward_flops
 from .procs import run_pretrain
 
@@ -35,7 +35,26 @@ def matmul_peak(check: Check) -> dict:
 
 
 def throughput(check: Check) -> dict:
-    """`pretrain` itself, NCL and BayesNCL, eager and (on CUDA) with the step captured in a CUDA graph."""
+    """`pretrain` itself in the mode the paper grid trains in (eager), each of its methods (SimCLR, NCL, Top-k NCL,
+    BayesNCL): images/s, BayesNCL's overhead over NCL, peak memory."""
+    res = _rates(check, GRID_METHODS, GRID_MODE)
+    res["overhead_pct"] = 100 * (res["ncl"]["img_per_s"] / res["bayesncl"]["img_per_s"] - 1)
+    return res
+
+
+def captured_step(check: Check) -> dict:
+    """An option the grid does not use: the same with the step captured in a CUDA graph (train.graph=cudagraph),
+    NCL and BayesNCL; CUDA only."""
+    if check.device.type != "cuda":
+        return {"note": "train.graph=cudagraph needs CUDA"}
+    res = _rates(check, ("ncl", "bayesncl"), CAPTURED)
+    res["overhead_pct"] = 100 * (res["ncl"]["img_per_s"] / res["bayesncl"]["img_per_s"] - 1)
+    return res
+
+
+def _rates(check: Check, methods, mode: str) -> dict:
+    """`bayesncl.train.pretrain` on the generated CIFAR-100 set, each method in train.graph `mode`: a warm-up run
+    sizes the timed run; the rate is the median of its epochs after the first (which holds a capture)."""
     from bayesncl.config import resolve
     from bayesncl.train import pretrain
 
@@ -43,48 +62,33 @@ def throughput(check: Check) -> dict:
     data = ["data.dataset=cifar100", f"data.root={check.cifar_root}", f"train.batch_size={bs}",
             "train.warmup_epochs=1"]
     steps_in_data = check.s.cifar_train // bs
-    modes = ("eager", CAPTURED) if check.device.type == "cuda" else ("eager",)
-    res: dict = {"batch": bs, "model": check.s.tput_model, "precision": check.precision(),
-                 "channels_last": check.device.type == "cuda", "graph_modes": list(modes)}
-    for mode in modes:
-        for method in ("ncl", "bayesncl"):
-            key = method if mode == "eager" else f"{method}_{mode}"
-            sets = check.s.tput_model + data + check.device_sets() + [
-                f"method.name={method}", f"train.precision={check.precision()}", f"train.graph={mode}"]
-            # Warm-up run (kernels, allocator, autotuning), whose second epoch gives a rough rate to size
-            # the timed run.
-            warm_steps = min(check.s.warm_steps, steps_in_data)
-            log = run_pretrain(pretrain, resolve(sets=sets + ["train.epochs=2",
-                                                             f"train.max_steps_per_epoch={warm_steps}"]),
-                               check.work / "tput" / f"{key}_warm")
-            rough = log[-1]["img_per_s"]
-            epoch_steps = max(3, min(steps_in_data, int(rough * check.s.tput_seconds / 3 / bs)))
-            epochs = max(3, min(8, math.ceil(rough * check.s.tput_seconds / (epoch_steps * bs))))
-            if check.device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(check.device)
-            log = run_pretrain(pretrain, resolve(sets=sets + [f"train.epochs={epochs}",
-                                                             f"train.max_steps_per_epoch={epoch_steps}"]),
-                               check.work / "tput" / key)
-            # epoch 1 holds a capture's warm-up and capture: the rate is the median of the others
-            rates = [r["img_per_s"] for r in log]
-            res[key] = {"img_per_s": statistics.median(rates[1:]), "epoch_rates": rates, "epochs": epochs,
-                        "steps_per_epoch": epoch_steps, "graph": mode,
-                        "peak_mem_mb": max((r["peak_mem_mb"] or 0) for r in log) or None,
-                        "gflops_fwd_per_view": forward_flops(resolve(sets=sets)) / 1e9}
-            m = res[key]
-            # Per source image: two views, each forward + backward (~3x the forward).
-            m["achieved_tflops"] = m["img_per_s"] * 2 * 3 * m["gflops_fwd_per_view"] / 1e3
-            m["ms_per_step"] = 1e3 * bs / m["img_per_s"]
-            print(f"{key:19s} {m['img_per_s']:10.1f} images/s, {m['ms_per_step']:.2f} ms/step, "
-                  f"{m['achieved_tflops']:.1f} TFLOP/s, peak {m['peak_mem_mb']} MiB", flush=True)
-        sfx = "" if mode == "eager" else f"_{mode}"
-        res[f"overhead_pct{sfx}"] = 100 * (res[f"ncl{sfx}"]["img_per_s"] / res[f"bayesncl{sfx}"]["img_per_s"] - 1)
-    peak = check.step_result("matmul_peak")
-    if peak:
-        for mode in modes:
-            for method in ("ncl", "bayesncl"):
-                m = res[method if mode == "eager" else f"{method}_{mode}"]
-                m["peak_frac"] = m["achieved_tflops"] / peak["tflops"]
+    res: dict = {"batch": bs, "model": check.s.tput_model, "precision": check.precision(), "graph": mode,
+                 "channels_last": check.device.type == "cuda", "methods": list(methods)}
+    for method in methods:
+        sets = check.s.tput_model + data + check.device_sets() + [
+            f"method.name={method}", f"train.precision={check.precision()}", f"train.graph={mode}"]
+        # Warm-up run (kernels, allocator, autotuning), whose second epoch gives a rough rate to size the timed run.
+        warm_steps = min(check.s.warm_steps, steps_in_data)
+        log = run_pretrain(pretrain, resolve(sets=sets + ["train.epochs=2", f"train.max_steps_per_epoch={warm_steps}"]),
+                           check.work / "tput" / f"{method}_{mode}_warm")
+        rough = log[-1]["img_per_s"]
+        epoch_steps = max(3, min(steps_in_data, int(rough * check.s.tput_seconds / 3 / bs)))
+        epochs = max(3, min(8, math.ceil(rough * check.s.tput_seconds / (epoch_steps * bs))))
+        if check.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(check.device)
+        log = run_pretrain(pretrain, resolve(sets=sets + [f"train.epochs={epochs}",
+                                                         f"train.max_steps_per_epoch={epoch_steps}"]),
+                           check.work / "tput" / f"{method}_{mode}")
+        rates = [r["img_per_s"] for r in log]
+        m = res[method] = {"img_per_s": statistics.median(rates[1:]), "epoch_rates": rates, "epochs": epochs,
+                           "steps_per_epoch": epoch_steps, "graph": mode,
+                           "peak_mem_mb": max((r["peak_mem_mb"] or 0) for r in log) or None,
+                           "gflops_fwd_per_view": forward_flops(resolve(sets=sets)) / 1e9}
+        # Per source image: two views, each forward + backward (~3x the forward).
+        m["achieved_tflops"] = m["img_per_s"] * 2 * 3 * m["gflops_fwd_per_view"] / 1e3
+        m["ms_per_step"] = 1e3 * bs / m["img_per_s"]
+        print(f"{method:9s} {mode:9s} {m['img_per_s']:10.1f} images/s, {m['ms_per_step']:.2f} ms/step, "
+              f"{m['achieved_tflops']:.1f} TFLOP/s, peak {m['peak_mem_mb']} MiB", flush=True)
     return res
 
 

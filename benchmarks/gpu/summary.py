@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import CAPTURED, TARGETS
+from .common import BUDGET_S, CAPTURED, GRID_METHODS, GRID_MODE, TARGETS, plan
 
 
 def targets(steps: dict) -> list[dict]:
@@ -21,21 +21,16 @@ def targets(steps: dict) -> list[dict]:
                 "pass": v >= TARGETS["peak_frac_min"], "goal": v >= TARGETS["peak_frac_goal"]}
 
     out = []
-    t = res("throughput")
-    if t:
-        for mode in t.get("graph_modes", ["eager"]):
-            sfx = "" if mode == "eager" else f"_{mode}"
-            out.append(overhead(f"BayesNCL time overhead over NCL, train.graph={mode}", t[f"overhead_pct{sfx}"]))
-            for m in ("ncl", "bayesncl"):
-                if "peak_frac" in t[f"{m}{sfx}"]:
-                    out.append(peak(f"{m} achieved / bf16 matmul peak, train.graph={mode}",
-                                    t[f"{m}{sfx}"]["peak_frac"]))
-    c = res("compiled_step")
-    if c and "overhead_pct" in c:
-        out.append(overhead("BayesNCL time overhead over NCL, train.graph=compile", c["overhead_pct"]))
+    matmul = res("matmul_peak")
+    for step, mode in (("throughput", "eager"), ("captured_step", CAPTURED), ("compiled_step", "compile")):
+        t = res(step)
+        if not t or "overhead_pct" not in t:
+            continue
+        out.append(overhead(f"BayesNCL time overhead over NCL, train.graph={mode}", t["overhead_pct"]))
         for m in ("ncl", "bayesncl"):
-            if "peak_frac" in c[m]:
-                out.append(peak(f"{m} achieved / bf16 matmul peak, train.graph=compile", c[m]["peak_frac"]))
+            frac = peak_frac(t.get(m), matmul)
+            if frac is not None:
+                out.append(peak(f"{m} achieved / bf16 matmul peak, train.graph={mode}", frac))
     f = res("official_feed")
     if f and "ratio" in f:
         out.append({"name": "ours / official-style feed (NCL)", "value": f"{f['ratio']:.2f}x",
@@ -43,14 +38,24 @@ def targets(steps: dict) -> list[dict]:
     return out
 
 
+def peak_frac(rate: dict | None, matmul: dict | None) -> float | None:
+    """A step's achieved TFLOP/s over the measured bf16 matmul peak (None where either is missing)."""
+    if not rate or not matmul or "achieved_tflops" not in rate:
+        return None
+    return rate["achieved_tflops"] / matmul["tflops"]
+
+
 PENDING = "pending: no GPU"
 
 
-def figures(report: dict) -> list[dict]:
-    """The figures a lent GPU is for (issue 34), each with its goal and its value: measured on CUDA, else
-    "pending: no GPU" (a CPU's numbers are not these figures); "not measured" where its step did not run."""
+def figures(report: dict, budget_s: float | None = None) -> list[dict]:
+    """The figures a lent GPU is for, the grid's first (its eager step, issue 49), each with its goal, its value
+    (measured on CUDA, else "pending: no GPU": a CPU's numbers are not these figures; "not measured" where its
+    step did not run) and the minute of the check it is planned by on one H200 (common.plan)."""
     steps = report["steps"]
     cuda = str(report["info"]["device"]).startswith("cuda")
+    budget = budget_s or (report["info"].get("budget_s") if cuda else None)  # a CPU's run: the H200 plan
+    when = plan(budget if budget and budget != float("inf") else BUDGET_S)
     cap = CAPTURED
 
     def res(name):
@@ -69,32 +74,42 @@ def figures(report: dict) -> list[dict]:
             return f"not measured: {step} has no {e}"
 
     def rates(t):
-        def one(m):
-            eager, captured = t[m]["img_per_s"], t[f"{m}_{cap}"]["img_per_s"]
-            return f"{m} {_fmt(eager, 0)} eager / {_fmt(captured, 0)} captured img/s ({captured / eager:.2f}x)"
-        return "; ".join(one(m) for m in ("ncl", "bayesncl"))
+        return "; ".join(f"{m} {_fmt(t[m]['img_per_s'], 0)} img/s" for m in t.get("methods", GRID_METHODS))
 
-    def peaks(t):
-        return ", ".join(f"{m} {100 * t[f'{m}_{cap}']['peak_frac']:.1f}%" for m in ("ncl", "bayesncl"))
+    def peaks(r):
+        t = res("throughput")
+        return ", ".join(f"{m} {100 * peak_frac(t[m], r):.1f}%" for m in ("ncl", "bayesncl"))
+
+    def captured(c):
+        t = res("throughput")
+        return "; ".join(f"{m} {_fmt(c[m]['img_per_s'], 0)} captured / {_fmt(t[m]['img_per_s'], 0)} eager img/s "
+                         f"({c[m]['img_per_s'] / t[m]['img_per_s']:.2f}x)" for m in ("ncl", "bayesncl"))
 
     def tests(r):
         return r.get("note") or f"{r['passed']} of {r['tests']} passed"
 
     g = TARGETS
-    return [
-        {"name": "CUDA-only tests", "goal": "all pass", "value": value("cuda_tests", tests)},
-        {"name": f"training step throughput, eager against captured (train.graph={cap}), NCL and BayesNCL",
-         "goal": "captured >= eager", "value": value("throughput", rates)},
-        {"name": "BayesNCL time overhead over NCL, captured step", "goal": f"<= {g['overhead_pct_goal']:g}%",
-         "value": value("throughput", lambda t: f"{t[f'overhead_pct_{cap}']:+.2f}%")},
-        {"name": "share of the measured bf16 matmul peak, captured step",
-         "goal": f">= {100 * g['peak_frac_goal']:g}%", "value": value("throughput", peaks)},
-        {"name": "CPUs per GPU for the ImageNet-100 feed (prepared copy)", "goal": f"<= {g['cpus_per_gpu_goal']}",
-         "value": value("grid_estimate", lambda r: str(r["imagenet_cpus_per_gpu"]))},
-        {"name": f"resume in train.graph={cap} mode bit-identical to an uninterrupted run", "goal": "identical",
-         "value": value("sigterm_resume", lambda r: "identical" if r[cap]["identical"] else
-                        f"differs ({r[cap].get('error') or r[cap].get('max_abs_diff')})")},
+    rows = [
+        ("cuda_tests", "CUDA-only tests", "all pass", tests),
+        ("throughput", f"training images/s, train.graph={GRID_MODE} (the paper grid's), each method", "measured",
+         rates),
+        ("throughput", f"BayesNCL time overhead over NCL, train.graph={GRID_MODE}", f"<= {g['overhead_pct_goal']:g}%",
+         lambda t: f"{t['overhead_pct']:+.2f}%"),
+        ("sigterm_resume", f"resume bit-identical to an uninterrupted run, train.graph={GRID_MODE}, "
+                           "train.deterministic", "identical",
+         lambda r: "identical" if r["identical"] else f"differs ({r.get('max_abs_diff')})"),
+        ("grid_estimate", "CPUs per GPU for the ImageNet-100 feed (prepared copy)", f"<= {g['cpus_per_gpu_goal']}",
+         lambda r: str(r["imagenet_cpus_per_gpu"])),
+        ("grid_estimate", "config/paper.yaml's pretraining GPU-hours at the measured rate", "measured",
+         lambda r: f"{_fmt(r['pretrain_gpu_hours'])} ({r.get('rates_from', '')})"),
+        ("matmul_peak", f"share of the measured bf16 matmul peak, train.graph={GRID_MODE}",
+         f">= {100 * g['peak_frac_goal']:g}%", peaks),
+        ("captured_step", f"an option: the step captured (train.graph={cap}) against eager", "captured >= eager",
+         captured),
     ]
+    return [{"name": name, "goal": goal, "value": value(step, fn),
+             "planned": f"{when[step]:.1f}" if when.get(step) is not None else "not planned"}
+            for step, name, goal, fn in rows]
 
 
 def _fmt(x, nd=1) -> str:
@@ -106,23 +121,23 @@ def _fmt(x, nd=1) -> str:
 def key_figures(name: str, r: dict) -> str:
     if name == "cuda_tests":
         return r.get("note") or f"{r['passed']} of {r['tests']} passed"
-    if name == "sigterm_resume":
+    if name in ("sigterm_resume", "captured_resume"):
+        if "note" in r:
+            return r["note"]
+        if "interrupted_at" not in r:
+            return f"resumed weights identical: {r.get('identical')} ({r.get('error', '')[:200]})"
         a = r["interrupted_at"]
-        s = f"exit {a['exit']} at epoch {a['epoch'] + 1} step {a['step']}; resumed weights identical: {r['identical']}"
-        if CAPTURED in r:
-            s += f"; with train.graph={CAPTURED}: {r[CAPTURED].get('identical')}"
-        return s
+        return (f"exit {a['exit']} at epoch {a['epoch'] + 1} step {a['step']}; resumed weights identical: "
+                f"{r['identical']}")
     if name == "matmul_peak":
         return f"{r['n']}^3 {r['dtype']}: {_fmt(r['tflops'])} TFLOP/s"
-    if name == "throughput":
-        s = ""
-        for mode in r.get("graph_modes", ["eager"]):
-            sfx = "" if mode == "eager" else f"_{mode}"
-            parts = [f"{m} {_fmt(r[m + sfx]['img_per_s'], 0)} img/s ({_fmt(r[m + sfx].get('ms_per_step'), 2)} ms), "
-                     f"{_fmt(r[m + sfx]['achieved_tflops'])} TFLOP/s, peak {_fmt(r[m + sfx]['peak_mem_mb'], 0)} MiB"
-                     for m in ("ncl", "bayesncl")]
-            s += f"{'; ' if s else ''}{mode}: " + "; ".join(parts) + f"; overhead {r['overhead_pct' + sfx]:+.2f}%"
-        return s
+    if name in ("throughput", "captured_step"):
+        if "note" in r:
+            return r["note"]
+        parts = [f"{m} {_fmt(r[m]['img_per_s'], 0)} img/s ({_fmt(r[m].get('ms_per_step'), 2)} ms), "
+                 f"{_fmt(r[m]['achieved_tflops'])} TFLOP/s, peak {_fmt(r[m]['peak_mem_mb'], 0)} MiB"
+                 for m in r.get("methods", ("ncl", "bayesncl"))]
+        return f"{r.get('graph', 'eager')}: " + "; ".join(parts) + f"; overhead {r['overhead_pct']:+.2f}%"
     if name == "step_profile":
         d = r["bayesncl_minus_ncl_ms"]
         names = r.get("phases", ("augment", "forward", "backward", "optimizer"))
@@ -182,8 +197,12 @@ def markdown(report: dict) -> str:
             fig = e.get("error", "")[:300].replace("\n", " ")
         status = e["status"] + (" (previous run)" if e.get("from_previous") else "")
         lines.append(f"| {name} | {status} | {e['seconds']} | {fig.replace('|', '/')} |")
-    lines += ["", "## Figures", "", "| figure | goal | value |", "|---|---|---|"]
-    lines += [f"| {f['name']} | {f['goal']} | {f['value']} |" for f in figures(report)]
+    figs = figures(report)
+    last = max((float(f["planned"]) for f in figs if f["planned"] != "not planned"), default=0.0)
+    lines += ["", "## Figures", "",
+              f"Planned on one H200: every figure within {last:.1f} minutes (benchmarks/gpu/common.py, PLANNED_S).",
+              "", "| figure | goal | value | planned (minute) |", "|---|---|---|---|"]
+    lines += [f"| {f['name']} | {f['goal']} | {f['value']} | {f['planned']} |" for f in figs]
     if report["targets"]:
         lines += ["", "## Targets", ""]
         lines += [f"- {'PASS' if t['pass'] else 'FAIL'}{' (goal met)' if t.get('goal') else ''}: {t['name']} "

@@ -16,7 +16,7 @@ class ScaledResNet(ResNet):
     models with the same topology.
     """
 
-    def __init__(self, arch: str = "resnet18", width: int = 64, stem: str = "cifar"):
+    def __init__(self, arch: str = "resnet18", width: int = 64, stem: str = "cifar", cifar_padding: int = 1):
         if arch not in ARCHS:
             raise ValueError(f"unknown arch {arch!r} (model.arch); allowed: {', '.join(ARCHS)}")
         block, layers = ARCHS[arch]
@@ -30,8 +30,8 @@ class ScaledResNet(ResNet):
         self.layer3 = self._make_layer(block, 4 * width, layers[2], stride=2)
         self.layer4 = self._make_layer(block, 8 * width, layers[3], stride=2)
         if stem == "cifar":
-            # docs/METHOD.md: 3x3 stride-1 conv, padding 1, no max-pool.
-            self.conv1 = nn.Conv2d(3, width, kernel_size=3, stride=1, padding=1, bias=False)
+            # docs/METHOD.md section 2: 3x3 stride-1 conv, no max-pool; padding model.cifar_padding (released: 2).
+            self.conv1 = nn.Conv2d(3, width, kernel_size=3, stride=1, padding=cifar_padding, bias=False)
             self.maxpool = nn.Identity()
         elif stem != "imagenet":
             raise ValueError(f"unknown stem {stem!r} (model.stem); allowed: {', '.join(STEMS)}")
@@ -45,5 +45,5 @@ class ScaledResNet(ResNet):
                 nn.init.zeros_(m.bias)
 
 
-def build_backbone(arch: str, width: int = 64, stem: str = "cifar") -> ScaledResNet:
-    return ScaledResNet(arch, width, stem)
+def build_backbone(arch: str, width: int = 64, stem: str = "cifar", cifar_padding: int = 1) -> ScaledResNet:
+    return ScaledResNet(arch, width, stem, cifar_padding)

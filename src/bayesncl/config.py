@@ -122,6 +122,10 @@ class ModelConfig:
     arch: Literal["resnet18", "resnet50"] = _field("resnet18", "the backbone")
     width: int = _field(64, "the backbone's base width (64: the standard network)", gt=0)
     stem: Literal["cifar", "imagenet"] = _field("cifar", "cifar: 3x3 conv, no max-pool; imagenet: torchvision's")
+    # The released code (solo-learn) pads the CIFAR stem's conv1 by 2; 1 is the demo's [choice] and what every run
+    # before the key did (docs/METHOD.md section 2). config/paper.yaml sets 2 for its CIFAR datasets.
+    cifar_padding: int = _field(1, "the CIFAR stem's 3x3 conv1 padding (released: 2)", ge=0, le=3,
+                                note="3x3 kernel", added=1)
     proj_hidden: int = _field(2048, "the projector's hidden width H (also the gating head's)", gt=0)
     proj_dim: int = _field(256, "the feature dimension D", gt=0)
 
@@ -179,6 +183,10 @@ class TrainConfig:
     # view: the backbone once per view, as the released training step (docs/METHOD.md section 2); joint: one
     # pass over both views (BatchNorm over 2N images), kept to measure what the protocol changes.
     bn: Literal["view", "joint"] = _field("view", "BatchNorm batch in training: each view's N images, or both views")
+    # Resume on a GPU is bit-identical with deterministic kernels only (docs/REPRODUCIBILITY.md); off by default:
+    # their cost on a GPU is not measured yet. A runtime key: it changes no run's id or rerun trigger.
+    deterministic: bool = _field(False, "deterministic algorithms and cuDNN kernels (what the GPU resume check "
+                                        "runs with)", added=False)
     threads: int = _field(0, "torch CPU threads; 0: torch's default", ge=0)
     dynamics_every: int = _field(0, "record gradient dynamics every this many epochs; 0: never", ge=0)
     max_steps_per_epoch: int = _field(0, "cap on steps per epoch; 0: no cap", ge=0)
@@ -220,7 +228,8 @@ class Config:
 # Keys that change neither the trained weights nor what a run records (where things run, how it is evaluated):
 # a checkpoint may be resumed or evaluated with other values, and the workflow leaves them out of a run's id.
 # train.dynamics_every is not one: it decides whether the run writes dynamics.pt.
-RUNTIME_KEYS = ("train.device", "train.threads", "data.num_workers", "data.cache_dir", "data.root", "eval.")
+RUNTIME_KEYS = ("train.device", "train.threads", "train.deterministic", "data.num_workers", "data.cache_dir",
+                "data.root", "eval.")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -447,6 +456,10 @@ def validate(cfg: dict) -> dict:
     if cfg["train"]["graph"] == "cudagraph" and cfg["train"]["device"] == "cpu":
         raise ConfigError("train.graph: 'cudagraph' captures the step in a CUDA graph and needs train.device cuda "
                           "(or auto on a CUDA machine); use 'compile' or 'eager' on CPU")
+    pad, default_pad = cfg["model"]["cifar_padding"], DEFAULTS["model"]["cifar_padding"]
+    if cfg["model"]["stem"] != "cifar" and pad != default_pad:  # read by no network: it must not tell runs apart
+        raise ConfigError(f"model.cifar_padding: {pad} pads the CIFAR stem, and model.stem is {cfg['model']['stem']!r} "
+                          f"(torchvision's 7x7 conv1); leave it at {default_pad} or set model.stem=cifar")
     name = cfg["method"]["name"]
     if "topk_k" in registry.METHODS[name].reads and not 1 <= topk_k(cfg) <= cfg["model"]["proj_dim"]:
         raise ConfigError(f"method.topk_k: k = {topk_k(cfg)} must lie in [1, model.proj_dim = "

@@ -1,8 +1,10 @@
 """What a grid costs before its first submission (`bayesncl estimate --grid FILE --gpu NAME`): GPU-hours of
 pretraining and evaluation, and the SLURM submissions, for any workflow config.
 
-The rate: `benchmarks/gpu_check.py`'s measured training images/s of a ResNet-18 CIFAR step (NCL and BayesNCL)
-on the named GPU (MEASURED, or the user's own gpu_check.json), scaled to each run's model and input size by
+The rate: `benchmarks/gpu_check.py`'s measured training images/s of a ResNet-18 CIFAR step (NCL and BayesNCL;
+its own run, each method) on the named GPU (MEASURED, or the user's own gpu_check.json), in the mode the run
+trains in (`train.graph`: the paper grid's eager; a mode not measured is priced at the eager rate and said so),
+scaled to each run's model and input size by
 counted forward FLOPs: rate(run) = rate(measured) x F(measured) / F(run) (the same achieved FLOP/s assumed;
 224 px convolutions usually run nearer the peak, so ImageNet-100 is more likely over- than underestimated).
 A training image costs two views, forward and backward: 6 forward views. So a forward pass of one view (the
@@ -12,8 +14,10 @@ features, the probes' embeddings) costs 1/6 of a training image.
 - evaluation, GPU work: `features` (the test split, and the train split where a CPU section reads it), the
   paper-protocol probe (eval.probe_epochs passes over the training set, forward of one view) and Waterbirds'
   embedding (background probe);
-- evaluation, held: the evaluation submission holds its GPU while its CPU sections run too. Their time is
-  not measured; the submission's time request (the sum of its sections' `runtime`) is its upper bound;
+- evaluation, held: the evaluation submission holds its GPU while its CPU sections run too: expected, each
+  section's GPU work, or CPU_SECTION_S for a CPU section, plus SECTION_START_S for its start-up;
+- requests: the SLURM time each job asks for (workflow/rules/common.smk asks exactly these): SAFETY x its
+  expected minutes, at least FLOOR_MIN; a pretraining job's capped by the partition's limit where given;
 - submissions: one pretraining submission per run (or as many as its time over `--time-limit`), one
   evaluation submission per run, one per dataset atlas, one per prepared ImageNet-100 copy
   (workflow/rules/common.smk, the eval_<run> groups of evaluate.smk).
@@ -30,7 +34,7 @@ from .errors import ConfigError
 from .registry import METHODS
 
 __all__ = ["MEASURED", "Estimate", "estimate", "forward_flops", "measured_rates", "pretrain_seconds", "reference",
-           "render", "run_cost"]
+           "render", "requests", "run_cost", "section_seconds"]
 
 # gpu_check's throughput step per GPU, one record per measured method (images/s of the training step, counted
 # forward GFLOPs of one 32 px view of its model): ResNet-18 CIFAR stem, width 64, projector 2048/256, batch 256,
@@ -38,15 +42,33 @@ __all__ = ["MEASURED", "Estimate", "estimate", "forward_flops", "measured_rates"
 MEASURED = {
     "h200": {"gpu": "NVIDIA H200",
              "source": "benchmarks/gpu_check.py, run 2 of 2026-11-30 (docs/BENCHMARKS.md, \"Measured figures\")",
-             "methods": [{"method": "ncl", "img_per_s": 10_474.0, "gflops_fwd_per_view": 1.1140},
-                         {"method": "bayesncl", "img_per_s": 9_265.0, "gflops_fwd_per_view": 1.1171}]},
+             "methods": [{"method": "ncl", "graph": "eager", "img_per_s": 10_474.0, "gflops_fwd_per_view": 1.1140},
+                         {"method": "bayesncl", "graph": "eager", "img_per_s": 9_265.0,
+                          "gflops_fwd_per_view": 1.1171}]},
 }
-CAPTURED = "cudagraph"  # gpu_check's captured-step rate, preferred where it was measured (as its grid_estimate)
+EAGER = "eager"  # train.graph's default, the paper grid's mode: what a mode not measured is priced at
 FORWARD_SHARE = 1 / 6  # one forward view against a training image (two views, forward + backward)
+# Time requests and what the jobs are expected to hold (docs/CLUSTER.md, "What it costs"). SAFETY: requests are
+# this many times the expected time (a slower GPU of the same name, a busy node, the estimate's own error); a
+# pretraining job that still runs out continues in a further allocation, and a retried job asks SAFETY x its
+# attempt. Expected per evaluation section: SECTION_START_S of start-up (process, imports, the checkpoint or the
+# cached features loaded: the imports took about 3 s without the fork server, docs/MINIATURE.md) and its GPU work,
+# or CPU_SECTION_S for a CPU section (at the paper grid's sizes at most 3.5 s on one thread, retrieval with its
+# curve on a CIFAR test split: benchmarks/bench_metrics.py). PRETRAIN_START_S: a pretraining job's data, model and
+# checkpoint loaded before its first step.
+SAFETY = 3.0
+FLOOR_MIN = 3
+# The sections priced so; a plugin's section is expected to take, and asks for, the runtime it declares.
+PRICED = ("features", "interpretability", "retrieval", "linear_probe", "background_probe", "dynamics", "cost")
+SECTION_START_S = 20.0
+CPU_SECTION_S = 10.0
+PRETRAIN_START_S = 60.0
 
 
 def measured_rates(gpu: str | None = None, measured: str | Path | None = None) -> dict:
-    """{"gpu", "source", "ncl": {...}, "bayesncl": {...}} from a gpu_check.json (`measured`) or MEASURED[gpu]."""
+    """{"gpu", "source", "methods": [{"method", "graph", "img_per_s", "gflops_fwd_per_view"}, ...]} from a
+    gpu_check.json (`measured`: its throughput step's eager rates and its captured step's, where run) or
+    MEASURED[gpu]."""
     if measured is not None:
         path = Path(measured)
         try:
@@ -54,18 +76,24 @@ def measured_rates(gpu: str | None = None, measured: str | Path | None = None) -
         except (OSError, json.JSONDecodeError) as e:
             raise ConfigError(f"--measured {path}: cannot be read as gpu_check.json ({e}); give the gpu_check.json "
                               "that `benchmarks/gpu_check.py --out DIR` wrote") from None
-        step = (report.get("steps") or {}).get("throughput") or {}
-        tput = step.get("result") if step.get("status") == "ok" else None
-        measured = [m for m in METHODS if isinstance((tput or {}).get(m), dict)]
-        if not measured:
+        steps = report.get("steps") or {}
+
+        def result(name):
+            step = steps.get(name) or {}
+            return (step.get("result") or {}) if step.get("status") == "ok" else {}
+
+        tput, captured = result("throughput"), result("captured_step")
+        records = [{"method": m, "graph": EAGER, **tput[m]} for m in METHODS if isinstance(tput.get(m), dict)]
+        if not records:
             raise ConfigError(f"--measured {path}: its throughput step did not end ok; rerun "
                               "`benchmarks/gpu_check.py --only throughput` on the GPU")
-        # the captured step's rates where every method has one (as gpu_check's own grid estimate)
-        mode = CAPTURED if all(f"{m}_{CAPTURED}" in tput for m in measured) else None
+        for m in METHODS:  # the captured step (an option): its own step, or in throughput as before issue 49
+            rec = captured.get(m) if isinstance(captured.get(m), dict) else tput.get(f"{m}_cudagraph")
+            if isinstance(rec, dict):
+                records.append({"method": m, "graph": "cudagraph", **rec})
         info = report.get("info") or {}
         name = gpu or info.get("gpu") or info.get("device_name") or str(path)
-        return {"gpu": name, "source": f"{path}" + (f" (train.graph={mode})" if mode else ""),
-                "methods": [{"method": m, **tput[f"{m}_{mode}" if mode else m]} for m in measured]}
+        return {"gpu": name, "source": str(path), "methods": records}
     key = (gpu or "").lower().replace("nvidia", "").replace(" ", "").replace("-", "")
     if key not in MEASURED:
         raise ConfigError(f"--gpu {gpu}: no gpu_check measurement for it (measured: {', '.join(MEASURED)}); run "
@@ -74,12 +102,14 @@ def measured_rates(gpu: str | None = None, measured: str | Path | None = None) -
     return MEASURED[key]
 
 
-def reference(rates: dict, method: str) -> dict:
-    """The measurement a run of `method` is priced from: its own, else one of a method with the same gating
-    (the gating head is what changes the step), else the first."""
+def reference(rates: dict, method: str, graph: str = EAGER) -> dict:
+    """The measurement a run of `method` in mode `graph` (train.graph) is priced from: among the records of that
+    mode (of the eager mode where it was not measured), its method's own, else one of a method with the same
+    gating (the gating head is what changes the step), else the first."""
     from .registry import method_traits
 
-    records = rates["methods"]
+    records = [r for r in rates["methods"] if r.get("graph", EAGER) == graph] or [
+        r for r in rates["methods"] if r.get("graph", EAGER) == EAGER]
     return next((r for r in records if r["method"] == method), None) or next(
         (r for r in records if method_traits(r["method"]).gated == method_traits(method).gated), records[0])
 
@@ -125,10 +155,12 @@ def pretrain_seconds(cfg: dict, rate: float, n_train: int) -> float:
 class Row:
     runs: int = 0
     pretrain_h: float = 0.0
-    eval_h: float = 0.0       # GPU work of the evaluation submissions
-    eval_held_h: float = 0.0  # what they ask for: the sum of their sections' runtimes
+    eval_h: float = 0.0            # GPU work of the evaluation submissions
+    eval_held_h: float = 0.0       # expected time they hold their GPU (GPU work, CPU sections, start-up)
+    pretrain_request_h: float = 0.0  # what the pretraining submissions ask for (time requests)
+    eval_request_h: float = 0.0    # what the evaluation submissions ask for
     submissions: int = 0
-    allocations: int = 0      # pretraining submissions
+    allocations: int = 0           # pretraining submissions
 
 
 @dataclass
@@ -139,6 +171,7 @@ class Estimate:
     atlas: int = 0
     prepare: int = 0
     time_limit_min: float | None = None
+    graphs: dict[str, str] = field(default_factory=dict)  # train.graph of the runs -> the mode it was priced at
 
     def total(self) -> Row:
         t = Row()
@@ -149,45 +182,85 @@ class Estimate:
         return t
 
 
-def run_cost(run, rates: dict, sizes: dict[str, int] | None = None, flops_cache: dict[str, float] | None = None, *,
-             time_limit_min: float | None = None) -> dict:
-    """One run's cost (a bayesncl.grid Run): {"pretrain_h", "eval_h", "eval_held_h", "allocations", "submissions",
-    "prepared"}: GPU-hours of pretraining and of the evaluation's GPU work, the evaluation's time request in hours,
-    its pretraining submissions, all its submissions, and the prepared copy its data needs (None: none).
-    `flops_cache` (shared across runs) keeps each distinct model's counted FLOPs."""
-    from .config import crop_size
+def request_minutes(seconds: float, attempt: int = 1) -> int:
+    """A job's time request for `seconds` of expected work: SAFETY x attempt x its minutes, at least FLOOR_MIN."""
+    return max(FLOOR_MIN, math.ceil(SAFETY * attempt * seconds / 60))
+
+
+def section_seconds(run, rate: float, n: dict, cap: float) -> dict[str, tuple[float, float]]:
+    """(expected seconds, GPU work seconds) of each evaluation section of `run` (bayesncl.grid.evaluation_sections)
+    at `rate` training images/s, `n` its dataset's images, `cap` eval.max_images: the GPU work is forward views at
+    FORWARD_SHARE of a training image (0 for a CPU section); expected, SECTION_START_S of start-up and the GPU work
+    or, for a CPU section, CPU_SECTION_S."""
     from .evaluation.sections import SECTIONS, _needs_train_h
     from .grid import evaluation_sections
-    from .registry import BACKGROUND_PROBE, DATASETS, method_traits
+    from .registry import BACKGROUND_PROBE, DATASETS
+
+    cfg = run.config
+    views: dict[str, float | None] = {}
+    for name in evaluation_sections(run):
+        if name == "features":
+            views[name] = min(n["test"], cap) + (min(n["train"], cap) if _needs_train_h(cfg) else 0)
+        elif name == "linear_probe" and SECTIONS[name].gpu(cfg):
+            views[name] = cfg["eval"]["probe_epochs"] * min(n["train"], cap)
+        elif name == "background_probe" and SECTIONS[name].gpu(cfg):
+            views[name] = sum(min(v, cap) for v in (DATASETS[BACKGROUND_PROBE].sizes({}) or {}).values())
+        else:
+            views[name] = None  # a CPU section
+    work = {k: 0.0 if v is None else v * FORWARD_SHARE / rate for k, v in views.items()}
+    out = {k: (SECTION_START_S + (CPU_SECTION_S if views[k] is None else w), w) for k, w in work.items()}
+    for name in (k for k in out if k not in PRICED):  # a plugin's: its declared runtime, on the GPU where it runs
+        s = SECTIONS[name]
+        out[name] = (60.0 * s.runtime, 60.0 * s.runtime if s.gpu(cfg) else 0.0)
+    return out
+
+
+def requests(cost: dict, attempt: int = 1, time_limit_min: float | None = None,
+             margin_s: float = 0.0) -> dict[str, int]:
+    """The time requests (minutes) of one run's jobs from its `run_cost`: "pretrain" (plus the stop margin
+    before the end, at most `time_limit_min`) and each evaluation section."""
+    pre = request_minutes(cost["pretrain_h"] * 3600 + PRETRAIN_START_S, attempt) + math.ceil(margin_s / 60)
+    out = {"pretrain": min(pre, int(time_limit_min)) if time_limit_min else pre}
+    out.update({k: request_minutes(v[0], attempt) if k in PRICED else attempt * math.ceil(v[0] / 60)
+                for k, v in cost["sections"].items()})
+    return out
+
+
+def run_cost(run, rates: dict, sizes: dict[str, int] | None = None, flops_cache: dict[str, float] | None = None, *,
+             time_limit_min: float | None = None) -> dict:
+    """One run's cost (a bayesncl.grid Run): {"pretrain_h", "eval_h", "eval_held_h", "pretrain_request_h",
+    "eval_request_h", "allocations", "submissions", "sections", "graph", "prepared"}: GPU-hours of pretraining and
+    of the evaluation's GPU work, the hours its evaluation submission is expected to hold its GPU, the time its
+    jobs ask for, its pretraining submissions, all its submissions, each section's expected seconds, the mode it
+    was priced at and the prepared copy its data needs (None: none). `flops_cache` (shared across runs) keeps
+    each distinct model's counted FLOPs."""
+    from .config import crop_size
+    from .registry import DATASETS, method_traits
 
     flops = {} if flops_cache is None else flops_cache
     cfg = run.config
     gated = method_traits(cfg["method"]["name"]).gated
-    ref = reference(rates, cfg["method"]["name"])
+    ref = reference(rates, cfg["method"]["name"], cfg["train"]["graph"])
     # only the gating head adds FLOPs to backbone + projector
     key = json.dumps([cfg["model"], gated and cfg["method"]["head_depth"], crop_size(cfg)], sort_keys=True)
     if key not in flops:
         flops[key] = forward_flops(cfg)
     rate = ref["img_per_s"] * ref["gflops_fwd_per_view"] * 1e9 / flops[key]
     n = images(cfg["data"], sizes)
-    cap = cfg["eval"].get("max_images") or math.inf
     pre = pretrain_seconds(cfg, rate, n["train"])
     allocations = max(1, math.ceil(pre / 60 / time_limit_min)) if time_limit_min else 1
-    sections = evaluation_sections(run)
-    fwd = 0.0  # forward views of one image each
-    if "features" in sections:
-        fwd += min(n["test"], cap) + (min(n["train"], cap) if _needs_train_h(cfg) else 0)
-    if "linear_probe" in sections and SECTIONS["linear_probe"].gpu(cfg):
-        fwd += cfg["eval"]["probe_epochs"] * min(n["train"], cap)
-    if "background_probe" in sections and SECTIONS["background_probe"].gpu(cfg):
-        wb = DATASETS[BACKGROUND_PROBE].sizes({}) or {}
-        fwd += sum(min(v, cap) for v in wb.values())
+    sections = section_seconds(run, rate, n, cfg["eval"].get("max_images") or math.inf)
     manifests = DATASETS[cfg["data"]["dataset"]].manifests(cfg["data"])
-    return {"pretrain_h": pre / 3600, "eval_h": fwd * FORWARD_SHARE / rate / 3600,
-            "eval_held_h": sum(SECTIONS[s].runtime for s in sections) / 60, "allocations": allocations,
-            "submissions": allocations + (1 if sections else 0),
+    cost = {"pretrain_h": pre / 3600, "eval_h": sum(w for _, w in sections.values()) / 3600,
+            "eval_held_h": sum(t for t, _ in sections.values()) / 3600, "allocations": allocations,
+            "submissions": allocations + (1 if sections else 0), "sections": sections,
+            "graph": ref.get("graph", EAGER),
             # one prepare_data job per prepared copy (common.smk, PREPARED)
             "prepared": tuple(manifests) if manifests else None}
+    asked = requests(cost, time_limit_min=time_limit_min)
+    cost["pretrain_request_h"] = allocations * asked.pop("pretrain") / 60
+    cost["eval_request_h"] = sum(asked.values()) / 60
+    return cost
 
 
 def estimate(wf: dict, rates: dict, *, time_limit_min: float | None = None,
@@ -206,8 +279,10 @@ def estimate(wf: dict, rates: dict, *, time_limit_min: float | None = None,
         cost = run_cost(run, rates, sizes, flops, time_limit_min=time_limit_min)
         row = est.rows.setdefault(run.config["data"]["dataset"], Row())
         row.runs += 1
-        for k in ("pretrain_h", "eval_h", "eval_held_h", "allocations", "submissions"):
+        for k in ("pretrain_h", "eval_h", "eval_held_h", "pretrain_request_h", "eval_request_h", "allocations",
+                  "submissions"):
             setattr(row, k, getattr(row, k) + cost[k])
+        est.graphs[run.config["train"]["graph"]] = cost["graph"]
         if cost["prepared"]:
             prepared.add(cost["prepared"])
     est.atlas = len(atlas_runs(runs))
@@ -217,23 +292,31 @@ def estimate(wf: dict, rates: dict, *, time_limit_min: float | None = None,
 
 def render(est: Estimate) -> str:
     """The table `bayesncl estimate` prints."""
-    head = f"{'dataset':<14} {'runs':>5} {'pretrain':>9} {'eval':>7} {'eval held':>10} {'total':>8} {'submissions':>12}"
+    head = (f"{'dataset':<14} {'runs':>5} {'pretrain':>9} {'eval':>7} {'eval held':>10} {'total':>8} "
+            f"{'requested':>10} {'submissions':>12}")
     lines = [f"GPU-hours on one {est.gpu}, from {est.source}", "", head]
 
     def line(name: str, r: Row) -> str:
         return (f"{name:<14} {r.runs:>5} {r.pretrain_h:>9.1f} {r.eval_h:>7.1f} {r.eval_held_h:>10.1f} "
-                f"{r.pretrain_h + r.eval_h:>8.1f} {r.submissions:>12}")
+                f"{r.pretrain_h + r.eval_held_h:>8.1f} {r.pretrain_request_h + r.eval_request_h:>10.1f} "
+                f"{r.submissions:>12}")
 
     for name, r in est.rows.items():
         lines.append(line(name, r))
     lines.append(line("all", est.total()))
     t = est.total()
+    modes = "; ".join(f"train.graph={g} at the measured {p} rate" + ("" if g == p else f" ({g} not measured)")
+                      for g, p in est.graphs.items())
     lines += ["",
               f"submissions: {t.allocations} pretraining"
               + (f" (at most {est.time_limit_min:g} minutes each)" if est.time_limit_min else "")
               + f", {t.submissions - t.allocations - est.atlas - est.prepare} evaluation, {est.atlas} atlas, "
                 f"{est.prepare} prepare_data",
+              f"rates: {modes or 'no run'}, the mode each run trains in",
               "eval: the GPU work of the evaluation submissions (features, the paper-protocol and Waterbirds probes); "
-              "eval held: their time requests, the most they hold a GPU while their CPU sections run",
-              "total: pretrain + eval; job start-up and queueing not included"]
+              "eval held: the hours they are expected to hold their GPU (that work, their CPU sections, each "
+              "section's start-up)",
+              "total: pretrain + eval held, the GPU-hours the grid is expected to hold; queueing not included",
+              f"requested: the time its submissions ask for ({SAFETY:g} x expected, at least {FLOOR_MIN} minutes "
+              "a job; pretraining: times its allocations)"]
     return "\n".join(lines) + "\n"

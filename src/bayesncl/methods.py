@@ -75,7 +75,7 @@ class Method(nn.Module):
         m, mc = cfg["model"], cfg["method"]
         self.cfg = cfg
         self.temperature = mc["temperature"]
-        self.backbone = build_backbone(m["arch"], m["width"], m["stem"])
+        self.backbone = build_backbone(m["arch"], m["width"], m["stem"], m["cifar_padding"])
         self.projector = mlp([self.backbone.out_dim, m["proj_hidden"], m["proj_dim"]])
 
     # The subclass hook: from (h, z) to the InfoNCE/evaluation feature and extra outputs. `gate_u` are uniform

@@ -5,7 +5,9 @@ these; nothing here knows about either."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+from typing import Callable
 
 import torch
 
@@ -13,7 +15,10 @@ from .config import ConfigError
 from .data import eval_transform, iter_batches
 
 __all__ = ["LossScaler", "autocast", "bn_mode", "channels_last", "embed", "embed_batch", "peak_memory_mb",
-           "reset_peak_memory", "resolve_device"]
+           "reset_peak_memory", "resolve_device", "set_deterministic"]
+
+# cuBLAS is deterministic only with a fixed workspace, read when its first handle is made (train.deterministic)
+CUBLAS_WORKSPACE = ":4096:8"
 
 
 def resolve_device(cfg: dict) -> torch.device:
@@ -23,6 +28,32 @@ def resolve_device(cfg: dict) -> torch.device:
     if want == "auto":
         want = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(want)
+
+
+def set_deterministic(on: bool) -> Callable[[], None]:
+    """train.deterministic: deterministic algorithms, deterministic cuDNN kernels, no cuDNN autotuning and cuBLAS's
+    fixed workspace for what runs next; returns what puts the previous settings back. An operator without a
+    deterministic kernel warns, naming itself, instead of stopping a long run. Off: nothing changes."""
+    import torch.utils.deterministic as det
+
+    prev = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+            os.environ.get("CUBLAS_WORKSPACE_CONFIG"), det.fill_uninitialized_memory)
+    if not on:
+        return lambda: None
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    # a debugging aid of deterministic mode, a pass over every new tensor: nothing here reads memory it did not write
+    det.fill_uninitialized_memory = False
+
+    def restore() -> None:
+        torch.use_deterministic_algorithms(prev[0], warn_only=prev[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = prev[2], prev[3]
+        det.fill_uninitialized_memory = prev[5]
+        if prev[4] is None:  # a workspace given before is kept as it was (setdefault)
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+    return restore
 
 
 def autocast(device: torch.device, precision: str, *, cache: bool = True):

@@ -18,6 +18,7 @@ same shape (the last partial batch is dropped), and all its random numbers come 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -42,7 +43,7 @@ from .registry import METHODS
 from .optim import Lars, build_optimizer, group_peaks, lr_at, lr_schedule
 from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
 from .runtime import (LossScaler, autocast, channels_last, embed, peak_memory_mb, reset_peak_memory,
-                      resolve_device)
+                      resolve_device, set_deterministic)
 
 COMPILE_BACKEND = "inductor"  # torch.compile's backend for train.graph=compile
 CHECK_EVERY = 50  # steps between finiteness checks (read one check late, so they never stall the device queue)
@@ -55,6 +56,13 @@ class TrainingDiverged(RuntimeError):
 
 class Preempted(Exception):
     """SIGTERM arrived; a checkpoint to resume from is saved (the CLI exits REQUEUE_EXIT)."""
+
+
+def host_contact(where: str) -> contextlib.AbstractContextManager:
+    """Marks where the training loop meets the host by design: an epoch's start (seeding, the epoch's order copied
+    over), the lagged check's read, an epoch's end (its sums, the log, a checkpoint), a preemption, the run's end.
+    Does nothing; tests/test_fake_cuda.py permits exactly these regions and refuses a host sync anywhere else."""
+    return contextlib.nullcontext(where)
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
@@ -179,9 +187,12 @@ class TrainStep:
         else:
             self.sums.copy_(torch.tensor(sums, dtype=torch.float64))
 
-    def read_sums(self) -> list[float]:
-        """The running sums on the host (waits for the device)."""
-        return self.sums.tolist()
+    def read_epoch(self) -> tuple[list[float], float | None]:
+        """The running sums and the loss scale (None without the scaler) on the host: one copy, one wait for
+        the device, at an epoch's end or a preemption."""
+        vals = self.sums if self.scaler is None else torch.cat([self.sums, self.scaler.scale.double()])
+        out = vals.tolist()
+        return (out, None) if self.scaler is None else (out[:-1], out[-1])
 
     def draws(self, batch: int, gen: torch.Generator) -> tuple[list, torch.Tensor | None]:
         """Every random number of a step, from `gen`: each view's augmentation draws, the gate's uniforms."""
@@ -306,9 +317,8 @@ class _LaggedCheck:
         self.device = device
         self.pending = None
 
-    def push(self, sums: torch.Tensor, steps: int, at_step: int) -> tuple[float, int] | None:
-        """Start reading sums[0] / steps; return the previous reading (mean loss, its step) if any."""
-        prev = self.pop()
+    def push(self, sums: torch.Tensor, steps: int, at_step: int) -> None:
+        """Start reading sums[0] / steps (asynchronously on CUDA); `pop` returns it at the next check."""
         if self.device.type == "cuda":
             host = torch.empty((), dtype=sums.dtype, pin_memory=True)
             host.copy_(sums[0], non_blocking=True)
@@ -317,9 +327,9 @@ class _LaggedCheck:
             self.pending = (host, event, steps, at_step)
         else:
             self.pending = (sums[0].clone(), None, steps, at_step)
-        return prev
 
     def pop(self) -> tuple[float, int] | None:
+        """The reading started at the previous check (mean loss, its step), if any."""
         if self.pending is None:
             return None
         host, event, steps, at_step = self.pending
@@ -327,6 +337,17 @@ class _LaggedCheck:
         if event is not None:
             event.synchronize()
         return float(host) / steps, at_step
+
+
+def dynamics_record(model: Method, test_set, cfg: dict, device: torch.device, stats: GradientStats) -> dict:
+    """A dynamics epoch's record: AF and GV over its steps, SC of z+ and of the evaluation feature (Table 1's,
+    gated for BayesNCL) on the test split."""
+    zp_test, f_test = embed(model, test_set, cfg, device, key=("zplus", "feature"))
+    sc = consistency_per_dim(zp_test.numpy(), test_set.labels, test_set.num_classes)
+    sc_feature = consistency_per_dim(f_test.numpy(), test_set.labels, test_set.num_classes)
+    r = stats.result()
+    return {"af": r["af"].cpu(), "gv": r["gv"].cpu(), "sc": torch.from_numpy(sc),
+            "sc_feature": torch.from_numpy(sc_feature)}
 
 
 def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
@@ -394,20 +415,22 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
     mark_ready()  # imports, data, model and checkpoint loaded: the work begins (bayesncl.startup)
     # One generator for the whole run, re-seeded each epoch (a CUDA graph keeps the generator it captured).
     gen = torch.Generator(device=device)
+    deterministic_off = set_deterministic(cfg["train"]["deterministic"])  # put back when the loop ends
     try:
         for epoch in range(state["epoch"], epochs):
             start_step = state["step"] if state["rng"] is not None else 0
-            batches = start_epoch(train_set, cfg, epoch, gen, device, start=start_step)
-            sums0, carried, compile_s = None, 0.0, 0.0
-            if state["rng"] is not None:  # resuming a preempted epoch mid-way: its draws go on where they stopped
-                gen.set_state(state["rng"]["aug"])
-                torch.set_rng_state(state["rng"]["global"])
-                if "cuda" in state["rng"]:
-                    torch.cuda.set_rng_state(state["rng"]["cuda"], device)
-                sums0, carried = state["partial"]["sums"], state["partial"]["seconds"]
-                compile_s = state["partial"].get("compile_seconds", 0.0)
-                state["rng"] = state["partial"] = None
-            train_step.start(epoch * steps + start_step, sums0)
+            with host_contact("epoch start"):
+                batches = start_epoch(train_set, cfg, epoch, gen, device, start=start_step)
+                sums0, carried, compile_s = None, 0.0, 0.0
+                if state["rng"] is not None:  # resuming a preempted epoch mid-way: its draws go on where they stopped
+                    gen.set_state(state["rng"]["aug"])
+                    torch.set_rng_state(state["rng"]["global"])
+                    if "cuda" in state["rng"]:
+                        torch.cuda.set_rng_state(state["rng"]["cuda"], device)
+                    sums0, carried = state["partial"]["sums"], state["partial"]["seconds"]
+                    compile_s = state["partial"].get("compile_seconds", 0.0)
+                    state["rng"] = state["partial"] = None
+                train_step.start(epoch * steps + start_step, sums0)
             # Dynamics epochs are never checkpointed mid-way (below), so their stats cover the whole epoch.
             stats = GradientStats(cfg["model"]["proj_dim"]) if dynamics_epoch(cfg, epoch) else None
             # The epoch's seconds include those spent in it before a preemption.
@@ -416,7 +439,8 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
             for step, (x, _, _) in enumerate(itertools.islice(batches, steps - start_step), start=start_step):
                 if not train_step.warm and stats is None:  # compile / capture: timed apart, not training time
                     c0 = _clock()
-                    train_step.warm_up(x, gen)
+                    with host_contact("compile"):
+                        train_step.warm_up(x, gen)
                     spent = _clock() - c0
                     compile_s += spent
                     t0 += spent
@@ -427,48 +451,48 @@ def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
                 last = step + 1 == steps
                 preempt = stop["signal"] is not None and not last and stats is None
                 if preempt:
-                    sums = train_step.read_sums()
-                    finite(sums[0] / (step + 1), epoch, step + 1)
-                    save(epoch, step + 1, _rng_state(gen), {"sums": sums, "seconds": _clock() - t0,
-                                                             "compile_seconds": compile_s})
+                    with host_contact("preemption"):
+                        sums = train_step.read_epoch()[0]
+                        finite(sums[0] / (step + 1), epoch, step + 1)
+                        save(epoch, step + 1, _rng_state(gen), {"sums": sums, "seconds": _clock() - t0,
+                                                                 "compile_seconds": compile_s})
                     raise Preempted(f"SIGTERM: checkpoint saved in {ckpt_path}; rerun the same command to resume")
                 if not last and (step + 1) % CHECK_EVERY == 0:
-                    seen = check.push(train_step.sums, step + 1, step + 1)
+                    with host_contact("lagged check"):  # the copy started a check ago: long finished
+                        seen = check.pop()
+                    check.push(train_step.sums, step + 1, step + 1)  # an asynchronous copy: no wait
                     if seen is not None:
                         finite(seen[0], epoch, seen[1])
                         bar.set_postfix(epoch=epoch + 1, loss=f"{seen[0]:.4f}")
-            sums = train_step.read_sums()  # waits for the device: then the clock
-            finite(sums[0] / steps, epoch, steps)
-            seconds = _clock() - t0
-            lr = lr_at(epoch * steps + steps - 1, steps, cfg["train"])
-            bar.set_postfix(epoch=epoch + 1, loss=f"{sums[0] / steps:.4f}", lr=f"{lr:.3g}")
-            line = {"epoch": epoch + 1, **{k: v / steps for k, v in zip(names, sums)}, "lr": lr,
-                    "epoch_seconds": seconds, "img_per_s": steps * bs / max(seconds, 1e-9), "steps": steps,
-                    "peak_mem_mb": peak_memory_mb(device)}
-            if train_step.scaler:  # the scale at the epoch's end ("skipped": the share of its steps skipped)
-                line["loss_scale"] = float(train_step.scaler.scale[0])
-            if train_step.mode != "eager":  # compile and graph-capture time: not in epoch_seconds
-                line["compile_seconds"] = compile_s
-            if stats is not None:
-                zp_test, f_test = embed(model, test_set, cfg, device, key=("zplus", "feature"))
-                sc = consistency_per_dim(zp_test.numpy(), test_set.labels, test_set.num_classes)
-                # SC of the evaluation feature too (Table 1's, gated for BayesNCL): SC over training
-                sc_feature = consistency_per_dim(f_test.numpy(), test_set.labels, test_set.num_classes)
-                r = stats.result()
-                state["dynamics"][str(epoch + 1)] = {"af": r["af"].cpu(), "gv": r["gv"].cpu(), "sc": torch.from_numpy(sc),
-                                                     "sc_feature": torch.from_numpy(sc_feature)}
-            state["log"].append(line)
-            save(epoch + 1, 0)
-            atomic_write_text(out / LOG, "".join(json.dumps(r) + "\n" for r in state["log"]))
+            with host_contact("epoch end"):
+                sums, scale = train_step.read_epoch()  # waits for the device: then the clock
+                finite(sums[0] / steps, epoch, steps)
+                seconds = _clock() - t0
+                lr = lr_at(epoch * steps + steps - 1, steps, cfg["train"])
+                bar.set_postfix(epoch=epoch + 1, loss=f"{sums[0] / steps:.4f}", lr=f"{lr:.3g}")
+                line = {"epoch": epoch + 1, **{k: v / steps for k, v in zip(names, sums)}, "lr": lr,
+                        "epoch_seconds": seconds, "img_per_s": steps * bs / max(seconds, 1e-9), "steps": steps,
+                        "peak_mem_mb": peak_memory_mb(device)}
+                if scale is not None:  # the scale at the epoch's end ("skipped": the share of its steps skipped)
+                    line["loss_scale"] = scale
+                if train_step.mode != "eager":  # compile and graph-capture time: not in epoch_seconds
+                    line["compile_seconds"] = compile_s
+                if stats is not None:
+                    state["dynamics"][str(epoch + 1)] = dynamics_record(model, test_set, cfg, device, stats)
+                state["log"].append(line)
+                save(epoch + 1, 0)
+                atomic_write_text(out / LOG, "".join(json.dumps(r) + "\n" for r in state["log"]))
             if stop["signal"] is not None:
                 raise Preempted(f"SIGTERM: checkpoint saved in {ckpt_path}; rerun the same command to resume")
     finally:
         signal.signal(signal.SIGTERM, previous)
+        deterministic_off()
         bar.close()
 
-    if state["dynamics"]:
-        ckpt_io.save(state["dynamics"], out / DYNAMICS)
-    if not epochs:  # the random-init reference: its (empty) log, which evaluation reads like any run's
-        atomic_write_text(out / LOG, "")
-    ckpt_io.save({"config": cfg, "model": model.state_dict(), "epoch": epochs, "log": state["log"]}, final)
+    with host_contact("run end"):
+        if state["dynamics"]:
+            ckpt_io.save(state["dynamics"], out / DYNAMICS)
+        if not epochs:  # the random-init reference: its (empty) log, which evaluation reads like any run's
+            atomic_write_text(out / LOG, "")
+        ckpt_io.save({"config": cfg, "model": model.state_dict(), "epoch": epochs, "log": state["log"]}, final)
     return final

@@ -168,6 +168,65 @@ def gpu_slot(wildcards, resources):
     return f"{shlex.quote(sys.executable)} {shlex.quote(GPU_SLOT_SCRIPT)} --gpus {','.join(LOCAL_GPUS)} -- "
 
 
+# --------------------------------------------------------------------------- time requests (SLURM's --time)
+# On a cluster each job asks for the time bayesncl.estimate expects of it, SAFETY times over, at least FLOOR_MIN
+# minutes, and on a retry that times its attempt (estimate.requests): at the measured rate of the workflow
+# config's `requests: {gpu: NAME}` (default h200) or `requests: {measured: gpu_check.json}`, scaled to the run's
+# model and data. A pretraining job also asks for its stop margin and at most the partition's limit (the profile's
+# `time_limit` under set-resources: pretrain); a run that needs longer continues in further allocations.
+# `runtime` under set-resources still wins for its rule. Locally (and inside a submitted job) nothing is priced:
+# no job asks for time, the sections keep their declared runtime.
+PRICED = not LOCAL and workflow.is_main_process
+_PRICES: dict = {}
+
+
+def profile_resource(rule, name, default=None):
+    """What the profile's set-resources give `rule` for resource `name` (the rules cannot read it otherwise)."""
+    given = (workflow.resource_settings.overwrite_resources or {}).get(rule)
+    value = getattr(given.get(name), "value", given.get(name)) if given is not None else None  # a Resources
+    return default if value is None else value
+
+
+def run_requests(run_id, attempt):
+    """{job: minutes} of one run's pretraining and evaluation sections (estimate.requests), or None where its
+    dataset's size is not known before it is read (an image folder): then the declared requests stand."""
+    from bayesncl.estimate import measured_rates, requests, run_cost
+
+    if "rates" not in _PRICES:
+        want = config.get("requests") or {}
+        try:
+            _PRICES["rates"] = measured_rates(want.get("gpu", "h200"), want.get("measured"))
+        except ConfigError as e:
+            config_error(f"requests: {e}")
+        _PRICES["flops"] = {}
+    if run_id not in _PRICES:
+        try:
+            _PRICES[run_id] = run_cost(RUNS[run_id], _PRICES["rates"], None, _PRICES["flops"])
+        except ConfigError:
+            _PRICES[run_id] = None
+    cost = _PRICES[run_id]
+    if cost is None:
+        return None
+    return requests(cost, attempt, profile_resource("pretrain", "time_limit"),
+                    profile_resource("pretrain", "stop_margin_s", 600))
+
+
+def pretrain_minutes(wildcards, attempt):
+    """Resource function: a pretraining job's time request (none locally: no scheduler asks)."""
+    asked = run_requests(wildcards.run, attempt) if PRICED else None
+    return asked["pretrain"] if asked else profile_resource("pretrain", "time_limit")  # None: no request
+
+
+def section_minutes(section, declared):
+    """Resource function: an evaluation section's time request; its `declared` runtime locally or unpriced."""
+
+    def minutes(wildcards, attempt):
+        asked = run_requests(wildcards.run, attempt) if PRICED else None
+        return asked[section] if asked else declared
+
+    return minutes
+
+
 # --------------------------------------------------------------------------- how a job starts
 # Every `bayesncl` job writes its start-up seconds (process start to the start of its work: interpreter, imports,
 # loading) beside its benchmark record, as <benchmark>.start.json; `bayesncl jobs` reads them into jobs.csv.

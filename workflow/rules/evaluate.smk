@@ -20,7 +20,7 @@ import os
 import shlex
 
 from_common("LOCAL", "PREPARED_OF", "RESULTS", "benchmark_file", "evaluate_command", "evaluate_trigger", "launch",
-            "run_gres", "section_gpus")
+            "run_gres", "section_gpus", "section_minutes")
 
 
 MODEL = f"{RESULTS}/runs/{{run}}/model.pt"
@@ -105,7 +105,7 @@ for _section, _spec in EVAL_RULES.items():
             gres=run_gres,
             cpus_per_task=_spec["cpus"],
             mem_mb=_spec["mem_mb"],
-            runtime=_spec["runtime"],
+            runtime=section_minutes(_section, _spec["runtime"]),  # on a cluster: from the estimate (common.smk)
             serial=1,
             attempt=lambda wc, attempt: attempt,
         conda:

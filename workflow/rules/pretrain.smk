@@ -2,8 +2,8 @@
 # (common.smk, pretrain_trigger).
 import os
 
-from_common("PREPARED_OF", "RESULTS", "benchmark_file", "launch", "pretrain_trigger", "run_config_text", "run_gpus",
-            "run_gres", "within_allocation")
+from_common("PREPARED_OF", "RESULTS", "benchmark_file", "launch", "pretrain_minutes", "pretrain_trigger",
+            "run_config_text", "run_gpus", "run_gres", "within_allocation")
 
 
 rule pretrain:
@@ -23,14 +23,16 @@ rule pretrain:
         allocation=within_allocation,
     threads: 1
     # What one job of the paper grid needs (SLURM reads these; locally only `gpu` is enforced, see
-    # common.smk). Its time request and CPUs per GPU come from the profile (slurm/config.yaml: the GPU
-    # partition's limit); a run longer than one allocation stops stop_margin_s before its end, checkpoints and
-    # requeues its job (common.smk, within_allocation); a preempted one resumes from its checkpoint.
+    # common.smk). Its time request comes from the estimate, at most the partition's limit (common.smk,
+    # pretrain_minutes), its CPUs per GPU from the profile (slurm/config.yaml); a run longer than one allocation
+    # stops stop_margin_s before its end, checkpoints and requeues its job (common.smk, within_allocation); a
+    # preempted one resumes from its checkpoint.
     resources:
         gpu=run_gpus,
         gres=run_gres,
         mem_mb=64000,
         stop_margin_s=600,
+        runtime=pretrain_minutes,
     conda:
         "../envs/bayesncl.yaml"
     shell:

@@ -253,7 +253,7 @@ def iter_batches(
     num_workers: int = 0,
     start: int = 0,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
-    """Yield ``(x_uint8 [B,3,S,S], y [B], bg [B] or None)`` on ``device``.
+    """An iterator of ``(x_uint8 [B,3,S,S], y [B], bg [B] or None)`` on ``device``.
 
     The order is a permutation drawn from a CPU ``torch.Generator`` seeded with ``seed`` alone (pass
     e.g. ``seed * 1000 + epoch`` for a per-epoch order), identical for in-memory and file-backed sets.
@@ -277,23 +277,29 @@ def iter_batches(
     first = min(start * batch_size, stop)
 
     if ds.images is not None:
+        # The copies to the device happen here, when called (a training epoch's start), not at the first batch:
+        # every batch after is indexed on the device (tests/test_fake_cuda.py guards the loop).
         key = str(device)
         if key not in ds._device_cache:
             bg = ds.backgrounds.to(device) if ds.backgrounds is not None else None
             ds._device_cache[key] = (ds.images.to(device), ds.labels.to(device), bg)
-        images, labels, backgrounds = ds._device_cache[key]
-        order = order.to(device)
-        for s in range(first, stop, batch_size):
-            idx = order[s : min(s + batch_size, stop)]
-            yield images[idx], labels[idx], (backgrounds[idx] if backgrounds is not None else None)
-        return
+        return _memory_batches(*ds._device_cache[key], order.to(device), first, stop, batch_size)
+    if hasattr(ds.dataset, "fetch"):
+        return _fetched_batches(ds, order, first, stop, batch_size, device, num_workers)
+    return _loader_batches(ds, order, first, stop, batch_size, device, num_workers)
 
+
+def _memory_batches(images, labels, backgrounds, order, first: int, stop: int, batch_size: int):
+    for s in range(first, stop, batch_size):
+        idx = order[s : min(s + batch_size, stop)]
+        yield images[idx], labels[idx], (backgrounds[idx] if backgrounds is not None else None)
+
+
+def _loader_batches(ds: ImageSet, order, first: int, stop: int, batch_size: int, device, num_workers: int):
+    """Batches of a file-backed dataset through a DataLoader (page-locked and copied asynchronously on CUDA)."""
     from torch.utils.data import DataLoader
 
     workers = num_workers > 0
-    if hasattr(ds.dataset, "fetch"):
-        yield from _fetched_batches(ds, order, first, stop, batch_size, device, num_workers)
-        return
     loader = DataLoader(
         _ReportDataErrors(ds.dataset) if workers else ds.dataset,
         batch_size=batch_size,

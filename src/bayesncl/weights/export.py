@@ -23,15 +23,15 @@ from ..errors import CheckpointError
 from . import FORMATS
 STANDARD_WIDTH = 64  # torchvision's and timm's ResNets: other base widths have no network there to load into
 # How to build the network the backbone loads into, by library and stem (the CIFAR stem: a 3x3 stride-1 conv1,
-# padding 1, and no max-pool; docs/METHOD.md section 2).
+# padding model.cifar_padding (released: 2), and no max-pool; docs/METHOD.md section 2).
 BUILD = {
     ("torchvision", "imagenet"): "m = torchvision.models.{arch}(); m.fc = torch.nn.Identity()",
     ("torchvision", "cifar"): "m = torchvision.models.{arch}(); m.fc = torch.nn.Identity(); "
-                              "m.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False); "
-                              "m.maxpool = torch.nn.Identity()",
+                              "m.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding={padding}, "
+                              "bias=False); m.maxpool = torch.nn.Identity()",
     ("timm", "imagenet"): "m = timm.create_model('{arch}', num_classes=0)",
     ("timm", "cifar"): "m = timm.create_model('{arch}', num_classes=0); "
-                       "m.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False); "
+                       "m.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding={padding}, bias=False); "
                        "m.maxpool = torch.nn.Identity()",
 }
 
@@ -80,10 +80,11 @@ def export(checkpoint: str | Path, out: str | Path, fmt: str, heads: bool = Fals
     out = Path(out)
     ext = "safetensors" if fmt == "safetensors" else "pth"
     libs = ("torchvision", "timm") if fmt == "safetensors" else (fmt,)
-    info = {"format": fmt, "arch": m["arch"], "width": m["width"], "stem": m["stem"], "source": str(checkpoint),
+    info = {"format": fmt, "arch": m["arch"], "width": m["width"], "stem": m["stem"],
+            "cifar_padding": m["cifar_padding"] if m["stem"] == "cifar" else None, "source": str(checkpoint),
             "weights_sha": weights_digest(model), "backbone": f"backbone.{ext}",
             "heads": f"heads.{ext}" if heads else None,
-            "build": {lib: BUILD[lib, m["stem"]].format(arch=m["arch"]) for lib in libs}
+            "build": {lib: BUILD[lib, m["stem"]].format(arch=m["arch"], padding=m["cifar_padding"]) for lib in libs}
             if m["width"] == STANDARD_WIDTH else None}
     meta = {"config": json.dumps(cfg, sort_keys=True), "export": json.dumps(info, sort_keys=True)}
     written = [_write(backbone, out / f"backbone.{ext}", fmt, meta)]

@@ -37,6 +37,31 @@ ATTRIBUTE_DICTS = ("pytorch_lightning.utilities.parsing.AttributeDict",
 # The released gate types (method_kwargs.gate_type) and this package's method.gate.
 GATES = {"STE": "ste", "gumbel_sigmoid": "gumbel"}
 NONNEG = ("relu", "rep_relu")
+RELEASED_CIFAR_PADDING = 2  # the released CIFAR stem's conv1 padding (model.cifar_padding)
+# solo/methods/base.py gives the CIFAR stem to these data.dataset names of its own (solo-learn's vocabulary, which
+# args.json writes; not bayesncl.registry's) and torchvision's stem to every other
+SOLO_CIFAR = "cifar10 cifar100".split()
+RELEASED_THRESHOLD = 0.5  # the gate's threshold, method_kwargs.gate_threshold: this package's, fixed
+# Every setting the released SimCLR/BayesNCL reads (solo/methods/simclr.py, solo/methods/base.py) and what an
+# import does with it: carried to a key of this package, checked against the weights' shapes, or refused in one
+# line where this package cannot take it (tests/test_weights.py changes each one and sees it carried or refused).
+READS = {
+    "method_kwargs.proj_hidden_dim": "model.proj_hidden, checked against the projector's shapes",
+    "method_kwargs.proj_output_dim": "model.proj_dim, checked against the projector's shapes",
+    "method_kwargs.temperature": "method.temperature",
+    "method_kwargs.non_neg": "method.nonneg, and the method (null: SimCLR)",
+    "method_kwargs.use_bayes": "the method, checked against the gating head",
+    "method_kwargs.use_topk": "the method",
+    "method_kwargs.topk_k": "method.topk_k",
+    "method_kwargs.gate_type": "method.gate",
+    "method_kwargs.bayesian_prior_prob": "method.rho",
+    "method_kwargs.bayesian_kl_lambda": "method.lambda",
+    "method_kwargs.sigmoid_temperature": "method.tau_g",
+    "method_kwargs.gate_threshold": f"refused unless {RELEASED_THRESHOLD} (this package's gate threshold)",
+    "optimizer.gating_head_lr": "method.head_lr (absent: optimizer.lr, as released)",
+    "backbone.name": "model.arch, checked against the backbone's shapes",
+    "data.dataset": "the stem it picks, checked against conv1; noted where it differs from the evaluated dataset",
+}
 KEEP = "re-save its state dict alone: torch.save({'state_dict': ckpt['state_dict']}, path)"
 
 
@@ -81,10 +106,12 @@ def read(path: str | Path) -> dict:
                               f"code ({', '.join(other[:3])}); {KEEP}")
     with torch.serialization.safe_globals([(dict, g) for g in needed]):  # AttributeDict read as a plain dict
         try:
-            return _as_dict(torch.load(path, map_location="cpu", weights_only=True), path)
-        except pickle.UnpicklingError as e:
-            reason = str(e).strip().splitlines()[0]
-            raise CheckpointError(f"checkpoint {path} could not be read ({reason}); {KEEP}") from None
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - a malformed pickle (e.g. the dict called with wrong arguments)
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise CheckpointError(f"checkpoint {path} could not be read ({type(e).__name__}: {reason}); {KEEP}") \
+                from None
+    return _as_dict(obj, path)
 
 
 def _as_dict(obj, path: Path) -> dict:
@@ -183,6 +210,38 @@ def _linears(group: dict, name: str, path: Path) -> list[tuple[int, int]]:
     return [tuple(group[f"{i}.weight"].shape) for i in idx]
 
 
+def _carried(key: str, theirs: str, v, path: Path, sets: dict):
+    """The released value of `theirs` for our `key`: carried where this package takes it, None where `--set key`
+    gives the value instead, else refused in one line."""
+    from ..config import RULES
+
+    check, allowed = RULES[key]
+    if key in sets:
+        return None
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and check(float(v)):
+        return float(v)
+    raise CheckpointError(f"checkpoint {path}: {theirs} is {v!r}, not a value of {key} ({allowed}); give "
+                          f"--set {key}=VALUE to record another")
+
+
+def check_shapes_against_hp(model: dict, hp: dict, path: Path) -> None:
+    """The released settings the weights' shapes also say (sizes, backbone, the stem the dataset picks) must
+    agree with them: a disagreement is an args.json of another run."""
+    mk = hp.get("method_kwargs") or {}
+    dataset = (hp.get("data") or {}).get("dataset")
+    stem = ("cifar" if dataset in SOLO_CIFAR else "imagenet") if dataset else None
+    said = {"method_kwargs.proj_hidden_dim": ("proj_hidden", mk.get("proj_hidden_dim"), ""),
+            "method_kwargs.proj_output_dim": ("proj_dim", mk.get("proj_output_dim"), ""),
+            "backbone.name": ("arch", (hp.get("backbone") or {}).get("name"), ""),
+            "data.dataset": ("stem", stem, f" (the released code gives it the {stem} stem)")}
+    for theirs, (ours, v, why) in said.items():
+        if v is not None and v != model[ours]:
+            shown = dataset if theirs == "data.dataset" else v
+            raise CheckpointError(f"checkpoint {path}: {theirs} is {shown!r}{why}, but its weights' shapes give "
+                                  f"model.{ours} = {model[ours]!r}; give the args.json of the run that saved these "
+                                  "weights")
+
+
 def _builtin(trait) -> str:
     """The built-in method with a trait (the registry's one list of names)."""
     return registry.METHODS.names(lambda s: not s.module and trait(s))[0]
@@ -205,6 +264,7 @@ def infer(groups: dict, hp: dict, path: Path, sets: dict) -> tuple[dict, list[st
     mk = hp.get("method_kwargs", {}) if hp else {}
     gated = "gating_head" in groups
     if hp:
+        check_shapes_against_hp(model, hp, path)
         if mk.get("use_bayes") and mk.get("use_topk"):
             raise CheckpointError(f"checkpoint {path}: method_kwargs use_bayes and use_topk both set; this package "
                                   "has no gated Top-k method")
@@ -234,18 +294,21 @@ def infer(groups: dict, hp: dict, path: Path, sets: dict) -> tuple[dict, list[st
                 raise CheckpointError(f"checkpoint {path}: method_kwargs.gate_type {gate!r}; the released gates "
                                       f"are {', '.join(GATES)}")
             method["gate"] = GATES[gate]
-            for ours, theirs in (("rho", "bayesian_prior_prob"), ("lambda", "bayesian_kl_lambda"),
-                                 ("tau_g", "sigmoid_temperature")):
-                v = mk.get(theirs)
-                number = isinstance(v, (int, float)) and not isinstance(v, bool)
-                if number and (v >= 0 if ours == "lambda" else v > 0 and (ours != "rho" or v < 1)):
-                    method[ours] = float(v)
-                else:
-                    flags.append(f"method.{ours}: the released {theirs} is {v!r}, not a value this package takes; "
-                                 "the config's value is kept")
-            lr = (hp.get("optimizer") or {}).get("gating_head_lr")
-            if isinstance(lr, (int, float)) and lr > 0:
-                method["head_lr"] = float(lr)
+            threshold = mk.get("gate_threshold", RELEASED_THRESHOLD)
+            if threshold != RELEASED_THRESHOLD or isinstance(threshold, bool):
+                raise CheckpointError(f"checkpoint {path}: method_kwargs.gate_threshold {threshold!r}; this package's "
+                                      f"gate opens at {RELEASED_THRESHOLD} (docs/METHOD.md section 1) and has no "
+                                      "setting for another, so its features would not be the released run's")
+            opt = hp.get("optimizer") or {}
+            # the released default of gating_head_lr is optimizer.lr (solo/methods/simclr.py)
+            lr_key = "optimizer.gating_head_lr" if "gating_head_lr" in opt else "optimizer.lr"
+            # absent: the released defaults (solo/methods/simclr.py, add_and_assert_specific_cfg), all 0.0
+            for ours, theirs, v in (("rho", "method_kwargs.bayesian_prior_prob", mk.get("bayesian_prior_prob", 0.0)),
+                                    ("lambda", "method_kwargs.bayesian_kl_lambda", mk.get("bayesian_kl_lambda", 0.0)),
+                                    ("tau_g", "method_kwargs.sigmoid_temperature", mk.get("sigmoid_temperature", 0.0)),
+                                    ("head_lr", lr_key, opt.get(lr_key.split(".")[1]))):
+                method[ours] = _carried(f"method.{ours}", theirs, v, path, sets)
+            method = {k: v for k, v in method.items() if v is not None}
             method["detach"] = True  # the released gating head always reads h with its gradient stopped
     else:
         if gated:
@@ -273,10 +336,9 @@ def infer(groups: dict, hp: dict, path: Path, sets: dict) -> tuple[dict, list[st
                                   f"(the projector's hidden width {hid})")
         method["head_depth"] = depth
     shaped = {f"model.{k}" for k in model} | ({"method.head_depth"} if gated else set())
+    if model["stem"] == "cifar":  # solo/methods/base.py: every released CIFAR backbone pads conv1 by 2
+        model["cifar_padding"] = RELEASED_CIFAR_PADDING
     partial = {"model": model, "method": method}
-    if model["stem"] == "cifar":
-        flags.append("model.stem: the released CIFAR stem pads its 3x3 conv by 2, this package's by 1 "
-                     "(docs/METHOD.md section 2); features differ from the released evaluation's at the borders")
     return partial, flags, shaped
 
 
