@@ -75,7 +75,7 @@ def files(**content) -> Callable[[Path], None]:
     def setup(tmp: Path) -> None:
         for name, body in content.items():
             stem, _, ext = name.rpartition("__")
-            if ext in ("tsv", "csv", "md", "png", "yaml", "bin", "pt"):
+            if ext in ("tsv", "csv", "md", "png", "yaml", "bin", "pt", "py"):
                 name = f"{stem}.{ext}"
             path = tmp / name.replace("__", "/")
             if body is None:
@@ -130,6 +130,17 @@ def _model_pt(tmp: Path) -> None:
 
 
 IMPORT = ["import", "--checkpoint", "{tmp}/r.ckpt", "--out", "{tmp}/run"]
+CLAIM = {"metric": "sc", "left": "NCL", "right": "BayesNCL (STE)", "relation": ">", "tolerance": 1.0}
+
+
+def _grid_with(**keys) -> str:
+    """config/tiny.yaml with its results in {tmp}/r (run from {tmp}) and `keys` added."""
+    grid = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    return yaml.safe_dump({**grid, "results": "r", **keys})
+
+
+def _no_bytecode(mp):
+    mp.setattr(sys, "dont_write_bytecode", True)  # a plugin's __pycache__ is no output of the command
 
 
 # Earlier outputs of a good run, which a failing command must leave as they were.
@@ -452,6 +463,33 @@ CASES = [
          setup=lambda tmp: _model_pt(tmp)),
     Case("atlas --grid missing", ["atlas", "--run", "{tmp}/missing", "--grid", "{tmp}/g.yaml"],
          "--grid {tmp}/g.yaml does not exist"),
+    # ---- issue 47: a plugin's own failure and a claim's value of the wrong type, each one line
+    *[Case(f"stale plugin {what}", ["stale", "--grid", "{tmp}/g.yaml"], f"plugins: plugin 'plug' ({{tmp}}/plug.py, "
+           f"line {line}) {phrase} while imported; fix the plugin", setup=files(g__yaml=_grid_with(plugins=["plug"]),
+                                                                               plug__py=body, r=None),
+           patch=_no_bytecode)
+      for what, body, line, phrase in (
+          ("raises", "import os\nraise RuntimeError('no GPU here')\n", 2, "raised RuntimeError: no GPU here"),
+          ("SyntaxError", "def f(:\n    pass\n", 1, "raised SyntaxError: invalid syntax"),
+          ("sys.exit(3)", "import sys\nsys.exit(3)\n", 2, "called sys.exit(3)"))],
+    Case("a job's plugin calls sys.exit(3)", ["status", "{tmp}"], "$BAYESNCL_PLUGINS: plugin 'plug' ({tmp}/plug.py, "
+         "line 2) called sys.exit(3) while imported", setup=files(plug__py="import sys\nsys.exit(3)\n"),
+         patch=lambda mp: (_no_bytecode(mp), mp.setenv("BAYESNCL_PLUGINS", "plug"),
+                           mp.setenv("BAYESNCL_PLUGIN_PATH", "."))),
+    *[Case(f"document claims {key}: {value!r}", ["document", "--summary", "{tmp}/runs.csv", "--out", "{tmp}/results",
+                                                 "--grid", "{tmp}/g.yaml"], f"claims[0].{key}: {phrase}",
+           setup=both(EARLIER_REPORT, files(runs__csv=runs(), g__yaml=_grid_with(claims=[{**CLAIM, key: value}]))))
+      for key, value, phrase in (
+          ("metric", ["sc"], "['sc'] is not a name; give it as text"),
+          ("relation", {"a": 1}, "{'a': 1} is not a name"),
+          ("left", ["NCL"], "['NCL'] is not a name"),
+          ("set", {"t": 1}, "{'t': 1} is not a name"),
+          ("tolerance", float("nan"), "nan is not a finite positive number"),
+          ("tolerance", float("inf"), "inf is not a finite positive number"),
+          ("tolerance", -0.5, "-0.5 is not a finite positive number"),
+          ("tolerance", "1", "'1' is not a finite positive number"),
+          ("relative", "yes", "'yes' is not true or false"),
+          ("id", [1], "[1] is not a name"))],
 ]
 
 # Bad-input cases whose fixtures (a trained run, another user id, a cluster, DataLoader workers) live in other

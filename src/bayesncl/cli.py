@@ -91,7 +91,7 @@ def _read_grid(path: str) -> dict:
     """A workflow config file, checked (its schema where the workflow extra is installed) and its plugins
     found beside it."""
     from .config import load_yaml_file
-    from .plugins import export_env
+    from .plugins import export_env, load_grid
     from .wfconfig import check_grid
 
     _input_file(path, "--grid", "give the workflow config, e.g. config/config.yaml")
@@ -99,6 +99,7 @@ def _read_grid(path: str) -> dict:
                                           "defaults, datasets, variants, sets), e.g. config/config.yaml")
     if not isinstance(grid, dict):
         raise ConfigError(f"--grid {path}: expected a mapping (results, seeds, defaults, datasets, ...)")
+    load_grid(grid, [Path(path).parent])  # a plugin that fails is named as the grid's (plugins:)
     export_env(grid.get("plugins") or [], [Path(path).parent])  # found beside the grid file
     check_grid(grid, f"--grid {path}")
     return grid
