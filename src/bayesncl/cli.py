@@ -106,22 +106,14 @@ def _read_grid(path: str) -> dict:
 
 
 def _stale(args) -> int:
-    from .stale import describe, stale_runs, targets
+    from .stale import print_stale
     mark_ready()  # imports done: the work begins (bayesncl.startup)
 
     grid = _read_grid(args.grid)
     results = args.results or grid.get("results")
     if not results or not Path(results).is_dir():
         raise ConfigError(f"--results {results}: no such folder; give the folder the grid's runs are in")
-    found = stale_runs(grid, results)
-    if args.targets:
-        print("\n".join(targets(results, found)))
-        return 0
-    for rid, diff in found.items():
-        print(f"{rid}: {describe(diff)}")
-    print(f"{len(found)} stale run(s) under {results}" + (
-        f"; retrain them: snakemake --cores N --forcerun $(bayesncl stale --grid {args.grid} --targets)"
-        if found else ""), file=sys.stderr)
+    print_stale(grid, results, args.grid, args.targets)
     return 0
 
 
@@ -528,8 +520,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("results", nargs="?", metavar="RESULTS", help="the grid's results folder (default: the grid's "
                                                                    "`results:`, else results)")
     sp.add_argument("--grid", help="the workflow config (e.g. config/paper.yaml): lists the runs not started too")
-    sp.add_argument("--only", nargs="+", metavar="STATE", choices=["failed", "running", "requeued", "evaluating",
-                                                                    "waiting", "done"],
+    sp.add_argument("--only", nargs="+", metavar="STATE", choices=["unreadable", "failed", "running", "requeued",
+                                                                    "evaluating", "waiting", "done"],
                     help="list only runs in these states (the totals count every run)")
     sp.set_defaults(func=_status)
 
