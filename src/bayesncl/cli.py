@@ -13,6 +13,7 @@ from pathlib import Path
 from .atomic import check_writable_dir
 from .registry import METHODS
 from .errors import REQUEUE_EXIT, BayesNCLError, ConfigError, OutputError
+from .outdir import replace_help
 from .startup import mark_ready
 
 
@@ -44,7 +45,7 @@ def _pretrain(args) -> int:
     check_data(cfg["data"])
     check_writable_dir(args.out)
     try:
-        path = pretrain(cfg, args.out, progress=not args.quiet)
+        path = pretrain(cfg, args.out, progress=not args.quiet, replace=args.replace)
     except Preempted as e:  # the SLURM profile retries exit 75, and the rerun resumes
         print(f"bayesncl pretrain: {e} (exit {REQUEUE_EXIT})", file=sys.stderr)
         return REQUEUE_EXIT
@@ -65,7 +66,7 @@ def _evaluate(args) -> int:
     _input_file(args.checkpoint, "--checkpoint", "give the model.pt that `bayesncl pretrain` wrote")
     check_writable_dir(args.out)
     for path in evaluate(args.checkpoint, args.out, only=args.only, sets=args.set, overrides=overrides,
-                         expect_config=args.config, progress=not args.quiet):
+                         expect_config=args.config, progress=not args.quiet, replace=args.replace):
         print(f"wrote {path}")
     return 0
 
@@ -307,7 +308,7 @@ def _import(args) -> int:
     check_writable_dir(args.out)
     overrides = _json_object(args.config_json, "--config-json") if args.config_json else None
     imp = import_checkpoint(args.checkpoint, file=args.config, sets=args.set, args=args.args, overrides=overrides)
-    path = write_run(imp, args.checkpoint, args.out)
+    path = write_run(imp, args.checkpoint, args.out, replace=args.replace)
     for flag in imp.flags:
         print(f"note: {flag}")
     print(f"imported {args.checkpoint} (sha256 {imp.sha256[:16]}): {path}")
@@ -320,7 +321,7 @@ def _export(args) -> int:
     _input_file(args.checkpoint, "--checkpoint", "give the model.pt that `bayesncl pretrain` or `bayesncl import` "
                 "wrote")
     check_writable_dir(args.out)
-    for path in export(args.checkpoint, args.out, args.format, heads=args.heads):
+    for path in export(args.checkpoint, args.out, args.format, heads=args.heads, replace=args.replace):
         print(f"wrote {path}")
     return 0
 
@@ -341,6 +342,7 @@ def _weights_commands(sub, common) -> None:
     sp.add_argument("--args", metavar="JSON", help="the released run's args.json (default: the one beside CKPT)")
     sp.add_argument("--config-json", help=argparse.SUPPRESS)  # the workflow's run config (bayesncl.grid)
     sp.add_argument("--out", required=True, metavar="DIR", help="run folder: model.pt, config.resolved.yaml")
+    sp.add_argument("--replace", action="store_true", help=replace_help("the run"))
     sp.set_defaults(func=_import)
 
     sp = sub.add_parser("export", help="a run's backbone in torchvision's / timm's key layout, or as safetensors",
@@ -353,6 +355,7 @@ def _weights_commands(sub, common) -> None:
     sp.add_argument("--heads", action="store_true", help="also the projector and the gating head (heads.*)")
     sp.add_argument("--out", required=True, metavar="DIR", help="folder for the files and config.json; created if "
                                                                 "missing")
+    sp.add_argument("--replace", action="store_true", help=replace_help("the export"))
     sp.set_defaults(func=_export)
 
 
@@ -385,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True, metavar="DIR",
                     help="run folder: checkpoint.pt, model.pt (what evaluate reads), log.jsonl, "
                          "config.resolved.yaml; created if missing")
+    sp.add_argument("--replace", action="store_true", help=replace_help("the run") + "; a resumed run is its own")
     sp.set_defaults(func=_pretrain)
 
     sections = "\n".join(f"  {n:<17} {s.doc}" for n, s in SECTIONS.items())
@@ -406,6 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override an eval.* or data.* key (e.g. data.root, eval.waterbirds_root)")
     sp.add_argument("--config-json", help=argparse.SUPPRESS)  # the workflow's eval.*/data.* settings
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.add_argument("--replace", action="store_true", help=replace_help("the evaluation"))
     sp.set_defaults(func=_evaluate)
 
     sp = sub.add_parser("summarize", help="collect every run's eval/<section>.json of a grid into one CSV",

@@ -342,20 +342,24 @@ def imported_record(imp: Imported, path: str | Path) -> dict:
     return {"source": str(path), "sha256": imp.sha256, "flags": list(imp.flags), "epochs": imp.epoch}
 
 
-def write_run(imp: Imported, path: str | Path, out: str | Path) -> Path:
+def write_run(imp: Imported, path: str | Path, out: str | Path, replace: bool = False) -> Path:
     """The run folder an import makes: model.pt (weights, config, the import record), config.resolved.yaml and
-    an empty training log (an imported run has no epochs here); each file written atomically."""
+    an empty training log (an imported run has no epochs here); each file written atomically. A folder holding
+    another run (trained, or imported from another checkpoint or with another config) is refused, or with
+    `replace` replaced whole (bayesncl.outdir)."""
     import yaml
 
     from ..atomic import atomic_write_text
     from ..checkpoint import save
+    from ..outdir import into, other_run
     from ..rundir import CONFIG, FINAL, LOG
 
     out = Path(out)
-    atomic_write_text(out / CONFIG, yaml.safe_dump(copy.deepcopy(imp.config), sort_keys=False))
-    atomic_write_text(out / LOG, "")
-    save({"config": imp.config, "model": imp.state, "epoch": imp.epoch or 0, "log": [],
-          "imported": imported_record(imp, path)}, out / FINAL)
+    with into(out, other_run(out, imp.config, imported=imp.sha256), replace) as where:
+        atomic_write_text(where / CONFIG, yaml.safe_dump(copy.deepcopy(imp.config), sort_keys=False))
+        atomic_write_text(where / LOG, "")
+        save({"config": imp.config, "model": imp.state, "epoch": imp.epoch or 0, "log": [],
+              "imported": imported_record(imp, path)}, where / FINAL)
     return out / FINAL
 
 
