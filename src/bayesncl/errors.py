@@ -16,6 +16,7 @@ __all__ = [
     "OutputError",
     "MetricsFileError",
     "MissingInputError",
+    "RunFileError",
 ]
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL, a command stopped by SIGTERM: "try again"; the SLURM profile retries it
@@ -47,3 +48,7 @@ class MetricsFileError(BayesNCLError):
 
 class MissingInputError(BayesNCLError):
     """A file a step reads does not exist yet; the message names it and the command that writes it."""
+
+
+class RunFileError(BayesNCLError):
+    """A run's own file (its training log, ...) is unreadable or not what the trainer writes (message names it)."""

@@ -104,7 +104,7 @@ def training_record(log: list[dict], batch: int) -> dict:
                 "infonce_final": infonce[-1] if infonce else None, "learning": learning_slope(infonce),
                 "collapse": collapse(infonce, batch)}
     if log and "open_gates" in log[-1]:
-        training["open_gates"] = [r["open_gates"] for r in log]
+        training["open_gates"] = [r.get("open_gates") for r in log]
         training["open_gates_last"] = log[-1]["open_gates"]
     return training
 
