@@ -23,17 +23,15 @@ DYNAMICS = "dynamics.pt"
 EVAL = "eval"
 
 
-# An epoch's values the readers take as numbers (None: not measured, as peak memory on a CPU), and those every
-# epoch the trainer writes has.
+# An epoch's values the readers take as numbers (None: not measured, as peak memory on a CPU).
 _NUMBERS = ("loss", "infonce", "kl", "open_gates", "lr", "epoch_seconds", "img_per_s", "peak_mem_mb", "compile_seconds",
             "skipped", "loss_scale")
-_NEEDED = ("epoch", "loss", "epoch_seconds", "img_per_s")
 
 
-def read_log(run_dir: str | Path) -> list[dict]:
-    """The training log's epochs, in order. The trainer rewrites the whole file atomically from its checkpointed
-    state, so it holds each finished epoch once and never a partial line; anything else in it is one RunFileError
-    naming the file, the line and what is wrong."""
+def read_log(run_dir: str | Path, needed: tuple[str, ...] = ()) -> list[dict]:
+    """The training log's epochs, in order, each with the keys `needed`. The trainer rewrites the whole file
+    atomically from its checkpointed state, so it holds each finished epoch once and never a partial line;
+    anything else in it is one RunFileError naming the file, the line and what is wrong."""
     path = Path(run_dir) / LOG
     if not path.is_file():
         raise MissingInputError(f"{path} does not exist; it is written by `bayesncl pretrain --out {Path(run_dir)}`")
@@ -54,10 +52,10 @@ def read_log(run_dir: str | Path) -> list[dict]:
             raise RunFileError(f"{path} line {i}: not JSON; {fix}") from None
         if not isinstance(epoch, dict):
             raise RunFileError(f"{path} line {i}: not a JSON object of an epoch's values; {fix}")
-        missing = [k for k in _NEEDED if k not in epoch]
+        missing = [k for k in needed if k not in epoch]
         if missing:
             raise RunFileError(f"{path} line {i}: no {', '.join(missing)}; {fix}")
-        if not isinstance(epoch["epoch"], int) or isinstance(epoch["epoch"], bool):
+        if "epoch" in epoch and (not isinstance(epoch["epoch"], int) or isinstance(epoch["epoch"], bool)):
             raise RunFileError(f"{path} line {i}: epoch {str(epoch['epoch'])[:20]!r} is not a whole number; {fix}")
         for key in _NUMBERS:
             v = epoch.get(key)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import pickle
 import re
 from dataclasses import dataclass, field
@@ -92,6 +93,20 @@ def _as_dict(obj, path: Path) -> dict:
         raise CheckpointError(f"checkpoint {path} holds a {type(obj).__name__}, not a dict; give the .ckpt the "
                               "released code saved")
     return obj
+
+
+def _number(v) -> bool:
+    """A real number a float holds (not a bool), NaN excluded; infinities are for the caller's bounds to refuse."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return float(v) == float(v)
+    except OverflowError:  # an integer beyond floats
+        return False
+
+
+def _mapping(v) -> dict:
+    return v if isinstance(v, dict) else {}
 
 
 def _plain(obj):
@@ -203,6 +218,9 @@ def infer(groups: dict, hp: dict, path: Path, sets: dict) -> tuple[dict, list[st
     model.update(proj_hidden=proj[0][0], proj_dim=proj[1][0])
     method: dict = {}
     mk = hp.get("method_kwargs", {}) if hp else {}
+    if not isinstance(mk, dict):
+        raise CheckpointError(f"checkpoint {path}: method_kwargs is {str(mk)[:40]!r}, not a mapping; give the args.json "
+                              "the released code wrote")
     gated = "gating_head" in groups
     if hp:
         if mk.get("use_bayes") and mk.get("use_topk"):
@@ -225,26 +243,34 @@ def infer(groups: dict, hp: dict, path: Path, sets: dict) -> tuple[dict, list[st
             method["name"] = _builtin(lambda s: s.gated) if gated else (
                 _builtin(lambda s: s.masked) if mk.get("use_topk") else _builtin(lambda s: s.reference))
         if mk.get("use_topk"):
-            method["topk_k"] = int(mk["topk_k"])
+            k = mk.get("topk_k")
+            if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+                raise CheckpointError(f"checkpoint {path}: method_kwargs.topk_k {str(k)[:20]!r} is not a positive whole "
+                                      "number; the released top-k mask needs one")
+            method["topk_k"] = k
         if "temperature" in mk:
-            method["temperature"] = float(mk["temperature"])
+            t = mk["temperature"]
+            if _number(t) and 0 < t < math.inf:
+                method["temperature"] = float(t)
+            else:
+                flags.append(f"method.temperature: the released temperature is {str(t)[:20]!r}, not a value this "
+                             "package takes; the config's value is kept")
         if gated:
             gate = mk.get("gate_type", "STE")
-            if gate not in GATES:
+            if not isinstance(gate, str) or gate not in GATES:
                 raise CheckpointError(f"checkpoint {path}: method_kwargs.gate_type {gate!r}; the released gates "
                                       f"are {', '.join(GATES)}")
             method["gate"] = GATES[gate]
             for ours, theirs in (("rho", "bayesian_prior_prob"), ("lambda", "bayesian_kl_lambda"),
                                  ("tau_g", "sigmoid_temperature")):
                 v = mk.get(theirs)
-                number = isinstance(v, (int, float)) and not isinstance(v, bool)
-                if number and (v >= 0 if ours == "lambda" else v > 0 and (ours != "rho" or v < 1)):
+                if _number(v) and (0 <= v < math.inf if ours == "lambda" else 0 < v < math.inf and (ours != "rho" or v < 1)):
                     method[ours] = float(v)
                 else:
                     flags.append(f"method.{ours}: the released {theirs} is {v!r}, not a value this package takes; "
                                  "the config's value is kept")
-            lr = (hp.get("optimizer") or {}).get("gating_head_lr")
-            if isinstance(lr, (int, float)) and lr > 0:
+            lr = _mapping(hp.get("optimizer")).get("gating_head_lr")
+            if _number(lr) and 0 < lr < math.inf:
                 method["head_lr"] = float(lr)
             method["detach"] = True  # the released gating head always reads h with its gradient stopped
     else:
@@ -323,7 +349,7 @@ def import_checkpoint(path: str | Path, file: str | Path | None = None, sets: li
                 f"{bad[0]} has shape {tuple(state[bad[0]].shape)}, the model expects {tuple(want[bad[0]].shape)}")
         raise CheckpointError(f"checkpoint {path}: its weights do not fit the {cfg['method']['name']} model its "
                               f"config describes ({what})")
-    trained_on = (hp.get("data") or {}).get("dataset") if hp else None
+    trained_on = _mapping(hp.get("data")).get("dataset") if hp else None
     if trained_on and trained_on != cfg["data"]["dataset"]:
         flags.append(f"data.dataset: the released run trained on {trained_on}; evaluated here on "
                      f"{cfg['data']['dataset']}")
