@@ -381,6 +381,14 @@ def test_a_gating_head_of_one_or_three_layers_and_its_settings_come_over(tmp_pat
     assert not any(f.startswith("method.") for f in imp.flags)
 
 
+@pytest.mark.parametrize("value", [None, "0.2", [0.2], 10 ** 400, float("inf"), -0.5])
+def test_a_released_temperature_of_the_wrong_type_is_flagged_and_the_default_kept(tmp_path, value):
+    path, _ = _released(tmp_path, mk={"temperature": value})
+    imp = released.import_checkpoint(path)
+    assert imp.config["method"]["temperature"] == C.resolve()["method"]["temperature"]
+    assert any(f.startswith("method.temperature: the released temperature is ") for f in imp.flags), imp.flags
+
+
 def test_a_released_gate_setting_this_package_does_not_take_is_flagged_and_its_default_kept(tmp_path):
     default = C.DEFAULTS["method"]
     path, _ = _released(tmp_path, mk={"bayesian_prior_prob": 1.0, "bayesian_kl_lambda": -0.1,
