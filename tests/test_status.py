@@ -410,7 +410,7 @@ def test_a_bad_run_folder_is_a_row_saying_what_is_wrong(tmp_path, capsys, files,
     assert err == ""
     _, table, total = read_table(out)
     bad, good = table
-    assert (bad["state"], bad["run"]) == ("unreadable", "bad") and bad["extra"].startswith(note), bad
+    assert (bad["state"], bad["run"], bad["epoch"]) == ("unreadable", "bad", "0") and bad["extra"].startswith(note), bad
     assert bad["extra"].endswith("; fix or remove it, then look again")
     assert (good["state"], good["run"], good["epoch"]) == ("running", "good", "2")
     assert total.startswith("2 runs: 1 unreadable, 1 running; 2 of 0 epochs trained")
@@ -542,13 +542,50 @@ def test_stale_names_a_run_whose_config_it_cannot_read_and_compares_the_rest(tmp
 def test_stale_names_a_run_folder_it_may_not_read(shared_results):
     runs = expand_grid(GRID)
     res = shared_results / "results"
-    rid, run = next(iter(runs.items()))
-    (res / "runs" / rid).mkdir(parents=True)
-    (res / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(run.config))
+    (rid, run), (later, run_later) = list(runs.items())[:2]
+    for r, cfg in ((rid, run.config), (later, {**run_later.config, "seed": 7})):
+        (res / "runs" / r).mkdir(parents=True)
+        (res / "runs" / r / "config.resolved.yaml").write_text(yaml.safe_dump(cfg))
     (shared_results / "grid.yaml").write_text(yaml.safe_dump({**GRID, "results": str(res)}))
     for p in [shared_results, *shared_results.rglob("*")]:
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
     os.chmod(res / "runs" / rid, 0)
     code, out, err = _as_another_user(["stale", "--grid", str(shared_results / "grid.yaml")], shared_results)
-    assert (code, out) == (0, ""), err
-    assert err.splitlines()[0].startswith(f"{rid}: not compared: ") and "Permission denied" in err
+    assert (code, out) == (0, f"{later}: seed 7 (today {run_later.config['seed']})\n"), err  # the next run compared
+    assert err.splitlines()[0] == (f"{rid}: not compared: {res / 'runs' / rid / 'config.resolved.yaml'}: cannot be "
+                                   "read (Permission denied)")
+
+
+def test_a_results_folder_without_runs_is_no_run_and_an_epoch_of_no_seconds_is_one(tmp_path, capsys):
+    (tmp_path / "results").mkdir()
+    assert main(["status", str(tmp_path / "results")]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("0 runs: none")
+    write_log(tmp_path / "run", [4.0], seconds=0.0)
+    assert run_status(tmp_path / "run", "r", now=NOW).state == "running"  # 0 s (a tiny epoch) is a number of seconds
+    r = run_status(tmp_path / "run", "r", {"train": {"epochs": "ten"}}, now=NOW)  # a caller's plan, named as such
+    assert (r.state, r.epochs, r.note) == ("unreadable", None, "the plan: train.epochs 'ten' is not a whole number; "
+                                                               "fix or remove it, then look again")
+
+
+def test_stale_lists_every_stale_run_after_runs_not_started_and_reads_old_records_as_recorded(tmp_path, capsys):
+    from bayesncl.stale import print_stale
+
+    runs = list(expand_grid(GRID).items())
+    res = tmp_path / "results"
+    (_, _), (b, run_b), (c, run_c) = runs[:3]  # the first run has no folder: not started
+    for rid, run in ((b, run_b), (c, run_c)):
+        old = json.loads(json.dumps(run.config))
+        del old["train"]["loss_scaler"]  # recorded before the key existed: it did what `added` says (none)
+        (res / "runs" / rid).mkdir(parents=True)
+        (res / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(old))
+    print_stale(GRID, res, "g.yaml")  # the differences by default
+    out, err = capsys.readouterr()
+    assert out == f"{b}: train.loss_scaler none (today fp16)\n{c}: train.loss_scaler none (today fp16)\n"
+    assert err == (f"2 stale run(s) under {res}; retrain them: snakemake --cores N --forcerun $(bayesncl stale --grid "
+                   "g.yaml --targets)\n")
+    print_stale(GRID, res, "g.yaml", targets_only=True)
+    assert capsys.readouterr() == (f"{res}/runs/{b}/model.pt\n{res}/runs/{c}/model.pt\n", "")
+    for rid in (b, c):
+        (res / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(dict(runs)[rid].config))
+    print_stale(GRID, res, "g.yaml")
+    assert capsys.readouterr() == ("", f"0 stale run(s) under {res}\n")
