@@ -379,6 +379,11 @@ def test_a_link_loop_or_a_broken_link_is_one_line_naming_it(tree, tmp_path, case
     assert not (tmp_path / "run").exists()
 
 
+def test_a_folder_named_like_an_image_is_no_image(tree, tmp_path):
+    (tree / "train" / "cat" / "album.png").mkdir()  # not a file: passed over, as before
+    assert len(load(tree, tmp_path, "train", prepared=False).labels) == 9
+
+
 def test_links_out_of_the_root_are_followed(tree, tmp_path):
     """A class folder and an image that live elsewhere (a shared dataset linked in) are read as if copied."""
     copy = tmp_path / "copy"
@@ -465,6 +470,9 @@ def test_an_unreadable_file_or_folder_is_one_line_naming_it(what):
         code, err = _as_nobody(lambda: _cli(["prepare", "--workers", "0", *_data_sets(root, top)]))
         assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
         assert str(bad) in err and ("Permission denied" in err or "permission" in err.lower()), err
+        if what != "an image":
+            assert err == (f"bayesncl prepare: error: {bad}: cannot read the folder (Permission denied); give this "
+                           f"user read access to it or remove it; expected {IF._LAYOUT}\n")
     finally:
         for p in [top, *top.rglob("*")]:
             os.chmod(p, 0o755)

@@ -237,9 +237,11 @@ def test_the_swap_is_one_exchange_where_the_system_has_it(tmp_path, monkeypatch)
         d.mkdir()
         (d / f).write_text(f)
     assert outdir._exchange(a, b) and os.listdir(a) == ["y"] and os.listdir(b) == ["x"]
+    monkeypatch.chdir(tmp_path)
+    assert outdir._exchange(Path("a"), Path("b")) and os.listdir(a) == ["x"]  # relative to this folder
     monkeypatch.setattr(outdir, "_exchange", lambda x, y: False)
     outdir._swap_in(a, b)  # a's content takes b's place; b's old content is removed
-    assert os.listdir(tmp_path) == ["b"] and os.listdir(b) == ["y"]
+    assert os.listdir(tmp_path) == ["b"] and os.listdir(b) == ["x"]
 
 
 def test_what_another_run_is(tmp_path):
@@ -269,6 +271,32 @@ def test_what_another_run_is(tmp_path):
     assert outdir.other_run(d, cfg) == "files of a run whose config is not recorded (log.jsonl)"
     (d / "config.json").write_text("{}")
     assert outdir.other_run(d, cfg) == "files this command does not write and no export wrote (config.json)"
+    (d / "backbone.pth").write_bytes(b"x")
+    assert outdir.other_run(d, cfg) == ("files this command does not write and no export wrote (config.json, "
+                                        "backbone.pth)")
+    e = tmp_path / "e"
+    e.mkdir()
+    (e / "heads.pth").write_bytes(b"x")
+    assert outdir.other_export(e, "abc") == "files this command does not write and no export wrote (heads.pth)"
     with pytest.raises(OutputError, match="holds x; give another folder, or add --replace"):
         with outdir.into(d, "x", False):
             pass
+
+
+def test_an_export_folder_is_replaced_by_an_import_and_an_evaluation_folder_of_its_own_is_written_again(
+        runs, tiny_sets_module, capsys):
+    tiny = _sets(t for t in tiny_sets_module if t.startswith(("data.", "eval.")))
+    code, _, err = _run(["import", "--checkpoint", str(runs / "rel" / "b.ckpt"), "--out", str(runs / "exp"), "--set",
+                         "method.name=ncl", *tiny, "--replace"])  # a folder of backbone.safetensors and config.json
+    assert code == 0, err
+    assert sorted(os.listdir(runs / "exp")) == ["config.resolved.yaml", "log.jsonl", "model.pt"]
+    ev = ["evaluate", "--checkpoint", str(runs / "b" / "model.pt"), "--out", str(runs / "b-eval"), "--only",
+          "features", "--quiet"]
+    assert _run(ev)[0] == 0
+    code, _, err = _run(ev)  # not its run's eval/: its sections name the same weights, so they are its own
+    assert code == 0, err
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["import", "--help"])
+    assert ("--replace replace the run in DIR if it holds another run: written beside it, then swapped in whole "
+            "(nothing of the old one kept); without it such a folder is refused") in " ".join(capsys.readouterr().out.split())
