@@ -1138,3 +1138,38 @@ def test_backgrounds_csv_reader_is_one_line_or_right(image_tree, data, tmp_path_
     code, _ = _one_line_or_success(argv, root, outputs=("cache",))
     if data == _good_backgrounds():
         assert code == 0
+
+
+FIX_LOG = "it is the trainer's: restore it, or train the run again"
+NUMBER_KEYS = ("loss", "infonce", "kl", "open_gates", "lr", "epoch_seconds", "img_per_s", "peak_mem_mb",
+               "compile_seconds", "skipped", "loss_scale")
+
+
+@pytest.mark.parametrize("body,fault", [
+    (b"\xff\xfe\x00", "{path}: not a text file (not UTF-8)"),
+    (b'{"epoch": 1, "loss": 1.0}\nx\n', "{path} line 2: not JSON"),
+    (b"[1]\n", "{path} line 1: not a JSON object of an epoch's values"),
+    (b'{"epoch": 1}\n', "{path} line 1: no loss"),
+    (b'{"epoch": "1", "loss": 1.0}\n', "{path} line 1: epoch '1' is not a whole number"),
+    (b'{"epoch": "' + b"1" * 30 + b'", "loss": 1.0}\n', "{path} line 1: epoch '" + "1" * 20 + "' is not a whole number"),
+    *[(json.dumps({"epoch": 1, "loss": 1.0, key: "x" * 30}).encode(),
+       f"{{path}} line 1: {key} '{'x' * 20}' is not a number") for key in NUMBER_KEYS],
+    *[(json.dumps({"epoch": 1, "loss": 1.0, key: None}).encode(), f"{{path}} line 1: {key} 'None' is not a number")
+      for key in NUMBER_KEYS if key != "peak_mem_mb"],
+])
+def test_the_training_log_reader_names_each_fault_in_one_exact_line(tmp_path, body, fault):
+    from bayesncl.errors import RunFileError
+    from bayesncl.rundir import read_log
+
+    (tmp_path / "log.jsonl").write_bytes(body)
+    with pytest.raises(RunFileError) as e:
+        read_log(tmp_path, ("epoch", "loss"))
+    assert str(e.value) == fault.format(path=tmp_path / "log.jsonl") + f"; {FIX_LOG}"
+
+
+def test_the_training_log_reader_takes_what_the_trainer_writes(tmp_path):
+    from bayesncl.rundir import read_log
+
+    (tmp_path / "log.jsonl").write_text(json.dumps({"epoch": 1, "loss": 4, "peak_mem_mb": None, "kl": 0}) + "\n\n"
+                                        + json.dumps({"infonce": 3.5}) + "\n")
+    assert read_log(tmp_path) == [{"epoch": 1, "loss": 4.0, "peak_mem_mb": None, "kl": 0.0}, {"infonce": 3.5}]
