@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from bayesncl import forkserver
+from bayesncl.errors import TERMINATED
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/stat").exists(),
@@ -650,7 +651,7 @@ def test_sigterm_while_the_server_is_starting_is_the_plain_75(monkeypatch, tmp_p
     finally:
         os.kill(sleeper, signal.SIGKILL)
     assert code == 75
-    assert (tmp_path / "err").read_text() == forkserver.TERMINATED + "\n"
+    assert (tmp_path / "err").read_text() == TERMINATED + "\n"
 
 
 def test_the_rerun_line_is_the_clis(capsys):
@@ -658,7 +659,7 @@ def test_the_rerun_line_is_the_clis(capsys):
 
     with pytest.raises(SystemExit) as e:
         cli._terminated(signal.SIGTERM, None)
-    assert e.value.code == 75 and capsys.readouterr().err == forkserver.TERMINATED + "\n"
+    assert e.value.code == 75 and capsys.readouterr().err == TERMINATED + "\n"
 
 
 def test_sigterm_before_the_server_answered_reaches_the_command(monkeypatch):

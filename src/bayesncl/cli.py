@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .atomic import check_writable_dir
 from .registry import METHODS
-from .errors import REQUEUE_EXIT, BayesNCLError, ConfigError, OutputError
+from .errors import REQUEUE_EXIT, TERMINATED, BayesNCLError, ConfigError, OutputError
 from .outdir import replace_help
 from .startup import mark_ready
 
@@ -560,8 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _terminated(signum, frame):
-    print(f"bayesncl: stopped by SIGTERM; rerun the same command (exit {REQUEUE_EXIT}: the scheduler retries it)",
-          file=sys.stderr)
+    print(TERMINATED, file=sys.stderr)
     raise SystemExit(REQUEUE_EXIT)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "REQUEUE_EXIT",
+    "TERMINATED",
     "BayesNCLError",
     "ConfigError",
     "DataError",
@@ -20,6 +21,8 @@ __all__ = [
 ]
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL, a command stopped by SIGTERM: "try again"; the SLURM profile retries it
+# What a command stopped by SIGTERM says (the CLI's, and the fork server's client before its command runs).
+TERMINATED = f"bayesncl: stopped by SIGTERM; rerun the same command (exit {REQUEUE_EXIT}: the scheduler retries it)"
 
 
 class BayesNCLError(ValueError):

@@ -26,8 +26,8 @@ in the client's own process: never a traceback, never a long wait. Streams the c
 signals before the server answered, are as for a plain process (run_command).
 
 The `bayesncl` script is `entry()` here (and `python -m bayesncl`): a routed command goes to the server before
-anything else is imported, so the client imports only the standard library; any other runs bayesncl.cli in
-this process. Each job's start-up time is bayesncl.startup's.
+anything else is imported, so the client imports only the standard library (and bayesncl.errors, constants);
+any other runs bayesncl.cli in this process. Each job's start-up time is bayesncl.startup's.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ import socket
 import struct
 import sys
 import time
+
+from .errors import REQUEUE_EXIT, TERMINATED  # constants only: the client imports nothing heavy
 
 ENV = "BAYESNCL_FORKSERVER"  # "1": run commands through the fork server
 DIR_ENV = "BAYESNCL_FORKSERVER_DIR"  # the folder of the sockets (private to the user)
@@ -333,9 +335,6 @@ def _greeting(conn: socket.socket, path: str, argv: list[str], closed: list[int]
     return pid
 
 
-TERMINATED = ("bayesncl: stopped by SIGTERM; rerun the same command (exit 75: the scheduler retries it)")  # cli's
-
-
 def run_command(argv: list[str]) -> int:
     """Run `bayesncl <argv>` in a child of the fork server; its exit code. Where no server can start it (a line
     says why), the command runs in this process instead. A signal before the request is sent does what it does
@@ -395,7 +394,7 @@ def _as_plain(signum: int) -> None:
     KeyboardInterrupt, any other its default action."""
     if signum == signal.SIGTERM:
         print(TERMINATED, file=sys.stderr)
-        raise SystemExit(75)
+        raise SystemExit(REQUEUE_EXIT)
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     signal.signal(signum, signal.SIG_DFL)
