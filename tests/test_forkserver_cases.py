@@ -598,15 +598,16 @@ def test_a_client_that_never_sends_is_dropped_after_its_time(own_server):
 
 
 def test_a_silent_listener_is_given_up_within_seconds(monkeypatch, plain_bad):
-    assert forkserver.HELLO_TIMEOUT <= 5
+    """Given up after HELLO_TIMEOUT, 5 s unless BAYESNCL_FORKSERVER_HELLO says otherwise (once 30 s)."""
+    assert forkserver.HELLO_TIMEOUT == 5 and "BAYESNCL_FORKSERVER_HELLO" not in os.environ
     server = Listener(monkeypatch)
     pid = server.client(BAD)
     conn, request = server.accept()
-    code, seconds = _wait(pid)
+    code, _ = _wait(pid, 300)
     conn.close()
     first, _, rest = Path(server.err).read_text().partition("\n")
-    assert first.startswith(f"{FALLBACK}the server at {server.path} did not answer within "), first
-    assert (code, rest) == (2, plain_bad) and seconds < 20
+    assert first == f"{FALLBACK}the server at {server.path} did not answer within 5 s; running the command in this process"
+    assert (code, rest) == (2, plain_bad)
 
 
 def test_the_hello_timeout_is_lifted_once_the_command_runs(monkeypatch):
@@ -618,7 +619,7 @@ def test_the_hello_timeout_is_lifted_once_the_command_runs(monkeypatch):
     forkserver._send(conn, {"pid": 2 ** 22 + 1})
     time.sleep(1.5)  # five hello timeouts
     forkserver._send(conn, {"exit": 3})
-    code, _ = _wait(pid)
+    code, _ = _wait(pid, 300)
     conn.close()
     assert code == 3 and Path(server.err).read_text() == ""
 
@@ -647,7 +648,7 @@ def test_sigterm_while_the_server_is_starting_is_the_plain_75(monkeypatch, tmp_p
     sleeper = int(Path(folder, "argv").read_text().split()[0])
     try:
         os.kill(pid, signal.SIGTERM)
-        code, _ = _wait(pid)
+        code, _ = _wait(pid, 300)
     finally:
         os.kill(sleeper, signal.SIGKILL)
     assert code == 75
@@ -677,7 +678,7 @@ def test_sigterm_before_the_server_answered_reaches_the_command(monkeypatch):
         forkserver._send(conn, {"pid": sleeper.pid})
         assert sleeper.stdout.readline().strip() == str(int(signal.SIGTERM))  # passed on once the pid came
         forkserver._send(conn, {"exit": 75})
-        assert _wait(pid)[0] == 75
+        assert _wait(pid, 300)[0] == 75
         conn.close()
     finally:
         sleeper.kill()
@@ -693,10 +694,10 @@ def test_a_relative_socket_folder_is_made_absolute(monkeypatch, tmp_path):
     assert forkserver.folder() == str(base / "rel")
     exe = _fake_server_exe(str(base), sleep=False)
     pid = _fork_client(str(tmp_path / "err"), BAD, before=lambda: setattr(sys, "executable", exe))
-    code, seconds = _wait(pid)
+    code, _ = _wait(pid, 300)
     argv = (base / "argv").read_text().split()
     assert argv[1:3] == ["-m", "bayesncl.forkserver"] and argv[3].startswith(f"{base}/rel/")  # absolute
-    assert code == 2 and seconds < 20
+    assert code == 2
 
 
 def test_an_unwritable_socket_folder_is_one_line_and_a_plain_run(tmp_path):
@@ -718,12 +719,12 @@ def test_an_unwritable_socket_folder_is_one_line_and_a_plain_run(tmp_path):
     os.chmod(folder, 0o500)
     pid = _fork_client(err, BAD, before=lambda: (os.environ.__setitem__(forkserver.DIR_ENV, folder),
                                                  before and before()))
-    code, seconds = _wait(pid)
+    code, _ = _wait(pid, 300)
     first, _, rest = Path(err).read_text().partition("\n")
     assert first == (f"{FALLBACK}cannot write in the socket folder {folder} (Permission denied); set "
                      f"{forkserver.DIR_ENV} to a folder you can write; running the command in this process")
     # the command itself, run here (as this user: its own one line, exit 2)
-    assert code == 2 and rest.startswith("bayesncl jobs: error: ") and rest.count("\n") == 1 and seconds < 20
+    assert code == 2 and rest.startswith("bayesncl jobs: error: ") and rest.count("\n") == 1
 
 
 def test_the_client_checks_the_servers_uid_not_its_gid(monkeypatch):
