@@ -741,3 +741,10 @@ def test_the_client_checks_the_servers_uid_not_its_gid(monkeypatch):
     assert forkserver._peer_uid(Peer(me, me + 7)) == me
     assert forkserver._peer_uid(Peer(me + 7, me)) == me + 7
     assert forkserver._same_user(Peer(me, me + 7)) and not forkserver._same_user(Peer(me + 7, me))
+
+
+def test_the_timeouts_are_read_from_the_environment():
+    code = "from bayesncl import forkserver as f; print(f.HELLO_TIMEOUT, f.REQUEST_TIMEOUT)"
+    env = dict(_env(_short_dir(), False), BAYESNCL_FORKSERVER_HELLO="2.5", BAYESNCL_FORKSERVER_REQUEST="0.5")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["2.5", "0.5"], out.stderr
