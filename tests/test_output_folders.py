@@ -293,7 +293,10 @@ def test_an_export_folder_is_replaced_by_an_import_and_an_evaluation_folder_of_i
     ev = ["evaluate", "--checkpoint", str(runs / "b" / "model.pt"), "--out", str(runs / "b-eval"), "--only",
           "features", "--quiet"]
     assert _run(ev)[0] == 0
-    code, _, err = _run(ev)  # not its run's eval/: its sections name the same weights, so they are its own
+    code, _, err = _run(ev)  # not its run's eval/, but its sections name this file: they are its own
+    assert code == 0, err
+    shutil.copytree(runs / "b", runs / "b2")  # another file, the same weights: read and compared
+    code, _, err = _run([*ev[:2], str(runs / "b2" / "model.pt"), *ev[3:]])
     assert code == 0, err
     capsys.readouterr()
     with pytest.raises(SystemExit):

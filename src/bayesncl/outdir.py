@@ -150,7 +150,8 @@ def _other_run(out, cfg: dict, imported: str | None = None) -> str | None:
 
 def other_evaluation(out, checkpoint, digest: Callable[[], str]) -> str | None:
     """What in the evaluation folder `out` belongs to another run than `checkpoint`'s; `digest()` gives the
-    checkpoint's weights digest (loading it: asked only where the folder is not the checkpoint's run's eval/)."""
+    checkpoint's weights digest (loading it: asked only where the folder is not the checkpoint's run's eval/ and a
+    section file there was computed from another file), so a job that reads only the cache loads no model."""
     try:
         return _other_evaluation(out, checkpoint, digest)
     except OSError as e:  # a folder or file this user may not read: what it holds is not known
@@ -176,12 +177,19 @@ def _other_evaluation(out, checkpoint, digest: Callable[[], str]) -> str | None:
         except (OSError, ValueError, AttributeError):
             continue
         sha = run.get("weights_sha") if isinstance(run, dict) else None
-        if sha is None:
+        if sha is None or _same_file(run.get("checkpoint"), checkpoint):  # of this very file: no need to load it
             continue
         mine = digest() if mine is None else mine
         if sha != mine:
             return f"the evaluation of other weights ({path.name}: weights {sha}, {checkpoint}'s {mine})"
     return None
+
+
+def _same_file(recorded, checkpoint: Path) -> bool:
+    try:
+        return isinstance(recorded, str) and os.path.samefile(recorded, checkpoint)
+    except OSError:  # gone, or a path from another folder
+        return False
 
 
 def other_export(out, weights_sha: str) -> str | None:
