@@ -501,6 +501,9 @@ def own_server(tmp_path):
             try:
                 os.setsid()
                 forkserver.PRELOAD, forkserver.REQUEST_TIMEOUT, forkserver.IDLE_SECONDS = (), request_timeout, 600
+                from bayesncl import startup
+
+                startup._ready_marked = False  # as in a server process (an earlier test here may have marked it)
                 # the streams a server process has (pytest's capture objects write to no descriptor)
                 sys.stdin, sys.stdout, sys.stderr = (open(fd, mode, closefd=False) for fd, mode in
                                                      ((0, "r"), (1, "w"), (2, "w")))
