@@ -11,7 +11,10 @@ fixtures live: ELSEWHERE lists them, and a test checks they still exist.
 
 At the end, property-based tests (Hypothesis) of the readers of user files: runs.csv, the benchmark .tsv, the
 claims tables and the grid YAML, given arbitrary bytes or a truncated good file, give a clean error (the
-project's error types, exit 2) or a correct result, never a traceback.
+project's error types, exit 2) or a correct result, never a traceback. Then one per reader of the files each
+command reads (issue 47: log.jsonl, config.resolved.yaml, runs.csv, the workflow config, args.json,
+backgrounds.csv), given arbitrary bytes, JSON values and YAML values: one line or success, and no file changed but
+the command's own outputs.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ def files(**content) -> Callable[[Path], None]:
     def setup(tmp: Path) -> None:
         for name, body in content.items():
             stem, _, ext = name.rpartition("__")
-            if ext in ("tsv", "csv", "md", "png", "yaml", "bin", "pt"):
+            if ext in ("tsv", "csv", "md", "png", "yaml", "bin", "pt", "py"):
                 name = f"{stem}.{ext}"
             path = tmp / name.replace("__", "/")
             if body is None:
@@ -130,6 +133,17 @@ def _model_pt(tmp: Path) -> None:
 
 
 IMPORT = ["import", "--checkpoint", "{tmp}/r.ckpt", "--out", "{tmp}/run"]
+CLAIM = {"metric": "sc", "left": "NCL", "right": "BayesNCL (STE)", "relation": ">", "tolerance": 1.0}
+
+
+def _grid_with(**keys) -> str:
+    """config/tiny.yaml with its results in {tmp}/r (run from {tmp}) and `keys` added."""
+    grid = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    return yaml.safe_dump({**grid, "results": "r", **keys})
+
+
+def _no_bytecode(mp):
+    mp.setattr(sys, "dont_write_bytecode", True)  # a plugin's __pycache__ is no output of the command
 
 
 # Earlier outputs of a good run, which a failing command must leave as they were.
@@ -444,6 +458,13 @@ CASES = [
          setup=released(drop="gating_head.")),
     Case("import non_neg gelu", IMPORT, "method_kwargs.non_neg 'gelu'",
          setup=released(args={"use_bayes": True, "non_neg": "gelu"})),
+    Case("import a list gate_type", IMPORT, "method_kwargs.gate_type ['STE']; the released gates are",
+         setup=released(args={"use_bayes": True, "non_neg": "relu", "gate_type": ["STE"]})),
+    Case("import a text topk_k", IMPORT, "method_kwargs.topk_k '5' is not a positive whole number",
+         setup=released(args={"use_topk": True, "non_neg": "relu", "topk_k": "5"}, drop="gating_head.")),
+    Case("import a list method_kwargs in the checkpoint", IMPORT, "method_kwargs is '[1]', not a mapping",
+         setup=lambda tmp: (released()(tmp), torch.save({**torch.load(tmp / "r.ckpt"),
+                                                          "hyper_parameters": {"method_kwargs": [1]}}, tmp / "r.ckpt"))),
     Case("import a pickled object", IMPORT, "pickles Python objects that are not read without running their code",
          setup=lambda tmp: torch.save({"state_dict": {}, "hyper_parameters": {"p": Path("x")}}, tmp / "r.ckpt")),
     Case("import missing checkpoint", IMPORT, "checkpoint {tmp}/r.ckpt does not exist"),
@@ -452,6 +473,33 @@ CASES = [
          setup=lambda tmp: _model_pt(tmp)),
     Case("atlas --grid missing", ["atlas", "--run", "{tmp}/missing", "--grid", "{tmp}/g.yaml"],
          "--grid {tmp}/g.yaml does not exist"),
+    # ---- issue 47: a plugin's own failure and a claim's value of the wrong type, each one line
+    *[Case(f"stale plugin {what}", ["stale", "--grid", "{tmp}/g.yaml"], f"plugins: plugin 'plug' ({{tmp}}/plug.py, "
+           f"line {line}) {phrase} while imported; fix the plugin", setup=files(g__yaml=_grid_with(plugins=["plug"]),
+                                                                               plug__py=body, r=None),
+           patch=_no_bytecode)
+      for what, body, line, phrase in (
+          ("raises", "import os\nraise RuntimeError('no GPU here')\n", 2, "raised RuntimeError: no GPU here"),
+          ("SyntaxError", "def f(:\n    pass\n", 1, "raised SyntaxError: invalid syntax"),
+          ("sys.exit(3)", "import sys\nsys.exit(3)\n", 2, "called sys.exit(3)"))],
+    Case("a job's plugin calls sys.exit(3)", ["status", "{tmp}"], "$BAYESNCL_PLUGINS: plugin 'plug' ({tmp}/plug.py, "
+         "line 2) called sys.exit(3) while imported", setup=files(plug__py="import sys\nsys.exit(3)\n"),
+         patch=lambda mp: (_no_bytecode(mp), mp.setenv("BAYESNCL_PLUGINS", "plug"),
+                           mp.setenv("BAYESNCL_PLUGIN_PATH", "."))),
+    *[Case(f"document claims {key}: {value!r}", ["document", "--summary", "{tmp}/runs.csv", "--out", "{tmp}/results",
+                                                 "--grid", "{tmp}/g.yaml"], f"claims[0].{key}: {phrase}",
+           setup=both(EARLIER_REPORT, files(runs__csv=runs(), g__yaml=_grid_with(claims=[{**CLAIM, key: value}]))))
+      for key, value, phrase in (
+          ("metric", ["sc"], "['sc'] is not a name; give it as text"),
+          ("relation", {"a": 1}, "{'a': 1} is not a name"),
+          ("left", ["NCL"], "['NCL'] is not a name"),
+          ("set", {"t": 1}, "{'t': 1} is not a name"),
+          ("tolerance", float("nan"), "nan is not a finite positive number"),
+          ("tolerance", float("inf"), "inf is not a finite positive number"),
+          ("tolerance", -0.5, "-0.5 is not a finite positive number"),
+          ("tolerance", "1", "'1' is not a finite positive number"),
+          ("relative", "yes", "'yes' is not true or false"),
+          ("id", [1], "[1] is not a name"))],
 ]
 
 # Bad-input cases whose fixtures (a trained run, another user id, a cluster, DataLoader workers) live in other
@@ -873,3 +921,256 @@ def test_grid_yaml_reader_never_tracebacks(data, tmp_path_factory):
         assert "\n" not in str(e)
         return
     assert runs and all(r.config["seed"] >= 0 for r in runs.values())
+
+
+# ------------------------------------------------------------------------------------------------ issue 47: a property per reader
+# Each reader of a file a command reads, given arbitrary bytes, JSON values or YAML values in that file (or a good
+# file with one value replaced): exit 2 and one line on stderr, or success; never a traceback, and no file
+# changed but the command's own outputs. In this process (bayesncl.cli.main), few examples each: well within a
+# minute for all of them.
+FEW = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES_47", 40)), deadline=None, derandomize=True,
+               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+JSON_VALUES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-10 ** 30, 10 ** 30),
+                                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6)),
+                           lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                   st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+                           max_leaves=8)
+YAML_TYPES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=True),
+                                    st.text(max_size=5), st.sampled_from(["2026-12-03", "0x1f", "1e400", "~", ".nan"])),
+                          lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                  st.dictionaries(st.text(max_size=5), inner, max_size=3)),
+                          max_leaves=8)
+
+
+def _json(v) -> bytes:
+    return json.dumps(v).encode()
+
+
+def _yaml(v) -> bytes:
+    return yaml.safe_dump(v).encode()
+
+
+def _lines(values) -> bytes:
+    return b"".join(json.dumps(v).encode() + b"\n" for v in values)
+
+
+def _files(strategy_good, keys=()):
+    """Arbitrary bytes, a JSON value, a YAML value, a truncated good file, or (for a mapping) the good one with a
+    key's value replaced by any JSON value."""
+    return st.one_of(TEXTISH, JSON_VALUES.map(_json), YAML_TYPES.map(_yaml),
+                     st.floats(0, 1).map(lambda f: _cut(strategy_good(), f)),
+                     *([st.builds(lambda k, v: _replace(strategy_good(), k, v), st.sampled_from(keys), JSON_VALUES)]
+                       if keys else []))
+
+
+def _replace(good: bytes, key: str, value) -> bytes:
+    text = good.decode()
+    if text.lstrip().startswith("{"):  # JSON lines
+        rows = [json.loads(x) for x in text.splitlines() if x.strip()]
+        rows[-1][key] = value
+        return _lines(rows)
+    data = yaml.safe_load(text)
+    node = data
+    *parents, last = key.split(".")
+    for k in parents:
+        node = node.setdefault(k, {}) if isinstance(node, dict) else {}
+    if isinstance(node, dict):
+        node[last] = value
+    return yaml.safe_dump(data).encode()
+
+
+def _one_line_or_success(argv: list[str], root: Path, outputs: tuple[str, ...] = (), codes=(0, 2)) -> tuple[int, str]:
+    """cli.main(argv) leaves every file under root as it was but its outputs, exits 0 or 2 (2: one line on stderr,
+    the command's error), never a traceback."""
+    def snap():
+        return {k: v for k, v in _snapshot(root).items() if not k.startswith(outputs or ("\0",))}
+
+    before = snap()
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = cli.main(argv)
+    text = err.getvalue()
+    assert code in codes and "Traceback" not in text, (code, text)
+    if code == 2:
+        assert text.count("\n") == 1 and text.startswith(f"bayesncl {argv[0]}: error: "), text
+    assert snap() == before
+    return code, out.getvalue() + text
+
+
+@pytest.fixture(scope="module")
+def a_run(tmp_path_factory):
+    """A finished tiny run (one step), its config and log as the trainer wrote them."""
+    from conftest import TINY
+
+    run = tmp_path_factory.mktemp("a_run") / "run"
+    sets = [s for s in TINY if not s.startswith("train.epochs")] + ["train.epochs=2", "train.max_steps_per_epoch=1",
+                                                                    "method.name=ncl"]
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+        assert cli.main(["pretrain", "--out", str(run), "--quiet", *sum((["--set", s] for s in sets), [])]) == 0
+    return run
+
+
+LOG_KEYS = ("epoch", "loss", "infonce", "epoch_seconds", "img_per_s", "peak_mem_mb", "open_gates")
+
+
+@FEW
+@given(data=st.data())
+def test_log_jsonl_readers_are_one_line_or_right(a_run, tmp_path_factory, data):
+    """log.jsonl, read by `bayesncl status` (a row saying what is wrong) and by evaluation (`--only cost`: one
+    line, exit 2)."""
+    good = (a_run / "log.jsonl").read_bytes
+    body = data.draw(_files(good, LOG_KEYS))
+    root = tmp_path_factory.mktemp("log")
+    run = root / "results" / "runs" / "r"
+    shutil.copytree(a_run, run)
+    (run / "log.jsonl").write_bytes(body)
+    code, text = _one_line_or_success(["status", str(root / "results")], root, codes=(0,))
+    row = text.splitlines()[1]
+    assert row.startswith(("unreadable", "done", "evaluating")), text
+    code, text = _one_line_or_success(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"),
+                                       "--only", "cost", "--quiet"], root, outputs=("results/runs/r/eval",))
+    if code == 0:
+        cost = json.loads((run / "eval" / "cost.json").read_text())["cost"]
+        assert cost["gflops"] > 0
+    if body == good():
+        assert code == 0 and row.startswith("done")
+
+
+@FEW
+@given(data=st.data())
+def test_config_resolved_yaml_readers_are_one_line_or_right(a_run, tmp_path_factory, data):
+    """config.resolved.yaml, read by `status` (without the plan), `stale` and pretraining's look at its --out."""
+    good = (a_run / "config.resolved.yaml").read_bytes
+    body = data.draw(_files(good, ("seed", "train", "train.epochs", "train.batch_size", "method.name", "data")))
+    root = tmp_path_factory.mktemp("cfg")
+    run = root / "results" / "runs" / "r"
+    shutil.copytree(a_run, run)
+    (run / "config.resolved.yaml").write_bytes(body)
+    _one_line_or_success(["status", str(root / "results")], root, codes=(0,))
+    grid = root / "grid.yaml"
+    grid.write_text(yaml.safe_dump({**yaml.safe_load(_good_grid()), "results": str(root / "results")}))
+    _one_line_or_success(["stale", "--grid", str(grid)], root, codes=(0,))
+    code, text = _one_line_or_success(["pretrain", "--out", str(run), "--quiet", "--set", "seed=9", *SYN], root)
+    assert code == 2 and f"--out {run} holds " in text  # another run's folder, whatever its config says
+
+
+@FEW
+@given(data=_files(_good_runs_csv, ()))
+def test_runs_csv_readers_change_nothing_else(data, tmp_path_factory):
+    """runs.csv, read by `bayesncl report` (its tables and figures its only outputs) and `document`."""
+    root = tmp_path_factory.mktemp("runs")
+    (root / "runs.csv").write_bytes(data)
+    (root / "results").mkdir()
+    (root / "results" / "keep.md").write_text("an earlier table\n")
+    for argv in (["report", "--summary", str(root / "runs.csv"), "--out", str(root / "results")],):
+        code, _ = _one_line_or_success(argv, root, outputs=("results/tables", "results/figures"))
+        if code == 0:
+            assert (root / "results" / "tables" / "claims.md").is_file()
+
+
+@FEW
+@given(data=st.one_of(_files(_good_grid, ("results", "seeds", "defaults", "variants", "sets", "claims", "plugins",
+                                          "imported", "datasets", "smoke"))))
+def test_workflow_config_readers_are_one_line_or_right(data, tmp_path_factory):
+    """The workflow config, read by `bayesncl status --grid` and `stale` (and `summarize`, above)."""
+    root = tmp_path_factory.mktemp("wf")
+    (root / "results" / "runs").mkdir(parents=True)
+    (root / "grid.yaml").write_bytes(data)
+    for argv in (["status", str(root / "results"), "--grid", str(root / "grid.yaml")],
+                 ["stale", "--grid", str(root / "grid.yaml"), "--results", str(root / "results")]):
+        _one_line_or_success(argv, root)
+
+
+def _good_args() -> bytes:
+    return json.dumps({"method_kwargs": {"use_bayes": True, "non_neg": "relu", "gate_type": "STE",
+                                         "bayesian_prior_prob": 0.8, "bayesian_kl_lambda": 3e-5,
+                                         "temperature": 0.2}, "optimizer": {"gating_head_lr": 0.1},
+                       "data": {"dataset": "cifar100"}}).encode()
+
+
+@FEW
+@given(data=st.one_of(_files(_good_args, ()), JSON_VALUES.map(lambda v: _json({"method_kwargs": v})),
+                      st.builds(lambda k, v: _json({"method_kwargs": {**json.loads(_good_args())["method_kwargs"],
+                                                                      k: v}}),
+                                st.sampled_from(["use_bayes", "use_topk", "topk_k", "non_neg", "gate_type",
+                                                 "bayesian_prior_prob", "bayesian_kl_lambda", "temperature"]),
+                                JSON_VALUES)))
+def test_args_json_reader_is_one_line_or_right(data, tmp_path_factory):
+    """args.json beside a released checkpoint, read by `bayesncl import` (its run folder its only output)."""
+    root = tmp_path_factory.mktemp("args")
+    released()(root)
+    (root / "args.json").write_bytes(data)
+    code, _ = _one_line_or_success(["import", "--checkpoint", str(root / "r.ckpt"), "--out", str(root / "run")],
+                                   root, outputs=("run",))
+    if code == 0:
+        assert (root / "run" / "model.pt").is_file()
+
+
+@pytest.fixture(scope="module")
+def image_tree(tmp_path_factory):
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("images") / "folder"
+    for split in ("train", "val"):
+        for c in ("cat", "dog"):
+            (root / split / c).mkdir(parents=True)
+            Image.new("RGB", (10, 10), (40 if c == "cat" else 200, 90, 30)).save(root / split / c / f"{c}0.png")
+    return root
+
+
+def _good_backgrounds() -> bytes:
+    return b"path,background\n" + b"".join(f"{s}/{c}/{c}0.png,{c}land\n".encode()
+                                           for s in ("train", "val") for c in ("cat", "dog"))
+
+
+@FEW
+@given(data=st.one_of(_files(_good_backgrounds, ()),
+                      st.lists(st.tuples(st.sampled_from(["train/cat/cat0.png", "val/dog/dog0.png", "x", "", "\x00"]),
+                                         st.text(max_size=4)), max_size=5)
+                      .map(lambda rows: b"path,background\n" + "".join(f"{p},{b}\n" for p, b in rows).encode())))
+def test_backgrounds_csv_reader_is_one_line_or_right(image_tree, data, tmp_path_factory):
+    """backgrounds.csv of an image folder, read by `bayesncl prepare` (the cache its only output)."""
+    root = tmp_path_factory.mktemp("bg")
+    shutil.copytree(image_tree, root / "folder")
+    (root / "folder" / "backgrounds.csv").write_bytes(data)
+    argv = ["prepare", "--workers", "0", "--set", "data.dataset=imagefolder", "--set", f"data.root={root / 'folder'}",
+            "--set", f"data.cache_dir={root / 'cache'}", "--set", "data.imagefolder.stored_size=8",
+            "--set", "data.imagefolder.crop_size=8"]
+    code, _ = _one_line_or_success(argv, root, outputs=("cache",))
+    if data == _good_backgrounds():
+        assert code == 0
+
+
+FIX_LOG = "it is the trainer's: restore it, or train the run again"
+NUMBER_KEYS = ("loss", "infonce", "kl", "open_gates", "lr", "epoch_seconds", "img_per_s", "peak_mem_mb",
+               "compile_seconds", "skipped", "loss_scale")
+
+
+@pytest.mark.parametrize("body,fault", [
+    (b"\xff\xfe\x00", "{path}: not a text file (not UTF-8)"),
+    (b'{"epoch": 1, "loss": 1.0}\nx\n', "{path} line 2: not JSON"),
+    (b"[1]\n", "{path} line 1: not a JSON object of an epoch's values"),
+    (b'{"epoch": 1}\n', "{path} line 1: no loss"),
+    (b'{"epoch": "1", "loss": 1.0}\n', "{path} line 1: epoch '1' is not a whole number"),
+    (b'{"epoch": "' + b"1" * 30 + b'", "loss": 1.0}\n', "{path} line 1: epoch '" + "1" * 20 + "' is not a whole number"),
+    *[(json.dumps({"epoch": 1, "loss": 1.0, key: "x" * 30}).encode(),
+       f"{{path}} line 1: {key} '{'x' * 20}' is not a number") for key in NUMBER_KEYS],
+    *[(json.dumps({"epoch": 1, "loss": 1.0, key: None}).encode(), f"{{path}} line 1: {key} 'None' is not a number")
+      for key in NUMBER_KEYS if key != "peak_mem_mb"],
+])
+def test_the_training_log_reader_names_each_fault_in_one_exact_line(tmp_path, body, fault):
+    from bayesncl.errors import RunFileError
+    from bayesncl.rundir import read_log
+
+    (tmp_path / "log.jsonl").write_bytes(body)
+    with pytest.raises(RunFileError) as e:
+        read_log(tmp_path, ("epoch", "loss"))
+    assert str(e.value) == fault.format(path=tmp_path / "log.jsonl") + f"; {FIX_LOG}"
+
+
+def test_the_training_log_reader_takes_what_the_trainer_writes(tmp_path):
+    from bayesncl.rundir import read_log
+
+    (tmp_path / "log.jsonl").write_text(json.dumps({"epoch": 1, "loss": 4, "peak_mem_mb": None, "kl": 0}) + "\n\n"
+                                        + json.dumps({"infonce": 3.5}) + "\n")
+    assert read_log(tmp_path) == [{"epoch": 1, "loss": 4.0, "peak_mem_mb": None, "kl": 0.0}, {"infonce": 3.5}]

@@ -158,5 +158,34 @@ def test_an_at_most_claim_is_one_sided():
     assert c.verdict == "holds" and c.kind.name == "at most" and "at most 5% more than" in c.text
     c = _judge({**decl, "left": "A", "right": "B"}, rows)  # A 25% dearer than B
     assert c.verdict == "does not hold"
-    with pytest.raises(ConfigError, match="'at most' needs a positive tolerance"):
+    with pytest.raises(ConfigError, match="claims\[0\].tolerance: 0 is not a finite positive number"):
         K.parse_claims([{**decl, "tolerance": 0}], VARIANTS)
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("metric", ["sc"], "claims[0].metric: ['sc'] is not a name; give it as text, e.g. metric: sc"),
+    ("relation", {"a": 1}, "claims[0].relation: {'a': 1} is not a name; give it as text, e.g. relation: >"),
+    ("left", ["A"], "claims[0].left: ['A'] is not a name; give it as text, e.g. left: NCL"),
+    ("right", 3, "claims[0].right: 3 is not a name; give it as text, e.g. right: NCL"),
+    ("set", ["table1"], "claims[0].set: ['table1'] is not a name; give it as text, e.g. set: NCL"),
+    ("id", {"x": 1}, "claims[0].id: {'x': 1} is not a name; give it as text, e.g. id: D1"),
+    ("id", True, "claims[0].id: True is not a name; give it as text, e.g. id: D1"),
+    ("tolerance", 0, "claims[0].tolerance: 0 is not a finite positive number; give the margin in the metric's unit "
+                     "(or a fraction of the right side with relative: true), e.g. 1.0"),
+    ("tolerance", float("nan"), "claims[0].tolerance: nan is not a finite positive number; give the margin"),
+    ("tolerance", True, "claims[0].tolerance: True is not a finite positive number"),
+    ("relative", "yes", "claims[0].relative: 'yes' is not true or false"),
+])
+def test_a_claim_value_of_the_wrong_type_is_one_line_naming_it(key, value, message):
+    """Issue 47: an unhashable, non-finite or mistyped value is one exact line, never a TypeError."""
+    d = {"metric": "sc", "left": "A", "right": "B", "relation": "within", "tolerance": 1.0, key: value}
+    with pytest.raises(ConfigError) as e:
+        K.parse_claims([d], VARIANTS)
+    assert str(e.value) == message or (str(e.value).startswith(message) and key == "tolerance"), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_a_claim_with_an_integer_id_and_a_boolean_relative_is_taken():
+    (c,) = K.parse_claims([{"id": 7, "metric": "sc", "left": "A", "right": "B", "relation": "within",
+                            "tolerance": 0.05, "relative": True}], VARIANTS)
+    assert c.number == "7" and c.title == "SC: @A within 5% of @B"

@@ -12,7 +12,7 @@ import yaml
 from bayesncl import checkpoint as ckpt_io
 from bayesncl import config as C
 from bayesncl.cli import main
-from bayesncl.errors import DataError, MissingInputError
+from bayesncl.errors import BayesNCLError, DataError, MissingInputError
 from bayesncl.evaluation.runner import evaluate
 from bayesncl.evaluation.sections import SECTIONS
 from bayesncl.evaluation.sections import applicable
@@ -342,5 +342,5 @@ def test_missing_dynamics_fail_loudly(tmp_path):
     with pytest.raises(C.ConfigError, match="recorded no gradient dynamics"):
         evaluate(tmp_path / "model.pt", tmp_path / "e", only=["dynamics"], progress=False)
     # dynamics_every is part of the run's identity: a finished run is not silently reused without them
-    with pytest.raises(C.ConfigError, match="train.dynamics_every"):
+    with pytest.raises(BayesNCLError, match="train.dynamics_every: 0 != 1"):  # another run: refused (issue 47)
         pretrain(C.resolve(sets=sets + ["train.dynamics_every=1"]), tmp_path, progress=False)

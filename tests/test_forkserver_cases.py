@@ -10,6 +10,7 @@ import os
 import resource
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from bayesncl import forkserver
+from bayesncl.errors import TERMINATED
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/stat").exists(),
@@ -466,38 +468,286 @@ def test_end_servers_ends_its_folders_servers_only():
     assert b.wait(timeout=30) == 0 and not os.path.exists(other)
 
 
-@pytest.mark.long
-def test_a_client_that_never_sends_holds_no_one_up(tmp_path):
-    """A connection that sends nothing is dropped after REQUEST_TIMEOUT: the next job is served, not refused."""
-    folder = _short_dir()
-    env = _env(folder, BAYESNCL_FORKSERVER_IDLE="600", BAYESNCL_TIMING=str(tmp_path / "t.json"))
-    path = _expected_socket(env)
-    proc = subprocess.Popen([sys.executable, "-m", "bayesncl.forkserver", path], env=env, cwd="/",
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not os.path.exists(path + ".pid"):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
-            silent.connect(path)
-            time.sleep(0.5)  # accepted first
-            from test_jobs import _write
-
-            _write(tmp_path / "b", "cost/synthetic/ncl/seed~0.tsv", 0.3, "NA", 0, "cost")
-            t0 = time.monotonic()
-            r = _bayesncl(["jobs", "--benchmarks", str(tmp_path / "b"), "--out", str(tmp_path / "j.csv")], env)
-            assert r.returncode == 0 and FALLBACK not in r.stderr, r.stderr
-            assert json.loads((tmp_path / "t.json").read_text())["forkserver"] is True
-            assert time.monotonic() - t0 < forkserver.HELLO_TIMEOUT
-    finally:
-        forkserver.end_servers(folder)
-        if proc.poll() is None:
-            proc.kill()
-
-
 def test_a_workflow_run_has_its_own_folder(tmp_path):
     """Each working folder gets its own socket folder, short enough for a socket in it."""
     a, b = forkserver.run_folder(str(tmp_path / "a")), forkserver.run_folder(str(tmp_path / "b"))
     assert a != b and a == forkserver.run_folder(str(tmp_path / "a"))
     assert len(os.fsencode(os.path.join(a, "0" * 16 + ".sock"))) + forkserver.TMP_SUFFIX_MAX <= forkserver.SUN_PATH_MAX
+
+
+# ------------------------------------------------------------------------------ issue 47: as a plain process in every case
+def _good_jobs(root: Path) -> list[str]:
+    """A `jobs` command that succeeds and writes its table to stdout."""
+    from test_jobs import _write
+
+    _write(root / "b", "cost/synthetic/ncl/seed~0.tsv", 0.3, "NA", 0, "cost")
+    return ["jobs", "--benchmarks", str(root / "b"), "--out", str(root / "j.csv")]
+
+
+@pytest.fixture
+def own_server(tmp_path):
+    """A fork server forked from this process (nothing preloaded: it starts at once) where a client with the
+    returned environment looks; ended after the test. Its request timeout: BAYESNCL_FORKSERVER_REQUEST of the
+    environment returned (600 s unless a test changes it before the first client)."""
+    folder = _short_dir()
+    env = _env(folder, BAYESNCL_TIMING=str(tmp_path / "timing.json"))
+    started = []
+
+    def start(request_timeout: float = 600.0) -> str:
+        path = _expected_socket(env)
+        sys.stdout.flush(), sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setsid()
+                forkserver.PRELOAD, forkserver.REQUEST_TIMEOUT, forkserver.IDLE_SECONDS = (), request_timeout, 600
+                from bayesncl import startup
+
+                startup._ready_marked = False  # as in a server process (an earlier test here may have marked it)
+                # the streams a server process has (pytest's capture objects write to no descriptor)
+                sys.stdin, sys.stdout, sys.stderr = (open(fd, mode, closefd=False) for fd, mode in
+                                                     ((0, "r"), (1, "w"), (2, "w")))
+                forkserver.serve(path)
+            finally:
+                os._exit(0)
+        started.append(pid)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(path + ".pid"):
+            assert time.monotonic() < deadline and not os.waitpid(pid, os.WNOHANG)[0]
+            time.sleep(0.02)
+        return path
+
+    yield env, start
+    for pid in started:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+def _routed(tmp_path) -> bool:
+    """Whether the last command ran in a server's child (its start-up record says so)."""
+    return json.loads((tmp_path / "timing.json").read_text()).get("forkserver") is True
+
+
+def _close(fd):
+    return lambda: os.close(fd)
+
+
+def _long_status(root: Path) -> list[str]:
+    """A `status` command that succeeds and writes more to stdout than a pipe's buffer holds at once (300 rows)."""
+    for i in range(300):
+        (root / "results" / "runs" / f"synthetic/ncl/seed~{i}").mkdir(parents=True)
+        (root / "results" / "runs" / f"synthetic/ncl/seed~{i}" / "config.resolved.yaml").write_text("seed: 0\n")
+    return ["status", str(root / "results")]
+
+
+@pytest.mark.parametrize("closed", [0, 1, 2])
+def test_a_command_started_without_a_stream_gives_the_plain_result(own_server, tmp_path, closed):
+    """Started with stdin, stdout or stderr closed (`>&-`): the client's socket once took that number and was
+    handed to the command as the stream, whose output its watch then read as "client gone" (exit 75, in 8 of 10
+    tries). Now: the plain process's exit code and output, every time."""
+    env, start = own_server
+    start()
+    for argv in (_long_status(tmp_path), BAD):
+        plain = _bayesncl(argv, _env(_short_dir(), False), preexec_fn=_close(closed))
+        for _ in range(3 if closed == 1 else 1):
+            (tmp_path / "timing.json").unlink(missing_ok=True)
+            served = _bayesncl(argv, env, preexec_fn=_close(closed))
+            assert (served.returncode, served.stdout, served.stderr) == (plain.returncode, plain.stdout,
+                                                                          plain.stderr), served.stderr
+            assert _routed(tmp_path)
+    assert plain.returncode == 2 and (closed == 2 or plain.stderr.startswith("bayesncl jobs: error: "))
+
+
+def test_output_redirected_to_a_file_is_the_plain_output(own_server, tmp_path):
+    env, start = own_server
+    start()
+    argv = _good_jobs(tmp_path)
+    for name, e in (("plain", _env(_short_dir(), False)), ("served", env)):
+        with open(tmp_path / f"{name}.out", "w") as out, open(tmp_path / f"{name}.err", "w") as err:
+            assert subprocess.run([sys.executable, "-m", "bayesncl", *argv], env=e, stdout=out, stderr=err,
+                                  timeout=300).returncode == 0
+    assert (tmp_path / "served.out").read_text() == (tmp_path / "plain.out").read_text() != ""
+    assert (tmp_path / "served.err").read_text() == (tmp_path / "plain.err").read_text() == "" and _routed(tmp_path)
+
+
+def test_a_client_that_never_sends_cannot_hold_the_server(own_server, tmp_path):
+    """A connection that sends nothing, or half a request, is read without waiting: the next client is served
+    while it is still connected (and not dropped: its time is not up), then it is dropped after its time."""
+    env, start = own_server
+    path = start(request_timeout=600.0)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent, \
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as half:
+        silent.connect(path)
+        half.connect(path)
+        half.sendall(b"\x00\x00\x01")  # three bytes of a frame's length
+        served = _bayesncl(_good_jobs(tmp_path), env)
+        assert served.returncode == 0 and FALLBACK not in served.stderr and _routed(tmp_path), served.stderr
+        for conn in (silent, half):
+            conn.setblocking(False)
+            with pytest.raises(BlockingIOError):  # still connected, nothing said to it
+                conn.recv(1)
+
+
+def test_a_client_that_never_sends_is_dropped_after_its_time(own_server):
+    env, start = own_server
+    path = start(request_timeout=0.5)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.connect(path)
+        silent.settimeout(60)
+        assert silent.recv(1) == b""  # closed by the server
+
+
+def test_a_silent_listener_is_given_up_within_seconds(monkeypatch, plain_bad):
+    """Given up after HELLO_TIMEOUT, 5 s unless BAYESNCL_FORKSERVER_HELLO says otherwise (once 30 s)."""
+    assert forkserver.HELLO_TIMEOUT == 5 and "BAYESNCL_FORKSERVER_HELLO" not in os.environ
+    server = Listener(monkeypatch)
+    pid = server.client(BAD)
+    conn, request = server.accept()
+    code, _ = _wait(pid, 300)
+    conn.close()
+    first, _, rest = Path(server.err).read_text().partition("\n")
+    assert first == f"{FALLBACK}the server at {server.path} did not answer within 5 s; running the command in this process"
+    assert (code, rest) == (2, plain_bad)
+
+
+def test_the_hello_timeout_is_lifted_once_the_command_runs(monkeypatch):
+    """A command that runs longer than the hello timeout is not read as killed: the client waits for its end."""
+    monkeypatch.setattr(forkserver, "HELLO_TIMEOUT", 0.3)
+    server = Listener(monkeypatch)
+    pid = server.client(BAD)
+    conn, _ = server.accept()
+    forkserver._send(conn, {"pid": 2 ** 22 + 1})
+    time.sleep(1.5)  # five hello timeouts
+    forkserver._send(conn, {"exit": 3})
+    code, _ = _wait(pid, 300)
+    conn.close()
+    assert code == 3 and Path(server.err).read_text() == ""
+
+
+def _fake_server_exe(folder: str, sleep: bool) -> str:
+    """An executable the client starts as its server: it records its arguments, then sleeps (a server still
+    importing) or exits 1."""
+    exe = os.path.join(folder, "fake-python")
+    with open(exe, "w") as fh:
+        fh.write(f"#!/bin/sh\necho \"$$ $*\" > {folder}/argv\n" + ("exec sleep 120\n" if sleep else "exit 1\n"))
+    os.chmod(exe, 0o755)
+    return exe
+
+
+def test_sigterm_while_the_server_is_starting_is_the_plain_75(monkeypatch, tmp_path):
+    """SIGTERM before any server answered: the plain process's rerun line and exit 75 (it died of the signal,
+    143, without a word); SIGTERM after the request went out reaches the command once its pid is known."""
+    folder = _short_dir()
+    monkeypatch.setenv(forkserver.DIR_ENV, folder)
+    exe = _fake_server_exe(folder, sleep=True)
+    pid = _fork_client(str(tmp_path / "err"), BAD, before=lambda: setattr(sys, "executable", exe))
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(folder, "argv")):  # the server was started and has not listened
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    sleeper = int(Path(folder, "argv").read_text().split()[0])
+    try:
+        os.kill(pid, signal.SIGTERM)
+        code, _ = _wait(pid, 300)
+    finally:
+        os.kill(sleeper, signal.SIGKILL)
+    assert code == 75
+    assert (tmp_path / "err").read_text() == TERMINATED + "\n"
+
+
+def test_the_rerun_line_is_the_clis(capsys):
+    import bayesncl.cli as cli
+
+    with pytest.raises(SystemExit) as e:
+        cli._terminated(signal.SIGTERM, None)
+    assert e.value.code == 75 and capsys.readouterr().err == TERMINATED + "\n"
+
+
+def test_sigterm_before_the_server_answered_reaches_the_command(monkeypatch):
+    server = Listener(monkeypatch)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
+                                "signal.signal(signal.SIGTERM, lambda n, f: (print(n, flush=True), sys.exit(0)))\n"
+                                "print('ready', flush=True)\nwhile True: time.sleep(0.05)\n"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert sleeper.stdout.readline() == "ready\n"
+        pid = server.client(BAD)
+        conn, _ = server.accept()  # the request went out; no answer yet
+        os.kill(pid, signal.SIGTERM)
+        time.sleep(0.2)
+        forkserver._send(conn, {"pid": sleeper.pid})
+        assert sleeper.stdout.readline().strip() == str(int(signal.SIGTERM))  # passed on once the pid came
+        forkserver._send(conn, {"exit": 75})
+        assert _wait(pid, 300)[0] == 75
+        conn.close()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_relative_socket_folder_is_made_absolute(monkeypatch, tmp_path):
+    """The server starts in /: a relative BAYESNCL_FORKSERVER_DIR once named another folder there (the client
+    then waited for a socket that never came). It is made absolute at once."""
+    base = Path(_short_dir())
+    monkeypatch.chdir(base)
+    monkeypatch.setenv(forkserver.DIR_ENV, "rel")
+    assert forkserver.folder() == str(base / "rel")
+    exe = _fake_server_exe(str(base), sleep=False)
+    pid = _fork_client(str(tmp_path / "err"), BAD, before=lambda: setattr(sys, "executable", exe))
+    code, _ = _wait(pid, 300)
+    argv = (base / "argv").read_text().split()
+    assert argv[1:3] == ["-m", "bayesncl.forkserver"] and argv[3].startswith(f"{base}/rel/")  # absolute
+    assert code == 2
+
+
+def test_an_unwritable_socket_folder_is_one_line_and_a_plain_run(tmp_path):
+    """A folder of the user's they may not write (mode 500): one line, then the command in the client's process
+    (once a PermissionError traceback, the command never run). Run as nobody where the tests run as root."""
+    import bayesncl.cli  # noqa: F401 - imported before the client drops root (root's site-packages)
+    import bayesncl.report.jobs  # noqa: F401
+
+    folder = _short_dir()
+    err = str(tmp_path / "err")
+    if os.geteuid() == 0:
+        os.chown(folder, NOBODY, NOBODY)
+        os.chmod(tmp_path, 0o777)
+
+        def before():
+            os.setgroups([]), os.setgid(NOBODY), os.setuid(NOBODY)
+    else:
+        before = None
+    os.chmod(folder, 0o500)
+    pid = _fork_client(err, BAD, before=lambda: (os.environ.__setitem__(forkserver.DIR_ENV, folder),
+                                                 before and before()))
+    code, _ = _wait(pid, 300)
+    first, _, rest = Path(err).read_text().partition("\n")
+    assert first == (f"{FALLBACK}cannot write in the socket folder {folder} (Permission denied); set "
+                     f"{forkserver.DIR_ENV} to a folder you can write; running the command in this process")
+    # the command itself, run here (as this user: its own one line, exit 2)
+    assert code == 2 and rest.startswith("bayesncl jobs: error: ") and rest.count("\n") == 1
+
+
+def test_the_client_checks_the_servers_uid_not_its_gid(monkeypatch):
+    """SO_PEERCRED gives (pid, uid, gid): the uid decides. The tests run where uid = gid; here they differ."""
+    me = os.getuid()
+
+    class Peer:
+        def __init__(self, uid, gid):
+            self.creds = struct.pack("3i", 1, uid, gid)
+
+        def getsockopt(self, *_):
+            return self.creds
+
+    assert forkserver._peer_uid(Peer(me, me + 7)) == me
+    assert forkserver._peer_uid(Peer(me + 7, me)) == me + 7
+    assert forkserver._same_user(Peer(me, me + 7)) and not forkserver._same_user(Peer(me + 7, me))
+
+
+def test_the_timeouts_are_read_from_the_environment():
+    code = "from bayesncl import forkserver as f; print(f.HELLO_TIMEOUT, f.REQUEST_TIMEOUT)"
+    env = dict(_env(_short_dir(), False), BAYESNCL_FORKSERVER_HELLO="2.5", BAYESNCL_FORKSERVER_REQUEST="0.5")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["2.5", "0.5"], out.stderr

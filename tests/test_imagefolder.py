@@ -329,3 +329,151 @@ def test_a_cache_folder_that_cannot_be_written_is_named(tree, tmp_path):
                    "set data.cache_dir")
     # The manifests' paths need no folder on disk (the workflow plans them before anything exists).
     assert imagefolder_manifests(tmp_path / "not-yet", S, cache)[0].endswith("/train.json")
+
+
+# ------------------------------------------------------------------------------------------------ issue 47: real folders
+def _cli(argv) -> tuple[int, str]:
+    """`bayesncl ARGV` in this process: (exit code, stderr)."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from bayesncl.cli import main
+
+    err = io.StringIO()
+    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+        code = main(argv)
+    return code, err.getvalue()
+
+
+def _data_sets(root: Path, tmp_path: Path) -> list[str]:
+    return [f"--set={s}" for s in (f"data.dataset={IF.NAME}", f"data.root={root}", f"data.cache_dir={tmp_path}/cache",
+                                   f"data.imagefolder.stored_size={S}", f"data.imagefolder.crop_size={CROP}",
+                                   "data.num_workers=0")]
+
+
+LOOPS = {  # each: a link that never reaches a file or folder; the path the line names
+    "a self-linked image": (lambda r: os.symlink("x.png", r / "train" / "cat" / "x.png"), "train/cat/x.png",
+                            "a symbolic link that leads back to itself; remove the link or point it at an image"),
+    "a self-linked class folder": (lambda r: [os.symlink("loop", r / s / "loop") for s in ("train", "val")],
+                                   "train/loop", "a symbolic link that leads back to itself; remove the link or point "
+                                                 "it at a class folder"),
+    "two links at each other": (lambda r: (os.symlink("b.png", r / "val" / "dog" / "a.png"),
+                                           os.symlink("a.png", r / "val" / "dog" / "b.png")), "val/dog/a.png",
+                                "a symbolic link that leads back to itself"),
+    "a link to nowhere": (lambda r: os.symlink(r / "gone.png", r / "train" / "eel" / "z.png"), "train/eel/z.png",
+                          "a broken symbolic link; remove the link or point it at an image"),
+}
+
+
+@pytest.mark.parametrize("case", list(LOOPS))
+def test_a_link_loop_or_a_broken_link_is_one_line_naming_it(tree, tmp_path, case):
+    make, rel, why = LOOPS[case]
+    make(tree)
+    for fn in (lambda: load(tree, tmp_path, "train"), lambda: load(tree, tmp_path, "test"),
+               lambda: prepare_imagefolder(tree, stored_size=S, cache_dir=tmp_path / "cache", progress=False)):
+        one_line_error(fn, tree / rel, why)
+    for argv in (["prepare", "--workers", "0"], ["pretrain", "--out", str(tmp_path / "run"), "--quiet",
+                                                 "--set=model.width=4", "--set=train.epochs=1"]):
+        code, err = _cli([*argv, *_data_sets(tree, tmp_path)])
+        assert code == 2 and err.count("\n") == 1 and f"{tree / rel}: {why}" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_folder_named_like_an_image_is_no_image(tree, tmp_path):
+    (tree / "train" / "cat" / "album.png").mkdir()  # not a file: passed over, as before
+    assert len(load(tree, tmp_path, "train", prepared=False).labels) == 9
+
+
+def test_links_out_of_the_root_are_followed(tree, tmp_path):
+    """A class folder and an image that live elsewhere (a shared dataset linked in) are read as if copied."""
+    copy = tmp_path / "copy"
+    import shutil
+
+    shutil.copytree(tree, copy)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tree / "train" / "dog").rename(elsewhere / "dog")
+    os.symlink(elsewhere / "dog", tree / "train" / "dog")
+    image = sorted((tree / "val" / "cat").iterdir())[0]
+    image.rename(elsewhere / image.name)
+    os.symlink(elsewhere / image.name, image)
+    for split in ("train", "test"):
+        a = load(tree, tmp_path / "a", split, prepared=False)
+        b = load(copy, tmp_path / "b", split, prepared=False)
+        xa = next(iter_batches(a, 64, shuffle=False, seed=0, drop_last=False, device="cpu"))
+        xb = next(iter_batches(b, 64, shuffle=False, seed=0, drop_last=False, device="cpu"))
+        assert torch.equal(xa[0], xb[0]) and torch.equal(xa[1], xb[1]) and a.class_names == b.class_names
+    prepare_imagefolder(tree, stored_size=S, cache_dir=tmp_path / "cache", progress=False)
+    assert isinstance(load(tree, tmp_path).dataset, PreparedImages)
+
+
+def test_a_class_folder_name_that_is_not_utf8_works(tree, tmp_path, capsys):
+    """Names are bytes on Linux: a class folder named in Latin-1 is a class like any other (its name kept as Python
+    reads it), prepared and read back from the copy."""
+    name = os.fsdecode(b"caf\xe9")
+    for split in ("train", "val"):
+        os.rename(tree / split / "cat", tree / split / name)
+    ds = load(tree, tmp_path, "train", prepared=False)
+    assert ds.class_names == sorted(["dog", "eel", name]) and len(ds.labels) == 9
+    code, err = _cli(["prepare", "--workers", "0", *_data_sets(tree, tmp_path)])
+    assert code == 0 and "Traceback" not in err, err
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # the copy is used: no "not used" warning
+        ds = load_imagefolder(tree, "test", **kw(tmp_path))
+    assert isinstance(ds.dataset, PreparedImages) and ds.class_names[0] == name
+
+
+def _as_nobody(fn):
+    """fn()'s result, computed in a forked child that runs as nobody where this process is root (root reads any
+    file)."""
+    import pickle
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        result = (99, "child failed")
+        try:
+            os.close(r)
+            if os.geteuid() == 0:
+                os.setgroups([]), os.setgid(65534), os.setuid(65534)
+            result = fn()
+        except BaseException as e:  # noqa: BLE001 - the parent fails the test with it
+            result = (98, f"{type(e).__name__}: {e}")
+        finally:
+            os.write(w, pickle.dumps(result))
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        data = fh.read()
+    os.waitpid(pid, 0)
+    return pickle.loads(data)
+
+
+@pytest.mark.parametrize("what", ["an image", "a class folder", "a split folder"])
+def test_an_unreadable_file_or_folder_is_one_line_naming_it(what):
+    """Read as a user without the permission (nobody, where the tests run as root)."""
+    import shutil
+    import tempfile
+
+    import bayesncl.cli  # noqa: F401 - imported before the child drops root (root's site-packages)
+    import bayesncl.data.prepared  # noqa: F401
+
+    top = Path(tempfile.mkdtemp(prefix="bif-", dir="/tmp"))
+    try:
+        root = top / "folder"
+        write_tree(root)
+        for p in [top, *top.rglob("*")]:
+            os.chmod(p, 0o777 if p.is_dir() else 0o644)
+        bad = {"an image": sorted((root / "val" / "dog").iterdir())[1], "a class folder": root / "train" / "eel",
+               "a split folder": root / "val"}[what]
+        os.chmod(bad, 0)
+        code, err = _as_nobody(lambda: _cli(["prepare", "--workers", "0", *_data_sets(root, top)]))
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert str(bad) in err and ("Permission denied" in err or "permission" in err.lower()), err
+        if what != "an image":
+            assert err == (f"bayesncl prepare: error: {bad}: cannot read the folder (Permission denied); give this "
+                           f"user read access to it or remove it; expected {IF._LAYOUT}\n")
+    finally:
+        for p in [top, *top.rglob("*")]:
+            os.chmod(p, 0o755)
+        shutil.rmtree(top)

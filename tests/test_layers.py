@@ -12,7 +12,7 @@ LAYERS = [
      "bayesncl.registry", "bayesncl.plugins", "bayesncl.learning"],
     ["bayesncl.config"],
     ["bayesncl.data", "bayesncl.losses", "bayesncl.backbones", "bayesncl.rundir"],
-    ["bayesncl.methods", "bayesncl.optim", "bayesncl.checkpoint", "bayesncl.runtime"],
+    ["bayesncl.methods", "bayesncl.optim", "bayesncl.checkpoint", "bayesncl.runtime", "bayesncl.outdir"],
     ["bayesncl.evaluation.arrays", "bayesncl.evaluation.probe", "bayesncl.evaluation.dynamics",
      "bayesncl.evaluation.cost", "bayesncl.evaluation.linear"],
     ["bayesncl.train", "bayesncl.weights"],

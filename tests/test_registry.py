@@ -336,3 +336,19 @@ def test_plugins_edge_cases_each_give_one_line_or_a_record(tmp_path, monkeypatch
             sys.modules.pop(m, None)
         while str(tmp_path.resolve()) in sys.path:
             sys.path.remove(str(tmp_path.resolve()))
+
+
+def test_a_plugin_that_fails_while_imported_is_one_exact_line(tmp_path, monkeypatch):
+    """Issue 47: whatever a plugin raises, even with no message, and wherever its file could not be found."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    (tmp_path / "plug_bare.py").write_text("x = 1\nraise RuntimeError()\n")
+    (tmp_path / "plug_pkg").mkdir()
+    (tmp_path / "plug_pkg" / "__init__.py").write_text("raise ValueError('half made')\n")
+    with pytest.raises(ConfigError) as e:
+        plugins.load(["plug_bare"], [tmp_path])
+    assert str(e.value) == (f"plugins: plugin 'plug_bare' ({tmp_path.resolve()}/plug_bare.py, line 2) raised "
+                            "RuntimeError while imported; fix the plugin or remove it from the workflow config's plugins")
+    with pytest.raises(ConfigError) as e:
+        plugins.load(["plug_pkg.sub"], [tmp_path])  # its package fails first: no file of its own to name
+    assert str(e.value) == ("plugins: plugin 'plug_pkg.sub' raised ValueError: half made while imported; fix the "
+                            "plugin or remove it from the workflow config's plugins")

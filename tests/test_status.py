@@ -353,7 +353,7 @@ def test_the_runs_found_leave_out_dot_folders_and_eval_folders(tmp_path):
 
 def test_without_the_grid_a_run_reads_its_recorded_config(tmp_path):
     """Without the plan, a run's epochs (and so its ETA) come from the config it recorded; a config that cannot be
-    read leaves them unknown, the run still listed."""
+    read is a row saying so, the run still listed (issue 47: never in silence)."""
     runs = tmp_path / "results" / "runs"
     for rid, text in (("a", "train: {epochs: 10, batch_size: 64}\n"), ("b", "train: [\n")):
         write_log(runs / rid, [4.7, 4.5, 4.4, 4.3])  # epochs of 10 s, the last ended at NOW
@@ -361,5 +361,231 @@ def test_without_the_grid_a_run_reads_its_recorded_config(tmp_path):
         os.utime(runs / rid / "config.resolved.yaml", (NOW, NOW))
     a, b = grid_status(tmp_path / "results", now=NOW + 4)
     assert (a.run_id, a.state, a.epoch, a.epochs, a.eta_s) == ("a", "running", 4, 10, 5 * 10 + 6)
-    assert (b.run_id, b.state, b.epoch, b.epochs, b.eta_s) == ("b", "running", 4, None, None)
-    assert [line.split()[1] for line in render([a, b]).splitlines()[1:3]] == ["4/10", "4"]
+    assert (b.run_id, b.state, b.epoch, b.epochs, b.eta_s) == ("b", "unreadable", 0, None, None)
+    assert b.note.startswith("config.resolved.yaml: not valid YAML at line 2; fix or remove it")
+    assert [line.split()[1] for line in render([a, b]).splitlines()[1:3]] == ["0", "4/10"]
+
+
+# ------------------------------------------------------------------------------ issue 47: read what it can, say what it cannot
+BAD_FOLDERS = [  # (case, {file: content, None: a folder}, the row's note)
+    ("a binary log", {"log.jsonl": b"\x89PNG\r\n\x1a\n\xff\xfe\x00"}, "log.jsonl is not text (not UTF-8)"),
+    ("a log line that is a list", {"log.jsonl": '{"epoch": 1, "loss": 4.0}\n[1, 2]\n'},
+     "log.jsonl line 2: [1, 2] is not a JSON object"),
+    ("a log line that is a string", {"log.jsonl": '"epoch"\n'}, "log.jsonl line 1: 'epoch' is not a JSON object"),
+    ("a log line that is a number", {"log.jsonl": "3\n"}, "log.jsonl line 1: 3 is not a JSON object"),
+    ("a log line that is not JSON", {"log.jsonl": "{loss: 4}\n"}, "log.jsonl line 1: not JSON"),
+    ("a string epoch_seconds", {"log.jsonl": '{"loss": 4.0, "epoch_seconds": "12"}\n'},
+     "log.jsonl line 1: epoch_seconds '12' is not a number of seconds"),
+    ("an infinite epoch_seconds", {"log.jsonl": '{"loss": 4.0, "epoch_seconds": Infinity}\n'},
+     "log.jsonl line 1: epoch_seconds inf is not a number of seconds"),
+    ("a loss beyond floats", {"log.jsonl": '{"loss": 1' + "0" * 400 + "}\n"}, "log.jsonl line 1: loss 1000"),
+    ("a list loss", {"log.jsonl": '{"loss": [4.0]}\n'}, "log.jsonl line 1: loss [4.0] is not a number"),
+    ("train a list", {"config.resolved.yaml": "train: [1, 2]\n"}, "config.resolved.yaml: train is [1, 2], not a mapping"),
+    ("non-numeric epochs", {"config.resolved.yaml": "train: {epochs: ten}\n"},
+     "config.resolved.yaml: train.epochs 'ten' is not a whole number"),
+    ("a zero batch", {"config.resolved.yaml": "train: {epochs: 4, batch_size: 0}\n"},
+     "config.resolved.yaml: train.batch_size 0 is not a whole number above 0"),
+    ("a config that is a list", {"config.resolved.yaml": "[1, 2]\n"}, "config.resolved.yaml: [1, 2] is not a mapping"),
+    ("a binary config", {"config.resolved.yaml": b"\xff\xfe\x00"}, "config.resolved.yaml is not text (not UTF-8)"),
+    ("a log that is a folder", {"log.jsonl": None}, "log.jsonl cannot be read (Is a directory)"),
+]
+
+
+@pytest.mark.parametrize("files,note", [c[1:] for c in BAD_FOLDERS], ids=[c[0] for c in BAD_FOLDERS])
+def test_a_bad_run_folder_is_a_row_saying_what_is_wrong(tmp_path, capsys, files, note):
+    """Without the plan: the bad run is a row in state `unreadable` naming the file and what is wrong; the good run
+    beside it is read as before; no traceback, nothing on stderr."""
+    runs = tmp_path / "results" / "runs"
+    write_log(runs / "good", [4.7, 4.5], seconds=10.0, mtime=time.time())
+    write_log(runs / "bad", [4.7, 4.5])
+    for name, body in files.items():
+        path = runs / "bad" / name
+        path.unlink()
+        if body is None:
+            path.mkdir()
+        else:
+            path.write_bytes(body if isinstance(body, bytes) else body.encode())
+    assert main(["status", str(tmp_path / "results")]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    _, table, total = read_table(out)
+    bad, good = table
+    assert (bad["state"], bad["run"], bad["epoch"]) == ("unreadable", "bad", "0") and bad["extra"].startswith(note), bad
+    assert bad["extra"].endswith("; fix or remove it, then look again")
+    assert (good["state"], good["run"], good["epoch"]) == ("running", "good", "2")
+    assert total.startswith("2 runs: 1 unreadable, 1 running; 2 of 0 epochs trained")
+
+
+def test_a_bad_log_in_the_plan_is_a_row_and_the_totals_still_count_it(interrupted, capsys):
+    res, runs, ids = interrupted
+    (res / "runs" / ids["bayesncl", 0] / "log.jsonl").write_text('{"loss": 4.0}\n"oops"\n')
+    grid_file = res.parent / "grid.yaml"
+    grid_file.write_text(yaml.safe_dump(GRID))
+    assert main(["status", str(res), "--grid", str(grid_file), "--only", "unreadable"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and out[1].split()[:2] == ["unreadable", "0/10"] and ids["bayesncl", 0] in out[1]
+    assert "log.jsonl line 2: 'oops' is not a JSON object" in out[1]
+    assert out[2].startswith("4 runs: 1 unreadable, 1 failed, 1 waiting, 1 done; 12 of 40 epochs trained")
+
+
+def _as_another_user(argv: list[str], cwd: Path) -> tuple[int, str, str]:
+    """`bayesncl ARGV` in a forked child that runs as nobody where this process is root (root reads any file), so
+    a mode of 000 means what it means for a user; (exit code, stdout, stderr)."""
+    import io
+    import pickle
+    from contextlib import redirect_stderr, redirect_stdout
+
+    import scipy.stats  # noqa: F401 - imported before the child drops root: it cannot read root's site-packages
+
+    import bayesncl.stale  # noqa: F401
+    r, w = os.pipe()
+    sys.stdout.flush(), sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        result = (99, "", "child failed")
+        try:
+            os.close(r)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            os.chdir(cwd)
+            out, err = io.StringIO(), io.StringIO()
+            with redirect_stdout(out), redirect_stderr(err):
+                code = main(argv)
+            result = (code, out.getvalue(), err.getvalue())
+        except BaseException as e:  # noqa: BLE001 - reported to the parent, which fails the test with it
+            result = (98, "", f"{type(e).__name__}: {e}")
+        finally:
+            os.write(w, pickle.dumps(result))
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        data = fh.read()
+    os.waitpid(pid, 0)
+    return pickle.loads(data)
+
+
+@pytest.fixture
+def shared_results():
+    """A results folder another user may read (the tests' tmp_path is root's alone)."""
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="bst-", dir="/tmp"))
+    os.chmod(top, 0o755)
+    yield top
+    for p in [top, *top.rglob("*")]:
+        if not p.is_symlink():
+            os.chmod(p, 0o755)
+    shutil.rmtree(top)
+
+
+@pytest.mark.parametrize("where,note", [
+    ("runs", "cannot read the folder {res}/runs (Permission denied); the runs in it are not counted"),
+    ("run", "cannot read the folder {res}/runs/x/ncl/seed~0 (Permission denied)"),
+    ("log", "log.jsonl cannot be read (Permission denied)"),
+    ("eval", "eval/ cannot be read (Permission denied)"),
+])
+def test_an_unreadable_folder_or_file_is_a_line_naming_it(shared_results, where, note):
+    res = shared_results / "results"
+    run = res / "runs" / "x" / "ncl" / "seed~0"
+    write_log(run, [4.7, 4.5])
+    finish(run, ["features"])
+    write_log(res / "runs" / "y", [4.0])
+    for p in [shared_results, *shared_results.rglob("*")]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    os.chmod({"runs": res / "runs", "run": run, "log": run / "log.jsonl", "eval": run / "eval"}[where], 0)
+    code, out, err = _as_another_user(["status", str(res)], shared_results)
+    assert (code, err) == (0, ""), err
+    _, table, total = read_table(out)
+    rows = {r["run"]: r for r in table}
+    unreadable = [r for r in table if r["state"] == "unreadable"]
+    assert len(unreadable) == 1 and unreadable[0]["extra"].startswith(note.format(res=res)), out
+    if where != "runs":
+        assert set(rows) == {"x/ncl/seed~0", "y"} and rows["y"]["state"] == "running"
+    assert "unreadable" in total
+
+
+STALE_BAD = [
+    ("binary", b"\xff\xfe\x00", "not a text file"),
+    ("train a list", "train: [1]\n", "train: expected a mapping"),
+    ("a list", "[1, 2]\n", "expected a mapping at the top level"),
+    ("epochs text", "train: {epochs: ten}\n", "train.epochs: got 'ten'"),
+]
+
+
+@pytest.mark.parametrize("body,why", [c[1:] for c in STALE_BAD], ids=[c[0] for c in STALE_BAD])
+def test_stale_names_a_run_whose_config_it_cannot_read_and_compares_the_rest(tmp_path, capsys, body, why):
+    runs = expand_grid(GRID)
+    res = tmp_path / "results"
+    (bad, run_bad), (stale, run_stale) = list(runs.items())[:2]
+    (res / "runs" / bad).mkdir(parents=True)
+    (res / "runs" / bad / "config.resolved.yaml").write_bytes(body if isinstance(body, bytes) else body.encode())
+    (res / "runs" / stale).mkdir(parents=True)
+    old = json.loads(json.dumps(run_stale.config))
+    old["train"]["epochs"] = 3
+    (res / "runs" / stale / "config.resolved.yaml").write_text(yaml.safe_dump(old))
+    grid_file = tmp_path / "grid.yaml"
+    grid_file.write_text(yaml.safe_dump({**GRID, "results": str(res)}))
+    assert main(["stale", "--grid", str(grid_file)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{stale}: train.epochs 3 (today 10)\n"
+    first, last = err.splitlines()
+    assert first.startswith(f"{bad}: not compared: ") and why in first and "Traceback" not in err
+    assert last.startswith(f"1 stale run(s) under {res}; retrain them") and last.endswith(
+        "; 1 run(s) not compared: their recorded config cannot be read (above)")
+    assert main(["stale", "--grid", str(grid_file), "--targets"]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{res}/runs/{stale}/model.pt\n" and err.startswith(f"{bad}: not compared: ")
+
+
+def test_stale_names_a_run_folder_it_may_not_read(shared_results):
+    runs = expand_grid(GRID)
+    res = shared_results / "results"
+    (rid, run), (later, run_later) = list(runs.items())[:2]
+    for r, cfg in ((rid, run.config), (later, {**run_later.config, "seed": 7})):
+        (res / "runs" / r).mkdir(parents=True)
+        (res / "runs" / r / "config.resolved.yaml").write_text(yaml.safe_dump(cfg))
+    (shared_results / "grid.yaml").write_text(yaml.safe_dump({**GRID, "results": str(res)}))
+    for p in [shared_results, *shared_results.rglob("*")]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    os.chmod(res / "runs" / rid, 0)
+    code, out, err = _as_another_user(["stale", "--grid", str(shared_results / "grid.yaml")], shared_results)
+    assert (code, out) == (0, f"{later}: seed 7 (today {run_later.config['seed']})\n"), err  # the next run compared
+    assert err.splitlines()[0] == (f"{rid}: not compared: {res / 'runs' / rid / 'config.resolved.yaml'}: cannot be "
+                                   "read (Permission denied)")
+
+
+def test_a_results_folder_without_runs_is_no_run_and_an_epoch_of_no_seconds_is_one(tmp_path, capsys):
+    (tmp_path / "results").mkdir()
+    assert main(["status", str(tmp_path / "results")]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith("0 runs: none")
+    write_log(tmp_path / "run", [4.0], seconds=0.0)
+    assert run_status(tmp_path / "run", "r", now=NOW).state == "running"  # 0 s (a tiny epoch) is a number of seconds
+    r = run_status(tmp_path / "run", "r", {"train": {"epochs": "ten"}}, now=NOW)  # a caller's plan, named as such
+    assert (r.state, r.epochs, r.note) == ("unreadable", None, "the plan: train.epochs 'ten' is not a whole number; "
+                                                               "fix or remove it, then look again")
+
+
+def test_stale_lists_every_stale_run_after_runs_not_started_and_reads_old_records_as_recorded(tmp_path, capsys):
+    from bayesncl.stale import print_stale
+
+    runs = list(expand_grid(GRID).items())
+    res = tmp_path / "results"
+    (_, _), (b, run_b), (c, run_c) = runs[:3]  # the first run has no folder: not started
+    for rid, run in ((b, run_b), (c, run_c)):
+        old = json.loads(json.dumps(run.config))
+        del old["train"]["loss_scaler"]  # recorded before the key existed: it did what `added` says (none)
+        (res / "runs" / rid).mkdir(parents=True)
+        (res / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(old))
+    print_stale(GRID, res, "g.yaml")  # the differences by default
+    out, err = capsys.readouterr()
+    assert out == f"{b}: train.loss_scaler none (today fp16)\n{c}: train.loss_scaler none (today fp16)\n"
+    assert err == (f"2 stale run(s) under {res}; retrain them: snakemake --cores N --forcerun $(bayesncl stale --grid "
+                   "g.yaml --targets)\n")
+    print_stale(GRID, res, "g.yaml", targets_only=True)
+    assert capsys.readouterr() == (f"{res}/runs/{b}/model.pt\n{res}/runs/{c}/model.pt\n", "")
+    for rid in (b, c):
+        (res / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(dict(runs)[rid].config))
+    print_stale(GRID, res, "g.yaml")
+    assert capsys.readouterr() == ("", f"0 stale run(s) under {res}\n")

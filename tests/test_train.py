@@ -15,6 +15,7 @@ from bayesncl import config as C
 from bayesncl import losses
 from bayesncl.cli import main
 from bayesncl.data import SimCLRAugment, load_split
+from bayesncl.errors import OutputError
 from bayesncl.methods import build_method
 from bayesncl.train import REQUEUE_EXIT, TrainingDiverged, pretrain
 
@@ -178,7 +179,8 @@ def test_missing_dataset_root_fails_before_work(tmp_path, capsys):
 def test_checkpoint_from_another_config_is_refused(tmp_path, tiny_sets):
     pretrain(C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=1", "train.epochs=1"]), tmp_path, progress=False)
     other = C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=1", "train.epochs=1", "method.rho=0.5"])
-    with pytest.raises(C.ConfigError, match="method.rho"):
+    with pytest.raises(OutputError, match=r"holds a run of another config \(config.resolved.yaml: method.rho: 0.8 "
+                                          r"!= 0.5\); give another folder, or add --replace"):  # issue 47
         pretrain(other, tmp_path, progress=False)
 
 

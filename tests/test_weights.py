@@ -277,6 +277,31 @@ LIGHTNING_NAMES = ("pytorch_lightning.utilities.parsing.AttributeDict",
                    "lightning.fabric.utilities.data.AttributeDict")
 
 
+@pytest.mark.parametrize("qualname", ["evil.AttributeDict", "evil.pytorch_lightning.utilities.parsing.AttributeDict",
+                                      "pytorch_lightning.utilities.parsing.AttributeDictX",
+                                      "pytorch_lightning.AttributeDict"])
+def test_the_allow_list_matches_lightning_s_attribute_dict_by_its_full_name_only(tmp_path, qualname):
+    """A class named AttributeDict elsewhere (or ending as Lightning's full name does) is refused, never read as a
+    plain dict: its module is never imported, so none of its code runs (issue 47, item 8)."""
+    module, _, cls = qualname.rpartition(".")
+    parts = module.split(".")
+    fake = types.ModuleType(module)
+    attribute_dict = type(cls, (dict,), {"__module__": module, "__qualname__": cls})
+    setattr(fake, cls, attribute_dict)
+    names = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    saved = {p: sys.modules.get(p) for p in names}
+    sys.modules.update({p: fake for p in names})
+    try:
+        torch.save({"state_dict": {}, "hyper_parameters": attribute_dict(cfg=attribute_dict(seed=3))}, tmp_path / "a")
+    finally:
+        for p, m in saved.items():
+            sys.modules.pop(p) if m is None else sys.modules.__setitem__(p, m)
+    with pytest.raises(CheckpointError, match=rf"pickles Python objects that are not read without running their "
+                                              rf"code \({re.escape(qualname)}\)"):
+        released.read(tmp_path / "a")
+    assert not any(n in sys.modules for n in names if n not in saved or saved[n] is None)
+
+
 @pytest.mark.parametrize("qualname", LIGHTNING_NAMES)
 def test_every_name_lightning_pickled_its_attribute_dict_under_is_read_as_a_plain_dict(tmp_path, qualname):
     module, _, cls = qualname.rpartition(".")
@@ -432,6 +457,14 @@ def test_a_released_gate_setting_this_package_does_not_take_is_refused_unless_se
     assert imp.config["method"][ours] == value
     path, _ = _released(tmp_path, mk={"bayesian_kl_lambda": 0})  # 0 is a lambda this package takes
     assert released.import_checkpoint(path).config["method"]["lambda"] == 0.0
+
+
+@pytest.mark.parametrize("value", [None, "0.2", [0.2], 10 ** 400, float("inf"), -0.5])
+def test_a_released_temperature_of_the_wrong_type_is_flagged_and_the_default_kept(tmp_path, value):
+    path, _ = _released(tmp_path, mk={"temperature": value})
+    imp = released.import_checkpoint(path)
+    assert imp.config["method"]["temperature"] == C.resolve()["method"]["temperature"]
+    assert any(f.startswith("method.temperature: the released temperature is ") for f in imp.flags), imp.flags
 
 
 @pytest.mark.parametrize("name,mk,phrase", [

@@ -275,8 +275,24 @@ def test_bad_config_fails_when_the_dag_is_built(tmp_path, edit, message):
                                                      "'no_such_plugin' (looked for no_such_plugin.py in "),
     (lambda c: c.update(claims=[{"metric": "sc", "left": "NCL", "right": "Nope", "relation": ">"}]),
      "invalid workflow config: claims[0].right: no variant 'Nope'; the variants: BayesNCL (STE), NCL,"),
+    # issue 47: whatever a plugin raises or exits with, whatever type a claim's value has
+    (lambda c: c.update(plugins=["plug"]), "invalid workflow config: plugins: plugin 'plug' ({tmp}/plug.py, line 2) "
+                                           "raised RuntimeError: no GPU while imported; fix the plugin"),
+    (lambda c: c.update(plugins=["plug_syntax"]), "invalid workflow config: plugins: plugin 'plug_syntax' "
+                                                  "({tmp}/plug_syntax.py, line 1) raised SyntaxError: "),
+    (lambda c: c.update(plugins=["plug_exit"]), "invalid workflow config: plugins: plugin 'plug_exit' "
+                                                "({tmp}/plug_exit.py, line 2) called sys.exit(3) while imported"),
+    (lambda c: c.update(claims=[{"metric": ["sc"], "left": "NCL", "right": "NCL", "relation": ">"}]),
+     "invalid workflow config: claims[0].metric: ['sc'] is not a name"),
+    (lambda c: c.update(claims=[{"metric": "sc", "left": "NCL", "right": "NCL", "relation": "within",
+                                 "tolerance": float("nan")}]),
+     "invalid workflow config: claims[0].tolerance: nan is not a finite positive number"),
 ])
 def test_a_bad_plugin_or_claim_stops_the_dag_in_one_line(tmp_path, edit, message):
+    (tmp_path / "plug.py").write_text("import os\nraise RuntimeError('no GPU')\n")
+    (tmp_path / "plug_syntax.py").write_text("def f(:\n    pass\n")
+    (tmp_path / "plug_exit.py").write_text("import sys\nsys.exit(3)\n")
+    message = message.replace("{tmp}", str(tmp_path))
     r = snakemake("-n", "--configfile", str(_bad_config(tmp_path, edit)), "--config", f"results={tmp_path}")
     assert r.returncode == 2
     (line,) = [ln for ln in r.stderr.splitlines() if ln.startswith("invalid workflow config")]

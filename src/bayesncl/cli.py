@@ -12,7 +12,8 @@ from pathlib import Path
 
 from .atomic import check_writable_dir
 from .registry import METHODS
-from .errors import REQUEUE_EXIT, BayesNCLError, ConfigError, OutputError
+from .errors import REQUEUE_EXIT, TERMINATED, BayesNCLError, ConfigError, OutputError
+from .outdir import replace_help
 from .startup import mark_ready
 
 
@@ -44,7 +45,7 @@ def _pretrain(args) -> int:
     check_data(cfg["data"])
     check_writable_dir(args.out)
     try:
-        path = pretrain(cfg, args.out, progress=not args.quiet)
+        path = pretrain(cfg, args.out, progress=not args.quiet, replace=args.replace)
     except Preempted as e:  # the SLURM profile retries exit 75, and the rerun resumes
         print(f"bayesncl pretrain: {e} (exit {REQUEUE_EXIT})", file=sys.stderr)
         return REQUEUE_EXIT
@@ -65,7 +66,7 @@ def _evaluate(args) -> int:
     _input_file(args.checkpoint, "--checkpoint", "give the model.pt that `bayesncl pretrain` wrote")
     check_writable_dir(args.out)
     for path in evaluate(args.checkpoint, args.out, only=args.only, sets=args.set, overrides=overrides,
-                         expect_config=args.config, progress=not args.quiet):
+                         expect_config=args.config, progress=not args.quiet, replace=args.replace):
         print(f"wrote {path}")
     return 0
 
@@ -91,7 +92,7 @@ def _read_grid(path: str) -> dict:
     """A workflow config file, checked (its schema where the workflow extra is installed) and its plugins
     found beside it."""
     from .config import load_yaml_file
-    from .plugins import export_env
+    from .plugins import export_env, load_grid
     from .wfconfig import check_grid
 
     _input_file(path, "--grid", "give the workflow config, e.g. config/config.yaml")
@@ -99,28 +100,21 @@ def _read_grid(path: str) -> dict:
                                           "defaults, datasets, variants, sets), e.g. config/config.yaml")
     if not isinstance(grid, dict):
         raise ConfigError(f"--grid {path}: expected a mapping (results, seeds, defaults, datasets, ...)")
+    load_grid(grid, [Path(path).parent])  # a plugin that fails is named as the grid's (plugins:)
     export_env(grid.get("plugins") or [], [Path(path).parent])  # found beside the grid file
     check_grid(grid, f"--grid {path}")
     return grid
 
 
 def _stale(args) -> int:
-    from .stale import describe, stale_runs, targets
+    from .stale import print_stale
     mark_ready()  # imports done: the work begins (bayesncl.startup)
 
     grid = _read_grid(args.grid)
     results = args.results or grid.get("results")
     if not results or not Path(results).is_dir():
         raise ConfigError(f"--results {results}: no such folder; give the folder the grid's runs are in")
-    found = stale_runs(grid, results)
-    if args.targets:
-        print("\n".join(targets(results, found)))
-        return 0
-    for rid, diff in found.items():
-        print(f"{rid}: {describe(diff)}")
-    print(f"{len(found)} stale run(s) under {results}" + (
-        f"; retrain them: snakemake --cores N --forcerun $(bayesncl stale --grid {args.grid} --targets)"
-        if found else ""), file=sys.stderr)
+    print_stale(grid, results, args.grid, args.targets)
     return 0
 
 
@@ -314,7 +308,7 @@ def _import(args) -> int:
     check_writable_dir(args.out)
     overrides = _json_object(args.config_json, "--config-json") if args.config_json else None
     imp = import_checkpoint(args.checkpoint, file=args.config, sets=args.set, args=args.args, overrides=overrides)
-    path = write_run(imp, args.checkpoint, args.out)
+    path = write_run(imp, args.checkpoint, args.out, replace=args.replace)
     for flag in imp.flags:
         print(f"note: {flag}")
     print(f"imported {args.checkpoint} (sha256 {imp.sha256[:16]}): {path}")
@@ -327,7 +321,7 @@ def _export(args) -> int:
     _input_file(args.checkpoint, "--checkpoint", "give the model.pt that `bayesncl pretrain` or `bayesncl import` "
                 "wrote")
     check_writable_dir(args.out)
-    for path in export(args.checkpoint, args.out, args.format, heads=args.heads):
+    for path in export(args.checkpoint, args.out, args.format, heads=args.heads, replace=args.replace):
         print(f"wrote {path}")
     return 0
 
@@ -348,6 +342,7 @@ def _weights_commands(sub, common) -> None:
     sp.add_argument("--args", metavar="JSON", help="the released run's args.json (default: the one beside CKPT)")
     sp.add_argument("--config-json", help=argparse.SUPPRESS)  # the workflow's run config (bayesncl.grid)
     sp.add_argument("--out", required=True, metavar="DIR", help="run folder: model.pt, config.resolved.yaml")
+    sp.add_argument("--replace", action="store_true", help=replace_help("the run"))
     sp.set_defaults(func=_import)
 
     sp = sub.add_parser("export", help="a run's backbone in torchvision's / timm's key layout, or as safetensors",
@@ -360,6 +355,7 @@ def _weights_commands(sub, common) -> None:
     sp.add_argument("--heads", action="store_true", help="also the projector and the gating head (heads.*)")
     sp.add_argument("--out", required=True, metavar="DIR", help="folder for the files and config.json; created if "
                                                                 "missing")
+    sp.add_argument("--replace", action="store_true", help=replace_help("the export"))
     sp.set_defaults(func=_export)
 
 
@@ -392,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True, metavar="DIR",
                     help="run folder: checkpoint.pt, model.pt (what evaluate reads), log.jsonl, "
                          "config.resolved.yaml; created if missing")
+    sp.add_argument("--replace", action="store_true", help=replace_help("the run") + "; a resumed run is its own")
     sp.set_defaults(func=_pretrain)
 
     sections = "\n".join(f"  {n:<17} {s.doc}" for n, s in SECTIONS.items())
@@ -413,6 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override an eval.* or data.* key (e.g. data.root, eval.waterbirds_root)")
     sp.add_argument("--config-json", help=argparse.SUPPRESS)  # the workflow's eval.*/data.* settings
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
+    sp.add_argument("--replace", action="store_true", help=replace_help("the evaluation"))
     sp.set_defaults(func=_evaluate)
 
     sp = sub.add_parser("summarize", help="collect every run's eval/<section>.json of a grid into one CSV",
@@ -527,8 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("results", nargs="?", metavar="RESULTS", help="the grid's results folder (default: the grid's "
                                                                    "`results:`, else results)")
     sp.add_argument("--grid", help="the workflow config (e.g. config/paper.yaml): lists the runs not started too")
-    sp.add_argument("--only", nargs="+", metavar="STATE", choices=["failed", "running", "requeued", "evaluating",
-                                                                    "waiting", "done"],
+    sp.add_argument("--only", nargs="+", metavar="STATE", choices=["unreadable", "failed", "running", "requeued",
+                                                                    "evaluating", "waiting", "done"],
                     help="list only runs in these states (the totals count every run)")
     sp.set_defaults(func=_status)
 
@@ -565,8 +563,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _terminated(signum, frame):
-    print(f"bayesncl: stopped by SIGTERM; rerun the same command (exit {REQUEUE_EXIT}: the scheduler retries it)",
-          file=sys.stderr)
+    print(TERMINATED, file=sys.stderr)
     raise SystemExit(REQUEUE_EXIT)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "REQUEUE_EXIT",
+    "TERMINATED",
     "BayesNCLError",
     "ConfigError",
     "DataError",
@@ -16,9 +17,12 @@ __all__ = [
     "OutputError",
     "MetricsFileError",
     "MissingInputError",
+    "RunFileError",
 ]
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL, a command stopped by SIGTERM: "try again"; the SLURM profile retries it
+# What a command stopped by SIGTERM says (the CLI's, and the fork server's client before its command runs).
+TERMINATED = f"bayesncl: stopped by SIGTERM; rerun the same command (exit {REQUEUE_EXIT}: the scheduler retries it)"
 
 
 class BayesNCLError(ValueError):
@@ -47,3 +51,7 @@ class MetricsFileError(BayesNCLError):
 
 class MissingInputError(BayesNCLError):
     """A file a step reads does not exist yet; the message names it and the command that writes it."""
+
+
+class RunFileError(BayesNCLError):
+    """A run's own file (its training log, ...) is unreadable or not what the trainer writes (message names it)."""

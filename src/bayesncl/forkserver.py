@@ -20,13 +20,14 @@ limits, cgroup, ids, capabilities, namespaces), so a job always runs with its ow
 Everything lives in a folder of this user's alone (BAYESNCL_FORKSERVER_DIR, else $XDG_RUNTIME_DIR/bayesncl,
 else $TMPDIR or /tmp/bayesncl-<uid>; refused unless it is a real folder owned by the user that no one else may
 write), and the client talks only to a server of its own uid (SO_PEERCRED). Whatever keeps the server from
-answering (a long socket path, something else at it, a listener that answers garbage or nothing, a server that
-dies while starting) is one line on stderr, and the command then runs in the client's own process: never a
-traceback, never a long wait.
+answering (a long socket path, something else at it, a folder it may not write, a listener that answers garbage
+or nothing for HELLO_TIMEOUT, a server that dies while starting) is one line on stderr, and the command then runs
+in the client's own process: never a traceback, never a long wait. Streams the client was started without, and
+signals before the server answered, are as for a plain process (run_command).
 
 The `bayesncl` script is `entry()` here (and `python -m bayesncl`): a routed command goes to the server before
-anything else is imported, so the client imports only the standard library; any other runs bayesncl.cli in
-this process. Each job's start-up time is bayesncl.startup's.
+anything else is imported, so the client imports only the standard library (and bayesncl.errors, constants);
+any other runs bayesncl.cli in this process. Each job's start-up time is bayesncl.startup's.
 """
 
 from __future__ import annotations
@@ -39,12 +40,17 @@ import struct
 import sys
 import time
 
+from .errors import REQUEUE_EXIT, TERMINATED  # constants only: the client imports nothing heavy
+
 ENV = "BAYESNCL_FORKSERVER"  # "1": run commands through the fork server
 DIR_ENV = "BAYESNCL_FORKSERVER_DIR"  # the folder of the sockets (private to the user)
 IDLE_SECONDS = float(os.environ.get("BAYESNCL_FORKSERVER_IDLE", "120"))
 START_TIMEOUT = 120.0  # seconds a client waits for a server it started to listen (a cold import of torch: ~15 s)
-HELLO_TIMEOUT = 30.0  # seconds a client waits for the command's pid (the server forks at once)
-REQUEST_TIMEOUT = 10.0  # seconds the server waits for a connected client's request
+# Seconds a client waits for the command's pid: the server reads requests without blocking and forks at once, so a
+# listener silent this long is given up (then the command runs in the client's process). Lifted once it answers.
+HELLO_TIMEOUT = float(os.environ.get("BAYESNCL_FORKSERVER_HELLO", "5"))
+# Seconds the server keeps a connection whose request has not all come; other clients are served meanwhile.
+REQUEST_TIMEOUT = float(os.environ.get("BAYESNCL_FORKSERVER_REQUEST", "10"))
 MAX_MESSAGE = 1 << 24  # bytes: a longer frame is not a message of ours
 SUN_PATH_MAX = 107  # bytes of a Unix socket's path (108 with its NUL)
 TMP_SUFFIX_MAX = len(".4194304.tmp")  # the server binds <socket>.<pid>.tmp first
@@ -120,11 +126,11 @@ def _digest() -> str:
 
 
 def folder() -> str:
-    """The user's socket folder: BAYESNCL_FORKSERVER_DIR, else $XDG_RUNTIME_DIR/bayesncl, else
+    """The user's socket folder: BAYESNCL_FORKSERVER_DIR (made absolute), else $XDG_RUNTIME_DIR/bayesncl, else
     <$TMPDIR or /tmp>/bayesncl-<uid>."""
     given = os.environ.get(DIR_ENV)
     if given:
-        return given
+        return os.path.abspath(given)  # the server starts in /: a relative folder would be another folder there
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime):
         return os.path.join(runtime, "bayesncl")
@@ -242,16 +248,24 @@ def _start_server(path: str) -> socket.socket:
     import fcntl
     import subprocess
 
-    with open(path + ".lock", "w") as lock:
+    try:
+        lock = open(path + ".lock", "w")
+    except OSError as exc:  # a folder of the user's they may not write (mode 500, a read-only file system)
+        raise Unavailable(f"cannot write in the socket folder {os.path.dirname(path)} ({exc.strerror}); set "
+                          f"{DIR_ENV} to a folder you can write") from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         conn = _connect(path)
         if conn is not None:
             return conn
         _private(path)  # something may have taken the socket's place meanwhile
-        with open(path + ".log", "ab") as log:
-            server = subprocess.Popen([sys.executable, "-m", "bayesncl.forkserver", path], stdin=subprocess.DEVNULL,
-                                      stdout=log, stderr=log, start_new_session=True, close_fds=True,
-                                      cwd="/")  # nothing in the client's folder may shadow a module
+        try:
+            with open(path + ".log", "ab") as log:
+                server = subprocess.Popen([sys.executable, "-m", "bayesncl.forkserver", path],
+                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                          close_fds=True, cwd="/")  # nothing in the client's folder may shadow a module
+        except OSError as exc:
+            raise Unavailable(f"cannot start the fork server ({exc.strerror}: {exc.filename})") from None
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             conn = _connect(path)
@@ -278,16 +292,35 @@ def _ignored() -> list[int]:
     return found
 
 
-def _greeting(conn: socket.socket, path: str, argv: list[str]) -> int:
-    """Send the request; the pid of the command's process from the server's answer."""
+def _closed_streams() -> list[int]:
+    """Which of stdin, stdout and stderr this process was started without (`>&-`), each then held by /dev/null
+    here, so no socket of the client's takes its number (it would be passed on as the command's stream)."""
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.append(fd)
+    for fd in closed:
+        held = os.open(os.devnull, os.O_RDWR)  # the lowest free number: `fd` itself
+        if held != fd:
+            os.dup2(held, fd)
+            os.close(held)
+    return closed
+
+
+def _greeting(conn: socket.socket, path: str, argv: list[str], closed: list[int], sent) -> int:
+    """Send the request; the pid of the command's process from the server's answer. `sent()` is called once the
+    request is on its way (the command may start from then on)."""
     from .startup import process_started
 
     request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "start": process_started(),
-               "ignored": _ignored(),
+               "ignored": _ignored(), "closed": closed,
                "blocked": sorted(int(sig) for sig in signal.pthread_sigmask(signal.SIG_BLOCK, []))}
     conn.settimeout(HELLO_TIMEOUT)
     try:
-        socket.send_fds(conn, [_frame(request)], [0, 1, 2])
+        sent()
+        socket.send_fds(conn, [_frame(request)], [fd for fd in (0, 1, 2) if fd not in closed])
         hello = _recv(conn)
     except TimeoutError:
         raise Unavailable(f"the server at {path} did not answer within {HELLO_TIMEOUT:.0f} s") from None
@@ -304,39 +337,68 @@ def _greeting(conn: socket.socket, path: str, argv: list[str]) -> int:
 
 def run_command(argv: list[str]) -> int:
     """Run `bayesncl <argv>` in a child of the fork server; its exit code. Where no server can start it (a line
-    says why), the command runs in this process instead."""
+    says why), the command runs in this process instead. A signal before the request is sent does what it does
+    to a plain process (SIGTERM: the rerun line, exit 75); one after it reaches the command once it runs."""
+    state: dict = {"pid": None, "sent": False, "pending": []}
+
+    def on_signal(signum, _frame):
+        if state["pid"] is not None:
+            try:
+                os.kill(state["pid"], signum)
+            except ProcessLookupError:
+                pass
+        elif state["sent"]:  # the command may be starting: passed on as soon as its pid is known
+            state["pending"].append(signum)
+        else:
+            _as_plain(signum)
+
+    previous = {}
+    for name in FORWARDED:
+        sig = getattr(signal, name)
+        if signal.getsignal(sig) != signal.SIG_IGN:  # ignored here: ignored by the command too
+            previous[sig] = signal.signal(sig, on_signal)
+    closed = _closed_streams()
     try:
         path = socket_path()
         _private(path)
         conn = _connect(path) or _start_server(path)
         try:
-            pid = _greeting(conn, path, argv)
+            state["pid"] = _greeting(conn, path, argv, closed, lambda: state.update(sent=True))
         except Unavailable:
             conn.close()
             raise
     except Unavailable as exc:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in state["pending"]:  # stopped before it could start: as a plain process stops
+            _as_plain(signum)
         print(f"bayesncl: fork server unavailable: {exc}; running the command in this process", file=sys.stderr)
         return _run_here(argv)
     with conn:
-        def forward(signum, _frame):
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
-
-        for name in FORWARDED:
-            sig = getattr(signal, name)
-            if signal.getsignal(sig) != signal.SIG_IGN:  # ignored here: ignored by the command too
-                signal.signal(sig, forward)
+        for signum in state["pending"]:
+            on_signal(signum, None)
         try:
             done = _recv(conn)
         except (OSError, ValueError):
             done = None
     code = done.get("exit") if done is not None else None
     if not isinstance(code, int) or isinstance(code, bool):
-        print(f"bayesncl: the command's process {pid} ended without an exit status (killed?)", file=sys.stderr)
+        print(f"bayesncl: the command's process {state['pid']} ended without an exit status (killed?)",
+              file=sys.stderr)
         return 1
     return code
+
+
+def _as_plain(signum: int) -> None:
+    """What a signal does to a plain `bayesncl` process: SIGTERM the CLI's rerun line and exit 75, SIGINT a
+    KeyboardInterrupt, any other its default action."""
+    if signum == signal.SIGTERM:
+        print(TERMINATED, file=sys.stderr)
+        raise SystemExit(REQUEUE_EXIT)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _run_here(argv: list[str]) -> int:
@@ -392,13 +454,18 @@ def _child_main(conn: socket.socket, listener: socket.socket, request: dict, fds
     as_forked_child(request.get("start"))
     listener.close()
     _signals_as(request.get("ignored", []), request.get("blocked", []))
-    for target, fd in enumerate(fds):
+    closed = request.get("closed", [])
+    for target, fd in zip([t for t in (0, 1, 2) if t not in closed], fds):
         os.dup2(fd, target)
         os.close(fd)
+    for target in closed:  # started without it: as a plain process, no stream (Python's sys.std* is None)
+        os.close(target)
+        setattr(sys, ("stdin", "stdout", "stderr")[target], None)
+        setattr(sys, ("__stdin__", "__stdout__", "__stderr__")[target], None)
     for stream in (sys.stdout, sys.stderr):  # a terminal's output line by line, as in a plain process
         try:
             stream.reconfigure(line_buffering=os.isatty(stream.fileno()))
-        except (AttributeError, OSError, ValueError):
+        except (AttributeError, OSError, ValueError):  # AttributeError: a stream it was started without
             pass
     os.chdir(request["cwd"])
     os.environ.clear()
@@ -435,7 +502,7 @@ def _child_main(conn: socket.socket, listener: socket.socket, request: dict, fds
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except (OSError, ValueError):
+            except (AttributeError, OSError, ValueError):
                 pass
         try:
             _send(conn, {"exit": int(code or 0)})
@@ -448,6 +515,43 @@ def _same_user(conn: socket.socket) -> bool:
     """Whether the peer runs as this server's user (SO_PEERCRED; True where the platform cannot tell)."""
     uid = _peer_uid(conn)
     return uid is None or uid == os.getuid()
+
+
+class _Pending:
+    """A connection whose request has not all come: read as it arrives, never waited on, so a client that sends
+    nothing (or half a request) holds no one else up; dropped after REQUEST_TIMEOUT."""
+
+    def __init__(self, conn: socket.socket):
+        conn.setblocking(False)
+        self.conn, self.buf, self.fds = conn, b"", []
+        self.deadline = time.monotonic() + REQUEST_TIMEOUT
+
+    def read(self) -> dict | None:
+        """The request once whole, else None; ValueError or OSError where what came is no request of ours."""
+        data, fds, _, _ = socket.recv_fds(self.conn, 1 << 16, 3)
+        self.fds += fds
+        if not data:
+            raise ValueError("closed before its request was whole")
+        self.buf += data
+        if len(self.buf) < 4:
+            return None
+        size = struct.unpack("!I", self.buf[:4])[0]
+        if size > MAX_MESSAGE or len(self.buf) > 4 + size:
+            raise ValueError("not a frame of ours")
+        if len(self.buf) < 4 + size:
+            return None
+        request = json.loads(self.buf[4:])
+        closed = request.get("closed", []) if isinstance(request, dict) else None
+        if not isinstance(closed, list) or not set(closed) <= {0, 1, 2} or len(set(closed)) != len(closed) \
+                or len(self.fds) != 3 - len(closed):
+            raise ValueError("not a client's request")
+        self.conn.setblocking(True)
+        return request
+
+    def drop(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.conn.close()
 
 
 def serve(path: str) -> None:
@@ -466,48 +570,54 @@ def serve(path: str) -> None:
     inode = os.stat(path).st_ino
     _write_pid(path)
     children: set[int] = set()
+    pending: dict[socket.socket, _Pending] = {}
     last = time.monotonic()
     try:
         while True:
             for pid in list(children):
                 if os.waitpid(pid, os.WNOHANG)[0]:
                     children.discard(pid)
-            ready, _, _ = select.select([listener], [], [], 1.0)
-            if ready:
-                conn, _ = listener.accept()
-                last = time.monotonic()
-                if not _same_user(conn):
-                    conn.close()
+            ready, _, _ = select.select([listener, *pending], [], [], 0.2 if pending else 1.0)
+            for sock in ready:
+                if sock is listener:
+                    conn, _ = listener.accept()
+                    last = time.monotonic()
+                    if _same_user(conn):
+                        pending[conn] = _Pending(conn)
+                    else:
+                        conn.close()
                     continue
-                fds = []
-                conn.settimeout(REQUEST_TIMEOUT)  # a client that never sends holds no one else up
+                waiting = pending[sock]
                 try:
-                    head, fds, _, _ = socket.recv_fds(conn, 4, 3)
-                    request = _recv(conn, head)
-                    conn.settimeout(None)
-                except (OSError, ValueError):
-                    request = None
-                if not isinstance(request, dict) or len(fds) != 3:  # not a client's request: drop it
-                    for fd in fds:
-                        os.close(fd)
-                    conn.close()
+                    request = waiting.read()
+                except (OSError, ValueError):  # not a client's request: drop it
+                    pending.pop(sock).drop()
                     continue
+                if request is None:
+                    continue
+                del pending[sock]
                 for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
                     stream.flush()
                 pid = os.fork()
                 if pid == 0:
-                    _child_main(conn, listener, request, fds)
+                    for other in pending.values():  # the other clients' connections are not the child's
+                        other.drop()
+                    _child_main(sock, listener, request, waiting.fds)
                 children.add(pid)
-                for fd in fds:
+                for fd in waiting.fds:
                     os.close(fd)
-                conn.close()
+                sock.close()
+            now = time.monotonic()
+            for sock in [c for c, w in pending.items() if w.deadline < now]:  # never sent its request
+                pending.pop(sock).drop()
+            if ready:
                 continue
             try:
                 if os.stat(path).st_ino != inode:
                     break
             except FileNotFoundError:
                 break
-            if not children and time.monotonic() - last > IDLE_SECONDS:
+            if not children and not pending and time.monotonic() - last > IDLE_SECONDS:
                 break
     finally:
         listener.close()

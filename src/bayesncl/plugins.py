@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -51,10 +52,35 @@ def load(names, search=(), where: str = "plugins") -> list[dict]:
                                   "the installed packages); put it beside the workflow config or install it") from None
             except ConfigError as e:
                 raise ConfigError(f"{where}: plugin {name!r}: {e}") from None
+            except (Exception, SystemExit) as e:  # noqa: BLE001 - the plugin's own failure: one line naming it
+                raise ConfigError(_failed(name, e, where)) from None
             file = getattr(module, "__file__", None)
             _LOADED[name] = {"module": name, "file": str(file or ""), "sha256": _sha(file)}
         out.append(_LOADED[name])
     return out
+
+
+def _failed(name: str, e: BaseException, where: str) -> str:
+    """One line for a plugin that failed while imported: its file (and line) and what it raised or exited with."""
+    import traceback
+
+    try:
+        spec = importlib.util.find_spec(name)
+        file = spec.origin if spec is not None else None
+    except (Exception, SystemExit):  # noqa: BLE001 - a package whose __init__ failed: name the module only
+        file = None
+    line = None
+    if isinstance(e, SyntaxError) and e.filename:
+        file, line = e.filename, e.lineno
+    elif file:  # the deepest frame in the plugin's own file
+        line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == file), None)
+    at = f" ({file}{f', line {line}' if line else ''})" if file else ""
+    if isinstance(e, SystemExit):
+        what = f"called sys.exit({e.code!r}) while imported"
+    else:
+        text = (e.msg if isinstance(e, SyntaxError) else str(e)).strip().splitlines()
+        what = f"raised {type(e).__name__}{': ' + text[0] if text else ''} while imported"
+    return f"{where}: plugin {name!r}{at} {what}; fix the plugin or remove it from the workflow config's plugins"
 
 
 def load_from_env() -> list[dict]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .errors import MissingInputError
+from .errors import MissingInputError, RunFileError
 
 CONFIG = "config.resolved.yaml"
 CHECKPOINT = "checkpoint.pt"
@@ -23,10 +23,47 @@ DYNAMICS = "dynamics.pt"
 EVAL = "eval"
 
 
-def read_log(run_dir: str | Path) -> list[dict]:
-    """The training log's epochs, in order. The trainer rewrites the whole file atomically from its checkpointed
-    state, so it holds each finished epoch once and never a partial line."""
+# An epoch's values the readers take as numbers (None: not measured, as peak memory on a CPU).
+_NUMBERS = ("loss", "infonce", "kl", "open_gates", "lr", "epoch_seconds", "img_per_s", "peak_mem_mb", "compile_seconds",
+            "skipped", "loss_scale")
+
+
+def read_log(run_dir: str | Path, needed: tuple[str, ...] = ()) -> list[dict]:
+    """The training log's epochs, in order, each with the keys `needed`. The trainer rewrites the whole file
+    atomically from its checkpointed state, so it holds each finished epoch once and never a partial line;
+    anything else in it is one RunFileError naming the file, the line and what is wrong."""
     path = Path(run_dir) / LOG
     if not path.is_file():
         raise MissingInputError(f"{path} does not exist; it is written by `bayesncl pretrain --out {Path(run_dir)}`")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    fix = "it is the trainer's: restore it, or train the run again"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise RunFileError(f"{path}: cannot be read ({e.strerror}); {fix}") from None
+    except UnicodeDecodeError:
+        raise RunFileError(f"{path}: not a text file (not UTF-8); {fix}") from None
+    out = []
+    for i, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            epoch = json.loads(line)
+        except ValueError:
+            raise RunFileError(f"{path} line {i}: not JSON; {fix}") from None
+        if not isinstance(epoch, dict):
+            raise RunFileError(f"{path} line {i}: not a JSON object of an epoch's values; {fix}")
+        missing = [k for k in needed if k not in epoch]
+        if missing:
+            raise RunFileError(f"{path} line {i}: no {', '.join(missing)}; {fix}")
+        if "epoch" in epoch and (not isinstance(epoch["epoch"], int) or isinstance(epoch["epoch"], bool)):
+            raise RunFileError(f"{path} line {i}: epoch {str(epoch['epoch'])[:20]!r} is not a whole number; {fix}")
+        for key in _NUMBERS:
+            v = epoch.get(key)
+            if v is None and (key not in epoch or key == "peak_mem_mb"):
+                continue
+            try:
+                epoch[key] = float(v) if not isinstance(v, (bool, str)) else float("x")
+            except (TypeError, ValueError, OverflowError):
+                raise RunFileError(f"{path} line {i}: {key} {str(v)[:20]!r} is not a number; {fix}") from None
+        out.append(epoch)
+    return out

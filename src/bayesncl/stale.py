@@ -11,13 +11,14 @@ reads as what runs did before it, config.KEYS_ADDED), the run is stale: its pret
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from .config import as_recorded, resolve
 from .grid import Run, expand_grid, trigger_diff
 from .rundir import CONFIG, FINAL
 
-__all__ = ["describe", "stale_runs", "run_staleness"]
+__all__ = ["describe", "print_stale", "stale_runs", "run_staleness"]
 
 
 def run_staleness(recorded: dict, run: Run) -> dict[str, list]:
@@ -25,15 +26,30 @@ def run_staleness(recorded: dict, run: Run) -> dict[str, list]:
     return {k: [a, b] for k, a, b in trigger_diff(as_recorded(recorded), run.config, "pretrain")}
 
 
-def stale_runs(wf: dict, results: str | Path) -> dict[str, dict[str, list]]:
-    """{run id: its differences} for every run of the grid that has a recorded config under ``results``."""
+def stale_runs(wf: dict, results: str | Path, unreadable: dict[str, str] | None = None) -> dict[str, dict[str, list]]:
+    """{run id: its differences} for every run of the grid that has a recorded config under ``results``. A
+    recorded config that cannot be read or is not a valid config goes into ``unreadable`` ({run id: why}), and
+    the other runs are compared as before."""
+    from .errors import BayesNCLError
+
     out = {}
     for rid, run in expand_grid(wf).items():
         path = Path(results) / "runs" / rid / CONFIG
-        if path.is_file():
-            diff = run_staleness(resolve(file=path, recorded=True), run)
-            if diff:
-                out[rid] = diff
+        try:
+            if not path.is_file():
+                continue
+            recorded = resolve(file=path, recorded=True)
+        except BayesNCLError as e:
+            if unreadable is not None:
+                unreadable[rid] = str(e)
+            continue
+        except OSError as e:  # the run's folder, or results/runs, may not be read
+            if unreadable is not None:
+                unreadable[rid] = f"{path}: cannot be read ({e.strerror})"
+            continue
+        diff = run_staleness(recorded, run)
+        if diff:
+            out[rid] = diff
     return out
 
 
@@ -49,3 +65,21 @@ def _fmt(v) -> str:
 def targets(results: str | Path, rids) -> list[str]:
     """The model.pt of each run: what `snakemake --forcerun` takes to retrain exactly these."""
     return [str(Path(results) / "runs" / rid / FINAL) for rid in rids]
+
+
+def print_stale(wf: dict, results: str | Path, grid_file: str, targets_only: bool = False) -> None:
+    """What `bayesncl stale` prints: each stale run and its differences (or, `targets_only`, each one's model.pt),
+    each run not compared and why (stderr: --targets stays a list of files), and the count (stderr)."""
+    unreadable: dict[str, str] = {}
+    found = stale_runs(wf, results, unreadable)
+    for rid, why in unreadable.items():  # never left out in silence
+        print(f"{rid}: not compared: {why}", file=sys.stderr)
+    if targets_only:
+        print("\n".join(targets(results, found)))
+        return
+    for rid, diff in found.items():
+        print(f"{rid}: {describe(diff)}")
+    print(f"{len(found)} stale run(s) under {results}" + (
+        f"; retrain them: snakemake --cores N --forcerun $(bayesncl stale --grid {grid_file} --targets)"
+        if found else "") + (f"; {len(unreadable)} run(s) not compared: their recorded config cannot be read (above)"
+                             if unreadable else ""), file=sys.stderr)

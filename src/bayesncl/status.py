@@ -11,7 +11,10 @@ results folder. A run's state:
   for three epoch times (and at least STALL_MIN_S): its job may have been killed without a word;
 - requeued: pretraining stopped by SIGTERM (exit 75, a time limit or preemption) and resumes when resubmitted;
 - failed: pretrain.log, or a missing section's <section>.log, ends in an error line (shown);
-- waiting: nothing written yet.
+- waiting: nothing written yet;
+- unreadable: the folder, or a file in it, is not as the trainer and the evaluation write it (a log that is not
+  text or whose lines are not JSON objects of numbers, a config that is not a mapping, a folder or file this user
+  may not read): the row says which and what, and the rest of the table is read as before.
 
 Flags (bayesncl.learning, the rules the report's § and ¶ marks use): "collapse@e" from the InfoNCE epochs so
 far; "still learning" once pretraining ended with the loss still falling.
@@ -28,15 +31,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import load_yaml_file
-from .errors import BayesNCLError
 from .grid import evaluation_sections, expand_grid, smoke_results
 from .rundir import CHECKPOINT, CONFIG, EVAL, FINAL, LOG
 
-__all__ = ["STATES", "RunStatus", "grid_status", "render", "run_status", "totals"]
+__all__ = ["STATES", "RunStatus", "Unreadable", "grid_status", "render", "run_status", "totals"]
 
 # In the order the table lists them: what needs a look first.
-STATES = ("failed", "running", "requeued", "evaluating", "waiting", "done")
+STATES = ("unreadable", "failed", "running", "requeued", "evaluating", "waiting", "done")
 STALL_EPOCHS = 3
 STALL_MIN_S = 900.0
 PRETRAIN_LOG = "pretrain.log"  # Snakemake's log of the pretrain rule (workflow/rules/pretrain.smk)
@@ -60,29 +61,118 @@ class RunStatus:
     note: str = ""
 
 
+class Unreadable(Exception):
+    """A run's file or folder that cannot be read as the trainer writes it; the message says which and what."""
+
+
+def _read_text(path: Path) -> str | None:
+    """The file's text, None where it does not exist."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise Unreadable(f"{path.name} cannot be read ({e.strerror})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Unreadable(f"{path.name} is not text (not UTF-8)") from None
+
+
 def _last_line(path: Path) -> str:
     try:
         with open(path, "rb") as f:
             f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
             lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
-    except OSError:
+    except FileNotFoundError:
         return ""
+    except OSError as e:
+        raise Unreadable(f"{path.parent.name}/{path.name} cannot be read ({e.strerror})") from None
     return lines[-1] if lines else ""
 
 
+_NUMBERS = ("loss", "infonce", "epoch_seconds")  # what the table reads from each epoch
+
+
+def _number(key: str, v) -> float | None:
+    """An epoch's value as a float (None where absent); ValueError where it is not one the trainer writes."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError
+    v = float(v)  # OverflowError (a ValueError's sibling) for an integer beyond floats: caught with it
+    if key == "epoch_seconds" and not (math.isfinite(v) and v >= 0):
+        raise ValueError
+    return v
+
+
 def _read_log(path: Path) -> list[dict]:
-    """The epochs logged so far ([] when none). The trainer replaces the file whole, so a read sees a whole file."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return []
+    """The epochs logged so far ([] when none). The trainer replaces the file whole, so a read sees a whole file:
+    anything else in it is not the trainer's (Unreadable)."""
+    text = _read_text(path)
     out = []
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:  # not one of the trainer's lines: skip it, the rest still says where it is
+    for i, line in enumerate((text or "").splitlines(), start=1):
+        if not line.strip():
             continue
+        try:
+            epoch = json.loads(line)
+        except ValueError:
+            raise Unreadable(f"{path.name} line {i}: not JSON") from None
+        if not isinstance(epoch, dict):
+            raise Unreadable(f"{path.name} line {i}: {_short(epoch)} is not a JSON object")
+        for key in _NUMBERS:
+            try:
+                epoch[key] = _number(key, epoch.get(key))
+            except (ValueError, OverflowError):
+                what = "a number of seconds" if key == "epoch_seconds" else "a number"
+                raise Unreadable(f"{path.name} line {i}: {key} {_short(epoch[key])} is not {what}") from None
+        out.append(epoch)
     return out
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _recorded_config(path: Path) -> dict:
+    """The run's recorded config ({} where there is none), checked where the table reads it (train.epochs and
+    train.batch_size)."""
+    import yaml
+
+    text = _read_text(path)
+    if text is None:
+        return {}
+    try:
+        cfg = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise Unreadable(f"{path.name}: not valid YAML" + (f" at line {mark.line + 1}" if mark else "")) from None
+    cfg = {} if cfg is None else cfg
+    if not isinstance(cfg, dict):
+        raise Unreadable(f"{path.name}: {_short(cfg)} is not a mapping of config keys")
+    return cfg
+
+
+def _train(cfg: dict, where: str) -> dict:
+    train = cfg.get("train") or {}
+    if not isinstance(train, dict):
+        raise Unreadable(f"{where}: train is {_short(train)}, not a mapping")
+    for key in ("epochs", "batch_size"):
+        v = train.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < (key == "batch_size")):
+            raise Unreadable(f"{where}: train.{key} {_short(v)} is not a whole number"
+                             + (" above 0" if key == "batch_size" else ""))
+    return train
+
+
+def _sections_written(ev: Path) -> list[str]:
+    try:
+        return sorted(n[:-5] for n in os.listdir(ev) if n.endswith(".json"))
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise Unreadable(f"{EVAL}/ cannot be read ({e.strerror})") from None
 
 
 def _mtime(*paths: Path) -> float | None:
@@ -93,34 +183,48 @@ def _mtime(*paths: Path) -> float | None:
 def run_status(run_dir: str | Path, run_id: str, cfg: dict | None = None, sections: list[str] | None = None,
                now: float | None = None) -> RunStatus:
     """One run's state from its folder. `cfg`: its run config from the plan (else the one it recorded);
-    `sections`: the evaluation sections it needs (else the ones it has written count as all)."""
-    from .learning import collapse, learning_slope
-
+    `sections`: the evaluation sections it needs (else the ones it has written count as all). A folder or file
+    that cannot be read is a row in state unreadable saying which and what."""
     d = Path(run_dir)
     now = time.time() if now is None else now
-    if cfg is None and (d / CONFIG).is_file():
+    try:
+        return _run_status(d, run_id, cfg, sections, now)
+    except (Unreadable, OSError) as e:  # OSError: the folder itself, or a file's metadata, may not be read
+        what = str(e) if isinstance(e, Unreadable) else f"cannot be read ({e.strerror})"
         try:
-            cfg = load_yaml_file(d / CONFIG, str(d / CONFIG))
-        except BayesNCLError:
-            cfg = None
-    cfg = cfg if isinstance(cfg, dict) else {}
+            epochs = _train(cfg, "the plan").get("epochs") if isinstance(cfg, dict) else None
+        except Unreadable:
+            epochs = None
+        return RunStatus(run_id, "unreadable", epochs=epochs, note=f"{what}; fix or remove it, then look again")
+
+
+def _infonce(log: list[dict]) -> list[float]:
+    """Each epoch's InfoNCE (a log older than that column: its loss; NaN where neither is there)."""
+    return [next((v for v in (r["infonce"], r["loss"]) if v is not None), math.nan) for r in log]
+
+
+def _run_status(d: Path, run_id: str, cfg: dict | None, sections: list[str] | None, now: float) -> RunStatus:
+    from .learning import collapse, learning_slope
+
+    where = "the plan" if cfg is not None else CONFIG
+    train = _train(_recorded_config(d / CONFIG) if cfg is None else cfg, where)
     log = _read_log(d / LOG)
-    train = cfg.get("train") or {}
     st = RunStatus(run_id, "waiting", epoch=len(log), epochs=train.get("epochs"))
     if log:
-        st.loss = log[-1].get("loss")
-        st.train_s = sum(r.get("epoch_seconds", 0.0) for r in log)
-        infonce = [r.get("infonce", r.get("loss", math.nan)) for r in log]
-        fall = collapse(infonce, train.get("batch_size", 256))
+        st.loss = log[-1]["loss"]
+        st.train_s = sum(r["epoch_seconds"] or 0.0 for r in log)
+        infonce = _infonce(log)
+        fall = collapse(infonce, train.get("batch_size") or 256)
         if fall["collapsed"]:
             st.flags.append(f"collapse@{fall['epoch']}")
     trained = (d / FINAL).is_file()
     if trained:
-        if log and learning_slope([r.get("infonce", r.get("loss", math.nan)) for r in log])["still_learning"]:
+        if log and learning_slope(_infonce(log))["still_learning"]:
             st.flags.append("still learning")
         ev = d / EVAL
-        names = sections if sections is not None else sorted(p.stem for p in ev.glob("*.json"))
-        done = [s for s in names if (ev / f"{s}.json").is_file()]
+        written = _sections_written(ev)
+        names = sections if sections is not None else written
+        done = [s for s in names if s in written]
         st.sections = (len(done), len(names))
         failed = [(s, line) for s in names if s not in done
                   for line in [_last_line(ev / f"{s}.log")] if _FAILED.search(line)]
@@ -140,7 +244,7 @@ def run_status(run_dir: str | Path, run_id: str, cfg: dict | None = None, sectio
         st.state, st.note = "failed", last
     elif started is not None:
         st.state = "running"
-        times = [r["epoch_seconds"] for r in log if isinstance(r.get("epoch_seconds"), (int, float))]
+        times = [r["epoch_seconds"] for r in log if r["epoch_seconds"] is not None]
         if times and st.epochs:
             per = statistics.median(times)
             since = max(0.0, now - started)
@@ -152,25 +256,36 @@ def run_status(run_dir: str | Path, run_id: str, cfg: dict | None = None, sectio
     return st
 
 
-def _runs_on_disk(results: Path) -> list[str]:
-    """Run ids under results/runs: the folders holding a run's files."""
+def _runs_on_disk(results: Path) -> tuple[list[str], list[tuple[str, str]]]:
+    """Run ids under results/runs (the folders holding a run's files), and the folders that could not be read
+    with why: (relative path, reason)."""
     root = results / "runs"
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    found, unreadable = [], []
+
+    def failed(e: OSError) -> None:
+        if not isinstance(e, FileNotFoundError) or Path(e.filename) != root:  # no runs/ yet: no runs
+            unreadable.append((Path(e.filename).relative_to(root).as_posix(), e.strerror))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=failed):
         if CONFIG in filenames or FINAL in filenames or LOG in filenames:
             found.append(Path(dirpath).relative_to(root).as_posix())
             dirnames.clear()
         dirnames[:] = [n for n in dirnames if n != EVAL and not n.startswith(".")]
-    return sorted(found)
+    return sorted(found), unreadable
 
 
 def grid_status(results: str | Path, grid: dict | None = None, now: float | None = None) -> list[RunStatus]:
     """Every run of the plan (`grid`, a workflow config: waiting ones included) or, without one, every run
-    found under results/runs. A results folder named like a smoke run's reads the smoke plan."""
+    found under results/runs, and a row for each folder there that could not be read. A results folder named
+    like a smoke run's reads the smoke plan."""
     results = Path(results)
     now = time.time() if now is None else now
     if grid is None:
-        return [run_status(results / "runs" / rid, rid, now=now) for rid in _runs_on_disk(results)]
+        found, unreadable = _runs_on_disk(results)
+        return [run_status(results / "runs" / rid, rid, now=now) for rid in found] + [
+            RunStatus(rel, "unreadable", note=f"cannot read the folder {results / 'runs' / rel} ({why}); the runs in "
+                                              "it are not counted: give this user read access")
+            for rel, why in unreadable]
     wf = dict(grid)
     if str(results).rstrip("/") == smoke_results(str(results)):  # results-smoke: the smoke run's shrunk plan
         wf["smoke"] = True

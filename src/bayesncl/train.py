@@ -350,8 +350,19 @@ def dynamics_record(model: Method, test_set, cfg: dict, device: torch.device, st
             "sc_feature": torch.from_numpy(sc_feature)}
 
 
-def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True) -> Path:
-    """Pretrain `cfg` into `out_dir`, resuming from its checkpoint. Returns the path of model.pt."""
+def pretrain(cfg: dict, out_dir: str | Path, *, progress: bool = True, replace: bool = False) -> Path:
+    """Pretrain `cfg` into `out_dir`, resuming from its checkpoint. Returns the path of model.pt. A folder holding
+    another run is refused, or with `replace` replaced whole once this run is trained (bayesncl.outdir)."""
+    from .outdir import into, other_run
+
+    out = Path(out_dir)
+    with into(out, other_run(out, cfg), replace, stage=f".{out.name}.replacing",
+              stage_other=lambda folder: other_run(folder, cfg)) as where:
+        _pretrain(cfg, where, progress)  # a preempted replacement resumes in its stage folder when rerun
+    return out / FINAL
+
+
+def _pretrain(cfg: dict, out_dir: str | Path, progress: bool) -> Path:
     out = Path(out_dir)
     final = out / FINAL
     if cfg["train"]["dynamics_every"] and not METHODS[cfg["method"]["name"]].nonnegative:

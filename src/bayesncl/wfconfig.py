@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["EXAMPLES", "SCHEMA", "check_grid", "check_workflow_config", "coerce_switches"]
+__all__ = ["EXAMPLES", "SCHEMA", "check_claim", "check_grid", "check_workflow_config", "coerce_switches"]
 
 # The workflow's schema, beside the package in a checkout (src/ layout); absent from an installed wheel.
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -123,3 +123,30 @@ def check_grid(config: dict, where: str) -> None:
     if SCHEMA.is_file():
         coerce_switches(config)
         check_workflow_config(config, SCHEMA, where)
+
+
+# A declared claim's values by type (bayesncl.report.claims.parse_claims checks what they name).
+_CLAIM_TEXT = ("metric", "relation", "left", "right", "set")
+
+
+def check_claim(entry, at: str) -> None:
+    """Raise ConfigError for a claim entry (`claims[i]` of the workflow config) whose value has the wrong type:
+    a name that is not text (a list or a mapping), a tolerance that is not a finite positive number, a
+    `relative` that is not true or false. Entries that are not mappings are left to parse_claims."""
+    import math
+
+    if not isinstance(entry, dict):
+        return
+    for key in _CLAIM_TEXT:
+        if key in entry and not isinstance(entry[key], str):
+            raise ConfigError(f"{at}.{key}: {_short(entry[key])} is not a name; give it as text, e.g. "
+                              f"{key}: {'sc' if key == 'metric' else '>' if key == 'relation' else 'NCL'}")
+    if "id" in entry and (isinstance(entry["id"], bool) or not isinstance(entry["id"], (str, int))):
+        raise ConfigError(f"{at}.id: {_short(entry['id'])} is not a name; give it as text, e.g. id: D1")
+    if "tolerance" in entry:
+        tol = entry["tolerance"]
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol <= 0:
+            raise ConfigError(f"{at}.tolerance: {_short(tol)} is not a finite positive number; give the margin in "
+                              "the metric's unit (or a fraction of the right side with relative: true), e.g. 1.0")
+    if "relative" in entry and not isinstance(entry["relative"], bool):
+        raise ConfigError(f"{at}.relative: {_short(entry['relative'])} is not true or false")

@@ -6,7 +6,9 @@ Layout:
   <root>/backgrounds.csv                             (optional)
 One subfolder per class, the same class names in train/ and val/; folders and files whose names start with
 "." and files of other extensions are ignored. Labels are the index of the class in the SORTED class names
-(as torchvision's ImageFolder numbers them), so ``class_names[label]`` is the folder name.
+(as torchvision's ImageFolder numbers them), so ``class_names[label]`` is the folder name. Links are followed
+(out of the root too) and a name need not be UTF-8; a link loop, a broken link or a folder that cannot be read is
+one DataError naming it.
 
 ``backgrounds.csv``: header ``path,background``, then one row per image: ``path`` relative to ``root`` with
 "/" separators (``train/cat/001.png``), ``background`` a name (``grass``). Background ids are the indices of
@@ -30,6 +32,7 @@ the files and warns. Background labels are not part of the copy: they are read f
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import json
 import math
@@ -93,9 +96,32 @@ def _split(split: str) -> str:
     return "test" if split == "val" else split
 
 
+def _entries(folder: Path) -> list[os.DirEntry]:
+    """The folder's entries; one line naming it where it cannot be read."""
+    try:
+        with os.scandir(folder) as it:
+            return list(it)
+    except OSError as exc:
+        raise DataError(f"{folder}: cannot read the folder ({exc.strerror}); give this user read access to it or "
+                        f"remove it; expected {_LAYOUT}") from None
+
+
+def _is(entry: os.DirEntry, kind: str) -> bool:
+    """Whether the entry is (or links to) a folder / file; a link that leads nowhere is one line naming it."""
+    try:
+        found = entry.is_dir() if kind == "dir" else entry.is_file()
+        if not found and entry.is_symlink() and not os.path.exists(entry.path):
+            raise FileNotFoundError(errno.ENOENT, "a broken symbolic link")
+        return found
+    except OSError as exc:
+        why = ("a symbolic link that leads back to itself" if exc.errno == errno.ELOOP
+               else exc.strerror or str(exc))
+        raise DataError(f"{entry.path}: {why}; remove the link or point it at "
+                        f"{'a class folder' if kind == 'dir' else 'an image'}") from None
+
+
 def _class_dirs(split_dir: Path) -> list[str]:
-    with os.scandir(split_dir) as it:
-        return sorted(e.name for e in it if e.is_dir() and not e.name.startswith("."))
+    return sorted(e.name for e in _entries(split_dir) if not e.name.startswith(".") and _is(e, "dir"))
 
 
 def _classes(root_p: Path) -> list[str]:
@@ -128,10 +154,9 @@ def _list_split(root_p: Path, split: str, classes: list[str]) -> _Listing:
     labels: list[int] = []
     for label, c in enumerate(classes):
         folder = split_dir / c
-        with os.scandir(folder) as it:
-            names = sorted(e.name for e in it  # sorted: order independent of the filesystem
-                           if e.is_file() and not e.name.startswith(".")
-                           and e.name.lower().endswith(I.IMAGE_EXTENSIONS))
+        names = sorted(e.name for e in _entries(folder)  # sorted: order independent of the filesystem
+                       if not e.name.startswith(".") and e.name.lower().endswith(I.IMAGE_EXTENSIONS)
+                       and _is(e, "file"))
         if not names:
             raise DataError(f"{folder}: class folder has no images (looked for {', '.join(I.IMAGE_EXTENSIONS)}); "
                             f"add images or remove the folder from both train/ and val/")

@@ -148,7 +148,7 @@ def listing_key(header: dict, split_dir: Path, paths: Sequence[str], labels: Seq
             size = os.stat(p).st_size
         except OSError as exc:
             raise DataError(f"{p}: cannot read image file ({exc.strerror})") from exc
-        h.update(f"{os.path.relpath(p, split_dir)}\0{size}\0{y}\n".encode())
+        h.update(f"{os.path.relpath(p, split_dir)}\0{size}\0{y}\n".encode(errors="surrogateescape"))  # any name
     return h.hexdigest()
 
 

@@ -70,11 +70,26 @@ def _torch_threads(cfg: dict) -> None:
 
 
 def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(), overrides: dict | None = None,
-             expect_config=None, progress: bool = True) -> list[Path]:
+             expect_config=None, progress: bool = True, replace: bool = False) -> list[Path]:
     """Run the sections `only` (default: every section that applies to the run, features first) and return
     the JSON files written. `sets` are `key=value` overrides and `overrides` a nested dict of eval.* and
-    data.* keys."""
-    checkpoint, out = Path(checkpoint), Path(out_dir)
+    data.* keys. A folder holding a run or another run's evaluation is refused, or with `replace` replaced
+    whole (bayesncl.outdir); the run's own eval/ folder is always its own."""
+    from ..outdir import into, other_evaluation
+
+    out = Path(out_dir)
+    with into(out, other_evaluation(out, checkpoint, lambda: _digest(checkpoint)), replace) as where:
+        written = _evaluate(Path(checkpoint), where, only, sets, overrides, expect_config, progress)
+    return [out / p.name for p in written]
+
+
+def _digest(checkpoint) -> str:
+    from .. import checkpoint as ckpt_io
+
+    return ckpt_io.weights_digest(ckpt_io.load(checkpoint)["model"])
+
+
+def _evaluate(checkpoint: Path, out: Path, only, sets, overrides, expect_config, progress) -> list[Path]:
     for name in only or ():
         if name not in SECTIONS:
             raise ConfigError(f"evaluate --only {name}: unknown section; known: {', '.join(SECTIONS)}")

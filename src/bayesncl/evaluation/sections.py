@@ -104,7 +104,7 @@ def training_record(log: list[dict], batch: int) -> dict:
                 "infonce_final": infonce[-1] if infonce else None, "learning": learning_slope(infonce),
                 "collapse": collapse(infonce, batch)}
     if log and "open_gates" in log[-1]:
-        training["open_gates"] = [r["open_gates"] for r in log]
+        training["open_gates"] = [r.get("open_gates") for r in log]
         training["open_gates_last"] = log[-1]["open_gates"]
     return training
 
@@ -138,7 +138,7 @@ def features(ctx) -> dict:
         h, = ctx.embed(train, ("h",), "running")
         ctx.save_arrays("features_train", ctx.labels(train) | {"h": h.numpy()})
         n_train = len(train.labels)
-    training = training_record(read_log(ctx.run_dir), cfg["train"]["batch_size"])
+    training = training_record(read_log(ctx.run_dir, ("epoch", "loss")), cfg["train"]["batch_size"])
     return {"features": {"test_images": len(test.labels), "train_images": n_train, "arrays": sorted(arrays),
                          "bn": bn, "bn_batch": cfg["train"]["batch_size"] if bn == "batch" else None},
             "training": training, "config": ctx.stored_config}  # what the cache-reading sections run on
@@ -313,7 +313,7 @@ def cost(ctx) -> dict:
     model = copy.deepcopy(ctx.cpu_model).train()  # the training forward (Gumbel noise and all); BN stats change
     flops = c.count_flops_per_image(model, torch.randn(2, 3, size, size))
     return {"cost": {"gflops": flops / 1e9, "params_m": c.count_params(model) / 1e6,
-                     **c.training_time(read_log(ctx.run_dir))}}
+                     **c.training_time(read_log(ctx.run_dir, ("epoch_seconds", "img_per_s")))}}
 
 
 def check_applies(name: str, cfg: dict) -> None:

@@ -386,6 +386,8 @@ def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
         raise ConfigError(f"{where}: expected a list of claims (metric, left, right, relation), got {decls!r}")
     out, ids = [], set()
     for i, d in enumerate(decls):
+        from ..wfconfig import check_claim  # each value's type first: one line, never a TypeError (issue 47)
+        check_claim(d, f"{where}[{i}]")
         at = f"{where}[{i}]"
         if not isinstance(d, dict):
             raise ConfigError(f"{at}: expected a mapping with metric, left, right and relation, got {d!r}")

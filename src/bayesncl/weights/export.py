@@ -58,10 +58,13 @@ def _write(tensors: dict, path: Path, fmt: str, metadata: dict) -> Path:
     return path
 
 
-def export(checkpoint: str | Path, out: str | Path, fmt: str, heads: bool = False) -> list[Path]:
-    """Write the backbone of `checkpoint` (a model.pt) in format `fmt` under `out`; returns the files written."""
+def export(checkpoint: str | Path, out: str | Path, fmt: str, heads: bool = False, replace: bool = False) -> list[Path]:
+    """Write the backbone of `checkpoint` (a model.pt) in format `fmt` under `out`; returns the files written. A
+    folder holding a run, an export of other weights or files no export wrote is refused, or with `replace`
+    replaced whole (bayesncl.outdir)."""
     from ..atomic import atomic_write_text
     from ..checkpoint import load_model, weights_digest
+    from ..outdir import into, other_export
 
     if fmt not in FORMATS:
         raise CheckpointError(f"--format {fmt!r}: allowed {', '.join(FORMATS)}")
@@ -87,9 +90,10 @@ def export(checkpoint: str | Path, out: str | Path, fmt: str, heads: bool = Fals
             "build": {lib: BUILD[lib, m["stem"]].format(arch=m["arch"], padding=m["cifar_padding"]) for lib in libs}
             if m["width"] == STANDARD_WIDTH else None}
     meta = {"config": json.dumps(cfg, sort_keys=True), "export": json.dumps(info, sort_keys=True)}
-    written = [_write(backbone, out / f"backbone.{ext}", fmt, meta)]
-    if heads:
-        written.append(_write(head, out / f"heads.{ext}", fmt, meta))
-    written.append(atomic_write_text(out / "config.json", json.dumps({"config": cfg, "export": info}, indent=2,
-                                                                     sort_keys=True) + "\n"))
-    return written
+    with into(out, other_export(out, info["weights_sha"]), replace) as where:
+        written = [_write(backbone, where / f"backbone.{ext}", fmt, meta)]
+        if heads:
+            written.append(_write(head, where / f"heads.{ext}", fmt, meta))
+        written.append(atomic_write_text(where / "config.json", json.dumps({"config": cfg, "export": info}, indent=2,
+                                                                           sort_keys=True) + "\n"))
+    return [out / p.name for p in written]

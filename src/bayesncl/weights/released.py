@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import pickle
 import re
 from dataclasses import dataclass, field
@@ -119,6 +120,20 @@ def _as_dict(obj, path: Path) -> dict:
         raise CheckpointError(f"checkpoint {path} holds a {type(obj).__name__}, not a dict; give the .ckpt the "
                               "released code saved")
     return obj
+
+
+def _number(v) -> bool:
+    """A real number a float holds (not a bool), NaN excluded; infinities are for the caller's bounds to refuse."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return float(v) == float(v)
+    except OverflowError:  # an integer beyond floats
+        return False
+
+
+def _mapping(v) -> dict:
+    return v if isinstance(v, dict) else {}
 
 
 def _plain(obj):
@@ -262,6 +277,9 @@ def infer(groups: dict, hp: dict, path: Path, sets: dict) -> tuple[dict, list[st
     model.update(proj_hidden=proj[0][0], proj_dim=proj[1][0])
     method: dict = {}
     mk = hp.get("method_kwargs", {}) if hp else {}
+    if not isinstance(mk, dict):
+        raise CheckpointError(f"checkpoint {path}: method_kwargs is {str(mk)[:40]!r}, not a mapping; give the args.json "
+                              "the released code wrote")
     gated = "gating_head" in groups
     if hp:
         check_shapes_against_hp(model, hp, path)
@@ -285,12 +303,21 @@ def infer(groups: dict, hp: dict, path: Path, sets: dict) -> tuple[dict, list[st
             method["name"] = _builtin(lambda s: s.gated) if gated else (
                 _builtin(lambda s: s.masked) if mk.get("use_topk") else _builtin(lambda s: s.reference))
         if mk.get("use_topk"):
-            method["topk_k"] = int(mk["topk_k"])
+            k = mk.get("topk_k")
+            if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+                raise CheckpointError(f"checkpoint {path}: method_kwargs.topk_k {str(k)[:20]!r} is not a positive whole "
+                                      "number; the released top-k mask needs one")
+            method["topk_k"] = k
         if "temperature" in mk:
-            method["temperature"] = float(mk["temperature"])
+            t = mk["temperature"]
+            if _number(t) and 0 < t < math.inf:
+                method["temperature"] = float(t)
+            else:
+                flags.append(f"method.temperature: the released temperature is {str(t)[:20]!r}, not a value this "
+                             "package takes; the config's value is kept")
         if gated:
             gate = mk.get("gate_type", "STE")
-            if gate not in GATES:
+            if not isinstance(gate, str) or gate not in GATES:
                 raise CheckpointError(f"checkpoint {path}: method_kwargs.gate_type {gate!r}; the released gates "
                                       f"are {', '.join(GATES)}")
             method["gate"] = GATES[gate]
@@ -299,7 +326,7 @@ def infer(groups: dict, hp: dict, path: Path, sets: dict) -> tuple[dict, list[st
                 raise CheckpointError(f"checkpoint {path}: method_kwargs.gate_threshold {threshold!r}; this package's "
                                       f"gate opens at {RELEASED_THRESHOLD} (docs/METHOD.md section 1) and has no "
                                       "setting for another, so its features would not be the released run's")
-            opt = hp.get("optimizer") or {}
+            opt = _mapping(hp.get("optimizer"))
             # the released default of gating_head_lr is optimizer.lr (solo/methods/simclr.py)
             lr_key = "optimizer.gating_head_lr" if "gating_head_lr" in opt else "optimizer.lr"
             # absent: the released defaults (solo/methods/simclr.py, add_and_assert_specific_cfg), all 0.0
@@ -385,7 +412,7 @@ def import_checkpoint(path: str | Path, file: str | Path | None = None, sets: li
                 f"{bad[0]} has shape {tuple(state[bad[0]].shape)}, the model expects {tuple(want[bad[0]].shape)}")
         raise CheckpointError(f"checkpoint {path}: its weights do not fit the {cfg['method']['name']} model its "
                               f"config describes ({what})")
-    trained_on = (hp.get("data") or {}).get("dataset") if hp else None
+    trained_on = _mapping(hp.get("data")).get("dataset") if hp else None
     if trained_on and trained_on != cfg["data"]["dataset"]:
         flags.append(f"data.dataset: the released run trained on {trained_on}; evaluated here on "
                      f"{cfg['data']['dataset']}")
@@ -404,20 +431,24 @@ def imported_record(imp: Imported, path: str | Path) -> dict:
     return {"source": str(path), "sha256": imp.sha256, "flags": list(imp.flags), "epochs": imp.epoch}
 
 
-def write_run(imp: Imported, path: str | Path, out: str | Path) -> Path:
+def write_run(imp: Imported, path: str | Path, out: str | Path, replace: bool = False) -> Path:
     """The run folder an import makes: model.pt (weights, config, the import record), config.resolved.yaml and
-    an empty training log (an imported run has no epochs here); each file written atomically."""
+    an empty training log (an imported run has no epochs here); each file written atomically. A folder holding
+    another run (trained, or imported from another checkpoint or with another config) is refused, or with
+    `replace` replaced whole (bayesncl.outdir)."""
     import yaml
 
     from ..atomic import atomic_write_text
     from ..checkpoint import save
+    from ..outdir import into, other_run
     from ..rundir import CONFIG, FINAL, LOG
 
     out = Path(out)
-    atomic_write_text(out / CONFIG, yaml.safe_dump(copy.deepcopy(imp.config), sort_keys=False))
-    atomic_write_text(out / LOG, "")
-    save({"config": imp.config, "model": imp.state, "epoch": imp.epoch or 0, "log": [],
-          "imported": imported_record(imp, path)}, out / FINAL)
+    with into(out, other_run(out, imp.config, imported=imp.sha256), replace) as where:
+        atomic_write_text(where / CONFIG, yaml.safe_dump(copy.deepcopy(imp.config), sort_keys=False))
+        atomic_write_text(where / LOG, "")
+        save({"config": imp.config, "model": imp.state, "epoch": imp.epoch or 0, "log": [],
+              "imported": imported_record(imp, path)}, where / FINAL)
     return out / FINAL
 
 
