@@ -276,3 +276,52 @@ def test_the_gate_line_and_the_edges_of_a_plan():
     assert not_run[0] == "-" and not_run[3:10] == ["-"] * 7  # n, sd, Δ, planned Δ, level, add, GPU-h: none for a comparison not run
     empty = Plan([], {})
     assert empty.grow == {} and plan.render(empty).endswith("\n\nGrow: nothing.\n")
+
+
+def test_the_plans_price_is_the_added_runs():
+    """GPU-hours of the runs the overlay adds, never the pilot's: the added ids are the grown grid's new ones."""
+    from bayesncl.estimate import measured_rates
+
+    wf = demo_grid()
+    p = plan.make_plan(pilot_frame(), wf, measured_rates("h200"))
+    new = set(grid.expand_grid(plan.grown(wf, plan.overlay(p, wf)))) - set(grid.expand_grid(wf))
+    assert p.runs_added == len(new) > 0 and p.gpu_h > 0 and p.gpu == "NVIDIA H200"
+    assert all(n.gpu_h > 0 for n in p.needs if n.add)
+
+
+def test_a_primary_not_run_does_not_close_the_plans_gate():
+    planned = plan.Need("synthetic", "1a", "", "primary", add=5)
+    gone = plan.Need("cifar10", "2a", "", "primary", why="not run: run its sets first")
+    assert plan.gate_line(Plan([planned, gone], {})).startswith("The primary claims are decided or planned")
+
+
+def test_a_grown_grids_pilot_key_is_checked():
+    wf = demo_grid()
+    for bad in ([1], {"pilot": [0, 1]}):
+        with pytest.raises(plan.ConfigError, match=r"^plan.pilot: expected \{set: \[seeds\]\}, as `bayesncl plan`"):
+            grid.pilot_seeds({**wf, "plan": bad})
+    with pytest.raises(plan.ConfigError) as e:
+        grid.pilot_seeds({**wf, "plan": {"pilot": {"table9": [0]}}})
+    assert str(e.value) == ("plan.pilot.table9: the grid has no set 'table9'; the plan was written for another grid "
+                            "(rerun `bayesncl plan` with this grid's --grid)")
+
+
+def test_a_secondary_verdict_the_gate_leaves_uncontrolled_names_its_own_look():
+    """2a open at both looks keeps the gate closed: 1c's verdict is its plain one at look 2 (the added seeds
+    alone), marked not controlled; on the pilot's seeds alone it was open."""
+    se_gap = [0.5, -0.3, 0.1, 0.30, 0.31, 0.29, 0.30, 0.32]  # NCL - BayesNCL per seed: open on 0-2, clear on 3-7
+    probe = [3.0, -4.0, 1.0, -2.0, 5.0, -6.0, 2.0, 0.0]  # 2a: wide, open
+    rows = []
+    for s in range(8):
+        for v in (B, N):
+            rows.append(row(v, s, MAIN, sc=20.0, se_sum=2.0 - (se_gap[s] if v == B else 0.0),
+                            probe_top1=50.0 + (probe[s] if v == B else 0.0), pilot_of=MAIN if s < 3 else ""))
+    comps = {c.claim: c for _, cs in claims.claims_rows(frame(rows)) for c in cs}
+    assert comps["2a"].family == "inconclusive (family, look 2)"
+    assert comps["1c"].looks[0].verdict != HOLDS and comps["1c"].looks[1].verdict == HOLDS
+    assert comps["1c"].family == "holds (not controlled, look 2)"
+
+
+def test_claims_not_run_keep_their_primary_flag():
+    missing = dict(claims.claims_rows(frame([])))[""]
+    assert [c.claim for c in missing if c.primary] == ["1a", "2a"]

@@ -1,0 +1,60 @@
+"""The claims table read out from its verdicts (bayesncl.report.reading): from the claim objects and from a
+claims.md alike, several datasets named, arch-suffixed primary ids, a table without a Training column."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bayesncl.report import claims, claims_table
+from bayesncl.report.reading import Row, read_markdown, reading, rows_of
+from test_claims import B, MAIN, N, frame, row  # noqa: I001 (tests/ is on sys.path)
+
+
+def two_datasets() -> pd.DataFrame:
+    rows = []
+    for d in ("synthetic", "cifar100"):
+        for s in range(3):
+            for v, sc in ((B, 30.0 + s), (N, 20.0 + 2 * s % 3)):
+                rows.append(row(v, s, MAIN, dataset=d, sc=sc, probe_top1=50.0 + s))
+    return frame(rows)
+
+
+def test_the_reading_names_datasets_and_reads_its_own_markdown():
+    df = two_datasets()
+    blocks = claims.claims_rows(df)
+    rows = rows_of(blocks, claims_table.dataset_title)
+    md = claims_table.render_claims(df, "md")
+    assert read_markdown(md) == rows  # the same rows from the table as written and from the objects
+    assert {r.dataset for r in rows} == {"Synthetic", "CIFAR-100", ""}
+    words = reading(rows)
+    assert words[0].startswith("- **Primary** (1a, 2a on each dataset): 1a (Synthetic) holds, familywise ")
+    assert "; 1a (CIFAR-100) holds" in words[0]
+    assert "**Hold** on their 95% interval (unadjusted): 1a (Synthetic), 2a (Synthetic), 1a (CIFAR-100)" in words[1]
+    assert words[-1].startswith("- **Not run**: 1b (Synthetic), 1c (Synthetic)") and ", 5, 6a," in words[-1]
+
+
+def test_primary_ids_with_an_architecture_and_a_table_without_training():
+    rows = [Row("Synthetic", "1a-r50", "holds", "-", "holds (family)"),
+            Row("Synthetic", "2a-r50", "holds", "-", "holds (family)"),
+            Row("Synthetic", "4", "holds", "-", "holds (family)")]
+    words = reading(rows)
+    assert words[0] == ("- **Primary** (1a, 2a on each dataset): 1a-r50 holds, familywise holds; 2a-r50 holds, "
+                        "familywise holds. The secondary claims are tested familywise: every primary claim holds.")
+    table = ("| | Claim | Verdict | Family (Holm) |\n|:--|:--|:--|:--|\n| *Synthetic* | | | |\n"
+             "| 1a§ | SC | holds | holds (family) |\n")
+    assert read_markdown(table) == [Row("Synthetic", "1a", "holds", "-", "holds (family)")]
+
+
+def test_the_terminal_prints_the_reading_and_the_tally():
+    df = two_datasets()
+    out = claims_table.outcome(df)
+    assert "\n\nReading (generated from the verdicts):\n- **Primary** (1a, 2a on each dataset): " in out
+    head = out.splitlines()[0]
+    assert head.startswith("Claims (docs/METHOD.md section 9; mean ± std (seeds), left vs right; Δ with its 95% "
+                           "interval, in the claim's direction): holds: ")
+    md = claims_table.render_claims(df, "md")
+    assert "comparisons without an interval are not counted. Family: " in md  # no declared note in between
+    one = frame([row("SimCLR", s, MAIN, sc=1.0 + s) for s in range(2)] + [row(N, s, MAIN, sc=2.0) for s in range(2)])
+    judged = claims.judge(one)
+    assert claims_table.gate_sentence(judged) == ("no primary claim (1a, 2a) ran: every comparison in one family, "
+                                                  "tested at 0.05")
