@@ -58,3 +58,9 @@ def test_the_terminal_prints_the_reading_and_the_tally():
     judged = claims.judge(one)
     assert claims_table.gate_sentence(judged) == ("no primary claim (1a, 2a) ran: every comparison in one family, "
                                                   "tested at 0.05")
+
+
+def test_the_captions_family_rule_is_whole():
+    caption = claims_table.render_claims(two_datasets(), "md").splitlines()[1]
+    assert ("A verdict holds or does not hold (family) only where its adjusted p is below the level; comparisons "
+            "without an interval are not counted. Family: ") in caption
