@@ -228,6 +228,8 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
                 evidence = nl.join(e for e in (cell["diff"], cell["test"]) if e != fmt.dash()) or fmt.dash()
                 control = cell["init"] + (nl + "training: " + cell["training"] if c.change is not None else "")
                 family = "" if c.family == c.verdict else nl + "family: " + c.family.removesuffix(" (family)")
+                if UNCONTROLLED in c.family:  # the plain verdict stands above it: say only that it is uncontrolled
+                    family = nl + "family: " + c.family[c.family.index(UNCONTROLLED):].rstrip(")")
                 rows.append([cell["id"], cell["text"], cell["left"], cell["right"], evidence, control, cell["paper"],
                              cell["verdict"] + family])
             else:
