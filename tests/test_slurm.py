@@ -329,11 +329,16 @@ def test_real_tiny_workflow(tmp_path, cluster_state):
     assert set(jobs) == {j for ids in kinds.values() for j in ids}, (sorted(jobs), kinds)
     first, retry = kinds[f"eval {victim}"]
     assert "JobState=FAILED" in jobs[first] and "JobState=COMPLETED" in jobs[retry], (jobs[first], jobs[retry])
-    # The sections of a submission run in series: it asks for the sum of their runtimes.
-    runtime = {"features": 60, "interpretability": 30, "retrieval": 60, "linear_probe": 240,
-               "background_probe": 60, "dynamics": 15, "cost": 15}
+    # The sections of a submission run in series: it asks for the sum of their requests, each priced from the
+    # estimate (bayesncl.estimate.requests; the retry is attempt 2, priced as such; at least 3 minutes a section).
+    from bayesncl.estimate import measured_rates, requests, run_cost
+
+    asked = requests(run_cost(runs[victim], measured_rates("h200")), attempt=2)
     limit = re.search(r"\bTimeLimit=(\S+)", jobs[retry]).group(1)
-    assert _minutes(limit) == sum(runtime[s] for s in sections[victim]), jobs[retry]
+    assert _minutes(limit) == sum(asked[s] for s in sections[victim]), (jobs[retry], asked)
+    first_limit = re.search(r"\bTimeLimit=(\S+)", jobs[first]).group(1)
+    once = requests(run_cost(runs[victim], measured_rates("h200")), attempt=1)
+    assert _minutes(first_limit) == sum(once[s] for s in sections[victim]), jobs[first]
 
     # The retry ran the killed section alone: the ones that had ended were restored.
     eval_dir = results / "runs" / victim / "eval"
