@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-# Fork servers that the tests' workflow runs start (bayesncl/forkserver.py) exit soon after their last job.
+# Fork servers that the tests' workflow runs start (bayesncl/forkserver/) exit soon after their last job.
 os.environ.setdefault("BAYESNCL_FORKSERVER_IDLE", "10")
 # One cache for the synthetic datasets of the whole test session (generated once per parameter set).
 os.environ.setdefault("BAYESNCL_CACHE", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "bayesncl"))

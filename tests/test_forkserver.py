@@ -1,4 +1,4 @@
-"""The fork server (bayesncl/forkserver.py): a command run through it is the command run as a plain process (same
+"""The fork server (bayesncl/forkserver/): a command run through it is the command run as a plain process (same
 files, exit codes, messages, SIGTERM), a killed client stops its command, and each job records its start-up."""
 
 import json
@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from bayesncl import forkserver, startup
+from bayesncl.forkserver import server
 
 ROOT = Path(__file__).resolve().parents[1]
 START = time.monotonic()  # this module's import: after this process started
@@ -226,7 +227,7 @@ def test_only_this_user_may_use_the_socket(server_dir, tmp_path):
 
     a, b = socketlib.socketpair(socketlib.AF_UNIX)
     with a, b:
-        assert forkserver._same_user(a)
+        assert server._same_user(a)
 
 
 def test_an_unwritable_record_is_one_line_and_never_the_jobs_failure(monkeypatch, tmp_path, capsys):

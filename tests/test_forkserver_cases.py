@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from bayesncl import forkserver
+from bayesncl.cli import main
+from bayesncl.forkserver import client, protocol, server
 from bayesncl.errors import TERMINATED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,8 +100,8 @@ def test_a_listener_of_another_user_is_given_nothing(plain_bad):
             data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
             with open(got, "w") as fh:
                 json.dump({"bytes": len(data), "fds": len(fds)}, fh)
-            forkserver._send(conn, {"pid": 1})
-            forkserver._send(conn, {"exit": 0})
+            protocol._send(conn, {"pid": 1})
+            protocol._send(conn, {"exit": 0})
         finally:
             os._exit(0)
     try:
@@ -121,9 +123,9 @@ def test_a_listener_of_another_user_is_given_nothing(plain_bad):
 def test_the_client_checks_the_peers_uid(monkeypatch):
     a, b = socket.socketpair(socket.AF_UNIX)
     with a, b:
-        assert forkserver._peer_uid(a) == os.getuid() and forkserver._same_user(a)
-        monkeypatch.setattr(forkserver, "_peer_uid", lambda conn: os.getuid() + 1)
-        assert not forkserver._same_user(a)
+        assert protocol._peer_uid(a) == os.getuid() and server._same_user(a)
+        monkeypatch.setattr(server, "_peer_uid", lambda conn: os.getuid() + 1)
+        assert not server._same_user(a)
 
 
 @pytest.mark.parametrize("case", ["group-writable", "a link", "another owner"])
@@ -152,7 +154,7 @@ def test_the_default_folder_is_made_private(monkeypatch):
     monkeypatch.delenv(forkserver.DIR_ENV, raising=False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     assert forkserver.folder() == str(tmp_path / "bayesncl")
-    forkserver._private(forkserver.socket_path())
+    protocol._private(forkserver.socket_path())
     assert (tmp_path / "bayesncl").stat().st_mode & 0o777 == 0o700
     monkeypatch.delenv("XDG_RUNTIME_DIR")
     monkeypatch.setenv("TMPDIR", str(tmp_path))
@@ -171,7 +173,7 @@ class Listener:
         self.listener.listen(1)
         self.listener.settimeout(60)
         self.err = os.path.join(self.folder, "err")
-        monkeypatch.setattr(forkserver, "socket_path", lambda: self.path)
+        monkeypatch.setattr(client, "socket_path", lambda: self.path)
 
     def client(self, argv, before=None) -> int:
         return _fork_client(self.err, argv, before)
@@ -181,7 +183,7 @@ class Listener:
         head, fds, _, _ = socket.recv_fds(conn, 4, 3)
         for fd in fds:
             os.close(fd)
-        return conn, forkserver._recv(conn, head)
+        return conn, protocol._recv(conn, head)
 
 
 def _fork_client(err: str, argv: list[str], before=None) -> int:
@@ -194,7 +196,7 @@ def _fork_client(err: str, argv: list[str], before=None) -> int:
             sys.stderr = open(err, "w")
             if before:
                 before()
-            code = forkserver.run_command(argv)
+            code = client.run_command(argv, main)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         finally:
@@ -218,14 +220,14 @@ def _wait(pid, limit=60) -> tuple[int, float]:
 @pytest.mark.parametrize("answer,why", [
     (b"\xff\xff\xff\xffjunk", "answered no request of ours (ValueError)"),  # a frame longer than any message
     (b"\x00\x00\x00\x08not json", "answered no request of ours (JSONDecodeError)"),
-    (forkserver._frame({"hello": 1}), "answered no process id"),
+    (protocol._frame({"hello": 1}), "answered no process id"),
     (b"\x00\x00\x00\x02[]", "answered no request of ours (ValueError)"),
-    (forkserver._frame({"pid": "12"}), "answered no process id"),
+    (protocol._frame({"pid": "12"}), "answered no process id"),
     (b"", "closed the connection before starting the command"),
     (None, "did not answer within 1 s"),
 ])
 def test_a_listener_that_answers_garbage_or_nothing(monkeypatch, plain_bad, answer, why):
-    monkeypatch.setattr(forkserver, "HELLO_TIMEOUT", 1.0)
+    monkeypatch.setattr(client, "HELLO_TIMEOUT", 1.0)
     server = Listener(monkeypatch)
     pid = server.client(BAD)
     conn, request = server.accept()
@@ -284,7 +286,7 @@ def test_signals_the_client_ignores_stay_ignored(monkeypatch, tmp_path):
     conn, request = server.accept()
     assert {int(signal.SIGHUP), int(signal.SIGINT)} <= set(request["ignored"])
     assert int(signal.SIGTERM) not in request["ignored"]
-    forkserver._send(conn, {"pid": 2 ** 22 + 1})  # no such process: forwarding finds nobody
+    protocol._send(conn, {"pid": 2 ** 22 + 1})  # no such process: forwarding finds nobody
     deadline = time.monotonic() + 30
     while not _mask(pid, "SigCgt") & _bit(signal.SIGTERM):
         assert time.monotonic() < deadline
@@ -294,7 +296,7 @@ def test_signals_the_client_ignores_stay_ignored(monkeypatch, tmp_path):
     assert not _mask(pid, "SigCgt") & (_bit(signal.SIGHUP) | _bit(signal.SIGINT))
     os.kill(pid, signal.SIGHUP), os.kill(pid, signal.SIGINT)  # nothing happens, as in a plain process
     time.sleep(0.2)
-    forkserver._send(conn, {"exit": 4})
+    protocol._send(conn, {"exit": 4})
     assert _wait(pid)[0] == 4
     conn.close()
 
@@ -317,7 +319,7 @@ def test_the_command_gets_the_clients_dispositions_and_mask():
         try:
             signal.signal(signal.SIGTERM, lambda *_: None)  # as the server has
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
-            forkserver._signals_as([int(signal.SIGQUIT)], [int(signal.SIGUSR2)])
+            server._signals_as([int(signal.SIGQUIT)], [int(signal.SIGUSR2)])
             out = {name: str(signal.getsignal(getattr(signal, name)))
                    for name in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGINT", "SIGPIPE")}
             out["blocked"] = sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))
@@ -434,7 +436,7 @@ def test_an_editors_lock_file_among_the_sources_is_no_module(monkeypatch):
         os.symlink(target, lock)
         try:
             assert forkserver.socket_path() == base, target
-            assert all(".#" not in name for name, _ in forkserver._sources())
+            assert all(".#" not in name for name, _ in protocol._sources())
         finally:
             lock.unlink()
 
@@ -472,7 +474,7 @@ def test_a_workflow_run_has_its_own_folder(tmp_path):
     """Each working folder gets its own socket folder, short enough for a socket in it."""
     a, b = forkserver.run_folder(str(tmp_path / "a")), forkserver.run_folder(str(tmp_path / "b"))
     assert a != b and a == forkserver.run_folder(str(tmp_path / "a"))
-    assert len(os.fsencode(os.path.join(a, "0" * 16 + ".sock"))) + forkserver.TMP_SUFFIX_MAX <= forkserver.SUN_PATH_MAX
+    assert len(os.fsencode(os.path.join(a, "0" * 16 + ".sock"))) + protocol.TMP_SUFFIX_MAX <= protocol.SUN_PATH_MAX
 
 
 # ------------------------------------------------------------------------------ issue 47: as a plain process in every case
@@ -500,14 +502,14 @@ def own_server(tmp_path):
         if pid == 0:
             try:
                 os.setsid()
-                forkserver.PRELOAD, forkserver.REQUEST_TIMEOUT, forkserver.IDLE_SECONDS = (), request_timeout, 600
+                server.PRELOAD, server.REQUEST_TIMEOUT, server.IDLE_SECONDS = (), request_timeout, 600
                 from bayesncl import startup
 
                 startup._ready_marked = False  # as in a server process (an earlier test here may have marked it)
                 # the streams a server process has (pytest's capture objects write to no descriptor)
                 sys.stdin, sys.stdout, sys.stderr = (open(fd, mode, closefd=False) for fd, mode in
                                                      ((0, "r"), (1, "w"), (2, "w")))
-                forkserver.serve(path)
+                server.serve(path, main)
             finally:
                 os._exit(0)
         started.append(pid)
@@ -602,7 +604,7 @@ def test_a_client_that_never_sends_is_dropped_after_its_time(own_server):
 
 def test_a_silent_listener_is_given_up_within_seconds(monkeypatch, plain_bad):
     """Given up after HELLO_TIMEOUT, 5 s unless BAYESNCL_FORKSERVER_HELLO says otherwise (once 30 s)."""
-    assert forkserver.HELLO_TIMEOUT == 5 and "BAYESNCL_FORKSERVER_HELLO" not in os.environ
+    assert client.HELLO_TIMEOUT == 5 and "BAYESNCL_FORKSERVER_HELLO" not in os.environ
     server = Listener(monkeypatch)
     pid = server.client(BAD)
     conn, request = server.accept()
@@ -615,13 +617,13 @@ def test_a_silent_listener_is_given_up_within_seconds(monkeypatch, plain_bad):
 
 def test_the_hello_timeout_is_lifted_once_the_command_runs(monkeypatch):
     """A command that runs longer than the hello timeout is not read as killed: the client waits for its end."""
-    monkeypatch.setattr(forkserver, "HELLO_TIMEOUT", 0.3)
+    monkeypatch.setattr(client, "HELLO_TIMEOUT", 0.3)
     server = Listener(monkeypatch)
     pid = server.client(BAD)
     conn, _ = server.accept()
-    forkserver._send(conn, {"pid": 2 ** 22 + 1})
+    protocol._send(conn, {"pid": 2 ** 22 + 1})
     time.sleep(1.5)  # five hello timeouts
-    forkserver._send(conn, {"exit": 3})
+    protocol._send(conn, {"exit": 3})
     code, _ = _wait(pid, 300)
     conn.close()
     assert code == 3 and Path(server.err).read_text() == ""
@@ -678,9 +680,9 @@ def test_sigterm_before_the_server_answered_reaches_the_command(monkeypatch):
         conn, _ = server.accept()  # the request went out; no answer yet
         os.kill(pid, signal.SIGTERM)
         time.sleep(0.2)
-        forkserver._send(conn, {"pid": sleeper.pid})
+        protocol._send(conn, {"pid": sleeper.pid})
         assert sleeper.stdout.readline().strip() == str(int(signal.SIGTERM))  # passed on once the pid came
-        forkserver._send(conn, {"exit": 75})
+        protocol._send(conn, {"exit": 75})
         assert _wait(pid, 300)[0] == 75
         conn.close()
     finally:
@@ -741,13 +743,13 @@ def test_the_client_checks_the_servers_uid_not_its_gid(monkeypatch):
         def getsockopt(self, *_):
             return self.creds
 
-    assert forkserver._peer_uid(Peer(me, me + 7)) == me
-    assert forkserver._peer_uid(Peer(me + 7, me)) == me + 7
-    assert forkserver._same_user(Peer(me, me + 7)) and not forkserver._same_user(Peer(me + 7, me))
+    assert protocol._peer_uid(Peer(me, me + 7)) == me
+    assert protocol._peer_uid(Peer(me + 7, me)) == me + 7
+    assert server._same_user(Peer(me, me + 7)) and not server._same_user(Peer(me + 7, me))
 
 
 def test_the_timeouts_are_read_from_the_environment():
-    code = "from bayesncl import forkserver as f; print(f.HELLO_TIMEOUT, f.REQUEST_TIMEOUT)"
+    code = "from bayesncl.forkserver import client, server; print(client.HELLO_TIMEOUT, server.REQUEST_TIMEOUT)"
     env = dict(_env(_short_dir(), False), BAYESNCL_FORKSERVER_HELLO="2.5", BAYESNCL_FORKSERVER_REQUEST="0.5")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.split() == ["2.5", "0.5"], out.stderr

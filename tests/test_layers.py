@@ -9,7 +9,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Lowest first. A package name stands for all its modules unless a module is listed on its own.
 LAYERS = [
     ["bayesncl", "bayesncl.errors", "bayesncl.atomic", "bayesncl.startup", "bayesncl.evaluation",
-     "bayesncl.registry", "bayesncl.plugins", "bayesncl.learning"],
+     "bayesncl.registry", "bayesncl.plugins", "bayesncl.learning",
+     "bayesncl.forkserver"],  # the fork server's protocol, client and server: standard library only
     ["bayesncl.config"],
     ["bayesncl.data", "bayesncl.losses", "bayesncl.backbones", "bayesncl.rundir"],
     ["bayesncl.methods", "bayesncl.optim", "bayesncl.checkpoint", "bayesncl.runtime", "bayesncl.outdir"],
@@ -19,8 +20,9 @@ LAYERS = [
     ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner", "bayesncl.evaluation.context"],
     ["bayesncl.grid", "bayesncl.preflight", "bayesncl.stale", "bayesncl.status", "bayesncl.wfconfig"],
     ["bayesncl.report", "bayesncl.estimate", "bayesncl.plan"],  # estimate: the atlas submissions (report.atlas)
-    ["bayesncl.cli"],
-    ["bayesncl.forkserver", "bayesncl.__main__"],  # the `bayesncl` script: routes a command or runs the CLI
+    ["bayesncl.commands"],  # each command's handler
+    ["bayesncl.cli"],  # the parser, main and the `bayesncl` script's entry (routes a command through the fork server)
+    ["bayesncl.__main__", "bayesncl.forkserver.__main__"],  # `python -m bayesncl`; a fork server's process
 ]
 
 
@@ -121,3 +123,20 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
                    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..runtime import embed\n")
     assert imports("bayesncl.evaluation.x", mod, known) == {"bayesncl.train", "bayesncl.evaluation.arrays"}
     assert layer("bayesncl.train") > layer("bayesncl.evaluation.arrays")
+
+
+def test_the_bayesncl_script_enters_at_the_cli():
+    """The `bayesncl` script is cli.entry, which calls the fork server's client a layer below; a script installed
+    before it moved (bayesncl.forkserver:entry, kept until `pip install -e .` runs again) reaches the same entry."""
+    import subprocess
+    import sys
+    import tomllib
+
+    scripts = tomllib.loads((SRC.parent / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"bayesncl": "bayesncl.cli:entry"}
+    assert "bayesncl.forkserver.client" in graph()["bayesncl.cli"]
+    for module in ("bayesncl.cli", "bayesncl.forkserver"):
+        code = f"import sys; from {module} import entry; sys.argv = ['bayesncl', 'status', '--help']; sys.exit(entry())"
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                           env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+        assert r.returncode == 0 and r.stdout.startswith("usage: bayesncl status"), r.stderr
