@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from bayesncl.report import claims, claims_table, summary, tables, verdicts
+from bayesncl.report import claims, claims_table, judge, summary, tables, verdicts
 
 MAIN = "table1;table2;figure3"
 VARIANTS = {  # the demo's variants (config/config.yaml) -> run settings
@@ -93,7 +93,7 @@ def full_grid(datasets=("synthetic", "cifar100"), seeds=(0, 1, 2)) -> pd.DataFra
 
 def comparisons(df, dataset="synthetic") -> dict[str, list]:
     out: dict[str, list] = {}
-    for d, comps in claims.claims_rows(df):
+    for d, comps in judge.claims_rows(df):
         if d == dataset:
             for c in comps:
                 out.setdefault(c.claim, []).append(c)
@@ -715,7 +715,7 @@ NOT_RUN_IDS = [c if not c.startswith("10b-") else "10b" for c in dict.fromkeys(
 
 def test_every_claim_row_on_a_full_grid(tmp_path):
     df = full_grid()
-    blocks = claims.claims_rows(df)
+    blocks = judge.claims_rows(df)
     assert [d for d, _ in blocks] == ["synthetic", "cifar100"]
     for _, comps in blocks:
         assert [c.claim for c in comps] == EVERY_ROW  # unique ids: claims_stability pairs rows by them
@@ -760,7 +760,7 @@ def test_claims_not_run_anywhere_are_listed():
     assert [(r[0], r[1], r[6]) for r in rows] == NOT_RUN_ROWS
     assert all(r[2:6] == ["-", "0" if r[0] in ("7a", "7b") else "-", "-", "-"] and r[7] == NOT_RUN for r in rows)
     df = frame([row("NCL", 0, "table1", sc=1.0)])
-    blocks = claims.claims_rows(df)
+    blocks = judge.claims_rows(df)
     assert [d for d, _ in blocks] == ["synthetic", ""]
     every = [c.claim for _, comps in blocks for c in comps]
     assert sorted(every) == sorted(NOT_RUN_IDS)
@@ -814,11 +814,11 @@ def test_each_claim_is_run_exactly_when_its_sets_have_runs():
     number, so a claim numbered like another cannot hide it), and none of the others is."""
     grid = full_grid(datasets=("synthetic",), seeds=(0, 1))
     number = lambda cid: int(re.match(r"\d+", cid).group())  # noqa: E731
-    every = {c.claim for _, comps in claims.claims_rows(frame([])) for c in comps}
+    every = {c.claim for _, comps in judge.claims_rows(frame([])) for c in comps}
     for claim in claims.CLAIMS:
         keep = set(claim.sets)
         df = grid.assign(sets=[";".join(s for s in x.split(";") if s in keep) for x in grid["sets"]])
-        blocks = dict(claims.claims_rows(df[df["sets"] != ""]))
+        blocks = dict(judge.claims_rows(df[df["sets"] != ""]))
         idle = {d.number for d in claims.CLAIMS if not keep & set(d.sets)}
         assert {c.claim for c in blocks.get("", [])} == {cid for cid in every if number(cid) in idle}, claim.number
         assert {number(c.claim) for c in blocks["synthetic"]} == {d.number for d in claims.CLAIMS} - idle
@@ -877,7 +877,7 @@ def test_claims_table_layout_caption_and_terminal(capsys):
                       "Holm at 0.05; otherwise the secondary verdicts are the plain ones, marked not controlled.",
                       "same network at init: both sides start from the same untrained runs"):
         assert rule_text in caption, rule_text
-    flagged = [f"{s.label} on Synthetic is {s.repeats}" for _, comps in claims.claims_rows(df) for c in comps
+    flagged = [f"{s.label} on Synthetic is {s.repeats}" for _, comps in judge.claims_rows(df) for c in comps
                for s in (c.left, c.right) if s.repeats]
     assert len(flagged) == 2 and flagged[0] != flagged[1]
     assert re.search(r"‡ Not a separate result: (.*?)\.$", caption).group(1) == "; ".join(flagged)

@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from bayesncl.report import claims, document, plots, provenance, summary, tables
+from bayesncl.report import document, judge, plots, provenance, summary, tables
 from test_claims import full_grid  # noqa: I001 (tests/ is on sys.path)
 from test_figures import _gate_curve, _row
 
@@ -165,7 +165,7 @@ def test_write_document_inputs_every_table_and_figure_and_shows_the_papers_numbe
     # The outcome line (provenance page and report) tallies the verdicts and the familywise survivors.
     from bayesncl.report.claims_table import family_tally
 
-    judged = [c for _, cs in claims.claims_rows(full_grid()) for c in cs]
+    judged = [c for _, cs in judge.claims_rows(full_grid()) for c in cs]
     outcome = document.outcome_text([c.verdict for c in judged], family_tally(judged))
     assert "decisive verdicts survive the familywise control" in outcome
     (prov_rst,) = [p for p in written if p.name == "provenance.rst"]
@@ -291,7 +291,7 @@ TABLE_FILES = [f"table{i}" for i in range(1, 8)] + ["claims"]
 
 
 def _claim_ids() -> set[str]:
-    return {c.claim for _, comps in claims.claims_rows(summary.prepare(pd.DataFrame())) for c in comps}
+    return {c.claim for _, comps in judge.claims_rows(summary.prepare(pd.DataFrame())) for c in comps}
 
 
 @pytest.mark.long

@@ -354,8 +354,8 @@ def test_tiny_grid_end_to_end(tiny_grid):
                 assert variant in md, (set_name, variant)
             assert "nan" not in md.lower() and "nan" not in tex.lower(), set_name
     assert json.loads((out / "summary" / "metrics.json").read_text())["synthetic"]
-    from bayesncl.report import claims, summary  # the claims table has a row for every claim (part)
-    every = {c.claim for _, comps in claims.claims_rows(summary.prepare(pd.DataFrame())) for c in comps}
+    from bayesncl.report import judge, summary  # the claims table has a row for every claim (part)
+    every = {c.claim for _, comps in judge.claims_rows(summary.prepare(pd.DataFrame())) for c in comps}
     md = (out / "tables" / "claims.md").read_text()
     ids = {line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ")}
     assert every <= {i.split("-")[0] for i in ids} and len(ids) == len(  # one id per row (10b-16, 10b-32)
