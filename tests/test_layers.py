@@ -16,7 +16,7 @@ LAYERS = [
     ["bayesncl.methods", "bayesncl.optim", "bayesncl.checkpoint", "bayesncl.runtime", "bayesncl.outdir"],
     ["bayesncl.evaluation.arrays", "bayesncl.evaluation.probe", "bayesncl.evaluation.dynamics",
      "bayesncl.evaluation.cost", "bayesncl.evaluation.linear"],
-    ["bayesncl.train", "bayesncl.weights"],
+    ["bayesncl.train", "bayesncl.step", "bayesncl.weights"],
     ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner", "bayesncl.evaluation.context"],
     ["bayesncl.grid", "bayesncl.preflight", "bayesncl.stale", "bayesncl.status", "bayesncl.wfconfig"],
     ["bayesncl.report", "bayesncl.estimate", "bayesncl.plan"],  # estimate: the atlas submissions (report.atlas)

@@ -256,12 +256,12 @@ def test_steps_per_epoch_drops_the_last_partial_batch_and_refuses_an_empty_epoch
 
 def test_the_compiled_step_uses_cuda_graphs_on_a_gpu_only(monkeypatch):
     """inductor's "reduce-overhead" (CUDA graphs) on cuda; no mode on the CPU or with another backend."""
-    from bayesncl import train
+    from bayesncl import step
 
-    assert train.compile_mode(torch.device("cuda")) == "reduce-overhead"
-    assert train.compile_mode(torch.device("cpu")) is None
-    monkeypatch.setattr(train, "COMPILE_BACKEND", "aot_eager")
-    assert train.compile_mode(torch.device("cuda")) is None
+    assert step.compile_mode(torch.device("cuda")) == "reduce-overhead"
+    assert step.compile_mode(torch.device("cpu")) is None
+    monkeypatch.setattr(step, "COMPILE_BACKEND", "aot_eager")
+    assert step.compile_mode(torch.device("cuda")) is None
 
 
 def test_deterministic_kernels_are_on_for_the_steps_only_and_change_no_run(tmp_path, tiny_sets, monkeypatch):
