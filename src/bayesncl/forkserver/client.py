@@ -135,9 +135,10 @@ def _greeting(conn: socket.socket, path: str, argv: list[str], closed: list[int]
 
 
 def run_command(argv: list[str], run_here: Callable[[list[str]], int]) -> int:
-    """Run `bayesncl <argv>` in a child of the fork server; its exit code. Where no server can start it (a line
-    says why), the command runs in this process instead, through `run_here` (the CLI's main). A signal before the request is sent does what it does
-    to a plain process (SIGTERM: the rerun line, exit 75); one after it reaches the command once it runs."""
+    """Run `bayesncl <argv>` in a child of the fork server; its exit code. Where no server can start it (a line says
+    why), the command runs in this process instead, through `run_here` (the CLI's main). A signal before the request
+    is sent does what it does to a plain process (SIGTERM: the rerun line, exit 75); one after it reaches the
+    command once it runs."""
     state: dict = {"pid": None, "sent": False, "pending": []}
 
     def on_signal(signum, _frame):

@@ -1,6 +1,6 @@
 """The claims of docs/METHOD.md section 9 as comparisons on the grid's own runs (claim objects, judged by
-verdicts.compare; judge.py builds them into the table's rows, ``claims_rows``). claims_table.py writes them as the claims table and the terminal's outcome; the
-reproduction report (document.py) reads the same objects.
+verdicts.compare; judge.py builds them into the table's rows, ``claims_rows``). claims_table.py writes them as the
+claims table and the terminal's outcome; the reproduction report (document.py) reads the same objects.
 
 Each row is one comparison between two sides (a claim with several parts gets one row per part: 1a-c,
 2a-b, 6a-c, 7a-d, 10a and one 10b per width D, 11a-b, 12a-b). A side is the group of runs (seeds) of one
@@ -14,16 +14,16 @@ it holds only when both parts hold and does not hold when either does not. Runs 
 (equal ``weights_sha``, a Top-k mask that never bound; see groups.flag_repeats) are marked with a double
 dagger.
 
-Controls (docs/METHOD.md section 9; made in judge.py): each comparison of trained networks on a metric that exists before training
-is made again on the runs' untrained twins (bayesncl.grid.plan_init_runs; runs.csv's ``init_of`` names the sets
-a twin initialises), giving Delta at initialisation, and the change training brought (each seed's Delta minus
-its Delta at initialisation) is judged by the same rule; a claim without such a metric (``Claim.at_init``) says
-why, and where both sides' twins are the same network (Delta at init 0 by construction) the Training column
-says so instead of repeating the verdict. Every comparison is also judged familywise: the primary claims
-(PRIMARY: 1a and 2a on each dataset) first, the others only when they all hold (verdicts.family_verdicts). A
-grid grown by `bayesncl plan` (runs.csv's ``pilot_of``: the sets whose pilot seeds a run belongs to) is judged
-in two looks: the pilot's seeds at LOOK_ALPHAS[0], the added seeds alone at LOOK_ALPHAS[1] (docs/METHOD.md
-section 9, "Planning").
+Controls (docs/METHOD.md section 9; made in judge.py): each comparison of trained networks on a metric that exists
+before training is made again on the runs' untrained twins (bayesncl.grid.plan_init_runs; runs.csv's ``init_of``
+names the sets a twin initialises), giving Delta at initialisation, and the change training brought (each seed's
+Delta minus its Delta at initialisation) is judged by the same rule; a claim without such a metric
+(``Claim.at_init``) says why, and where both sides' twins are the same network (Delta at init 0 by construction) the
+Training column says so instead of repeating the verdict. Every comparison is also judged familywise: the primary
+claims (PRIMARY: 1a and 2a on each dataset) first, the others only when they all hold (verdicts.family_verdicts). A
+grid grown by `bayesncl plan` (runs.csv's ``pilot_of``: the sets whose pilot seeds a run belongs to) is judged in
+two looks: the pilot's seeds at LOOK_ALPHAS[0], the added seeds alone at LOOK_ALPHAS[1] (docs/METHOD.md section 9,
+"Planning").
 """
 
 from __future__ import annotations
