@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+from helpers import TINY  # tests/ is on sys.path
+
 # Fork servers that the tests' workflow runs start (bayesncl/forkserver/) exit soon after their last job.
 os.environ.setdefault("BAYESNCL_FORKSERVER_IDLE", "10")
 # One cache for the synthetic datasets of the whole test session (generated once per parameter set).
@@ -20,25 +22,19 @@ def _plugin_environment():
             os.environ[k] = v
 
 
-TINY = [
-    "data.synthetic.train_size=256",
-    "data.synthetic.test_size=120",
-    "data.synthetic.image_size=16",
-    "model.width=4",
-    "model.proj_hidden=32",
-    "model.proj_dim=16",
-    "train.batch_size=32",
-    "train.epochs=2",
-    "train.warmup_epochs=0",
-    "train.threads=1",
-    "eval.batch_size=128",
-]
-
-
 @pytest.fixture
 def tiny_sets():
     """`--set` items for a CPU run of a few seconds."""
     return list(TINY)
+
+
+@pytest.fixture
+def tiny_backbone(monkeypatch):
+    """Every method built on helpers.models.TinyBackbone (the training step's structure, cheaply)."""
+    import bayesncl.methods
+    from helpers.models import TinyBackbone
+
+    monkeypatch.setattr(bayesncl.methods, "build_backbone", TinyBackbone)
 
 
 @pytest.fixture(scope="session")

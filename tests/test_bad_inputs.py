@@ -1000,7 +1000,7 @@ def _one_line_or_success(argv: list[str], root: Path, outputs: tuple[str, ...] =
 @pytest.fixture(scope="module")
 def a_run(tmp_path_factory):
     """A finished tiny run (one step), its config and log as the trainer wrote them."""
-    from conftest import TINY
+    from helpers import TINY
 
     run = tmp_path_factory.mktemp("a_run") / "run"
     sets = [s for s in TINY if not s.startswith("train.epochs")] + ["train.epochs=2", "train.max_steps_per_epoch=1",

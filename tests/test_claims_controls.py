@@ -19,7 +19,7 @@ from scipy import stats
 from bayesncl import grid
 from bayesncl.report import claims, claims_table, judge, verdicts
 from bayesncl.report.cells import Fmt
-from test_claims import FAILS, FOR, HOLDS, MAIN, NOT_RUN, frame, row  # noqa: I001 (tests/ is on sys.path)
+from helpers.claims import FAILS, FOR, HOLDS, MAIN, NOT_RUN, frame, row, with_twins
 
 ROOT = Path(__file__).resolve().parents[1]
 B, N = "BayesNCL (STE)", "NCL"
@@ -241,20 +241,6 @@ def test_a_family_verdict_needs_its_adjusted_p_below_alpha(monkeypatch):
 
 
 # --------------------------------------------------------------------------- the initialisation control
-def with_twins(df: pd.DataFrame, at_init) -> pd.DataFrame:
-    """``df`` and, as grid.plan_init_runs plans them, one untrained twin per run of an INIT_SETS set: in no set,
-    ``init_of`` naming the sets it initialises, epochs 0, its values ``at_init(row)`` (the others NaN)."""
-    twins = []
-    for r in df.to_dict("records"):
-        of = [s for s in r["sets"].split(";") if s in grid.INIT_SETS]
-        if of:
-            t = {k: r[k] for k in ("dataset", "arch", "method", "variant", "gate", "detach", "head_depth", "rho",
-                                   "lambda", "proj_dim", "seed")}
-            twins.append({**t, "run_id": r["run_id"] + "/epochs~0", "sets": "", "init_of": ";".join(of),
-                          "epochs": 0.0, "weights_sha": r["weights_sha"] + "/init", **at_init(r)})
-    return pd.concat([df, frame(twins)], ignore_index=True)
-
-
 TRAINED = {B: [28.1, 26.3, 29.0, 27.2, 25.9], N: [20.0, 20.9, 21.2, 19.4, 20.6]}  # 1a holds plainly
 
 
@@ -313,7 +299,7 @@ def test_training_change_follows_the_claims_direction_and_margin():
 
 
 def test_claims_without_a_meaning_at_init_say_why():
-    from test_claims import full_grid
+    from helpers.claims import full_grid
 
     df = with_twins(full_grid(datasets=("synthetic",)), lambda r: {"sc": 10.0 + r["seed"]})
     comps = [c for _, cs in judge.claims_rows(df) for c in cs]

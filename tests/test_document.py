@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from bayesncl.report import document, judge, plots, provenance, summary, tables
-from test_claims import full_grid  # noqa: I001 (tests/ is on sys.path)
-from test_figures import _gate_curve, _row
+from helpers.claims import full_grid
+from helpers.report import figure_row, gate_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -183,7 +183,7 @@ def test_figures_carry_the_stamp_in_their_metadata(tmp_path):
 
     from bayesncl.report import figures
 
-    rows = [_row("BayesNCL (STE)", "bayesncl", 0, "table1", gate_curve=_gate_curve(0.5, 0))]
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", 0, "table1", gate_curve=gate_curve(0.5, 0))]
     figures.render_figures(summary.prepare(pd.DataFrame(rows)), tmp_path, stamp="made by X (at Y)")
     for stem in figures.FIGURE_NAMES:
         assert Image.open(tmp_path / f"{stem}.png").info["Comment"] == "made by X (at Y)"
@@ -192,16 +192,16 @@ def test_figures_carry_the_stamp_in_their_metadata(tmp_path):
 
 # --------------------------------------------------------------------------- DVC plot data
 def test_plot_data_is_the_figures_means_one_file_per_line():
-    rows = [_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4a;figure4b", "proj_dim;rho;lambda",
-                 sc=36.0 + s, probe_top1=61.0 + s, gate_curve=_gate_curve(0.5, s)) for s in range(3)]
-    rows += [_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=30.0, probe_top1=50.0,
-                  gate_curve=_gate_curve(0.9, 0)) for lam in (0.0, 1e-3)]
-    rows += [_row("BayesNCL (STE)", "bayesncl", 0, "figure4a", "proj_dim", D=512, sc=40.0, probe_top1=62.0)]
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4a;figure4b", "proj_dim;rho;lambda",
+                 sc=36.0 + s, probe_top1=61.0 + s, gate_curve=gate_curve(0.5, s)) for s in range(3)]
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=30.0, probe_top1=50.0,
+                  gate_curve=gate_curve(0.9, 0)) for lam in (0.0, 1e-3)]
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4a", "proj_dim", D=512, sc=40.0, probe_top1=62.0)]
     data = plots.plot_data(summary.prepare(pd.DataFrame(rows)))
     gates = dict(data["gates"])
     assert len(gates) == 3  # the default point and two lambda values: three lines, three names
     default = gates["cifar100_BayesNCL_STE_lambda_3e-05"]
-    curves = np.array([json.loads(_gate_curve(0.5, s)) for s in range(3)]) * 100
+    curves = np.array([json.loads(gate_curve(0.5, s)) for s in range(3)]) * 100
     assert [r["epoch"] for r in default] == list(range(1, 7))
     assert np.allclose([r["open_gates"] for r in default], curves.mean(0)) and default[0]["seeds"] == 3
     (name, fig4a), = data["figure4a"]
@@ -215,7 +215,7 @@ def test_plot_data_is_the_figures_means_one_file_per_line():
 def test_write_plots_replaces_stale_lines(tmp_path):
     (tmp_path / "gates").mkdir()
     (tmp_path / "gates" / "old.csv").write_text("epoch,open_gates\n")
-    rows = [_row("BayesNCL (STE)", "bayesncl", 0, "table1", gate_curve=_gate_curve(0.5, 0))]
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", 0, "table1", gate_curve=gate_curve(0.5, 0))]
     written = plots.write_plots(summary.prepare(pd.DataFrame(rows)), tmp_path)
     assert [p.relative_to(tmp_path).as_posix() for p in written] == ["gates/cifar100_BayesNCL_STE.csv"]
     assert sorted(p.name for p in (tmp_path / "gates").iterdir()) == ["cifar100_BayesNCL_STE.csv"]

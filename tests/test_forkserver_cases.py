@@ -371,10 +371,10 @@ def test_a_run_under_nohup_survives_a_hang_up_and_ctrl_c(tmp_path, tiny_sets):
 @pytest.mark.long
 def test_the_job_writes_with_its_own_umask(tmp_path):
     """Files a routed job writes have the modes its own umask gives, whichever umask started a server before."""
-    from test_jobs import _write
+    from helpers.report import write_benchmark
 
     bench = tmp_path / "benchmarks"
-    _write(bench, "cost/synthetic/ncl/seed~0.tsv", 0.3, "NA", 0, "cost")
+    write_benchmark(bench, "cost/synthetic/ncl/seed~0.tsv", 0.3, "NA", 0, "cost")
     folder = _short_dir()
     try:
         for mask in (0o022, 0o077, 0o002):
@@ -480,9 +480,9 @@ def test_a_workflow_run_has_its_own_folder(tmp_path):
 # ------------------------------------------------------------------------------ issue 47: as a plain process in every case
 def _good_jobs(root: Path) -> list[str]:
     """A `jobs` command that succeeds and writes its table to stdout."""
-    from test_jobs import _write
+    from helpers.report import write_benchmark
 
-    _write(root / "b", "cost/synthetic/ncl/seed~0.tsv", 0.3, "NA", 0, "cost")
+    write_benchmark(root / "b", "cost/synthetic/ncl/seed~0.tsv", 0.3, "NA", 0, "cost")
     return ["jobs", "--benchmarks", str(root / "b"), "--out", str(root / "j.csv")]
 
 

@@ -10,7 +10,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
     ["bayesncl", "bayesncl.errors", "bayesncl.atomic", "bayesncl.startup", "bayesncl.evaluation",
      "bayesncl.registry", "bayesncl.plugins", "bayesncl.learning",
-     "bayesncl.forkserver", "bayesncl.keyrules", "bayesncl.yamlio"],  # the fork server's protocol, client and server: standard library only
+     "bayesncl.forkserver",  # the fork server's protocol, client and server: standard library only
+     "bayesncl.keyrules", "bayesncl.yamlio"],
     ["bayesncl.config"],
     ["bayesncl.data", "bayesncl.losses", "bayesncl.backbones", "bayesncl.rundir"],
     ["bayesncl.methods", "bayesncl.optim", "bayesncl.checkpoint", "bayesncl.runtime", "bayesncl.outdir"],

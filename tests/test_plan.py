@@ -20,7 +20,7 @@ from bayesncl import grid, plan
 from bayesncl.plan import Plan
 from bayesncl.cli import main
 from bayesncl.report import claims_table, judge, verdicts as V
-from test_claims import FOR, HOLDS, MAIN, frame, row  # noqa: I001 (tests/ is on sys.path)
+from helpers.claims import HOLDS, MAIN, frame, row
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("plan_simulation", ROOT / "benchmarks" / "plan_simulation.py")

@@ -7,7 +7,7 @@ import pandas as pd
 
 from bayesncl.report import claims_table, judge
 from bayesncl.report.reading import Row, read_markdown, reading, rows_of
-from test_claims import B, MAIN, N, frame, row  # noqa: I001 (tests/ is on sys.path)
+from helpers.claims import B, MAIN, N, frame, row
 
 
 def two_datasets() -> pd.DataFrame:

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not install
 
 
 def write_datasets(root: Path) -> dict[str, Path]:
-    from test_data import write_cifar10, write_cifar100, write_imagenet, write_waterbirds
+    from helpers.datasets import write_cifar10, write_cifar100, write_imagenet, write_waterbirds
 
     roots = {name: root / name for name in ("cifar10", "cifar100", "imagenet", "waterbirds")}
     write_cifar10(roots["cifar10"], per_batch=4)  # 20 train, 3 test images
@@ -172,7 +172,7 @@ def test_the_smoke_run_reads_a_subset_of_imagenet100(tmp_path):
     from bayesncl.data.imagenet import SMOKE_CLASSES, prepared_manifests
     from bayesncl.grid import expand_grid
     from bayesncl.registry import DATASETS
-    from test_data import write_imagenet
+    from helpers.datasets import write_imagenet
 
     cfg = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
     real, smoke = expand_grid(cfg), expand_grid({**cfg, "smoke": True})

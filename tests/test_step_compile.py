@@ -13,7 +13,6 @@ import signal
 
 import pytest
 import torch
-from torch import nn
 
 import bayesncl.methods as methods_mod
 import bayesncl.step as S
@@ -23,24 +22,6 @@ from bayesncl.data import SimCLRAugment
 from bayesncl.optim import build_optimizer
 
 STEPS = 5
-
-
-class TinyBackbone(nn.Module):
-    def __init__(self, *args, **kwargs):
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU(inplace=True),
-            nn.Conv2d(4, 8, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.out_dim = 8
-
-    def forward(self, x):
-        return self.net(x)
-
-
-@pytest.fixture
-def tiny_backbone(monkeypatch):
-    monkeypatch.setattr(methods_mod, "build_backbone", TinyBackbone)
 
 
 SETS = ["data.synthetic.image_size=16", "model.proj_hidden=32", "model.proj_dim=16", "train.batch_size=16",

@@ -79,7 +79,7 @@ def write_released(model_pt: Path, where: Path, args: bool = True) -> Path:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from conftest import TINY
+    from helpers import TINY
 
     out = tmp_path_factory.mktemp("run")
     # the released CIFAR stem (padding 2): what an import of a released checkpoint builds
@@ -123,7 +123,7 @@ def _comparable(record):
 def test_a_released_checkpoint_imports_to_the_same_model_and_every_section_gives_the_same_numbers(trained, tmp_path):
     run, cfg = trained
     ckpt = write_released(run / "model.pt", tmp_path / "released")
-    from conftest import TINY
+    from helpers import TINY
 
     settings = [a for s in TINY if not s.startswith("model.") for a in ("--set", s)]  # data, train, eval
     assert main(["import", "--checkpoint", str(ckpt), "--out", str(tmp_path / "imported"), *settings]) == 0
