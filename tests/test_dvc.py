@@ -20,7 +20,6 @@ DVC = shutil.which("dvc", path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
 SNAKEMAKE = shutil.which("snakemake", path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
 
 pytestmark = [
-    pytest.mark.slow,
     pytest.mark.grid,
     pytest.mark.skipif(DVC is None or SNAKEMAKE is None, reason="needs dvc and snakemake (pip install -e '.[workflow]')"),
     pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the git repository"),

@@ -218,7 +218,6 @@ def test_load_split_reads_the_copy_from_data_cache_dir(tree, tmp_path):
     assert not isinstance(load_split({**cfg, "cache_dir": str(tmp_path / "other")}, "test").dataset, PreparedImages)
 
 
-@pytest.mark.slow
 def test_training_sees_the_same_pixels(tree, tmp_path, tiny_sets):
     """One short pretraining from the JPEGs and one from the prepared copy: the same weights, bit for bit."""
     from bayesncl.config import resolve
@@ -267,7 +266,6 @@ def test_cpus_per_gpu():
     assert gc.cpus_per_gpu(3200, 115) == 29  # the JPEG figure in docs/BENCHMARKS.md
 
 
-@pytest.mark.slow
 def test_bench_feed_runs(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_feed.py"), "--files", "8", "--rounds", "1",
                         "--seconds", "0.1", "--batch", "4"],

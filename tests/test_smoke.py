@@ -65,7 +65,6 @@ def snakemake(*args, timeout=900):
     return subprocess.run([SNAKEMAKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.slow
 @pytest.mark.grid
 def test_smoke_run_of_the_paper_grid_on_real_format_files(tmp_path):
     roots = write_datasets(tmp_path / "data")

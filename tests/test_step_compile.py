@@ -106,7 +106,6 @@ def test_cuda_fp16_step_with_its_scaler_replays_in_a_graph(tiny_backbone, monkey
     assert_close_runs(ref, got, 1e-3)
 
 
-@pytest.mark.slow
 def test_inductor_compiled_step_matches_eager(tiny_backbone):
     """What train.graph=compile runs on CPU: inductor's generated kernels, within 1e-5 of eager. BayesNCL only
     (its step holds NCL's): inductor's code generation is most of this test's time."""

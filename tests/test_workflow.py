@@ -329,7 +329,6 @@ REQUIRED = {
 }
 
 
-@pytest.mark.slow
 def test_tiny_grid_end_to_end(tiny_grid):
     out, args, r = tiny_grid  # conftest.py: `snakemake --cores 2` over config/tiny.yaml, once per session
     for i in range(1, 8):
