@@ -2,12 +2,38 @@ import os
 
 import pytest
 
-from helpers import TINY  # tests/ is on sys.path
+from helpers import TINY, processes  # tests/ is on sys.path
 
 # Fork servers that the tests' workflow runs start (bayesncl/forkserver/) exit soon after their last job.
 os.environ.setdefault("BAYESNCL_FORKSERVER_IDLE", "10")
 # One cache for the synthetic datasets of the whole test session (generated once per parameter set).
 os.environ.setdefault("BAYESNCL_CACHE", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "bayesncl"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_procs():
+    """The processes that session- and module-scoped fixtures start (processes.current() outside a test)."""
+    owner = processes.Processes()
+    processes._session = owner
+    try:
+        yield owner
+    finally:
+        processes._session = None
+        owner.end()
+
+
+@pytest.fixture(autouse=True)
+def procs():
+    """The processes the test starts (procs.popen, .run, .fork; helpers reach it as processes.current()), each in
+    a session of its own: every process of those sessions is killed when the test ends, passed or failed."""
+    owner = processes.Processes()
+    processes._current = owner
+    try:
+        yield owner
+    finally:
+        processes._current = None
+        owner.end()
+
 
 @pytest.fixture(autouse=True)
 def _plugin_environment():

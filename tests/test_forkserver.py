@@ -15,6 +15,7 @@ import pytest
 
 from bayesncl import forkserver, startup
 from bayesncl.forkserver import server
+from helpers.processes import PATIENCE, current, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 START = time.monotonic()  # this module's import: after this process started
@@ -42,8 +43,7 @@ def _env(server_dir, routed=True, **extra):
 
 
 def _bayesncl(args, env, **kw):
-    return subprocess.run([sys.executable, "-m", "bayesncl", *args], env=env, capture_output=True, text=True,
-                          timeout=600, **kw)
+    return current().run([sys.executable, "-m", "bayesncl", *args], env=env, capture_output=True, text=True, **kw)
 
 
 def _sets(items):
@@ -115,12 +115,9 @@ def _start_long_run(tmp_path, server_dir, tiny_sets):
     run = tmp_path / "run"
     argv = [sys.executable, "-m", "bayesncl", "pretrain", "--out", str(run), "--quiet",
             *_sets(tiny_sets + ["train.epochs=400"])]
-    proc = subprocess.Popen(argv, env=_env(server_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (run / "checkpoint.pt").exists():  # training has started: epoch 1 checkpointed
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    proc = current().popen(argv, env=_env(server_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           signals=True)
+    wait_until(lambda: (run / "checkpoint.pt").exists(), "epoch 1 checkpointed", proc)  # training has started
     return proc, run
 
 
@@ -144,7 +141,7 @@ def _forked_children(server_dir) -> set[int]:
 def test_sigterm_to_the_client_checkpoints_and_exits_75(tmp_path, server_dir, tiny_sets):
     proc, run = _start_long_run(tmp_path, server_dir, tiny_sets)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=PATIENCE)
     assert proc.returncode == 75, err
     assert "SIGTERM: checkpoint saved in" in err and "Traceback" not in err
     assert not (run / "model.pt").exists() and (run / "checkpoint.pt").exists()
@@ -157,11 +154,8 @@ def test_a_killed_client_stops_its_command(tmp_path, server_dir, tiny_sets):
     child = _forked_children(server_dir) - before
     assert len(child) == 1, child
     proc.kill()
-    proc.wait(timeout=30)
-    deadline = time.monotonic() + 60
-    while Path(f"/proc/{next(iter(child))}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not Path(f"/proc/{next(iter(child))}").exists(), "the command outlived its client"
+    proc.wait(timeout=PATIENCE)
+    wait_until(lambda: not Path(f"/proc/{next(iter(child))}").exists(), "the command ended with its client")
     assert not (run / "model.pt").exists() and (run / "checkpoint.pt").exists()
 
 
@@ -192,10 +186,7 @@ def test_an_idle_server_exits_and_removes_its_socket(tmp_path):
     env = _env(folder, BAYESNCL_FORKSERVER_IDLE="1")
     r = _bayesncl(["jobs", "--benchmarks", str(tmp_path / "none"), "--out", str(tmp_path / "j.csv")], env)
     assert r.returncode == 2
-    deadline = time.monotonic() + 60
-    while list(Path(folder).glob("*.sock")) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not list(Path(folder).glob("*.sock"))
+    wait_until(lambda: not list(Path(folder).glob("*.sock")), "the idle server removed its socket")
 
 
 def test_mark_ready_writes_the_start_up_once(monkeypatch, tmp_path):

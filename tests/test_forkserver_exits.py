@@ -1,7 +1,8 @@
 """A fork-server job as a plain process: the child's exit code as a plain process would give it
 (bayesncl.forkserver.server._child_main, run in a real fork with the command replaced), and the client
 (bayesncl.forkserver.client.run_command, in a fork, against a fake server) passing on SIGINT, SIGHUP and SIGTERM
-and reading a command that ended without a status as a failure."""
+and reading a command that ended without a status as a failure. Forks and processes are the test's own (conftest's `procs`);
+the client gets default signal dispositions in its fork, as a job on a terminal, whatever the test run ignores."""
 
 import os
 import shutil
@@ -10,13 +11,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from bayesncl.cli import main
 from bayesncl.forkserver import client, protocol, server
+from helpers.processes import PATIENCE, current, default_signals
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/stat").exists(),
                                 reason="fork and /proc")
@@ -31,7 +32,7 @@ def _child(monkeypatch, run) -> tuple[dict, dict | None, int, str]:
     read, write = os.pipe()
     stdin = os.open(os.devnull, os.O_RDONLY)
     sys.stdout.flush(), sys.stderr.flush()
-    pid = os.fork()
+    pid = current().fork()
     if pid == 0:  # never returns: _child_main exits, and so does anything that escapes it
         try:
             ours.close()
@@ -87,7 +88,7 @@ while True:
 """
 
 
-def _line(proc: subprocess.Popen, timeout: float = 20) -> str:
+def _line(proc: subprocess.Popen, timeout: float = PATIENCE) -> str:
     """The process's next line; "" when none comes in time (lines come one per signal: nothing is buffered)."""
     import select
 
@@ -110,18 +111,19 @@ class FakeServer:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.path)
         self.listener.listen(1)
-        self.listener.settimeout(60)
+        self.listener.settimeout(PATIENCE)
         self.err = os.path.join(self.folder, "err")
         monkeypatch.setattr(client, "socket_path", lambda: self.path)
 
     def client(self) -> tuple[int, socket.socket]:
         """Fork the client; accept and read its request. (its pid, the connection)."""
         sys.stdout.flush(), sys.stderr.flush()
-        pid = os.fork()
+        pid = current().fork()
         if pid == 0:
             code = 99
             try:
                 self.listener.close()
+                default_signals()  # a job on a terminal, also when the test run was started under nohup
                 sys.stderr = open(self.err, "w")
                 code = client.run_command(["jobs"], main)
                 sys.stderr.flush()
@@ -146,18 +148,16 @@ def fake_server(monkeypatch):
     server.close()
 
 
-def test_the_client_passes_on_sigint_sighup_and_sigterm(fake_server):
+def test_the_client_passes_on_sigint_sighup_and_sigterm(fake_server, procs):
     """A job's Ctrl-C (SIGINT) and hang-up (SIGHUP) reach the command as SIGTERM does, each as itself."""
-    sleeper = subprocess.Popen([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE, text=True)
+    sleeper = procs.popen([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE, text=True)
     client = None
     try:
         assert _line(sleeper) == "ready\n"
         client, conn = fake_server.client()
+        # its request came: it set its handlers before it connected
+        assert all(_catches(client, s) for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM))
         protocol._send(conn, {"pid": sleeper.pid})  # the command's process
-        deadline = time.monotonic() + 30
-        while not _catches(client, signal.SIGHUP):  # the client's handlers are in place
-            assert time.monotonic() < deadline, "the client never handled SIGHUP"
-            time.sleep(0.01)
         got = []
         for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
             os.kill(client, sig)
