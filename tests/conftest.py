@@ -69,7 +69,6 @@ def tiny_grid(tmp_path_factory):
     workflow and report tests read the same run (each run of the tiny grid costs minutes on 2 cores).
     Returns (results folder, the snakemake arguments after --cores, the CompletedProcess)."""
     import shutil
-    import subprocess
     import sys
     from pathlib import Path
 
@@ -81,7 +80,7 @@ def tiny_grid(tmp_path_factory):
     args = ("--configfile", "config/tiny.yaml", "--config", f"results={out}")
     env = dict(os.environ, PYTHONPATH=str(root / "src"), OMP_NUM_THREADS="1")
     env.pop("BAYESNCL_FORKSERVER_DIR", None)  # the run's servers in a folder of its own, ended with it
-    r = subprocess.run([exe, "--cores", "2", *args], cwd=root, env=env, capture_output=True, text=True,
-                       timeout=2400)
+    r = processes.current().run([exe, "--cores", "2", *args], cwd=root, env=env, capture_output=True, text=True,
+                                timeout=4 * processes.PATIENCE)
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
     return out, args, r

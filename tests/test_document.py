@@ -26,6 +26,7 @@ import yaml
 from bayesncl.report import document, judge, plots, provenance, summary, tables
 from helpers.claims import full_grid
 from helpers.report import figure_row, gate_curve
+from helpers.processes import current
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -254,8 +255,8 @@ def test_without_pdflatex_the_workflow_says_how_to_get_it_once_and_plans_the_res
             if exe.name != "pdflatex" and not (bin_dir / exe.name).exists():
                 (bin_dir / exe.name).symlink_to(exe)
     env = dict(os.environ, PATH=str(bin_dir), PYTHONPATH=str(ROOT / "src"))
-    r = subprocess.run([SNAKEMAKE, "-n", "--configfile", "config/tiny.yaml", "--config", f"results={tmp_path}/r"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    r = current().run([SNAKEMAKE, "-n", "--configfile", "config/tiny.yaml", "--config", f"results={tmp_path}/r"],
+                      cwd=ROOT, env=env, capture_output=True, text=True)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     assert out.count(document.PDFLATEX_HINT) == 1 and "texlive-latex-recommended" in document.PDFLATEX_HINT
@@ -270,8 +271,8 @@ def tiny(tiny_grid):
     out, args, _ = tiny_grid
     report = out.parent / "report.html"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
-    r = subprocess.run([SNAKEMAKE, "--report", str(report), *args], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=600)
+    r = current().run([SNAKEMAKE, "--report", str(report), *args], cwd=ROOT, env=env, capture_output=True,
+                      text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
     return out, report
 

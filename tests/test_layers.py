@@ -134,3 +134,15 @@ def test_the_bayesncl_script_enters_at_the_cli():
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                            env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
         assert r.returncode == 0 and r.stdout.startswith("usage: bayesncl status"), r.stderr
+
+
+def test_no_test_file_imports_another():
+    """Shared helpers live in tests/helpers/ and shared fixtures in conftest.py: no test file imports a test file
+    or conftest (a test module imported twice over, and its tests' order coupled)."""
+    found = []
+    for path in sorted((SRC.parent / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{path.name}: {n}" for n in names if n.split(".")[0].startswith("test_") or n == "conftest"]
+    assert not found, found
