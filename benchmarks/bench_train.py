@@ -8,7 +8,7 @@
     python benchmarks/bench_train.py --scaler             # what train.loss_scaler=fp16's check costs a step
     python benchmarks/bench_train.py --deterministic      # what train.deterministic costs a step
 
-Times `bayesncl.train.TrainStep` (on-device augmentation of two views, forward, InfoNCE (+ KL), backward,
+Times `bayesncl.step.TrainStep` (on-device augmentation of two views, forward, InfoNCE (+ KL), backward,
 LARS update, the logged sums) on random uint8 images held on the device, after a warm-up.
 
 --phases splits the step into augmentation (both views, with their random draws), forward + loss, backward,
@@ -44,7 +44,7 @@ from bayesncl.data import SimCLRAugment  # noqa: E402
 from bayesncl.methods import build_method  # noqa: E402
 from bayesncl.optim import build_optimizer  # noqa: E402
 from bayesncl.runtime import autocast, channels_last  # noqa: E402
-from bayesncl.train import TrainStep  # noqa: E402
+from bayesncl.step import TrainStep  # noqa: E402
 
 PRESETS = {
     "cifar": ["model.width=64", "model.proj_hidden=2048", "model.proj_dim=256", "train.batch_size=256"],

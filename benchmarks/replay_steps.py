@@ -37,7 +37,8 @@ def replay(config: str, from_epoch: int, epochs: int, skip: set[tuple[int, int]]
     from bayesncl.methods import build_method
     from bayesncl.optim import build_optimizer
     from bayesncl.runtime import resolve_device
-    from bayesncl.train import TrainStep, start_epoch, steps_per_epoch, training_augment
+    from bayesncl.step import TrainStep
+    from bayesncl.train import start_epoch, steps_per_epoch, training_augment
 
     from bayesncl.errors import ConfigError
 
@@ -102,7 +103,7 @@ def fp16_headroom(model, train_step, x, views, gate_u) -> tuple[float, float]:
     import torch
 
     from bayesncl.runtime import FP16_MAX
-    from bayesncl.train import snapshot
+    from bayesncl.step import snapshot
 
     put_back = snapshot(list(model.buffers()))
     params = list(model.parameters())
@@ -129,7 +130,7 @@ def fp16_headroom(model, train_step, x, views, gate_u) -> tuple[float, float]:
 def _diagnosed_step(model, opt, train_step, x, gen, names, skip: bool, fp16: bool = False) -> dict:
     import torch
 
-    from bayesncl.train import snapshot
+    from bayesncl.step import snapshot
 
     views, gate_u = train_step.draws(x.shape[0], gen)
     headroom = fp16_headroom(model, train_step, x, views, gate_u) if fp16 else None

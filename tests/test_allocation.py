@@ -3,12 +3,17 @@
 SLURM's clients are stand-ins on PATH here: `squeue` prints the end time the test writes to a file, `scontrol`
 records its arguments (and refuses when told to). The command is a small program that exits 75 on SIGTERM, as
 `bayesncl pretrain` does after saving its checkpoint. The real cluster: tests/test_slurm_allocations.py.
+
+A test that expects the stop runs on a clock of its own (`clock`): time passes only while the script waits on the
+command, and only once the command has set its SIGTERM handler, so the stop's time is exact and no test races the
+machine's speed. Signals from outside are raised once the command is ready.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -19,6 +24,7 @@ from types import SimpleNamespace
 import pytest
 
 from bayesncl.errors import REQUEUE_EXIT
+from helpers.processes import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("allocation", ROOT / "workflow" / "scripts" / "allocation.py")
@@ -64,6 +70,46 @@ def slurm(tmp_path, monkeypatch):
         signal.signal(s, h)
 
 
+class Clock:
+    """allocation.run's `now`; its command's process waits on this clock (see the module's docstring)."""
+
+    def __init__(self, start: float, ready: Path):
+        self.t, self.ready, self.signals = start, ready, []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def popen(self, args):
+        clock = self
+
+        class Command(subprocess.Popen):
+            def wait(self, timeout=None):
+                if timeout is None:
+                    return super().wait()
+                wait_until(lambda: self.poll() is not None or clock.ready.exists(), "the command is ready", self)
+                if self.poll() is not None:
+                    return self.returncode
+                clock.t += max(timeout, 0.01)  # as real time, it always passes
+                time.sleep(0.005)  # the command runs meanwhile
+                raise subprocess.TimeoutExpired(self.args, timeout)
+
+            def send_signal(self, sig):
+                clock.signals.append((sig, clock.t))
+                super().send_signal(sig)
+
+        return Command(args)
+
+
+@pytest.fixture
+def clock(tmp_path, monkeypatch):
+    """A Clock started at the real time, for allocation.run(..., now=clock)."""
+    c = Clock(time.time(), tmp_path / "stopped.ready")
+    monkeypatch.setattr(allocation, "subprocess", SimpleNamespace(
+        Popen=c.popen, run=subprocess.run, TimeoutExpired=subprocess.TimeoutExpired,
+        SubprocessError=subprocess.SubprocessError))
+    return c
+
+
 def calls(tmp_path: Path, tool: str) -> list[str]:
     f = tmp_path / f"{tool}.calls"
     return f.read_text().splitlines() if f.exists() else []
@@ -73,13 +119,12 @@ def command(tmp_path: Path, seconds: float) -> list[str]:
     return [sys.executable, "-c", COMMAND, str(tmp_path / "stopped"), str(seconds)]
 
 
-def test_stopped_margin_seconds_before_the_end_then_requeued(tmp_path, slurm, capsys):
-    start = time.time()
+def test_stopped_margin_seconds_before_the_end_then_requeued(tmp_path, slurm, capsys, clock):
+    start = clock()
     slurm(float(int(start) + 5))  # squeue prints whole seconds
-    rc = allocation.run(command(tmp_path, 30), margin=2, job_id="4242")
-    stopped = float((tmp_path / "stopped").read_text())
-    assert rc == REQUEUE_EXIT
-    assert int(start) + 3 - 0.05 <= stopped < int(start) + 3 + 1.5, (stopped - start)  # at end - margin
+    rc = allocation.run(command(tmp_path, 30), margin=2, job_id="4242", now=clock)
+    assert rc == REQUEUE_EXIT and (tmp_path / "stopped").exists()
+    assert clock.signals == [(signal.SIGTERM, int(start) + 3)]  # at end - margin
     assert calls(tmp_path, "scontrol") == ["requeue 4242"]
     assert calls(tmp_path, "squeue")[0] == "--noheader --jobs 4242 --format %e"
     err = capsys.readouterr().err  # the log names the stop's time (end - margin) and the requeue
@@ -135,10 +180,10 @@ def test_exit_75_without_our_stop_is_not_requeued(tmp_path, slurm):
     assert calls(tmp_path, "scontrol") == []
 
 
-def test_a_refused_requeue_exits_75_and_says_how_to_allow_it(tmp_path, slurm, capsys):
+def test_a_refused_requeue_exits_75_and_says_how_to_allow_it(tmp_path, slurm, capsys, clock):
     (tmp_path / "refuse").touch()
-    slurm(float(int(time.time()) + 3))
-    assert allocation.run(command(tmp_path, 30), margin=1, job_id="9") == REQUEUE_EXIT
+    slurm(float(int(clock()) + 3))
+    assert allocation.run(command(tmp_path, 30), margin=1, job_id="9", now=clock) == REQUEUE_EXIT
     assert calls(tmp_path, "scontrol") == ["requeue 9"]
     err = capsys.readouterr().err
     assert "slurm-requeue" in err
@@ -152,8 +197,14 @@ def test_sigterm_from_outside_reaches_the_command(tmp_path, slurm):
 
     slurm(time.time() + 3600)
     signal.signal(signal.SIGTERM, lambda s, f: None)  # this process survives it even if run() installs nothing
-    threading.Timer(1.0, lambda: signal.raise_signal(signal.SIGTERM)).start()
-    assert allocation.run(command(tmp_path, 5), margin=1, job_id="7") == REQUEUE_EXIT
+    ready = tmp_path / "stopped.ready"
+
+    def preempt():
+        wait_until(ready.exists, "the command is ready")
+        signal.raise_signal(signal.SIGTERM)
+
+    threading.Thread(target=preempt).start()
+    assert allocation.run(command(tmp_path, 120), margin=1, job_id="7") == REQUEUE_EXIT
     assert (tmp_path / "stopped").exists() and calls(tmp_path, "scontrol") == []
 
 
@@ -174,21 +225,22 @@ def iso(t: float) -> str:
     return datetime.fromtimestamp(t).isoformat()
 
 
-def test_after_a_granted_requeue_it_waits_for_slurm_to_end_the_job(tmp_path, slurm, monkeypatch):
+def test_after_a_granted_requeue_it_waits_for_slurm_to_end_the_job(tmp_path, slurm, monkeypatch, clock):
     """`scontrol requeue` granted: SLURM ends this allocation; until then the script waits (no early exit 75).
     Refused: it exits 75 at once."""
     sleeps = []
     monkeypatch.setattr(allocation, "REQUEUE_WAIT_S", WAIT_S)  # the module's own wait, not the fixture's 0
     monkeypatch.setattr(allocation, "time", SimpleNamespace(sleep=sleeps.append, time=time.time))
-    slurm(iso(time.time() + 2.8))
-    assert allocation.run(command(tmp_path, 30), margin=2, job_id="5") == REQUEUE_EXIT
+    slurm(iso(clock() + 2.8))
+    assert allocation.run(command(tmp_path, 30), margin=2, job_id="5", now=clock) == REQUEUE_EXIT
     assert calls(tmp_path, "scontrol") == ["requeue 5"]
     assert len(sleeps) == 1 and sleeps[0] > 0
     (tmp_path / "refuse").touch()
     (tmp_path / "stopped").unlink()
+    (tmp_path / "stopped.ready").unlink()
     sleeps.clear()
-    slurm(iso(time.time() + 2.8))
-    assert allocation.run(command(tmp_path, 30), margin=2, job_id="5") == REQUEUE_EXIT
+    slurm(iso(clock() + 2.8))
+    assert allocation.run(command(tmp_path, 30), margin=2, job_id="5", now=clock) == REQUEUE_EXIT
     assert (tmp_path / "stopped").exists() and calls(tmp_path, "scontrol") == ["requeue 5"] * 2
     assert sleeps == []
 
@@ -202,33 +254,32 @@ def test_sighup_from_outside_reaches_the_command_as_sigterm(tmp_path, slurm):
     ready = tmp_path / "stopped.ready"
 
     def hang_up():
-        deadline = time.time() + 10
-        while not ready.exists() and time.time() < deadline:
-            time.sleep(0.02)
+        wait_until(ready.exists, "the command is ready")
         signal.raise_signal(signal.SIGHUP)
 
     threading.Thread(target=hang_up).start()
-    assert allocation.run(command(tmp_path, 5), margin=1, job_id="7") == REQUEUE_EXIT
+    assert allocation.run(command(tmp_path, 120), margin=1, job_id="7") == REQUEUE_EXIT
     assert (tmp_path / "stopped").exists() and calls(tmp_path, "scontrol") == []
 
 
-def test_a_lowered_time_limit_brings_the_stop_forward(tmp_path, slurm, monkeypatch):
+def test_a_lowered_time_limit_brings_the_stop_forward(tmp_path, slurm, monkeypatch, clock):
     """The end time is read again every RECHECK_S while the command runs (`scontrol update TimeLimit=...`)."""
     monkeypatch.setattr(allocation, "RECHECK_S", 0.2)
-    slurm(time.time() + 3600)
+    slurm(clock() + 3600)
     real = allocation.job_end_time
     lowered = []
 
     def sooner(job_id):  # at the first recheck the job ends 1.5 s from now
         if not lowered and (tmp_path / "squeue.calls").exists():
-            lowered.append(time.time() + 1.5)
-            slurm(iso(lowered[0]))
+            lowered.append(float(int(clock()) + 2))  # whole seconds, as squeue prints them
+            slurm(lowered[0])
         return real(job_id)
 
     monkeypatch.setattr(allocation, "job_end_time", sooner)
-    assert allocation.run(command(tmp_path, 5), margin=1, job_id="7") == REQUEUE_EXIT
-    stopped = float((tmp_path / "stopped").read_text())
-    assert lowered[0] - 1 - 0.05 <= stopped < lowered[0] - 1 + 0.5, stopped - lowered[0]  # at the new end - margin
+    assert allocation.run(command(tmp_path, 120), margin=1, job_id="7", now=clock) == REQUEUE_EXIT
+    assert (tmp_path / "stopped").exists()
+    [(sig, at)] = clock.signals
+    assert sig == signal.SIGTERM and at == pytest.approx(lowered[0] - 1)  # at the new end - margin
     assert calls(tmp_path, "scontrol") == ["requeue 7"]
 
 
@@ -295,14 +346,14 @@ def test_the_script_exits_with_the_command_status(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     script = ROOT / "workflow" / "scripts" / "allocation.py"
-    out = subprocess.run([sys.executable, str(script), "--margin", "600", "--", *exits(3)], env=env, timeout=30)
+    out = subprocess.run([sys.executable, str(script), "--margin", "600", "--", *exits(3)], env=env)
     assert out.returncode == 3
 
 
 @pytest.mark.parametrize("error", [__import__("subprocess").TimeoutExpired(["scontrol"], 60),
                                    FileNotFoundError(2, "No such file or directory: 'scontrol'")],
                          ids=["scontrol hangs", "no scontrol"])
-def test_a_failed_scontrol_is_a_refused_requeue(tmp_path, slurm, monkeypatch, capsys, error):
+def test_a_failed_scontrol_is_a_refused_requeue(tmp_path, slurm, monkeypatch, capsys, error, clock):
     """slurmctld not answering (or no scontrol): the command's exit 75 stands, for Snakemake's retries."""
     import subprocess
 
@@ -315,7 +366,7 @@ def test_a_failed_scontrol_is_a_refused_requeue(tmp_path, slurm, monkeypatch, ca
 
     monkeypatch.setattr(allocation.subprocess, "run", run)
     slurm(iso(time.time() + 2.8))
-    assert allocation.run(command(tmp_path, 30), margin=2, job_id="9") == REQUEUE_EXIT
+    assert allocation.run(command(tmp_path, 30), margin=2, job_id="9", now=clock) == REQUEUE_EXIT
     assert (tmp_path / "stopped").exists()
     err = capsys.readouterr().err
     assert "scontrol requeue 9 failed" in err and "slurm-requeue" not in err

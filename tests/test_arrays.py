@@ -38,7 +38,7 @@ def test_pretraining_dynamics_use_these_measures():
 
 def test_cache_reading_sections_import_no_torch(tmp_path):
     """interpretability and retrieval on a features cache: the job never imports torch (nor reads model.pt)."""
-    from conftest import TINY
+    from helpers import TINY
 
     from bayesncl import config as C
     from bayesncl.evaluation.runner import evaluate

@@ -43,6 +43,7 @@ from hypothesis import strategies as st
 
 import bayesncl.cli as cli
 from bayesncl.errors import REQUEUE_EXIT, BayesNCLError
+from helpers.processes import PATIENCE
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("claims_stability", ROOT / "benchmarks" / "claims_stability.py")
@@ -749,18 +750,18 @@ def _catches_sigterm(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
-def test_sigterm_right_after_start_exits_75(tmp_path, tiny_sets):
+def test_sigterm_right_after_start_exits_75(tmp_path, tiny_sets, procs):
     """A real process, signalled as soon as it catches SIGTERM (before torch is imported, before any data)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     argv = [sys.executable, "-m", "bayesncl.cli", "pretrain", "--out", str(tmp_path / "run"), "--quiet",
             *sum((["--set", s] for s in tiny_sets), [])]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not _catches_sigterm(proc.pid):
+    proc = procs.popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, signals=True)
+    deadline = time.monotonic() + PATIENCE
+    while not _catches_sigterm(proc.pid):  # polled often: the signal comes long before the run writes anything
         assert proc.poll() is None and time.monotonic() < deadline, "the CLI never installed its handler"
         time.sleep(0.002)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=PATIENCE)
     assert proc.returncode == REQUEUE_EXIT, err
     assert "Traceback" not in err and "stopped by SIGTERM" in err
     assert not (tmp_path / "run").exists()  # before training wrote anything
@@ -1000,7 +1001,7 @@ def _one_line_or_success(argv: list[str], root: Path, outputs: tuple[str, ...] =
 @pytest.fixture(scope="module")
 def a_run(tmp_path_factory):
     """A finished tiny run (one step), its config and log as the trainer wrote them."""
-    from conftest import TINY
+    from helpers import TINY
 
     run = tmp_path_factory.mktemp("a_run") / "run"
     sets = [s for s in TINY if not s.startswith("train.epochs")] + ["train.epochs=2", "train.max_steps_per_epoch=1",

@@ -12,88 +12,16 @@ import re
 import warnings
 
 import numpy as np
-import pandas as pd
 import pytest
 from scipy import stats
 
-from bayesncl.report import claims, claims_table, summary, tables, verdicts
-
-MAIN = "table1;table2;figure3"
-VARIANTS = {  # the demo's variants (config/config.yaml) -> run settings
-    "SimCLR": {"method": "cl"},
-    "NCL": {"method": "ncl"},
-    "Top-k NCL": {"method": "topk_ncl"},
-    "BayesNCL (STE)": {"method": "bayesncl", "gate": "ste"},
-    "BayesNCL (Gumbel)": {"method": "bayesncl", "gate": "gumbel"},
-    "Soft gate": {"method": "bayesncl", "gate": "soft"},
-    "w/o detach": {"method": "bayesncl", "gate": "ste", "detach": 0.0},
-    "1-layer head": {"method": "bayesncl", "gate": "ste", "head_depth": 1.0},
-    "3-layer head": {"method": "bayesncl", "gate": "ste", "head_depth": 3.0},
-}
-HOLDS, FAILS, NOT_RUN = "holds", "does not hold", "not run"
-FOR, AGAINST = "inconclusive (leans for)", "inconclusive (leans against)"
-
-
-def row(variant, seed, sets, dataset="synthetic", arch="resnet18", **values):
-    settings = {"gate": "ste" if VARIANTS[variant]["method"] == "bayesncl" else "", "detach": 1.0,
-                "head_depth": 2.0, "rho": 0.8, "lambda": 3e-5, "proj_dim": 64.0, **VARIANTS[variant]}
-    settings.update({k: values.pop(k) for k in list(values) if k in settings})
-    rid = f"{dataset}/{arch}/{variant}/" + "/".join(f"{k}~{settings[k]}" for k in ("rho", "lambda", "proj_dim"))
-    return {"run_id": f"{rid}/seed~{seed}", "dataset": dataset, "arch": arch, "variant": variant, "sets": sets,
-            "seed": seed, "weights_sha": f"{rid}/{seed}", **settings, **values}
-
-
-def frame(rows) -> pd.DataFrame:
-    return summary.prepare(pd.DataFrame(rows))
-
-
-def full_grid(datasets=("synthetic", "cifar100"), seeds=(0, 1, 2)) -> pd.DataFrame:
-    """Every set of the demo grid with plausible values (BayesNCL ahead on SC by a wide margin)."""
-    rows = []
-    sc = {"SimCLR": 10.0, "NCL": 20.0, "Top-k NCL": 22.0, "BayesNCL (STE)": 40.0, "BayesNCL (Gumbel)": 35.0,
-          "Soft gate": 12.0, "w/o detach": 30.0, "1-layer head": 33.0, "3-layer head": 34.0}
-    for d in datasets:
-        for v in ("SimCLR", "NCL", "Top-k NCL", "BayesNCL (STE)", "BayesNCL (Gumbel)"):
-            for s in seeds:
-                m = VARIANTS[v]["method"]
-                rows.append(row(v, s, MAIN + (";table3;table6;table7" if v in ("NCL", "BayesNCL (STE)") else "")
-                                + (";table4" if v in ("BayesNCL (STE)", "BayesNCL (Gumbel)") else ""),
-                                dataset=d, sc=sc[v] + s, se_sum=3.0 - sc[v] / 100, se_mean=2.9, se_freq=2.8,
-                                act=100.0 if m == "cl" else 25.0 - s, alive=64.0 - s, probe_top1=60.0 + sc[v] / 10 + s / 10,
-                                probe_top5=95.0 + s / 10, probe_protocol="fast", ret_K=64.0,
-                                **{f"ret_p{k}": 50.0 + sc[v] / 4 - k / 10 + s / 10 for k in (1, 3, 5, 10)},
-                                bg_acc=93.3 + s / 10, bg_protocol="fast",
-                                bg_dominated_zplus=0.2 + s / 100, bg_dominated_feature=0.1 + s / 100,
-                                closed_bg=0.6 if m == "bayesncl" else float("nan"),
-                                closed_cls=0.2 if m == "bayesncl" else float("nan"),
-                                topk_bound=0.7 if m == "topk_ncl" else float("nan"),
-                                dyn_epochs="[10, 20, 30]",
-                                dyn_af_gv=json.dumps([0.1, 0.5, 0.6 if v == "NCL" else 0.2]),
-                                dyn_gv_sc=json.dumps([0.1, -0.3, -0.5 if v == "NCL" else -0.1]),
-                                dyn_af_sc="[0.0, 0.1, 0.2]",
-                                gflops=1.416 if m != "bayesncl" else 1.419, params_m=11.2, sec_per_epoch=21.3 + s,
-                                img_per_s=12345.0, peak_mem_mb=80123.0,
-                                train_minutes=70.95 + s / 10 if m != "bayesncl" else 72.1 + s / 10))
-        for v in ("Soft gate", "w/o detach", "1-layer head", "3-layer head"):
-            rows.append(row(v, 0, "table4", dataset=d, sc=sc[v], se_sum=2.5, act=30.0, probe_top1=61.0))
-        for v in ("NCL", "BayesNCL (STE)"):
-            rows.append(row(v, 0, "table5", dataset=d, arch="resnet50", sc=sc[v] + 1, se_sum=2.5, act=20.0,
-                            probe_top1=66.0, ret_p10=55.0))
-            for D in (32.0, 64.0, 128.0):
-                rows.append(row(v, 0, "figure4a", dataset=d, proj_dim=D, sc=sc[v] * D / 64, probe_top1=60.0))
-        rows.append(row("BayesNCL (STE)", 0, "figure4b", dataset=d, sweep="rho;lambda", sc=40.0, probe_top1=60.0))
-        for rho, s_ in ((0.5, 30.0), (0.65, 36.0), (0.95, 25.0)):
-            rows.append(row("BayesNCL (STE)", 0, "figure4b", dataset=d, rho=rho, sweep="rho", sc=s_,
-                            probe_top1=60.0))
-        for lam, s_ in ((0.0, 33.0), (1e-5, 38.0), (1e-4, 20.0)):
-            rows.append(row("BayesNCL (STE)", 0, "figure4b", dataset=d, **{"lambda": lam}, sweep="lambda", sc=s_,
-                            probe_top1=60.0))
-    return frame(rows)
+from bayesncl.report import claims, claims_table, judge, summary, tables, verdicts
+from helpers.claims import AGAINST, B, FAILS, FOR, HOLDS, MAIN, N, NOT_RUN, frame, full_grid, row, wired_rows
 
 
 def comparisons(df, dataset="synthetic") -> dict[str, list]:
     out: dict[str, list] = {}
-    for d, comps in claims.claims_rows(df):
+    for d, comps in judge.claims_rows(df):
         if d == dataset:
             for c in comps:
                 out.setdefault(c.claim, []).append(c)
@@ -450,49 +378,6 @@ def test_inverted_u_and_widths():
 
 
 # --------------------------------------------------------------------------- every claim's wiring
-SEEDS = (0, 1, 2, 3, 4)
-CODE = {v: i + 1 for i, v in enumerate(VARIANTS)}                   # 1 .. 9
-METRIC_BASE = {"sc": 10.0, "se_sum": 1.0, "act": 300.0, "probe_top1": 500.0, "ret_p10": 700.0, "bg_acc": 900.0,
-               "train_minutes": 60.0}
-JITTER = {0: 0.0, 1: 0.7, 2: -0.4, 3: 1.1, 4: 0.2}                   # per seed, scaled per variant
-
-
-def _value(metric, variant, seed, shift=0.0):
-    """Distinct per metric, variant, seed and set (``shift``): a mis-wired claim reads another number."""
-    scale = 0.1 if metric == "se_sum" else 1.0
-    return METRIC_BASE[metric] + scale * (3.0 * CODE[variant] + shift + JITTER[seed] * (1 + CODE[variant] / 10))
-
-
-def wired_rows() -> list[dict]:
-    rows = []
-    gflops = {"NCL": 0.004502, "BayesNCL (STE)": 0.004567}  # 1.44% apart, equal on every seed
-    for v in ("SimCLR", "NCL", "Top-k NCL", "BayesNCL (STE)", "BayesNCL (Gumbel)"):
-        for s in SEEDS:
-            sets = MAIN + (";table3;table6;table7" if v in ("NCL", "BayesNCL (STE)") else "") + (
-                ";table4" if v in ("BayesNCL (STE)", "BayesNCL (Gumbel)") else "")
-            last = {"NCL": (0.5, -0.3), "BayesNCL (STE)": (0.2, -0.25)}.get(v, (0.0, 0.0))
-            rows.append(row(v, s, sets, **{m: _value(m, v, s) for m in METRIC_BASE}, ret_K=16.0,
-                            gflops=gflops.get(v, math.nan), dyn_epochs="[10, 20, 30]",
-                            dyn_af_gv=json.dumps([-last[0], 0.9, last[0] + JITTER[s] / 20]),
-                            dyn_gv_sc=json.dumps([-last[1], -0.9, last[1] + JITTER[s] / 30])))
-    # The heads' shifts bring their SC within noise of BayesNCL's: 6b leans for (+0.2), 6c against (-0.2);
-    # w/o detach is 0.5 above BayesNCL: "not worse" holds within its 1-point margin only.
-    for v, shift in (("Soft gate", 0.5), ("w/o detach", -8.53), ("1-layer head", -12.24), ("3-layer head", -14.85)):
-        rows += [row(v, s, "table4", **{m: _value(m, v, s, shift=shift) for m in METRIC_BASE}) for s in SEEDS[:3]]
-    for v in ("NCL", "BayesNCL (STE)"):  # ResNet-50: other numbers than the ResNet-18 runs of Table 1
-        rows += [row(v, s, "table5", arch="resnet50", **{m: _value(m, v, s, shift=40.0 - 6 * CODE[v])
-                                                         for m in METRIC_BASE}) for s in SEEDS[:3]]
-        for D in (16.0, 32.0, 2048.0):
-            rows += [row(v, s, "figure4a", proj_dim=D, **{m: _value(m, v, s, shift=D / 8 * (1 + (v == B)))
-                                                          for m in METRIC_BASE}) for s in SEEDS[:3]]
-    for param, points in (("lambda", {0.0: 1.0, 1e-5: 6.0, 3e-5: 4.0, 1e-4: -3.0}),
-                          ("rho", {0.5: 2.0, 0.65: 5.0, 0.8: 7.0, 0.95: 8.5})):
-        for x, shift in points.items():
-            rows += [row("BayesNCL (STE)", s, "figure4b", sweep=param, **{param: x},
-                         **{m: _value(m, "BayesNCL (STE)", s, shift=shift) for m in METRIC_BASE}) for s in SEEDS[:3]]
-    return rows
-
-
 def _pick(rows, variant, set_name, metric, arch="resnet18", last=False, **where):
     out = []
     for r in rows:
@@ -502,8 +387,6 @@ def _pick(rows, variant, set_name, metric, arch="resnet18", last=False, **where)
     return out
 
 
-# claim: (metric, left (variant, set, where), right (variant, set, where) or a constant, kind, direction)
-B, N = "BayesNCL (STE)", "NCL"
 WIRING = {
     "1a": ("sc", (B, "table1"), (N, "table1"), "better", "up"),
     "1b": ("sc", (B, "table1"), ("Top-k NCL", "table1"), "better", "up"),
@@ -715,7 +598,7 @@ NOT_RUN_IDS = [c if not c.startswith("10b-") else "10b" for c in dict.fromkeys(
 
 def test_every_claim_row_on_a_full_grid(tmp_path):
     df = full_grid()
-    blocks = claims.claims_rows(df)
+    blocks = judge.claims_rows(df)
     assert [d for d, _ in blocks] == ["synthetic", "cifar100"]
     for _, comps in blocks:
         assert [c.claim for c in comps] == EVERY_ROW  # unique ids: claims_stability pairs rows by them
@@ -760,7 +643,7 @@ def test_claims_not_run_anywhere_are_listed():
     assert [(r[0], r[1], r[6]) for r in rows] == NOT_RUN_ROWS
     assert all(r[2:6] == ["-", "0" if r[0] in ("7a", "7b") else "-", "-", "-"] and r[7] == NOT_RUN for r in rows)
     df = frame([row("NCL", 0, "table1", sc=1.0)])
-    blocks = claims.claims_rows(df)
+    blocks = judge.claims_rows(df)
     assert [d for d, _ in blocks] == ["synthetic", ""]
     every = [c.claim for _, comps in blocks for c in comps]
     assert sorted(every) == sorted(NOT_RUN_IDS)
@@ -814,11 +697,11 @@ def test_each_claim_is_run_exactly_when_its_sets_have_runs():
     number, so a claim numbered like another cannot hide it), and none of the others is."""
     grid = full_grid(datasets=("synthetic",), seeds=(0, 1))
     number = lambda cid: int(re.match(r"\d+", cid).group())  # noqa: E731
-    every = {c.claim for _, comps in claims.claims_rows(frame([])) for c in comps}
+    every = {c.claim for _, comps in judge.claims_rows(frame([])) for c in comps}
     for claim in claims.CLAIMS:
         keep = set(claim.sets)
         df = grid.assign(sets=[";".join(s for s in x.split(";") if s in keep) for x in grid["sets"]])
-        blocks = dict(claims.claims_rows(df[df["sets"] != ""]))
+        blocks = dict(judge.claims_rows(df[df["sets"] != ""]))
         idle = {d.number for d in claims.CLAIMS if not keep & set(d.sets)}
         assert {c.claim for c in blocks.get("", [])} == {cid for cid in every if number(cid) in idle}, claim.number
         assert {number(c.claim) for c in blocks["synthetic"]} == {d.number for d in claims.CLAIMS} - idle
@@ -877,7 +760,7 @@ def test_claims_table_layout_caption_and_terminal(capsys):
                       "Holm at 0.05; otherwise the secondary verdicts are the plain ones, marked not controlled.",
                       "same network at init: both sides start from the same untrained runs"):
         assert rule_text in caption, rule_text
-    flagged = [f"{s.label} on Synthetic is {s.repeats}" for _, comps in claims.claims_rows(df) for c in comps
+    flagged = [f"{s.label} on Synthetic is {s.repeats}" for _, comps in judge.claims_rows(df) for c in comps
                for s in (c.left, c.right) if s.repeats]
     assert len(flagged) == 2 and flagged[0] != flagged[1]
     assert re.search(r"‡ Not a separate result: (.*?)\.$", caption).group(1) == "; ".join(flagged)

@@ -17,9 +17,9 @@ import yaml
 from scipy import stats
 
 from bayesncl import grid
-from bayesncl.report import claims, claims_table, verdicts
+from bayesncl.report import claims, claims_table, judge, verdicts
 from bayesncl.report.cells import Fmt
-from test_claims import FAILS, FOR, HOLDS, MAIN, NOT_RUN, frame, row  # noqa: I001 (tests/ is on sys.path)
+from helpers.claims import FAILS, FOR, HOLDS, MAIN, NOT_RUN, frame, row, with_twins
 
 ROOT = Path(__file__).resolve().parents[1]
 B, N = "BayesNCL (STE)", "NCL"
@@ -148,7 +148,7 @@ def written_out_family(df) -> dict[str, str]:
     """The familywise verdicts by hand (docs/METHOD.md section 9, "Planning"): each tested comparison's doubled
     one-sided p from scipy; Holm by loop over the primary claims (1a, 2a); over the others only when every
     primary one holds, else the others' plain verdicts marked "not controlled"."""
-    comps = [c for _, cs in claims.claims_rows(df) for c in cs]
+    comps = [c for _, cs in judge.claims_rows(df) for c in cs]
     tested = [c for c in comps if c.result.has_interval]
     assert all(c.result.test == "paired" for c in tested)
 
@@ -181,7 +181,7 @@ def written_out_family(df) -> dict[str, str]:
          "1a open", "both primary claims hold", "2a holds, 1a open"])
 def test_familywise_verdicts_are_gatekeeping_over_the_table(d_sc, d_probe, verdict, family):
     df = main_table(d_sc, d_probe)
-    comps = {c.claim: c for _, cs in claims.claims_rows(df) for c in cs}
+    comps = {c.claim: c for _, cs in judge.claims_rows(df) for c in cs}
     assert comps["1a"].verdict == verdict and comps["1a"].family == family
     want = written_out_family(df)
     assert len(want) == 7 and {k: comps[k].family for k in want} == want
@@ -241,20 +241,6 @@ def test_a_family_verdict_needs_its_adjusted_p_below_alpha(monkeypatch):
 
 
 # --------------------------------------------------------------------------- the initialisation control
-def with_twins(df: pd.DataFrame, at_init) -> pd.DataFrame:
-    """``df`` and, as grid.plan_init_runs plans them, one untrained twin per run of an INIT_SETS set: in no set,
-    ``init_of`` naming the sets it initialises, epochs 0, its values ``at_init(row)`` (the others NaN)."""
-    twins = []
-    for r in df.to_dict("records"):
-        of = [s for s in r["sets"].split(";") if s in grid.INIT_SETS]
-        if of:
-            t = {k: r[k] for k in ("dataset", "arch", "method", "variant", "gate", "detach", "head_depth", "rho",
-                                   "lambda", "proj_dim", "seed")}
-            twins.append({**t, "run_id": r["run_id"] + "/epochs~0", "sets": "", "init_of": ";".join(of),
-                          "epochs": 0.0, "weights_sha": r["weights_sha"] + "/init", **at_init(r)})
-    return pd.concat([df, frame(twins)], ignore_index=True)
-
-
 TRAINED = {B: [28.1, 26.3, 29.0, 27.2, 25.9], N: [20.0, 20.9, 21.2, 19.4, 20.6]}  # 1a holds plainly
 
 
@@ -268,7 +254,7 @@ def sc_pair(init: dict[str, list[float]]) -> pd.DataFrame:
     ({B: [15.0, 14.9, 15.2, 14.8, 15.1], N: [14.8, 15.0, 14.7, 15.1, 14.6]}, HOLDS),  # no lead untrained
 ], ids=["the control changes 1a", "1a survives it"])
 def test_delta_at_init_and_the_training_verdict_are_written_out_paired_t(init, verdict):
-    c = next(c for _, cs in claims.claims_rows(sc_pair(init)) for c in cs if c.claim == "1a")
+    c = next(c for _, cs in judge.claims_rows(sc_pair(init)) for c in cs if c.claim == "1a")
     assert c.verdict == HOLDS
     d_trained = np.array(TRAINED[B]) - np.array(TRAINED[N])
     d_init = np.array(init[B]) - np.array(init[N])
@@ -301,7 +287,7 @@ def test_training_change_follows_the_claims_direction_and_margin():
     df = frame([row(v, s, MAIN, se_sum=se[v][s], probe_top1=top[v][s]) for v in (B, N) for s in range(5)])
     df = with_twins(df, lambda r: {"se_sum": se0[r["variant"]][int(r["seed"])],
                                    "probe_top1": top0[r["variant"]][int(r["seed"])]})
-    comps = {c.claim: c for _, cs in claims.claims_rows(df) for c in cs}
+    comps = {c.claim: c for _, cs in judge.claims_rows(df) for c in cs}
     change = (np.array(se[N]) - np.array(se[B])) - (np.array(se0[N]) - np.array(se0[B]))
     diff, low, high = t_interval(change)
     assert np.allclose([comps["1c"].change.diff, comps["1c"].change.low], [diff, low])
@@ -313,10 +299,10 @@ def test_training_change_follows_the_claims_direction_and_margin():
 
 
 def test_claims_without_a_meaning_at_init_say_why():
-    from test_claims import full_grid
+    from helpers.claims import full_grid
 
     df = with_twins(full_grid(datasets=("synthetic",)), lambda r: {"sc": 10.0 + r["seed"]})
-    comps = [c for _, cs in claims.claims_rows(df) for c in cs]
+    comps = [c for _, cs in judge.claims_rows(df) for c in cs]
     notes = {c.claim: c.init_note for c in comps if c.init is None}
     assert set(notes) >= {"7a", "7b", "7c", "7d", "11a", "11b", "12a", "12b"}
     assert notes["7a"] == claims.NO_INIT["dyn"] and notes["11a"] == claims.NO_INIT["sweep"]
@@ -327,7 +313,7 @@ def test_claims_without_a_meaning_at_init_say_why():
     md = claims_table.render_claims(df, "md")
     assert claims.NO_INIT["dyn"] in md and "Family (Holm)" in md
     # runs.csv of a grid without the twins: the column says so, nothing else changes
-    plain = [c for _, cs in claims.claims_rows(full_grid(datasets=("synthetic",))) for c in cs]
+    plain = [c for _, cs in judge.claims_rows(full_grid(datasets=("synthetic",))) for c in cs]
     assert {c.init_note for c in plain if c.claim == "1a"} == {claims.NO_TWINS}
     assert [c.verdict for c in plain] == [c.verdict for c in comps]
 
@@ -432,7 +418,7 @@ def test_same_network_at_init_says_so_instead_of_a_training_verdict():
     sc0 = {B: [23.4, 19.6, 22.2, 23.8, 19.3], N: [14.8, 15.0, 14.7, 15.1, 14.6]}
     df = frame([row(v, s, MAIN, sc=TRAINED[v][s], probe_top1=top[v][s]) for v in (B, N) for s in range(5)])
     twins = with_twins(df, lambda r: {"probe_top1": top0[int(r["seed"])], "sc": sc0[r["variant"]][int(r["seed"])]})
-    comps = {c.claim: c for _, cs in claims.claims_rows(twins) for c in cs}
+    comps = {c.claim: c for _, cs in judge.claims_rows(twins) for c in cs}
     assert comps["2a"].same_init and comps["2a"].init.diff == 0.0 and not comps["1a"].same_init
     cells = {k: claims_table.claim_cells(comps[k], Fmt("md")) for k in ("1a", "2a")}
     assert cells["2a"]["training"] == claims_table.SAME_INIT == "same network at init"
@@ -440,7 +426,7 @@ def test_same_network_at_init_says_so_instead_of_a_training_verdict():
     # the same values on all but one seed: a different network at init, and Training gives its verdict
     off = with_twins(df, lambda r: {"probe_top1": top0[int(r["seed"])] + (1e-9 if r["variant"] == B and
                                                                            r["seed"] == 3 else 0.0)})
-    c2a = next(c for _, cs in claims.claims_rows(off) for c in cs if c.claim == "2a")
+    c2a = next(c for _, cs in judge.claims_rows(off) for c in cs if c.claim == "2a")
     assert not c2a.same_init and claims_table.claim_cells(c2a, Fmt("md"))["training"] == c2a.change.verdict
 
 
@@ -448,7 +434,7 @@ def test_a_comparison_whose_twins_were_not_run_says_why_and_has_no_training_verd
     init = {B: [23.4, 19.6, 22.2, 23.8, 19.3], N: [14.8, 15.0, 14.7, 15.1, 14.6]}
     df = sc_pair(init)
     no_bayes_twins = df[~((df["epochs"] == 0.0) & (df["variant"] == B))]
-    c = next(c for _, cs in claims.claims_rows(no_bayes_twins) for c in cs if c.claim == "1a")
+    c = next(c for _, cs in judge.claims_rows(no_bayes_twins) for c in cs if c.claim == "1a")
     assert c.init is None and c.change is None and c.init_note == claims.NO_TWINS == "no untrained runs"
     cells = claims_table.claim_cells(c, Fmt("md"))
     assert (cells["init"], cells["training"]) == ("no untrained runs", "-")
@@ -465,7 +451,7 @@ def test_the_training_verdict_of_a_relative_claim_reads_the_trained_claims_unit(
     claims.declare([{"id": "rel", "metric": "sc", "left": B, "right": N, "relation": "within", "tolerance": 0.1,
                      "relative": True, "set": "table1"}])
     try:
-        c = next(c for _, cs in claims.claims_rows(df) for c in cs if c.claim == "rel")
+        c = next(c for _, cs in judge.claims_rows(df) for c in cs if c.claim == "rel")
     finally:
         claims.declare([])
     assert c.result.tol == pytest.approx(2.0) and c.change.tol == pytest.approx(2.0)

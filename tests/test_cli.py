@@ -25,7 +25,7 @@ from bayesncl.config import METHOD_NAMES, ConfigError, parse_set
 from bayesncl.data import DataError, iter_batches, load_split
 from bayesncl.errors import BayesNCLError, CheckpointError, MetricsFileError, MissingInputError, OutputError
 
-from test_data import WNIDS, in_cfg, write_imagenet
+from helpers.datasets import WNIDS, in_cfg, write_imagenet
 
 
 @pytest.fixture

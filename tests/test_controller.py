@@ -1,16 +1,19 @@
 """workflow/scripts/controller.sbatch, the grid's controller, run as SLURM would run it (a copy of the script, in the
 submit folder) with stand-ins for `sbatch` and `snakemake` on PATH: Snakemake gets the arguments; near the time limit
 (USR1) the successor is submitted after this job and Snakemake is stopped with SIGINT (it then cancels its jobs);
-its exit status is the controller's."""
+its exit status is the controller's. Each runs in a session of its own (conftest's `procs`), so the script and the
+stand-in's loop end with the test, passed or failed; the controller gets SIGUSR1 and Snakemake SIGINT at their
+default dispositions, also where the test run was started with SIGINT ignored."""
 
 import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+
+from helpers.processes import PATIENCE, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "workflow" / "scripts" / "controller.sbatch"
@@ -49,21 +52,15 @@ def submit(tmp_path):
     return spool, env, tmp_path
 
 
-def wait_for(path: Path, seconds=30.0):
-    end = time.time() + seconds
-    while not path.exists() and time.time() < end:
-        time.sleep(0.05)
-    assert path.exists(), path
-
-
-def test_near_the_limit_it_submits_its_successor_and_stops_snakemake_with_sigint(submit):
+def test_near_the_limit_it_submits_its_successor_and_stops_snakemake_with_sigint(submit, procs):
     spool, env, log = submit
-    p = subprocess.Popen(["bash", str(spool), "all", "--config", "smoke=true"], cwd=log, env=env,
-                         stderr=subprocess.PIPE, text=True)
-    wait_for(log / "snakemake.args")
-    assert (log / "snakemake.args").read_text().split() == ["--profile", "slurm", "all", "--config", "smoke=true"]
+    p = procs.popen(["bash", str(spool), "all", "--config", "smoke=true"], cwd=log, env=env,
+                    stderr=subprocess.PIPE, text=True, signals=True)
+    args = wait_until(lambda: (log / "snakemake.args").exists() and (log / "snakemake.args").read_text(),
+                      "the stand-in snakemake started", p)
+    assert args.split() == ["--profile", "slurm", "all", "--config", "smoke=true"]
     p.send_signal(signal.SIGUSR1)  # what #SBATCH --signal=B:USR1@600 sends
-    assert p.wait(timeout=30) == 130
+    assert p.wait(timeout=PATIENCE) == 130
     assert (log / "sbatch.args").read_text().split() == [
         "--dependency=afterany:42", "--export=ALL", "workflow/scripts/controller.sbatch", "all", "--config",
         "smoke=true"]
@@ -71,21 +68,20 @@ def test_near_the_limit_it_submits_its_successor_and_stops_snakemake_with_sigint
     assert "snakemake exited with 130" in p.stderr.read()
 
 
-def test_a_finished_grid_submits_nothing_and_keeps_snakemake_s_status(submit):
+def test_a_finished_grid_submits_nothing_and_keeps_snakemake_s_status(submit, procs):
     spool, env, log = submit
     for code in ("0", "1"):
-        r = subprocess.run(["bash", str(spool), "all"], cwd=log, env={**env, "EXIT_AT_ONCE": code},
-                           capture_output=True, text=True, timeout=30)
+        r = procs.run(["bash", str(spool), "all"], cwd=log, env={**env, "EXIT_AT_ONCE": code},
+                      capture_output=True, text=True)
         assert r.returncode == int(code) and not (log / "sbatch.args").exists()
 
 
-def test_outside_the_repository_or_without_snakemake_it_says_so(submit, tmp_path):
+def test_outside_the_repository_or_without_snakemake_it_says_so(submit, tmp_path, procs):
     spool, env, log = submit
-    r = subprocess.run(["bash", str(spool), "all"], env={**env, "SLURM_SUBMIT_DIR": str(tmp_path)},
-                       capture_output=True, text=True, timeout=30)
+    r = procs.run(["bash", str(spool), "all"], env={**env, "SLURM_SUBMIT_DIR": str(tmp_path)},
+                  capture_output=True, text=True)
     assert r.returncode == 2 and "repository root" in r.stderr
-    r = subprocess.run(["bash", str(spool), "all"], env={**env, "PATH": "/usr/bin:/bin"},
-                       capture_output=True, text=True, timeout=30)
+    r = procs.run(["bash", str(spool), "all"], env={**env, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
     assert r.returncode == 2 and "no snakemake on PATH" in r.stderr
 
 

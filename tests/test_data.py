@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import bayesncl.data.synthetic as S
 from bayesncl.data import DataError, ImageSet, check_data, iter_batches, load_split, load_waterbirds
 from bayesncl.data.imagenet import imagenet100_classes
+from helpers.datasets import (WNIDS, dump_pickle, in_cfg, jpeg, write_cifar10, write_cifar100, write_imagenet,
+                              write_waterbirds)
 
 SMALL = {"train_size": 200, "test_size": 100, "image_size": 16, "seed": 3}
 
@@ -166,48 +166,6 @@ def test_synthetic_param_errors(tmp_path):
 # CIFAR, written in torchvision's real pickle format
 
 
-def _dump(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as fh:
-        pickle.dump(obj, fh, protocol=2)
-
-
-def write_cifar10(root: Path, per_batch: int = 4, n_test: int = 3, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    folder = root / "cifar-10-batches-py"
-    out = {"train": [], "train_y": [], "test": None, "test_y": None}
-    for i in range(1, 6):
-        data = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
-        labels = rng.integers(0, 10, per_batch).tolist()
-        _dump(folder / f"data_batch_{i}", {"batch_label": f"training batch {i} of 5", "labels": labels,
-                                            "data": data, "filenames": [f"img{i}_{j}.png" for j in range(per_batch)]})
-        out["train"].append(data)
-        out["train_y"] += labels
-    data = rng.integers(0, 256, (n_test, 3072), dtype=np.uint8)
-    labels = rng.integers(0, 10, n_test).tolist()
-    _dump(folder / "test_batch", {"batch_label": "testing batch 1 of 1", "labels": labels, "data": data,
-                                  "filenames": [f"t{j}.png" for j in range(n_test)]})
-    out["test"], out["test_y"] = data, labels
-    names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-    _dump(folder / "batches.meta", {"num_cases_per_batch": per_batch, "label_names": names, "num_vis": 3072})
-    return out
-
-
-def write_cifar100(root: Path, n_train: int = 6, n_test: int = 4) -> dict:
-    rng = np.random.default_rng(1)
-    folder = root / "cifar-100-python"
-    out = {}
-    for split, n in (("train", n_train), ("test", n_test)):
-        data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
-        fine = rng.integers(0, 100, n).tolist()
-        _dump(folder / split, {"filenames": [f"{split}{j}.png" for j in range(n)], "batch_label": split,
-                               "fine_labels": fine, "coarse_labels": [f // 5 for f in fine], "data": data})
-        out[split], out[split + "_y"] = data, fine
-    _dump(folder / "meta", {"fine_label_names": [f"c{i}" for i in range(100)],
-                            "coarse_label_names": [f"s{i}" for i in range(20)]})
-    return out
-
-
 def test_cifar10_loads_real_format(tmp_path):
     ref = write_cifar10(tmp_path)
     cfg = {"dataset": "cifar10", "root": str(tmp_path), "download": False}
@@ -255,10 +213,10 @@ def test_cifar_missing_names_path_layout_and_fix(tmp_path):
 def test_cifar_malformed(tmp_path):
     write_cifar10(tmp_path)
     bad = tmp_path / "cifar-10-batches-py" / "data_batch_2"
-    _dump(bad, {"data": np.zeros((4, 100), np.uint8), "labels": [0] * 4})
+    dump_pickle(bad, {"data": np.zeros((4, 100), np.uint8), "labels": [0] * 4})
     with pytest.raises(DataError, match=r"data_batch_2.*uint8 \[n, 3072\]"):
         load_split({"dataset": "cifar10", "root": str(tmp_path)}, "train")
-    _dump(bad, {"data": np.zeros((4, 3072), np.uint8)})
+    dump_pickle(bad, {"data": np.zeros((4, 3072), np.uint8)})
     with pytest.raises(DataError, match=r"data_batch_2.*'labels'"):
         load_split({"dataset": "cifar10", "root": str(tmp_path)}, "train")
     bad.write_bytes(b"garbage")
@@ -268,25 +226,6 @@ def test_cifar_malformed(tmp_path):
 
 # --------------------------------------------------------------------------------------------------
 # ImageNet-100 and Waterbirds on tiny trees of real JPEGs
-
-WNIDS = imagenet100_classes()[:3]
-
-
-def _jpeg(path: Path, size=(40, 30), colour=(200, 30, 30)) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.new("RGB", size, colour).save(path, "JPEG", quality=95)
-
-
-def write_imagenet(root: Path, wnids=WNIDS, n_train=2, n_val=1) -> None:
-    for k, w in enumerate(wnids):
-        for split, n in (("train", n_train), ("val", n_val)):
-            for i in range(n):
-                size = (40, 30) if i % 2 == 0 else (24, 50)
-                _jpeg(root / split / w / f"{w}_{i}.JPEG", size, (60 * k, 255 - 60 * k, 100))
-
-
-def in_cfg(root: Path, **kw):
-    return {"dataset": "imagenet100", "root": str(root), "classes": list(WNIDS), "imagenet_stored_size": 16, **kw}
 
 
 def test_imagenet100_class_list_shipped():
@@ -298,7 +237,7 @@ def test_imagenet100_class_list_shipped():
 def test_imagenet100_loads_tree(tmp_path):
     write_imagenet(tmp_path)
     # Extra class folders not in the list are ignored.
-    _jpeg(tmp_path / "train" / "n99999999" / "x.JPEG")
+    jpeg(tmp_path / "train" / "n99999999" / "x.JPEG")
     cfg = in_cfg(tmp_path)
     check_data(cfg)
     tr, te = load_split(cfg, "train"), load_split(cfg, "test")
@@ -343,20 +282,6 @@ def test_imagenet100_errors(tmp_path):
         check_data(in_cfg(tmp_path, classes=None))
     with pytest.raises(DataError, match="data.root"):
         check_data({"dataset": "imagenet100", "root": None})
-
-
-def write_waterbirds(root: Path, rows=None, header="img_id,img_filename,y,split,place,place_filename") -> list:
-    rows = rows or [
-        (1, "001.Albatross/a1.jpg", 1, 0, 1), (2, "001.Albatross/a2.jpg", 1, 0, 0),
-        (3, "002.Sparrow/s1.jpg", 0, 0, 0), (4, "002.Sparrow/s2.jpg", 0, 1, 1),
-        (5, "002.Sparrow/s3.jpg", 0, 2, 0), (6, "001.Albatross/a3.jpg", 1, 2, 1),
-    ]
-    lines = [header]
-    for img_id, fn, y, split, place in rows:
-        lines.append(f"{img_id},{fn},{y},{split},{place},bamboo/{img_id}.jpg")
-        _jpeg(root / fn, (30, 36), (20 + 100 * place, 90, 40))
-    (root / "metadata.csv").write_text("\n".join(lines) + "\n")
-    return rows
 
 
 def test_waterbirds_loads(tmp_path):

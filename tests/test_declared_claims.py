@@ -5,7 +5,7 @@ import pytest
 
 from bayesncl.errors import ConfigError
 from bayesncl.grid import SETS
-from bayesncl.report import claims as K
+from bayesncl.report import claims as K, judge
 
 VARIANTS = {"A": {}, "B": {}}
 
@@ -19,7 +19,7 @@ def _rows(a, b, metric="sc", sets="table1"):
 def _judge(decl, df):
     K.declare([decl])
     try:
-        blocks = dict(K.claims_rows(df))
+        blocks = dict(judge.claims_rows(df))
     finally:
         K.declare([])
     (c,) = [c for c in blocks.get("synthetic", []) + blocks.get("", []) if c.claim == decl.get("id", "D1")]

@@ -23,9 +23,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from bayesncl.report import claims, document, plots, provenance, summary, tables
-from test_claims import full_grid  # noqa: I001 (tests/ is on sys.path)
-from test_figures import _gate_curve, _row
+from bayesncl.report import document, judge, plots, provenance, summary, tables
+from helpers.claims import full_grid
+from helpers.report import figure_row, gate_curve
+from helpers.processes import current
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -165,7 +166,7 @@ def test_write_document_inputs_every_table_and_figure_and_shows_the_papers_numbe
     # The outcome line (provenance page and report) tallies the verdicts and the familywise survivors.
     from bayesncl.report.claims_table import family_tally
 
-    judged = [c for _, cs in claims.claims_rows(full_grid()) for c in cs]
+    judged = [c for _, cs in judge.claims_rows(full_grid()) for c in cs]
     outcome = document.outcome_text([c.verdict for c in judged], family_tally(judged))
     assert "decisive verdicts survive the familywise control" in outcome
     (prov_rst,) = [p for p in written if p.name == "provenance.rst"]
@@ -183,7 +184,7 @@ def test_figures_carry_the_stamp_in_their_metadata(tmp_path):
 
     from bayesncl.report import figures
 
-    rows = [_row("BayesNCL (STE)", "bayesncl", 0, "table1", gate_curve=_gate_curve(0.5, 0))]
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", 0, "table1", gate_curve=gate_curve(0.5, 0))]
     figures.render_figures(summary.prepare(pd.DataFrame(rows)), tmp_path, stamp="made by X (at Y)")
     for stem in figures.FIGURE_NAMES:
         assert Image.open(tmp_path / f"{stem}.png").info["Comment"] == "made by X (at Y)"
@@ -192,16 +193,16 @@ def test_figures_carry_the_stamp_in_their_metadata(tmp_path):
 
 # --------------------------------------------------------------------------- DVC plot data
 def test_plot_data_is_the_figures_means_one_file_per_line():
-    rows = [_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4a;figure4b", "proj_dim;rho;lambda",
-                 sc=36.0 + s, probe_top1=61.0 + s, gate_curve=_gate_curve(0.5, s)) for s in range(3)]
-    rows += [_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=30.0, probe_top1=50.0,
-                  gate_curve=_gate_curve(0.9, 0)) for lam in (0.0, 1e-3)]
-    rows += [_row("BayesNCL (STE)", "bayesncl", 0, "figure4a", "proj_dim", D=512, sc=40.0, probe_top1=62.0)]
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4a;figure4b", "proj_dim;rho;lambda",
+                 sc=36.0 + s, probe_top1=61.0 + s, gate_curve=gate_curve(0.5, s)) for s in range(3)]
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=30.0, probe_top1=50.0,
+                  gate_curve=gate_curve(0.9, 0)) for lam in (0.0, 1e-3)]
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4a", "proj_dim", D=512, sc=40.0, probe_top1=62.0)]
     data = plots.plot_data(summary.prepare(pd.DataFrame(rows)))
     gates = dict(data["gates"])
     assert len(gates) == 3  # the default point and two lambda values: three lines, three names
     default = gates["cifar100_BayesNCL_STE_lambda_3e-05"]
-    curves = np.array([json.loads(_gate_curve(0.5, s)) for s in range(3)]) * 100
+    curves = np.array([json.loads(gate_curve(0.5, s)) for s in range(3)]) * 100
     assert [r["epoch"] for r in default] == list(range(1, 7))
     assert np.allclose([r["open_gates"] for r in default], curves.mean(0)) and default[0]["seeds"] == 3
     (name, fig4a), = data["figure4a"]
@@ -215,7 +216,7 @@ def test_plot_data_is_the_figures_means_one_file_per_line():
 def test_write_plots_replaces_stale_lines(tmp_path):
     (tmp_path / "gates").mkdir()
     (tmp_path / "gates" / "old.csv").write_text("epoch,open_gates\n")
-    rows = [_row("BayesNCL (STE)", "bayesncl", 0, "table1", gate_curve=_gate_curve(0.5, 0))]
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", 0, "table1", gate_curve=gate_curve(0.5, 0))]
     written = plots.write_plots(summary.prepare(pd.DataFrame(rows)), tmp_path)
     assert [p.relative_to(tmp_path).as_posix() for p in written] == ["gates/cifar100_BayesNCL_STE.csv"]
     assert sorted(p.name for p in (tmp_path / "gates").iterdir()) == ["cifar100_BayesNCL_STE.csv"]
@@ -254,8 +255,8 @@ def test_without_pdflatex_the_workflow_says_how_to_get_it_once_and_plans_the_res
             if exe.name != "pdflatex" and not (bin_dir / exe.name).exists():
                 (bin_dir / exe.name).symlink_to(exe)
     env = dict(os.environ, PATH=str(bin_dir), PYTHONPATH=str(ROOT / "src"))
-    r = subprocess.run([SNAKEMAKE, "-n", "--configfile", "config/tiny.yaml", "--config", f"results={tmp_path}/r"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    r = current().run([SNAKEMAKE, "-n", "--configfile", "config/tiny.yaml", "--config", f"results={tmp_path}/r"],
+                      cwd=ROOT, env=env, capture_output=True, text=True)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     assert out.count(document.PDFLATEX_HINT) == 1 and "texlive-latex-recommended" in document.PDFLATEX_HINT
@@ -270,8 +271,8 @@ def tiny(tiny_grid):
     out, args, _ = tiny_grid
     report = out.parent / "report.html"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
-    r = subprocess.run([SNAKEMAKE, "--report", str(report), *args], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=600)
+    r = current().run([SNAKEMAKE, "--report", str(report), *args], cwd=ROOT, env=env, capture_output=True,
+                      text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
     return out, report
 
@@ -291,7 +292,7 @@ TABLE_FILES = [f"table{i}" for i in range(1, 8)] + ["claims"]
 
 
 def _claim_ids() -> set[str]:
-    return {c.claim for _, comps in claims.claims_rows(summary.prepare(pd.DataFrame())) for c in comps}
+    return {c.claim for _, comps in judge.claims_rows(summary.prepare(pd.DataFrame())) for c in comps}
 
 
 @pytest.mark.long

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.processes import current
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -20,7 +21,6 @@ DVC = shutil.which("dvc", path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
 SNAKEMAKE = shutil.which("snakemake", path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
 
 pytestmark = [
-    pytest.mark.slow,
     pytest.mark.grid,
     pytest.mark.skipif(DVC is None or SNAKEMAKE is None, reason="needs dvc and snakemake (pip install -e '.[workflow]')"),
     pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the git repository"),
@@ -28,7 +28,7 @@ pytestmark = [
 
 
 def run(args, cwd, env, timeout=600):
-    r = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    r = current().run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     return r.returncode, r.stdout + r.stderr
 
 

@@ -29,7 +29,7 @@ def _read(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from conftest import TINY
+    from helpers import TINY
 
     out = tmp_path_factory.mktemp("run")
     cfg = C.resolve(sets=TINY + ["train.dynamics_every=1", "method.name=bayesncl"])
@@ -158,7 +158,7 @@ def test_cpu_section_without_features_names_the_command(trained, tmp_path, capsy
 
 
 def test_topk_binding_recorded_and_weights_digest_tells_identical_runs(tmp_path):
-    from conftest import TINY
+    from helpers import TINY
 
     short = TINY + ["train.epochs=1", "train.max_steps_per_epoch=2"]
     digests = {}
@@ -180,7 +180,7 @@ def test_topk_binding_recorded_and_weights_digest_tells_identical_runs(tmp_path)
 
 
 def test_sections_that_do_not_apply(tmp_path):
-    from conftest import TINY
+    from helpers import TINY
 
     cfg = C.resolve(sets=TINY + ["method.name=cl", "train.epochs=1", "train.max_steps_per_epoch=1"])
     assert "retrieval" not in applicable(cfg) and "dynamics" not in applicable(cfg)
@@ -229,7 +229,7 @@ def test_paper_probe_on_the_synthetic_set_still_caches_the_train_features(traine
 def test_waterbirds_background_probe_reads_place_from_the_models_h(trained, tmp_path):
     """With eval.waterbirds_root, the probe embeds Waterbirds' train and test splits with the run's model and
     predicts `place` from h (the fast probe, 2 classes); it needs no features cache."""
-    from test_data import write_waterbirds
+    from helpers.datasets import write_waterbirds
 
     from bayesncl.data import load_waterbirds
     from bayesncl.evaluation.linear import linear_probe_fast
@@ -335,7 +335,7 @@ def test_only_eval_and_data_keys_can_be_overridden(trained, tmp_path):
 
 
 def test_missing_dynamics_fail_loudly(tmp_path):
-    from conftest import TINY
+    from helpers import TINY
 
     sets = TINY + ["method.name=ncl", "train.epochs=1", "train.max_steps_per_epoch=1"]
     pretrain(C.resolve(sets=sets), tmp_path, progress=False)

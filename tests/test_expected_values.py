@@ -157,7 +157,7 @@ def test_wired_claims_cells_are_naive_t_intervals():
     its interval as the naive Student-t interval of the per-seed differences (against 0 for 7a and 7b)."""
     import json
 
-    from test_claims import B, N, frame, wired_rows  # noqa: I001 (tests/ is on sys.path)
+    from helpers.claims import B, N, frame, wired_rows
 
     from bayesncl.report import claims_table as claims
 

@@ -4,7 +4,6 @@ folder dataset of generated images, and its command, to rows in Tables 1 and 2 a
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 from PIL import Image
+from helpers.processes import current
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "EXTENDING.md"
@@ -71,7 +71,7 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
     cmd[cmd.index("my_grid.yaml")] = str(grid_path)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", BAYESNCL_CACHE=str(tmp_path / "cache"))
     env.pop("BAYESNCL_PLUGINS", None)
-    r = subprocess.run([SNAKEMAKE, *cmd[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    r = current().run([SNAKEMAKE, *cmd[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     out = tmp_path / "results-mine"
     assert "rule prepare_data" in r.stdout + r.stderr  # the folder's prepared copy, before the runs read it

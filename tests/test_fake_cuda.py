@@ -32,9 +32,8 @@ SETTINGS = [("auto", "fp16"), ("bf16", "fp16"), ("fp16", "fp16"), ("fp32", "none
 AUTOCAST = {"auto": torch.bfloat16, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-# The step's structure at a tenth of ResNet-18's operators (fake tensors cost Python per operator); the real
-# backbone runs once, in test_the_paper_grids_step_with_resnet18.
-from test_step_compile import TinyBackbone, tiny_backbone  # noqa: E402,F401 - the fixture, as there
+# The step's structure at a tenth of ResNet-18's operators (fake tensors cost Python per operator: the fixture
+# tiny_backbone); the real backbone runs once, in test_the_paper_grids_step_with_resnet18.
 
 
 def fake_step(method: str, precision: str, scaler: str, extra=()):

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -23,6 +22,7 @@ from bayesncl.cli import main as cli_main
 from bayesncl.data import DataError, iter_batches, load_split
 from bayesncl.data.imagenet import (PreparedImages, decode_image, load_imagenet100, prepare_imagenet100,
                                     prepared_manifests)
+from helpers.processes import current
 
 ROOT = Path(__file__).resolve().parents[1]
 WNIDS = I.imagenet100_classes()[:3]
@@ -218,7 +218,6 @@ def test_load_split_reads_the_copy_from_data_cache_dir(tree, tmp_path):
     assert not isinstance(load_split({**cfg, "cache_dir": str(tmp_path / "other")}, "test").dataset, PreparedImages)
 
 
-@pytest.mark.slow
 def test_training_sees_the_same_pixels(tree, tmp_path, tiny_sets):
     """One short pretraining from the JPEGs and one from the prepared copy: the same weights, bit for bit."""
     from bayesncl.config import resolve
@@ -267,12 +266,11 @@ def test_cpus_per_gpu():
     assert gc.cpus_per_gpu(3200, 115) == 29  # the JPEG figure in docs/BENCHMARKS.md
 
 
-@pytest.mark.slow
 def test_bench_feed_runs(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_feed.py"), "--files", "8", "--rounds", "1",
-                        "--seconds", "0.1", "--batch", "4"],
-                       capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"})
+    r = current().run([sys.executable, str(ROOT / "benchmarks" / "bench_feed.py"), "--files", "8", "--rounds", "1",
+                       "--seconds", "0.1", "--batch", "4"],
+                      capture_output=True, text=True,
+                      env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "max |prepared - decoded| = 0" in r.stdout
     assert "| in process, 1 core: per wall second |" in r.stdout and ("PASS:" in r.stdout or "FAIL:" in r.stdout)
@@ -301,7 +299,7 @@ def _grid(tmp_path: Path, tree: Path) -> Path:
 
 def _snakemake(*args, timeout=600):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run([SNAKEMAKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    return current().run([SNAKEMAKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed")

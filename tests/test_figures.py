@@ -13,36 +13,27 @@ from matplotlib.collections import LineCollection, PolyCollection
 
 from bayesncl.report import drawing, figures, lines
 from bayesncl.report import summary as summ
-
-
-def _row(variant, method, seed, sets, sweep="", dataset="cifar100", rho=0.8, lam=3e-5, D=256, **m):
-    return {"run_id": f"{dataset}/{variant}/{rho}/{lam}/{D}/seed~{seed}", "dataset": dataset, "arch": "resnet18",
-            "method": method, "variant": variant, "sets": sets, "sweep": sweep, "gate": "ste", "rho": rho,
-            "lambda": lam, "proj_dim": D, "seed": seed, **m}
-
-
-def _gate_curve(final, seed, epochs=6):
-    return json.dumps([round(1 - (1 - final) * e / (epochs - 1) + 0.01 * seed, 4) for e in range(epochs)])
+from helpers.report import figure_row, gate_curve
 
 
 @pytest.fixture(scope="module")
 def frame():
     rows = []
     for s in range(3):  # main comparison: 3 seeds, also the base point of every sweep
-        rows.append(_row("NCL", "ncl", s, "table1;figure3;figure4a", "proj_dim", sc=30.0 + s, probe_top1=60.0 + s,
+        rows.append(figure_row("NCL", "ncl", s, "table1;figure3;figure4a", "proj_dim", sc=30.0 + s, probe_top1=60.0 + s,
                          ret_curve=json.dumps({"32": 40.0 + s, "64": 45.0}), ret_K=64))
-        rows.append(_row("BayesNCL (STE)", "bayesncl", s, "table1;figure3;figure4a;figure4b", "proj_dim;rho;lambda",
+        rows.append(figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure3;figure4a;figure4b", "proj_dim;rho;lambda",
                          sc=36.0 + s, probe_top1=61.0, ret_curve=json.dumps({"32": 42.0, "64": 47.0 + s}), ret_K=64,
-                         gate_curve=_gate_curve(0.5, s)))
+                         gate_curve=gate_curve(0.5, s)))
     for D in (512, 1024):
         for v, m in (("NCL", "ncl"), ("BayesNCL (STE)", "bayesncl")):
-            rows.append(_row(v, m, 0, "figure4a", "proj_dim", D=D, sc=40.0, probe_top1=62.0))
+            rows.append(figure_row(v, m, 0, "figure4a", "proj_dim", D=D, sc=40.0, probe_top1=62.0))
     for rho in (0.5, 0.95):
-        rows.append(_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "rho", rho=rho, sc=30.0, probe_top1=59.0))
+        rows.append(figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "rho", rho=rho, sc=30.0, probe_top1=59.0))
     for lam in (0.0, 1e-5, 1e-3):
-        rows.append(_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0,
-                         gate_curve=_gate_curve(0.3 if lam == 0 else 0.9, 0)))
-    rows.append(_row("Soft gate", "bayesncl", 0, "table4", gate_curve=_gate_curve(0.7, 0)))
+        rows.append(figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0,
+                         gate_curve=gate_curve(0.3 if lam == 0 else 0.9, 0)))
+    rows.append(figure_row("Soft gate", "bayesncl", 0, "table4", gate_curve=gate_curve(0.7, 0)))
     return summ.prepare(pd.DataFrame(rows))
 
 
@@ -135,7 +126,7 @@ def test_gates_figure_mean_over_seeds_and_lambda_sweep(frame):
     fig = figures._gates(frame)
     variants, sweep = fig.axes
     ste = _line(variants, "BayesNCL (STE)")
-    curves = np.array([json.loads(_gate_curve(0.5, s)) for s in range(3)]) * 100
+    curves = np.array([json.loads(gate_curve(0.5, s)) for s in range(3)]) * 100
     assert list(ste.get_xdata()) == list(range(1, 7))
     assert np.allclose(ste.get_ydata(), curves.mean(0)) and "n=3 seeds" in ste.get_label()
     assert len(_bands(variants)) == 1  # only the seeded variant has a band
@@ -148,7 +139,7 @@ def test_gates_figure_mean_over_seeds_and_lambda_sweep(frame):
 def test_render_writes_every_figure_even_without_runs(tmp_path, frame):
     paths = figures.render_figures(frame, tmp_path / "full", ("png",))
     assert sorted(p.name for p in paths) == sorted(f"{n}.png" for n in figures.FIGURE_NAMES)
-    empty = summ.prepare(pd.DataFrame([_row("A", "ncl", 0, "table1")]))
+    empty = summ.prepare(pd.DataFrame([figure_row("A", "ncl", 0, "table1")]))
     assert len(figures.render_figures(empty, tmp_path / "empty", ("pdf",))) == len(figures.FIGURE_NAMES)
     for p in (tmp_path / "empty").iterdir():
         assert b"CreationDate" not in p.read_bytes()
@@ -161,10 +152,10 @@ def test_fmt_is_short_and_exact():
 
 def test_figure4b_lambda_only_sweep_keeps_the_main_default_and_says_rho_is_not_swept():
     # The demo's shape: every sweep point appears once, so the default must come from the main runs.
-    rows = [_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4b", "lambda", sc=36.0, probe_top1=61.0)
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4b", "lambda", sc=36.0, probe_top1=61.0)
             for s in range(3)]
-    rows += [_row("NCL", "ncl", s, "table1", sc=30.0, probe_top1=60.0) for s in range(3)]
-    rows += [_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0)
+    rows += [figure_row("NCL", "ncl", s, "table1", sc=30.0, probe_top1=60.0) for s in range(3)]
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0)
              for lam in (0.0, 1e-4)]
     fig = figures._figure4b(summ.prepare(pd.DataFrame(rows)))
     sc_rho, sc_lam = fig.axes[:2]
@@ -176,10 +167,10 @@ def test_figure4b_lambda_only_sweep_keeps_the_main_default_and_says_rho_is_not_s
 def test_figure4b_draws_the_grids_sweep_points_only():
     # tiny.yaml's shape: the lambda sweep's values leave out the default 3e-5, so the main run is a point of
     # the rho sweep only and the lambda panel has no 3e-5 point.
-    rows = [_row("BayesNCL (STE)", "bayesncl", 0, "table1;figure4b", "rho", sc=36.0, probe_top1=61.0),
-            _row("NCL", "ncl", 0, "table1", sc=30.0, probe_top1=60.0),
-            _row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "rho", rho=0.5, sc=30.0, probe_top1=59.0)]
-    rows += [_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0)
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", 0, "table1;figure4b", "rho", sc=36.0, probe_top1=61.0),
+            figure_row("NCL", "ncl", 0, "table1", sc=30.0, probe_top1=60.0),
+            figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "rho", rho=0.5, sc=30.0, probe_top1=59.0)]
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0)
              for lam in (0.0, 1e-4, 3e-3)]
     fig = figures._figure4b(summ.prepare(pd.DataFrame(rows)))
     sc_rho, sc_lam = fig.axes[:2]
@@ -189,10 +180,10 @@ def test_figure4b_draws_the_grids_sweep_points_only():
 
 
 def test_default_point_is_the_main_comparisons_even_when_sweep_runs_outnumber_it():
-    rows = [_row("BayesNCL (STE)", "bayesncl", 0, "table1;table2", D=64)]
-    rows += [_row("BayesNCL (STE)", "bayesncl", s, "figure4b", "lambda", lam=lam, D=64)
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", 0, "table1;table2", D=64)]
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", s, "figure4b", "lambda", lam=lam, D=64)
              for lam in (0.0, 1e-4) for s in range(2)]
-    rows += [_row("BayesNCL (STE)", "bayesncl", s, "figure4a", "proj_dim", D=128) for s in range(3)]
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", s, "figure4a", "proj_dim", D=128) for s in range(3)]
     point = lines.default_point(summ.prepare(pd.DataFrame(rows)), "cifar100")
     assert point == {"proj_dim": 64, "rho": 0.8, "lambda": 3e-5}
     # Without main runs: the value most runs use (ties: the smaller).
@@ -205,7 +196,7 @@ def _sc_rows(ncl, bayes, epochs=(10, 20, 30), last=36, dataset="synthetic"):
     rows = []
     for variant, method, per_seed in (("NCL", "ncl", ncl), ("BayesNCL (STE)", "bayesncl", bayes)):
         for s, (curve, final) in enumerate(per_seed):
-            rows.append(_row(variant, method, s, "table1;table3", dataset=dataset, D=64, sc=final,
+            rows.append(figure_row(variant, method, s, "table1;table3", dataset=dataset, D=64, sc=final,
                              dyn_epochs=json.dumps(list(epochs)), dyn_sc=json.dumps(curve),
                              loss_curve=json.dumps([5.0] * last)))
     return summ.prepare(pd.DataFrame(rows))
@@ -264,7 +255,7 @@ def _saturation_frame(sc_at_64: float):
         for s in range(2):
             # BayesNCL far off at 64 epochs: the criterion reads NCL alone
             for v, m, shift in (("NCL", "ncl", 0.0), ("BayesNCL (STE)", "bayesncl", -10.0 if e == 64 else 3.0)):
-                rows.append(_row(v, m, s, "saturation", "epochs", dataset="synthetic", epochs=e,
+                rows.append(figure_row(v, m, s, "saturation", "epochs", dataset="synthetic", epochs=e,
                                  infonce_final=math.nan if loss is None else loss + 0.01 * s, sc=sc + shift + s,
                                  probe_top1=top1 + s, infonce_chance=math.log(255)))
     return summ.prepare(pd.DataFrame(rows))
@@ -299,7 +290,7 @@ def test_saturation_title_and_budget_labels_fit_with_many_budgets():
     rows = []
     for e in (0, 16, 32, 64, 128, 256, 512, 1024, 2048):
         for s in range(2):
-            rows.append(_row("NCL", "ncl", s, "saturation", "epochs", dataset="synthetic", epochs=e,
+            rows.append(figure_row("NCL", "ncl", s, "saturation", "epochs", dataset="synthetic", epochs=e,
                              infonce_final=math.nan if e == 0 else 5.0 - e / 1000, sc=15 + e / 30 + s,
                              probe_top1=35 + e / 40))
     from matplotlib import rc_context

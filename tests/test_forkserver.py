@@ -1,4 +1,4 @@
-"""The fork server (bayesncl/forkserver.py): a command run through it is the command run as a plain process (same
+"""The fork server (bayesncl/forkserver/): a command run through it is the command run as a plain process (same
 files, exit codes, messages, SIGTERM), a killed client stops its command, and each job records its start-up."""
 
 import json
@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from bayesncl import forkserver, startup
+from bayesncl.forkserver import server
+from helpers.processes import PATIENCE, current, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 START = time.monotonic()  # this module's import: after this process started
@@ -41,8 +43,7 @@ def _env(server_dir, routed=True, **extra):
 
 
 def _bayesncl(args, env, **kw):
-    return subprocess.run([sys.executable, "-m", "bayesncl", *args], env=env, capture_output=True, text=True,
-                          timeout=600, **kw)
+    return current().run([sys.executable, "-m", "bayesncl", *args], env=env, capture_output=True, text=True, **kw)
 
 
 def _sets(items):
@@ -114,12 +115,9 @@ def _start_long_run(tmp_path, server_dir, tiny_sets):
     run = tmp_path / "run"
     argv = [sys.executable, "-m", "bayesncl", "pretrain", "--out", str(run), "--quiet",
             *_sets(tiny_sets + ["train.epochs=400"])]
-    proc = subprocess.Popen(argv, env=_env(server_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (run / "checkpoint.pt").exists():  # training has started: epoch 1 checkpointed
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    proc = current().popen(argv, env=_env(server_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           signals=True)
+    wait_until(lambda: (run / "checkpoint.pt").exists(), "epoch 1 checkpointed", proc)  # training has started
     return proc, run
 
 
@@ -143,7 +141,7 @@ def _forked_children(server_dir) -> set[int]:
 def test_sigterm_to_the_client_checkpoints_and_exits_75(tmp_path, server_dir, tiny_sets):
     proc, run = _start_long_run(tmp_path, server_dir, tiny_sets)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=PATIENCE)
     assert proc.returncode == 75, err
     assert "SIGTERM: checkpoint saved in" in err and "Traceback" not in err
     assert not (run / "model.pt").exists() and (run / "checkpoint.pt").exists()
@@ -156,11 +154,8 @@ def test_a_killed_client_stops_its_command(tmp_path, server_dir, tiny_sets):
     child = _forked_children(server_dir) - before
     assert len(child) == 1, child
     proc.kill()
-    proc.wait(timeout=30)
-    deadline = time.monotonic() + 60
-    while Path(f"/proc/{next(iter(child))}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not Path(f"/proc/{next(iter(child))}").exists(), "the command outlived its client"
+    proc.wait(timeout=PATIENCE)
+    wait_until(lambda: not Path(f"/proc/{next(iter(child))}").exists(), "the command ended with its client")
     assert not (run / "model.pt").exists() and (run / "checkpoint.pt").exists()
 
 
@@ -191,10 +186,7 @@ def test_an_idle_server_exits_and_removes_its_socket(tmp_path):
     env = _env(folder, BAYESNCL_FORKSERVER_IDLE="1")
     r = _bayesncl(["jobs", "--benchmarks", str(tmp_path / "none"), "--out", str(tmp_path / "j.csv")], env)
     assert r.returncode == 2
-    deadline = time.monotonic() + 60
-    while list(Path(folder).glob("*.sock")) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not list(Path(folder).glob("*.sock"))
+    wait_until(lambda: not list(Path(folder).glob("*.sock")), "the idle server removed its socket")
 
 
 def test_mark_ready_writes_the_start_up_once(monkeypatch, tmp_path):
@@ -226,7 +218,7 @@ def test_only_this_user_may_use_the_socket(server_dir, tmp_path):
 
     a, b = socketlib.socketpair(socketlib.AF_UNIX)
     with a, b:
-        assert forkserver._same_user(a)
+        assert server._same_user(a)
 
 
 def test_an_unwritable_record_is_one_line_and_never_the_jobs_failure(monkeypatch, tmp_path, capsys):

@@ -1,7 +1,8 @@
 """A fork-server job as a plain process: the child's exit code as a plain process would give it
-(bayesncl.forkserver._child_main, run in a real fork with the command replaced), and the client
-(forkserver.run_command, in a fork, against a fake server) passing on SIGINT, SIGHUP and SIGTERM and reading a
-command that ended without a status as a failure."""
+(bayesncl.forkserver.server._child_main, run in a real fork with the command replaced), and the client
+(bayesncl.forkserver.client.run_command, in a fork, against a fake server) passing on SIGINT, SIGHUP and SIGTERM
+and reading a command that ended without a status as a failure. Forks and processes are the test's own (conftest's `procs`);
+the client gets default signal dispositions in its fork, as a job on a terminal, whatever the test run ignores."""
 
 import os
 import shutil
@@ -10,29 +11,28 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-import bayesncl.cli
-from bayesncl import forkserver
+from bayesncl.cli import main
+from bayesncl.forkserver import client, protocol, server
+from helpers.processes import PATIENCE, current, default_signals
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/stat").exists(),
                                 reason="fork and /proc")
 
 
-def _child(monkeypatch, main) -> tuple[dict, dict | None, int, str]:
-    """Fork, run `main` as the server's child runs a command; (its hello, its exit message, its exit status,
+def _child(monkeypatch, run) -> tuple[dict, dict | None, int, str]:
+    """Fork, run `run` as the server's child runs a command; (its hello, its exit message, its exit status,
     what it wrote to stdout/stderr)."""
-    monkeypatch.setattr(bayesncl.cli, "main", main)
     monkeypatch.delenv("BAYESNCL_TIMING", raising=False)
     ours, theirs = socket.socketpair()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     read, write = os.pipe()
     stdin = os.open(os.devnull, os.O_RDONLY)
     sys.stdout.flush(), sys.stderr.flush()
-    pid = os.fork()
+    pid = current().fork()
     if pid == 0:  # never returns: _child_main exits, and so does anything that escapes it
         try:
             ours.close()
@@ -40,11 +40,11 @@ def _child(monkeypatch, main) -> tuple[dict, dict | None, int, str]:
             # the server's streams are its fds 1 and 2 (pytest's capture is not): the client's once dup2'ed
             sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
             request = {"argv": ["x"], "cwd": os.getcwd(), "env": dict(os.environ), "start": None}
-            forkserver._child_main(theirs, listener, request, [stdin, write, os.dup(write)])
+            server._child_main(theirs, listener, request, [stdin, write, os.dup(write)], run)
         finally:
             os._exit(99)
     theirs.close(), listener.close(), os.close(write), os.close(stdin)
-    hello, done = forkserver._recv(ours), forkserver._recv(ours)
+    hello, done = protocol._recv(ours), protocol._recv(ours)
     _, status = os.waitpid(pid, 0)
     ours.close()
     with os.fdopen(read) as fh:
@@ -88,7 +88,7 @@ while True:
 """
 
 
-def _line(proc: subprocess.Popen, timeout: float = 20) -> str:
+def _line(proc: subprocess.Popen, timeout: float = PATIENCE) -> str:
     """The process's next line; "" when none comes in time (lines come one per signal: nothing is buffered)."""
     import select
 
@@ -103,7 +103,7 @@ def _catches(pid: int, sig: int) -> bool:
 
 
 class FakeServer:
-    """A socket where forkserver.socket_path() points; `client()` forks a process running run_command."""
+    """A socket where the client's socket_path() points; `client()` forks a process running run_command."""
 
     def __init__(self, monkeypatch):
         self.folder = tempfile.mkdtemp(prefix="bfx-", dir="/tmp")  # short: a socket path has at most 107 bytes
@@ -111,20 +111,21 @@ class FakeServer:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.path)
         self.listener.listen(1)
-        self.listener.settimeout(60)
+        self.listener.settimeout(PATIENCE)
         self.err = os.path.join(self.folder, "err")
-        monkeypatch.setattr(forkserver, "socket_path", lambda: self.path)
+        monkeypatch.setattr(client, "socket_path", lambda: self.path)
 
     def client(self) -> tuple[int, socket.socket]:
         """Fork the client; accept and read its request. (its pid, the connection)."""
         sys.stdout.flush(), sys.stderr.flush()
-        pid = os.fork()
+        pid = current().fork()
         if pid == 0:
             code = 99
             try:
                 self.listener.close()
+                default_signals()  # a job on a terminal, also when the test run was started under nohup
                 sys.stderr = open(self.err, "w")
-                code = forkserver.run_command(["jobs"])
+                code = client.run_command(["jobs"], main)
                 sys.stderr.flush()
             finally:
                 os._exit(code)
@@ -132,7 +133,7 @@ class FakeServer:
         head, fds, _, _ = socket.recv_fds(conn, 4, 3)
         for fd in fds:
             os.close(fd)
-        assert forkserver._recv(conn, head)["argv"] == ["jobs"]
+        assert protocol._recv(conn, head)["argv"] == ["jobs"]
         return pid, conn
 
     def close(self):
@@ -147,24 +148,22 @@ def fake_server(monkeypatch):
     server.close()
 
 
-def test_the_client_passes_on_sigint_sighup_and_sigterm(fake_server):
+def test_the_client_passes_on_sigint_sighup_and_sigterm(fake_server, procs):
     """A job's Ctrl-C (SIGINT) and hang-up (SIGHUP) reach the command as SIGTERM does, each as itself."""
-    sleeper = subprocess.Popen([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE, text=True)
+    sleeper = procs.popen([sys.executable, "-c", SLEEPER], stdout=subprocess.PIPE, text=True)
     client = None
     try:
         assert _line(sleeper) == "ready\n"
         client, conn = fake_server.client()
-        forkserver._send(conn, {"pid": sleeper.pid})  # the command's process
-        deadline = time.monotonic() + 30
-        while not _catches(client, signal.SIGHUP):  # the client's handlers are in place
-            assert time.monotonic() < deadline, "the client never handled SIGHUP"
-            time.sleep(0.01)
+        # its request came: it set its handlers before it connected
+        assert all(_catches(client, s) for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM))
+        protocol._send(conn, {"pid": sleeper.pid})  # the command's process
         got = []
         for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
             os.kill(client, sig)
             got.append(_line(sleeper).strip())
         assert got == [str(int(s)) for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)]
-        forkserver._send(conn, {"exit": 3})
+        protocol._send(conn, {"exit": 3})
         _, status = os.waitpid(client, 0)
         client = None
         assert os.waitstatus_to_exitcode(status) == 3  # the command's code, the client unharmed by the signals
@@ -181,7 +180,7 @@ def test_a_command_that_ended_without_a_status_is_a_failure(fake_server):
     """The server's child killed (SIGKILL, the OOM killer): the connection closes with no exit message; the job
     fails (exit 1, one line), never exit 0."""
     client, conn = fake_server.client()
-    forkserver._send(conn, {"pid": 12345})
+    protocol._send(conn, {"pid": 12345})
     conn.close()
     _, status = os.waitpid(client, 0)
     assert os.waitstatus_to_exitcode(status) == 1

@@ -1,7 +1,6 @@
 """`bayesncl jobs`: the workflow's benchmark files (Snakemake's extended format) in one CSV, and the totals."""
 
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -11,34 +10,16 @@ from hypothesis import strategies as st
 from bayesncl.cli import main
 from bayesncl.report.jobs import WALL_STEP, collect, render, startup_bound, startup_share, totals
 from bayesncl.startup import DECIMALS, clock_tick
-
-HEADER = ("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\tjobid\trule_name\t"
-          "wildcards\tparams\tthreads\tcpu_usage\tresources\tinput_size_mb")
-
-
-def _write(root: Path, rel: str, seconds: float, rss, gpu, rule: str, extended: bool = True) -> None:
-    """Every memory and CPU column its own value (vms, uss, pss, load, cpu_time all differ from max_rss and
-    from each other), so reading the wrong column cannot pass."""
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mem = ["NA"] * 3 if rss == "NA" else [rss * 3 + 7, rss / 2 + 1, rss + 11]  # max_vms, max_uss, max_pss
-    cpu = "NA" if rss == "NA" else round(seconds * 0.9 + 0.25, 3)
-    plain = (f"{seconds}\t0:00:01\t{rss}\t{mem[0]}\t{mem[1]}\t{mem[2]}\t0.1\t0.2\t"
-             f"{round(seconds / 100 + 3.5, 3)}\t{cpu}")
-    if not extended:
-        path.write_text("\t".join(HEADER.split("\t")[:10]) + "\n" + plain + "\n")
-        return
-    res = {"tmpdir": "/tmp", "_nodes": 1, "gpu": gpu, "runtime": 60, "mem_mb": 4000, "mem": "4 GB"}
-    path.write_text(HEADER + "\n" + plain + f"\t7\t{rule}\t{{'run': 'x'}}\t{{'cmd': 'a\\tb'}}\t1\tNA\t{res}\t{{}}\n")
+from helpers.report import write_benchmark
 
 
 def test_collects_every_job_with_NA_where_memory_was_not_sampled(tmp_path):
     b = tmp_path / "benchmarks"
-    _write(b, "pretrain/cifar10/ncl/seed~0.tsv", 3600.0, 812.5, 1, "pretrain")
-    _write(b, "pretrain/cifar10/cl/seed~0.tsv", 1800.0, 700.0, 1, "pretrain")
-    _write(b, "retrieval/cifar10/ncl/seed~0.tsv", 0.4, "NA", 0, "retrieval")  # ended before the first sample
-    _write(b, "atlas/cifar10.tsv", 12.0, 300.0, 0, "atlas")
-    _write(b, "summarize.tsv", 5.0, 200.0, None, "summarize", extended=False)
+    write_benchmark(b, "pretrain/cifar10/ncl/seed~0.tsv", 3600.0, 812.5, 1, "pretrain")
+    write_benchmark(b, "pretrain/cifar10/cl/seed~0.tsv", 1800.0, 700.0, 1, "pretrain")
+    write_benchmark(b, "retrieval/cifar10/ncl/seed~0.tsv", 0.4, "NA", 0, "retrieval")  # ended before the first sample
+    write_benchmark(b, "atlas/cifar10.tsv", 12.0, 300.0, 0, "atlas")
+    write_benchmark(b, "summarize.tsv", 5.0, 200.0, None, "summarize", extended=False)
     jobs = collect(b)
     assert list(jobs["rule"]) == ["atlas", "pretrain", "pretrain", "retrieval", "summarize"]
     assert list(jobs["run"]) == ["cifar10", "cifar10/cl/seed~0", "cifar10/ncl/seed~0", "cifar10/ncl/seed~0", ""]
@@ -82,7 +63,7 @@ def test_the_median_is_the_middle_job_not_the_mean():
 
 def test_cli_writes_csv_with_NA_and_the_totals(tmp_path, capsys):
     b = tmp_path / "benchmarks"
-    _write(b, "cost/synthetic/ncl/seed~0.tsv", 0.3, "NA", 0, "cost")
+    write_benchmark(b, "cost/synthetic/ncl/seed~0.tsv", 0.3, "NA", 0, "cost")
     out = tmp_path / "summary" / "jobs.csv"
     assert main(["jobs", "--benchmarks", str(b), "--out", str(out), "--smoke"]) == 0
     text = out.read_text()
@@ -97,10 +78,10 @@ def test_startup_seconds_come_from_the_record_beside_each_benchmark(tmp_path):
     """<run>.start.json (forkserver.mark_ready) joins its own job; the share counts only jobs with both numbers;
     an unreadable record is NA, never a failure."""
     b = tmp_path / "benchmarks"
-    _write(b, "pretrain/s/ncl/seed~0.tsv", 20.0, 100.0, 0, "pretrain")
-    _write(b, "pretrain/s/ncl/seed~1.tsv", 30.0, 100.0, 0, "pretrain")
-    _write(b, "features/s/ncl/seed~0.tsv", 10.0, 100.0, 0, "features")
-    _write(b, "report.tsv", 40.0, 100.0, 0, "report")
+    write_benchmark(b, "pretrain/s/ncl/seed~0.tsv", 20.0, 100.0, 0, "pretrain")
+    write_benchmark(b, "pretrain/s/ncl/seed~1.tsv", 30.0, 100.0, 0, "pretrain")
+    write_benchmark(b, "features/s/ncl/seed~0.tsv", 10.0, 100.0, 0, "features")
+    write_benchmark(b, "report.tsv", 40.0, 100.0, 0, "report")
     (b / "pretrain/s/ncl/seed~0.start.json").write_text(
         '{"startup_seconds": 1.5, "forkserver": true, "max_rss_mb": 456.5, "cpu_seconds": 17.25}\n')
     (b / "pretrain/s/ncl/seed~1.start.json").write_text('{"startup_seconds": 0.5}\n')

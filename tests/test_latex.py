@@ -14,9 +14,8 @@ import pandas as pd
 import pytest
 
 from bayesncl.report import claims_table, summary, tables
-from test_claims import full_grid, row, frame  # noqa: I001 (tests/ is on sys.path)
-from test_claims_controls import with_twins  # noqa: I001
-from test_report import GOLDEN
+from helpers.claims import frame, full_grid, row, with_twins
+from helpers.report import GOLDEN
 
 pytestmark = pytest.mark.skipif(
     shutil.which("pdflatex") is None,

@@ -105,10 +105,10 @@ def test_captions_name_the_evaluation_batchnorm_mode(bn, phrase):
 def test_summary_reads_the_mode_and_the_learning_record(tmp_path):
     """runs.csv's eval_bn, learning_slope, learning_hi, still_learning, collapsed, collapse_epoch,
     infonce_chance and infonce_final come from features.json."""
-    import test_report as tr  # the fake evaluation files of the report tests
+    from helpers.report import tiny_config, write_eval  # the fake evaluation files of the report tests
 
-    wf = tr._tiny(tmp_path / "results")
-    runs = tr._write_eval(wf)
+    wf = tiny_config(tmp_path / "results")
+    runs = write_eval(wf)
     rid = next(iter(runs))
     folder = Path(wf["results"]) / "runs" / rid / "eval"
     data = json.loads((folder / "features.json").read_text())

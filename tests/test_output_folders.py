@@ -68,7 +68,7 @@ def made(tmp_path_factory, tiny_sets_module):
 
 @pytest.fixture(scope="module")
 def tiny_sets_module():
-    from conftest import TINY
+    from helpers import TINY
 
     return [s for s in TINY if not s.startswith("train.epochs")] + ["train.epochs=1", "method.name=ncl"]
 

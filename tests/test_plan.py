@@ -19,8 +19,8 @@ from scipy import stats
 from bayesncl import grid, plan
 from bayesncl.plan import Plan
 from bayesncl.cli import main
-from bayesncl.report import claims, claims_table, verdicts as V
-from test_claims import FOR, HOLDS, MAIN, frame, row  # noqa: I001 (tests/ is on sys.path)
+from bayesncl.report import claims_table, judge, verdicts as V
+from helpers.claims import HOLDS, MAIN, frame, row
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("plan_simulation", ROOT / "benchmarks" / "plan_simulation.py")
@@ -123,7 +123,7 @@ def test_a_grown_grids_table_judges_two_looks_written_out():
             rows.append(row(v, s, MAIN, sc=sc, probe_top1=50.0 + (1.0 + s / 10 if v == B else 0.0),
                             pilot_of=MAIN if s < 3 else ""))
     df = frame(rows)
-    comps = {c.claim: c for _, cs in claims.claims_rows(df) for c in cs}
+    comps = {c.claim: c for _, cs in judge.claims_rows(df) for c in cs}
     one = 2 * stats.ttest_1samp(d[:3], 0, alternative="greater").pvalue
     two = 2 * stats.ttest_1samp(d[3:], 0, alternative="greater").pvalue
     assert one > 0.01 / 2 and two < 0.04 / 2  # open at look 1; holds at look 2 within the primary family of 2
@@ -134,7 +134,7 @@ def test_a_grown_grids_table_judges_two_looks_written_out():
     assert "Two looks (docs/METHOD.md section 9, \"Planning\"): look 1 judged the pilot's seeds at 0.01" in md
     assert "secondary tested at 0.01 (look 1) and 0.04 (look 2)" in md or "secondary not controlled" in md
     # the same runs without pilot_of: one look, the plain family
-    single = {c.claim: c for _, cs in claims.claims_rows(frame([{**r, "pilot_of": ""} for r in rows])) for c in cs}
+    single = {c.claim: c for _, cs in judge.claims_rows(frame([{**r, "pilot_of": ""} for r in rows])) for c in cs}
     assert single["1a"].family == "holds (family)" and single["1a"].looks == ()
 
 
@@ -160,7 +160,7 @@ def test_the_plan_of_a_pilot_and_its_overlay():
     df = pilot_frame()
     p = plan.make_plan(df, wf)
     need = {n.claim: n for n in p.needs}
-    c1a = next(c for _, cs in claims.claims_rows(df) for c in cs if c.claim == "1a")
+    c1a = next(c for _, cs in judge.claims_rows(df) for c in cs if c.claim == "1a")
     sd = float(np.std(np.array(c1a.result.left) - np.array(c1a.result.right), ddof=1))
     assert need["1a"].sd == pytest.approx(sd) and need["1a"].diff == pytest.approx(c1a.result.diff)
     m_primary = sum(n.family == "primary" and not n.why for n in p.needs)
@@ -316,12 +316,12 @@ def test_a_secondary_verdict_the_gate_leaves_uncontrolled_names_its_own_look():
         for v in (B, N):
             rows.append(row(v, s, MAIN, sc=20.0, se_sum=2.0 - (se_gap[s] if v == B else 0.0),
                             probe_top1=50.0 + (probe[s] if v == B else 0.0), pilot_of=MAIN if s < 3 else ""))
-    comps = {c.claim: c for _, cs in claims.claims_rows(frame(rows)) for c in cs}
+    comps = {c.claim: c for _, cs in judge.claims_rows(frame(rows)) for c in cs}
     assert comps["2a"].family == "inconclusive (family, look 2)"
     assert comps["1c"].looks[0].verdict != HOLDS and comps["1c"].looks[1].verdict == HOLDS
     assert comps["1c"].family == "holds (not controlled, look 2)"
 
 
 def test_claims_not_run_keep_their_primary_flag():
-    missing = dict(claims.claims_rows(frame([])))[""]
+    missing = dict(judge.claims_rows(frame([])))[""]
     assert [c.claim for c in missing if c.primary] == ["1a", "2a"]

@@ -171,7 +171,7 @@ def test_predict_logits_in_chunks():
 @pytest.fixture(scope="module")
 def cached_run(tmp_path_factory):
     """A tiny synthetic run with its features cache (test and train h)."""
-    from conftest import TINY
+    from helpers import TINY
 
     from bayesncl import config as C
     from bayesncl.evaluation.runner import evaluate

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bayesncl.report import claims, claims_table
+from bayesncl.report import claims_table, judge
 from bayesncl.report.reading import Row, read_markdown, reading, rows_of
-from test_claims import B, MAIN, N, frame, row  # noqa: I001 (tests/ is on sys.path)
+from helpers.claims import B, MAIN, N, frame, row
 
 
 def two_datasets() -> pd.DataFrame:
@@ -21,7 +21,7 @@ def two_datasets() -> pd.DataFrame:
 
 def test_the_reading_names_datasets_and_reads_its_own_markdown():
     df = two_datasets()
-    blocks = claims.claims_rows(df)
+    blocks = judge.claims_rows(df)
     rows = rows_of(blocks, claims_table.dataset_title)
     md = claims_table.render_claims(df, "md")
     assert read_markdown(md) == rows  # the same rows from the table as written and from the objects
@@ -55,7 +55,7 @@ def test_the_terminal_prints_the_reading_and_the_tally():
     md = claims_table.render_claims(df, "md")
     assert "comparisons without an interval are not counted. Family: " in md  # no declared note in between
     one = frame([row("SimCLR", s, MAIN, sc=1.0 + s) for s in range(2)] + [row(N, s, MAIN, sc=2.0) for s in range(2)])
-    judged = claims.judge(one)
+    judged = judge.judge(one)
     assert claims_table.gate_sentence(judged) == ("no primary claim (1a, 2a) ran: every comparison in one family, "
                                                   "tested at 0.05")
 

@@ -239,7 +239,7 @@ def test_each_dataset_spec_gives_the_crop_and_retrieval_k_of_docs_method():
 def test_a_plugin_claim_is_judged_beside_the_paper_s():
     import pandas as pd
 
-    from bayesncl.report import claims as K
+    from bayesncl.report import claims as K, judge
 
     claim = K.register_claim({"id": "P1", "metric": "sc", "left": "A", "right": "B", "relation": ">"})
     try:
@@ -252,7 +252,7 @@ def test_a_plugin_claim_is_judged_beside_the_paper_s():
         rows = [{"run_id": f"synthetic/{m}/seed~{s}", "dataset": "synthetic", "arch": "resnet18", "method": m,
                  "variant": v, "sets": "table1", "seed": s, "sc": sc + s}
                 for m, v, sc in (("ncl", "A", 30.0), ("bayesncl", "B", 10.0)) for s in range(3)]
-        blocks = dict(K.claims_rows(pd.DataFrame(rows)))
+        blocks = dict(judge.claims_rows(pd.DataFrame(rows)))
         (mine,) = [c for c in blocks["synthetic"] if c.claim == "P1"]
         assert mine.left.label == "A" and mine.right.label == "B" and mine.verdict == "holds"
         assert mine.result.diff == pytest.approx(20.0)

@@ -75,8 +75,7 @@ from bayesncl import grid  # noqa: E402
 from bayesncl.errors import ConfigError  # noqa: E402
 from bayesncl.report import summary as summ  # noqa: E402
 from bayesncl.report import tables  # noqa: E402
-
-GOLDEN = Path(__file__).with_name("golden")
+from helpers.report import GOLDEN, eval_content, tiny_config, write_eval  # noqa: E402
 
 
 def _frame(rows):
@@ -110,60 +109,7 @@ def _md_cells(md: str, label: str) -> list[str]:
     return rows[0][1:]
 
 
-TINY = Path(__file__).parents[1] / "config" / "tiny.yaml"
 MAIN_BAYES = "synthetic/bayesncl/rho~0.8/lambda~3e-05/dyn~1/seed~0"  # tiny.yaml's main BayesNCL run (it records Table 3)
-
-
-def _tiny(results: Path | str, **sets) -> dict:
-    """config/tiny.yaml with ``results`` and some sets replaced."""
-    wf = yaml.safe_load(TINY.read_text(encoding="utf-8"))
-    wf["results"] = str(results)
-    wf["sets"].update(sets)
-    return wf
-
-
-def _content(section: str, run, i: int) -> dict:
-    """What `bayesncl evaluate` writes for ``section`` of ``run`` (the i-th run of the grid)."""
-    method = run.config["method"]["name"]
-    interp = {"sc": 30.0 + i, "se_sum": 1.2, "se_mean": 1.3, "se_freq": 1.4, "act": 12.5, "alive": 200,
-              "alive_frac": 0.78, "bg_dominated_zplus": 0.1, "bg_dominated_feature": 0.05}
-    if method == "bayesncl":
-        interp.update(closed_bg=0.7, closed_cls=0.2)
-    if method == "topk_ncl":
-        interp.update(topk_bound=0.0, topk_removed=0.0)
-    return {
-        "interpretability": interp,
-        "linear_probe": {"top1": 70.0 + i, "top5": 91.0, "protocol": "fast", "train_top1": 80.0},
-        "retrieval": {"K": 8, "p@1": 0.60, "p@3": 0.58, "p@5": 0.57, "p@10": 0.55,  # fractions
-                      "curve": {"8": 0.55, "2": 0.40, "4": 0.50}},
-        "background_probe": {"acc": 93.4, "protocol": "fast", "target": "background"},
-        "dynamics": {"epochs": [1], "af_gv": [0.5], "gv_sc": [-0.4], "af_sc": [0.1]},
-        "cost": {"gflops": 1.419, "params_m": 11.9, "sec_per_epoch": 21.0, "img_per_s": 2400.0,
-                 "peak_mem_mb": 5000.0, "train_minutes": 75.1},
-    }[section]
-
-
-def _write_eval(wf: dict, base: Path | None = None) -> dict:
-    """features.json and every section file of every run of the grid, in the per-section layout;
-    returns the grid."""
-    runs = grid.expand_grid(wf)
-    results = Path(wf["results"]) if base is None else base / wf["results"]
-    for i, (rid, run) in enumerate(runs.items()):
-        cfg = run.config
-        info = {"dataset": cfg["data"]["dataset"], "method": cfg["method"]["name"], "seed": cfg["seed"],
-                "weights_sha": f"sha{i:02d}"}
-        training = {"epochs": [1, 2, 3], "loss": [5.0, 4.5, None]}
-        if cfg["method"]["name"] == "bayesncl":
-            training.update(open_gates=[1.0, 0.8, 0.55], open_gates_last=0.55)
-        folder = results / "runs" / rid / "eval"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "features.json").write_text(json.dumps({"run": info, "features": {"test_images": 120},
-                                                          "training": training}))
-        for section in grid.evaluation_sections(run):
-            if section == "features":
-                continue
-            (folder / f"{section}.json").write_text(json.dumps({"run": info, section: _content(section, run, i)}))
-    return runs
 
 
 def _by_id(df: pd.DataFrame) -> dict[str, dict]:
@@ -172,8 +118,8 @@ def _by_id(df: pd.DataFrame) -> dict[str, dict]:
 
 # --------------------------------------------------------------------------- summary
 def test_summarize_one_row_per_grid_run_identity_from_the_grid(tmp_path):
-    wf = _tiny(tmp_path / "results")
-    runs = _write_eval(wf)
+    wf = tiny_config(tmp_path / "results")
+    runs = write_eval(wf)
     df = summ.summarize(wf)
     assert list(df.columns) == summ.COLUMNS and list(df["run_id"]) == list(runs)  # the grid's order
     rows = _by_id(df)
@@ -201,8 +147,8 @@ def test_summarize_one_row_per_grid_run_identity_from_the_grid(tmp_path):
 
 
 def test_summarize_flattens_every_section(tmp_path):
-    wf = _tiny(tmp_path / "results")
-    runs = _write_eval(wf)
+    wf = tiny_config(tmp_path / "results")
+    runs = write_eval(wf)
     rows = _by_id(summ.summarize(wf))
     # The main run has every section (table3: dynamics, table6: background, table7: cost); SimCLR, in
     # tables 1-2 only, has no retrieval, background, dynamics or cost.
@@ -223,7 +169,7 @@ def test_summarize_flattens_every_section(tmp_path):
     # Every scalar of the interpretability and cost sections lands in its own column, unscaled.
     main = list(runs).index(MAIN_BAYES)
     for section in ("interpretability", "cost"):
-        for key, value in _content(section, runs[MAIN_BAYES], main).items():
+        for key, value in eval_content(section, runs[MAIN_BAYES], main).items():
             assert r[key] == value, (section, key)
     assert math.isnan(r["topk_bound"]) and math.isnan(r["topk_removed"])  # Top-k NCL only
     assert r["open_gates_last"] == 0.55 and json.loads(r["gate_curve"]) == [1.0, 0.8, 0.55]
@@ -239,8 +185,8 @@ def test_summarize_flattens_every_section(tmp_path):
 
 
 def test_summarize_ignores_files_of_sections_the_run_does_not_have(tmp_path):
-    wf = _tiny(tmp_path / "results")
-    _write_eval(wf)
+    wf = tiny_config(tmp_path / "results")
+    write_eval(wf)
     stray = tmp_path / "results/runs/synthetic/cl/seed~0/eval/retrieval.json"
     stray.write_text(json.dumps({"run": {}, "retrieval": {"K": 8, "p@10": 0.9}}))
     assert math.isnan(_by_id(summ.summarize(wf))["synthetic/cl/seed~0"]["ret_p10"])
@@ -249,8 +195,8 @@ def test_summarize_ignores_files_of_sections_the_run_does_not_have(tmp_path):
 def test_dyn_sc_is_the_evaluation_features_sc_not_zpluss(tmp_path):
     """dynamics.json records SC per epoch of the evaluation feature ("sc") and of z+ ("sc_zplus"); runs.csv's
     dyn_sc (Table 3, the SC-over-training figure) is the former."""
-    wf = _tiny(tmp_path / "results")
-    _write_eval(wf)
+    wf = tiny_config(tmp_path / "results")
+    write_eval(wf)
     path = tmp_path / "results" / "runs" / MAIN_BAYES / "eval" / "dynamics.json"
     body = json.loads(path.read_text())
     body["dynamics"].update(epochs=[1, 2], af_gv=[0.5, 0.4], gv_sc=[-0.4, -0.3], af_sc=[0.1, 0.2],
@@ -261,17 +207,17 @@ def test_dyn_sc_is_the_evaluation_features_sc_not_zpluss(tmp_path):
 
 
 def test_sweep_membership_is_the_grids(tmp_path):
-    wf = _tiny(tmp_path / "results")
-    _write_eval(wf)
+    wf = tiny_config(tmp_path / "results")
+    write_eval(wf)
     df = summ.summarize(wf)
     fig4b = df[[("figure4b" in s.split(";")) for s in df["sets"]]]
     assert sorted(summ.sweep_rows(fig4b, "rho")["rho"]) == [0.5, 0.8]
     # The main run (lambda 3e-5) is not a point of tiny's lambda sweep [0, 3e-3]: it is left out.
     assert sorted(summ.sweep_rows(fig4b, "lambda")["lambda"]) == [0.0, 3e-3]
     # With the default lambda among the sweep's values, the main run is a point of both sweeps.
-    wf = _tiny(tmp_path / "both", figure4b={"variants": ["BayesNCL (STE)"],
+    wf = tiny_config(tmp_path / "both", figure4b={"variants": ["BayesNCL (STE)"],
                                             "sweep": {"method.rho": [0.5, 0.8], "method.lambda": [0.0, 3e-5]}})
-    _write_eval(wf)
+    write_eval(wf)
     df = summ.summarize(wf)
     assert _by_id(df)[MAIN_BAYES]["sweep"] == "proj_dim;rho;lambda"
     fig4b = df[[("figure4b" in s.split(";")) for s in df["sets"]]]
@@ -285,15 +231,15 @@ def test_sweep_membership_is_the_grids(tmp_path):
 
 
 def test_summarize_relative_results_against_base_dir(tmp_path):
-    wf = _tiny("res")
-    _write_eval(wf, base=tmp_path)
+    wf = tiny_config("res")
+    write_eval(wf, base=tmp_path)
     df = summ.summarize(wf, base_dir=tmp_path)
     assert len(df) == len(grid.expand_grid(wf)) and df["sc"].notna().all()
 
 
 def test_summarize_errors_name_the_file_and_the_fix(tmp_path):
-    wf = _tiny(tmp_path / "results")
-    _write_eval(wf)
+    wf = tiny_config(tmp_path / "results")
+    write_eval(wf)
     folder = tmp_path / "results/runs/synthetic/topk_ncl/k~2/seed~0/eval"
 
     def fails(path: Path, *needles: str) -> str:
@@ -367,8 +313,8 @@ def test_a_plugin_sections_columns_follow_the_grids_and_are_numbers(monkeypatch)
 
 
 def test_write_summary_roundtrip(tmp_path):
-    wf = _tiny(tmp_path / "results")
-    _write_eval(wf)
+    wf = tiny_config(tmp_path / "results")
+    write_eval(wf)
     out = tmp_path / "summary" / "runs.csv"
     df = summ.write_summary(wf, out)
     back = summ.read_summary(out)
@@ -467,8 +413,8 @@ def test_table6_names_the_background_probes_protocol():
 
 
 def test_table2_from_summarize_retrieval_in_percent(tmp_path):
-    wf = _tiny(tmp_path / "results")
-    _write_eval(wf)
+    wf = tiny_config(tmp_path / "results")
+    write_eval(wf)
     tex = tables.render_table(summ.summarize(wf), "table2")
     # NCL is the grid's 2nd run: top-1 71; retrieval.json's fractions 0.60 .. 0.55 printed in percent.
     assert _cells(tex, "NCL") == ["$71.00$", "$91.00$", "$60.00$", "$58.00$", "$57.00$", "$55.00$"]

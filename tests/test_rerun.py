@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import yaml
 from bayesncl import config as C
 from bayesncl.grid import expand_grid, trigger_config, trigger_diff
 from bayesncl.stale import describe, run_staleness
+from helpers.processes import current
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = shutil.which("snakemake", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -108,8 +108,8 @@ def _plan(args, src: Path | None) -> tuple[dict[str, int], list[str], str]:
     """(jobs per rule, the run ids of the pretrain jobs, the output) of `snakemake -n` with the finished grid's
     arguments (tiny_grid's: its config file and results folder)."""
     env = dict(os.environ, PYTHONPATH=str(src or ROOT / "src"), OMP_NUM_THREADS="1")
-    r = subprocess.run([SNAKEMAKE, "-n", "--nolock", "--cores", "1", *args], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=600)
+    r = current().run([SNAKEMAKE, "-n", "--nolock", "--cores", "1", *args], cwd=ROOT, env=env,
+                      capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     if "Job stats:" not in r.stdout:
         assert "Nothing to be done" in r.stdout + r.stderr, r.stdout[-3000:]
@@ -165,15 +165,15 @@ def test_a_changed_default_plans_exactly_the_runs_that_take_it(tiny_grid, tmp_pa
 
     # `bayesncl stale` names exactly those runs, with the key and both values
     env = dict(os.environ, PYTHONPATH=str(src))
-    r = subprocess.run([sys.executable, "-m", "bayesncl", "stale", "--grid", str(grid)], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    r = current().run([sys.executable, "-m", "bayesncl", "stale", "--grid", str(grid)], env=env, cwd=ROOT,
+                      capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert sorted(line.split(":")[0] for line in lines) == want
     tail = "method.head_lr 0.1 (today 0.2)" if "head_lr" in old else "method.nonneg rep_relu (today relu)"
     assert all(line.endswith(tail) for line in lines), lines
-    r = subprocess.run([sys.executable, "-m", "bayesncl", "stale", "--grid", str(grid), "--targets"], env=env,
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = current().run([sys.executable, "-m", "bayesncl", "stale", "--grid", str(grid), "--targets"], env=env,
+                      cwd=ROOT, capture_output=True, text=True)
     assert sorted(r.stdout.split()) == sorted(str(results / "runs" / rid / "model.pt") for rid in want)
 
 
@@ -186,8 +186,8 @@ def test_the_report_names_the_stale_runs_in_its_captions(tiny_grid, tmp_path):
     csv = tmp_path / "runs.csv"
     for args in (["summarize", "--grid", str(grid), "--out", str(csv)],
                  ["report", "--summary", str(csv), "--out", str(tmp_path / "out"), "--grid", str(grid)]):
-        r = subprocess.run([sys.executable, "-m", "bayesncl", *args], env=env, cwd=ROOT, capture_output=True,
-                           text=True, timeout=600)
+        r = current().run([sys.executable, "-m", "bayesncl", *args], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-3000:]
     df = pd.read_csv(csv, keep_default_na=False)
     stale = df[df["stale"] != ""]

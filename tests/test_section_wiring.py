@@ -14,7 +14,7 @@ from bayesncl.train import pretrain
 
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory):
-    from conftest import TINY
+    from helpers import TINY
 
     run = tmp_path_factory.mktemp("run")
     # BayesNCL: its evaluation feature (gated, renormalised) and z+ differ in which dims fire.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,122 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from helpers.slurm import (CLUSTER, REPO, RUN, SCRIPTS, TEST_TIMEOUT, alive, cluster_state,  # noqa: F401 - fixtures
+                           recorded_pids, run_workflow, slurm_requirements, snakemake_exe, tail)
+
 pytestmark = pytest.mark.slurm
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = REPO / "tests" / "slurm"
-RUN = SCRIPTS / "run_workflow.sh"
-CLUSTER = SCRIPTS / "local_cluster.sh"
-# Whole-test limit; snakemake itself gets SLURM_TEST_TIMEOUT (run_workflow.sh).
-TEST_TIMEOUT = int(os.environ.get("SLURM_PYTEST_TIMEOUT", "280"))
 # The tiny grid's limit for snakemake (a slow or shared machine needs more).
 TINY_LIMIT = int(os.environ.get("SLURM_TINY_LIMIT", "600"))
-
-
-def _snakemake() -> str | None:
-    cand = Path(sys.executable).with_name("snakemake")
-    return str(cand) if cand.exists() else shutil.which("snakemake")
-
-
-@pytest.fixture(autouse=True)
-def _requirements():
-    if os.geteuid() != 0:
-        pytest.skip("needs root: installs SLURM packages and starts munged/slurmctld/slurmd")
-    if _snakemake() is None:
-        pytest.skip("snakemake not installed (pip install -e '.[workflow]')")
-    try:
-        import snakemake_executor_plugin_slurm  # noqa: F401
-    except ImportError:
-        pytest.skip("snakemake-executor-plugin-slurm not installed")
-
-
-def _alive(name: str, pid: int) -> bool:
-    """True if pid still runs the named daemon (zombies and recycled PIDs count as dead)."""
-    try:
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return comm.startswith(name) and stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _recorded_pids(state: Path) -> list[tuple[str, int]]:
-    for f in (state / "pids", state / "pids.stopped"):
-        if f.exists():
-            return [(n, int(p)) for n, p in (line.split() for line in f.read_text().splitlines() if line.strip())]
-    return []
-
-
-@pytest.fixture
-def cluster_state(tmp_path):
-    """Cluster dir for run_workflow.sh; after the test, no daemon it started may be alive."""
-    state = tmp_path / "cluster"
-    yield state
-    if not state.exists():  # skipped before the script ran
-        return
-    started = _recorded_pids(state)
-    left = [(n, p) for n, p in started if _alive(n, p)]
-    # Safety net only: the script itself must have stopped them.
-    subprocess.run(["bash", str(CLUSTER), "stop", str(state)], timeout=120, check=False)
-    assert {n for n, _ in started} >= {"munged", "slurmctld", "slurmd"}, f"daemons not recorded: {started}"
-    assert not left, f"daemons still alive after run_workflow.sh exited: {left}"
-
-
-def run_workflow(state: Path, *snakemake_args: str, directory: Path = REPO, limit: int | None = None,
-                 timeout: int = TEST_TIMEOUT) -> tuple[int, str]:
-    """`snakemake SNAKEMAKE_ARGS` from `directory` on a fresh local cluster (run_workflow.sh);
-    return (exit status, combined output). `limit`: snakemake's own time limit. Prints output and timing.
-
-    A SIGTERM to this process (a CI timeout) is passed on to run_workflow.sh, whose traps stop
-    snakemake and the daemons; this process then terminates as asked. (If this process dies without
-    that chance, e.g. SIGKILL, the script's watchdog does the same.)
-    """
-    env = dict(os.environ, SNAKEMAKE=_snakemake(), PYTHONUNBUFFERED="1")
-    cmd = ["bash", str(RUN), "--state", str(state), "--directory", str(directory)]
-    if limit is not None:
-        cmd += ["--timeout", str(limit)]
-    cmd += ["--", *snakemake_args]
-    t0 = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        start_new_session=True, stdin=subprocess.DEVNULL,
-    )
-
-    class Terminated(Exception):
-        pass
-
-    def on_term(signum, frame):
-        raise Terminated
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    terminated = False
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except (subprocess.TimeoutExpired, Terminated) as stop:
-        terminated = isinstance(stop, Terminated)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one clean-up at a time
-        # TERM lets the script's trap cancel jobs and stop the daemons.
-        proc.send_signal(signal.SIGTERM)
-        try:
-            out, _ = proc.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-        out += f"\n[test] run_workflow.sh stopped: {'SIGTERM to the test' if terminated else f'after {timeout}s'}\n"
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    dt = time.monotonic() - t0
-    print(out)
-    print(f"[timing] run_workflow.sh {' '.join(snakemake_args)}: {dt:.1f}s, exit {proc.returncode}")
-    if terminated:  # cleaned up; now end as the sender asked
-        sys.stdout.flush()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-    return proc.returncode, out
-
-
-def _tail(text: str, n: int = 150) -> str:
-    return "\n".join(text.splitlines()[-n:])
 
 
 # A profile with the kind of cluster-specific settings a real one has; the
@@ -212,8 +102,8 @@ def _workflow(tmp_path: Path, snakefile: str) -> Path:
 def test_two_dependent_rules_run_as_slurm_jobs(tmp_path, cluster_state):
     wd = _workflow(tmp_path, TWO_RULES)
     rc, out = run_workflow(cluster_state, "--profile", str(wd / "profile"), "all", directory=wd)
-    assert rc == 0, _tail(out)
-    assert out.count("has been submitted with SLURM jobid") == 2, _tail(out)
+    assert rc == 0, tail(out)
+    assert out.count("has been submitted with SLURM jobid") == 2, tail(out)
     lines = (wd / "out" / "second.txt").read_text().split("\n")
     first_id = lines[0].split("job=")[1].split()[0]
     second_id = lines[1].split("job=")[1]
@@ -223,12 +113,12 @@ def test_two_dependent_rules_run_as_slurm_jobs(tmp_path, cluster_state):
 def test_failing_rule_fails_run_and_shows_job_log(tmp_path, cluster_state):
     wd = _workflow(tmp_path, FAILING)
     rc, out = run_workflow(cluster_state, "--profile", str(wd / "profile"), "all", directory=wd)
-    assert rc != 0, _tail(out)
-    assert rc != 124, "snakemake timed out instead of noticing the failed job:\n" + _tail(out)
-    assert "===== SLURM job logs (1) =====" in out, _tail(out)
-    assert "job-log-marker-42" in out.split("===== SLURM job logs")[1], _tail(out)
+    assert rc != 0, tail(out)
+    assert rc != 124, "snakemake timed out instead of noticing the failed job:\n" + tail(out)
+    assert "===== SLURM job logs (1) =====" in out, tail(out)
+    assert "job-log-marker-42" in out.split("===== SLURM job logs")[1], tail(out)
     # The rule's own log: file (where real rules send their output) is printed too.
-    assert "rule-log-marker-49" in out, _tail(out)
+    assert "rule-log-marker-49" in out, tail(out)
 
 
 class KillSection(threading.Thread):
@@ -305,7 +195,7 @@ def test_real_tiny_workflow(tmp_path, cluster_state):
         killer.stop.set()
     argv = (cluster_state / "snakemake.argv").read_text().splitlines()
     assert argv[:4] == ["snakemake", "--profile", "slurm", "all"], argv
-    assert rc == 0, _tail(out)
+    assert rc == 0, tail(out)
     assert killer.killed is not None, "the linear_probe section of " + victim + " never ran"
 
     # What Snakemake submitted: pretrain and atlas jobs, and one group per run (the victim's twice).
@@ -402,14 +292,14 @@ def test_killed_test_leaves_no_daemons(tmp_path, sig):
             assert time.monotonic() < deadline, "the SLURM job did not start within 150 s"
             time.sleep(0.5)
         job = int(job_pid_file.read_text())
-        started = _recorded_pids(state)
-        assert {n for n, _ in started} == {"munged", "slurmctld", "slurmd"} and _alive("sleep", job), started
+        started = recorded_pids(state)
+        assert {n for n, _ in started} == {"munged", "slurmctld", "slurmd"} and alive("sleep", job), started
         t0 = time.monotonic()
         inner.send_signal(sig)
         inner.wait(timeout=120)
         left: list = []
         while time.monotonic() - t0 < 90:
-            left = [(n, p) for n, p in [*started, ("sleep", job)] if _alive(n, p)]
+            left = [(n, p) for n, p in [*started, ("sleep", job)] if alive(n, p)]
             if not left:
                 break
             time.sleep(0.5)

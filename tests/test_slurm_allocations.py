@@ -26,8 +26,7 @@ import pytest
 import torch
 import yaml
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_slurm import CLUSTER, REPO, _requirements, _tail, cluster_state, run_workflow  # noqa: E402,F401
+from helpers.slurm import CLUSTER, REPO, cluster_state, run_workflow, slurm_requirements, tail  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.slurm
 
@@ -123,7 +122,7 @@ def test_run_longer_than_its_allocation(tmp_path, cluster_state):
     reference = _reference(tmp_path, cfg)  # beside it: it can only slow the run, i.e. add allocations
     rc, out = run_workflow(cluster_state, "--profile", str(profile), str(model), "--configfile", str(grid),
                            "--config", f"results={results}", directory=REPO, limit=900, timeout=960)
-    assert rc == 0, _tail(out)
+    assert rc == 0, tail(out)
     (job,) = _submitted(out)  # one submission: Snakemake never saw it fail
     runs = [s for j, _, s in _jobs(cluster_state) if j == job]  # one record per allocation of that job
     assert runs[-1] == "COMPLETED" and len(runs) >= 3, runs
@@ -172,7 +171,7 @@ def test_preempted_run_resumes(tmp_path, cluster_state, monkeypatch):
                                limit=600, timeout=660)
     finally:
         preempt.stop.set()
-    assert rc == 0, _tail(out)
+    assert rc == 0, tail(out)
     assert preempt.logged is not None and preempt.error is None, (preempt.logged, preempt.error)
     (job,) = _submitted(out)
     jobs = _jobs(cluster_state)

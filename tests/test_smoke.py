@@ -7,7 +7,6 @@ points per sweep, narrow networks). A bad dataset root stops the run before any 
 import json
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from bayesncl.data.imagenet import imagenet100_classes
+from helpers.processes import current
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = shutil.which("snakemake")
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not install
 
 
 def write_datasets(root: Path) -> dict[str, Path]:
-    from test_data import write_cifar10, write_cifar100, write_imagenet, write_waterbirds
+    from helpers.datasets import write_cifar10, write_cifar100, write_imagenet, write_waterbirds
 
     roots = {name: root / name for name in ("cifar10", "cifar100", "imagenet", "waterbirds")}
     write_cifar10(roots["cifar10"], per_batch=4)  # 20 train, 3 test images
@@ -62,10 +62,9 @@ def paper_for_two_cores(roots: dict[str, Path], results: Path) -> dict:
 
 
 def snakemake(*args, timeout=900):
-    return subprocess.run([SNAKEMAKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return current().run([SNAKEMAKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.slow
 @pytest.mark.grid
 def test_smoke_run_of_the_paper_grid_on_real_format_files(tmp_path):
     roots = write_datasets(tmp_path / "data")
@@ -172,7 +171,7 @@ def test_the_smoke_run_reads_a_subset_of_imagenet100(tmp_path):
     from bayesncl.data.imagenet import SMOKE_CLASSES, prepared_manifests
     from bayesncl.grid import expand_grid
     from bayesncl.registry import DATASETS
-    from test_data import write_imagenet
+    from helpers.datasets import write_imagenet
 
     cfg = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
     real, smoke = expand_grid(cfg), expand_grid({**cfg, "smoke": True})
@@ -192,8 +191,8 @@ def test_the_smoke_run_reads_a_subset_of_imagenet100(tmp_path):
     write_imagenet(root, wnids=imagenet100_classes(), n_train=1, n_val=1)
     run = next(r for r in smoke.values() if r.config["data"]["dataset"] in prepared)
     data = {**run.config["data"], "root": str(root), "cache_dir": str(tmp_path / "cache"), "imagenet_stored_size": 16}
-    r = subprocess.run([sys.executable, "-m", "bayesncl", "prepare", "--config-json", json.dumps({"data": data}),
-                        "--workers", "1", "--quiet"], capture_output=True, text=True, timeout=300)
+    r = current().run([sys.executable, "-m", "bayesncl", "prepare", "--config-json", json.dumps({"data": data}),
+                       "--workers", "1", "--quiet"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     for manifest in prepared_manifests(data):
         assert json.loads(Path(manifest).read_text())["count"] == SMOKE_CLASSES, manifest

@@ -19,6 +19,7 @@ import yaml
 from bayesncl.cli import main
 from bayesncl.grid import evaluation_sections, expand_grid
 from bayesncl.status import grid_status, render, run_status, totals
+from helpers.processes import current
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = 1_800_000_000.0
@@ -186,16 +187,16 @@ def test_a_real_grid_stopped_part_way(tmp_path):
     os.killpg(p.pid, signal.SIGTERM)  # as a controller's allocation ending: Snakemake and its job
     p.wait(timeout=120)
     status = [sys.executable, "-m", "bayesncl", "status", str(tmp_path / "results"), "--grid", str(grid_file)]
-    out = subprocess.run(status, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = current().run(status, cwd=ROOT, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     states = [line.split()[0] for line in out.stdout.splitlines()[1:-1]]
     assert len(states) == len(expand_grid(grid)) == 2
     assert set(states) <= {"requeued", "running", "waiting", "evaluating", "done"} and "waiting" in states, out.stdout
     assert set(states) & {"requeued", "running", "evaluating"}, out.stdout
-    subprocess.run([exe, "--unlock", *cmd[1:]], cwd=ROOT, env=env, capture_output=True, timeout=300)
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    current().run([exe, "--unlock", *cmd[1:]], cwd=ROOT, env=env, capture_output=True)
+    r = current().run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    out = subprocess.run(status, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = current().run(status, cwd=ROOT, env=env, capture_output=True, text=True)
     assert out.stdout.splitlines()[-1].startswith("2 runs: 2 done; 6 of 6 epochs trained"), out.stdout
     assert not math.isnan(float(out.stdout.splitlines()[1].split()[2]))
 

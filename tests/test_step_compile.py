@@ -13,33 +13,15 @@ import signal
 
 import pytest
 import torch
-from torch import nn
 
 import bayesncl.methods as methods_mod
+import bayesncl.step as S
 import bayesncl.train as T
 from bayesncl import config as C
 from bayesncl.data import SimCLRAugment
 from bayesncl.optim import build_optimizer
 
 STEPS = 5
-
-
-class TinyBackbone(nn.Module):
-    def __init__(self, *args, **kwargs):
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU(inplace=True),
-            nn.Conv2d(4, 8, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.out_dim = 8
-
-    def forward(self, x):
-        return self.net(x)
-
-
-@pytest.fixture
-def tiny_backbone(monkeypatch):
-    monkeypatch.setattr(methods_mod, "build_backbone", TinyBackbone)
 
 
 SETS = ["data.synthetic.image_size=16", "model.proj_hidden=32", "model.proj_dim=16", "train.batch_size=16",
@@ -83,7 +65,7 @@ def assert_close_runs(a, b, tol):
 def test_whole_step_traces_as_one_graph_and_reproduces_eager(tiny_backbone, monkeypatch, method):
     """fullgraph=True raises on any graph break: augmentation, forward, loss, backward (autograd.grad), the
     LARS update and the sums are one graph. With eager kernels it must give the eager step's numbers exactly."""
-    monkeypatch.setattr(T, "COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(S, "COMPILE_BACKEND", "aot_eager")
     torch._dynamo.reset()
     counters = torch._dynamo.utils.counters
     counters.clear()
@@ -98,8 +80,8 @@ def test_whole_step_traces_as_one_graph_and_reproduces_eager(tiny_backbone, monk
 def test_the_loss_scaler_is_in_the_one_graph_and_skips_as_eager(tiny_backbone, monkeypatch):
     """train.loss_scaler=fp16 (emulated on CPU) inside the compiled step: still one graph, the same skips and
     numbers as eager (from a scale of 2^18 this tiny model's first three steps overflow)."""
-    monkeypatch.setattr(T, "COMPILE_BACKEND", "aot_eager")
-    monkeypatch.setattr(T.LossScaler, "INIT", 2.0 ** 18)
+    monkeypatch.setattr(S, "COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(S.LossScaler, "INIT", 2.0 ** 18)
     torch._dynamo.reset()
     counters = torch._dynamo.utils.counters
     counters.clear()
@@ -116,7 +98,7 @@ def test_the_loss_scaler_is_in_the_one_graph_and_skips_as_eager(tiny_backbone, m
 def test_cuda_fp16_step_with_its_scaler_replays_in_a_graph(tiny_backbone, monkeypatch):
     """precision fp16 with the real loss scaler on CUDA: no host sync, and the captured step gives the eager
     step's skips and numbers (within 1e-3: fp16)."""
-    monkeypatch.setattr(T.LossScaler, "INIT", 2.0 ** 18)
+    monkeypatch.setattr(S.LossScaler, "INIT", 2.0 ** 18)
     extra = ["train.precision=fp16", "train.loss_scaler=fp16"]
     ref = run(make_step("bayesncl", "eager", "cuda", extra), "cuda")
     got = run(make_step("bayesncl", "cudagraph", "cuda", extra), "cuda")
@@ -124,7 +106,6 @@ def test_cuda_fp16_step_with_its_scaler_replays_in_a_graph(tiny_backbone, monkey
     assert_close_runs(ref, got, 1e-3)
 
 
-@pytest.mark.slow
 def test_inductor_compiled_step_matches_eager(tiny_backbone):
     """What train.graph=compile runs on CPU: inductor's generated kernels, within 1e-5 of eager. BayesNCL only
     (its step holds NCL's): inductor's code generation is most of this test's time."""
@@ -136,7 +117,7 @@ def test_inductor_compiled_step_matches_eager(tiny_backbone):
 def test_pretrain_in_compile_mode_resumes_to_the_eager_runs_weights(tiny_backbone, monkeypatch, tmp_path):
     """The trainer around the compiled step, preempted mid-epoch and resumed: the weights and log of an
     uninterrupted eager run (exactly: eager kernels under aot_eager)."""
-    monkeypatch.setattr(T, "COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(S, "COMPILE_BACKEND", "aot_eager")
     torch._dynamo.reset()
     base = SETS + METHODS["bayesncl"] + ["data.synthetic.train_size=64", "data.synthetic.test_size=32",
                                          "train.max_steps_per_epoch=3"]
@@ -172,7 +153,7 @@ def test_compile_time_is_logged_apart_from_epoch_seconds(tiny_backbone, monkeypa
     preemption when that epoch compiled already (its checkpoint carries it)."""
     from bayesncl.evaluation.cost import training_time
 
-    monkeypatch.setattr(T, "COMPILE_BACKEND", "aot_eager")
+    monkeypatch.setattr(S, "COMPILE_BACKEND", "aot_eager")
     torch._dynamo.reset()
     now = {"t": 0.0, "calls": 0}
     monkeypatch.setattr(T, "_clock", lambda: now["t"])

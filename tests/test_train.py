@@ -18,6 +18,7 @@ from bayesncl.data import SimCLRAugment, load_split
 from bayesncl.errors import OutputError
 from bayesncl.methods import build_method
 from bayesncl.train import REQUEUE_EXIT, TrainingDiverged, pretrain
+from helpers.processes import PATIENCE, wait_until
 
 
 def fixed_views(cfg, n=32, seed=123):
@@ -86,18 +87,14 @@ def _cli(out, sets):
     return cmd
 
 
-def _wait_for_epoch(path, epoch, proc, timeout=120):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if path.exists():
-            try:
-                if torch.load(path, weights_only=True)["epoch"] >= epoch:
-                    return
-            except Exception:  # being replaced right now
-                pass
-        assert proc.poll() is None, "training ended before it could be interrupted"
-        time.sleep(0.02)
-    raise AssertionError("no checkpoint appeared")
+def _wait_for_epoch(path, epoch, proc):
+    def reached():
+        try:
+            return path.exists() and torch.load(path, weights_only=True)["epoch"] >= epoch
+        except Exception:  # being replaced right now
+            return False
+
+    wait_until(reached, f"a checkpoint of epoch {epoch} before training ended", proc)
 
 
 def _same_weights(a, b):
@@ -106,18 +103,19 @@ def _same_weights(a, b):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.long)])
-def test_killed_run_resumes_to_identical_weights(tmp_path, tiny_sets, sig):
+def test_killed_run_resumes_to_identical_weights(tmp_path, tiny_sets, sig, procs):
     sets = tiny_sets + ["train.epochs=3", "data.synthetic.train_size=512", "method.gate=gumbel"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     ref = subprocess.run(_cli(tmp_path / "ref", sets), env=env, capture_output=True, text=True)
     assert ref.returncode == 0, ref.stderr
 
     run = tmp_path / "run"
-    proc = subprocess.Popen(_cli(run, sets), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = procs.popen(_cli(run, sets), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       signals=True)
     _wait_for_epoch(run / "checkpoint.pt", 1, proc)
-    time.sleep(0.15)  # into epoch 2
+    time.sleep(0.15)  # into epoch 2, mostly; either way the rerun must end with the reference's weights
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=PATIENCE)
     if sig == signal.SIGTERM:
         assert proc.returncode == REQUEUE_EXIT, err
         state = torch.load(run / "checkpoint.pt", weights_only=True)
@@ -256,12 +254,12 @@ def test_steps_per_epoch_drops_the_last_partial_batch_and_refuses_an_empty_epoch
 
 def test_the_compiled_step_uses_cuda_graphs_on_a_gpu_only(monkeypatch):
     """inductor's "reduce-overhead" (CUDA graphs) on cuda; no mode on the CPU or with another backend."""
-    from bayesncl import train
+    from bayesncl import step
 
-    assert train.compile_mode(torch.device("cuda")) == "reduce-overhead"
-    assert train.compile_mode(torch.device("cpu")) is None
-    monkeypatch.setattr(train, "COMPILE_BACKEND", "aot_eager")
-    assert train.compile_mode(torch.device("cuda")) is None
+    assert step.compile_mode(torch.device("cuda")) == "reduce-overhead"
+    assert step.compile_mode(torch.device("cpu")) is None
+    monkeypatch.setattr(step, "COMPILE_BACKEND", "aot_eager")
+    assert step.compile_mode(torch.device("cuda")) is None
 
 
 def test_deterministic_kernels_are_on_for_the_steps_only_and_change_no_run(tmp_path, tiny_sets, monkeypatch):

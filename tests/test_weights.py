@@ -26,6 +26,7 @@ from bayesncl.registry import METHODS
 from bayesncl.train import pretrain
 from bayesncl.weights import released
 from bayesncl.weights.export import BUILD, export
+from helpers.processes import current
 
 RELEASED_GATES = {v: k for k, v in released.GATES.items()}
 
@@ -79,7 +80,7 @@ def write_released(model_pt: Path, where: Path, args: bool = True) -> Path:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from conftest import TINY
+    from helpers import TINY
 
     out = tmp_path_factory.mktemp("run")
     # the released CIFAR stem (padding 2): what an import of a released checkpoint builds
@@ -123,7 +124,7 @@ def _comparable(record):
 def test_a_released_checkpoint_imports_to_the_same_model_and_every_section_gives_the_same_numbers(trained, tmp_path):
     run, cfg = trained
     ckpt = write_released(run / "model.pt", tmp_path / "released")
-    from conftest import TINY
+    from helpers import TINY
 
     settings = [a for s in TINY if not s.startswith("model.") for a in ("--set", s)]  # data, train, eval
     assert main(["import", "--checkpoint", str(ckpt), "--out", str(tmp_path / "imported"), *settings]) == 0
@@ -750,7 +751,6 @@ def test_an_imported_checkpoint_is_a_run_of_the_grid_that_is_never_trained(train
 @pytest.mark.grid
 def test_the_tiny_grid_with_an_imported_checkpoint_evaluates_and_reports_it(trained, tmp_path):
     import shutil
-    import subprocess
 
     import pandas as pd
 
@@ -763,8 +763,8 @@ def test_the_tiny_grid_with_an_imported_checkpoint_evaluates_and_reports_it(trai
     out = Path(wf["results"])
     env = dict(__import__("os").environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
     targets = [str(out / "tables" / f"{t}.md") for t in ("table1", "table2")]
-    r = subprocess.run([exe, "--cores", "2", *targets, "--configfile", str(tmp_path / "grid.yaml")], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=1800)
+    r = current().run([exe, "--cores", "2", *targets, "--configfile", str(tmp_path / "grid.yaml")], cwd=ROOT,
+                      env=env, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
     runs = pd.read_csv(out / "summary" / "runs.csv")
     imp = runs[runs["variant"] == "BayesNCL (released)"]
@@ -780,8 +780,8 @@ def test_the_tiny_grid_with_an_imported_checkpoint_evaluates_and_reports_it(trai
         assert "BayesNCL (released) (imported)" in md and sha[:16] in md, t
     rec = json.loads((out / "runs" / rid / "eval" / "features.json").read_text())
     assert rec["run"]["imported"]["sha256"] == sha
-    again = subprocess.run([exe, "-n", "--cores", "2", *targets, "--configfile", str(tmp_path / "grid.yaml")],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    again = current().run([exe, "-n", "--cores", "2", *targets, "--configfile", str(tmp_path / "grid.yaml")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
 
 

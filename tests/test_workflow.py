@@ -4,7 +4,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from helpers.processes import current
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = shutil.which("snakemake")
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not install
 
 
 def snakemake(*args, cwd=ROOT, timeout=600):
-    return subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return current().run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -99,8 +99,8 @@ main()
 
 def plan(*args, cwd=ROOT):
     """(dry-run stdout, {group id: {"asked": ..., "members": {rule: resources}}}) of `snakemake -n ARGS`."""
-    r = subprocess.run([sys.executable, "-c", PLAN, "-n", *args], cwd=cwd, capture_output=True, text=True,
-                       timeout=600)
+    r = current().run([sys.executable, "-c", PLAN, "-n", *args], cwd=cwd, capture_output=True, text=True,
+                      timeout=600)
     assert r.returncode == 0, r.stderr[-5000:] + r.stdout[-3000:]
     groups = {}
     for line in r.stderr.splitlines():
@@ -329,7 +329,6 @@ REQUIRED = {
 }
 
 
-@pytest.mark.slow
 def test_tiny_grid_end_to_end(tiny_grid):
     out, args, r = tiny_grid  # conftest.py: `snakemake --cores 2` over config/tiny.yaml, once per session
     for i in range(1, 8):
@@ -354,8 +353,8 @@ def test_tiny_grid_end_to_end(tiny_grid):
                 assert variant in md, (set_name, variant)
             assert "nan" not in md.lower() and "nan" not in tex.lower(), set_name
     assert json.loads((out / "summary" / "metrics.json").read_text())["synthetic"]
-    from bayesncl.report import claims, summary  # the claims table has a row for every claim (part)
-    every = {c.claim for _, comps in claims.claims_rows(summary.prepare(pd.DataFrame())) for c in comps}
+    from bayesncl.report import claims, judge, summary  # the claims table has a row for every claim (part)
+    every = {c.claim for _, comps in judge.claims_rows(summary.prepare(pd.DataFrame())) for c in comps}
     md = (out / "tables" / "claims.md").read_text()
     ids = {line.split("|")[1].strip() for line in md.splitlines() if line.startswith("| ")}
     assert every <= {i.split("-")[0] for i in ids} and len(ids) == len(  # one id per row (10b-16, 10b-32)
@@ -583,8 +582,8 @@ def test_local_gpu_jobs_never_share_a_gpu(tmp_path):
     cfg, record, bindir, targets = _gpu_grid(tmp_path)
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}", CUDA_VISIBLE_DEVICES="3,7",
                TMPDIR=str(tmp_path))  # own GPU lock files
-    r = subprocess.run([SNAKEMAKE, "--cores", "8", *targets, "--configfile", str(cfg)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = current().run([SNAKEMAKE, "--cores", "8", *targets, "--configfile", str(cfg)], cwd=ROOT, env=env,
+                      capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-5000:]
     jobs = [json.loads(line) for line in record.read_text().splitlines()]
     assert len(jobs) == len(targets)
@@ -599,8 +598,8 @@ def test_local_gpu_jobs_never_share_a_gpu(tmp_path):
 
     # Where the job runs is not part of its identity: without GPUs nothing reruns.
     env["CUDA_VISIBLE_DEVICES"] = ""
-    again = subprocess.run([SNAKEMAKE, "-n", "--cores", "8", *targets, "--configfile", str(cfg)], cwd=ROOT,
-                           env=env, capture_output=True, text=True, timeout=120)
+    again = current().run([SNAKEMAKE, "-n", "--cores", "8", *targets, "--configfile", str(cfg)], cwd=ROOT,
+                          env=env, capture_output=True, text=True)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout
 
 
@@ -608,8 +607,8 @@ def test_local_gpu_jobs_never_share_a_gpu(tmp_path):
 def test_local_gpu_limit_is_the_visible_gpu_count(tmp_path, visible, limit):
     cfg, _, _, targets = _gpu_grid(tmp_path)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible)
-    r = subprocess.run([SNAKEMAKE, "-n", "-p", "--cores", "8", targets[0], "--configfile", str(cfg)], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=120)
+    r = current().run([SNAKEMAKE, "-n", "-p", "--cores", "8", targets[0], "--configfile", str(cfg)], cwd=ROOT,
+                      env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     assert re.search(rf"\bgpu={min(limit, 1)}\b", r.stdout), r.stdout
     assert ("gpu_slot.py" in r.stdout) == (limit > 0)
@@ -622,14 +621,14 @@ def test_gpu_slot_takes_a_free_gpu(tmp_path):
     lock = os.open(tmp_path / "gpu-3.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # GPU 3 busy
     script = ROOT / "workflow" / "scripts" / "gpu_slot.py"
-    r = subprocess.run([sys.executable, str(script), "--gpus", "3,7", "--lock-dir", str(tmp_path), "--",
-                        sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"],
-                       capture_output=True, text=True, timeout=60)
+    r = current().run([sys.executable, str(script), "--gpus", "3,7", "--lock-dir", str(tmp_path), "--",
+                       sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"],
+                      capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "7", r.stderr
     os.close(lock)
-    r = subprocess.run([sys.executable, str(script), "--gpus", "3,7", "--lock-dir", str(tmp_path), "--",
-                        sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"],
-                       capture_output=True, text=True, timeout=60)
+    r = current().run([sys.executable, str(script), "--gpus", "3,7", "--lock-dir", str(tmp_path), "--",
+                       sys.executable, "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])"],
+                      capture_output=True, text=True)
     assert r.stdout.strip() == "3", r.stderr
 
 

@@ -4,10 +4,10 @@ too); the Snakefile states its minimum Snakemake; `snakemake --lint` finds nothi
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.processes import current
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "workflow" / "rules"
@@ -97,8 +97,8 @@ def test_snakefile_states_its_minimum_snakemake():
 
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake not installed (pip install -e '.[workflow]')")
 def test_lint_finds_nothing_on_the_tiny_grid(tmp_path):
-    r = subprocess.run([shutil.which("snakemake"), "--lint", "--configfile", "config/tiny.yaml", "--config",
-                        f"results={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r = current().run([shutil.which("snakemake"), "--lint", "--configfile", "config/tiny.yaml", "--config",
+                       f"results={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "Lints for" not in out and "Congratulations, your workflow is in a good condition" in out, out

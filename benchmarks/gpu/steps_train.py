@@ -95,7 +95,7 @@ def _rates(check: Check, methods, mode: str) -> dict:
 def _train_step(check: Check, method: str, graph: str = "eager"):
     """(a started TrainStep of the throughput model, its train split), as `pretrain` builds them."""
     from bayesncl.data import SimCLRAugment, load_split
-    from bayesncl.train import TrainStep
+    from bayesncl.step import TrainStep
 
     cfg = check.step_config(method, graph)
     train = load_split(cfg["data"], "train")

@@ -4,27 +4,25 @@ The dataclasses below (`Config` and its sections) are the definition: a field's 
 (`typing.Literal` for a choice), its default the default, and its metadata the range, what null means
 and a one-line doc. The rest of the code uses plain nested dicts (`cfg["train"]["epochs"]`);
 `DEFAULTS`, the per-key checks `RULES` and `KEYS_ADDED` are derived from the definition; the names a method or
-a dataset may take are bayesncl.registry's.
-Validation runs before any work and names the bad key, the value it got and what is allowed.
+a dataset may take are bayesncl.registry's (a key's check: bayesncl.keyrules; YAML files and `--set` items:
+bayesncl.yamlio). Validation runs before any work and names the bad key, the value it got and what is allowed.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import math
 import numbers
-import shlex
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from types import NoneType, UnionType
-from typing import Any, Callable, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Callable, Literal
 
 import yaml
 
 from .errors import ConfigError  # re-exported: its old home
 
 from . import registry
+from .keyrules import _rule, _walk
+from .yamlio import load_yaml_file, nest, parse_set  # re-exported: their old home
 
 
 def __getattr__(name: str):
@@ -236,97 +234,6 @@ RUNTIME_KEYS = ("train.device", "train.threads", "train.deterministic", "data.nu
 # Derived from the definition
 
 
-def _isnum(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _isint(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _range_phrase(noun: str, m: dict) -> str:
-    ge, gt, le, lt = (m.get(k) for k in ("ge", "gt", "le", "lt"))
-    lo, hi = (ge if ge is not None else gt), (le if le is not None else lt)
-    a = "an" if noun[0] in "aeiou" else "a"
-    if lo is not None and hi is not None:
-        if gt is not None and lt is not None:
-            return f"{a} {noun} strictly between {lo} and {hi}"
-        return f"{a} {noun} in {'[' if ge is not None else '('}{lo}, {hi}{']' if le is not None else ')'}"
-    if gt == 0:
-        return f"a positive {noun}"
-    if lo is not None:
-        return f"{a} {noun} {'>=' if ge is not None else '>'} {lo}"
-    if hi is not None:
-        return f"{a} {noun} {'<=' if le is not None else '<'} {hi}"
-    return f"{a} {noun}"
-
-
-def _in_range(v, m: dict) -> bool:
-    return ((m.get("ge") is None or v >= m["ge"]) and (m.get("gt") is None or v > m["gt"])
-            and (m.get("le") is None or v <= m["le"]) and (m.get("lt") is None or v < m["lt"]))
-
-
-def _base_rule(tp, m: dict) -> tuple[Callable[[Any], bool], str]:
-    """(check, allowed phrase) for one non-None type."""
-    if "choices" in m:  # a registry's names, as they are when the check runs
-        return (lambda v: isinstance(v, str) and v in m["choices"]()), _Choices(m["choices"])
-    if get_origin(tp) is Literal:
-        allowed = get_args(tp)
-        # type as well as value: True == 1, but true is no head depth
-        return (lambda v: any(type(v) is type(a) and v == a for a in allowed),
-                "one of " + ", ".join(map(str, allowed)))
-    if tp is bool:
-        return (lambda v: isinstance(v, bool)), "true or false"
-    if tp is int:
-        return (lambda v: _isint(v) and _in_range(v, m)), _range_phrase("integer", m)
-    if tp is float:
-        return (lambda v: _isnum(v) and _in_range(v, m)), _range_phrase("number", m)
-    if tp is str:
-        return (lambda v: isinstance(v, str)), "a string"
-    if get_origin(tp) is list and get_args(tp) == (str,):
-        return (lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v),
-                "a non-empty list of strings")
-    raise TypeError(f"config definition: no check for type {tp!r}")
-
-
-class _Choices:
-    """The allowed-values phrase of a registry key, read when the message is made."""
-
-    def __init__(self, names: Callable[[], tuple[str, ...]]):
-        self.names = names
-
-    def __str__(self) -> str:
-        return "one of " + ", ".join(self.names())
-
-    def __add__(self, other: str) -> str:
-        return str(self) + other
-
-
-def _rule(tp, m: dict) -> tuple[Callable[[Any], bool], str]:
-    alts = get_args(tp) if get_origin(tp) in (Union, UnionType) else (tp,)
-    nullable = NoneType in alts
-    rules = [_base_rule(a, m) for a in alts if a is not NoneType]
-    allowed = " or ".join(str(p) for _, p in rules) if len(rules) > 1 or not isinstance(rules[0][1], _Choices) \
-        else rules[0][1]
-    if m.get("note"):
-        allowed += f" ({m['note']})"
-    if nullable:
-        allowed += " or null" + (f" ({m['null']})" if m.get("null") else "")
-    checks = [c for c, _ in rules]
-    return (lambda v: (nullable and v is None) or any(c(v) for c in checks)), m.get("expected", allowed)
-
-
-def _walk(cls, prefix: str = ""):
-    """(dotted key, type, metadata) of every leaf key of a config dataclass, in definition order."""
-    hints = get_type_hints(cls)
-    for f in fields(cls):
-        key, tp = prefix + f.metadata.get("key", f.name), hints[f.name]
-        if is_dataclass(tp):
-            yield from _walk(tp, key + ".")
-        else:
-            yield key, tp, f.metadata
-
-
 def as_dict(obj) -> dict:
     """A config dataclass instance as the nested dict the code uses (config keys, not Python names)."""
     out = {}
@@ -385,35 +292,6 @@ def _number(v: str):
         return float(v)
     except ValueError:
         return v  # validation reports it with the key
-
-
-def parse_set(item: str) -> tuple[str, Any]:
-    """`a.b=value` -> ("a.b", YAML-parsed value)."""
-    if "=" not in item:
-        raise ConfigError(f"--set {item!r}: expected key=value, e.g. method.rho=0.7")
-    key, raw = item.split("=", 1)
-    key = key.strip()
-    if not raw.strip():
-        return key, None
-    try:
-        return key, yaml.safe_load(raw)
-    except yaml.YAMLError as e:
-        problem = getattr(e, "problem", None) or type(e).__name__
-        raise ConfigError(
-            f"--set {key}: value {raw!r} is not valid YAML ({problem}); give a number, true/false, a closed "
-            f"[list], or quote a string: --set {shlex.quote(f'{key}={json.dumps(raw)}')}"
-        ) from None
-
-
-def nest(pairs: dict[str, Any]) -> dict:
-    out: dict = {}
-    for key, value in pairs.items():
-        node = out
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
-    return out
 
 
 def _check(flat: dict, prefix: str = "") -> None:
@@ -477,28 +355,6 @@ def topk_k(cfg: dict) -> int:
     """Top-k NCL's k: `method.topk_k`, else round(D / 10), at least 1."""
     k = cfg["method"].get("topk_k")
     return int(k) if k is not None else max(1, int(round(cfg["model"]["proj_dim"] / 10)))
-
-
-def load_yaml_file(file: str | Path, what: str,
-                   expected: str = "expected a YAML text file of config keys (data:, model:, method:, train:, eval:)"):
-    """The YAML document in `file`; a missing, unreadable, binary or malformed file is one ConfigError line
-    naming it and what was expected."""
-    path = Path(file)
-    if not path.is_file():
-        raise ConfigError(f"{what} {path} " + ("is a folder" if path.is_dir() else "does not exist") + f"; {expected}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{what} {path}: cannot be read ({e.strerror}); {expected}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{what} {path}: not a text file (it is not UTF-8); {expected}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{what} {path}: not valid YAML{where} ({problem}); {expected}") from None
 
 
 # Keys added after runs were recorded, with what every run before them did (a key's `added`; not always today's

@@ -122,7 +122,8 @@ def make_plan(df, wf: dict, rates: dict | None = None, sizes: dict[str, int] | N
     """The plan for the grid ``wf`` from its pilot runs.csv ``df`` (rates: bayesncl.estimate.measured_rates;
     None: no GPU-hours)."""
     from .grid import pilot_seeds, set_seeds
-    from .report.claims import LOOK_ALPHAS, judge
+    from .report.claims import LOOK_ALPHAS
+    from .report.judge import judge
     from .report.verdicts import FAMILY_FAILS, FAMILY_HOLDS, NOT_RUN, family_verdicts
 
     if pilot_seeds(wf):

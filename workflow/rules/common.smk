@@ -230,7 +230,7 @@ def section_minutes(section, declared):
 # --------------------------------------------------------------------------- how a job starts
 # Every `bayesncl` job writes its start-up seconds (process start to the start of its work: interpreter, imports,
 # loading) beside its benchmark record, as <benchmark>.start.json; `bayesncl jobs` reads them into jobs.csv.
-# Locally, CPU jobs run in children of the fork server (bayesncl/forkserver.py), which imports torch once for the
+# Locally, CPU jobs run in children of the fork server (bayesncl/forkserver/), which imports torch once for the
 # whole run instead of once per job (about 3 s of a 5-15 s job); `--config forkserver=false`: a plain process each.
 FORKSERVER = LOCAL and config.get("forkserver", True) is True and sys.platform.startswith("linux")  # fork + /proc
 # The run's servers are its own: started by its first job in a folder of this workflow's (unless

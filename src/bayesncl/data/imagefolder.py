@@ -45,7 +45,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from . import DataError, ImageSet
+from ..errors import DataError
+from .imageset import ImageSet
 from . import imagenet as I
 from . import prepared as P
 
@@ -306,7 +307,7 @@ def compute_mean_std(ds: ImageSet, batch_size: int = 64) -> tuple[tuple[float, .
     Exact: from per-channel counts of the 256 pixel values, so the result does not depend on the order or the
     batch size, and the prepared copy and the decoded files give the same numbers.
     """
-    from . import iter_batches
+    from .feed import iter_batches
 
     counts = np.zeros((3, 256), dtype=np.int64)
     for x, _, _ in iter_batches(ds, batch_size, shuffle=False, seed=0, drop_last=False, device="cpu"):

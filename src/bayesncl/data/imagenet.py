@@ -42,7 +42,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from . import IMAGENET_MEAN, IMAGENET_STD, DataError, ImageSet
+from ..errors import DataError
+from .imageset import IMAGENET_MEAN, IMAGENET_STD, ImageSet
 from . import prepared as P
 
 NAME = "imagenet100"  # its name in bayesncl.registry

@@ -206,7 +206,8 @@ def prepare_copy(folder: Path, split: str, *, fmt: str, decode_version: int, key
     import torch
 
     from ..atomic import atomic_path, atomic_write_text
-    from . import ImageSet, iter_batches
+    from .feed import iter_batches
+    from .imageset import ImageSet
 
     if workers < 0:
         raise DataError(f"--workers: {workers} decoding processes; give 0 (decode in this process) or more")

@@ -37,7 +37,8 @@ import numpy as np
 import torch
 
 from ..config import DEFAULTS, SYNTHETIC_SHAPES, SYNTHETIC_TEXTURES, ConfigError, synthetic_params
-from . import DataError, ImageSet
+from ..errors import DataError
+from .imageset import ImageSet
 
 NAME = "synthetic"  # its name in bayesncl.registry
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from . import IMAGENET_MEAN, IMAGENET_STD, DataError, ImageSet
+from ..errors import DataError
+from .imageset import IMAGENET_MEAN, IMAGENET_STD, ImageSet
 from .imagenet import ImageFileDataset
 
 __all__ = ["WATERBIRDS_COLUMNS", "WATERBIRDS_SPLITS", "check_waterbirds", "load_waterbirds"]

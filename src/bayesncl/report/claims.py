@@ -1,6 +1,6 @@
-"""The claims of docs/METHOD.md section 9 as comparisons on the grid's own runs (``claims_rows``: claim objects,
-judged by verdicts.compare). claims_table.py writes them as the claims table and the terminal's outcome; the
-reproduction report (document.py) reads the same objects.
+"""The claims of docs/METHOD.md section 9 as comparisons on the grid's own runs (claim objects, judged by
+verdicts.compare; judge.py builds them into the table's rows, ``claims_rows``). claims_table.py writes them as the
+claims table and the terminal's outcome; the reproduction report (document.py) reads the same objects.
 
 Each row is one comparison between two sides (a claim with several parts gets one row per part: 1a-c,
 2a-b, 6a-c, 7a-d, 10a and one 10b per width D, 11a-b, 12a-b). A side is the group of runs (seeds) of one
@@ -14,16 +14,16 @@ it holds only when both parts hold and does not hold when either does not. Runs 
 (equal ``weights_sha``, a Top-k mask that never bound; see groups.flag_repeats) are marked with a double
 dagger.
 
-Controls (docs/METHOD.md section 9): each comparison of trained networks on a metric that exists before training
-is made again on the runs' untrained twins (bayesncl.grid.plan_init_runs; runs.csv's ``init_of`` names the sets
-a twin initialises), giving Delta at initialisation, and the change training brought (each seed's Delta minus
-its Delta at initialisation) is judged by the same rule; a claim without such a metric (``Claim.at_init``) says
-why, and where both sides' twins are the same network (Delta at init 0 by construction) the Training column
-says so instead of repeating the verdict. Every comparison is also judged familywise: the primary claims
-(PRIMARY: 1a and 2a on each dataset) first, the others only when they all hold (verdicts.family_verdicts). A
-grid grown by `bayesncl plan` (runs.csv's ``pilot_of``: the sets whose pilot seeds a run belongs to) is judged
-in two looks: the pilot's seeds at LOOK_ALPHAS[0], the added seeds alone at LOOK_ALPHAS[1] (docs/METHOD.md
-section 9, "Planning").
+Controls (docs/METHOD.md section 9; made in judge.py): each comparison of trained networks on a metric that exists
+before training is made again on the runs' untrained twins (bayesncl.grid.plan_init_runs; runs.csv's ``init_of``
+names the sets a twin initialises), giving Delta at initialisation, and the change training brought (each seed's
+Delta minus its Delta at initialisation) is judged by the same rule; a claim without such a metric
+(``Claim.at_init``) says why, and where both sides' twins are the same network (Delta at init 0 by construction) the
+Training column says so instead of repeating the verdict. Every comparison is also judged familywise: the primary
+claims (PRIMARY: 1a and 2a on each dataset) first, the others only when they all hold (verdicts.family_verdicts). A
+grid grown by `bayesncl plan` (runs.csv's ``pilot_of``: the sets whose pilot seeds a run belongs to) is judged in
+two looks: the pilot's seeds at LOOK_ALPHAS[0], the added seeds alone at LOOK_ALPHAS[1] (docs/METHOD.md section 9,
+"Planning").
 """
 
 from __future__ import annotations
@@ -37,13 +37,12 @@ import pandas as pd
 
 from .cells import METRICS, Metric, Stat, stat
 from .groups import Group, flag_repeats, group_rows, in_set, parse_list
-from .names import ARCH_NAMES
 from .summary import prepare, sweep_rows
-from .verdicts import (ALPHA, BETTER, LOOK_ALPHAS, NOT_RUN, NOT_WORSE, UNSIGNED, VERDICTS, Family, Kind, Outcome,
-                       _p_lists, at_most, combine, compare, family_verdicts, finite, label, two_looks, within)
+from .verdicts import (BETTER, LOOK_ALPHAS, NOT_WORSE, UNSIGNED, VERDICTS, Kind, Outcome, at_most, combine, compare,
+                       finite, within)
 
-__all__ = ["BETTER", "CLAIMS", "LOOK_ALPHAS", "NOT_WORSE", "PRIMARY", "SAME_INIT", "VERDICTS", "Claim", "Comparison", "Judged",
-           "Kind", "Outcome", "Side", "claims_rows", "combine", "compare", "judge", "within"]
+__all__ = ["BETTER", "CLAIMS", "LOOK_ALPHAS", "NOT_WORSE", "PRIMARY", "SAME_INIT", "VERDICTS", "Claim", "Comparison",
+           "Kind", "Outcome", "Side", "combine", "compare", "within"]  # the judged table: report/judge.py
 
 # The paper's headline, tested first on each dataset (docs/METHOD.md section 9, "Planning"): interpretability up
 # (1a) and accuracy kept (2a). The other comparisons are tested only when all of these hold.
@@ -444,148 +443,3 @@ def declare(decls) -> list[Claim]:
     """Set the declared claims (DECLARED) from a workflow config's `claims` list."""
     DECLARED[:] = parse_claims(decls or [])
     return list(DECLARED)
-
-
-# ----------------------------------------------------------------------------- the table
-def _arch_name(arch: str) -> str:
-    return ARCH_NAMES.get(arch, arch) if arch else "ResNet-50"
-
-
-def claims_rows(df: pd.DataFrame) -> list[tuple[str, list[Comparison]]]:
-    """[(dataset, comparisons), ...]: per dataset, the claims whose sets it has runs in, each judged within
-    one architecture (a claim whose sets hold runs of several architectures gets one row per architecture,
-    which its text and id name); a last block ("") holds the claims no dataset ran, as "not run"."""
-    return judge(df).blocks
-
-
-@dataclass
-class Judged:
-    """The claims table's comparisons (``blocks``, as claims_rows) and their familywise tests: one Family per
-    look (one look, or two for a grid grown by `bayesncl plan`)."""
-    blocks: list[tuple[str, list[Comparison]]]
-    families: list[Family]
-    pilot: bool = False  # two looks: the runs record the pilot's seeds (runs.csv's pilot_of)
-
-    @property
-    def comparisons(self) -> list[Comparison]:
-        return [c for _, comps in self.blocks for c in comps]
-
-
-def judge(df: pd.DataFrame) -> Judged:
-    """Every comparison of the claims table, judged plainly (all seeds), against its initialisation control
-    and familywise (claims_rows)."""
-    df = prepare(df)
-    records = df.to_dict("records")
-    pilot = any(str(r.get("pilot_of") or "") for r in records)
-    if pilot:  # the runs each set added after the pilot: the second look's evidence
-        for r in records:
-            own = set(parse_sets(r.get("pilot_of")))
-            r["added_of"] = ";".join(s for s in parse_sets(r["sets"]) if s not in own)
-    datasets = list(dict.fromkeys(r["dataset"] for r in records))
-    blocks, ran, looks = [], set(), []
-    for d in datasets:
-        mine = [r for r in records if r["dataset"] == d]
-        parts = [Runs([r for r in mine if r["arch"] == a], a) for a in dict.fromkeys(r["arch"] for r in mine)]
-        comps = []
-        for claim in [*CLAIMS, *PLUGIN_CLAIMS, *DECLARED]:
-            where = [runs for runs in parts
-                     if runs.has(*claim.sets) and (claim.applies is None or claim.applies(runs))]
-            for runs in where:
-                ran.add(claim.number)
-                built = _controlled(claim, runs)
-                if pilot:
-                    _looked(claim, runs, built)
-                for c in built:
-                    c.sets = claim.sets
-                    c.primary = claim in CLAIMS and c.claim in PRIMARY
-                    c.text = c.text.replace("@arch", _arch_name(runs.arch))
-                    if len(where) > 1 and claim.number != 9:
-                        c.text += f" ({_arch_name(runs.arch)})"
-                        c.claim += "-" + runs.arch.replace("resnet", "r")  # ids unique within the dataset
-                    comps.append(c)
-        if comps:
-            blocks.append((d, comps))
-    empty = Runs([])
-    missing = []
-    for claim in [*CLAIMS, *PLUGIN_CLAIMS, *DECLARED]:
-        if claim.number not in ran:
-            for c in claim.build(empty):
-                c.sets, c.init_note = claim.sets, claim.at_init
-                c.primary = claim in CLAIMS and c.claim in PRIMARY
-                c.text = c.text.replace("@arch", _arch_name(""))
-                missing.append(c)
-    if missing:
-        blocks.append(("", missing))
-    every = [c for _, comps in blocks for c in comps]
-    if not pilot:
-        family = family_verdicts([(c.result, c.kind) for c in every], [c.primary for c in every], ALPHA)
-        for c, v in zip(every, family.verdicts):
-            c.family = v
-        return Judged(blocks, [family])
-    return Judged(blocks, _two_looks(every), pilot=True)
-
-
-def parse_sets(value) -> list[str]:
-    return [s for s in str(value or "").split(";") if s] if value == value else []  # NaN: none
-
-
-def _looked(claim: Claim, runs: Runs, comps: list[Comparison]) -> None:
-    """A grown grid's two looks at each comparison: the claim built on the pilot's runs alone, then on the
-    added runs alone (comparisons paired by position and id, as the initialisation control)."""
-    out = []
-    for column in ("pilot_of", "added_of"):
-        part = Runs(runs.records, runs.arch, column=column)
-        built = claim.build(part) if part.has(*claim.sets) else []
-        out.append(built if len(built) == len(comps) else [])
-    for i, c in enumerate(comps):
-        c.looks = tuple(look[i].result if look and look[i].claim == c.claim else Outcome(NOT_RUN) for look in out)
-
-
-def _two_looks(every: list[Comparison]) -> list[Family]:
-    """The familywise verdicts of a grown grid (verdicts.two_looks): look 1 on the pilot's seeds, look 2 on the
-    added seeds alone; each comparison's Family label names the look that gave it."""
-    for c in every:
-        c.looks = c.looks or (Outcome(NOT_RUN), Outcome(NOT_RUN))  # a claim no dataset ran
-    primary = [c.primary for c in every]
-    one = _p_lists([(c.looks[0], c.kind) for c in every])
-    two = _p_lists([(c.looks[1], c.kind) for c in every])
-    codes, controlled, look = two_looks(one[:2], one[2], two[:2], two[2], primary)
-    for i, c in enumerate(every):
-        plain = c.looks[look[i] - 1].verdict
-        c.family = label(codes[i], controlled[i], plain if plain != NOT_RUN else c.verdict, int(look[i]))
-    return [family_verdicts([(c.looks[0], c.kind) for c in every], primary, LOOK_ALPHAS[0])]
-
-
-def _controlled(claim: Claim, runs: Runs) -> list[Comparison]:
-    """The claim's comparisons on ``runs`` with their initialisation control: the same comparisons on the runs'
-    untrained twins, and the change training brought, judged by the same rule."""
-    comps = claim.build(runs)
-    if claim.at_init:
-        for c in comps:
-            c.init_note = claim.at_init
-        return comps
-    twins = Runs(runs.records, runs.arch, column="init_of")
-    init = claim.build(twins) if twins.has(*claim.sets) else []
-    for i, c in enumerate(comps):
-        c0 = init[i] if len(init) == len(comps) and init[i].claim == c.claim else None
-        if c0 is None or c0.result.verdict == NOT_RUN:
-            c.init_note = NO_TWINS if c.result.verdict != NOT_RUN else ""  # not run: nothing to control
-            continue
-        c.init, c.change = c0.result, training_change(c, c0)
-        # both sides read the same network before training (one backbone for the probe, a gate that differs only
-        # once trained): every seed's Delta at init is exactly 0 and Training would repeat the verdict
-        r0 = c0.result
-        c.same_init = r0.test == "paired" and len(r0.left) > 0 and r0.left == r0.right
-    return comps
-
-
-def training_change(c: Comparison, c0: Comparison) -> Outcome:
-    """What training changed: each side's gain over its own initialisation (a seed's value minus its untrained
-    twin's), compared as the claim compares its sides. Paired by seed this is Delta_s - Delta_init,s; the margins
-    are the trained comparison's (a relative tolerance in the trained right side's unit, never the gains')."""
-    def gain(side: Side, init: Side) -> list[tuple[float, float]]:
-        at = dict(finite(init.values))
-        return [(s, v - at[s]) for s, v in finite(side.values) if s in at]
-
-    kind = Kind(c.kind.name, c.result.tol) if c.kind.relative else c.kind
-    return compare(gain(c.left, c0.left), gain(c.right, c0.right), kind, c.better)

@@ -1,5 +1,5 @@
 """The claims table (``results/tables/claims.{tex,md}``) and the outcome printed to the terminal: the judged
-comparisons of claims.py (``claims_rows``) as cells, in LaTeX, Markdown or plain text.
+comparisons of claims.py (judge.py's ``claims_rows``) as cells, in LaTeX, Markdown or plain text.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from tabulate import tabulate
 
 from ..registry import method_traits
 from .cells import METRICS, Fmt, Stat
-from .claims import LOOK_ALPHAS, PRIMARY, SAME_INIT, Comparison, Judged, Side, judge
+from .claims import LOOK_ALPHAS, PRIMARY, SAME_INIT, Comparison, Side
+from .judge import Judged, judge
 from .groups import flag_repeats, group_rows
 from .layout import render_context, table_context, write_table
 from .lines import rows_in_set, saturation_verdict

@@ -30,8 +30,9 @@ from ..errors import BayesNCLError, MissingInputError
 from ..learning import saturation_rule
 from . import provenance
 from .cells import Fmt, caption_text, latex_escape
-from .claims import Comparison, claims_rows
+from .claims import Comparison
 from .claims_table import build_claims, claim_cells, dataset_title, family_tally
+from .judge import claims_rows
 from .reading import reading, rows_of
 from .layout import environment
 from .names import DATASET_NAMES
@@ -161,7 +162,7 @@ def outcome_text(verdicts: list[str], family: str = "") -> str:
 
 
 def claims_for(set_name: str, judged: list[tuple[str, Comparison]], fmt: Fmt) -> list[dict]:
-    """The comparisons (``judged``: (dataset, comparison) pairs, claims.claims_rows flattened) of the claims
+    """The comparisons (``judged``: (dataset, comparison) pairs, judge.claims_rows flattened) of the claims
     that read ``set_name``, as the box under a table or figure shows them, in ``fmt``."""
     multi = len({d for d, _ in judged}) > 1
     out = []

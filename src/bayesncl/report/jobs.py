@@ -7,7 +7,7 @@ resources the job was given. `summary/jobs.csv` has one row per job:
     rule, run, seconds (wall), max_rss_mb (peak resident memory; NA when the job ended before Snakemake's
     first sample), gpus (the GPUs the job held: its `gpu` resource; NA where the file does not say),
     cpu_seconds (NA like max_rss_mb), startup_seconds (process start to the start of the job's work:
-    interpreter, imports, loading; from <run>.start.json beside the record, which bayesncl.forkserver.mark_ready
+    interpreter, imports, loading; from <run>.start.json beside the record, which bayesncl.startup.mark_ready
     writes; NA where the job wrote none; a job run by the fork server also records its own peak memory and CPU
     seconds there, which replace the benchmark's, measured on the client), benchmark (the file)
 

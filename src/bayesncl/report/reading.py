@@ -2,7 +2,7 @@
 and the reproduction report's, so that no sentence states a verdict the table does not give
 (tests/test_docs.py regenerates the README's from the README's own table).
 
-``rows_of`` takes the judged comparisons (claims.judge), ``read_markdown`` a claims.md as `bayesncl report` writes
+``rows_of`` takes the judged comparisons (judge.judge), ``read_markdown`` a claims.md as `bayesncl report` writes
 it (and as the README quotes it); ``reading`` turns either into Markdown bullets.
 """
 
@@ -28,7 +28,7 @@ class Row:
 
 
 def rows_of(blocks, title=lambda d: d) -> list[Row]:
-    """The rows of claims.judge(...).blocks; ``title`` names a dataset as the table's block titles do."""
+    """The rows of judge.judge(...).blocks; ``title`` names a dataset as the table's block titles do."""
     def training(c) -> str:  # the Training cell as the table shows it
         return SAME_INIT if c.same_init else c.change.verdict if c.change is not None else "-"
 

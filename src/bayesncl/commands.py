@@ -1,0 +1,322 @@
+"""The `bayesncl` commands' handlers: each takes the parsed arguments (bayesncl.cli's parser) and returns the
+exit code; a BayesNCLError it raises is the CLI's one line and exit 2. Each imports what its command needs when
+it runs, so the CLI starts without torch."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+from .atomic import check_writable_dir
+from .errors import REQUEUE_EXIT, BayesNCLError, ConfigError, OutputError
+from .startup import mark_ready
+
+
+def _input_file(path: str, what: str, fix: str, error=BayesNCLError) -> None:
+    """A missing input fails at once with its name, not with a traceback from deep inside."""
+    p = Path(path)
+    if not p.is_file():
+        state = "is a folder, not a file" if p.is_dir() else "does not exist"
+        raise error(f"{what} {p} {state}; {fix}")
+
+
+def _json_object(text: str, flag: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{flag}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag}: expected a JSON object of config keys")
+    return value
+
+
+def cmd_pretrain(args) -> int:
+    from .config import resolve
+    from .data import check_data
+    from .train import Preempted, TrainingDiverged, pretrain
+
+    base = _json_object(args.config_json, "--config-json") if args.config_json else None
+    cfg = resolve(file=args.config, base=base, sets=args.set)
+    check_data(cfg["data"])
+    check_writable_dir(args.out)
+    try:
+        path = pretrain(cfg, args.out, progress=not args.quiet, replace=args.replace)
+    except Preempted as e:  # the SLURM profile retries exit 75, and the rerun resumes
+        print(f"bayesncl pretrain: {e} (exit {REQUEUE_EXIT})", file=sys.stderr)
+        return REQUEUE_EXIT
+    except TrainingDiverged as e:
+        print(f"bayesncl pretrain: training diverged: {e}", file=sys.stderr)
+        return 1
+    print(f"pretrained model: {path}")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from .config import parse_set
+    from .evaluation.runner import evaluate
+
+    for item in args.set:  # a bad value fails before the checkpoint is loaded
+        parse_set(item)
+    overrides = _json_object(args.config_json, "--config-json") if args.config_json else None
+    _input_file(args.checkpoint, "--checkpoint", "give the model.pt that `bayesncl pretrain` wrote")
+    check_writable_dir(args.out)
+    for path in evaluate(args.checkpoint, args.out, only=args.only, sets=args.set, overrides=overrides,
+                         expect_config=args.config, progress=not args.quiet, replace=args.replace):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_summarize(args) -> int:
+    from .report.summary import write_summary
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    out = Path(args.out)
+    if out.is_dir():
+        raise OutputError(f"--out {out} is a folder; give the CSV file to write, e.g. {out / 'runs.csv'}")
+    check_writable_dir(out.parent, what=f"--out {out}")
+    if args.grid is not None:
+        grid = _read_grid(args.grid)
+    else:
+        grid = _json_object(args.grid_json, "--grid-json")
+    write_summary(grid, args.out)
+    print(f"summary: {args.out}")
+    return 0
+
+
+def _read_grid(path: str) -> dict:
+    """A workflow config file, checked (its schema where the workflow extra is installed) and its plugins
+    found beside it."""
+    from .config import load_yaml_file
+    from .plugins import export_env, load_grid
+    from .wfconfig import check_grid
+
+    _input_file(path, "--grid", "give the workflow config, e.g. config/config.yaml")
+    grid = load_yaml_file(path, "--grid", "expected the workflow config, a YAML text file (results, seeds, "
+                                          "defaults, datasets, variants, sets), e.g. config/config.yaml")
+    if not isinstance(grid, dict):
+        raise ConfigError(f"--grid {path}: expected a mapping (results, seeds, defaults, datasets, ...)")
+    load_grid(grid, [Path(path).parent])  # a plugin that fails is named as the grid's (plugins:)
+    export_env(grid.get("plugins") or [], [Path(path).parent])  # found beside the grid file
+    check_grid(grid, f"--grid {path}")
+    return grid
+
+
+def cmd_stale(args) -> int:
+    from .stale import print_stale
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    grid = _read_grid(args.grid)
+    results = args.results or grid.get("results")
+    if not results or not Path(results).is_dir():
+        raise ConfigError(f"--results {results}: no such folder; give the folder the grid's runs are in")
+    print_stale(grid, results, args.grid, args.targets)
+    return 0
+
+
+def _grid_plugins(grid_file: str) -> None:
+    """The plugins a workflow config names, imported from beside it: the report reads their methods' traits."""
+    from .config import load_yaml_file
+    from .plugins import load_grid
+
+    grid = load_yaml_file(grid_file, "--grid")
+    if isinstance(grid, dict) and grid.get("plugins"):
+        load_grid(grid, [Path(grid_file).parent])
+
+
+def cmd_report(args) -> int:
+    from .report import write_report
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
+    if args.grid is not None:
+        _input_file(args.grid, "--grid", "give the workflow config the runs came from, e.g. config/config.yaml")
+        _grid_plugins(args.grid)
+    check_writable_dir(args.out)
+    write_report(args.summary, args.out, grid=args.grid, smoke=args.smoke)
+    if args.smoke:
+        from .report.smoke import NOTE
+
+        print(NOTE)
+    print(f"tables and figures under {args.out}")
+    return 0
+
+
+def cmd_document(args) -> int:
+    from .report.document import write_document
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
+    if args.grid is not None:
+        _input_file(args.grid, "--grid", "give the workflow config the runs came from, e.g. config/config.yaml")
+        _grid_plugins(args.grid)
+    overrides = _json_object(args.overrides_json, "--overrides-json") if args.overrides_json else None
+    check_writable_dir(args.out)
+    from .report import declare_from
+
+    declare_from(args.grid)  # the workflow config's own claims, on the claims page
+    written = write_document(args.summary, args.out, grid=args.grid, figures=args.figures, overrides=overrides)
+    print(f"report sources: {Path(args.out) / 'report' / 'report.tex'} and {len(written) - 1} more files")
+    return 0
+
+
+def cmd_pdf(args) -> int:
+    from .report.document import build_pdf
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    check_writable_dir(Path(args.out).parent, what=f"--out {args.out}")
+    print(f"report: {build_pdf(args.tex, args.out)}")
+    return 0
+
+
+def cmd_jobs(args) -> int:
+    from .report.jobs import write_jobs
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    check_writable_dir(Path(args.out).parent, what=f"--out {args.out}")
+    csv, md, text = write_jobs(args.benchmarks, args.out, smoke=args.smoke)
+    print(text, end="")
+    print(f"jobs: {csv}, {md}")
+    return 0
+
+
+def cmd_make_synthetic(args) -> int:
+    from .config import parse_set, resolve
+    from .data.synthetic import NAME as SYNTHETIC, get_synthetic, synthetic_cache_path
+
+    for item in args.set:
+        key = parse_set(item)[0]
+        if not (key.startswith("data.synthetic.") or key == "data.cache_dir"):
+            raise ConfigError(f"--set {key}: make-synthetic takes data.synthetic.* and data.cache_dir only")
+    cfg = resolve(file=args.config, sets=args.set)
+    if cfg["data"]["dataset"] != SYNTHETIC:
+        raise ConfigError(f"data.dataset: make-synthetic generates the synthetic set, but {args.config} trains on "
+                          f"{cfg['data']['dataset']!r}")
+    params, cache = cfg["data"]["synthetic"], cfg["data"]["cache_dir"]
+    path = synthetic_cache_path(params, cache)
+    fix = "set data.cache_dir (or $BAYESNCL_CACHE) to a folder you can write"
+    try:
+        check_writable_dir(path.parent, what=f"data.cache_dir {path.parent}")
+    except OutputError as e:
+        raise OutputError(f"{e}; {fix}") from None
+    with warnings.catch_warnings(record=True) as caught:  # a cache that could not be written: an error here
+        warnings.simplefilter("always", RuntimeWarning)
+        data = get_synthetic(params, cache)
+    if not path.is_file():
+        why = next((str(w.message) for w in caught if "synthetic cache" in str(w.message)), "it is not there")
+        raise OutputError(f"data.cache_dir: nothing was cached ({why}); {fix}")
+    for split in ("train", "test"):
+        print(f"{split}: {len(data[f'{split}_labels'])} images, {params['num_classes']} classes")
+    print(f"cached in {path}")
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    import os
+
+    from .config import resolve
+    from .data import check_data
+    from .registry import DATASETS
+
+    if args.workers is not None and args.workers < 0:
+        raise ConfigError(f"--workers: {args.workers} is negative; give 0 (decode in this process) or a number of "
+                          "decoding processes")
+    base = _json_object(args.config_json, "--config-json") if args.config_json else None
+    cfg = resolve(file=args.config, base=base, sets=args.set)
+    d = cfg["data"]
+    spec = DATASETS[d["dataset"]]
+    if spec.prepare is None:
+        with_copy = ", ".join(DATASETS.names(lambda s: s.prepare is not None))
+        raise ConfigError(f"data.dataset: {d['dataset']!r} has no prepared copy (nothing to prepare); the datasets "
+                          f"that have one: {with_copy}")
+    check_data(d)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = args.workers if args.workers is not None else cpus
+    from .registry import _resolve
+
+    for line in _resolve(spec.prepare)(d, workers, args.verify):
+        print(line)
+    return 0
+
+
+def cmd_status(args) -> int:
+    from .status import grid_status, render
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    grid = _read_grid(args.grid) if args.grid else None
+    results = args.results or (grid or {}).get("results") or "results"
+    if not Path(results).is_dir():
+        raise ConfigError(f"RESULTS {results}: no such folder; give the grid's results folder (its `results:`)")
+    print(render(grid_status(results, grid), args.only), end="")
+    return 0
+
+
+def cmd_estimate(args) -> int:
+    from .config import parse_set
+    from .estimate import estimate, measured_rates, render
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    if args.gpu is None and args.measured is None:
+        raise ConfigError("--gpu: name the GPU (e.g. --gpu h200) or give --measured DIR/gpu_check.json")
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise ConfigError(f"--time-limit: {args.time_limit} is not a positive number of minutes")
+    sizes = {}
+    for item in args.images:
+        name, value = parse_set(item)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"--images {item}: expected DATASET=N, N a positive number of training images")
+        sizes[name] = value
+    grid = _read_grid(args.grid)
+    if args.smoke:
+        grid["smoke"] = True
+    rates = measured_rates(args.gpu, args.measured)
+    est = estimate(grid, rates, time_limit_min=args.time_limit, sizes=sizes, progress=sys.stderr.isatty())
+    print(render(est), end="")
+    return 0
+
+
+def cmd_arrange_val(args) -> int:
+    from .data.ilsvrc_val import arrange_val
+
+    for line in arrange_val(args.root, args.labels, args.meta, args.classes, args.symlink, progress=not args.quiet):
+        print(line)
+    return 0
+
+
+def cmd_atlas(args) -> int:
+    from .report.atlas import write_atlas
+    from .report.provenance import stamp
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    out = args.out or str(Path(args.run[0]) / "eval" / "atlas")
+    out = out[:-4] if out.endswith((".pdf", ".png")) else out
+    if args.grid is not None:
+        _input_file(args.grid, "--grid", "give the workflow config the runs came from, e.g. config/config.yaml")
+    for path in write_atlas(args.run, out, n=args.dims, k=args.images, data_sets=args.set, stamp=stamp(args.grid)):
+        print(f"atlas: {path}")
+    return 0
+
+
+def cmd_import(args) -> int:
+    from .weights.released import import_checkpoint, write_run
+
+    check_writable_dir(args.out)
+    overrides = _json_object(args.config_json, "--config-json") if args.config_json else None
+    imp = import_checkpoint(args.checkpoint, file=args.config, sets=args.set, args=args.args, overrides=overrides)
+    path = write_run(imp, args.checkpoint, args.out, replace=args.replace)
+    for flag in imp.flags:
+        print(f"note: {flag}")
+    print(f"imported {args.checkpoint} (sha256 {imp.sha256[:16]}): {path}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .weights.export import export
+
+    _input_file(args.checkpoint, "--checkpoint", "give the model.pt that `bayesncl pretrain` or `bayesncl import` "
+                "wrote")
+    check_writable_dir(args.out)
+    for path in export(args.checkpoint, args.out, args.format, heads=args.heads, replace=args.replace):
+        print(f"wrote {path}")
+    return 0
