@@ -371,8 +371,11 @@ def check_identity(df: pd.DataFrame, csv_path) -> None:
     value: a run without its seed, method, ... would be dropped from, or pooled wrongly into, a comparison
     and change a verdict in silence. One DataError naming the file, the rows (the header is row 1) and the
     first bad column; every reader of runs.csv calls it (read_summary) before anything is written."""
-    from ..config import DATASETS, METHOD_NAMES
+    from ..config import METHOD_NAMES
     from ..errors import DataError
+    from ..registry import training_datasets
+
+    DATASETS = training_datasets()
 
     def text(v: str) -> bool:
         return v != "" and v == v.strip()
