@@ -364,7 +364,7 @@ def merge(base: dict, over: dict, prefix: str = "") -> dict:
         plugin = registry.declared(key) if key not in RULES else None  # a plugin's setting or block
         if k not in base:
             if plugin is None:
-                known = ", ".join(sorted(base))
+                known = ", ".join(sorted({*base, *registry.declared_names(prefix)}))
                 raise ConfigError(f"{key}: unknown key; known keys here: {known}")
             base[k] = {n: copy.deepcopy(s.default) for n, s in plugin.items()} if isinstance(plugin, dict) else None
         if isinstance(base[k], dict):

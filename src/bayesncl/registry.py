@@ -367,6 +367,15 @@ def declared(key: str) -> "Setting | dict[str, Setting] | None":
     return None
 
 
+def declared_names(prefix: str) -> set[str]:
+    """The names registered entries declare right under the dotted `prefix` ("method.": every method's settings;
+    "data.": the datasets with settings of their own), for an unknown key's message."""
+    keys = [f"method.{k}" for m in METHODS._specs.values() for k, _ in m.settings]
+    keys += [f"data.{d.name}.{k}" for d in DATASETS._specs.values() for k, _ in d.settings]
+    keys += [f"eval.{n}.{k}" for n, pairs in SECTION_SETTINGS.items() for k, _ in pairs]
+    return {k[len(prefix):].split(".")[0] for k in keys if k.startswith(prefix)}
+
+
 def is_plugin(module: str) -> bool:
     """Whether an entry's module is a plugin's (the package's own code is judged by its config alone)."""
     return bool(module) and module != "bayesncl" and not module.startswith("bayesncl.")
