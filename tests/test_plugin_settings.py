@@ -25,7 +25,7 @@ WEIGHT = {"l1_weight": registry.setting(1e-3, "the L1 penalty's weight", ge=0)}
 
 
 @contextlib.contextmanager
-def method(name="l1m", settings=None, module="my_l1", **traits):
+def plugin_method(name="l1m", settings=None, module="my_l1", **traits):
     spec = registry.register_method(name, "NCL + L1", "bayesncl.methods:NCL", reads=("temperature", "nonneg"),
                                     settings=WEIGHT if settings is None else settings, module=module, **traits)
     try:
@@ -49,7 +49,7 @@ def _grid(variants: dict, sets: dict, **defaults) -> dict:
 
 # ------------------------------------------------------------------------------------------- a method's settings
 def test_a_method_s_setting_is_in_its_runs_configs_at_its_default_and_nowhere_else():
-    with method():
+    with plugin_method():
         cfg = _cfg("method.name=l1m")
         assert cfg["method"]["l1_weight"] == 1e-3
         assert _cfg("method.name=l1m", "method.l1_weight=0.01")["method"]["l1_weight"] == 0.01
@@ -84,7 +84,7 @@ SETTINGS = {"mode": registry.setting("a", "the mode", choices=("a", "b")),
     ("tag", 3, "method.tag: got 3, expected a string"),
 ])
 def test_a_bad_value_is_one_line_naming_the_key_and_what_is_allowed(key, value, line):
-    with method(settings={**WEIGHT, **SETTINGS}):
+    with plugin_method(settings={**WEIGHT, **SETTINGS}):
         with pytest.raises(ConfigError) as e:
             C.resolve(base={"method": {"name": "l1m", key: value}})
         assert str(e.value) == line
@@ -135,7 +135,7 @@ def test_setting_allows_exactly_its_values():
 
 
 def test_a_setting_named_as_a_package_key_is_refused():
-    with method(settings={"rho": registry.setting(0.5, "my rho", gt=0)}):
+    with plugin_method(settings={"rho": registry.setting(0.5, "my rho", gt=0)}):
         with pytest.raises(ConfigError) as e:
             _cfg("method.name=l1m")
         assert str(e.value) == ("method.rho: a plugin declares a setting where the package has the key method.rho; "
@@ -144,7 +144,7 @@ def test_a_setting_named_as_a_package_key_is_refused():
 
 # -------------------------------------------------------------------------------------- ids, sweeps, triggers
 def test_run_ids_name_it_off_its_default_and_a_variant_or_a_sweep_gives_one_run_per_value():
-    with method():
+    with plugin_method():
         wf = _grid({"L1": {"method": {"name": "l1m"}}, "L1 x10": {"method": {"name": "l1m", "l1_weight": 0.01}}},
                    {"table1": {"variants": ["NCL", "L1", "L1 x10"]},
                     "figure4b": {"variants": ["L1"], "sweep": {"method.l1_weight": [0.0, 0.01]}}})
@@ -176,7 +176,7 @@ def test_the_demo_grid_s_ids_and_triggers_are_as_before_plugins_had_settings_or_
     import hashlib
 
     wf = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    with method():
+    with plugin_method():
         runs = expand_grid(wf)
         ids = sorted(runs)
         triggers = "".join(job_trigger(runs[r].config) + job_trigger(runs[r].config, "evaluate", "features")
@@ -191,7 +191,7 @@ def test_the_demo_grid_s_ids_and_triggers_are_as_before_plugins_had_settings_or_
 
 
 def test_the_pretraining_trigger_holds_it_for_its_method_s_runs_only():
-    with method():
+    with plugin_method():
         base = trigger_config(_cfg("method.name=l1m"))
         assert base["method"]["l1_weight"] == 1e-3
         assert trigger_config(_cfg("method.name=l1m", "method.l1_weight=0.002")) != base
@@ -203,7 +203,7 @@ def test_the_pretraining_trigger_holds_it_for_its_method_s_runs_only():
 
 def test_a_setting_added_with_its_old_value_reruns_nothing_and_completes_an_old_record():
     later = {**WEIGHT, "decay": registry.setting(0.0, "a later setting", ge=0, added=0.0)}
-    with method(settings=later):
+    with plugin_method(settings=later):
         cfg = _cfg("method.name=l1m")
         assert cfg["method"]["decay"] == 0.0 and "decay" not in trigger_config(cfg)["method"]
         assert C.keys_added(cfg)["method.decay"] == 0.0 and "method.decay" not in C.KEYS_ADDED
@@ -213,7 +213,7 @@ def test_a_setting_added_with_its_old_value_reruns_nothing_and_completes_an_old_
         assert trigger_diff(C.as_recorded(old), cfg) == [] and trigger_config(old) == trigger_config(cfg)
         assert trigger_diff(C.as_recorded(old), _cfg("method.name=l1m", "method.decay=0.5")) == [
             ("method.decay", 0.0, 0.5)]
-    with method(settings={**WEIGHT, "decay": registry.setting(0.0, "no added", ge=0)}):
+    with plugin_method(settings={**WEIGHT, "decay": registry.setting(0.0, "no added", ge=0)}):
         old = copy.deepcopy(_cfg("method.name=l1m"))
         del old["method"]["decay"]
         # without `added`, a record that lacks it differs from today's: "absent" (what Snakemake sees too)
@@ -222,7 +222,7 @@ def test_a_setting_added_with_its_old_value_reruns_nothing_and_completes_an_old_
 
 # ---------------------------------------------------------------------------------- a dataset's, a section's
 @contextlib.contextmanager
-def dataset(settings, **traits):
+def plugin_dataset(settings, **traits):
     spec = registry.register_dataset("plugds", "Plug", load="bayesncl.data:_load_synthetic",
                                       check="bayesncl.data:_check_synthetic", crop=16, needs_root=False,
                                       settings=settings, module="my_ds", **traits)
@@ -233,7 +233,7 @@ def dataset(settings, **traits):
 
 
 def test_a_dataset_s_settings_are_its_block_in_its_runs_configs():
-    with dataset({"size": registry.setting(8, "the side", ge=1)}):
+    with plugin_dataset({"size": registry.setting(8, "the side", ge=1)}):
         cfg = _cfg("data.dataset=plugds")
         assert cfg["data"]["plugds"] == {"size": 8}
         assert _cfg("data.dataset=plugds", "data.plugds.size=12")["data"]["plugds"]["size"] == 12
@@ -249,7 +249,7 @@ def test_a_dataset_s_settings_are_its_block_in_its_runs_configs():
         for job in ("pretrain", "evaluate"):
             assert trigger_config(cfg, job)["data"]["plugds"] == {"size": 8}
         assert C.validate(C.as_recorded({**copy.deepcopy(cfg), "data": {**cfg["data"], "plugds": {}}}))
-    with dataset({"size": registry.setting(8, "the side", ge=1, added=8)}):
+    with plugin_dataset({"size": registry.setting(8, "the side", ge=1, added=8)}):
         old = copy.deepcopy(_cfg("data.dataset=plugds"))
         del old["data"]["plugds"]  # the whole block recorded before it existed
         assert C.as_recorded(old)["data"]["plugds"] == {"size": 8}
@@ -405,7 +405,7 @@ def test_a_dataset_without_background_labels_gets_no_background_section(form):
     background labels gets no background probe, and a set that needs one stops the grid in one line."""
     from bayesncl.evaluation.sections import SECTIONS
 
-    with dataset({}, backgrounds=form):
+    with plugin_dataset({}, backgrounds=form):
         assert registry.DATASETS["plugds"].has_backgrounds({}) is False
         cfg = _cfg("data.dataset=plugds")
         assert SECTIONS["background_probe"].skip(cfg) == ("dataset 'plugds' has no background labels; set "
@@ -418,7 +418,7 @@ def test_a_dataset_without_background_labels_gets_no_background_section(form):
         with pytest.raises(ConfigError, match=r"^sets.table6: run plugds/ncl/seed~0 needs the background_probe "
                                               r"section, but dataset 'plugds' has no background labels"):
             expand_grid(wf)
-    with dataset({}, backgrounds=lambda d: True):
+    with plugin_dataset({}, backgrounds=lambda d: True):
         assert SECTIONS["background_probe"].skip(_cfg("data.dataset=plugds")) is None
 
 
@@ -433,7 +433,7 @@ def test_an_image_folder_without_backgrounds_csv_gets_no_background_section(tmp_
 
 
 def test_the_same_module_registering_another_spec_under_its_name_is_refused():
-    with method(module="my_l1") as spec:
+    with plugin_method(module="my_l1") as spec:
         assert registry.METHODS.register(spec) is spec  # the same spec again (a module imported twice): kept
         with pytest.raises(ConfigError) as e:
             registry.register_method("l1m", "NCL + L1", "bayesncl.methods:NCL", reads=("temperature",),
@@ -441,7 +441,7 @@ def test_the_same_module_registering_another_spec_under_its_name_is_refused():
         assert str(e.value) == ("method.name: method 'l1m' is registered twice (first by my_l1); give the new one "
                                 "another name")
         assert registry.METHODS["l1m"] is spec
-    with dataset({}) as spec:
+    with plugin_dataset({}) as spec:
         with pytest.raises(ConfigError, match=r"^data.dataset: dataset 'plugds' is registered twice \(first by my_ds\)"):
             registry.register_dataset("plugds", "Plug", load="bayesncl.data:_load_synthetic",
                                       check="bayesncl.data:_check_synthetic", crop=32, needs_root=False, module="my_ds")
@@ -449,7 +449,7 @@ def test_the_same_module_registering_another_spec_under_its_name_is_refused():
 
 
 def test_declared_finds_each_plugin_key_and_nothing_else():
-    with method(), dataset({"size": registry.setting(8, "the side", ge=1)}):
+    with plugin_method(), plugin_dataset({"size": registry.setting(8, "the side", ge=1)}):
         assert registry.declared("method.l1_weight") is WEIGHT["l1_weight"]
         assert registry.declared("method.rho") is None and registry.declared("method.nope") is None
         assert set(registry.declared("data.plugds")) == {"size"}
