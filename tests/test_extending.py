@@ -141,3 +141,11 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
     every = sorted(at_default + ["imagefolder/ncl_l1/l1_weight~0.01/epochs~0/seed~0",
                                  "imagefolder/ncl_l1/l1_weight~0.01/seed~0"])
     assert _snakemake_and_stale(cmd, env, grid_path) == (every, every)
+    # ... and runs.csv's stale column (what every table's caption reads) names the code of those runs
+    csv = tmp_path / "stale-runs.csv"
+    r = subprocess.run([sys.executable, "-m", "bayesncl", "summarize", "--grid", str(grid_path), "--out", str(csv)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stale = pd.read_csv(csv, keep_default_na=False).set_index("run_id")["stale"]
+    assert sorted(rid for rid, s in stale.items() if s) == every
+    assert all(list(json.loads(stale[rid])) == ["code of method ncl_l1"] for rid in every)

@@ -381,9 +381,11 @@ def test_a_run_records_its_plugin_code_and_stale_compares_it(tmp_path, monkeypat
         today = registry.plugin_code(cfg)["method plug_code"]
         diff = run_staleness(cfg, grid_run, read_code(run))
         was = read_code(run)["method plug_code"]
-        assert diff == {"code of method plug_code": [was, today]}
+        assert diff == {"code of method plug_code": [was[:19], today[:19]]}  # a digest by its first 12 digits
         assert describe(diff) == f"code of method plug_code {was[:19]} (today {today[:19]})"
-        assert run_staleness(cfg, grid_run, {}) == {"code of method plug_code": ["absent", today]}  # an old run
+        assert run_staleness(cfg, grid_run, {}) == {"code of method plug_code": ["absent", today[:19]]}  # an old run
+        assert run_staleness(cfg, grid_run, {"method plug_code": "version 1"}) == {
+            "code of method plug_code": ["version 1", today[:19]]}
         record_config(run, _cfg("method.name=ncl"))  # the package's own method: no record, an old one removed
         assert not (run / CODE).exists() and read_code(run) == {}
     (run / CODE).write_text("[1]")

@@ -31,8 +31,13 @@ def run_staleness(recorded: dict, run: Run, code: dict[str, str] | None = None) 
     today, was = plugin_code(run.config), code or {}
     for entry in sorted(set(today) | set(was)):
         if today.get(entry) != was.get(entry):
-            diff[f"code of {entry}"] = [was.get(entry, "absent"), today.get(entry, "absent")]
+            diff[f"code of {entry}"] = [_short(was.get(entry, "absent")), _short(today.get(entry, "absent"))]
     return diff
+
+
+def _short(identity: str) -> str:
+    """A code identity as the stale line and the tables' captions show it: a digest by its first 12 digits."""
+    return identity[:19] if identity.startswith("sha256 ") else identity
 
 
 def stale_runs(wf: dict, results: str | Path, unreadable: dict[str, str] | None = None) -> dict[str, dict[str, list]]:
@@ -69,8 +74,6 @@ def describe(diff: dict[str, list]) -> str:
 
 
 def _fmt(v) -> str:
-    if isinstance(v, str) and v.startswith("sha256 "):
-        return v[:19]  # a file digest's first 12 digits name it
     return v if isinstance(v, str) else json.dumps(v)
 
 
