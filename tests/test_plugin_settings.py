@@ -396,6 +396,34 @@ def test_a_run_records_its_plugin_code_and_stale_compares_it(tmp_path, monkeypat
         read_code(run)
 
 
+def test_a_folder_trained_with_other_plugin_code_holds_another_run(tmp_path, monkeypatch):
+    """What makes the workflow's rerun of a changed plugin train anew (its pretraining job replaces the folder): the
+    same config under other code is another run, never resumed (a resume would keep the old code's weights)."""
+    from bayesncl.outdir import other_run
+    from bayesncl.rundir import CODE, record_config
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    with plugin_file(tmp_path / "..") as reload:
+        cfg = _cfg("method.name=plug_code")
+        run = tmp_path / "run"
+        run.mkdir()
+        record_config(run, cfg)
+        assert other_run(run, cfg) is None  # its own run: resumed
+        was = json.loads((run / CODE).read_text())["method plug_code"]
+        reload(version=', version="3"')
+        assert other_run(run, cfg) == f"a run of other plugin code ({CODE}: method plug_code: {was} != version 3)"
+        (run / CODE).unlink()  # recorded before the record existed
+        assert other_run(run, cfg) == f"a run of other plugin code ({CODE}: method plug_code: absent != version 3)"
+        (run / CODE).write_text("[]")
+        assert other_run(run, cfg) == f"a {CODE} that is no record of plugin code"
+        assert other_run(run, cfg, imported="abc") is None  # an import is judged by its weights' source alone
+    ncl = _cfg("method.name=ncl")
+    other = tmp_path / "ncl"
+    other.mkdir()
+    record_config(other, ncl)
+    assert other_run(other, ncl) is None
+
+
 # ---------------------------------------------------------------------------------- the registry's behaviours
 def _no_backgrounds(data_cfg):
     return False

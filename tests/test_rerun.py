@@ -357,3 +357,32 @@ def test_a_neutral_plugin_setting_plans_no_job(plugins_as_trained):
                  extra=' + self.cfg["method"]["bias"]')
     assert _both(plugins_as_trained)[:2] == ([], [])
 
+
+@pytestmark_wf
+def test_snakemake_retrains_the_stale_runs_and_then_nothing_is_stale(plugins_as_trained):
+    """The plan is carried out: a run whose setting's default changed (another config in its folder) and one whose
+    plugin version changed (another code: a resume would keep the old weights) are trained again from the start,
+    in their own folders, replaced whole; then nothing is planned and nothing is stale. Last in this file: the
+    finished grid is not as trained after it."""
+    work, grid, targets = plugins_as_trained
+    write_plugin(work, "plug_l1", default="2e-3")
+    write_plugin(work, "plug_v", version=', version="2"')
+    stale = ["synthetic/plug_l1/seed~0", "synthetic/plug_v/seed~0"]
+    assert _both(plugins_as_trained)[:2] == (stale, stale)
+    for rid in stale:  # a file of the old run's: gone once the run is trained again, replaced whole (a resume keeps it)
+        (work / "results" / "runs" / rid / "old.json").write_text("{}")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("BAYESNCL_FORKSERVER_DIR", None)
+    env.pop("BAYESNCL_PLUGINS", None)
+    r = subprocess.run([SNAKEMAKE, *targets, "--cores", "2", "--configfile", str(grid)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    for rid in stale:
+        run = work / "results" / "runs" / rid
+        assert run.joinpath("model.pt").is_file() and not run.joinpath("old.json").exists(), sorted(run.iterdir())
+    assert yaml.safe_load((work / "results" / "runs" / stale[0] / "config.resolved.yaml").read_text())[
+        "method"]["l1_weight"] == 2e-3
+    assert json.loads((work / "results" / "runs" / stale[1] / "plugin_code.json").read_text()) == {
+        "method plug_v": "version 2"}
+    assert _both(plugins_as_trained)[:2] == ([], [])
+
