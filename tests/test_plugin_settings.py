@@ -134,6 +134,18 @@ def test_setting_allows_exactly_its_values():
     assert registry.setting(None, "n", kind=str, null="off").allows(None)
 
 
+def test_a_setting_made_directly_takes_the_documented_defaults():
+    s = registry.Setting(0.5, "a number")
+    assert (s.kind, s.ge, s.gt, s.le, s.lt, s.choices, s.null, s.added) == (float, None, None, None, None, (), None,
+                                                                            registry.UNSET)
+    assert s.allows(3.0) and s.allows(-1) and not s.allows(None) and not s.allows(True) and not s.allows("1")
+    assert repr(registry.UNSET) == "UNSET"
+    spec = registry.MethodSpec("x", "X", "m:C")
+    assert (spec.settings, spec.version) == ((), "")
+    d = registry.DatasetSpec("y", "Y", "m:f", "m:g", crop=8)
+    assert (d.settings, d.version, d.verify, d.verifier()) == ((), "", None, None)
+
+
 def test_a_setting_named_as_a_package_key_is_refused():
     with plugin_method(settings={"rho": registry.setting(0.5, "my rho", gt=0)}):
         with pytest.raises(ConfigError) as e:
@@ -248,6 +260,7 @@ def test_a_dataset_s_settings_are_its_block_in_its_runs_configs():
         assert "plugds" not in synthetic["data"] and synthetic == _cfg()
         for job in ("pretrain", "evaluate"):
             assert trigger_config(cfg, job)["data"]["plugds"] == {"size": 8}
+        assert registry.plugin_code(cfg) == {"dataset plugds": "module my_ds (no file)"}  # its code, by its name
         assert C.validate(C.as_recorded({**copy.deepcopy(cfg), "data": {**cfg["data"], "plugds": {}}}))
     with plugin_dataset({"size": registry.setting(8, "the side", ge=1, added=8)}):
         old = copy.deepcopy(_cfg("data.dataset=plugds"))
@@ -269,6 +282,10 @@ def test_a_section_s_settings_are_every_run_s_and_rerun_that_section_alone():
             assert _cfg(f"method.name={name}")["eval"]["plug_sec"] == {"thr": 0.5}
         with pytest.raises(ConfigError, match=r"^eval.plug_sec.thr: got 2, expected a number in \[0, 1\]$"):
             _cfg("eval.plug_sec.thr=2")
+        with pytest.raises(ConfigError, match=r"^eval.plug_sec.nope: unknown key; known keys here: thr$"):
+            _cfg("eval.plug_sec.nope=2")
+        with pytest.raises(ConfigError, match=r"^eval.nope: unknown key; known keys here: .*, plug_sec, probe, "):
+            _cfg("eval.nope=2")  # the sections' blocks among the evaluation's keys
         a, b = _cfg(), _cfg("eval.plug_sec.thr=0.25")
         assert job_trigger(a, "evaluate", "features") == job_trigger(b, "evaluate", "features")
         assert job_trigger(a, "evaluate", "plug_sec") != job_trigger(b, "evaluate", "plug_sec")
