@@ -152,6 +152,16 @@ def test_a_setting_named_as_a_package_key_is_refused():
             _cfg("method.name=l1m")
         assert str(e.value) == ("method.rho: a plugin declares a setting where the package has the key method.rho; "
                                 "give the plugin's setting another name")
+    # a dataset named as a key of the package's data block: its settings' block would be that key
+    registry.register_dataset("download", load=len, check=len, crop=8, needs_root=False, module="my_dl",
+                              settings={"size": registry.setting(8, "the side", ge=1)})
+    try:
+        with pytest.raises(ConfigError) as e:
+            _cfg("data.dataset=download")
+        assert str(e.value) == ("data.download.size: a plugin declares a setting where the package has the key "
+                                "data.download; give the plugin's setting another name")
+    finally:
+        registry.DATASETS.unregister("download")
 
 
 # -------------------------------------------------------------------------------------- ids, sweeps, triggers

@@ -450,7 +450,7 @@ def _plugin_settings(cfg: dict) -> None:
     which merge took from a layer every run shares (a grid's defaults), are left out: unread, like a method.* key
     of the package that a method does not read."""
     own = registry.settings_of(cfg)
-    for block in ("method", "data", "eval"):
+    for block in ("method", "data"):  # every section's settings are every run's
         node = cfg.get(block) if isinstance(cfg.get(block), dict) else {}
         for k in [k for k in node if k not in DEFAULTS[block] and registry.declared(f"{block}.{k}") is not None]:
             if not any(o == f"{block}.{k}" or o.startswith(f"{block}.{k}.") for o in own):
@@ -463,9 +463,7 @@ def _plugin_settings(cfg: dict) -> None:
         node = cfg
         for p in parts[:-1]:
             node = node.setdefault(p, {})
-        v = node.setdefault(parts[-1], copy.deepcopy(s.default))
-        if s.kind is float and isinstance(v, str):
-            v = node[parts[-1]] = _number(v)
+        v = node.setdefault(parts[-1], copy.deepcopy(s.default))  # merge read "3e-5" as a number already
         tp = Literal[s.choices] if s.choices else s.kind  # type: ignore[valid-type]
         check, allowed = _rule(tp | None if s.null is not None else tp,
                                {b: getattr(s, b) for b in ("ge", "gt", "le", "lt", "null") if getattr(s, b) is not None})
