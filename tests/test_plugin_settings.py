@@ -385,6 +385,11 @@ def test_the_source_digest_cuts_only_setting_declarations(tmp_path):
     assert digest("x = setting(setting(1), 2)\ny = 1\n") == digest("x = setting(3)\ny = 1\n")
     import hashlib
 
+    # each call replaced by `setting()`, at its place in the bytes (the first line, a later one, the file's start)
+    assert digest("x = setting(1, 'é')\n") == hashlib.sha256(b"x = setting()\n").hexdigest()
+    assert digest("y = 'é'\nx = setting(1)\n") == hashlib.sha256("y = 'é'\nx = setting()\n".encode()).hexdigest()
+    assert digest("setting(1)\nx = 1\n") == hashlib.sha256(b"setting()\nx = 1\n").hexdigest()
+
     assert digest("def f(:\n") == hashlib.sha256(b"def f(:\n").hexdigest()
     assert plugins.code_identity("no_such_module_xyz") == "module no_such_module_xyz (no file)"
     assert plugins.code_identity("anything", 3) == "version 3"
