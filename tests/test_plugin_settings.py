@@ -420,12 +420,34 @@ def test_a_run_records_its_plugin_code_and_stale_compares_it(tmp_path, monkeypat
             "code of method plug_code": ["version 1", today[:19]]}
         record_config(run, _cfg("method.name=ncl"))  # the package's own method: no record, an old one removed
         assert not (run / CODE).exists() and read_code(run) == {}
-    (run / CODE).write_text("[1]")
-    with pytest.raises(RunFileError, match=r"plugin_code.json: not an object of plugin entries and their code"):
-        read_code(run)
+    fix = "it is the trainer's: restore it, or train the run again"
+    for text in ("[1]", '{"method x": 1}', '{"1": "a", "2": ["b"]}'):
+        (run / CODE).write_text(text)
+        with pytest.raises(RunFileError) as e:
+            read_code(run)
+        assert str(e.value) == f"{run / CODE}: not an object of plugin entries and their code; {fix}"
     (run / CODE).write_text("{")
-    with pytest.raises(RunFileError, match=r"plugin_code.json: cannot be read as JSON"):
+    with pytest.raises(RunFileError) as e:
         read_code(run)
+    assert str(e.value) == (f"{run / CODE}: cannot be read as JSON (Expecting property name enclosed in double quotes: "
+                            f"line 1 column 2 (char 1)); {fix}")
+    (run / CODE).unlink()
+    (run / CODE).mkdir()
+    with pytest.raises(RunFileError) as e:
+        read_code(run)
+    assert str(e.value) == f"{run / CODE}: cannot be read as JSON (Is a directory); {fix}"
+
+
+def test_the_code_record_is_written_sorted_one_entry_a_line(tmp_path, monkeypatch):
+    from bayesncl.rundir import CODE, record_config
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    with plugin_file(tmp_path / ".."), plugin_dataset({}):
+        cfg = _cfg("method.name=plug_code", "data.dataset=plugds")
+        record_config(tmp_path, cfg)
+        method = registry.plugin_code(cfg)["method plug_code"]
+        assert (tmp_path / CODE).read_text() == (f'{{\n "dataset plugds": "module my_ds (no file)",\n '
+                                                 f'"method plug_code": "{method}"\n}}\n')
 
 
 def test_a_folder_trained_with_other_plugin_code_holds_another_run(tmp_path, monkeypatch):
