@@ -147,6 +147,29 @@ def _no_bytecode(mp):
     mp.setattr(sys, "dont_write_bytecode", True)  # a plugin's __pycache__ is no output of the command
 
 
+def _own_registry(mp):
+    """A case's plugin registers into copies of the registries, put back after it (each case's module is its own)."""
+    from bayesncl import plugins, registry
+
+    _no_bytecode(mp)
+    mp.setattr(registry.METHODS, "_specs", dict(registry.METHODS._specs))
+    mp.setattr(plugins, "_LOADED", dict(plugins._LOADED))
+
+
+def _plugin_method(module: str, settings: str = 'registry.setting(1e-3, "the L1 weight", ge=0)',
+                   key: str = "l1_weight") -> str:
+    """A plugin module registering method `module`_m with one setting."""
+    return (f"from bayesncl import registry\nfrom bayesncl.methods import NCL\n\n\n"
+            f"@registry.method({module + '_m'!r}, reads=('temperature', 'nonneg'), settings={{{key!r}: {settings}}})\n"
+            f"class Plug(NCL):\n    pass\n")
+
+
+def _plugin_grid(module: str, **method) -> Callable[[Path], None]:
+    """{tmp}/g.yaml: the tiny grid with one variant of the plugin's method (its `method` settings) in table1."""
+    return files(g__yaml=_grid_with(plugins=[module], variants={"L1": {"method": {"name": module + "_m", **method}}},
+                                    sets={"table1": {"variants": ["L1"]}}))
+
+
 # Earlier outputs of a good run, which a failing command must leave as they were.
 EARLIER_REPORT = files(results__tables__table1__md="earlier table\n", results__figures__figure3__png=b"earlier")
 EARLIER_JOBS = files(summary__jobs__csv="rule,run\nearlier,1\n", summary__jobs__md="earlier\n")
@@ -487,6 +510,28 @@ CASES = [
          "line 2) called sys.exit(3) while imported", setup=files(plug__py="import sys\nsys.exit(3)\n"),
          patch=lambda mp: (_no_bytecode(mp), mp.setenv("BAYESNCL_PLUGINS", "plug"),
                            mp.setenv("BAYESNCL_PLUGIN_PATH", "."))),
+    # ---- issue 48: a plugin's settings and its import, each one line
+    *[Case(f"stale plugin setting {what}", ["stale", "--grid", "{tmp}/g.yaml"], phrase,
+           setup=both(_plugin_grid(module, **given), files(**{f"{module}__py": _plugin_method(module, **decl)}),
+                      files(r=None)), patch=_own_registry)
+      for what, module, given, decl, phrase in (
+          ("out of bounds", "plug48a", {"l1_weight": -0.5}, {},
+           "datasets.synthetic / variants.L1 / sets.table1: method.l1_weight: got -0.5, expected a number >= 0"),
+          ("of another type", "plug48b", {"l1_weight": "heavy"}, {},
+           "method.l1_weight: got 'heavy', expected a number >= 0"),
+          ("of another method", "plug48c", {"weight": 0.1}, {},
+           "method.weight: unknown key; known keys here: detach, gate, head_depth, head_lr, l1_weight, lambda"),
+          ("named as a package key", "plug48d", {}, {"key": "rho"},
+           "method.rho: a plugin declares a setting where the package has the key method.rho; give the plugin's "
+           "setting another name"),
+          ("declared out of its own bounds", "plug48e", {}, {"settings": 'registry.setting(-1, "w", ge=0)'},
+           "plugins: plugin 'plug48e': setting 'w': its default -1 is not one of its own values (a int within its "
+           "bounds)"))],
+    Case("snakemake a plugin that raises while imported", ["plugins=[plug48f]"], "invalid workflow config: plugins: "
+         "plugin 'plug48f' ({tmp}/plug48f.py, line 2) raised RuntimeError: no GPU here while imported; fix the plugin "
+         "or remove it from the workflow config's plugins", run="snakemake",
+         setup=files(plug48f__py="import os\nraise RuntimeError('no GPU here')\n"),
+         patch=lambda mp: (mp.setenv("PYTHONDONTWRITEBYTECODE", "1"), mp.setenv("BAYESNCL_PLUGIN_PATH", os.getcwd()))),
     *[Case(f"document claims {key}: {value!r}", ["document", "--summary", "{tmp}/runs.csv", "--out", "{tmp}/results",
                                                  "--grid", "{tmp}/g.yaml"], f"claims[0].{key}: {phrase}",
            setup=both(EARLIER_REPORT, files(runs__csv=runs(), g__yaml=_grid_with(claims=[{**CLAIM, key: value}]))))
@@ -566,10 +611,10 @@ def _snakemake(entries: list[str], tmp: Path) -> tuple[int, str, str]:
 def run_case(case: Case, tmp: Path, monkeypatch) -> tuple[int, str, str]:
     sub = lambda s: s.replace("{tmp}", str(tmp))  # noqa: E731
     argv = [sub(a) for a in case.argv]
-    if case.run == "snakemake":
-        return _snakemake(argv, tmp)
     if case.patch is not None:
         case.patch(monkeypatch)
+    if case.run == "snakemake":
+        return _snakemake(argv, tmp)
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         try:
@@ -615,6 +660,85 @@ def test_cases_tested_elsewhere_still_exist():
         defined = {n.name for n in ast.walk(ast.parse((ROOT / "tests" / name).read_text()))
                    if isinstance(n, ast.FunctionDef)}
         assert set(tests) <= defined, (name, set(tests) - defined)
+
+
+# ------------------------------------------------------------------- issue 48: an image folder's mistakes, by Snakemake
+def _image_folder_grid(tmp: Path) -> Path:
+    """An image folder of 2 classes (4 PNGs per class and split) and the tiny grid over it (NCL in Table 1)."""
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for c, colour in (("cat", (200, 40, 40)), ("dog", (40, 40, 200))):
+            (tmp / "images" / split / c).mkdir(parents=True)
+            for i in range(4):
+                Image.new("RGB", (12, 12), colour).save(tmp / "images" / split / c / f"{i}.png")
+    wf = yaml.safe_load(_grid_with(datasets={"mine": {"data": {
+        "dataset": "imagefolder", "root": str(tmp / "images"), "cache_dir": str(tmp / "cache"),
+        "imagefolder": {"stored_size": 8, "crop_size": 8}}}}, sets={"table1": {"variants": ["NCL"]}}))
+    wf["results"] = str(tmp / "results")
+    (tmp / "g.yaml").write_text(yaml.safe_dump(wf))
+    return tmp / "g.yaml"
+
+
+def _run_grid(grid: Path) -> subprocess.CompletedProcess:
+    exe = shutil.which("snakemake", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if exe is None:
+        pytest.skip("snakemake not installed")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    return subprocess.run([exe, "--cores", "1", "--configfile", str(grid)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("damage", ["no image", "truncated"])
+def test_an_undecodable_image_is_one_line_before_any_job(tmp_path, damage):
+    """Before issue 48 such a file passed the dry run and the pre-flight and failed in prepare_data: 76 lines of
+    Snakemake's, the clear line in a job's log. Now the pre-flight reads every image through: one line naming it,
+    exit 2, nothing run."""
+    grid = _image_folder_grid(tmp_path)
+    bad = tmp_path / "images" / "train" / "dog" / "2.png"
+    bad.write_bytes(b"not an image" if damage == "no image" else bad.read_bytes()[:60])
+    r = _run_grid(grid)
+    lines = [x for x in r.stderr.splitlines() if x.startswith("pre-flight")]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
+    assert lines[0].startswith(f"pre-flight: imagefolder (datasets.mine.data.root: {tmp_path / 'images'}): {bad}: "
+                               "not a decodable image (")
+    assert lines[0].endswith("); replace the file with the image or remove it (needed by imagefolder/ncl/seed~0 and "
+                             "any other run still to be done)")
+    assert "Error in rule" not in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "results").exists() and not (tmp_path / "cache").exists()  # no job ran
+
+
+def test_a_split_lacking_a_class_is_one_line_without_the_root_hint(tmp_path):
+    """The root is the right folder: the line says which class is missing where, and no longer tells the user to
+    point data.root elsewhere (a root that does not exist still gets that hint: test_preflight.py)."""
+    grid = _image_folder_grid(tmp_path)
+    shutil.rmtree(tmp_path / "images" / "val" / "dog")
+    r = _run_grid(grid)
+    lines = [x for x in r.stderr.splitlines() if x.startswith("pre-flight")]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
+    assert (f"{tmp_path / 'images'}: train/ and val/ have different class folders (only in train/: dog; only in val/: "
+            "none)") in lines[0]
+    assert lines[0].endswith("add or remove class folders so both splits name the same classes (needed by "
+                             "imagefolder/ncl/seed~0 and any other run still to be done)")
+    assert "Fix: set" not in lines[0] and not (tmp_path / "results").exists()
+
+
+def test_a_good_image_folder_passes_the_read_through_once_prepared(tmp_path):
+    """verify_images finds nothing in a good folder, and a prepared copy is not read through again."""
+    from bayesncl.data.imagefolder import prepare_imagefolder, verify_images
+    from bayesncl.grid import expand_grid
+    from bayesncl.preflight import missing_data
+
+    grid = _image_folder_grid(tmp_path)
+    wf = yaml.safe_load(grid.read_text())
+    runs = expand_grid(wf)
+    verify_images({"root": str(tmp_path / "images")})
+    (tmp_path / "images" / "val" / "cat" / "0.png").write_bytes(b"")
+    assert len(missing_data(wf, runs, {rid: {"pretrain"} for rid in runs})) == 1
+    (tmp_path / "images" / "val" / "cat" / "0.png").unlink()
+    prepare_imagefolder(str(tmp_path / "images"), stored_size=8, cache_dir=str(tmp_path / "cache"), progress=False)
+    (tmp_path / "images" / "val" / "cat" / "1.png").write_bytes(b"damaged after the copy was made")
+    assert missing_data(wf, runs, {rid: {"pretrain"} for rid in runs}) == []
 
 
 # ------------------------------------------------------------------------------------------------ the good paths

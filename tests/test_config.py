@@ -11,6 +11,7 @@ import torch
 
 import bayesncl.data.synthetic as S
 from bayesncl import config as C
+from bayesncl import registry
 from bayesncl.config import DEFAULTS, RULES, ConfigError, resolve, validate
 from bayesncl.data import LOADERS, DataError, load_split
 
@@ -46,15 +47,15 @@ def test_defaults_round_trip_and_validate():
 
 
 def test_choices_come_from_the_definition():
-    for name in C.DATASETS:
+    for name in registry.training_datasets():
         assert resolve(sets=[f"data.dataset={name}", "data.root=/data"])["data"]["dataset"] == name
     for name in C.METHOD_NAMES:
         assert resolve(sets=[f"method.name={name}"])["method"]["name"] == name
-    from bayesncl.methods import METHODS
+    from bayesncl.methods import CLASSES
 
-    assert tuple(METHODS) == C.METHOD_NAMES
+    assert tuple(CLASSES) == C.METHOD_NAMES
     # Waterbirds is read (background probe), never trained on.
-    assert "waterbirds" in LOADERS and "waterbirds" not in C.DATASETS
+    assert "waterbirds" in LOADERS and "waterbirds" not in registry.training_datasets()
     with pytest.raises(ConfigError) as err:
         resolve(sets=["data.dataset=waterbirds", "data.root=/data"])
     assert str(err.value) == ("data.dataset: got 'waterbirds', expected one of "

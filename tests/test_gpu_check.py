@@ -115,6 +115,30 @@ def test_estimate_grid_matches_hand_computation(gc):
     assert r["probe_gpu_hours"] == pytest.approx(5 * 126_689 / (6 * rate1) / 3600, rel=1e-9)
 
 
+def test_estimate_grid_reads_gating_and_the_family_from_the_registry(gc):
+    """A plugin method declared gated is priced as BayesNCL is (its gating head's FLOPs, the gated family's rate),
+    one that is not at the reference's rate: the registry's traits, not the name "bayesncl" (issue 48)."""
+    from bayesncl import registry
+
+    small = ["model.width=4", "model.proj_hidden=32", "model.proj_dim=16", "train.epochs=1", "data.dataset=cifar10",
+             "data.root=/x"]
+    tput = {"ncl": {"img_per_s": 1000.0, "gflops_fwd_per_view": 1.0},
+            "bayesncl": {"img_per_s": 500.0, "gflops_fwd_per_view": 1.0}}
+    registry.register_method("gated_plug", "G", impl="bayesncl.methods:BayesNCL", gated=True, module="plug_g",
+                             reads=registry.METHODS["bayesncl"].reads)
+    registry.register_method("plain_plug", "P", impl="bayesncl.methods:NCL", module="plug_g")
+    try:
+        hours = {m: gc.estimate_grid([resolve(sets=small + [f"method.name={m}"])], tput)["pretrain_gpu_hours"]
+                 for m in ("bayesncl", "gated_plug", "ncl", "plain_plug")}
+    finally:
+        registry.METHODS.unregister("gated_plug")
+        registry.METHODS.unregister("plain_plug")
+    assert hours["gated_plug"] == hours["bayesncl"] and hours["plain_plug"] == hours["ncl"]
+    assert hours["bayesncl"] > hours["ncl"]
+    with pytest.raises(Exception, match=r"^no measured rate of a gated method among \['ncl'\]"):
+        gc.estimate_grid([resolve(sets=small + ["method.name=bayesncl"])], {"ncl": tput["ncl"]})
+
+
 def test_cuda_without_a_gpu_is_a_one_line_error(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible")

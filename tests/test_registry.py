@@ -15,9 +15,9 @@ from bayesncl.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "bayesncl"
-# Where a name may be written: the registry itself, the paper's claim list (its sides are the paper's methods),
-# and each dataset's own module (its name in its messages and cache folders).
-ALLOWED = {SRC / "registry.py", SRC / "report" / "claims.py", *(SRC / "data").glob("*.py")}
+# Where a name may be written: the registry itself and each dataset's own module (its name in its messages and cache
+# folders). The paper's claims find their sides by the registry's traits (report/claims.py).
+ALLOWED = {SRC / "registry.py", *(SRC / "data").glob("*.py")}
 
 
 def _names() -> set[str]:
@@ -216,9 +216,9 @@ def test_a_plugin_method_takes_the_documented_defaults():
 
 
 def test_each_method_spec_agrees_with_its_class():
-    from bayesncl.methods import METHODS
+    from bayesncl.methods import CLASSES
 
-    for name, cls in METHODS.items():
+    for name, cls in CLASSES.items():
         spec = registry.METHODS[name]
         assert cls.name == name
         assert ("kl" in cls.extra_names) == spec.gated  # the gate's prior
@@ -352,3 +352,63 @@ def test_a_plugin_that_fails_while_imported_is_one_exact_line(tmp_path, monkeypa
         plugins.load(["plug_pkg.sub"], [tmp_path])  # its package fails first: no file of its own to name
     assert str(e.value) == ("plugins: plugin 'plug_pkg.sub' raised ValueError: half made while imported; fix the "
                             "plugin or remove it from the workflow config's plugins")
+
+
+# ------------------------------------------------------------------------------------ every name once (issue 48)
+def test_the_paper_s_claim_sides_are_found_by_the_registry_s_traits():
+    """report/claims.py reads no method name: a method declared gated stands for BayesNCL, one declared the
+    reference for NCL (here two plugin methods in place of the paper's), and the labels of sides without runs are
+    the registry's."""
+    import pandas as pd
+
+    from bayesncl.report import claims as K
+
+    registry.register_method("gated_x", "Gated X", impl="bayesncl.methods:BayesNCL", gated=True, module="plug_x")
+    registry.register_method("ref_x", "Ref X", impl="bayesncl.methods:NCL", module="plug_x")
+    try:
+        rows = [{"run_id": f"synthetic/{m}/seed~{s}", "dataset": "synthetic", "arch": "resnet18", "method": m,
+                 "variant": v, "sets": "table1", "seed": s, "sc": sc + s, "gate": "ste", "detach": True,
+                 "head_depth": 2}
+                for m, v, sc in (("gated_x", "G", 30.0), ("ref_x", "R", 10.0)) for s in range(3)]
+        one_a = next(c for c in dict(K.claims_rows(pd.DataFrame(rows)))["synthetic"] if c.claim == "1a")
+        assert (one_a.left.label, one_a.right.label) == ("G", "(no runs)") or one_a.right.label == "NCL"
+        assert one_a.left.label == "G" and one_a.left.runs == 3 and one_a.right.runs == 0  # ref_x: not the reference
+        rows = [{**r, "method": "ncl" if r["method"] == "ref_x" else r["method"]} for r in rows]
+        one_a = next(c for c in dict(K.claims_rows(pd.DataFrame(rows)))["synthetic"] if c.claim == "1a")
+        assert (one_a.left.label, one_a.right.label, one_a.verdict) == ("G", "R", "holds")
+    finally:
+        registry.METHODS.unregister("gated_x")
+        registry.METHODS.unregister("ref_x")
+    assert {r: K.default_label(r) for r in ("bayes", "reference", "topk", "simclr")} == {
+        "bayes": "BayesNCL", "reference": "NCL", "topk": "Top-k NCL", "simclr": "SimCLR"}
+
+
+def test_datasets_and_methods_each_mean_the_registry_s_specs():
+    """One meaning per name: no other module gives DATASETS or METHODS another (the training names, the classes)."""
+    import importlib
+    import pkgutil
+
+    import bayesncl
+
+    for info in pkgutil.walk_packages(bayesncl.__path__, "bayesncl."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name in ("DATASETS", "METHODS"):
+            assert getattr(module, name, getattr(registry, name)) is getattr(registry, name), (info.name, name)
+
+
+def test_every_public_name_of_the_registry_is_used():
+    """registry.dataset, dataset_label (and report.names.METHOD_LABELS) were never called: dead, removed."""
+    texts = [p.read_text() for p in [*SRC.rglob("*.py"), *(ROOT / "tests").glob("*.py")] if p != SRC / "registry.py"]
+    texts += [p.read_text() for p in (ROOT / "workflow").rglob("*.smk")] + [(ROOT / "docs" / "EXTENDING.md").read_text()]
+
+    def used(n: str) -> bool:  # a function: called, or imported by name, or reached as registry.<name>
+        pattern = rf"\b{n}\b" if n[0].isupper() else rf"registry\.{n}\b|\bimport\b[^\n]*\b{n}\b|(?<![\w.]){n}\("
+        return any(re.search(pattern, text) for text in texts)
+
+    assert [n for n in registry.__all__ if n != "Registry" and not used(n)] == []  # Registry: their type
+    from bayesncl.report import names
+
+    assert not hasattr(names, "METHOD_LABELS") and not hasattr(registry, "dataset_label")
+

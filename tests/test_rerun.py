@@ -127,21 +127,40 @@ NEW_KEY = ('    max_steps_per_epoch: int = _field(0, "cap on steps per epoch; 0:
            '    label_smoothing: float = _field(0.0, "a new key", ge=0, added=0.0)\n')
 
 
+def _stale(grid: Path, src: Path | None) -> tuple[list[str], list[str]]:
+    """(the run ids `bayesncl stale` lists, its lines) for the grid with the package at `src`."""
+    env = dict(os.environ, PYTHONPATH=str(src or ROOT / "src"))
+    r = current().run([sys.executable, "-m", "bayesncl", "stale", "--grid", str(grid)], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    return sorted(line.split(": ")[0] for line in lines), lines
+
+
 @pytestmark_wf
 def test_a_new_key_at_its_old_behaviour_plans_no_job(tiny_grid, tmp_path):
-    _, args, _ = tiny_grid
+    results, args, _ = tiny_grid
     assert _plan(args, None)[0] == {}
-    counts, _, out = _plan(args, _package_copy(tmp_path, *NEW_KEY))
+    src = _package_copy(tmp_path, *NEW_KEY)
+    counts, _, out = _plan(args, src)
     assert counts == {}, out[-3000:]
+    assert _stale(_grid_file(tmp_path, results), src)[0] == []
 
 
 @pytestmark_wf
-def test_a_new_key_not_declared_as_its_old_behaviour_reruns_every_run(tiny_grid, tmp_path):
-    """The control: without `added`, nothing says the new key keeps what the runs did."""
-    _, args, _ = tiny_grid
+def test_a_new_key_not_declared_as_its_old_behaviour_reruns_every_run_and_stale_lists_them(tiny_grid, tmp_path):
+    """The control: without `added`, nothing says the new key keeps what the runs did. Snakemake plans every
+    run again, and `bayesncl stale` lists the same runs (before issue 48 it printed "0 stale run(s)": it completed
+    the record with today's default before comparing)."""
+    results, args, _ = tiny_grid
     old, new = NEW_KEY
-    counts, planned, _ = _plan(args, _package_copy(tmp_path, old, new.replace(", added=0.0", "")))
-    assert counts["pretrain"] == len(expand_grid(yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())))
+    src = _package_copy(tmp_path, old, new.replace(", added=0.0", ""))
+    counts, planned, _ = _plan(args, src)
+    runs = expand_grid(yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text()))
+    assert counts["pretrain"] == len(runs) and planned == sorted(runs)
+    listed, lines = _stale(_grid_file(tmp_path, results), src)
+    assert listed == planned
+    assert all(line.endswith(": train.label_smoothing absent (today 0.0)") for line in lines), lines
 
 
 @pytestmark_wf
@@ -165,11 +184,8 @@ def test_a_changed_default_plans_exactly_the_runs_that_take_it(tiny_grid, tmp_pa
 
     # `bayesncl stale` names exactly those runs, with the key and both values
     env = dict(os.environ, PYTHONPATH=str(src))
-    r = current().run([sys.executable, "-m", "bayesncl", "stale", "--grid", str(grid)], env=env, cwd=ROOT,
-                      capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
-    assert sorted(line.split(":")[0] for line in lines) == want
+    listed, lines = _stale(grid, src)
+    assert listed == want
     tail = "method.head_lr 0.1 (today 0.2)" if "head_lr" in old else "method.nonneg rep_relu (today relu)"
     assert all(line.endswith(tail) for line in lines), lines
     r = current().run([sys.executable, "-m", "bayesncl", "stale", "--grid", str(grid), "--targets"], env=env,
@@ -227,3 +243,146 @@ def test_stale_runs_compares_each_recorded_config_with_today_s(tmp_path):
     assert describe(found[other]) == "method.temperature 0.3 (today 0.2)"
     assert describe({"method.topk_k": [None, 3]}) == "method.topk_k null (today 3)"
     assert describe({"a.b": [1, 2], "c.d": ["x", "y"]}) == "a.b 1 (today 2); c.d x (today y)"
+
+
+# ----------------------------------------------------------------------- a finished grid with plugin methods
+PLUGIN = """
+from bayesncl import registry
+from bayesncl.methods import NCL
+
+
+@registry.method("{name}", label="{name}", reads=("temperature", "nonneg"){version},
+                 settings={{"l1_weight": registry.setting({default}, "the L1 penalty's weight", ge=0){more}}})
+class Plug(NCL):
+    extra_names = ("l1",)
+
+    def extra_loss(self, out):
+        return {{"l1": self.cfg["method"]["l1_weight"] * out["zplus"].float().sum(dim=1).{reduce}(){extra}}}
+"""
+PLUGINS = {"plug_l1": {"version": ""}, "plug_v": {"version": ', version="1"'}}  # a digest, a declared version
+
+
+def write_plugin(folder: Path, name: str, **edit) -> None:
+    fmt = {"name": name, "default": "1e-3", "reduce": "mean", "more": "", "extra": "", **PLUGINS[name], **edit}
+    (folder / f"{name}.py").write_text(PLUGIN.format(**fmt))
+
+
+@pytest.fixture(scope="module")
+def plugin_grid(tmp_path_factory):
+    """The tiny grid's defaults with two plugin methods: plug_l1 (its code identified by its digest) at its default
+    and at ten times it, plug_v (a declared version), and NCL; pretrained only (their model.pt). Returns (folder,
+    grid file, the model.pt targets)."""
+    if SNAKEMAKE is None:
+        pytest.skip("snakemake not installed (pip install -e '.[workflow]')")
+    work = tmp_path_factory.mktemp("plugin_grid")
+    for name in PLUGINS:
+        write_plugin(work, name)
+    wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    wf.update(results=str(work / "results"), plugins=list(PLUGINS),
+              variants={"NCL": {"method": {"name": "ncl"}}, "L1": {"method": {"name": "plug_l1"}},
+                        "L1 x10": {"method": {"name": "plug_l1", "l1_weight": 1.0e-2}},
+                        "V": {"method": {"name": "plug_v"}}},
+              sets={"table7": {"variants": ["NCL", "L1", "L1 x10", "V"]}})  # no untrained twins: pretraining only
+    grid = work / "grid.yaml"
+    grid.write_text(yaml.safe_dump(wf, sort_keys=False))
+    targets = [str(work / "results" / "runs" / rid / "model.pt") for rid in
+               ("synthetic/ncl/seed~0", "synthetic/plug_l1/seed~0", "synthetic/plug_l1/l1_weight~0.01/seed~0",
+                "synthetic/plug_v/seed~0")]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("BAYESNCL_FORKSERVER_DIR", None)
+    env.pop("BAYESNCL_PLUGINS", None)
+    r = current().run([SNAKEMAKE, *targets, "--cores", "2", "--configfile", str(grid)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    return work, grid, targets
+
+
+@pytest.fixture
+def plugins_as_trained(plugin_grid):
+    yield plugin_grid
+    for name in PLUGINS:  # each test edits the plugins; the next starts from the trained ones
+        write_plugin(plugin_grid[0], name)
+
+
+def _both(plugin_grid) -> tuple[list[str], list[str], list[str]]:
+    """(the runs `snakemake -n` would pretrain, the runs `bayesncl stale` lists, stale's lines)."""
+    work, grid, targets = plugin_grid
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("BAYESNCL_PLUGINS", None)
+    r = current().run([SNAKEMAKE, *targets, "-n", "--nolock", "--cores", "1", "--configfile", str(grid)], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    planned = sorted(re.findall(r"rule pretrain:\n(?:    .*\n)*?    output: \S*/runs/(\S+)/model\.pt", r.stdout))
+    listed, lines = _stale(grid, None)
+    return planned, listed, lines
+
+
+@pytestmark_wf
+def test_the_finished_plugin_grid_plans_nothing_and_nothing_is_stale(plugins_as_trained):
+    assert _both(plugins_as_trained)[:2] == ([], [])
+
+
+@pytestmark_wf
+def test_a_plugin_setting_s_default_plans_exactly_the_runs_that_take_it(plugins_as_trained):
+    write_plugin(plugins_as_trained[0], "plug_l1", default="2e-3")  # a default: config, not the code's identity
+    planned, listed, lines = _both(plugins_as_trained)
+    assert planned == listed == ["synthetic/plug_l1/seed~0"]
+    assert lines == ["synthetic/plug_l1/seed~0: method.l1_weight 0.001 (today 0.002)"]
+
+
+@pytestmark_wf
+def test_a_plugin_s_code_plans_exactly_the_runs_that_use_it(plugins_as_trained):
+    write_plugin(plugins_as_trained[0], "plug_l1", reduce="sum")
+    planned, listed, lines = _both(plugins_as_trained)
+    assert planned == listed == ["synthetic/plug_l1/l1_weight~0.01/seed~0", "synthetic/plug_l1/seed~0"]
+    assert all(re.fullmatch(r"synthetic/plug_l1/\S+: code of method plug_l1 sha256 [0-9a-f]{12} \(today sha256 "
+                            r"[0-9a-f]{12}\)", line) for line in lines), lines
+
+
+@pytestmark_wf
+def test_a_plugin_with_a_version_reruns_when_the_version_changes(plugins_as_trained):
+    work = plugins_as_trained[0]
+    write_plugin(work, "plug_v", reduce="sum")  # an edit under the same version: nothing
+    assert _both(plugins_as_trained)[:2] == ([], [])
+    write_plugin(work, "plug_v", reduce="sum", version=', version="2"')
+    planned, listed, lines = _both(plugins_as_trained)
+    assert planned == listed == ["synthetic/plug_v/seed~0"]
+    assert lines == ["synthetic/plug_v/seed~0: code of method plug_v version 1 (today version 2)"]
+
+
+@pytestmark_wf
+def test_a_neutral_plugin_setting_plans_no_job(plugins_as_trained):
+    """A setting added with the value every run had (`added=`), read by the code, under the same version."""
+    write_plugin(plugins_as_trained[0], "plug_v", more=', "bias": registry.setting(0.0, "a new term", added=0.0)',
+                 extra=' + self.cfg["method"]["bias"]')
+    assert _both(plugins_as_trained)[:2] == ([], [])
+
+
+@pytestmark_wf
+def test_snakemake_retrains_the_stale_runs_and_then_nothing_is_stale(plugins_as_trained):
+    """The plan is carried out: a run whose setting's default changed (another config in its folder) and one whose
+    plugin version changed (another code: a resume would keep the old weights) are trained again from the start,
+    in their own folders, replaced whole; then nothing is planned and nothing is stale. Last in this file: the
+    finished grid is not as trained after it."""
+    work, grid, targets = plugins_as_trained
+    write_plugin(work, "plug_l1", default="2e-3")
+    write_plugin(work, "plug_v", version=', version="2"')
+    stale = ["synthetic/plug_l1/seed~0", "synthetic/plug_v/seed~0"]
+    assert _both(plugins_as_trained)[:2] == (stale, stale)
+    for rid in stale:  # a file of the old run's: gone once the run is trained again, replaced whole (a resume keeps it)
+        (work / "results" / "runs" / rid / "old.json").write_text("{}")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("BAYESNCL_FORKSERVER_DIR", None)
+    env.pop("BAYESNCL_PLUGINS", None)
+    r = current().run([SNAKEMAKE, *targets, "--cores", "2", "--configfile", str(grid)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    for rid in stale:
+        run = work / "results" / "runs" / rid
+        assert run.joinpath("model.pt").is_file() and not run.joinpath("old.json").exists(), sorted(run.iterdir())
+    assert yaml.safe_load((work / "results" / "runs" / stale[0] / "config.resolved.yaml").read_text())[
+        "method"]["l1_weight"] == 2e-3
+    assert json.loads((work / "results" / "runs" / stale[1] / "plugin_code.json").read_text()) == {
+        "method plug_v": "version 2"}
+    assert _both(plugins_as_trained)[:2] == ([], [])
+

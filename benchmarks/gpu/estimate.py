@@ -6,7 +6,7 @@ import json
 import math
 from typing import TYPE_CHECKING
 
-from bayesncl import config
+from bayesncl import config, registry
 from bayesncl.estimate import forward_flops  # noqa: F401 - the one count, also steps_train's (via this module)
 
 from .common import CAPTURED, PAPER_MINUTES, ROOT, TRAIN_IMAGES, StepFailed
@@ -30,13 +30,14 @@ def estimate_grid(configs: list[dict], tput: dict) -> dict:
     per_ds: dict = {}
     total_s = probe_s = 0.0
     for cfg in configs:
-        gated = cfg["method"]["name"] == "bayesncl"  # only the gating head adds FLOPs to backbone + projector
+        spec = registry.METHODS[cfg["method"]["name"]]
+        gated = spec.gated  # only the gating head adds FLOPs to backbone + projector
         key = json.dumps([cfg["model"], gated and cfg["method"]["head_depth"], config.crop_size(cfg)],
                          sort_keys=True)
         if key not in flops:
             flops[key] = forward_flops(cfg)
         # its own method's rate where measured (throughput times each method of the grid), else its family's
-        ref = tput.get(cfg["method"]["name"]) or tput["bayesncl" if cfg["method"]["name"] == "bayesncl" else "ncl"]
+        ref = tput.get(spec.name) or _family_rate(tput, gated)
         rate = ref["img_per_s"] * ref["gflops_fwd_per_view"] * 1e9 / flops[key]
         ds = cfg["data"]["dataset"]
         n = TRAIN_IMAGES[ds]
@@ -49,7 +50,7 @@ def estimate_grid(configs: list[dict], tput: dict) -> dict:
         d["probe_gpu_hours"] += probe / 3600
         total_s += seconds
         probe_s += probe
-        plain = cfg["model"]["arch"] == "resnet18" and cfg["method"]["name"] in ("ncl", "bayesncl") and \
+        plain = cfg["model"]["arch"] == "resnet18" and (spec.reference or spec.gated) and \
             cfg["method"]["head_depth"] == 2 and cfg["model"]["proj_dim"] in (256, 2048)
         if plain and cfg["method"]["gate"] == "ste" and cfg["method"]["detach"]:
             d.setdefault("minutes_per_run", {})[cfg["method"]["name"]] = seconds / 60
@@ -57,6 +58,15 @@ def estimate_grid(configs: list[dict], tput: dict) -> dict:
                 d["img_per_s_resnet18"] = max(rate, d.get("img_per_s_resnet18", 0.0))
     return {"jobs": len(configs), "pretrain_gpu_hours": total_s / 3600, "probe_gpu_hours": probe_s / 3600,
             "per_dataset": per_ds, "paper_minutes_cifar100": PAPER_MINUTES}
+
+
+def _family_rate(tput: dict, gated: bool) -> dict:
+    """The measured rate of a method's family (bayesncl.registry's traits): a gated method's, else the reference's."""
+    family = [m for m in tput if m in registry.METHODS and (registry.METHODS[m].gated if gated
+                                                            else registry.METHODS[m].reference)]
+    if not family:
+        raise StepFailed(f"no measured rate of a {'gated' if gated else 'reference'} method among {sorted(tput)}")
+    return tput[family[0]]
 
 
 def grid_estimate(check: Check) -> dict:
@@ -73,7 +83,8 @@ def grid_estimate(check: Check) -> dict:
     runs = expand_grid(wf)
     modes = {r.config["train"]["graph"] for r in runs.values()}
     captured = check.step_result("captured_step") or {}
-    mode = CAPTURED if modes == {CAPTURED} and "ncl" in captured else "eager"
+    measured = any(m in registry.METHODS and registry.METHODS[m].reference for m in captured)
+    mode = CAPTURED if modes == {CAPTURED} and measured else "eager"
     rates = {m: v for m, v in (captured if mode == CAPTURED else tput).items() if isinstance(v, dict)}
     est = estimate_grid([r.config for r in runs.values()], rates)
     est["rates_from"] = f"train.graph={mode}"

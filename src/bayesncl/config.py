@@ -26,9 +26,8 @@ from .yamlio import load_yaml_file, nest, parse_set  # re-exported: their old ho
 
 
 def __getattr__(name: str):
-    # The registry's names as they are now (a plugin may add some); bayesncl.registry is their one list.
-    if name == "DATASETS":
-        return registry.training_datasets()
+    # The registry's names as they are now (a plugin may add some); bayesncl.registry is their one list (its
+    # DATASETS and METHODS: the specs).
     if name == "METHOD_NAMES":
         return registry.METHODS.names()
     if name == "RETRIEVAL_K":
@@ -269,15 +268,18 @@ def merge(base: dict, over: dict, prefix: str = "") -> dict:
     """Write `over` into `base` (in place, and returned); a key `base` lacks is an error naming it."""
     for k, v in over.items():
         key = f"{prefix}{k}"
+        plugin = registry.declared(key) if key not in RULES else None  # a plugin's setting or block
         if k not in base:
-            known = ", ".join(sorted(base))
-            raise ConfigError(f"{key}: unknown key; known keys here: {known}")
+            if plugin is None:
+                known = ", ".join(sorted({*base, *registry.declared_names(prefix)}))
+                raise ConfigError(f"{key}: unknown key; known keys here: {known}")
+            base[k] = {n: copy.deepcopy(s.default) for n, s in plugin.items()} if isinstance(plugin, dict) else None
         if isinstance(base[k], dict):
             if not isinstance(v, dict):
                 raise ConfigError(f"{key}: expected a mapping of {', '.join(base[k])}, got {v!r}")
             merge(base[k], v, key + ".")
         else:
-            if _KIND.get(key) is float and isinstance(v, str):
+            if (_KIND.get(key) or getattr(plugin, "kind", None)) is float and isinstance(v, str):
                 v = _number(v)
             base[k] = v
     return base
@@ -320,7 +322,35 @@ def synthetic_params(params: dict | None) -> dict[str, Any]:
     return {k: _KIND[f"data.synthetic.{k}"](v) for k, v in out.items()}
 
 
+def _plugin_settings(cfg: dict) -> None:
+    """The run's plugin settings (registry.settings_of: its method's, its dataset's, every section's) laid in at
+    their defaults where missing and checked as the package's keys are; another method's or dataset's settings,
+    which merge took from a layer every run shares (a grid's defaults), are left out: unread, like a method.* key
+    of the package that a method does not read."""
+    own = registry.settings_of(cfg)
+    for block in ("method", "data"):  # every section's settings are every run's
+        node = cfg.get(block) if isinstance(cfg.get(block), dict) else {}
+        for k in [k for k in node if k not in DEFAULTS[block] and registry.declared(f"{block}.{k}") is not None]:
+            if not any(o == f"{block}.{k}" or o.startswith(f"{block}.{k}.") for o in own):
+                del node[k]
+    for key, s in own.items():
+        parts = key.split(".")
+        if key in RULES or ".".join(parts[:2]) in RULES:
+            raise ConfigError(f"{key}: a plugin declares a setting where the package has the key "
+                              f"{'.'.join(parts[:2])}; give the plugin's setting another name")
+        node = cfg
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        v = node.setdefault(parts[-1], copy.deepcopy(s.default))  # merge read "3e-5" as a number already
+        tp = Literal[s.choices] if s.choices else s.kind  # type: ignore[valid-type]
+        check, allowed = _rule(tp | None if s.null is not None else tp,
+                               {b: getattr(s, b) for b in ("ge", "gt", "le", "lt", "null") if getattr(s, b) is not None})
+        if not check(v):
+            raise ConfigError(f"{key}: got {v!r}, expected {allowed}")
+
+
 def validate(cfg: dict) -> dict:
+    _plugin_settings(cfg)
     _check(flatten(cfg))
     # Real datasets are read from a path the user gives.
     if registry.DATASETS[cfg["data"]["dataset"]].needs_root and not cfg["data"]["root"]:
@@ -374,13 +404,21 @@ def as_recorded(cfg: dict) -> dict:
     out = copy.deepcopy(cfg)
     if isinstance(out.get("eval", {}), dict):
         out["eval"] = {**copy.deepcopy(DEFAULTS["eval"]), **out.get("eval", {})}
-    for key, value in KEYS_ADDED.items():
+    for key, value in keys_added(out).items():
         node, parts = out, key.split(".")
-        for p in parts[:-1]:
-            node = node.get(p) if isinstance(node, dict) else None
+        for i, p in enumerate(parts[:-1]):  # a plugin's block may be missing whole: made (a package one never is)
+            node = (node.setdefault(p, {}) if i and key not in KEYS_ADDED else node.get(p)) \
+                if isinstance(node, dict) else None
         if isinstance(node, dict):
             node.setdefault(parts[-1], copy.deepcopy(value))
     return out
+
+
+def keys_added(cfg: dict) -> dict[str, Any]:
+    """KEYS_ADDED, and the run's plugin settings declared with the value runs had before them (registry.setting's
+    `added`): what leaves a rerun trigger unchanged (bayesncl.grid.trigger_config) and completes an old record."""
+    plugin = {k: s.added for k, s in registry.settings_of(cfg).items() if s.added is not registry.UNSET}
+    return {**KEYS_ADDED, **plugin}
 
 
 def resolve(base: dict | None = None, sets: list[str] | tuple = (), file: str | Path | None = None,

@@ -13,6 +13,7 @@ __all__ = [
     "BayesNCLError",
     "ConfigError",
     "DataError",
+    "LayoutError",
     "CheckpointError",
     "OutputError",
     "MetricsFileError",
@@ -35,6 +36,12 @@ class ConfigError(BayesNCLError):
 
 class DataError(BayesNCLError):
     """Missing or malformed data; the message names the path, the expected layout and the fix."""
+
+
+class LayoutError(DataError):
+    """The dataset's folder is the right one but what it holds is not what the dataset needs (a class folder
+    missing from a split, an image that cannot be decoded): the message names the fix, which is never another
+    root (the workflow's pre-flight adds that hint to other data errors only)."""
 
 
 class CheckpointError(BayesNCLError):

@@ -8,12 +8,13 @@ tables use is one run: runs are keyed by their resolved training config. Run ids
 from __future__ import annotations
 
 import copy
+import json
 import warnings
 from dataclasses import dataclass, field
 
-from .config import KEYS_ADDED, RUNTIME_KEYS, ConfigError, flatten, nest, resolve, topk_k
+from .config import RUNTIME_KEYS, ConfigError, flatten, keys_added, nest, resolve, topk_k
 from .errors import BayesNCLError
-from .registry import DATASETS, METHODS
+from .registry import DATASETS, METHODS, SECTION_SETTINGS, is_plugin, plugin_code
 # Order of the path components after the method.
 ID_ORDER = ("model.arch", "model.width", "model.proj_dim", "method.gate", "method.detach", "method.head_depth",
             "method.nonneg", "method.rho", "method.lambda", "method.topk_k")
@@ -86,33 +87,64 @@ def run_id(cfg: dict, base: dict) -> str:
 
 def read_by(spec, key: str) -> bool:
     """Whether a run of the method `spec` reads the dotted config key: method settings it ignores never tell its
-    runs apart (run ids, rerun triggers)."""
-    return not key.startswith("method.") or key == "method.name" or key[len("method."):] in spec.reads
+    runs apart (run ids, rerun triggers); its own declared settings (MethodSpec.settings) it reads."""
+    name = key[len("method."):]
+    return not key.startswith("method.") or key == "method.name" or name in spec.reads or name in dict(spec.settings)
 
 
-def trigger_config(cfg: dict, job: str = "pretrain") -> dict:
+def trigger_config(cfg: dict, job: str = "pretrain", section: str | None = None) -> dict:
     """What decides a job's outputs, as its rerun trigger (workflow/rules/common.smk) and as what `bayesncl stale`
     compares with a run's recorded config. pretrain: the run config less where things run and how it is evaluated
-    (config.RUNTIME_KEYS); evaluate: eval.* and the data settings that are not locations. Either way less the
-    method settings the run's method does not read and every key at the value it had before the key existed
-    (config.KEYS_ADDED): adding a key whose old behaviour is its default changes no trigger; changing a default
-    changes the trigger of exactly the runs that take it."""
+    (config.RUNTIME_KEYS); evaluate: eval.* and the data settings that are not locations, less the settings of
+    plugin sections other than `section`. Either way less the method settings the run's method does not read and
+    every key at the value it had before the key existed (config.keys_added): adding a key whose old behaviour is
+    its default changes no trigger; changing a default changes the trigger of exactly the runs that take it."""
     spec = METHODS[cfg["method"]["name"]]
     flat = flatten(cfg)
+    added = keys_added(cfg)
     if job == "pretrain":
         keep = [k for k in flat if not k.startswith(RUNTIME_KEYS)]
     else:
-        keep = [k for k in flat if k.startswith("eval.") or (k.startswith("data.") and not k.startswith(RUNTIME_KEYS))]
-    return nest({k: flat[k] for k in keep if read_by(spec, k) and not (k in KEYS_ADDED and flat[k] == KEYS_ADDED[k])})
+        keep = [k for k in flat if (k.startswith("eval.") and _section_key(k, section))
+                or (k.startswith("data.") and not k.startswith(RUNTIME_KEYS))]
+    return nest({k: flat[k] for k in keep if read_by(spec, k) and not (k in added and flat[k] == added[k])})
+
+
+def _section_key(key: str, section: str | None) -> bool:
+    """Whether an eval.* key is read by the evaluation section `section` (None: by some section): a plugin section's
+    own settings (eval.<name>.*) are read by that section alone."""
+    owner = key.split(".")[1]
+    return section is None or owner not in SECTION_SETTINGS or owner == section
+
+
+def section_code(section: str) -> dict[str, str]:
+    """{"section NAME": what identifies its code} for a plugin's evaluation section (plugins.code_identity); {} for
+    the package's own."""
+    from .evaluation.sections import SECTIONS
+    from .plugins import code_identity
+
+    s = SECTIONS[section]
+    return {f"section {section}": code_identity(s.module, s.version)} if is_plugin(s.module) else {}
+
+
+def job_trigger(cfg: dict, job: str = "pretrain", section: str | None = None) -> str:
+    """A job's rerun trigger as the workflow gives it (common.smk): trigger_config, and, where the job runs a
+    plugin's code, what identifies that code (a pretraining job: its plugin method's and dataset's,
+    registry.plugin_code; a plugin's evaluation section: its own). The package's own jobs' triggers are
+    trigger_config alone, as they were before plugins had a code identity."""
+    trig = trigger_config(cfg, job, section)
+    code = plugin_code(cfg) if job == "pretrain" else section_code(section) if section else {}
+    return json.dumps({**trig, "plugin_code": code} if code else trig, sort_keys=True)
 
 
 def trigger_diff(recorded: dict, today: dict, job: str = "pretrain") -> list[tuple[str, object, object]]:
     """(key, recorded value, today's) for every trigger key where a run's recorded config (config.as_recorded)
-    and today's differ."""
+    and today's differ; a key the record lacks and today's code does not declare as added reads "absent"."""
     a, b = flatten(trigger_config(recorded, job)), flatten(trigger_config(today, job))
+    added = keys_added(today)
 
     def value(flat, k):  # a key left out at its old behaviour has that value
-        return flat[k] if k in flat else KEYS_ADDED.get(k, "absent")
+        return flat[k] if k in flat else added.get(k, "absent")
 
     return [(k, value(a, k), value(b, k)) for k in sorted(set(a) | set(b)) if value(a, k) != value(b, k)]
 

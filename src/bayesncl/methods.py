@@ -21,7 +21,8 @@ from .registry import METHODS as REGISTRY
 
 
 class _Classes:
-    """{method name: its class}, read through the registry (bayesncl.registry.METHODS), plugins' included."""
+    """{method name: its class}, read through the registry (bayesncl.registry.METHODS: the specs), plugins'
+    included."""
 
     def __iter__(self):
         return iter(REGISTRY)
@@ -42,7 +43,7 @@ class _Classes:
         return [(n, self[n]) for n in REGISTRY]
 
 
-METHODS = _Classes()
+CLASSES = _Classes()
 
 
 def register(name: str) -> Callable[[type], type]:

@@ -137,6 +137,10 @@ def _other_run(out, cfg: dict, imported: str | None = None) -> str | None:
             return f"a run of another config ({name}: {_differs(diff)})"
     if present and not recorded:
         return f"files of a run whose config is not recorded ({', '.join(present)})"
+    if present and imported is None:  # trained with other plugin code: a resume would keep the old code's weights
+        other = _other_code(out, cfg)
+        if other:
+            return other
     features = out / EVAL / "features.json"
     if features.exists():
         try:
@@ -146,6 +150,21 @@ def _other_run(out, cfg: dict, imported: str | None = None) -> str | None:
         if config is None or _diff(config, cfg):
             return f"the evaluation of another run ({EVAL}/features.json)"
     return None
+
+
+def _other_code(out: Path, cfg: dict) -> str | None:
+    """What differs between the plugin code the run in `out` recorded (rundir.CODE) and the code `cfg` runs today."""
+    from .registry import plugin_code
+    from .rundir import CODE, read_code
+
+    try:
+        was = read_code(out)
+    except BayesNCLError:
+        return f"a {CODE} that is no record of plugin code"
+    now = plugin_code(cfg)
+    diff = [f"{k}: {was.get(k, 'absent')} != {now.get(k, 'absent')}" for k in sorted(set(was) | set(now))
+            if was.get(k) != now.get(k)]
+    return f"a run of other plugin code ({CODE}: {_differs(diff)})" if diff else None
 
 
 def other_evaluation(out, checkpoint, digest: Callable[[], str]) -> str | None:

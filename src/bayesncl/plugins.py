@@ -4,7 +4,8 @@
 config (my_method.py there) or from the installed packages, in every process of the run: Snakemake's (which
 validates the grid), and each job's (`bayesncl` reads $BAYESNCL_PLUGINS and $BAYESNCL_PLUGIN_PATH, which the
 workflow sets). What each run used is recorded: the module's name, its file and the file's SHA-256 (`loaded`),
-in the report's provenance.
+in the report's provenance. What identifies a plugin's code in its runs' records and rerun triggers is
+`code_identity`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["ENV", "PATH_ENV", "export_env", "load", "load_from_env", "load_grid", "loaded"]
+__all__ = ["ENV", "PATH_ENV", "code_identity", "export_env", "load", "load_from_env", "load_grid", "loaded"]
 
 ENV = "BAYESNCL_PLUGINS"  # module names, comma-separated
 PATH_ENV = "BAYESNCL_PLUGIN_PATH"  # folders searched first, os.pathsep-separated
@@ -30,6 +31,48 @@ def _sha(path: str | None) -> str:
     if not path or not os.path.isfile(path):
         return ""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def code_identity(module: str, version="") -> str:
+    """A plugin entry's code as its runs record it and their rerun triggers hold it: "version V" where the entry
+    declares one (an edit then reruns nothing until the version changes), else "sha256 <hex>" of its module's
+    source less its settings' declarations (`source_digest`: any other edit reruns its runs; a declared default
+    reaches each run through its config, so a changed default reruns only the runs that take it)."""
+    if version not in ("", None):
+        return f"version {version}"
+    file = getattr(sys.modules.get(module), "__file__", None)
+    digest = source_digest(file) if file and os.path.isfile(file) else ""
+    return f"sha256 {digest}" if digest else f"module {module} (no file)"
+
+
+_DIGESTS: dict[tuple, str] = {}
+
+
+def source_digest(file: str) -> str:
+    """SHA-256 of a Python file with each call of `setting(...)` or `Setting(...)` (a declaration of a setting,
+    bayesncl.registry) cut out; the file's plain SHA-256 where it does not parse. Cut by the syntax tree's
+    positions in the file's bytes, so the same file digests alike under every Python version."""
+    import ast
+
+    st = os.stat(file)
+    key = (file, st.st_mtime_ns, st.st_size)
+    if key not in _DIGESTS:
+        data = Path(file).read_bytes()
+        try:
+            tree = ast.parse(data)
+        except (SyntaxError, ValueError):
+            tree = None
+        starts = [0] + [i + 1 for i, b in enumerate(data) if b == 10]  # byte offset of each line (ast: 1-based)
+        spans = sorted((starts[n.lineno - 1] + n.col_offset, starts[n.end_lineno - 1] + n.end_col_offset)
+                       for n in (ast.walk(tree) if tree else ()) if isinstance(n, ast.Call)
+                       and getattr(n.func, "attr", getattr(n.func, "id", None)) in ("setting", "Setting"))
+        kept, at = [], 0
+        for a, b in spans:
+            if a >= at:  # a call inside a cut one is cut with it
+                kept.append(data[at:a])
+                at = b
+        _DIGESTS[key] = hashlib.sha256(b"setting()".join([*kept, data[at:]])).hexdigest()
+    return _DIGESTS[key]
 
 
 def load(names, search=(), where: str = "plugins") -> list[dict]:

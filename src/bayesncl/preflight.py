@@ -5,7 +5,10 @@ dry run, from the outputs that exist).
 A run reads its dataset's images when it is pretrained, when its features are embedded, in the
 paper-protocol probe (sections that run the network: Section.gpu) and for its dataset's atlas; Waterbirds in
 the background probe. A run whose outputs exist reads nothing, so moving the data away never blocks
-re-rendering the tables. The checks are the cheap ones training starts with (bayesncl.data.check_data).
+re-rendering the tables. The checks are the cheap ones training starts with (bayesncl.data.check_data), and, for
+a dataset whose prepared copy is still to be made, its images read through (DatasetSpec.verify: an undecodable
+image found before any job). The hint to set the root is added where the root may be wrong, never to a message
+about what a right folder holds (errors.LayoutError), which names its own fix.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .registry import BACKGROUND_PROBE, DATASETS
-from .errors import DataError
+from .errors import DataError, LayoutError
 from .evaluation.sections import SECTIONS
 from .grid import Run
 
@@ -75,9 +78,14 @@ def missing_data(wf: dict, runs: dict[str, Run], todo: dict[str, set[str]], wher
     problems = []
     for (what, key, root), rid in checks.items():
         data = runs[rid].config["data"]
+        data = {**data, "dataset": what, "root": root} if what == BACKGROUND_PROBE else data
         try:
-            check_data({**data, "dataset": what, "root": root} if what == BACKGROUND_PROBE else data)
+            check_data(data)
+            spec = DATASETS[what]
+            made = spec.manifests(data)
+            if spec.verify is not None and not (made and all(Path(m).is_file() for m in made)):
+                spec.verifier()(data)  # its prepared copy is still to be made: every image read once, here
         except DataError as e:
-            problems.append(f"{what} ({key}: {root}): {e}. Fix: set {key} in {where} to the folder that holds "
-                            f"it (needed by {rid} and any other run still to be done)")
+            fix = "" if isinstance(e, LayoutError) else f". Fix: set {key} in {where} to the folder that holds it"
+            problems.append(f"{what} ({key}: {root}): {e}{fix} (needed by {rid} and any other run still to be done)")
     return problems

@@ -7,22 +7,99 @@ stays light. A spec names its implementation as "module:attribute", imported whe
 
 A new method or dataset is one file (docs/EXTENDING.md): a plugin module that calls `register_method` or
 `register_dataset` (or decorates its class with `method`), named in the workflow config's `plugins:` list
-(bayesncl.plugins imports it in every process of the run).
+(bayesncl.plugins imports it in every process of the run). Its own settings are declared with it (`setting`: type,
+default, one-line doc, bounds), as bayesncl.config declares the package's; `settings_of` says which a run config
+takes, `plugin_code` what identifies the plugin code a run uses (a declared `version`, else its file's SHA-256).
 """
 
 from __future__ import annotations
 
 import importlib
+import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from .errors import ConfigError
 
-__all__ = ["BACKGROUND_PROBE", "DATASETS", "METHODS", "DatasetSpec", "MethodSpec", "Registry", "dataset",
-           "dataset_label", "method", "method_label", "method_traits", "register_dataset", "register_method",
-           "training_datasets"]
+__all__ = ["BACKGROUND_PROBE", "DATASETS", "METHODS", "SECTION_SETTINGS", "DatasetSpec", "MethodSpec", "Registry",
+           "Setting", "declared", "method", "method_label", "method_traits", "plugin_code", "register_dataset",
+           "register_method", "setting", "settings_of", "training_datasets"]
 
 T = TypeVar("T")
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _Unset()  # Setting.added of a setting as old as its plugin
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A plugin's setting, declared as bayesncl.config declares the package's keys: its default, a one-line doc,
+    its type (`kind`: bool, int, float or str), bounds (ge/gt/le/lt), the values allowed (`choices`), what null
+    means where null is allowed (`null`) and the value every run had before the setting existed (`added`: then
+    adding it reruns nothing, as a package key's `added=`)."""
+
+    default: Any
+    doc: str
+    kind: type = float
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple = ()
+    null: str | None = None
+    added: Any = UNSET
+
+    def allows(self, v) -> bool:
+        """Whether `v` is a value of this setting (config.py says why not, in the package's words)."""
+        if v is None:
+            return self.null is not None
+        if self.choices:
+            return any(type(v) is type(c) and v == c for c in self.choices)
+        if self.kind is float:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        else:
+            ok = isinstance(v, self.kind) and (self.kind is bool or not isinstance(v, bool))
+        return ok and (self.kind in (str, bool) or all(
+            b is None or op(v, b) for b, op in ((self.ge, operator.ge), (self.gt, operator.gt),
+                                                (self.le, operator.le), (self.lt, operator.lt))))
+
+
+def setting(default, doc: str, *, kind: type | None = None, ge=None, gt=None, le=None, lt=None, choices=(),
+            null: str | None = None, added: Any = UNSET) -> Setting:
+    """A plugin's setting (docs/EXTENDING.md): `kind` is the default's type unless given (an int default of a float
+    setting: give kind=float). A declaration that contradicts itself is one line naming the problem."""
+    kind = kind or (type(default) if default is not None else None)
+    if kind not in (bool, int, float, str):
+        raise ConfigError(f"setting {doc!r}: kind {kind!r} is not bool, int, float or str; give kind=")
+    if not isinstance(doc, str) or not doc.strip() or "\n" in doc:
+        raise ConfigError(f"setting with default {default!r}: its doc must be one line of text, got {doc!r}")
+    s = Setting(float(default) if kind is float and isinstance(default, int) and not isinstance(default, bool)
+                else default, doc, kind, ge, gt, le, lt, tuple(choices), null, added)
+    for what, v in (("default", s.default), ("added", added)):
+        if not (what == "added" and added is UNSET) and not s.allows(v):
+            raise ConfigError(f"setting {doc!r}: its {what} {v!r} is not one of its own values (a {kind.__name__}"
+                              f"{' in ' + repr(s.choices) if s.choices else ''} within its bounds)")
+    return s
+
+
+def as_settings(owner: str, given) -> tuple[tuple[str, Setting], ...]:
+    """A registration's settings as (name, Setting) pairs; a name that is no key or a value that is no Setting is
+    one line naming it."""
+    out = []
+    for name, s in dict(given or {}).items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(f"{owner}: setting name {name!r} is not a key (letters, digits, _)")
+        if not isinstance(s, Setting):
+            raise ConfigError(f"{owner}: setting {name!r} is {s!r}; declare it with bayesncl.registry.setting("
+                              "default, doc, ...)")
+        out.append((name, s))
+    return tuple(out)
 
 
 class Registry(Generic[T]):
@@ -98,6 +175,9 @@ class MethodSpec:
     masked: bool = False             # a Top-k mask (the "mask never bound" repeat flag)
     reference: bool = False          # the NCL baseline that figures and the saturation criterion read
     module: str = ""                 # the plugin that registered it ("" built in)
+    # its own method.* settings (name, Setting): read by it alone, in its runs' configs only
+    settings: tuple[tuple[str, Setting], ...] = ()
+    version: str = ""                # what identifies its code ("": its module file's SHA-256)
 
     def load(self) -> type:
         return _resolve(self.impl)
@@ -122,6 +202,7 @@ def register_method(name: str, label: str | None = None, impl: "str | type | Non
     if impl is None:
         raise ConfigError(f"method.name: method {name!r} has no implementation; pass impl=YourMethodClass")
     module = traits.pop("module", "") or (impl.__module__ if isinstance(impl, type) else impl.partition(":")[0])
+    traits["settings"] = as_settings(f"method {name!r}", traits.get("settings"))
     return METHODS.register(MethodSpec(name, label or name, impl, module=module, **traits))
 
 
@@ -172,6 +253,12 @@ class DatasetSpec:
     # images per split, {"train": n, "test": n}, or data_cfg -> that; None: not known before the data is read
     # (the cost estimate, bayesncl.estimate, then asks for it)
     images: "dict | Callable | None" = None
+    # its own settings (name, Setting), in its block data.<name>.* of its runs' configs
+    settings: tuple[tuple[str, Setting], ...] = ()
+    version: str = ""                # what identifies its code ("": its module file's SHA-256)
+    # data_cfg -> raises DataError naming the first image that cannot be decoded: the pre-flight runs it where the
+    # prepared copy is still to be made (bayesncl.preflight)
+    verify: "str | Callable | None" = None
 
     def loader(self) -> Callable:
         return _resolve(self.load)
@@ -181,6 +268,9 @@ class DatasetSpec:
 
     def manifests(self, data_cfg: dict) -> list[str]:
         return list(_resolve(self.prepared)(data_cfg)) if self.prepared is not None else []
+
+    def verifier(self) -> Callable | None:
+        return _resolve(self.verify) if self.verify is not None else None
 
     def smoke_data(self, data_cfg: dict) -> dict:
         return dict(_resolve(self.smoke)(data_cfg)) if self.smoke is not None else {}
@@ -218,6 +308,7 @@ for _spec in (
                 "bayesncl.data.loaders:_check_imagefolder",
                 crop=lambda cfg: cfg["data"]["imagefolder"]["crop_size"], retrieval_k=64,
                 backgrounds="bayesncl.data.loaders:_imagefolder_backgrounds",
+                verify="bayesncl.data.imagefolder:verify_images",
                 prepared="bayesncl.data.loaders:_imagefolder_manifests",
                 prepare="bayesncl.data.loaders:_prepare_imagefolder"),
     DatasetSpec("waterbirds", "Waterbirds", "bayesncl.data.loaders:_load_waterbirds",
@@ -233,16 +324,8 @@ def register_dataset(name: str, label: str | None = None, **traits) -> DatasetSp
     if missing:
         raise ConfigError(f"data.dataset: dataset {name!r} needs {', '.join(missing)} (see DatasetSpec)")
     module = traits.pop("module", "") or getattr(traits["load"], "__module__", "")
+    traits["settings"] = as_settings(f"dataset {name!r}", traits.get("settings"))
     return DATASETS.register(DatasetSpec(name, label or name, module=module, **traits))
-
-
-def dataset(name: str) -> DatasetSpec:
-    return DATASETS[name]
-
-
-def dataset_label(name: str) -> str:
-    spec = DATASETS.get(name)
-    return spec.label if spec is not None else str(name)
 
 
 # The background probe's dataset for datasets without background labels (eval.waterbirds_root).
@@ -251,3 +334,69 @@ BACKGROUND_PROBE = "waterbirds"
 
 def training_datasets() -> tuple[str, ...]:
     return DATASETS.names(lambda s: s.trainable)
+
+
+# ----------------------------------------------------------------------------------------- plugins' settings
+# {section name: its settings}, eval.<section>.* of every run config (bayesncl.evaluation.sections.section writes it)
+SECTION_SETTINGS: dict[str, tuple[tuple[str, Setting], ...]] = {}
+
+
+def _named(reg: "Registry", name) -> Any:
+    return reg.get(name) if isinstance(name, str) else None
+
+
+def settings_of(cfg: dict) -> dict[str, Setting]:
+    """{dotted key: Setting} of the plugin settings a run config takes: its method's (method.<key>), its dataset's
+    (data.<dataset>.<key>) and every evaluation section's (eval.<section>.<key>)."""
+    section = lambda c, k: c.get(k) if isinstance(c, dict) and isinstance(c.get(k), dict) else {}  # noqa: E731
+    out: dict[str, Setting] = {}
+    m = _named(METHODS, section(cfg, "method").get("name"))
+    out.update({f"method.{k}": s for k, s in (m.settings if m else ())})
+    d = _named(DATASETS, section(cfg, "data").get("dataset"))
+    out.update({f"data.{d.name}.{k}": s for k, s in (d.settings if d else ())})
+    out.update({f"eval.{n}.{k}": s for n, pairs in SECTION_SETTINGS.items() for k, s in pairs})
+    return out
+
+
+def declared(key: str) -> "Setting | dict[str, Setting] | None":
+    """What some registered method, dataset or section declares at the dotted `key`: a Setting (method.<key>, or a
+    key inside a block), a block ({name: Setting}: data.<dataset>, eval.<section>), or None. Config merging accepts
+    these keys in any layer; validation keeps those of the run's own method and dataset (settings_of)."""
+    part = key.split(".")
+    blocks = {"data": lambda n: dict(d.settings) or None if (d := _named(DATASETS, n)) else None,
+              "eval": lambda n: dict(SECTION_SETTINGS.get(n, ())) or None}
+    if len(part) == 2 and part[0] == "method":
+        return next((s for m in METHODS._specs.values() for k, s in m.settings if k == part[1]), None)
+    if part[0] in blocks and len(part) in (2, 3):
+        block = blocks[part[0]](part[1])
+        return block if len(part) == 2 or not block else block.get(part[2])
+    return None
+
+
+def declared_names(prefix: str) -> set[str]:
+    """The names registered entries declare right under the dotted `prefix` ("method.": every method's settings;
+    "data.": the datasets with settings of their own), for an unknown key's message."""
+    keys = [f"method.{k}" for m in METHODS._specs.values() for k, _ in m.settings]
+    keys += [f"data.{d.name}.{k}" for d in DATASETS._specs.values() for k, _ in d.settings]
+    keys += [f"eval.{n}.{k}" for n, pairs in SECTION_SETTINGS.items() for k, _ in pairs]
+    return {k[len(prefix):].split(".")[0] for k in keys if k.startswith(prefix)}
+
+
+def is_plugin(module: str) -> bool:
+    """Whether an entry's module is a plugin's (the package's own code is judged by its config alone)."""
+    return bool(module) and module != "bayesncl" and not module.startswith("bayesncl.")
+
+
+def plugin_code(cfg: dict) -> dict[str, str]:
+    """{"method NAME" / "dataset NAME": what identifies its code} for the plugin method and dataset a run config
+    uses: its declared version, else the SHA-256 of its module's file (bayesncl.plugins.code_identity). A change
+    reruns the runs that use it (bayesncl.grid); the package's own entries are not listed."""
+    from .plugins import code_identity
+
+    out = {}
+    for kind, spec in (("method", _named(METHODS, cfg["method"]["name"])),
+                       ("dataset", _named(DATASETS, cfg["data"]["dataset"]))):
+        if spec is not None and is_plugin(spec.module):
+            out[f"{kind} {spec.name}"] = code_identity(spec.module, spec.version)
+    return out
+

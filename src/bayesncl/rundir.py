@@ -1,6 +1,7 @@
 """What a run folder holds, by name: what `bayesncl pretrain` writes and `bayesncl evaluate` reads.
 
     <run>/config.resolved.yaml   the validated run config
+    <run>/plugin_code.json       what identifies the plugin code the run used (a plugin method or dataset only)
     <run>/checkpoint.pt          latest state (epoch end, or mid-epoch after SIGTERM); resumed on rerun
     <run>/model.pt               final weights + config: what evaluation reads
     <run>/log.jsonl              one JSON object per finished epoch (rewritten whole, atomically)
@@ -16,11 +17,44 @@ from pathlib import Path
 from .errors import MissingInputError, RunFileError
 
 CONFIG = "config.resolved.yaml"
+CODE = "plugin_code.json"
 CHECKPOINT = "checkpoint.pt"
 FINAL = "model.pt"
 LOG = "log.jsonl"
 DYNAMICS = "dynamics.pt"
 EVAL = "eval"
+
+
+def record_config(out: Path, cfg: dict) -> None:
+    """The run's config.resolved.yaml and, where the run uses a plugin's method or dataset, what identifies their
+    code (registry.plugin_code, in plugin_code.json): what `bayesncl stale` compares with today's."""
+    from .atomic import atomic_write_text
+    from .config import dump_yaml
+    from .registry import plugin_code
+
+    atomic_write_text(out / CONFIG, dump_yaml(cfg))
+    code = plugin_code(cfg)
+    if code:
+        atomic_write_text(out / CODE, json.dumps(code, indent=1, sort_keys=True) + "\n")
+    else:
+        (out / CODE).unlink(missing_ok=True)
+
+
+def read_code(run_dir: str | Path) -> dict[str, str]:
+    """The plugin code a run recorded ({} where it recorded none: the package's own code, or a run older than the
+    record); a file that is not the trainer's is one RunFileError line naming it."""
+    path = Path(run_dir) / CODE
+    if not path.exists():
+        return {}
+    try:
+        code = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise RunFileError(f"{path}: cannot be read as JSON ({getattr(e, 'strerror', None) or e}); it is the "
+                           "trainer's: restore it, or train the run again") from None
+    if not isinstance(code, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in code.items()):
+        raise RunFileError(f"{path}: not an object of plugin entries and their code; it is the trainer's: restore "
+                           "it, or train the run again")
+    return code
 
 
 # An epoch's values the readers take as numbers (None: not measured, as peak memory on a CPU).

@@ -1,11 +1,12 @@
 """Runs trained under other settings than the workflow config gives them today (`bayesncl stale`).
 
-A run records the full config it was trained with (``<run>/config.resolved.yaml``, and in model.pt). Today's
-config of the same run is the workflow config expanded with today's code (its defaults included). Where the two
-differ on what decides training (bayesncl.grid.trigger_config: a key that did not exist when the run was trained
-reads as what runs did before it, config.KEYS_ADDED), the run is stale: its pretraining job's trigger changed, so
-`snakemake` plans it again, and until then the tables whose runs it is in say so in their captions
-(report/tables.py, stale_note; runs.csv's ``stale`` column).
+A run records the full config it was trained with (``<run>/config.resolved.yaml``, and in model.pt) and what
+identifies the plugin code it used (``<run>/plugin_code.json``, bayesncl.registry.plugin_code). Today's config of
+the same run is the workflow config expanded with today's code (its defaults included). Where the two differ on
+what decides training (bayesncl.grid.trigger_config: the record as written, so a key it lacks reads as what runs
+did before the key, config.keys_added, or else "absent") or on the plugin code, the run is stale: its pretraining
+job's trigger (bayesncl.grid.job_trigger) changed, so `snakemake` plans it again, and until then the tables whose
+runs it is in say so in their captions (report/tables.py, stale_note; runs.csv's ``stale`` column).
 """
 
 from __future__ import annotations
@@ -14,16 +15,29 @@ import json
 import sys
 from pathlib import Path
 
-from .config import as_recorded, resolve
+from .config import as_recorded, load_yaml_file, resolve
 from .grid import Run, expand_grid, trigger_diff
-from .rundir import CONFIG, FINAL
+from .registry import plugin_code
+from .rundir import CONFIG, FINAL, read_code
 
 __all__ = ["describe", "print_stale", "stale_runs", "run_staleness"]
 
 
-def run_staleness(recorded: dict, run: Run) -> dict[str, list]:
-    """{key: [recorded value, today's]} where the run's recorded config and today's differ (training)."""
-    return {k: [a, b] for k, a, b in trigger_diff(as_recorded(recorded), run.config, "pretrain")}
+def run_staleness(recorded: dict, run: Run, code: dict[str, str] | None = None) -> dict[str, list]:
+    """{key: [recorded value, today's]} where the run's recorded config (as written, not completed with today's
+    defaults) and today's differ (training), and {"code of <entry>": [recorded, today's]} where the plugin code it
+    recorded (`code`) is not today's."""
+    diff = {k: [a, b] for k, a, b in trigger_diff(as_recorded(recorded), run.config, "pretrain")}
+    today, was = plugin_code(run.config), code or {}
+    for entry in sorted(set(today) | set(was)):
+        if today.get(entry) != was.get(entry):
+            diff[f"code of {entry}"] = [_short(was.get(entry, "absent")), _short(today.get(entry, "absent"))]
+    return diff
+
+
+def _short(identity: str) -> str:
+    """A code identity as the stale line and the tables' captions show it: a digest by its first 12 digits."""
+    return identity[:19] if identity.startswith("sha256 ") else identity
 
 
 def stale_runs(wf: dict, results: str | Path, unreadable: dict[str, str] | None = None) -> dict[str, dict[str, list]]:
@@ -38,7 +52,8 @@ def stale_runs(wf: dict, results: str | Path, unreadable: dict[str, str] | None 
         try:
             if not path.is_file():
                 continue
-            recorded = resolve(file=path, recorded=True)
+            resolve(file=path, recorded=True)  # a valid record; compared as written (what Snakemake compares)
+            recorded, code = load_yaml_file(path, "recorded config"), read_code(path.parent)
         except BayesNCLError as e:
             if unreadable is not None:
                 unreadable[rid] = str(e)
@@ -47,7 +62,7 @@ def stale_runs(wf: dict, results: str | Path, unreadable: dict[str, str] | None 
             if unreadable is not None:
                 unreadable[rid] = f"{path}: cannot be read ({e.strerror})"
             continue
-        diff = run_staleness(recorded, run)
+        diff = run_staleness(recorded, run, code)
         if diff:
             out[rid] = diff
     return out

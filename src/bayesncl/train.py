@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt_io
 from .atomic import atomic_write_text
-from .config import RUNTIME_KEYS, ConfigError, dump_yaml
+from .config import RUNTIME_KEYS, ConfigError
 from .errors import REQUEUE_EXIT  # noqa: F401 - the CLI's exit after a SIGTERM; the SLURM profile retries it
 from .data import SimCLRAugment, iter_batches, load_split
 from .evaluation.dynamics import GradientStats
@@ -39,7 +39,7 @@ from .startup import mark_ready
 from .methods import Method, build_method
 from .registry import METHODS
 from .optim import build_optimizer, lr_at
-from .rundir import CHECKPOINT, CONFIG, DYNAMICS, FINAL, LOG
+from .rundir import CHECKPOINT, DYNAMICS, FINAL, LOG, record_config
 from .runtime import channels_last, embed, peak_memory_mb, reset_peak_memory, resolve_device, set_deterministic
 from .step import TrainStep, check_graph
 
@@ -196,7 +196,7 @@ def _pretrain(cfg: dict, out_dir: str | Path, progress: bool) -> Path:
         return final
 
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / CONFIG, dump_yaml(cfg))
+    record_config(out, cfg)  # config.resolved.yaml, and the plugin code the run uses
     train_step = TrainStep(model, opt, training_augment(train_set, cfg), cfg, device, steps)
     if state["scaler"] is not None:
         train_step.scaler.load_state_dict(state["scaler"])

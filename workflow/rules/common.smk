@@ -18,7 +18,7 @@ from snakemake.utils import validate
 from bayesncl import forkserver
 
 from bayesncl.errors import BayesNCLError, ConfigError
-from bayesncl.grid import evaluation_sections, expand_grid, smoke_results, trigger_config, variant_names
+from bayesncl.grid import evaluation_sections, expand_grid, job_trigger, smoke_results, variant_names
 from bayesncl.plugins import export_env, load_grid
 from bayesncl.registry import DATASETS
 from bayesncl.report import names as report_names
@@ -292,11 +292,13 @@ try:
     _manifests = {rid: DATASETS[run.config["data"]["dataset"]].manifests(run.config["data"]) for rid, run in RUNS.items()}
 except BayesNCLError as e:
     raise WorkflowError(f"invalid workflow config: {e}")
-# marker tag -> (the prepared folder's manifests, the data settings that name it)
+# marker tag -> (the prepared folder's manifests, the data settings that name it: those below and the dataset's
+# own block, data.<dataset>.*, where it has one: an image folder's sizes, a plugin dataset's settings)
 PREPARED = {
     hashlib.sha256(os.path.dirname(m[0]).encode()).hexdigest()[:16]: (
         m,
-        {k: RUNS[rid].config["data"][k] for k in ("dataset", "root", "classes", "imagenet_stored_size", "cache_dir")},
+        {k: v for k, v in RUNS[rid].config["data"].items()
+         if k in ("dataset", "root", "classes", "imagenet_stored_size", "cache_dir", RUNS[rid].config["data"]["dataset"])},
     )
     for rid, m in _manifests.items()
     if m
@@ -342,14 +344,20 @@ wildcard_constraints:
 
 # Rerun triggers. Snakemake reruns a job when a param changes, except params whose function takes `output` (or
 # input, threads, resources): those are "derived" and never compared. So each rule's command carries the whole
-# config through a derived param, and its trigger is a param of its own: bayesncl.grid.trigger_config, what
-# decides the job's outputs (a new key at its old behaviour, a location, an unread method setting: none of them).
+# config through a derived param, and its trigger is a param of its own: bayesncl.grid.job_trigger, what
+# decides the job's outputs (a new key at its old behaviour, a location, an unread method setting: none of them;
+# the code of a plugin the job runs: yes).
 def pretrain_trigger(wildcards):
-    return json.dumps(trigger_config(RUNS[wildcards.run].config, "pretrain"), sort_keys=True)
+    return job_trigger(RUNS[wildcards.run].config, "pretrain")
 
 
-def evaluate_trigger(wildcards):
-    return json.dumps(trigger_config(RUNS[wildcards.run].config, "evaluate"), sort_keys=True)
+def evaluate_trigger(section):
+    """Params function: the trigger of the run's `section` job (its plugin settings and code only its own)."""
+
+    def trigger(wildcards):
+        return job_trigger(RUNS[wildcards.run].config, "evaluate", section)
+
+    return trigger
 
 
 def run_config_text(wildcards, output):

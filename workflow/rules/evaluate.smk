@@ -96,7 +96,7 @@ for _section, _spec in EVAL_RULES.items():
             "eval_{run}"
         params:
             cmd=evaluate_command(_section),  # derived (takes output): not a rerun trigger
-            trigger=evaluate_trigger,
+            trigger=evaluate_trigger(_section),
             launch=launch(_section, "run"),
             before=_before,
             after=_after,

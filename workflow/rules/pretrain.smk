@@ -1,6 +1,7 @@
 # One pretraining job per distinct run config (the config travels as JSON); what reruns it is its trigger
 # (common.smk, pretrain_trigger).
 import os
+import shlex
 
 from_common("PREPARED_OF", "RESULTS", "benchmark_file", "launch", "pretrain_minutes", "pretrain_trigger",
             "run_config_text", "run_gpus", "run_gres", "within_allocation")
@@ -18,7 +19,9 @@ rule pretrain:
     params:
         config=run_config_text,  # derived (takes output): not a rerun trigger
         trigger=pretrain_trigger,
-        out=lambda wc, output: os.path.dirname(output[0]),
+        # derived (takes output): the run's own folder, replaced whole where it holds a run of another config or
+        # plugin code (what reran this job: bayesncl.outdir), resumed where it holds this run's checkpoint
+        out=lambda wc, output: f"{shlex.quote(os.path.dirname(output[0]))} --replace",
         launch=launch("pretrain", "run"),
         allocation=within_allocation,
     threads: 1

@@ -37,7 +37,6 @@ __all__ = [
     "CIFAR100_STD",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
-    "DATASETS",
     "LOADERS",
     "load_split",
     "check_data",
@@ -51,10 +50,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # The registry's names as they are now (a plugin may add some): the training datasets, and every dataset
-    # load_split reads (Waterbirds too, the background probe's data, never trained on).
-    if name == "DATASETS":
-        return _REGISTRY.names(lambda s: s.trainable)
+    # The registry's names as they are now (a plugin may add some): every dataset load_split reads (Waterbirds
+    # too, the background probe's data, never trained on); the training datasets: registry.training_datasets().
     if name == "LOADERS":
         return _REGISTRY.names()
     raise AttributeError(name)

@@ -45,7 +45,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..errors import DataError
+from ..errors import DataError, LayoutError
 from .imageset import ImageSet
 from . import imagenet as I
 from . import prepared as P
@@ -64,6 +64,7 @@ __all__ = [
     "load_imagefolder",
     "prepare_imagefolder",
     "prepared_dir",
+    "verify_images",
 ]
 
 BACKGROUND_FILE = "backgrounds.csv"
@@ -103,7 +104,7 @@ def _entries(folder: Path) -> list[os.DirEntry]:
         with os.scandir(folder) as it:
             return list(it)
     except OSError as exc:
-        raise DataError(f"{folder}: cannot read the folder ({exc.strerror}); give this user read access to it or "
+        raise LayoutError(f"{folder}: cannot read the folder ({exc.strerror}); give this user read access to it or "
                         f"remove it; expected {_LAYOUT}") from None
 
 
@@ -117,7 +118,7 @@ def _is(entry: os.DirEntry, kind: str) -> bool:
     except OSError as exc:
         why = ("a symbolic link that leads back to itself" if exc.errno == errno.ELOOP
                else exc.strerror or str(exc))
-        raise DataError(f"{entry.path}: {why}; remove the link or point it at "
+        raise LayoutError(f"{entry.path}: {why}; remove the link or point it at "
                         f"{'a class folder' if kind == 'dir' else 'an image'}") from None
 
 
@@ -134,7 +135,7 @@ def _classes(root_p: Path) -> list[str]:
             raise DataError(f"{split_dir}: folder not found; expected {_LAYOUT}")
         found[d] = _class_dirs(split_dir)
         if not found[d]:
-            raise DataError(f"{split_dir}: no class subfolders; expected {_LAYOUT}; put each class's images in "
+            raise LayoutError(f"{split_dir}: no class subfolders; expected {_LAYOUT}; put each class's images in "
                             f"{split_dir}/<class>/")
     if found["train"] != found["val"]:
         only_t = sorted(set(found["train"]) - set(found["val"]))
@@ -143,7 +144,7 @@ def _classes(root_p: Path) -> list[str]:
         def shown(names):
             return ", ".join(names[:3]) + (" ..." if len(names) > 3 else "") if names else "none"
 
-        raise DataError(f"{root_p}: train/ and val/ have different class folders (only in train/: {shown(only_t)}; "
+        raise LayoutError(f"{root_p}: train/ and val/ have different class folders (only in train/: {shown(only_t)}; "
                         f"only in val/: {shown(only_v)}); expected {_LAYOUT}; add or remove class folders so both "
                         f"splits name the same classes")
     return found["train"]
@@ -159,7 +160,7 @@ def _list_split(root_p: Path, split: str, classes: list[str]) -> _Listing:
                        if not e.name.startswith(".") and e.name.lower().endswith(I.IMAGE_EXTENSIONS)
                        and _is(e, "file"))
         if not names:
-            raise DataError(f"{folder}: class folder has no images (looked for {', '.join(I.IMAGE_EXTENSIONS)}); "
+            raise LayoutError(f"{folder}: class folder has no images (looked for {', '.join(I.IMAGE_EXTENSIONS)}); "
                             f"add images or remove the folder from both train/ and val/")
         paths += [str(folder / n) for n in names]
         labels += [label] * len(names)
@@ -232,12 +233,36 @@ def check_imagefolder(root) -> None:
             with open(bg, newline="", encoding="utf-8-sig") as fh:
                 header = next(csv.reader(fh), None)
         except (OSError, UnicodeDecodeError) as exc:
-            raise DataError(f"{bg}: cannot read the background file ({exc}); expected a csv with the header "
+            raise LayoutError(f"{bg}: cannot read the background file ({exc}); expected a csv with the header "
                             f"{','.join(BACKGROUND_HEADER)}") from None
         if header is None or [h.strip() for h in header] != list(BACKGROUND_HEADER):
             found = "an empty file" if header is None else f"header {','.join(header)!r}"
-            raise DataError(f"{bg}: found {found}; expected the header {','.join(BACKGROUND_HEADER)} then one row "
+            raise LayoutError(f"{bg}: found {found}; expected the header {','.join(BACKGROUND_HEADER)} then one row "
                             f"per image (its path relative to {root_p} and a background name)")
+
+
+def verify_images(data_cfg: dict) -> None:
+    """Every image of train/ and val/ identified and read through before any is decoded (the workflow's pre-flight
+    runs this where the prepared copy is still to be made): PIL's verify, which checks a PNG's chunks and their
+    checksums and a JPEG's markers without decoding, so a file that is no image or a damaged PNG is one line naming
+    it on the console instead of a failed prepare job. It reads each file once; a JPEG whose coded data alone is
+    damaged is still found only when prepare decodes it (one line in that job's log)."""
+    from PIL import Image, UnidentifiedImageError
+
+    root_p = _root(data_cfg.get("root"))
+    classes = _classes(root_p)
+    for split in ("train", "test"):
+        for path in _list_split(root_p, split, classes)[0]:
+            try:
+                with Image.open(path) as im:
+                    im.verify()
+            except UnidentifiedImageError:
+                raise LayoutError(f"{path}: not a decodable image (no image format PIL reads); replace the file with "
+                                  "the image or remove it") from None
+            except Exception as exc:  # noqa: BLE001 - PIL raises OSError, SyntaxError, ValueError ... for a bad file
+                why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise LayoutError(f"{path}: not a decodable image ({why}); replace the file with the image or remove "
+                                  "it") from None
 
 
 def _sizes(stored_size, crop_size=None) -> tuple[int, int]:

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..config import crop_size
 from ..errors import ConfigError
-from ..registry import DATASETS, METHODS
+from ..registry import DATASETS, METHODS, SECTION_SETTINGS, as_settings
 from .context import FEATURE_FILES
 
 if TYPE_CHECKING:
@@ -55,6 +55,8 @@ class Section:
     runtime: int = 15                           # minutes
     every_run: bool = False                     # every run it applies to gets it (else the sets ask: grid.py)
     columns: tuple[tuple[str, str], ...] = ()   # (key of its body, runs.csv column) for a plugin's numbers
+    module: str = ""                            # where `compute` is defined (a plugin's: its code's identity)
+    version: str = ""                           # what identifies its code ("": its module file's SHA-256)
 
     @property
     def doc(self) -> str:
@@ -67,13 +69,19 @@ SECTIONS: dict[str, Section] = {}
 def section(name: str, *, gpu: Callable[[dict], bool] = lambda cfg: False,
             skip: Callable[[dict], str | None] = lambda cfg: None, model: Callable[[dict], bool] | None = None,
             reads=("features",), outputs: dict[str, str] | None = None, cpus: int = 1, mem_mb: int = 4000,
-            runtime: int = 15, every_run: bool = False, columns: dict[str, str] | None = None):
-    """Register `compute` as section `name`; `model` defaults to `gpu` (running the network reads the model)."""
+            runtime: int = 15, every_run: bool = False, columns: dict[str, str] | None = None,
+            settings: dict | None = None, version: str = ""):
+    """Register `compute` as section `name`; `model` defaults to `gpu` (running the network reads the model).
+    `settings` ({name: bayesncl.registry.setting(...)}): the section's own, eval.<name>.* of every run config."""
     def register(fn):
         if name in SECTIONS and SECTIONS[name].compute is not fn:
             raise ConfigError(f"evaluation section {name!r} is registered twice; give the new one another name")
+        declared = as_settings(f"evaluation section {name!r}", settings)
         SECTIONS[name] = Section(name, fn, gpu, skip, model or gpu, tuple(reads), tuple((outputs or {}).items()),
-                                 cpus, mem_mb, runtime, every_run, tuple((columns or {}).items()))
+                                 cpus, mem_mb, runtime, every_run, tuple((columns or {}).items()), fn.__module__,
+                                 version)
+        if declared:
+            SECTION_SETTINGS[name] = declared
         return fn
     return register
 

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from .cells import METRICS, Metric, Stat, stat
+from ..registry import METHODS, method_traits
 from .groups import Group, flag_repeats, group_rows, in_set, parse_list
 from .summary import prepare, sweep_rows
 from .verdicts import (BETTER, LOOK_ALPHAS, NOT_WORSE, UNSIGNED, VERDICTS, Kind, Outcome, at_most, combine, compare,
@@ -57,26 +58,36 @@ def _flag(v, default: float) -> float:
 
 def _bayes(gate: str = "ste", detach: bool = True, depth: int = 2) -> Callable[[dict], bool]:
     def pick(r: dict) -> bool:
-        return (r["method"] == "bayesncl" and (r["gate"] or "ste") == gate
+        return (method_traits(r["method"]).gated and (r["gate"] or "ste") == gate
                 and bool(_flag(r["detach"], 1.0)) == detach and _flag(r["head_depth"], 2.0) == depth)
     return pick
 
 
+# The paper's methods as the registry's traits tell them (bayesncl.registry.MethodSpec): BayesNCL is the gated
+# method, NCL the reference, Top-k NCL the masked one, SimCLR the one whose feature is not built on z+.
+TRAITS: dict[str, Callable] = {"bayes": lambda s: s.gated, "reference": lambda s: s.reference,
+                               "topk": lambda s: s.masked, "simclr": lambda s: not s.nonnegative}
 ROLES: dict[str, Callable[[dict], bool]] = {
     "any": lambda r: True,  # a declared claim's side: found by its variant label alone
-    "bayes": _bayes(),
-    "ncl": lambda r: r["method"] == "ncl",
-    "topk": lambda r: r["method"] == "topk_ncl",
-    "simclr": lambda r: r["method"] == "cl",
+    "bayes": _bayes(),  # the gated method with the paper's gate (STE, detach, a 2-layer head)
+    **{role: (lambda t: lambda r: t(method_traits(r["method"])))(t) for role, t in TRAITS.items() if role != "bayes"},
     "gumbel": _bayes(gate="gumbel"),
     "soft": _bayes(gate="soft"),
     "nodetach": _bayes(detach=False),
     "head1": _bayes(depth=1),
     "head3": _bayes(depth=3),
 }
-DEFAULT_LABELS = {"any": "(no runs)", "bayes": "BayesNCL", "ncl": "NCL", "topk": "Top-k NCL", "simclr": "SimCLR",
-                  "gumbel": "BayesNCL (Gumbel)", "soft": "Soft gate", "nodetach": "w/o detach",
+# A side without runs is labelled by its role: the registry's label of the first method with the trait, or the
+# ablation's name.
+DEFAULT_LABELS = {"any": "(no runs)", "gumbel": "BayesNCL (Gumbel)", "soft": "Soft gate", "nodetach": "w/o detach",
                   "head1": "1-layer head", "head3": "3-layer head"}
+
+
+def default_label(role: str) -> str:
+    if role in TRAITS:
+        names = METHODS.names(TRAITS[role])
+        return METHODS[names[0]].label if names else role
+    return DEFAULT_LABELS[role]
 
 
 @dataclass
@@ -136,7 +147,7 @@ class Runs:
                                 sum(r.get("still_learning") == 1 for r in rows),
                                 sum(r.get("collapsed") == 1 for r in rows), set_name=s,
                                 run_ids=tuple(str(r.get("run_id", "")) for r in rows))
-        return Side(DEFAULT_LABELS[role], [], m.decimals, m.sig)
+        return Side(default_label(role), [], m.decimals, m.sig)
 
 
 RHO = Metric("rho", "$\\rho$", 3, None)  # claim 7's correlations (the last recorded epoch's)
@@ -211,7 +222,7 @@ def _directional(cid: str, text: str, sets: tuple[str, ...], metric: str, left: 
 
 def _sign(cid: str, text: str, key: str, better: str) -> Callable:
     def build(runs: Runs) -> list[Comparison]:
-        a = runs.side(("table3",), "ncl", _last(key), RHO)
+        a = runs.side(("table3",), "reference", _last(key), RHO)
         return [_judged(cid, text, a, 0.0, BETTER, better)]
     return build
 
@@ -219,7 +230,7 @@ def _sign(cid: str, text: str, key: str, better: str) -> Callable:
 def _weakens(cid: str, text: str, key: str) -> Callable:
     def build(runs: Runs) -> list[Comparison]:
         a = runs.side(("table3",), "bayes", _last(key, absolute=True), RHO)
-        b = runs.side(("table3",), "ncl", _last(key, absolute=True), RHO)
+        b = runs.side(("table3",), "reference", _last(key, absolute=True), RHO)
         return [_judged(cid, text, a, b, BETTER, "down")]
     return build
 
@@ -229,7 +240,7 @@ def _within(cid: str, text: str, set_name: str, metric: str, kind: Kind, paper: 
 
     def build(runs: Runs) -> list[Comparison]:
         a = runs.side((set_name,), "bayes", _column(metric), m)
-        b = runs.side((set_name,), "ncl", _column(metric), m)
+        b = runs.side((set_name,), "reference", _column(metric), m)
         return [_judged(cid, text, a, b, kind, "up", paper)]
     return build
 
@@ -246,12 +257,12 @@ def _widths(runs: Runs) -> list[Comparison]:
         out.append(_judged("10a", f"SC: @A at $D = {dims[-1]:g}$ $>$ at $D = {dims[0]:g}$", a, b, BETTER, "up",
                            "36.14 at $D = 2048$"))
     else:
-        none = Side(DEFAULT_LABELS["bayes"], [], sc.decimals)
+        none = Side(default_label("bayes"), [], sc.decimals)
         out.append(_judged("10a", "SC: @A rises with $D$", none, Side(none.label, [], sc.decimals), BETTER, "up",
                            "36.14 at $D = 2048$"))
     for d in dims or [math.nan]:
         a = runs.side(("figure4a",), "bayes", get, sc, at(d))
-        b = runs.side(("figure4a",), "ncl", get, sc, at(d))
+        b = runs.side(("figure4a",), "reference", get, sc, at(d))
         where = f"at $D = {d:g}$" if math.isfinite(d) else "at each $D$"
         cid = f"10b-{d:g}" if math.isfinite(d) else "10b"  # one row per D, each its own id
         out.append(_judged(cid, f"SC {where}: @A $>$ @B", a, b, BETTER, "up",
@@ -268,7 +279,7 @@ def _inverted_u(cid: str, param: str, symbol: str, paper: str) -> Callable:
             sweep = sweep_rows(prepare(pd.DataFrame(rows)), param)
             for value, part in sweep.groupby(param):
                 points[float(value)] = list(zip(part["seed"], part["sc"]))
-        label = rows[0]["variant"] if rows else DEFAULT_LABELS["bayes"]
+        label = rows[0]["variant"] if rows else default_label("bayes")
         xs = sorted(points)
         mean = {x: np.mean(f) if (f := [v for _, v in finite(points[x])]) else -math.inf for x in xs}
         inner = [x for x in xs[1:-1] if math.isfinite(mean[x])]
@@ -308,16 +319,16 @@ class Claim:
 
 CLAIMS = [
     Claim(1, ("table1",), "BayesNCL SC above NCL and Top-k NCL; SE lower", lambda runs: [
-        *_directional("1a", "SC: @A $>$ @B", ("table1",), "sc", "bayes", "ncl", "36.14 vs 14.93")(runs),
+        *_directional("1a", "SC: @A $>$ @B", ("table1",), "sc", "bayes", "reference", "36.14 vs 14.93")(runs),
         *_directional("1b", "SC: @A $>$ @B", ("table1",), "sc", "bayes", "topk")(runs),
-        *_directional("1c", "SE-Sum: @A $<$ @B", ("table1",), "se_sum", "bayes", "ncl")(runs)]),
+        *_directional("1c", "SE-Sum: @A $<$ @B", ("table1",), "se_sum", "bayes", "reference")(runs)]),
     Claim(2, ("table2",), "BayesNCL linear probe at least NCL's and SimCLR's", lambda runs: [
-        *_directional("2a", "Top-1: @A $\\geq$ @B", ("table2",), "probe_top1", "bayes", "ncl",
+        *_directional("2a", "Top-1: @A $\\geq$ @B", ("table2",), "probe_top1", "bayes", "reference",
                       "70.44 vs 69.63", NOT_WORSE)(runs),
         *_directional("2b", "Top-1: @A $\\geq$ @B", ("table2",), "probe_top1", "bayes", "simclr",
                       "70.44 vs 68.31", NOT_WORSE)(runs)]),
     Claim(3, ("table2",), "BayesNCL retrieval with the top-K dims at least NCL's",
-          _directional("3", "P@10 (top-$K$ dims): @A $\\geq$ @B", ("table2",), "ret_p10", "bayes", "ncl",
+          _directional("3", "P@10 (top-$K$ dims): @A $\\geq$ @B", ("table2",), "ret_p10", "bayes", "reference",
                        kind=NOT_WORSE)),
     Claim(4, ("table1", "table4"), "STE gate SC at least Gumbel's",
           _directional("4", "SC: @A $\\geq$ @B", ("table1", "table4"), "sc", "bayes", "gumbel", kind=NOT_WORSE)),
@@ -336,7 +347,7 @@ CLAIMS = [
     Claim(8, ("table6",), "Background probe within about 1 point of NCL",
           _within("8", "BG acc.: @A within 1 point of @B", "table6", "bg_acc", within(1.0), "93.38 vs 93.33")),
     Claim(9, ("table5",), "BayesNCL SC above NCL on ResNet-50",
-          _directional("9", "SC (@arch): @A $>$ @B", ("table5",), "sc", "bayes", "ncl")),
+          _directional("9", "SC (@arch): @A $>$ @B", ("table5",), "sc", "bayes", "reference")),
     Claim(10, ("figure4a",), "SC rises with D; BayesNCL beats NCL at each D", _widths),
     Claim(11, ("figure4b",), "Inverted U over lambda and rho", at_init=NO_INIT["sweep"], build=lambda runs: [
         *_inverted_u("11a", "lambda", "\\lambda", "worse for $\\lambda >$ 4e-5")(runs),

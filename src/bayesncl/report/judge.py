@@ -53,7 +53,7 @@ def judge(df: pd.DataFrame) -> Judged:
             own = set(parse_sets(r.get("pilot_of")))
             r["added_of"] = ";".join(s for s in parse_sets(r["sets"]) if s not in own)
     datasets = list(dict.fromkeys(r["dataset"] for r in records))
-    blocks, ran, looks = [], set(), []
+    blocks, ran = [], set()
     for d in datasets:
         mine = [r for r in records if r["dataset"] == d]
         parts = [Runs([r for r in mine if r["arch"] == a], a) for a in dict.fromkeys(r["arch"] for r in mine)]

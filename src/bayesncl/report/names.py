@@ -1,7 +1,7 @@
 """Names the report shares, each defined once: display labels, the main comparison and its headline metrics.
 
-Methods and datasets are named by bayesncl.registry (the config's names and their labels); ``METHOD_LABELS`` and
-``DATASET_NAMES`` read it, plugins' entries included.
+Methods and datasets are named by bayesncl.registry (the config's names and their labels); ``DATASET_NAMES``
+reads it, plugins' entries included (a method's label: registry.method_label).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Iterable
 
 from .. import registry
 
-__all__ = ["ARCH_NAMES", "DATASET_NAMES", "FIGURE_NAMES", "HEADLINE", "MAIN_SETS", "METHOD_LABELS", "METRICS_JSON",
-           "is_main", "set_names"]
+__all__ = ["ARCH_NAMES", "DATASET_NAMES", "FIGURE_NAMES", "HEADLINE", "MAIN_SETS", "METRICS_JSON", "is_main",
+           "set_names"]
 
 
 
@@ -36,7 +36,6 @@ class _Labels(Mapping):
 
 DATASET_NAMES = _Labels(registry.DATASETS)
 ARCH_NAMES = {"resnet18": "ResNet-18", "resnet50": "ResNet-50"}
-METHOD_LABELS = _Labels(registry.METHODS)
 
 # The main comparison: the runs of Tables 1 and 2 (not the sweeps or ablations). The terminal's "Main
 # comparison", metrics.json, the figures' default operating point and the atlas's runs read these sets.

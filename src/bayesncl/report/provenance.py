@@ -224,6 +224,19 @@ def imported_runs(df) -> list[dict]:
 
 
 def _plugins() -> list[dict]:
-    from ..plugins import loaded
+    """Each plugin this process loaded ({module, file, sha256}) with what it registered: each method, dataset and
+    evaluation section, its code's identity (plugins.code_identity) and its settings' defaults."""
+    from .. import registry
+    from ..evaluation.sections import SECTIONS
+    from ..plugins import code_identity, loaded
 
-    return loaded()
+    found = [("method", s.name, s.module, s.version, {f"method.{k}": v.default for k, v in s.settings})
+             for s in map(registry.METHODS.__getitem__, registry.METHODS)]
+    found += [("dataset", s.name, s.module, s.version, {f"data.{s.name}.{k}": v.default for k, v in s.settings})
+              for s in map(registry.DATASETS.__getitem__, registry.DATASETS)]
+    found += [("section", n, s.module, s.version, {f"eval.{n}.{k}": v.default
+                                                  for k, v in registry.SECTION_SETTINGS.get(n, ())})
+              for n, s in SECTIONS.items()]
+    return [{**p, "entries": [{"kind": kind, "name": name, "code": code_identity(module, version), "settings": settings}
+                              for kind, name, module, version, settings in found if module == p["module"]]}
+            for p in loaded()]

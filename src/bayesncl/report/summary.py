@@ -175,7 +175,7 @@ def _sorted_curve(curve: dict) -> str:
     return json.dumps({str(k): v for k, v in items})
 
 
-def _flatten(run: Run, metrics: dict[str, dict]) -> dict:
+def _flatten(run: Run, metrics: dict[str, dict], code: dict[str, str] | None = None) -> dict:
     row: dict[str, Any] = {c: ("" if c in TEXT_COLUMNS else math.nan) for c in COLUMNS}
     cfg, mc = run.config, run.config["method"]
     row.update(run_id=run.run_id, dataset=str(cfg["data"]["dataset"]), arch=str(cfg["model"]["arch"]),
@@ -220,7 +220,7 @@ def _flatten(run: Run, metrics: dict[str, dict]) -> dict:
     if isinstance(recorded, dict):
         from ..stale import run_staleness
 
-        diff = run_staleness(recorded, run)
+        diff = run_staleness(recorded, run, code)  # the plugin code it recorded (plugin_code.json) too
         row["stale"] = json.dumps(diff, sort_keys=True) if diff else ""
     return row
 
@@ -236,7 +236,9 @@ def summarize(grid_config: dict, base_dir: str | os.PathLike | None = None) -> p
     results = Path(grid_config["results"])
     if not results.is_absolute():
         results = (Path(base_dir) if base_dir is not None else Path.cwd()) / results
-    rows = [_flatten(run, _read_run(run, results / "runs" / run_id / "eval"))
+    from ..rundir import read_code
+
+    rows = [_flatten(run, _read_run(run, results / "runs" / run_id / "eval"), read_code(results / "runs" / run_id))
             for run_id, run in expand_grid(grid_config).items()]
     return prepare(pd.DataFrame(rows, columns=COLUMNS + section_columns()))
 
@@ -371,8 +373,11 @@ def check_identity(df: pd.DataFrame, csv_path) -> None:
     value: a run without its seed, method, ... would be dropped from, or pooled wrongly into, a comparison
     and change a verdict in silence. One DataError naming the file, the rows (the header is row 1) and the
     first bad column; every reader of runs.csv calls it (read_summary) before anything is written."""
-    from ..config import DATASETS, METHOD_NAMES
+    from ..config import METHOD_NAMES
     from ..errors import DataError
+    from ..registry import training_datasets
+
+    DATASETS = training_datasets()
 
     def text(v: str) -> bool:
         return v != "" and v == v.strip()
