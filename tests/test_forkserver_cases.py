@@ -10,6 +10,7 @@ made longer than the test's patience, so a client that waited for one instead of
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import struct
@@ -34,8 +35,24 @@ FALLBACK = "bayesncl: fork server unavailable: "
 NOBODY = 65534
 
 
+_MADE: list[str] = []  # the short folders this module's tests made, removed after each test
+
+
 def _short_dir(prefix="bfc-") -> str:
-    return tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # a socket path has at most 107 bytes
+    _MADE.append(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # a socket path has at most 107 bytes
+    return _MADE[-1]
+
+
+@pytest.fixture(autouse=True)
+def _remove_short_dirs(procs):
+    yield
+    procs.end()  # the servers first: nothing writes in a folder while it goes
+    while _MADE:
+        made = _MADE.pop()
+        if os.path.islink(made):
+            os.unlink(made)
+        else:
+            shutil.rmtree(made, ignore_errors=True)
 
 
 def _env(folder, routed=True, **extra):
@@ -141,6 +158,7 @@ def test_the_socket_folder_must_be_the_users_alone(monkeypatch, tmp_path, plain_
     elif case == "a link":
         folder = real + "-link"
         os.symlink(real, folder)
+        _MADE.append(folder)
     else:
         os.chown(real, NOBODY, NOBODY)
     monkeypatch.setenv(forkserver.DIR_ENV, folder)

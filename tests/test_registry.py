@@ -361,7 +361,7 @@ def test_the_paper_s_claim_sides_are_found_by_the_registry_s_traits():
     the registry's."""
     import pandas as pd
 
-    from bayesncl.report import claims as K
+    from bayesncl.report import claims as C, judge as K
 
     registry.register_method("gated_x", "Gated X", impl="bayesncl.methods:BayesNCL", gated=True, module="plug_x")
     registry.register_method("ref_x", "Ref X", impl="bayesncl.methods:NCL", module="plug_x")
@@ -379,7 +379,7 @@ def test_the_paper_s_claim_sides_are_found_by_the_registry_s_traits():
     finally:
         registry.METHODS.unregister("gated_x")
         registry.METHODS.unregister("ref_x")
-    assert {r: K.default_label(r) for r in ("bayes", "reference", "topk", "simclr")} == {
+    assert {r: C.default_label(r) for r in ("bayes", "reference", "topk", "simclr")} == {
         "bayes": "BayesNCL", "reference": "NCL", "topk": "Top-k NCL", "simclr": "SimCLR"}
 
 
