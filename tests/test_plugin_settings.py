@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import sys
 import textwrap
@@ -306,6 +307,32 @@ def test_a_section_s_settings_are_every_run_s_and_rerun_that_section_alone():
         SECTIONS.pop("plug_sec")
         registry.SECTION_SETTINGS.pop("plug_sec")
     assert "plug_sec" not in _cfg()["eval"]
+
+
+
+def test_a_section_without_a_version_is_identified_by_its_source_and_its_declaration_errors_name_it():
+    """section()'s defaults: no version, so the code's SHA-256 identifies the section (a declared version
+    replaces it); a bad settings declaration names the section."""
+    from bayesncl.evaluation.sections import SECTIONS, section
+    from bayesncl.grid import section_code
+
+    def measure(ctx):
+        """A plugin's measure."""
+        return {}
+
+    measure.__module__ = __name__  # a plugin module: this test file, which has a source file
+    try:
+        section("plug_plain")(measure)
+        assert section_code("plug_plain") == {"section plug_plain": f"sha256 {plugins.source_digest(__file__)}"}
+        section("plug_versioned", version="2")(lambda ctx: {})
+        SECTIONS["plug_versioned"] = dataclasses.replace(SECTIONS["plug_versioned"], module=__name__)
+        assert section_code("plug_versioned") == {"section plug_versioned": "version 2"}
+    finally:
+        SECTIONS.pop("plug_plain", None)
+        SECTIONS.pop("plug_versioned", None)
+    with pytest.raises(ConfigError, match=r"^evaluation section 'plug_bad': setting name 'a.b' is not a key"):
+        section("plug_bad", settings={"a.b": registry.setting(1, "w")})(measure)
+    assert "plug_bad" not in SECTIONS
 
 
 # ------------------------------------------------------------------------------------------ the plugin's code
