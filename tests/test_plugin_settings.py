@@ -582,6 +582,14 @@ def test_the_provenance_lists_each_plugin_s_settings_and_code(tmp_path, monkeypa
     with plugin_file(tmp_path):
         (entry,) = [p for p in _plugins() if p["module"] == "plug_code"]
         assert entry["file"] == str(tmp_path / "plug_code.py")
-        assert entry["entries"] == [{"kind": "method", "name": "plug_code",
-                                     "code": f"sha256 {plugins.source_digest(entry['file'])}",
+        code = f"sha256 {plugins.source_digest(entry['file'])}"
+        assert entry["entries"] == [{"kind": "method", "name": "plug_code", "code": code,
                                      "settings": {"method.l1_weight": 1e-3}}]
+        registry.register_dataset("plug_ds", load=len, check=len, crop=8, module="plug_code",
+                                  settings={"n": registry.setting(4, "images per class")})
+        try:
+            (entry,) = [p for p in _plugins() if p["module"] == "plug_code"]
+            assert entry["entries"][1:] == [{"kind": "dataset", "name": "plug_ds", "code": code,
+                                             "settings": {"data.plug_ds.n": 4}}]
+        finally:
+            registry.DATASETS.unregister("plug_ds")
