@@ -704,6 +704,16 @@ def test_an_undecodable_image_is_one_line_before_any_job(tmp_path, damage):
                                "not a decodable image (")
     assert lines[0].endswith("); replace the file with the image or remove it (needed by imagefolder/ncl/seed~0 and "
                              "any other run still to be done)")
+    from PIL import Image, UnidentifiedImageError
+    try:  # the reason in the parentheses: PIL's own first line, or that PIL reads no such format
+        with Image.open(bad) as im:
+            im.verify()
+        why = "verified"
+    except UnidentifiedImageError:
+        why = "no image format PIL reads"
+    except Exception as e:  # noqa: BLE001
+        why = str(e).strip().splitlines()[0] or type(e).__name__
+    assert f"not a decodable image ({why}); " in lines[0], (why, lines[0])
     assert "Error in rule" not in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "results").exists() and not (tmp_path / "cache").exists()  # no job ran
 

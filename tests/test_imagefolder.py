@@ -123,7 +123,8 @@ def test_layout_errors_are_one_line_naming_the_path(tree, tmp_path):
     # a class folder without images (either split's: a load lists both)
     (tree / "train" / "fox").mkdir()
     for split in ("train", "test"):
-        one_line_error(lambda: load(tree, tmp_path, split), tree / "train" / "fox", "no images", ".png")
+        msg = one_line_error(lambda: load(tree, tmp_path, split), tree / "train" / "fox", "no images", ".png")
+        assert msg.startswith(f"{tree / 'train' / 'fox'}: class folder has no images"), msg
     (tree / "val" / "fox" / "f.png").rename(tree / "train" / "fox" / "f.png")
     one_line_error(lambda: load(tree, tmp_path, "train"), tree / "val" / "fox", "no images", "remove the folder")
     # no class folders at all
@@ -190,7 +191,8 @@ def test_background_file_errors(tree, tmp_path):
         write_backgrounds(tree, [(r, "land") for r in images], header=header)
         for fn in (check_imagefolder, lambda r: load(r, tmp_path),
                    lambda r: prepare_imagefolder(r, stored_size=S, cache_dir=tmp_path / "c", progress=False)):
-            one_line_error(lambda: fn(tree), path, found, "expected the header path,background")
+            msg = one_line_error(lambda: fn(tree), path, found, "expected the header path,background")
+            assert msg.startswith(f"{path}: found {found}; expected"), msg
     path.write_text("")
     for fn in (check_imagefolder, lambda r: load(r, tmp_path)):
         one_line_error(lambda: fn(tree), path, "found an empty file")
