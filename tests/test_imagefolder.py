@@ -132,7 +132,8 @@ def test_layout_errors_are_one_line_naming_the_path(tree, tmp_path):
     (empty / "train").mkdir(parents=True)
     (empty / "val").mkdir()
     for fn in (check_imagefolder, lambda r: load(r, tmp_path)):
-        one_line_error(lambda: fn(empty), empty / "train", "no class subfolders", "<class>")
+        msg = one_line_error(lambda: fn(empty), empty / "train", "no class subfolders", "<class>")
+        assert msg.startswith(f"{empty / 'train'}: no class subfolders; expected "), msg
     one_line_error(lambda: load(tree, tmp_path, "holdout"), "split must be 'train' or 'test'")
     one_line_error(lambda: load(tree, tmp_path, crop_size=S + 1), "crop_size 17 is larger than stored_size 16")
 
