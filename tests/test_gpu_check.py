@@ -139,6 +139,18 @@ def test_estimate_grid_reads_gating_and_the_family_from_the_registry(gc):
         gc.estimate_grid([resolve(sets=small + ["method.name=bayesncl"])], {"ncl": tput["ncl"]})
 
 
+def test_the_minutes_per_run_are_the_resnet18_runs(gc):
+    """The figures table's minutes per run come from the grid's ResNet-18 runs (the paper's Table 7 network), not
+    from a ResNet-50 run of the same method and dataset priced after them."""
+    base = ["model.width=4", "model.proj_hidden=32", "model.proj_dim=256", "train.epochs=1", "data.dataset=cifar10",
+            "data.root=/x", "method.name=ncl"]
+    tput = {"ncl": {"img_per_s": 1000.0, "gflops_fwd_per_view": 1.0}}
+    r18, r50 = (resolve(sets=base + [f"model.arch={a}"]) for a in ("resnet18", "resnet50"))
+    alone = gc.estimate_grid([r18], tput)["per_dataset"]["cifar10"]["minutes_per_run"]
+    both = gc.estimate_grid([r18, r50], tput)["per_dataset"]["cifar10"]
+    assert both["minutes_per_run"] == alone and both["gpu_hours"] * 60 > alone["ncl"] * 1.5
+
+
 def test_cuda_without_a_gpu_is_a_one_line_error(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible")
