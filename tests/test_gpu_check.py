@@ -151,6 +151,39 @@ def test_the_minutes_per_run_are_the_resnet18_runs(gc):
     assert both["minutes_per_run"] == alone and both["gpu_hours"] * 60 > alone["ncl"] * 1.5
 
 
+def test_the_grid_is_priced_in_the_mode_it_trains(gc, tmp_path, monkeypatch):
+    """A grid that captures its step is priced at the captured step's rates where the reference method's was
+    measured, else at the eager ones (a gated method's captured rate alone does not decide)."""
+    import yaml
+
+    estimate = sys.modules[gc.estimate_grid.__module__]
+    grid = {"seeds": [0], "datasets": {"cifar10": {"data": {"dataset": "cifar10", "root": "/x"}}},
+            "defaults": {"model": {"width": 4, "proj_hidden": 32, "proj_dim": 16},
+                         "train": {"epochs": 1, "graph": "cudagraph"}},
+            "variants": {"NCL": {"method": {"name": "ncl"}}}, "sets": {"table1": {"variants": ["NCL"]}}}
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "paper.yaml").write_text(yaml.safe_dump(grid))
+    monkeypatch.setattr(estimate, "ROOT", tmp_path)
+    eager = {"ncl": {"img_per_s": 1000.0, "gflops_fwd_per_view": 1.0},
+             "bayesncl": {"img_per_s": 900.0, "gflops_fwd_per_view": 1.0}}
+    fast = {"img_per_s": 4000.0, "gflops_fwd_per_view": 1.0}
+
+    class Steps:
+        def __init__(self, captured):
+            self.results = {"throughput": eager, "captured_step": captured}
+
+        def step_result(self, name):
+            return self.results.get(name)
+
+    hours = {}
+    for name, captured in (("reference", {"ncl": fast}), ("gated only", {"bayesncl": fast}), ("none", None)):
+        r = estimate.grid_estimate(Steps(captured))
+        hours[name] = (r["rates_from"], r["pretrain_gpu_hours"])
+    assert hours["reference"][0] == "train.graph=cudagraph"
+    assert hours["gated only"][0] == hours["none"][0] == "train.graph=eager"
+    assert hours["reference"][1] == pytest.approx(hours["none"][1] / 4) and hours["gated only"] == hours["none"]
+
+
 def test_cuda_without_a_gpu_is_a_one_line_error(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible")
