@@ -495,6 +495,8 @@ def test_a_folder_trained_with_other_plugin_code_holds_another_run(tmp_path, mon
         assert other_run(run, cfg) == f"a run of other plugin code ({CODE}: method plug_code: {was} != version 3)"
         (run / CODE).unlink()  # recorded before the record existed
         assert other_run(run, cfg) == f"a run of other plugin code ({CODE}: method plug_code: absent != version 3)"
+        (run / CODE).write_text(json.dumps({"method plug_code": "version 3", "method gone": "version 1"}))
+        assert other_run(run, cfg) == f"a run of other plugin code ({CODE}: method gone: version 1 != absent)"
         (run / CODE).write_text("[]")
         assert other_run(run, cfg) == f"a {CODE} that is no record of plugin code"
         assert other_run(run, cfg, imported="abc") is None  # an import is judged by its weights' source alone
