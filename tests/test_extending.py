@@ -61,11 +61,11 @@ def test_the_page_has_the_files_and_the_command_this_test_runs():
 def _snakemake_and_stale(cmd: list[str], env: dict, grid_path: Path) -> tuple[list[str], list[str]]:
     """(the runs `snakemake -n` would pretrain, the runs `bayesncl stale` lists) with the page's command."""
     r = current().run([SNAKEMAKE, *cmd[1:], "-n", "--nolock"], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=600)
+                      timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     planned = re.findall(r"rule pretrain:\n(?:    .*\n)*?    output: \S*/runs/(\S+)/model\.pt", r.stdout)
     s = current().run([sys.executable, "-m", "bayesncl", "stale", "--grid", str(grid_path)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=600)
+                      capture_output=True, text=True, timeout=600)
     assert s.returncode == 0, s.stderr[-3000:]
     return sorted(planned), sorted(line.split(": ")[0] for line in s.stdout.splitlines())
 
@@ -144,7 +144,7 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
     # ... and runs.csv's stale column (what every table's caption reads) names the code of those runs
     csv = tmp_path / "stale-runs.csv"
     r = current().run([sys.executable, "-m", "bayesncl", "summarize", "--grid", str(grid_path), "--out", str(csv)],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     stale = pd.read_csv(csv, keep_default_na=False).set_index("run_id")["stale"]
     assert sorted(rid for rid, s in stale.items() if s) == every

@@ -422,16 +422,24 @@ def test_the_source_digest_cuts_only_setting_declarations(tmp_path):
     assert plugins.code_identity("anything", 3) == "version 3"
 
 
+def _recorded_run(tmp_path: Path) -> tuple[dict, Path]:
+    """plug_code's run config, and a run folder holding its record (config.resolved.yaml, plugin_code.json)."""
+    from bayesncl.rundir import record_config
+
+    cfg = _cfg("method.name=plug_code")
+    run = tmp_path / "run"
+    run.mkdir()
+    record_config(run, cfg)
+    return cfg, run
+
+
 def test_a_run_records_its_plugin_code_and_stale_compares_it(tmp_path, monkeypatch):
     from bayesncl.rundir import CODE, read_code, record_config
     from bayesncl.stale import describe, run_staleness
 
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     with plugin_file(tmp_path / "..") as reload:
-        cfg = _cfg("method.name=plug_code")
-        run = tmp_path / "run"
-        run.mkdir()
-        record_config(run, cfg)
+        cfg, run = _recorded_run(tmp_path)
         assert read_code(run) == registry.plugin_code(cfg)
         assert yaml.safe_load((run / "config.resolved.yaml").read_text())["method"]["l1_weight"] == 1e-3
         grid_run = type("R", (), {"config": cfg})()
@@ -485,10 +493,7 @@ def test_a_folder_trained_with_other_plugin_code_holds_another_run(tmp_path, mon
 
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     with plugin_file(tmp_path / "..") as reload:
-        cfg = _cfg("method.name=plug_code")
-        run = tmp_path / "run"
-        run.mkdir()
-        record_config(run, cfg)
+        cfg, run = _recorded_run(tmp_path)
         assert other_run(run, cfg) is None  # its own run: resumed
         was = json.loads((run / CODE).read_text())["method plug_code"]
         reload(version=', version="3"')

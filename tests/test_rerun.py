@@ -131,10 +131,20 @@ def _stale(grid: Path, src: Path | None) -> tuple[list[str], list[str]]:
     """(the run ids `bayesncl stale` lists, its lines) for the grid with the package at `src`."""
     env = dict(os.environ, PYTHONPATH=str(src or ROOT / "src"))
     r = current().run([sys.executable, "-m", "bayesncl", "stale", "--grid", str(grid)], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+                      capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.splitlines()
     return sorted(line.split(": ")[0] for line in lines), lines
+
+
+def _train(targets: list[str], grid: Path) -> None:
+    """Snakemake makes `targets` of `grid` with the package under test, in a plain process (no fork server)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("BAYESNCL_FORKSERVER_DIR", None)
+    env.pop("BAYESNCL_PLUGINS", None)
+    r = current().run([SNAKEMAKE, *targets, "--cores", "2", "--configfile", str(grid)], cwd=ROOT, env=env,
+                      capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
 
 
 @pytestmark_wf
@@ -288,12 +298,7 @@ def plugin_grid(tmp_path_factory):
     targets = [str(work / "results" / "runs" / rid / "model.pt") for rid in
                ("synthetic/ncl/seed~0", "synthetic/plug_l1/seed~0", "synthetic/plug_l1/l1_weight~0.01/seed~0",
                 "synthetic/plug_v/seed~0")]
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
-    env.pop("BAYESNCL_FORKSERVER_DIR", None)
-    env.pop("BAYESNCL_PLUGINS", None)
-    r = current().run([SNAKEMAKE, *targets, "--cores", "2", "--configfile", str(grid)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=1200)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    _train(targets, grid)
     return work, grid, targets
 
 
@@ -310,7 +315,7 @@ def _both(plugin_grid) -> tuple[list[str], list[str], list[str]]:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     env.pop("BAYESNCL_PLUGINS", None)
     r = current().run([SNAKEMAKE, *targets, "-n", "--nolock", "--cores", "1", "--configfile", str(grid)], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=600)
+                      env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     planned = sorted(re.findall(r"rule pretrain:\n(?:    .*\n)*?    output: \S*/runs/(\S+)/model\.pt", r.stdout))
     listed, lines = _stale(grid, None)
@@ -371,12 +376,7 @@ def test_snakemake_retrains_the_stale_runs_and_then_nothing_is_stale(plugins_as_
     assert _both(plugins_as_trained)[:2] == (stale, stale)
     for rid in stale:  # a file of the old run's: gone once the run is trained again, replaced whole (a resume keeps it)
         (work / "results" / "runs" / rid / "old.json").write_text("{}")
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
-    env.pop("BAYESNCL_FORKSERVER_DIR", None)
-    env.pop("BAYESNCL_PLUGINS", None)
-    r = current().run([SNAKEMAKE, *targets, "--cores", "2", "--configfile", str(grid)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=1200)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
+    _train(targets, grid)
     for rid in stale:
         run = work / "results" / "runs" / rid
         assert run.joinpath("model.pt").is_file() and not run.joinpath("old.json").exists(), sorted(run.iterdir())

@@ -125,14 +125,19 @@ def _grid_plugins(grid_file: str) -> None:
         load_grid(grid, [Path(grid_file).parent])
 
 
-def cmd_report(args) -> int:
-    from .report import write_report
-    mark_ready()  # imports done: the work begins (bayesncl.startup)
-
+def _report_inputs(args) -> None:
+    """The report's and the document's inputs: runs.csv, and the grid file with its plugins where given."""
     _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
     if args.grid is not None:
         _input_file(args.grid, "--grid", "give the workflow config the runs came from, e.g. config/config.yaml")
         _grid_plugins(args.grid)
+
+
+def cmd_report(args) -> int:
+    from .report import write_report
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    _report_inputs(args)
     check_writable_dir(args.out)
     write_report(args.summary, args.out, grid=args.grid, smoke=args.smoke)
     if args.smoke:
@@ -147,10 +152,7 @@ def cmd_document(args) -> int:
     from .report.document import write_document
     mark_ready()  # imports done: the work begins (bayesncl.startup)
 
-    _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
-    if args.grid is not None:
-        _input_file(args.grid, "--grid", "give the workflow config the runs came from, e.g. config/config.yaml")
-        _grid_plugins(args.grid)
+    _report_inputs(args)
     overrides = _json_object(args.overrides_json, "--overrides-json") if args.overrides_json else None
     check_writable_dir(args.out)
     from .report import declare_from
