@@ -128,7 +128,8 @@ def test_a_listener_of_another_user_is_given_nothing(plain_bad):
         assert os.read(ready_r, 1) == b"x"
         os.rename(theirs, path)  # as if they had bound it there
         served = _bayesncl(BAD, env)
-        _as_plain_with_one_line(served, plain_bad, f"is served by uid {NOBODY}, not by this user")
+        _as_plain_with_one_line(served, plain_bad, f"{path} is served by uid {NOBODY}, not by this user (uid "
+                                                   f"{os.getuid()}); set {forkserver.DIR_ENV} to a folder of yours")
         assert served.returncode == 2
         os.waitpid(pid, 0)
         assert json.loads(Path(got).read_text()) == {"bytes": 0, "fds": 0}  # connected, then left at once
