@@ -503,6 +503,21 @@ def _good_jobs(root: Path) -> list[str]:
     return ["jobs", "--benchmarks", str(root / "b"), "--out", str(root / "j.csv")]
 
 
+def test_the_server_a_client_starts_leads_a_session_of_its_own(tmp_path):
+    """The server a client starts is not in the client's session (a hang-up or a killed job of the user's must not
+    end it with them) and works in /, where nothing of the user's can shadow a module."""
+    folder = _short_dir()
+    env = _env(folder)
+    path = _expected_socket(env)
+    try:
+        r = _bayesncl(_good_jobs(tmp_path), env)
+        assert r.returncode == 0, r.stderr
+        pid = int(Path(path + ".pid").read_text())
+        assert os.getsid(pid) == pid != os.getsid(0) and os.readlink(f"/proc/{pid}/cwd") == "/"
+    finally:
+        forkserver.end_servers(folder)
+
+
 @pytest.fixture
 def own_server(tmp_path):
     """A fork server forked from this process (nothing preloaded: it starts at once) where a client with the
