@@ -3,6 +3,7 @@ files, exit codes, messages, SIGTERM), a killed client stops its command, and ea
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,12 +26,12 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/
 
 @pytest.fixture(scope="module")
 def server_dir():
-    """A folder of its own for this module's server (a short path: a socket name has at most 107 bytes); removing
-    the socket at the end stops the server within a second."""
+    """A folder of its own for this module's server (a short path: a socket name has at most 107 bytes); its server
+    ended and the folder removed at the end."""
     folder = tempfile.mkdtemp(prefix="bfs-", dir="/tmp")
     yield folder
-    for p in Path(folder).glob("*.sock"):
-        p.unlink()
+    forkserver.end_servers(folder)
+    shutil.rmtree(folder, ignore_errors=True)  # the lock and log files the client left
 
 
 def _env(server_dir, routed=True, **extra):
@@ -187,6 +188,7 @@ def test_an_idle_server_exits_and_removes_its_socket(tmp_path):
     r = _bayesncl(["jobs", "--benchmarks", str(tmp_path / "none"), "--out", str(tmp_path / "j.csv")], env)
     assert r.returncode == 2
     wait_until(lambda: not list(Path(folder).glob("*.sock")), "the idle server removed its socket")
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_mark_ready_writes_the_start_up_once(monkeypatch, tmp_path):
