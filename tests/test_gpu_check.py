@@ -256,6 +256,15 @@ def test_each_figure_gives_its_goal_and_its_value_or_pending_without_a_gpu():
                    "steps": {}, "targets": []})
     assert md.count(f"| {PENDING} |") == 8 and "| <= 3% |" in md and "| >= 20% |" in md and "| <= 8 |" in md
     assert "every figure within 4.1 minutes" in md
+    # a CPU's rates judge no target and price no grid: they would read as FAILs and as GPU-hours
+    cpu_run = {"info": {"device": "cpu", "tiny": True, "date": "d", "commit": "c", "torch": "t", "cpus": 2},
+               "steps": {"grid_estimate": {"status": "ok", "seconds": 1.0, "result": {}}},
+               "targets": [{"name": "ours / official-style feed (NCL)", "value": "1.87x", "pass": False,
+                            "target": ">= 3x"}]}
+    md = markdown(cpu_run)
+    assert "- FAIL" not in md and "## Targets\n" not in md and "## Paper grid" not in md
+    assert md.rstrip().endswith(f"{PENDING}: a run on cpu checks that each step of the script works; its rates are "
+                                "not a GPU's, so no target is judged and no GPU-hours are estimated from them.")
 
 
 def test_the_plan_puts_the_grid_first_and_fits_five_minutes(gc, capsys):

@@ -203,6 +203,12 @@ def markdown(report: dict) -> str:
               f"Planned on one H200: every figure within {last:.1f} minutes (benchmarks/gpu/common.py, PLANNED_S).",
               "", "| figure | goal | value | planned (minute) |", "|---|---|---|---|"]
     lines += [f"| {f['name']} | {f['goal']} | {f['value']} | {f['planned']} |" for f in figs]
+    if not str(i["device"]).startswith("cuda"):
+        # a CPU's rates would read as FAILs and as a cluster's GPU-hours: they only show the steps ran
+        return "\n".join(lines + ["", "## Targets and the paper grid's estimate", "",
+                                   f"{PENDING}: a run on {i['device']} checks that each step of the script works; "
+                                   "its rates are not a GPU's, so no target is judged and no GPU-hours are "
+                                   "estimated from them."]) + "\n"
     if report["targets"]:
         lines += ["", "## Targets", ""]
         lines += [f"- {'PASS' if t['pass'] else 'FAIL'}{' (goal met)' if t.get('goal') else ''}: {t['name']} "
