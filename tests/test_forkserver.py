@@ -182,6 +182,36 @@ def test_the_server_follows_the_source_and_the_environment(monkeypatch, tmp_path
     assert forkserver.socket_path() == base
 
 
+# Variables that torch, its math libraries, matplotlib and Python read when imported or started: a server imported
+# under other values would run a command differently from a plain process.
+IMPORT_TIME_VARIABLES = ("TORCH_HOME", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
+                         "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY", "GOMP_CPU_AFFINITY",
+                         "NUMEXPR_MAX_THREADS", "PYTHONHASHSEED", "MPLBACKEND", "LD_PRELOAD", "LC_ALL", "LANG", "TZ")
+
+
+@pytest.mark.parametrize("name", IMPORT_TIME_VARIABLES)
+def test_each_import_time_variable_gets_another_server(monkeypatch, tmp_path, name):
+    monkeypatch.setenv("BAYESNCL_FORKSERVER_DIR", str(tmp_path))
+    monkeypatch.delenv(name, raising=False)
+    base = forkserver.socket_path()
+    monkeypatch.setenv(name, "a value no test uses")
+    assert forkserver.socket_path() != base
+
+
+def test_a_frame_longer_than_a_message_of_ours_is_refused_by_its_size():
+    import socket
+    import struct
+
+    from bayesncl.forkserver import protocol
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(struct.pack("!I", protocol.MAX_MESSAGE + 1))
+        with pytest.raises(ValueError) as e:
+            protocol._recv(ours)
+    assert str(e.value) == f"a frame of {protocol.MAX_MESSAGE + 1} bytes"
+
+
 def test_an_idle_server_exits_and_removes_its_socket(tmp_path):
     folder = tempfile.mkdtemp(prefix="bfs-", dir="/tmp")
     env = _env(folder, BAYESNCL_FORKSERVER_IDLE="1")
