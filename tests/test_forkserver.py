@@ -198,6 +198,14 @@ def test_each_import_time_variable_gets_another_server(monkeypatch, tmp_path, na
     assert forkserver.socket_path() != base
 
 
+def test_every_module_the_server_preloads_exists():
+    """A renamed module would only be imported by each child (slower, and said nowhere but the server's log)."""
+    import importlib.util
+
+    missing = [name for name in server.PRELOAD if importlib.util.find_spec(name) is None]
+    assert not missing, f"server.PRELOAD names modules that do not exist: {missing}"
+
+
 def test_a_frame_longer_than_a_message_of_ours_is_refused_by_its_size():
     import socket
     import struct
