@@ -222,3 +222,31 @@ def test_the_runtime_keys_tell_no_runs_apart():
         assert key.startswith(C.RUNTIME_KEYS), key
         other = resolve(sets=["data.root=/a", f"{key}={value}"])
         assert trigger_config(other) == trigger_config(base), key
+
+
+# ------------------------------------------------------------------------------------------ YAML in (yamlio)
+EXPECTED = "expected a YAML text file of config keys (data:, model:, method:, train:, eval:)"
+
+
+def test_a_yaml_file_that_is_not_one_is_one_whole_line(tmp_path):
+    from bayesncl.yamlio import load_yaml_file
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: 1\nb: [1, 2\nc: 3\n")  # the list's bracket never closed: YAML finds it on line 3
+    cases = {tmp_path / "absent.yaml": f"config file {tmp_path / 'absent.yaml'} does not exist; {EXPECTED}",
+             tmp_path: f"config file {tmp_path} is a folder; {EXPECTED}",
+             bad: f"config file {bad}: not valid YAML at line 3 (expected ',' or ']', but got ':'); {EXPECTED}"}
+    for path, line in cases.items():
+        with pytest.raises(ConfigError) as e:
+            load_yaml_file(path, "config file")
+        assert str(e.value) == line
+
+
+def test_a_set_value_that_is_not_yaml_is_one_whole_line_with_its_quoted_form():
+    from bayesncl.yamlio import parse_set
+
+    with pytest.raises(ConfigError) as e:
+        parse_set("a.b=x: y: z")
+    assert str(e.value) == ("--set a.b: value 'x: y: z' is not valid YAML (mapping values are not allowed here); give "
+                            "a number, true/false, a closed [list], or quote a string: --set 'a.b=\"x: y: z\"'")
+    assert parse_set('a.b="x: y: z"') == ("a.b", "x: y: z")  # the quoted form it offers is read as the string

@@ -69,7 +69,10 @@ SETTINGS = {"mode": registry.setting("a", "the mode", choices=("a", "b")),
             "k": registry.setting(3, "how many", ge=1, null="every dimension"),
             "on": registry.setting(True, "whether it is on"),
             "scale": registry.setting(0.5, "a share", gt=0, lt=1),
-            "tag": registry.setting("x", "a name")}
+            "tag": registry.setting("x", "a name"),
+            "cap": registry.setting(1.0, "a cap", le=2), "below": registry.setting(1, "under five", lt=5),
+            "share": registry.setting(0.5, "a share or all", gt=0, le=1),
+            "frac": registry.setting(0.5, "none or a share", ge=0, lt=1)}
 
 
 @pytest.mark.parametrize("key, value, line", [
@@ -83,6 +86,10 @@ SETTINGS = {"mode": registry.setting("a", "the mode", choices=("a", "b")),
     ("on", 1, "method.on: got 1, expected true or false"),
     ("scale", 1.0, "method.scale: got 1.0, expected a number strictly between 0 and 1"),
     ("tag", 3, "method.tag: got 3, expected a string"),
+    ("cap", 2.5, "method.cap: got 2.5, expected a number <= 2"),  # each kind of end in its own words
+    ("below", 5, "method.below: got 5, expected an integer < 5"),
+    ("share", 0, "method.share: got 0, expected a number in (0, 1]"),
+    ("frac", 1, "method.frac: got 1, expected a number in [0, 1)"),
 ])
 def test_a_bad_value_is_one_line_naming_the_key_and_what_is_allowed(key, value, line):
     with plugin_method(settings={**WEIGHT, **SETTINGS}):
