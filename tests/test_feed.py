@@ -466,3 +466,12 @@ def test_verify_decodes_again_every_image_a_bad_block_overlaps(tmp_path, offset)
     assert data.read_bytes() == good
     b = bad[0]
     assert decoded == list(range(b * 16 // 10, -(-min((b + 1) * 16, 1000) // 10)))  # first..last overlapping
+
+
+def test_the_device_cache_keys_cuda_by_its_index(monkeypatch):
+    """"cuda" is the current CUDA device: it shares "cuda:<n>"'s copy of an in-memory set, never a second one."""
+    from bayesncl.data.feed import _indexed
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert [str(_indexed(d)) for d in ("cuda", "cuda:0", "cuda:1", "cpu", torch.device("cpu"))] == [
+        "cuda:1", "cuda:0", "cuda:1", "cpu", "cpu"]

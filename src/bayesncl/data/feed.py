@@ -11,6 +11,14 @@ from ..errors import DataError
 from .imageset import ImageSet
 
 
+def _indexed(device) -> torch.device:
+    """The device with its index: one cache entry for "cuda" and "cuda:0"."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def iter_batches(
     ds: ImageSet,
     batch_size: int,
@@ -33,9 +41,7 @@ def iter_batches(
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:  # one cache entry for "cuda" and "cuda:0"
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = _indexed(device)
     n = len(ds)
     if shuffle:
         g = torch.Generator().manual_seed(int(seed))
