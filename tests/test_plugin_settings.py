@@ -102,12 +102,19 @@ def test_a_bad_value_is_one_line_naming_the_key_and_what_is_allowed(key, value, 
 
 def test_a_declaration_that_contradicts_itself_is_one_line():
     s = registry.setting
-    with pytest.raises(ConfigError, match=r"^setting 'w': its default -1 is not one of its own values"):
-        s(-1, "w", ge=0)
-    with pytest.raises(ConfigError, match=r"^setting 'w': its added 2 is not one of its own values"):
-        s(0, "w", le=1, added=2)
-    with pytest.raises(ConfigError, match=r"^setting 'm': its default 'c' is not one of its own values \(a str in"):
-        s("c", "m", choices=("a", "b"))
+    # what its values are, in the words of a bad value's line (test_a_bad_value_is_one_line_naming_the_key...)
+    for args, kw, line in [((-1, "w"), {"ge": 0}, "setting 'w': its default -1 is not one of its own values "
+                                                   "(an integer >= 0)"),
+                           ((0, "w"), {"le": 1, "added": 2}, "setting 'w': its added 2 is not one of its own values "
+                                                             "(an integer <= 1)"),
+                           (("c", "m"), {"choices": ("a", "b")}, "setting 'm': its default 'c' is not one of its own "
+                                                                 "values (one of a, b)"),
+                           ((1.5, "f"), {"gt": 0, "lt": 1, "null": "off"},
+                            "setting 'f': its default 1.5 is not one of its own values (a number strictly between 0 "
+                            "and 1 or null (off))")]:
+        with pytest.raises(ConfigError) as e:
+            s(*args, **kw)
+        assert str(e.value) == line
     with pytest.raises(ConfigError, match=r"^setting with default 1: its doc must be one line of text"):
         s(1, "two\nlines")
     with pytest.raises(ConfigError, match=r"^setting with default 1: its doc must be one line"):

@@ -342,9 +342,7 @@ def _plugin_settings(cfg: dict) -> None:
         for p in parts[:-1]:
             node = node.setdefault(p, {})
         v = node.setdefault(parts[-1], copy.deepcopy(s.default))  # merge read "3e-5" as a number already
-        tp = Literal[s.choices] if s.choices else s.kind  # type: ignore[valid-type]
-        check, allowed = _rule(tp | None if s.null is not None else tp,
-                               {b: getattr(s, b) for b in ("ge", "gt", "le", "lt", "null") if getattr(s, b) is not None})
+        check, allowed = s.rule()
         if not check(v):
             raise ConfigError(f"{key}: got {v!r}, expected {allowed}")
 

@@ -69,6 +69,16 @@ class Setting:
             b is None or op(v, b) for b, op in ((self.ge, operator.ge), (self.gt, operator.gt),
                                                 (self.le, operator.le), (self.lt, operator.lt))))
 
+    def rule(self) -> tuple[Callable[[Any], bool], str]:
+        """(check, what it allows in words), as the package's own keys have them (bayesncl.keyrules)."""
+        from typing import Literal
+
+        from .keyrules import _rule
+
+        tp = Literal[self.choices] if self.choices else self.kind  # type: ignore[valid-type]
+        return _rule(tp | None if self.null is not None else tp,
+                     {b: getattr(self, b) for b in ("ge", "gt", "le", "lt", "null") if getattr(self, b) is not None})
+
 
 def setting(default, doc: str, *, kind: type | None = None, ge=None, gt=None, le=None, lt=None, choices=(),
             null: str | None = None, added: Any = UNSET) -> Setting:
@@ -83,8 +93,7 @@ def setting(default, doc: str, *, kind: type | None = None, ge=None, gt=None, le
                 else default, doc, kind, ge, gt, le, lt, tuple(choices), null, added)
     for what, v in (("default", s.default), ("added", added)):
         if not (what == "added" and added is UNSET) and not s.allows(v):
-            raise ConfigError(f"setting {doc!r}: its {what} {v!r} is not one of its own values (a {kind.__name__}"
-                              f"{' in ' + repr(s.choices) if s.choices else ''} within its bounds)")
+            raise ConfigError(f"setting {doc!r}: its {what} {v!r} is not one of its own values ({s.rule()[1]})")
     return s
 
 
