@@ -525,8 +525,8 @@ CASES = [
            "method.rho: a plugin declares a setting where the package has the key method.rho; give the plugin's "
            "setting another name"),
           ("declared out of its own bounds", "plug48e", {}, {"settings": 'registry.setting(-1, "w", ge=0)'},
-           "plugins: plugin 'plug48e': setting 'w': its default -1 is not one of its own values (a int within its "
-           "bounds)"))],
+           "plugins: plugin 'plug48e': setting 'w': its default -1 is not one of its own values (an integer >= "
+           "0)"))],
     Case("snakemake a plugin that raises while imported", ["plugins=[plug48f]"], "invalid workflow config: plugins: "
          "plugin 'plug48f' ({tmp}/plug48f.py, line 2) raised RuntimeError: no GPU here while imported; fix the plugin "
          "or remove it from the workflow config's plugins", run="snakemake",
