@@ -5,6 +5,8 @@ import json
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -15,7 +17,7 @@ import numpy as np
 import pytest
 
 from bayesncl import forkserver, startup
-from bayesncl.forkserver import server
+from bayesncl.forkserver import protocol, server
 from helpers.processes import PATIENCE, current, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,11 +209,6 @@ def test_every_module_the_server_preloads_exists():
 
 
 def test_a_frame_longer_than_a_message_of_ours_is_refused_by_its_size():
-    import socket
-    import struct
-
-    from bayesncl.forkserver import protocol
-
     ours, theirs = socket.socketpair()
     with ours, theirs:
         theirs.sendall(struct.pack("!I", protocol.MAX_MESSAGE + 1))

@@ -48,12 +48,17 @@ def peak_frac(rate: dict | None, matmul: dict | None) -> float | None:
 PENDING = "pending: no GPU"
 
 
+def on_cuda(report: dict) -> bool:
+    """Whether the report's figures were measured on a GPU (a CPU's run only shows the steps work)."""
+    return str(report["info"]["device"]).startswith("cuda")
+
+
 def figures(report: dict, budget_s: float | None = None) -> list[dict]:
     """The figures a lent GPU is for, the grid's first (its eager step, issue 49), each with its goal, its value
     (measured on CUDA, else "pending: no GPU": a CPU's numbers are not these figures; "not measured" where its
     step did not run) and the minute of the check it is planned by on one H200 (common.plan)."""
     steps = report["steps"]
-    cuda = str(report["info"]["device"]).startswith("cuda")
+    cuda = on_cuda(report)
     budget = budget_s or (report["info"].get("budget_s") if cuda else None)  # a CPU's run: the H200 plan
     when = plan(budget if budget and budget != float("inf") else BUDGET_S)
     cap = CAPTURED
@@ -203,7 +208,7 @@ def markdown(report: dict) -> str:
               f"Planned on one H200: every figure within {last:.1f} minutes (benchmarks/gpu/common.py, PLANNED_S).",
               "", "| figure | goal | value | planned (minute) |", "|---|---|---|---|"]
     lines += [f"| {f['name']} | {f['goal']} | {f['value']} | {f['planned']} |" for f in figs]
-    if not str(i["device"]).startswith("cuda"):
+    if not on_cuda(report):
         # a CPU's rates would read as FAILs and as a cluster's GPU-hours: they only show the steps ran
         return "\n".join(lines + ["", "## Targets and the paper grid's estimate", "",
                                    f"{PENDING}: a run on {i['device']} checks that each step of the script works; "

@@ -18,9 +18,10 @@ import importlib
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, Literal, TypeVar
 
 from .errors import ConfigError
+from .keyrules import _rule
 
 __all__ = ["BACKGROUND_PROBE", "DATASETS", "METHODS", "SECTION_SETTINGS", "DatasetSpec", "MethodSpec", "Registry",
            "Setting", "declared", "method", "method_label", "method_traits", "plugin_code", "register_dataset",
@@ -71,10 +72,6 @@ class Setting:
 
     def rule(self) -> tuple[Callable[[Any], bool], str]:
         """(check, what it allows in words), as the package's own keys have them (bayesncl.keyrules)."""
-        from typing import Literal
-
-        from .keyrules import _rule
-
         tp = Literal[self.choices] if self.choices else self.kind  # type: ignore[valid-type]
         return _rule(tp | None if self.null is not None else tp,
                      {b: getattr(self, b) for b in ("ge", "gt", "le", "lt", "null") if getattr(self, b) is not None})
