@@ -64,8 +64,9 @@ FIGURE_CAPTIONS = {
                     r"t-interval. Do the curves cross, i.e. does claim 1a depend on when training stops?"),
     "saturation": ("Saturation", r"Final InfoNCE, SC (%) and linear-probe top-1 (%) of complete runs against "
                    r"their training budget (each with its own warm-up and cosine; 0 epochs: the random-init "
-                   r"network), NCL and BayesNCL (STE), mean $\pm$ std over seeds. The title gives the saturation "
-                   r"criterion's verdict, fixed on NCL alone: " + saturation_rule() + "."),
+                   r"network), one line per variant the grid ran (NCL; BayesNCL (STE) where it ran), mean $\pm$ "
+                   r"std over seeds. The title gives the saturation criterion's verdict, fixed on NCL alone: "
+                   + saturation_rule() + "."),
     "atlas": ("Feature atlas", r"Per dimension of $z^+$: activation frequency against SC (colour: closed-gate "
               r"rate), then the top activating test images of the most consistent and of the most often "
               r"gated dimensions; NCL and BayesNCL (STE) side by side, at the lowest seed of the main comparison."),
