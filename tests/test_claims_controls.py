@@ -19,6 +19,7 @@ from scipy import stats
 from bayesncl import grid
 from bayesncl.report import claims, claims_table, judge, verdicts
 from bayesncl.report.cells import Fmt
+from helpers import grids
 from helpers.claims import FAILS, FOR, HOLDS, MAIN, NOT_RUN, frame, row, with_twins
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -381,14 +382,15 @@ def test_the_grid_plans_twins_for_exactly_the_sets_the_controlled_claims_read():
     assert all(not set(c.sets) & set(grid.INIT_SETS) for c in claims.CLAIMS if c.at_init)
 
 
-def test_the_demo_plans_43_twins_and_reuses_the_saturation_set_random_inits():
-    """Tables 1-2 and 6: 5 methods x 5 seeds, less NCL's and BayesNCL (STE)'s seeds 0-2, whose saturation-set
-    runs at 0 epochs are the twins (19); Table 4: 4 ablations x 3 seeds (12); Table 5: 2 x 3 (6); Figure 4a at
-    D = 256: 2 x 3 (6)."""
-    runs = grid.expand_grid(_grid("config.yaml"))
+@pytest.mark.parametrize("sweeps", [False, True])
+def test_the_demo_plans_its_twins_and_reuses_the_saturation_set_random_inits(sweeps):
+    """Tables 1-2 and 6: 5 methods x 5 seeds, less the seeds 0-2 of the saturation set's variants (NCL; with
+    config/sweeps.yaml also BayesNCL (STE)), whose runs at 0 epochs are the twins (22; 19); Table 4: 4 ablations
+    x 3 seeds (12); Table 5: 2 x 3 (6); with the overlay, Figure 4a at D = 256: 2 x 3 (6)."""
+    runs = grid.expand_grid(grids.demo(sweeps))
     new = [r for r in runs.values() if not r.sets]
-    assert len(new) == 19 + 12 + 6 + 6
-    assert sum(1 for r in runs.values() if r.sets == ["saturation"] and r.init_of) == 6
+    assert len(new) == (19 + 12 + 6 + 6 if sweeps else 22 + 12 + 6)
+    assert sum(1 for r in runs.values() if r.sets == ["saturation"] and r.init_of) == (6 if sweeps else 3)
 
 
 def test_a_twin_is_the_runs_own_initialisation(tmp_path):

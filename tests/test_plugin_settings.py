@@ -20,6 +20,7 @@ from bayesncl import config as C
 from bayesncl import plugins, registry
 from bayesncl.errors import ConfigError, RunFileError
 from bayesncl.grid import GridWarning, expand_grid, job_trigger, read_by, trigger_config, trigger_diff
+from helpers import grids
 
 ROOT = Path(__file__).resolve().parents[1]
 WEIGHT = {"l1_weight": registry.setting(1e-3, "the L1 penalty's weight", ge=0)}
@@ -207,12 +208,13 @@ def test_run_ids_name_it_off_its_default_and_a_variant_or_a_sweep_gives_one_run_
 
 
 def test_the_demo_grid_s_ids_and_triggers_are_as_before_plugins_had_settings_or_code():
-    """Nothing a plugin brings changes the package's own runs: the demo's 116 run ids and their triggers are those
-    of the commit before issue 48 (digests computed there), and a job's trigger is trigger_config's JSON alone
-    (the params Snakemake recorded for every finished run)."""
+    """Nothing a plugin brings changes the package's own runs: the demo's 116 run ids with its overlay
+    config/sweeps.yaml (the demo grid of that time) and their triggers are those of the commit before issue 48
+    (digests computed there), and a job's trigger is trigger_config's JSON alone (the params Snakemake recorded
+    for every finished run)."""
     import hashlib
 
-    wf = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    wf = grids.demo(sweeps=True)
     with plugin_method():
         runs = expand_grid(wf)
         ids = sorted(runs)

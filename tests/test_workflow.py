@@ -56,19 +56,26 @@ def test_demo_dag_trains_each_config_once(tmp_path):
     r = snakemake("-n", "--config", f"results={tmp_path}")
     assert r.returncode == 0, r.stderr + r.stdout
     # Tables 1-2: 5 methods x 5 seeds (25); Table 4: 4 ablations x 3 seeds (12); Table 5: 2 ResNet-50 runs x 3
-    # (6); Figure 4a: 1 more width x 2 methods x 3 (6); Figure 4b: 2 more lambda values x 3 (6); the saturation
-    # figure: 3 more budgets (0, 4, 8 epochs; 16 is Table 1's run) x 2 methods x 3 (18).
+    # (6); the saturation figure: NCL at 4 and 8 epochs x 3 (6; 16 is Table 1's run, 0 its twin).
     counts = job_counts(r.stdout)
-    # The initialisation control: an untrained twin of each run of Tables 1-2, 4, 5, 6 and Figure 4a (25 + 12 + 6
-    # + 6), less the 6 that are the saturation set's 0-epoch runs (NCL and BayesNCL (STE), seeds 0-2): 43.
-    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 6 + 18 + 43
+    # The initialisation control: an untrained twin of each run of Tables 1-2, 4, 5 and 6 (25 + 12 + 6): 43.
+    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 43
     # Table 3's dynamics and Table 7's cost on NCL and BayesNCL x 5 seeds; Table 6's background probe on those
     # and on their 10 twins.
     assert counts["dynamics"] == counts["cost"] == 10 and counts["background_probe"] == 20
-    # One override of the global seed list moves the whole grid (the stability check), as typed on a shell.
-    r = snakemake("-n", "--config", f"results={tmp_path}", "seeds=[5,6,7,8,9]")
+    # With the overlay config/sweeps.yaml (merged key by key after the demo, as the README types it) and one
+    # override of the global seed list, as typed on a shell (the stability check): Figure 4a adds 1 more width x
+    # 2 methods x 3 (6) and their twins (6), Figure 4b 2 more lambda values x 3 (6), the saturation figure
+    # BayesNCL (STE) at 4 and 8 epochs x 3 (6); every other job is the demo's, on seeds 5-9.
+    r = snakemake("-n", "--configfile", "config/config.yaml", "config/sweeps.yaml",
+                  "--config", f"results={tmp_path}", "seeds=[5,6,7,8,9]")
     assert r.returncode == 0, r.stderr + r.stdout
-    assert job_counts(r.stdout) == counts
+    grown = job_counts(r.stdout)
+    assert grown["pretrain"] - counts["pretrain"] == 6 + 6 + 6 + 6
+    every_run = ("pretrain", "features", "interpretability", "linear_probe", "retrieval")  # no SimCLR added
+    assert all(grown[job] == counts[job] + 24 for job in every_run)
+    assert {k: v for k, v in grown.items() if k not in every_run + ("total",)} == {
+        k: v for k, v in counts.items() if k not in every_run + ("total",)}
     assert "seed~9" in r.stdout and "seed~0" not in r.stdout
 
 
@@ -486,12 +493,15 @@ def test_seeds_from_the_snakemake_command_line_are_integers():
             expand_grid({**cfg, "seeds": bad})
 
 
-def test_demo_grid_seeds():
-    """Every set of the demo rests on at least 3 seeds, the main comparison on at least 5, and no set pins its
-    own seed list, so `--config seeds=[...]` moves the whole grid (the stability check)."""
+@pytest.mark.parametrize("sweeps", [False, True])
+def test_demo_grid_seeds(sweeps):
+    """Every set of the demo (and of its overlay config/sweeps.yaml) rests on at least 3 seeds, the main comparison
+    on at least 5, and no set pins its own seed list, so `--config seeds=[...]` moves the whole grid (the stability
+    check)."""
     from bayesncl.grid import expand_grid
+    from helpers import grids
 
-    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    cfg = grids.demo(sweeps)
     assert not [name for name, spec in cfg["sets"].items() if "seeds" in spec]
     runs = expand_grid(cfg)
     points: dict[tuple, set[int]] = {}  # (set, variant, D, lambda) -> seeds: every point of a table or sweep
