@@ -373,7 +373,8 @@ def test_every_generated_file_names_its_commit_and_grid(tiny):
         assert in_pdf in pdf.read_bytes(), pdf
     prov = json.loads((out / "report" / "provenance.json").read_text())
     assert prov["git"]["commit"] == HEAD and prov["seeds"] == [0] and prov["runs"] > 0
-    assert prov["grid_sha256"] == hashlib.sha256((ROOT / "config" / "tiny.yaml").read_bytes()).hexdigest()
+    assert prov["grid_sha256"] == [hashlib.sha256((ROOT / "config" / "tiny.yaml").read_bytes()).hexdigest()]
+    assert prov["grid"] == ["config/tiny.yaml"]
     assert yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())["seeds"] == prov["seeds"]
 
 

@@ -15,6 +15,7 @@ from . import commands
 from .errors import REQUEUE_EXIT, TERMINATED, BayesNCLError
 from .outdir import replace_help
 from .registry import METHODS
+from .wfconfig import grid_argument
 
 
 def _weights_commands(sub, common) -> None:
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Expand the workflow config's grid (as Snakemake does) and collect each run's "
                                     "evaluation files, results/runs/<run>/eval/<section>.json, into one CSV row.")
     src = sp.add_mutually_exclusive_group(required=True)
-    src.add_argument("--grid", metavar="YAML", help="the workflow config, e.g. config/config.yaml")
+    grid_argument(src, "the workflow config, e.g. config/config.yaml")
     src.add_argument("--grid-json", help=argparse.SUPPRESS)  # the workflow's config, as Snakemake holds it
     sp.add_argument("--out", required=True, metavar="CSV",
                     help="the summary CSV to write (one row per run); metrics.json, the dvc metrics, "
@@ -121,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(bayesncl.grid.trigger_config). One line per stale run; `snakemake` retrains "
                                     "them, or exactly these: snakemake --cores N --forcerun $(bayesncl stale "
                                     "--grid CONFIG --targets).")
-    sp.add_argument("--grid", required=True, metavar="YAML", help="the workflow config, e.g. config/config.yaml")
+    grid_argument(sp, "the workflow config, e.g. config/config.yaml", required=True)
     sp.add_argument("--results", metavar="DIR", help="the results folder (default: the workflow config's results)")
     sp.add_argument("--targets", action="store_true", help="print only each stale run's model.pt")
     sp.set_defaults(func=commands.cmd_stale)
@@ -133,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True, metavar="DIR",
                     help="writes DIR/tables/{table1..7,claims}.{tex,md} and "
                          "DIR/figures/{figure3,figure4a,figure4b,gates}.{pdf,png}")
-    sp.add_argument("--grid", metavar="YAML", help="the workflow config the runs came from: named, with its "
-                                                   "hash and the commit, in every file written")
+    grid_argument(sp, "the workflow config the runs came from: named, with its hash and the commit, in every file "
+                      "written")
     sp.add_argument("--smoke", action="store_true", help="mark every table as a smoke run's (not results)")
     sp.set_defaults(func=commands.cmd_report)
 
@@ -147,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--summary", required=True, metavar="CSV", help="the runs.csv that `bayesncl summarize` wrote")
     sp.add_argument("--out", required=True, metavar="DIR",
                     help="the results folder that holds tables/ and figures/ (`bayesncl report --out`)")
-    sp.add_argument("--grid", metavar="YAML", help="the workflow config the runs came from (named with its hash)")
+    grid_argument(sp, "the workflow config the runs came from (named with its hash)")
     sp.add_argument("--figures", nargs="*", default=[], metavar="STEM",
                     help="figures to show, in order: stems of DIR/figures/STEM.pdf (e.g. figure3 atlas_synthetic)")
     sp.add_argument("--overrides-json", help=argparse.SUPPRESS)  # the workflow's --config overrides
@@ -183,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--images", type=int, default=8, metavar="K", help="images per dim (default 8)")
     sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a data.* key of the runs' config, e.g. data.root=/new/path")
-    sp.add_argument("--grid", metavar="YAML", help="the workflow config the runs came from: named, with its "
-                                                   "hash and the commit, in the figures' metadata")
+    grid_argument(sp, "the workflow config the runs came from: named, with its hash and the commit, in the "
+                      "figures' metadata")
     sp.set_defaults(func=commands.cmd_atlas)
 
     sp = sub.add_parser("make-synthetic", help="generate (and cache) the synthetic dataset",
@@ -215,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "folder under RESULTS/runs and, with --grid, the runs still waiting.")
     sp.add_argument("results", nargs="?", metavar="RESULTS", help="the grid's results folder (default: the grid's "
                                                                    "`results:`, else results)")
-    sp.add_argument("--grid", help="the workflow config (e.g. config/paper.yaml): lists the runs not started too")
+    grid_argument(sp, "the workflow config (e.g. config/paper.yaml): lists the runs not started too")
     sp.add_argument("--only", nargs="+", metavar="STATE", choices=["unreadable", "failed", "running", "requeued",
                                                                     "evaluating", "waiting", "done"],
                     help="list only runs in these states (the totals count every run)")
@@ -224,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("estimate", help="GPU-hours and submissions of a grid before it runs, for a named GPU",
                         description="What a workflow config costs: pretraining and evaluation GPU-hours and the "
                                     "SLURM submissions, from benchmarks/gpu_check.py's measured rate on the GPU.")
-    sp.add_argument("--grid", required=True, help="the workflow config, e.g. config/paper.yaml")
+    grid_argument(sp, "the workflow config, e.g. config/paper.yaml", required=True)
     sp.add_argument("--gpu", help="a GPU with a stored gpu_check measurement, e.g. h200")
     sp.add_argument("--measured", metavar="JSON", help="your GPU's DIR/gpu_check.json (benchmarks/gpu_check.py)")
     sp.add_argument("--time-limit", type=float, metavar="MINUTES",

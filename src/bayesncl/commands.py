@@ -85,21 +85,23 @@ def cmd_summarize(args) -> int:
     return 0
 
 
-def _read_grid(path: str) -> dict:
-    """A workflow config file, checked (its schema where the workflow extra is installed) and its plugins
-    found beside it."""
-    from .config import load_yaml_file
-    from .plugins import export_env, load_grid
-    from .wfconfig import check_grid
+def _grid_dirs(paths: list[str]) -> list[Path]:
+    """Where a grid's plugins are found: beside its files, in the order given."""
+    return list(dict.fromkeys(Path(p).parent for p in paths))
 
-    _input_file(path, "--grid", "give the workflow config, e.g. config/config.yaml")
-    grid = load_yaml_file(path, "--grid", "expected the workflow config, a YAML text file (results, seeds, "
-                                          "defaults, datasets, variants, sets), e.g. config/config.yaml")
-    if not isinstance(grid, dict):
-        raise ConfigError(f"--grid {path}: expected a mapping (results, seeds, defaults, datasets, ...)")
-    load_grid(grid, [Path(path).parent])  # a plugin that fails is named as the grid's (plugins:)
-    export_env(grid.get("plugins") or [], [Path(path).parent])  # found beside the grid file
-    check_grid(grid, f"--grid {path}")
+
+def _read_grid(paths: list[str]) -> dict:
+    """A workflow config, one file or a grid and its overlays merged as Snakemake merges them, checked (its
+    schema where the workflow extra is installed), with its plugins found beside its files."""
+    from .plugins import export_env, load_grid
+    from .wfconfig import check_grid, read_grid_files
+
+    for path in paths:
+        _input_file(path, "--grid", "give the workflow config, e.g. config/config.yaml")
+    grid = read_grid_files(paths)
+    load_grid(grid, _grid_dirs(paths))  # a plugin that fails is named as the grid's (plugins:)
+    export_env(grid.get("plugins") or [], _grid_dirs(paths))
+    check_grid(grid, f"--grid {' '.join(paths)}")
     return grid
 
 
@@ -111,25 +113,30 @@ def cmd_stale(args) -> int:
     results = args.results or grid.get("results")
     if not results or not Path(results).is_dir():
         raise ConfigError(f"--results {results}: no such folder; give the folder the grid's runs are in")
-    print_stale(grid, results, args.grid, args.targets)
+    print_stale(grid, results, " ".join(args.grid), args.targets)
     return 0
 
 
-def _grid_plugins(grid_file: str) -> None:
-    """The plugins a workflow config names, imported from beside it: the report reads their methods' traits."""
-    from .config import load_yaml_file
+def _grid_plugins(grid_files: list[str]) -> None:
+    """The plugins a workflow config names, imported from beside its files: the report reads their methods'
+    traits."""
     from .plugins import load_grid
+    from .wfconfig import read_grid_files
 
-    grid = load_yaml_file(grid_file, "--grid")
-    if isinstance(grid, dict) and grid.get("plugins"):
-        load_grid(grid, [Path(grid_file).parent])
+    grid = read_grid_files(grid_files)
+    if grid.get("plugins"):
+        load_grid(grid, _grid_dirs(grid_files))
+
+
+GRID_OF_RUNS = "give the workflow config the runs came from, e.g. config/config.yaml"
 
 
 def _report_inputs(args) -> None:
-    """The report's and the document's inputs: runs.csv, and the grid file with its plugins where given."""
+    """The report's and the document's inputs: runs.csv, and the grid files with their plugins where given."""
     _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
     if args.grid is not None:
-        _input_file(args.grid, "--grid", "give the workflow config the runs came from, e.g. config/config.yaml")
+        for path in args.grid:
+            _input_file(path, "--grid", GRID_OF_RUNS)
         _grid_plugins(args.grid)
 
 
@@ -293,8 +300,8 @@ def cmd_atlas(args) -> int:
 
     out = args.out or str(Path(args.run[0]) / "eval" / "atlas")
     out = out[:-4] if out.endswith((".pdf", ".png")) else out
-    if args.grid is not None:
-        _input_file(args.grid, "--grid", "give the workflow config the runs came from, e.g. config/config.yaml")
+    for path in args.grid or []:
+        _input_file(path, "--grid", GRID_OF_RUNS)
     for path in write_atlas(args.run, out, n=args.dims, k=args.images, data_sets=args.set, stamp=stamp(args.grid)):
         print(f"atlas: {path}")
     return 0

@@ -49,7 +49,9 @@ class Run:
     pilot_of: list[str] = field(default_factory=list)  # the sets whose pilot seeds this run is (a grown grid; pilot_sets)
 
 
-def _merged(*parts: dict) -> dict:
+def merged(*parts: dict) -> dict:
+    """``parts`` merged in order, each over the ones before it key by key: a mapping into a mapping, anything else
+    replaced (Snakemake's rule for `--configfile A B`). The parts are not changed."""
     out: dict = {}
     for p in parts:
         out = _deep_update(out, copy.deepcopy(p or {}))
@@ -58,7 +60,12 @@ def _merged(*parts: dict) -> dict:
 
 def _deep_update(a: dict, b: dict) -> dict:
     for k, v in b.items():
-        a[k] = _deep_update(a.get(k, {}), v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+        if not isinstance(v, dict):
+            a[k] = v
+        elif v:  # a mapping over anything else replaces it
+            a[k] = _deep_update(a[k] if isinstance(a.get(k), dict) else {}, v)
+        else:  # an empty mapping changes nothing (as in Snakemake)
+            a.setdefault(k, {})
     return a
 
 
@@ -160,9 +167,9 @@ def _smoke(wf: dict, *parts: dict | None) -> dict | None:
     reads a subset of its classes, so its preparation decodes a tenth of the images)."""
     if not wf.get("smoke"):
         return None
-    data = _merged(*parts).get("data") or {}
+    data = merged(*parts).get("data") or {}
     spec = DATASETS[data["dataset"]] if data.get("dataset") in DATASETS else None
-    return _merged(SMOKE, {"data": spec.smoke_data(data)} if spec is not None else None)
+    return merged(SMOKE, {"data": spec.smoke_data(data)} if spec is not None else None)
 
 
 def seed_list(value, key: str) -> list[int]:
@@ -224,7 +231,7 @@ def _points(wf: dict):
                     for seed in seeds:
                         parts = (wf["defaults"], wf["datasets"][ds], wf["variants"][variant],
                                  spec.get("overrides"), nest({key: value}) if key else None)
-                        raw = _merged(*parts, _smoke(wf, *parts), {"seed": seed})
+                        raw = merged(*parts, _smoke(wf, *parts), {"seed": seed})
                         dyn = spec.get("dynamics_every", 0)
                         yield set_name, ds, variant, key, raw, min(dyn, 1) if _smoke(wf) else dyn
 
@@ -272,7 +279,7 @@ def expand_grid(wf: dict) -> dict[str, Run]:
         cfg = p["cfg"]
         cfg["train"]["dynamics_every"] = p["dyn"]
         parts = (wf["defaults"], wf["datasets"][p["ds"]], {"method": {"name": cfg["method"]["name"]}})
-        base = resolve(base=_merged(*parts, _smoke(wf, *parts)))
+        base = resolve(base=merged(*parts, _smoke(wf, *parts)))
         rid = run_id(cfg, base)
         if rid in runs:
             raise ConfigError(f"{p['where']}: two different configs map to run {rid!r}")
@@ -339,7 +346,7 @@ def imported_runs(wf: dict, grid_runs: dict[str, Run]) -> dict[str, Run]:
         if entry["name"] in wf["variants"]:
             raise ConfigError(f"{where}.name: {entry['name']!r} is a variant of the grid; give the imported "
                               "weights a name of their own (their rows must not mix with the grid's runs)")
-        base = _merged(wf["defaults"], wf["datasets"][ds], _smoke(wf),
+        base = merged(wf["defaults"], wf["datasets"][ds], _smoke(wf),
                        {"seed": entry.get("seed", 0), "train": {"dynamics_every": 0}})
         try:
             imp = import_checkpoint(entry["checkpoint"], args=entry.get("args"), base=base,

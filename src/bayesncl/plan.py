@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import ConfigError
+from .wfconfig import grid_argument
 
 __all__ = ["MAX_SEEDS", "POWER", "Need", "Plan", "add_command", "make_plan", "overlay", "power", "render",
            "seeds_needed"]
@@ -297,7 +298,7 @@ def add_command(sub) -> None:
                                     "\"Planning\"; docs/CLUSTER.md).")
     sp.add_argument("--pilot", metavar="CSV", help="the pilot's runs.csv (`bayesncl summarize`)")
     grid = sp.add_mutually_exclusive_group(required=True)
-    grid.add_argument("--grid", metavar="YAML", help="the workflow config the pilot ran, e.g. config/paper.yaml")
+    grid_argument(grid, "the workflow config the pilot ran, e.g. config/paper.yaml")
     grid.add_argument("--grid-json", help=argparse.SUPPRESS)  # the workflow's merged config
     sp.add_argument("--out", metavar="YAML", help="write the overlay here (default: print only)")
     sp.add_argument("--text", metavar="FILE", help="write the printed plan here too")
@@ -313,21 +314,18 @@ def command(args) -> int:
     import yaml
 
     from .atomic import atomic_write_text
-    from .config import load_yaml_file
     from .errors import DataError
     from .estimate import measured_rates
     from .grid import pilot_seeds
     from .report.names import DATASET_NAMES
     from .report.summary import read_summary
     from .startup import mark_ready
-    from .wfconfig import check_grid
+    from .wfconfig import check_grid, read_grid_files
     mark_ready()
 
     if args.grid is not None:
-        wf = load_yaml_file(args.grid, "--grid", "expected the workflow config, e.g. config/paper.yaml")
-        if not isinstance(wf, dict):
-            raise ConfigError(f"--grid {args.grid}: expected a mapping (results, seeds, defaults, datasets, ...)")
-        check_grid(wf, f"--grid {args.grid}")
+        wf = read_grid_files(args.grid)
+        check_grid(wf, f"--grid {' '.join(args.grid)}")
     else:
         try:
             wf = json.loads(args.grid_json)
@@ -345,8 +343,6 @@ def command(args) -> int:
         plan = make_plan(read_summary(args.pilot), wf, measured_rates(args.gpu, args.measured))
         text = render(plan, DATASET_NAMES) + gate_line(plan, DATASET_NAMES) + "\n"
         layer = overlay(plan, wf)
-        if wf.get("claims"):  # the report reads the last config file's claims: the overlay carries the grid's
-            layer["claims"] = wf["claims"]
     print(text, end="")
     if args.text:
         atomic_write_text(args.text, text)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from .errors import ConfigError
 
-__all__ = ["EXAMPLES", "SCHEMA", "check_claim", "check_grid", "check_workflow_config", "coerce_switches"]
+__all__ = ["EXAMPLES", "SCHEMA", "check_claim", "check_grid", "check_workflow_config", "coerce_switches",
+           "grid_argument", "read_grid_files"]
 
 # The workflow's schema, beside the package in a checkout (src/ layout); absent from an installed wheel.
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -111,6 +112,30 @@ def check_workflow_config(config: dict, schema_path: str | os.PathLike, where: s
     top = path[0] if path else None
     how = f" or give {EXAMPLES[top]}" if top in EXAMPLES else ""
     raise ConfigError(f"{key}: {_what(err)}; fix it in {where}{how}")
+
+
+def grid_argument(parser, what: str, required: bool = False) -> None:
+    """`--grid FILE [OVERLAY ...]` on a command's parser (read by read_grid_files): ``what`` says which config."""
+    parser.add_argument("--grid", nargs="+", required=required, metavar="YAML",
+                        help=f"{what}; with overlays, each after the file it changes, merged in order as in "
+                             "snakemake --configfile A B (e.g. config/config.yaml config/sweeps.yaml)")
+
+
+def read_grid_files(paths: Sequence[str | os.PathLike], flag: str = "--grid") -> dict:
+    """The workflow config given as one file or as a grid and its overlays (`--grid config/config.yaml
+    config/sweeps.yaml`): each a YAML mapping, merged in order as Snakemake merges `--configfile A B`
+    (bayesncl.grid.merged). Not yet checked: see check_grid."""
+    from .config import load_yaml_file
+    from .grid import merged
+
+    parts = []
+    for path in paths:
+        part = load_yaml_file(path, flag, "expected the workflow config, a YAML text file (results, seeds, "
+                                          "defaults, datasets, variants, sets), e.g. config/config.yaml")
+        if not isinstance(part, dict):
+            raise ConfigError(f"{flag} {path}: expected a mapping (results, seeds, defaults, datasets, ...)")
+        parts.append(part)
+    return merged(*parts)
 
 
 def check_grid(config: dict, where: str) -> None:

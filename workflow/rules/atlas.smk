@@ -1,6 +1,6 @@
 # Feature atlas per dataset (CPU): NCL and BayesNCL (STE) at the lowest seed of the main comparison, side by
 # side (ATLAS_RUNS in common.smk), from their evaluation outputs (eval/features.npz) and the test images.
-from_common("ATLAS_RUNS", "GRID_FILE", "PAGES", "RESULTS", "benchmark_file", "launch")
+from_common("ATLAS_RUNS", "GRID_FILES", "PAGES", "RESULTS", "benchmark_file", "launch")
 
 
 rule atlas:
@@ -19,7 +19,7 @@ rule atlas:
     params:
         runs=lambda wc: [f"{RESULTS}/runs/{rid}" for rid in ATLAS_RUNS[wc.dataset]],
         out=lambda wc, output: output.pdf[: -len(".pdf")],
-        grid=GRID_FILE,
+        grid=GRID_FILES,
         launch=launch("atlas", "dataset"),
     threads: 1
     conda:

@@ -97,9 +97,9 @@ EVAL_OUTPUTS = [f"{RESULTS}/runs/{rid}/eval/{name}.json" for rid, names in EVAL_
 JOBS = [f"{RESULTS}/summary/jobs.csv", f"{RESULTS}/summary/jobs.md"]
 # The seeds each claim needs from this grid's runs, and the overlay that adds them (bayesncl.plan; rules/report.smk).
 PLAN = [f"{RESULTS}/summary/plan.md", f"{RESULTS}/summary/plan.yaml"]
-# The grid config file(s) this run read: named, with their hash, in every generated file.
+# The grid config file(s) this run read, a grid and its overlays in order: named, with their hash, in every generated
+# file (`--grid` takes them all).
 GRID_FILES = [os.path.relpath(f) for f in workflow.configfiles] or ["config/config.yaml"]
-GRID_FILE = GRID_FILES[-1]
 
 
 # --------------------------------------------------------------------------- GPUs

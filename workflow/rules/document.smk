@@ -4,7 +4,7 @@
 import json
 import os
 
-from_common("ATLAS", "DOCUMENT_DIR", "FIGURES", "FIGURE_STEMS", "GRID_FILE", "HTML_PAGES", "JOBS", "PAGES", "PDF",
+from_common("ATLAS", "DOCUMENT_DIR", "FIGURES", "FIGURE_STEMS", "GRID_FILES", "HTML_PAGES", "JOBS", "PAGES", "PDF",
             "REPORTED", "RESULTS", "TABLES")
 
 
@@ -31,7 +31,7 @@ rule document:
         f"{RESULTS}/summary/document.log",
     params:
         out=lambda wc, input: os.path.dirname(os.path.dirname(input.summary)),
-        grid=GRID_FILE,
+        grid=GRID_FILES,
         figures=FIGURE_STEMS,
         overrides=json.dumps(OVERRIDES, sort_keys=True, default=str),
     localrule: True

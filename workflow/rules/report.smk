@@ -2,7 +2,7 @@
 import json
 import os
 
-from_common("ATLAS", "BENCHMARKS", "EVAL_OUTPUTS", "FIGURES", "GRID_FILE", "JOBS", "PLAN", "REPORTED", "RESULTS",
+from_common("ATLAS", "BENCHMARKS", "EVAL_OUTPUTS", "FIGURES", "GRID_FILES", "JOBS", "PLAN", "REPORTED", "RESULTS",
             "SMOKE", "TABLES", "benchmark_file", "launch")
 
 
@@ -38,7 +38,7 @@ rule report:
         benchmark_file("report")
     params:
         out=lambda wc, output: os.path.dirname(os.path.dirname(output[0])),
-        grid=GRID_FILE,
+        grid=GRID_FILES,
         smoke="--smoke" if SMOKE else "",
         launch=launch("report"),
     localrule: True

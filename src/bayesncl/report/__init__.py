@@ -16,19 +16,22 @@ table row / claim side), verdicts (the claims' statistics), tables, claims (the 
                                                 claims and the main comparison to the terminal
     write_document(summary_csv, results, ...)   the reproduction report: report.tex (-> report.pdf), the
                                                 pages of Snakemake's HTML report, DVC plot data (document.py)
-Every generated file carries ``provenance.stamp``: the commit and the grid config that made it.
+Every generated file carries ``provenance.stamp``: the commit and the grid config file(s) that made it.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TextIO
+from typing import Sequence, TextIO, Union
 
 from .summary import COLUMNS, MetricsFileError, read_summary, summarize, write_summary
 
 __all__ = ["COLUMNS", "MetricsFileError", "read_summary", "render_figures", "render_tables", "summarize",
            "write_claims", "write_document", "write_report", "write_summary"]
+
+# The grid config a report came from: one file, a grid and its overlays in order, or None (made by hand).
+Grid = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]], None]
 
 
 def render_tables(df, out_dir, stamp=None, smoke=False):  # lazy: jinja2 is only needed for the report step
@@ -52,24 +55,26 @@ def write_document(summary_csv, results, grid=None, figures=(), overrides=None):
     return _write(summary_csv, results, grid, figures, overrides)
 
 
-def declare_from(grid: str | os.PathLike | None) -> None:
-    """The claims a workflow config file declares (claims:), judged beside the paper's (claims.DECLARED)."""
+def declare_from(grid: Grid) -> None:
+    """The claims a workflow config declares (claims:; its files merged, provenance.grid_files), judged beside the
+    paper's (claims.DECLARED)."""
     from .claims import declare
+    from .provenance import grid_files
 
-    if grid is None:
+    files = grid_files(grid)
+    if not files:
         declare([])
         return
-    from ..config import load_yaml_file
+    from ..wfconfig import read_grid_files
 
-    wf = load_yaml_file(grid, "--grid")
-    declare((wf or {}).get("claims") or [] if isinstance(wf, dict) else [])
+    declare(read_grid_files(files).get("claims") or [])
 
 
 def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike, *, echo: bool = True,
-                 stream: TextIO | None = None, grid: str | os.PathLike | None = None,
+                 stream: TextIO | None = None, grid: Grid = None,
                  smoke: bool = False) -> list[Path]:
     """Render every table into ``out_root/tables`` and every figure into ``out_root/figures``, each
-    stamped with the commit and the grid config file ``grid`` (provenance.stamp) and, with ``smoke``, each
+    stamped with the commit and the grid config file(s) ``grid`` (provenance.stamp) and, with ``smoke``, each
     table marked as a smoke run's; then, with ``echo``, print the outcome (claims, main comparison) to
     ``stream`` (default: the current stdout)."""
     from .claims_table import print_outcome

@@ -273,10 +273,14 @@ def provenance_items(prov, tex: bool) -> list[tuple[str, str]]:
     else:
         commit = tt(git.commit) + esc(", with uncommitted changes to tracked files" if git.dirty
                                       else ", no uncommitted changes to tracked files")
-    grid = esc("none (made by hand)") if prov.grid is None else path(prov.grid)
-    if prov.grid_sha256:  # in full on the page; its first 12 digits on screen (provenance.json has it all)
-        grid += esc(", SHA-256 ") + (r"{\footnotesize" + tt(prov.grid_sha256) + "}" if tex
-                                     else prov.grid_sha256[:provenance.HASH_CHARS] + "...")
+    files = []
+    for file, digest in zip(prov.grid, prov.grid_sha256):  # a grid and its overlays, in order
+        text = path(file)
+        if digest:  # in full on the page; its first 12 digits on screen (provenance.json has it all)
+            text += esc(", SHA-256 ") + (r"{\footnotesize" + tt(digest) + "}" if tex
+                                         else digest[:provenance.HASH_CHARS] + "...")
+        files.append(text)
+    grid = esc("; then ").join(files) if files else esc("none (made by hand)")
     overrides = ", ".join(f"{k}={v}" for k, v in prov.overrides.items())
     per_ds = ", ".join(f"{DATASET_NAMES.get(d, d)}: {n}" for d, n in prov.runs_per_dataset.items())
     devices = ", ".join(f"{d}: {n} run{'s' if n != 1 else ''}" for d, n in prov.devices.items()) or "none"
@@ -329,7 +333,7 @@ def _latex_context(df, prov, figures: list[str], results: Path, judged: list[tup
         figs.append({"file": stem, "title": title, "caption": caption,
                      "height": "0.7" if stem.startswith("atlas_") else "0.6",
                      "claims": claims_for(stem, judged, tex)})
-    grid = prov.grid or "no grid config"
+    grid = " + ".join(prov.grid) or "no grid config"
     commit = prov.git.commit[:12] if prov.git.commit else "unknown commit"
     seeds = _seeds_text(prov.seeds)
     return {
@@ -372,7 +376,7 @@ def _render_tex(ctx: dict) -> str:
 # --------------------------------------------------------------------------- the HTML report's front page
 def provenance_rst(prov, outcome: str, results: Path) -> str:
     lines = [f".. {prov.stamp()}", "",
-             f"Reproduction of the BayesNCL paper on the grid {rst_text(prov.grid or 'given by hand')}: "
+             f"Reproduction of the BayesNCL paper on the grid {rst_text(' + '.join(prov.grid) or 'given by hand')}: "
              "every table, figure and the claims table, each with its caption. The same in one PDF: "
              f"{rst_text(str(Path(results.name) / 'report.pdf'))} (where pdflatex is installed).", "",
              f"**Outcome.** {rst_text(outcome)}", "", "**Provenance**", ""]

@@ -2,7 +2,7 @@
 
 - ``stamp(grid)``: the one line every generated table, figure and document carries: the commit of the
   checkout that holds the bayesncl code (with "+ uncommitted changes" when tracked files differ from it)
-  and the grid config file with its SHA-256. Tables and Markdown get it as a comment under their "do not
+  and the grid config file(s) with their SHA-256 (a grid and its overlays: each, in order). Tables and Markdown get it as a comment under their "do not
   edit" line (``stamp_text``, when layout.write_table writes them); figures in their metadata (PDF Subject,
   PNG Comment).
 - ``collect(...)``: the report's provenance page: the stamp's parts, seeds and runs, package versions,
@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["GitState", "Provenance", "collect", "file_sha256", "git_state", "job_costs", "machine", "stamp",
+__all__ = ["GitState", "Provenance", "collect", "file_sha256", "git_state", "grid_files", "job_costs", "machine", "stamp",
            "stamp_text", "versions"]
 
 PACKAGES = ("torch", "torchvision", "snakemake", "dvc", "numpy", "pandas", "matplotlib")
@@ -73,15 +73,27 @@ def file_sha256(path: str | os.PathLike) -> str | None:
         return None
 
 
-def _grid_text(grid: str | os.PathLike | None) -> str:
+def grid_files(grid) -> list[str]:
+    """The grid config's files: none (made by hand), one path, or a grid and its overlays in the order given."""
     if grid is None:
+        return []
+    if isinstance(grid, (str, os.PathLike)):
+        return [str(grid)]
+    return [str(g) for g in grid]
+
+
+def _grid_text(grid) -> str:
+    files = grid_files(grid)
+    if not files:
         return "no grid config (made by hand)"
-    digest = file_sha256(grid)
-    return f"grid {grid} (sha256 {digest[:HASH_CHARS]})" if digest else f"grid {grid} (not readable)"
+    digests = [file_sha256(f) for f in files]
+    return "grid " + " + ".join(f"{f} (sha256 {d[:HASH_CHARS]})" if d else f"{f} (not readable)"
+                                for f, d in zip(files, digests))
 
 
-def stamp(grid: str | os.PathLike | None = None, git: GitState | None = None) -> str:
-    """"made by bayesncl at commit <hash> from grid <file> (sha256 <hash>)"."""
+def stamp(grid=None, git: GitState | None = None) -> str:
+    """"made by bayesncl at commit <hash> from grid <file> (sha256 <hash>)", each file of a grid and its overlays
+    named so ("... + <overlay> (sha256 <hash>)")."""
     git = git or git_state()
     return f"made by bayesncl at {git.text()} from {_grid_text(grid)}"
 
@@ -174,8 +186,8 @@ def run_devices(results: Path, run_ids: list[str]) -> dict[str, int]:
 @dataclass
 class Provenance:
     git: GitState
-    grid: str | None
-    grid_sha256: str | None
+    grid: list[str]                 # the grid config's files in order (grid_files); none: made by hand
+    grid_sha256: list[str | None]   # each file's SHA-256 (None: not readable)
     overrides: dict
     seeds: list[int]
     runs: int
@@ -197,8 +209,7 @@ class Provenance:
         return json.dumps(asdict(self), indent=1, default=str) + "\n"
 
 
-def collect(df, results: str | os.PathLike, grid: str | os.PathLike | None = None,
-            overrides: dict | None = None) -> Provenance:
+def collect(df, results: str | os.PathLike, grid=None, overrides: dict | None = None) -> Provenance:
     """The provenance of a report made from the runs summary ``df`` (runs.csv) under ``results``."""
     seeds = sorted({int(s) for s in df["seed"] if isinstance(s, (int, float)) and math.isfinite(s)})
     per_ds = {str(k): int(v) for k, v in df["dataset"].value_counts(sort=False).items()} if len(df) else {}
@@ -206,8 +217,8 @@ def collect(df, results: str | os.PathLike, grid: str | os.PathLike | None = Non
     jobs = Path(results) / "summary" / "jobs.csv"
     now = datetime.datetime.now(datetime.timezone.utc)
     return Provenance(
-        git=git_state(), grid=None if grid is None else str(grid),
-        grid_sha256=None if grid is None else file_sha256(grid), overrides=dict(overrides or {}),
+        git=git_state(), grid=grid_files(grid), grid_sha256=[file_sha256(f) for f in grid_files(grid)],
+        overrides=dict(overrides or {}),
         seeds=seeds, runs=int(len(df)), runs_per_dataset=per_ds, devices=devices, versions=versions(),
         machine=machine(), costs=job_costs(jobs), jobs_csv=str(jobs), date=now.strftime("%Y-%m-%d %H:%M UTC"),
         command=" ".join(Path(a).name if i == 0 else a for i, a in enumerate(sys.argv)), plugins=_plugins(),
