@@ -66,20 +66,25 @@ def test_status_plans_the_overlay_s_runs_too(tmp_path, capsys):
     assert counts == [92, 116]
 
 
+FIX = "give the workflow config, e.g. config/config.yaml"
+WHAT = ("expected the workflow config, a YAML text file (results, seeds, defaults, datasets, variants, sets), e.g. "
+        "config/config.yaml")
+
+
 @pytest.mark.parametrize("bad,message", [
-    (None, "--grid {path} does not exist; give the workflow config"),
+    (None, "--grid {path} does not exist; " + FIX),
     ("- a\n- b\n", "--grid {path}: expected a mapping (results, seeds, defaults, datasets, ...)"),
-    ("sets: {table1: {n_seeds: x}}\n", "sets.table1.n_seeds"),
+    ("a: [\n", "--grid {path}: not valid YAML at line 2 (expected the node content, but found '<stream end>'); "
+     + WHAT),
+    ("sets: {table1: {n_seeds: x}}\n", "sets.table1.n_seeds: 'x' is not an integer; fix it in --grid {demo} {path}"),
 ])
 def test_a_bad_overlay_is_named(tmp_path, capsys, bad, message):
+    """One line, the whole of it: the file (or, for the merged config, every file) and what to do."""
     path = tmp_path / "overlay.yaml"
     if bad is not None:
         path.write_text(bad)
     assert main(["stale", "--grid", str(DEMO), str(path), "--results", str(tmp_path)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and message.format(path=path) in err, err
-    if bad is not None and "n_seeds" in bad:
-        assert f"--grid {DEMO} {path}" in err  # the merged config's error names both files
+    assert capsys.readouterr().err == f"bayesncl stale: error: {message.format(path=path, demo=DEMO)}\n"
 
 
 def test_every_generated_file_names_the_grid_and_its_overlays(tmp_path):
@@ -113,3 +118,87 @@ def test_a_claim_declared_in_an_overlay_is_judged(tmp_path):
         assert DECLARED == []
     finally:
         declare_from(None)
+
+
+@pytest.mark.parametrize("command", [["report", "--out", "{out}"], ["document", "--out", "{out}"],
+                                     ["atlas", "--run", "{out}"]])
+def test_a_missing_overlay_of_the_report_s_grid_is_named_before_anything_is_read(tmp_path, capsys, command):
+    summary, missing = tmp_path / "runs.csv", tmp_path / "more.yaml"
+    summary.write_text("run_id\n")  # never read: the grid's files are checked first
+    args = [a.format(out=tmp_path) for a in command] + ["--grid", str(DEMO), str(missing)]
+    if command[0] != "atlas":
+        args += ["--summary", str(summary)]
+    assert main(args) == 2
+    assert capsys.readouterr().err == (f"bayesncl {command[0]}: error: --grid {missing} does not exist; give the "
+                                       "workflow config the runs came from, e.g. config/config.yaml\n")
+
+
+@pytest.mark.parametrize("command", ["summarize", "stale", "report", "document", "atlas", "status", "estimate",
+                                     "plan"])
+def test_every_grid_option_takes_overlays_and_says_so(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--grid YAML [YAML ...]" in text
+    assert "with overlays, each after the file it changes, merged in order as in snakemake --configfile A B (e.g. " \
+           "config/config.yaml config/sweeps.yaml)" in text
+
+
+@pytest.fixture
+def overlay_plugin(tmp_path, monkeypatch):
+    """An overlay in a folder of its own that names a plugin module lying beside it (not beside the grid)."""
+    from bayesncl import plugins
+
+    monkeypatch.delenv(plugins.ENV, raising=False)
+    monkeypatch.delenv(plugins.PATH_ENV, raising=False)
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "plug_overlay.py").write_text("LOADED = True\n")
+    (folder / "more.yaml").write_text("plugins: [plug_overlay]\n")
+    try:
+        yield folder / "more.yaml"
+    finally:
+        import sys
+
+        plugins._LOADED.pop("plug_overlay", None)
+        sys.modules.pop("plug_overlay", None)
+        while str(folder.resolve()) in sys.path:
+            sys.path.remove(str(folder.resolve()))
+
+
+def test_a_plugin_named_in_an_overlay_is_found_beside_it_and_passed_to_the_jobs(tmp_path, overlay_plugin, capsys):
+    import os
+
+    from bayesncl import plugins
+
+    assert main(["stale", "--grid", str(DEMO), str(overlay_plugin), "--results", str(tmp_path)]) == 0
+    assert "0 stale run(s)" in capsys.readouterr().err
+    assert [p["module"] for p in plugins.loaded()] == ["plug_overlay"]
+    assert os.environ[plugins.ENV] == "plug_overlay"  # every job Snakemake starts imports it too
+    assert os.environ[plugins.PATH_ENV].split(os.pathsep) == [str(DEMO.parent), str(overlay_plugin.parent.resolve())]
+
+
+def test_the_report_reads_a_plugin_named_in_an_overlay(tmp_path, overlay_plugin):
+    from bayesncl import plugins
+    from bayesncl.commands import _grid_plugins
+
+    _grid_plugins([str(DEMO), str(overlay_plugin)])
+    assert [p["module"] for p in plugins.loaded()] == ["plug_overlay"]
+
+
+def test_the_stale_runs_hint_names_every_file(tmp_path, capsys):
+    from bayesncl.grid import expand_grid
+
+    wf = read_grid_files([DEMO, SWEEPS])
+    rid, run = next((r, run) for r, run in expand_grid(wf).items() if "figure4a" in run.sets and "D~256" in r)
+    old = json.loads(json.dumps(run.config))
+    old["train"]["epochs"] = 3
+    (tmp_path / "runs" / rid).mkdir(parents=True)
+    (tmp_path / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(old))
+    assert main(["stale", "--grid", str(DEMO), str(SWEEPS), "--results", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{rid}: train.epochs 3 (today 16)\n"
+    assert err == (f"1 stale run(s) under {tmp_path}; retrain them: snakemake --cores N --configfile {DEMO} {SWEEPS} "
+                   f"--forcerun $(bayesncl stale --grid {DEMO} {SWEEPS} --targets)\n")
+    assert main(["stale", "--grid", str(DEMO), "--results", str(tmp_path)]) == 0  # the demo alone has no such run
+    assert capsys.readouterr().out == ""

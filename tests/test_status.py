@@ -582,8 +582,8 @@ def test_stale_lists_every_stale_run_after_runs_not_started_and_reads_old_record
     print_stale(GRID, res, "g.yaml")  # the differences by default
     out, err = capsys.readouterr()
     assert out == f"{b}: train.loss_scaler none (today fp16)\n{c}: train.loss_scaler none (today fp16)\n"
-    assert err == (f"2 stale run(s) under {res}; retrain them: snakemake --cores N --forcerun $(bayesncl stale --grid "
-                   "g.yaml --targets)\n")
+    assert err == (f"2 stale run(s) under {res}; retrain them: snakemake --cores N --configfile g.yaml --forcerun "
+                   "$(bayesncl stale --grid g.yaml --targets)\n")
     print_stale(GRID, res, "g.yaml", targets_only=True)
     assert capsys.readouterr() == (f"{res}/runs/{b}/model.pt\n{res}/runs/{c}/model.pt\n", "")
     for rid in (b, c):

@@ -120,8 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Compare each run's recorded config (results/runs/<run>/config.resolved.yaml) "
                                     "with the config the workflow config gives it today, on what decides training "
                                     "(bayesncl.grid.trigger_config). One line per stale run; `snakemake` retrains "
-                                    "them, or exactly these: snakemake --cores N --forcerun $(bayesncl stale "
-                                    "--grid CONFIG --targets).")
+                                    "them, or exactly these: snakemake --cores N --configfile CONFIG --forcerun "
+                                    "$(bayesncl stale --grid CONFIG --targets).")
     grid_argument(sp, "the workflow config, e.g. config/config.yaml", required=True)
     sp.add_argument("--results", metavar="DIR", help="the results folder (default: the workflow config's results)")
     sp.add_argument("--targets", action="store_true", help="print only each stale run's model.pt")

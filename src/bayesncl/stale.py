@@ -95,6 +95,7 @@ def print_stale(wf: dict, results: str | Path, grid_file: str, targets_only: boo
     for rid, diff in found.items():
         print(f"{rid}: {describe(diff)}")
     print(f"{len(found)} stale run(s) under {results}" + (
-        f"; retrain them: snakemake --cores N --forcerun $(bayesncl stale --grid {grid_file} --targets)"
+        f"; retrain them: snakemake --cores N --configfile {grid_file} --forcerun $(bayesncl stale --grid {grid_file} "
+        "--targets)"
         if found else "") + (f"; {len(unreadable)} run(s) not compared: their recorded config cannot be read (above)"
                              if unreadable else ""), file=sys.stderr)
