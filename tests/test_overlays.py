@@ -202,3 +202,14 @@ def test_the_stale_runs_hint_names_every_file(tmp_path, capsys):
                    f"--forcerun $(bayesncl stale --grid {DEMO} {SWEEPS} --targets)\n")
     assert main(["stale", "--grid", str(DEMO), "--results", str(tmp_path)]) == 0  # the demo alone has no such run
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("command", ["plan", "summarize", "estimate"])
+def test_a_merged_grid_s_error_names_every_file(tmp_path, capsys, command):
+    path = tmp_path / "overlay.yaml"
+    path.write_text("sets: {table1: {n_seeds: x}}\n")
+    extra = {"plan": ["--pilot", str(tmp_path / "runs.csv")], "summarize": ["--out", str(tmp_path / "runs.csv")],
+             "estimate": ["--gpu", "h200"]}[command]
+    assert main([command, "--grid", str(DEMO), str(path), *extra]) == 2
+    assert capsys.readouterr().err == (f"bayesncl {command}: error: sets.table1.n_seeds: 'x' is not an integer; fix it "
+                                       f"in --grid {DEMO} {path}\n")
