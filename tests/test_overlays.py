@@ -213,3 +213,31 @@ def test_a_merged_grid_s_error_names_every_file(tmp_path, capsys, command):
     assert main([command, "--grid", str(DEMO), str(path), *extra]) == 2
     assert capsys.readouterr().err == (f"bayesncl {command}: error: sets.table1.n_seeds: 'x' is not an integer; fix it "
                                        f"in --grid {DEMO} {path}\n")
+
+
+def test_the_report_s_pages_name_the_grid_and_its_overlays(tmp_path, monkeypatch):
+    """The LaTeX page (title line, footer, provenance rows with the full hashes) and the HTML front page."""
+    monkeypatch.chdir(tmp_path)
+    Path("grid.yaml").write_text("seeds: [0]\n")
+    Path("more.yaml").write_text("seeds: [0, 1]\n")
+    digest = {f: hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in ("grid.yaml", "more.yaml")}
+    df = pd.DataFrame({"seed": [0], "dataset": ["synthetic"], "run_id": ["r"]})
+    prov = provenance.collect(df, tmp_path, ["grid.yaml", "more.yaml"])
+    alone = provenance.collect(df, tmp_path, None)
+    tex = document._latex_context(df, prov, [], tmp_path, [])
+    assert tex["subtitle"].startswith(r"Grid grid.yaml + more.yaml \textperiodcentered{} commit ")
+    assert tex["footer"].startswith(r"grid.yaml + more.yaml \textperiodcentered{} commit ")
+    assert document._latex_context(df, alone, [], tmp_path, [])["subtitle"].startswith("Grid no grid config ")
+    rows = dict(tex["provenance"])
+    (key,) = [k for k, v in rows.items() if "grid.yaml" in v]
+    assert rows[key] == (r"\texttt{grid.yaml}, SHA-256 {\footnotesize\texttt{" + digest["grid.yaml"] + "}}; then "
+                         r"\texttt{more.yaml}, SHA-256 {\footnotesize\texttt{" + digest["more.yaml"] + "}}")
+    plain = dict(document.provenance_items(prov, tex=False))[key]
+    assert plain == (f"grid.yaml, SHA-256 {digest['grid.yaml'][:12]}...; then more.yaml, SHA-256 "
+                     f"{digest['more.yaml'][:12]}...")
+    assert dict(document.provenance_items(alone, tex=False))[key] == "none (made by hand)"
+    assert r"on the grid grid\.yaml \+ more\.yaml: every table" in document.provenance_rst(prov, "", tmp_path)
+    assert "on the grid given by hand: every table" in document.provenance_rst(alone, "", tmp_path)
+    Path("more.yaml").unlink()
+    assert provenance.stamp(["grid.yaml", "more.yaml"]).endswith(
+        f"from grid grid.yaml (sha256 {digest['grid.yaml'][:12]}) + more.yaml (not readable)")
