@@ -90,17 +90,22 @@ def _grid_dirs(paths: list[str]) -> list[Path]:
     return list(dict.fromkeys(Path(p).parent for p in paths))
 
 
+def _grid_inputs(paths: list[str], fix: str) -> None:
+    """Each of a grid's files (the grid, then its overlays) exists, else one line naming it and ``fix``."""
+    for path in paths:
+        _input_file(path, "--grid", fix)
+
+
 def _read_grid(paths: list[str]) -> dict:
     """A workflow config, one file or a grid and its overlays merged as Snakemake merges them, checked (its
     schema where the workflow extra is installed), with its plugins found beside its files."""
     from .plugins import export_env, load_grid
     from .wfconfig import check_grid, read_grid_files
 
-    for path in paths:
-        _input_file(path, "--grid", "give the workflow config, e.g. config/config.yaml")
-    grid = read_grid_files(paths)
-    load_grid(grid, _grid_dirs(paths))  # a plugin that fails is named as the grid's (plugins:)
-    export_env(grid.get("plugins") or [], _grid_dirs(paths))
+    _grid_inputs(paths, "give the workflow config, e.g. config/config.yaml")
+    grid, dirs = read_grid_files(paths), _grid_dirs(paths)
+    load_grid(grid, dirs)  # a plugin that fails is named as the grid's (plugins:)
+    export_env(grid.get("plugins") or [], dirs)
     check_grid(grid, f"--grid {' '.join(paths)}")
     return grid
 
@@ -135,8 +140,7 @@ def _report_inputs(args) -> None:
     """The report's and the document's inputs: runs.csv, and the grid files with their plugins where given."""
     _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
     if args.grid is not None:
-        for path in args.grid:
-            _input_file(path, "--grid", GRID_OF_RUNS)
+        _grid_inputs(args.grid, GRID_OF_RUNS)
         _grid_plugins(args.grid)
 
 
@@ -300,8 +304,7 @@ def cmd_atlas(args) -> int:
 
     out = args.out or str(Path(args.run[0]) / "eval" / "atlas")
     out = out[:-4] if out.endswith((".pdf", ".png")) else out
-    for path in args.grid or []:
-        _input_file(path, "--grid", GRID_OF_RUNS)
+    _grid_inputs(args.grid or [], GRID_OF_RUNS)
     for path in write_atlas(args.run, out, n=args.dims, k=args.images, data_sets=args.set, stamp=stamp(args.grid)):
         print(f"atlas: {path}")
     return 0

@@ -2,9 +2,9 @@
 
 - ``stamp(grid)``: the one line every generated table, figure and document carries: the commit of the
   checkout that holds the bayesncl code (with "+ uncommitted changes" when tracked files differ from it)
-  and the grid config file(s) with their SHA-256 (a grid and its overlays: each, in order). Tables and Markdown get it as a comment under their "do not
-  edit" line (``stamp_text``, when layout.write_table writes them); figures in their metadata (PDF Subject,
-  PNG Comment).
+  and the grid config file(s) with their SHA-256 (a grid and its overlays: each, in order). Tables and
+  Markdown get it as a comment under their "do not edit" line (``stamp_text``, when layout.write_table writes
+  them); figures in their metadata (PDF Subject, PNG Comment).
 - ``collect(...)``: the report's provenance page: the stamp's parts, seeds and runs, package versions,
   the machine, the date, and wall time / GPU-hours per rule from ``summary/jobs.csv`` when the workflow
   wrote one (columns rule, run, seconds, max_rss_mb and, when known, gpus: GPUs the job held).
@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["GitState", "Provenance", "collect", "file_sha256", "git_state", "grid_files", "job_costs", "machine", "stamp",
-           "stamp_text", "versions"]
+__all__ = ["GitState", "Provenance", "collect", "file_sha256", "git_state", "grid_files", "job_costs", "machine",
+           "stamp", "stamp_text", "versions"]
 
 PACKAGES = ("torch", "torchvision", "snakemake", "dvc", "numpy", "pandas", "matplotlib")
 HASH_CHARS = 12  # of a grid file's SHA-256: enough to tell two configs apart in print
