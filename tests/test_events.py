@@ -1,10 +1,12 @@
 """TensorBoard event files (bayesncl.events): read back by TensorBoard's own readers, a run's curves are its log.jsonl
 and its sections' numbers, once per step and in order, after a resume too, and live."""
 
+import gc
 import json
 import os
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -88,7 +90,11 @@ def test_a_runs_curves_read_back_equal_its_log_and_its_sections(tmp_path, tiny_s
     file closed."""
     run = tmp_path / "run"
     threads, t0 = set(threading.enumerate()), time.time()
-    pretrain(C.resolve(sets=_sets(tiny_sets)), run, progress=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        pretrain(C.resolve(sets=_sets(tiny_sets)), run, progress=False)
+        gc.collect()
+    assert not [w.message for w in caught if w.category is ResourceWarning]  # the writer closed its file
     # nothing of the writer's runs on (a fork server's child forks): tqdm's monitor is the only thread started
     assert {t.name for t in set(threading.enumerate()) - threads} <= {"tqdm_monitor"}
     log = _log(run)
@@ -154,7 +160,8 @@ def test_a_run_killed_after_its_checkpoint_resumes_with_each_epoch_once(tmp_path
     real, calls = E.TrainingEvents.epoch, []
 
     def dies_at_epoch_2(self, line):
-        calls.append(line["epoch"])
+        # each epoch's event comes after its checkpoint and its log line: the file never holds more than the log
+        calls.append((line["epoch"], torch.load(run / "checkpoint.pt", weights_only=True)["epoch"], len(_log(run))))
         if line["epoch"] == 2:
             raise KeyboardInterrupt  # stands in for a SIGKILL: nothing after it runs
         real(self, line)
@@ -169,7 +176,7 @@ def test_a_run_killed_after_its_checkpoint_resumes_with_each_epoch_once(tmp_path
     (epoch1,) = [w for _, w, _ in tb.series(live, "scalars")["train/loss"]]
     monkeypatch.setattr(E.TrainingEvents, "epoch", real)
     pretrain(cfg, run, progress=False)
-    assert calls == [1, 2] and _files(run) == first
+    assert calls == [(1, 1, 1), (2, 2, 2)] and _files(run) == first
     want = _expected(_log(run))
     assert [e for e, _ in want["train/loss"]] == [1, 2, 3]
     assert {k: v for k, v in tb.read(run).items() if k.startswith("train/")} == want  # a fresh reader: the log
