@@ -72,6 +72,8 @@ def test_events_decode_as_tensorboards_protocol_buffers():
                                                                    ("eval/x/p@1", np.float32(-1e-3))]
     ev = Event.FromString(E.event(1.0, 2**40, file_version="brain.Event:2"))
     assert (ev.step, ev.file_version) == (2**40, "brain.Event:2")  # a varint over several bytes
+    for step in (1, 127, 128, 300, 2**40):  # byte for byte what protobuf writes: each varint in its shortest form
+        assert E.event(0.5, step) == Event(wall_time=0.5, step=step).SerializeToString()
     ev = Event.FromString(E.event(2.0, 1, start=True))
     assert ev.session_log.status == SessionLog.START and not ev.HasField("summary")
     v = np.random.default_rng(1).normal(size=500)
@@ -204,6 +206,7 @@ def test_a_file_ahead_of_its_log_or_cut_short_is_followed_by_a_restart(tmp_path,
     live = tb.accumulator(run)
     live.Reload()
     assert tb.curves(live) == {"train/loss": [(1, 9.0), (2, 8.0), (3, 7.0)]}
+    assert live.file_version == 2  # only in a file of version 2 does the loader take a session start as a restart
     server = tb.DataServer(tmp_path / "runs", procs)
     server.wait_for("run", lambda c: len(c.get("train/loss", ())) == 3, "epochs 1-3")
     if damage == "a record cut short":
