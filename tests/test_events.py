@@ -159,7 +159,7 @@ def test_a_run_killed_after_its_checkpoint_resumes_with_each_epoch_once(tmp_path
     finds the same, the epoch it had kept at the time it was written."""
     cfg = C.resolve(sets=_sets(tiny_sets))
     run = tmp_path / "run"
-    real, calls = E.TrainingEvents.epoch, []
+    real, calls, on_disk = E.TrainingEvents.epoch, [], []
 
     def dies_at_epoch_2(self, line):
         # each epoch's event comes after its checkpoint and its log line: the file never holds more than the log
@@ -167,6 +167,7 @@ def test_a_run_killed_after_its_checkpoint_resumes_with_each_epoch_once(tmp_path
         if line["epoch"] == 2:
             raise KeyboardInterrupt  # stands in for a SIGKILL: nothing after it runs
         real(self, line)
+        on_disk.append(tb.read(run)["train/loss"])  # on disk as the epoch ends, for a reader following the run
 
     monkeypatch.setattr(E.TrainingEvents, "epoch", dies_at_epoch_2)
     with pytest.raises(KeyboardInterrupt):
@@ -180,6 +181,7 @@ def test_a_run_killed_after_its_checkpoint_resumes_with_each_epoch_once(tmp_path
     pretrain(cfg, run, progress=False)
     assert calls == [(1, 1, 1), (2, 2, 2)] and _files(run) == first
     want = _expected(_log(run))
+    assert on_disk == [want["train/loss"][:1]]
     assert [e for e, _ in want["train/loss"]] == [1, 2, 3]
     assert {k: v for k, v in tb.read(run).items() if k.startswith("train/")} == want  # a fresh reader: the log
     live.Reload()
