@@ -70,6 +70,8 @@ def test_events_decode_as_tensorboards_protocol_buffers():
     assert (ev.wall_time, ev.step, ev.WhichOneof("what")) == (1234.5, 300, "summary")
     assert [(v.tag, v.simple_value) for v in ev.summary.value] == [("train/loss", 4.25),
                                                                    ("eval/x/p@1", np.float32(-1e-3))]
+    (big,) = Event.FromString(E.event(0.0, 1, values=[E.scalar("eval/cost/x", -1e39)])).summary.value
+    assert big.simple_value == -np.inf  # beyond float32's range: no error, an infinite point
     ev = Event.FromString(E.event(1.0, 2**40, file_version="brain.Event:2"))
     assert (ev.step, ev.file_version) == (2**40, "brain.Event:2")  # a varint over several bytes
     for step in (1, 127, 128, 300, 2**40):  # byte for byte what protobuf writes: each varint in its shortest form

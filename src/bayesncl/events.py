@@ -10,10 +10,11 @@ Pretraining's file follows log.jsonl: appended at each epoch's end after the che
 so it never holds an epoch the log does not. Each start of `bayesncl pretrain` takes the file up where it ends
 and appends the log's epochs it lacks (a job killed between its checkpoint and its event). So the file holds each
 logged epoch once, in order, after any number of resumes, and a reader following it live only sees it grow. Where
-the file goes beyond the log (a checkpoint put back) or ends in a record cut short (a disk full, a machine
-down), the start writes a new file instead, which TensorBoard reads as a restart (`TrainingEvents`). Each evaluation section writes its numbers at the run's last epoch, whole, in a file of
-its own; a section run again replaces it (a reader that had the old file keeps its points until it restarts,
-except TensorBoard's default reader, which takes the new file's at the same step).
+the file goes beyond the log (a checkpoint put back) or ends in a record cut short (a disk full, a machine down),
+the start writes a new file instead, which TensorBoard reads as a restart (`TrainingEvents`). Each evaluation
+section writes its numbers at the run's last epoch, whole, in a file of its own; a section run again replaces it
+(TensorBoard's default reader shows the new numbers; one started with `--load_fast=false` keeps the old point
+beside them until it restarts).
 
 Tags: `train/<key>` for each number of a log line (but `epoch`, the step, and `steps`), `dynamics/<key>` (a
 histogram over the dimensions, and `dynamics/<key>_mean`) for each per-dimension record of a dynamics epoch
@@ -95,17 +96,18 @@ def event(wall_time: float, step: int, *, values: Iterable[bytes] = (), file_ver
     body = _double(1, wall_time) + _varint(2 << 3) + _varint(step)
     if file_version is not None:
         body += _message(3, file_version.encode())
-    values = b"".join(_message(1, v) for v in values)
-    if values:
-        body += _message(5, values)
+    summary = b"".join(_message(1, v) for v in values)
+    if summary:
+        body += _message(5, summary)
     if start:
         body += _message(7, _varint(1 << 3) + _varint(1))  # SessionLog{status: START}
     return body
 
 
 def scalar(tag: str, value: float) -> bytes:
-    """A Summary.Value (tag 1, simple_value 2: a float32)."""
-    return _message(1, tag.encode()) + _varint(2 << 3 | 5) + struct.pack("<f", value)
+    """A Summary.Value (tag 1, simple_value 2: a float32; infinite beyond its range)."""
+    with np.errstate(over="ignore"):
+        return _message(1, tag.encode()) + _varint(2 << 3 | 5) + np.float32(value).astype("<f4").tobytes()
 
 
 def histogram(tag: str, values: np.ndarray) -> bytes:

@@ -7,7 +7,7 @@
     <run>/log.jsonl              one JSON object per finished epoch (rewritten whole, atomically)
     <run>/dynamics.pt            per-dimension AF / GV / SC every train.dynamics_every epochs
     <run>/eval/                  one <section>.json per evaluation section (bayesncl.evaluation.sections)
-    <run>/events.out.tfevents.*  TensorBoard's event files: pretraining's curves, each section's numbers (bayesncl.events)
+    <run>/events.out.tfevents.*  TensorBoard's files: pretraining's curves, each section's numbers (bayesncl.events)
 """
 
 from __future__ import annotations

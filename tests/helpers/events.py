@@ -61,8 +61,9 @@ class DataServer:
         from tensorboard.data.proto import data_provider_pb2 as pb
 
         flt = pb.RunTagFilter(runs=pb.RunFilter(names=[run]))
-        got = self.stub.ReadScalars(pb.ReadScalarsRequest(plugin_filter=pb.PluginFilter(plugin_name="scalars"),
-                                                          run_tag_filter=flt, downsample=pb.Downsample(num_points=10**6)))
+        got = self.stub.ReadScalars(pb.ReadScalarsRequest(
+            plugin_filter=pb.PluginFilter(plugin_name="scalars"), run_tag_filter=flt,
+            downsample=pb.Downsample(num_points=10**6)))
         return {t.tag_name: list(zip(t.data.step, t.data.value)) for r in got.runs for t in r.tags}
 
     def wait_for(self, run: str, ok, what: str) -> Curves:
