@@ -13,7 +13,7 @@ LAYERS = [
      "bayesncl.forkserver",  # the fork server's protocol, client and server: standard library only
      "bayesncl.keyrules", "bayesncl.yamlio"],
     ["bayesncl.config"],
-    ["bayesncl.data", "bayesncl.losses", "bayesncl.backbones", "bayesncl.rundir"],
+    ["bayesncl.data", "bayesncl.losses", "bayesncl.backbones", "bayesncl.rundir", "bayesncl.events"],
     ["bayesncl.methods", "bayesncl.optim", "bayesncl.checkpoint", "bayesncl.runtime", "bayesncl.outdir"],
     ["bayesncl.evaluation.arrays", "bayesncl.evaluation.probe", "bayesncl.evaluation.dynamics",
      "bayesncl.evaluation.cost", "bayesncl.evaluation.linear"],
