@@ -32,13 +32,12 @@ Extras after:
   cli_end_to_end  `bayesncl pretrain` + `bayesncl evaluate` on synthetic 32 px data: every eval/<section>.json written
   captured_resume sigterm_resume with train.graph=cudagraph (recorded)
   compiled_step   `pretrain` with train.graph=compile (torch.compile of the whole step): compile time, images/s
-The budget (--budget, default 300 s) counts from the process's start. A step starts only where its time (its
+The budget (--budget, default 300 s; 600 s with --tiny) counts from the process's start. A step starts only where its time (its
 seconds in --previous where that ran it on the same device, else the plan's for this machine: common.PLANNED_S,
 an H200's, an H100's for any other GPU, the CPU-measured one with --tiny) ends before the budget less 10 s kept
 for the summary; a step still running then is stopped (its subprocesses killed) and recorded "stopped". Each step
-not started is listed with why. --tiny on a CPU: about 4 minutes on two busy cores (3 min 47 s measured at a
-load average of 8), within the default budget; where a slower machine runs past it, the last extras are not
-started (--budget 900 runs them all).
+not started is listed with why. --tiny on a CPU: 4-5 minutes on two cores busy with other work (3 min 47 s and
+5 min 1 s measured at a load average of 8-9), within its default budget of 600 s.
 Writes DIR/gpu_check.json and DIR/gpu_check.md after every step (so a run cut short still leaves its
 figures) and prints a summary: the figures a GPU is for, each with its goal, its value ("pending: no GPU" on a
 CPU) and the minute it is planned by on an H100 and an H200; the targets: BayesNCL overhead <= 6% (the paper's
@@ -69,7 +68,8 @@ for path in (SRC, HERE):
 import torch  # noqa: E402
 
 from gpu.check import Check, process_start  # noqa: E402
-from gpu.common import BUDGET_S, GPU_KINDS, NEEDED, PLANNED_S, RESERVE_S, START_S, STEPS, plan  # noqa: E402
+from gpu.common import (BUDGET_S, GPU_KINDS, NEEDED, PLANNED_S, RESERVE_S, START_S, STEPS, TINY_BUDGET_S,  # noqa: E402
+                        plan)
 from gpu.estimate import cpus_per_gpu, estimate_grid  # noqa: E402, F401
 from gpu.inputs import repeated, write_jpeg_tree  # noqa: E402, F401
 from gpu.procs import compare_weights, cuda_test_ids, junit_counts  # noqa: E402, F401
@@ -86,23 +86,25 @@ def main(argv: list[str] | None = None, started: float | None = None) -> int:
     p.add_argument("--out", metavar="DIR", help="where gpu_check.json and gpu_check.md go (needed unless --plan)")
     p.add_argument("--plan", action="store_true", help="print the steps' and figures' planned minutes; run nothing")
     p.add_argument("--tiny", action="store_true",
-                   help="tiny sizes: every step end to end, to see that the script works (on a CPU about 4 minutes "
-                        "on two busy cores; a slower machine may need --budget 900 to start every step)")
+                   help="tiny sizes: every step end to end, to see that the script works (on a CPU 4-5 minutes on two "
+                        f"cores busy with other work; default budget {TINY_BUDGET_S:g} s)")
     p.add_argument("--only", nargs="+", choices=STEPS, default=list(STEPS), metavar="STEP",
                    help=f"run these steps only ({', '.join(STEPS)})")
     p.add_argument("--previous", metavar="JSON",
                    help="a gpu_check.json whose results stand in for the steps not run now (with --only), and whose "
                         "measured seconds plan the steps run again on the same device")
-    p.add_argument("--budget", "--budget-s", dest="budget_s", type=float, default=BUDGET_S, metavar="SECONDS",
-                   help=f"the whole run's seconds from the process's start, imports included (default {BUDGET_S:g}): "
-                        f"a step starts only if its measured or planned time ends {RESERVE_S:g} s before it, one "
-                        "still running then is stopped")
+    p.add_argument("--budget", "--budget-s", dest="budget_s", type=float, metavar="SECONDS",
+                   help=f"the whole run's seconds from the process's start, imports included (default {BUDGET_S:g}; "
+                        f"--tiny: {TINY_BUDGET_S:g}): a step starts only if its measured or planned time ends "
+                        f"{RESERVE_S:g} s before it, one still running then is stopped")
     p.add_argument("--commit", help="the commit recorded for this run (default: $BAYESNCL_COMMIT, else git HEAD "
                    "if no file differs from it, else 'unknown'); give it where the tree is a copy without git")
     args = p.parse_args(argv)
     if args.plan:
-        print(plan_text(args.budget_s), end="")
+        print(plan_text(args.budget_s or BUDGET_S), end="")
         return 0
+    if args.budget_s is None:
+        args.budget_s = TINY_BUDGET_S if args.tiny else BUDGET_S
     if not args.budget_s > 0:
         print(f"gpu_check: --budget {args.budget_s:g}: give the run's seconds, more than 0 (default {BUDGET_S:g})",
               file=sys.stderr)
