@@ -386,6 +386,9 @@ def test_a_slow_step_leaves_the_rest_unstarted_within_the_budget(gc, tmp_path, m
         "for the summary"
     assert f"-- sigterm_resume: skipped ({e['error']})" in out
     assert f"not started: {', '.join(skipped)}." in out and report["info"]["budget_s"] == 300.0
+    ran.clear()  # --tiny's own default budget: 600 s, every step of the tiny plan (the slow one too)
+    assert gc.main(["--device", "cpu", "--tiny", "--out", str(tmp_path)]) == 0 and ran == list(gc.STEPS)
+    assert json.loads((tmp_path / "gpu_check.json").read_text())["info"]["budget_s"] == 600.0
 
 
 def test_measured_seconds_plan_a_rerun_and_a_step_waits_for_its_input(gc, tmp_path, monkeypatch):
