@@ -32,11 +32,11 @@ Extras after:
   cli_end_to_end  `bayesncl pretrain` + `bayesncl evaluate` on synthetic 32 px data: every eval/<section>.json written
   captured_resume sigterm_resume with train.graph=cudagraph (recorded)
   compiled_step   `pretrain` with train.graph=compile (torch.compile of the whole step): compile time, images/s
-The budget (--budget, default 300 s; 600 s with --tiny) counts from the process's start. A step starts only where its time (its
-seconds in --previous where that ran it on the same device, else the plan's for this machine: common.PLANNED_S,
-an H200's, an H100's for any other GPU, the CPU-measured one with --tiny) ends before the budget less 10 s kept
-for the summary; a step still running then is stopped (its subprocesses killed) and recorded "stopped". Each step
-not started is listed with why. --tiny on a CPU: 4-5 minutes on two cores busy with other work (3 min 47 s and
+The budget (--budget, default 300 s; 600 s with --tiny) counts from the process's start. A step starts only
+where its time (its seconds in --previous where that ran it on the same device, else the plan's for this
+machine: common.PLANNED_S, an H200's, an H100's for any other GPU, the CPU-measured one with --tiny) ends
+before the budget less 10 s kept for the summary; a step still running then is stopped (its subprocesses
+killed) and recorded "stopped". Each step not started is listed with why. --tiny on a CPU: 4-5 minutes on two cores busy with other work (3 min 47 s and
 5 min 1 s measured at a load average of 8-9), within its default budget of 600 s.
 Writes DIR/gpu_check.json and DIR/gpu_check.md after every step (so a run cut short still leaves its
 figures) and prints a summary: the figures a GPU is for, each with its goal, its value ("pending: no GPU" on a

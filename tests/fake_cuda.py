@@ -26,8 +26,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["READS", "SYNCING", "CudaGenerator", "FakeEvent", "HostSync", "NoHostSync", "fake_cuda", "fake_cuda_runtime",
-           "python_backward", "python_grad"]
+__all__ = ["READS", "SYNCING", "CudaGenerator", "FakeEvent", "HostSync", "NoHostSync", "fake_cuda",
+           "fake_cuda_runtime", "python_backward", "python_grad"]
 
 DEVICE = torch.device("cuda", 0)
 

@@ -389,6 +389,9 @@ def test_a_slow_step_leaves_the_rest_unstarted_within_the_budget(gc, tmp_path, m
     ran.clear()  # --tiny's own default budget: 600 s, every step of the tiny plan (the slow one too)
     assert gc.main(["--device", "cpu", "--tiny", "--out", str(tmp_path)]) == 0 and ran == list(gc.STEPS)
     assert json.loads((tmp_path / "gpu_check.json").read_text())["info"]["budget_s"] == 600.0
+    ran.clear()  # the process started 250 s ago (its imports): 40 s are left, throughput's planned 40 fit
+    assert gc.main(["--device", "cpu", "--tiny", "--budget", "300", "--out", str(tmp_path)], started=now[0] - 250) == 1
+    assert ran == ["throughput"] and json.loads((tmp_path / "gpu_check.json").read_text())["info"]["startup_s"] == 250
 
 
 def test_measured_seconds_plan_a_rerun_and_a_step_waits_for_its_input(gc, tmp_path, monkeypatch):
@@ -445,7 +448,7 @@ def test_a_step_past_the_budget_is_stopped_and_its_processes_killed(gc, tmp_path
             pass
 
 
-def test_the_budget_counts_from_the_process_start():
+def test_the_budget_counts_from_the_process_start(tmp_path):
     """process_start: when this process started (against `ps`'s elapsed seconds), imports included; the script's
     first line where /proc is not there."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -457,6 +460,12 @@ def test_the_budget_counts_from_the_process_start():
                                 text=True).stdout)
     assert abs(age - etimes) < 2 and age > 0.5
     assert process_start(now, stat="/nonexistent") == now
+    future = tmp_path / "stat"  # a start after now or days ago (a clock not the boot's): not believed
+    for start in (10**15, -10**9):
+        future.write_text("1 (python (x)) S " + " ".join(["0"] * 18 + [str(start)] + ["0"] * 30))
+        assert process_start(now, stat=str(future)) == now
+    future.write_text("1 (python (x)) S " + " ".join(["0"] * 18 + ["0"] + ["0"] * 30))  # at boot: its age is uptime
+    assert process_start(now, stat=str(future)) == pytest.approx(now - time.clock_gettime(time.CLOCK_BOOTTIME), abs=1)
     assert process_start(now - 1e6) == now - 1e6  # never later than the script's first line
 
 

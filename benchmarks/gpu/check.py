@@ -50,7 +50,7 @@ def process_start(fallback: float, stat: str = "/proc/self/stat") -> float:
         age = time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, AttributeError):
         return fallback
-    return min(fallback, clock() - age) if 0 <= age < 86_400 else fallback
+    return min(fallback, clock() - age) if age < 86_400 else fallback  # a day or more: not this run's
 
 
 @contextlib.contextmanager

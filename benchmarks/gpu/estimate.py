@@ -85,7 +85,7 @@ def grid_estimate(check: Check) -> dict:
     captured = check.step_result("captured_step") or {}
     measured = any(m in registry.METHODS and registry.METHODS[m].reference for m in captured)
     mode = CAPTURED if modes == {CAPTURED} and measured else "eager"
-    rates = {m: v for m, v in (captured if mode == CAPTURED else tput).items() if m in registry.METHODS}
+    rates = {m: v for m, v in (captured if mode == CAPTURED else tput).items() if isinstance(v, dict)}
     est = estimate_grid([r.config for r in runs.values()], rates)
     est["rates_from"] = f"train.graph={mode}"
     if check.device.type != "cuda":  # the grid priced to prove the path; a CPU's rate would read as GPU-hours
