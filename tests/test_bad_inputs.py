@@ -1164,10 +1164,13 @@ def test_log_jsonl_readers_are_one_line_or_right(a_run, tmp_path_factory, data):
     row = text.splitlines()[1]
     assert row.startswith(("unreadable", "done", "evaluating")), text
     code, text = _one_line_or_success(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"),
-                                       "--only", "cost", "--quiet"], root, outputs=("results/runs/r/eval",))
+                                       "--only", "cost", "--quiet"], root,
+                                      outputs=("results/runs/r/eval", "results/runs/r/events.out.tfevents."))
     if code == 0:
         cost = json.loads((run / "eval" / "cost.json").read_text())["cost"]
         assert cost["gflops"] > 0
+    else:  # a refused evaluation leaves no section's events either
+        assert not list(run.glob("events.out.tfevents.*.eval-*"))
     if body == good():
         assert code == 0 and row.startswith("done")
 
