@@ -62,5 +62,5 @@ def test_the_terminal_prints_the_reading_and_the_tally():
 
 def test_the_captions_family_rule_is_whole():
     caption = claims_table.render_claims(two_datasets(), "md").splitlines()[1]
-    assert ("A verdict holds or does not hold (family) only where its adjusted p is below the level; comparisons "
+    assert ("A verdict holds or does not hold (family) only where its p is below its share of the level; comparisons "
             "without an interval are not counted. Family: ") in caption

@@ -112,16 +112,20 @@ CAPTION = (
     "by the same rule and margins what training changed, each seed's $\\Delta$ minus its $\\Delta$ at init (n/a: "
     "a metric that does not exist before training; same network at init: both sides start from the same "
     "untrained runs, $\\Delta$ at init is 0 by construction and Training would repeat the verdict). Family: "
-    "serial gatekeeping at level 0.05 over the one-sided t-tests that the intervals read (p doubled, so that a "
-    "family of one gives the plain verdict): the primary claims (1a and 2a on each dataset) by Holm's "
-    "step-down first; only if every one holds, the secondary claims (the rest) by Holm at 0.05; otherwise the "
-    "secondary verdicts are the plain ones, marked not controlled. A verdict holds or does not hold (family) "
-    "only where its adjusted p is below the level; comparisons without an interval are not counted.")
+    "a graphical procedure (Bretz et al. 2009) at level 0.05 over the one-sided t-tests that the intervals read (p "
+    "doubled, so that a family of one gives the plain verdict), once for holds and once for does not hold: the "
+    "primary claims (1a and 2a on each dataset) share the level; one that holds passes half its share to the other "
+    "primary claims and half to the secondary claims (the rest), which pass theirs on among themselves (Holm's "
+    "step-down once every primary claim holds), so that a primary claim that cannot be decided no longer silences "
+    "the others; a secondary verdict the graph gave no level is the plain one, marked not controlled. A verdict "
+    "holds or does not hold (family) only where its p is below its share of the level; comparisons without an "
+    "interval are not counted.")
 DECLARED_NOTE = (" Paper \"declared\": a claim that is not the paper's (the workflow config's claims:, or a "
                  "plugin's; docs/EXTENDING.md), judged by the same rule.")
 
 
 TEX_ROWS = 9  # rows per LaTeX float (up to four lines each)
+FAMILY_HEADER = "Family (graph)"  # the familywise column (report/reading.py finds it by its first word)
 
 
 def claim_cells(c: Comparison, fmt: Fmt) -> dict[str, str]:
@@ -150,16 +154,16 @@ def family_tally(comps: list[Comparison]) -> str:
     decisive = [c for c in comps if c.verdict in (HOLDS, FAILS)]
     kept = [c for c in decisive if controlled(c) == c.verdict]
     tested = sum(c.result.has_interval for c in comps)
-    return (f"{len(kept)} of the {len(decisive)} decisive verdicts survive the familywise control (gatekeeping "
-            f"and Holm over {tested} comparisons with an interval)")
+    return (f"{len(kept)} of the {len(decisive)} decisive verdicts survive the familywise control (the graph over "
+            f"{tested} comparisons with an interval)")
 
 
 def gate_sentence(judged: Judged) -> str:
-    """The primary family's outcome and what it did to the secondary's: "primary: 2 of 2 hold; secondary tested
-    at 0.05" or "secondary not controlled: primary 2a inconclusive"."""
+    """The primary claims' outcome and the level the secondary claims were tested at: "primary: 2 of 2 hold;
+    secondary tested at 0.05", "primary: 1 of 2 hold (2a inconclusive); secondary tested at 0.0125 passed on", or
+    "secondary not controlled: primary 1a inconclusive, 2a inconclusive" where no secondary claim got any level."""
     prim = [(d, c) for d, comps in judged.blocks for c in comps if c.primary and c.verdict != NOT_RUN]
-    levels = (" and ".join(f"{a:g} (look {k})" for k, a in enumerate(LOOK_ALPHAS, 1)) if judged.pilot
-              else f"{ALPHA:g}")
+    levels = f"{ALPHA:g}" + (" over two looks" if judged.pilot else "")
     if not prim:
         return f"no primary claim ({', '.join(PRIMARY)}) ran: every comparison in one family, tested at {levels}"
     many = len({d for d, _ in prim}) > 1
@@ -168,7 +172,12 @@ def gate_sentence(judged: Judged) -> str:
         return f"primary: {len(prim)} of {len(prim)} hold; secondary tested at {levels}"
     what = ", ".join(f"{c.claim}{f' ({dataset_title(d)})' if many else ''} "
                      f"{c.family.split(' (')[0]}" for d, c in blocking)
-    return f"secondary {UNCONTROLLED}: primary {what}"
+    secondary = [c for _, comps in judged.blocks for c in comps if not c.primary and c.result.has_interval]
+    if secondary and all(UNCONTROLLED in c.family for c in secondary):
+        return f"secondary {UNCONTROLLED}: primary {what}"
+    level = judged.families[-1].secondary if judged.families else 0.0
+    return (f"primary: {len(prim) - len(blocking)} of {len(prim)} hold ({what}); secondary tested at {level:.3g} "
+            f"of {levels}, the level the primary claims that hold passed on")
 
 
 def looks_sentence(judged: Judged) -> str:
@@ -176,8 +185,9 @@ def looks_sentence(judged: Judged) -> str:
     if not judged.pilot:
         return ""
     return (f" Two looks (docs/METHOD.md section 9, \"Planning\"): look 1 judged the pilot's seeds at "
-            f"{LOOK_ALPHAS[0]:g}, look 2 the seeds added after it, alone, at {LOOK_ALPHAS[1]:g}; a verdict decided "
-            "at look 1 stands, and the Family column says which look gave each.")
+            f"{LOOK_ALPHAS[0]:g}, look 2 all the seeds at the rest of {ALPHA:g}, combining the pilot's t-test with "
+            "the added seeds' own (the inverse normal combination, equal stage weights fixed before any seed ran); a "
+            "verdict decided at look 1 stands, and the Family column says which look gave each.")
 
 
 def still_learning(c: Comparison) -> int:
@@ -265,7 +275,7 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
                    f"{rag}p{{1.9cm}}@{{}}")
     else:
         header = ["", "Claim", "Left", "Right", "$\\Delta$ [95% CI]", "Test (n)", "$\\Delta$ at init [95% CI]",
-                  "Paper", "Verdict", "Training", "Family (Holm)"]
+                  "Paper", "Verdict", "Training", FAMILY_HEADER]
         colspec = None
     align = ["left", "left", "right", "right"] + ["left"] * (len(header) - 4)
     return table_context("claims", "Claims", fmt.text(caption), [fmt.text(h) for h in header], blocks, wide=True,
@@ -318,7 +328,7 @@ def outcome(df: pd.DataFrame) -> str:
                                               "training", "family")]])
     every = [c for _, comps in blocks for c in comps]
     claims = tabulate(lines, headers=["Dataset", "", "Claim", "Left", "Right", "Δ [95% CI]", "Test (n)",
-                                      "Δ at init [95% CI]", "Verdict", "Training", "Family (Holm)"],
+                                      "Δ at init [95% CI]", "Verdict", "Training", FAMILY_HEADER],
                       tablefmt="simple", disable_numparse=True, maxcolwidths=[None, None, 40, None, None, None,
                                                                               None, 24, None, None, None])
     words = "\n".join(reading(rows_of(blocks, dataset_title)))
