@@ -88,6 +88,16 @@ def _training_cell(c: Comparison, fmt: Fmt) -> str:
     return c.change.verdict if c.change is not None else fmt.dash()
 
 
+def _margin_cell(c: Comparison, fmt: Fmt) -> str:
+    """The claim's margin, signed as its bound on Delta, and where it comes from (claims.MARGINS)."""
+    k = c.kind
+    if k.name == "better":
+        return fmt.dash()
+    value = f"{k.margin * 100:g}%" if k.relative else f"{k.margin:g}"
+    sign = {"not worse": "$-$", "within": "$\\pm$"}.get(k.name, "$+$")
+    return fmt.text(f"{sign}{value}" + (f" ({k.source})" if k.source else ""))
+
+
 def _test_cell(c: Comparison, fmt: Fmt) -> str:
     r = c.result
     if not r.test:
@@ -101,9 +111,9 @@ CAPTION = (
     "runs used, the others NaN (e.g. collapsed to no active dimension) or, in a paired test, unshared. "
     "$\\Delta$: the mean difference in the claim's direction (left $-$ right unless the test says otherwise) "
     "with its 95% Student-t interval; paired by seed when at least 2 seeds are shared, else Welch. Holds when "
-    "the interval clears the claim's bound ($>$: 0; $\\geq$: $-$1 point; within: strictly inside the "
-    "tolerance; at most: below the tolerance, one-sided, for 12a-b relative to the right side, $\\Delta$ = left "
-    "$-$ right in %, a cheaper left side satisfying it), does not hold when it lies wholly beyond it, otherwise "
+    "the interval clears the claim's bound ($>$: 0; $\\geq$: $-$margin; within: strictly inside $\\pm$margin; "
+    "at most: below the margin, one-sided, for 12a-b relative to the right side, $\\Delta$ = left $-$ right in %, "
+    "a cheaper left side satisfying it), does not hold when it lies wholly beyond it, otherwise "
     "inconclusive, leaning by $\\Delta$ alone (always so with fewer than 2 seeds on a side: no CI); not run: "
     "no finite value on a side. Claim 7 reads the last recorded epoch; claim 11 compares the best inner sweep "
     "point (chosen after seeing the means) with each end and shows the weaker part. Paper: ImageNet-100 "
@@ -119,7 +129,9 @@ CAPTION = (
     "step-down once every primary claim holds), so that a primary claim that cannot be decided no longer silences "
     "the others; a secondary verdict the graph gave no level is the plain one, marked not controlled. A verdict "
     "holds or does not hold (family) only where its p is below its share of the level; comparisons without an "
-    "interval are not counted.")
+    "interval are not counted. Margin: the claim's bound on $\\Delta$ and its source: paper (the paper's own words "
+    "or numbers), spec (declared in docs/METHOD.md section 9, per metric; the paper reports no seed spread), "
+    "declared (a declared claim's tolerance).")
 DECLARED_NOTE = (" Paper \"declared\": a claim that is not the paper's (the workflow config's claims:, or a "
                  "plugin's; docs/EXTENDING.md), judged by the same rule.")
 
@@ -129,13 +141,14 @@ FAMILY_HEADER = "Family (graph)"  # the familywise column (report/reading.py fin
 
 
 def claim_cells(c: Comparison, fmt: Fmt) -> dict[str, str]:
-    """One comparison's cells in ``fmt``: id, text, left, right, diff, test, init, paper, verdict, training,
-    family. LaTeX breaks a verdict before its lean."""
+    """One comparison's cells in ``fmt``: id, text, left, right, diff, test, margin, init, paper, verdict,
+    training, family. LaTeX breaks a verdict before its lean."""
     text = fmt.text(c.text).replace("@A", fmt.esc(c.left.label)).replace("@B", fmt.esc(c.right.label))
     marks = (fmt.mark("§") if still_learning(c) else "") + (fmt.mark("¶") if collapsed(c) else "")
     return {"id": c.claim + marks, "text": text, "left": _side_cell(c.left, fmt),
             "right": c.right_text if c.right_text is not None else _side_cell(c.right, fmt),
-            "diff": _diff_cell(c, fmt), "test": _test_cell(c, fmt), "init": _init_cell(c, fmt),
+            "diff": _diff_cell(c, fmt), "test": _test_cell(c, fmt), "margin": _margin_cell(c, fmt),
+            "init": _init_cell(c, fmt),
             "paper": fmt.text(c.paper) or fmt.dash(), "verdict": _broken(c.verdict, fmt),
             "training": _broken(_training_cell(c, fmt), fmt), "family": _broken(c.family, fmt)}
 
@@ -236,7 +249,8 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
             every.append(c)
             if fmt.tex:  # fewer, stacked columns: the table spans the page
                 nl = r" \newline "
-                evidence = nl.join(e for e in (cell["diff"], cell["test"]) if e != fmt.dash()) or fmt.dash()
+                margin = "margin " + cell["margin"] if cell["margin"] != fmt.dash() else fmt.dash()
+                evidence = nl.join(e for e in (cell["diff"], cell["test"], margin) if e != fmt.dash()) or fmt.dash()
                 control = cell["init"] + (nl + "training: " + cell["training"] if c.change is not None else "")
                 family = "" if c.family == c.verdict else nl + "family: " + c.family.removesuffix(" (family)")
                 if UNCONTROLLED in c.family:  # the plain verdict stands above it: say only that it is uncontrolled
@@ -245,7 +259,8 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
                              cell["verdict"] + family])
             else:
                 rows.append([cell["id"], cell["text"], cell["left"], cell["right"], cell["diff"], cell["test"],
-                             cell["init"], cell["paper"], cell["verdict"], cell["training"], cell["family"]])
+                             cell["margin"], cell["init"], cell["paper"], cell["verdict"], cell["training"],
+                             cell["family"]])
             for s in (c.left, c.right):
                 if s.repeats:
                     where = f" on {DATASET_NAMES.get(dataset, dataset)}" if dataset else ""
@@ -274,8 +289,8 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
         colspec = (f"@{{}}l{rag}p{{2.6cm}}rr{rag}p{{2.7cm}}{rag}p{{2.5cm}}{rag}p{{1.15cm}}"
                    f"{rag}p{{1.9cm}}@{{}}")
     else:
-        header = ["", "Claim", "Left", "Right", "$\\Delta$ [95% CI]", "Test (n)", "$\\Delta$ at init [95% CI]",
-                  "Paper", "Verdict", "Training", FAMILY_HEADER]
+        header = ["", "Claim", "Left", "Right", "$\\Delta$ [95% CI]", "Test (n)", "Margin",
+                  "$\\Delta$ at init [95% CI]", "Paper", "Verdict", "Training", FAMILY_HEADER]
         colspec = None
     align = ["left", "left", "right", "right"] + ["left"] * (len(header) - 4)
     return table_context("claims", "Claims", fmt.text(caption), [fmt.text(h) for h in header], blocks, wide=True,
@@ -324,13 +339,13 @@ def outcome(df: pd.DataFrame) -> str:
         for i, c in enumerate(comps):
             cell = claim_cells(c, fmt)
             lines.append([dataset_title(dataset) if i == 0 else "",
-                          *[cell[k] for k in ("id", "text", "left", "right", "diff", "test", "init", "verdict",
-                                              "training", "family")]])
+                          *[cell[k] for k in ("id", "text", "left", "right", "diff", "test", "margin", "init",
+                                              "verdict", "training", "family")]])
     every = [c for _, comps in blocks for c in comps]
-    claims = tabulate(lines, headers=["Dataset", "", "Claim", "Left", "Right", "Δ [95% CI]", "Test (n)",
+    claims = tabulate(lines, headers=["Dataset", "", "Claim", "Left", "Right", "Δ [95% CI]", "Test (n)", "Margin",
                                       "Δ at init [95% CI]", "Verdict", "Training", FAMILY_HEADER],
                       tablefmt="simple", disable_numparse=True, maxcolwidths=[None, None, 40, None, None, None,
-                                                                              None, 24, None, None, None])
+                                                                              None, None, 24, None, None, None])
     words = "\n".join(reading(rows_of(blocks, dataset_title)))
     counts = pd.Series([c.verdict for c in every]).value_counts()
     tally = ("; ".join(f"{v}: {counts[v]}" for v in VERDICTS if v in counts)
