@@ -5,6 +5,7 @@ as section 9 states it (`design`), and the two-stage inverse normal combination 
 
 from __future__ import annotations
 
+import functools
 import math
 
 from scipy import optimize, stats
@@ -65,6 +66,7 @@ def bretz(p: list[float], w: list[float], g: list[list[float]], alpha: float,
         w, g = new_w, new_g
 
 
+@functools.lru_cache(maxsize=None)
 def look_two_bound(level: float) -> float:
     """c2 at the one-sided ``level``: P(Z1 <= c1, W Z1 + W Z2 > c2) = (1 - EARLY) level, c1 = the normal quantile
     1 - EARLY level; the probability from scipy's bivariate normal cdf (Genz), not Owen's T."""

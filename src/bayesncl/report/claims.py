@@ -19,11 +19,12 @@ before training is made again on the runs' untrained twins (bayesncl.grid.plan_i
 names the sets a twin initialises), giving Delta at initialisation, and the change training brought (each seed's
 Delta minus its Delta at initialisation) is judged by the same rule; a claim without such a metric
 (``Claim.at_init``) says why, and where both sides' twins are the same network (Delta at init 0 by construction) the
-Training column says so instead of repeating the verdict. Every comparison is also judged familywise: the primary
-claims (PRIMARY: 1a and 2a on each dataset) first, the others only when they all hold (verdicts.family_verdicts). A
-grid grown by `bayesncl plan` (runs.csv's ``pilot_of``: the sets whose pilot seeds a run belongs to) is judged in
-two looks: the pilot's seeds at LOOK_ALPHAS[0], the added seeds alone at LOOK_ALPHAS[1] (docs/METHOD.md section 9,
-"Planning").
+Training column says so instead of repeating the verdict. Every comparison is also judged familywise, by the family's
+graph (verdicts.family_verdicts): the primary claims (PRIMARY: 1a and 2a on each dataset) share the level and pass it
+on to the others as they hold. A grid grown by `bayesncl plan` (runs.csv's ``pilot_of``: the sets a run was pilot
+evidence for) is judged in two looks: the pilot's seeds at LOOK_ALPHAS[0], then all the seeds, the pilot's test
+combined with the added seeds' own (docs/METHOD.md section 9, "Planning"). Each comparison's margin has its source
+(MARGINS per metric; the Margin column).
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ from .verdicts import (BETTER, LOOK_ALPHAS, NOT_WORSE, SPEC, UNSIGNED, VERDICTS,
 __all__ = ["BETTER", "CLAIMS", "LOOK_ALPHAS", "NOT_WORSE", "PRIMARY", "SAME_INIT", "VERDICTS", "Claim", "Comparison",
            "Kind", "Outcome", "Side", "combine", "compare", "within"]  # the judged table: report/judge.py
 
-# The paper's headline, tested first on each dataset (docs/METHOD.md section 9, "Planning"): interpretability up
-# (1a) and accuracy kept (2a). The other comparisons are tested only when all of these hold.
+# The paper's headline on each dataset (docs/METHOD.md section 9, "Controls"): interpretability up (1a) and accuracy
+# kept (2a). They share the familywise level first; each that holds passes part of it on to the other comparisons.
 PRIMARY = ("1a", "2a")
 # The margin of a "not worse" claim, per metric, in its runs.csv unit (docs/METHOD.md section 9): the spec's 1 point
 # each (SPEC: the paper reports no seed spread to set one from). A margin says what difference does not matter; the
@@ -193,7 +194,7 @@ class Comparison:
     change: Outcome | None = None  # Delta - Delta at initialisation, per seed: the training verdict
     init_note: str = ""     # why there is no ``init`` ("" when there is)
     same_init: bool = False  # both sides' untrained twins are the same runs: Delta at init is 0 by construction
-    family: str = ""        # the familywise verdict (gatekeeping and Holm over the table; claims_rows sets it)
+    family: str = ""        # the familywise verdict (the graph over the table; claims_rows sets it)
     primary: bool = False   # in the primary family (PRIMARY; claims_rows sets it)
     looks: tuple = ()       # a grown grid's (look 1, look 2) outcomes: the pilot's seeds, the added seeds alone
 

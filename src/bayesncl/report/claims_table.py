@@ -116,7 +116,9 @@ CAPTION = (
     "a cheaper left side satisfying it), does not hold when it lies wholly beyond it, otherwise "
     "inconclusive, leaning by $\\Delta$ alone (always so with fewer than 2 seeds on a side: no CI); not run: "
     "no finite value on a side. Claim 7 reads the last recorded epoch; claim 11 compares the best inner sweep "
-    "point (chosen after seeing the means) with each end and shows the weaker part. Paper: ImageNet-100 "
+    "point (chosen after seeing the means) with each end and shows the weaker part. Margin: the claim's bound on "
+    "$\\Delta$ and its source: paper (the paper's own words or numbers), spec (declared in docs/METHOD.md section 9, "
+    "per metric; the paper reports no seed spread), declared (a declared claim's tolerance). Paper: ImageNet-100 "
     "unless stated. Controls (docs/METHOD.md section 9): $\\Delta$ at init is the same comparison on the same "
     "seeds' untrained networks (their own initialisation, no step taken, the same evaluation); Training judges "
     "by the same rule and margins what training changed, each seed's $\\Delta$ minus its $\\Delta$ at init (n/a: "
@@ -129,9 +131,7 @@ CAPTION = (
     "step-down once every primary claim holds), so that a primary claim that cannot be decided no longer silences "
     "the others; a secondary verdict the graph gave no level is the plain one, marked not controlled. A verdict "
     "holds or does not hold (family) only where its p is below its share of the level; comparisons without an "
-    "interval are not counted. Margin: the claim's bound on $\\Delta$ and its source: paper (the paper's own words "
-    "or numbers), spec (declared in docs/METHOD.md section 9, per metric; the paper reports no seed spread), "
-    "declared (a declared claim's tolerance).")
+    "interval are not counted.")
 DECLARED_NOTE = (" Paper \"declared\": a claim that is not the paper's (the workflow config's claims:, or a "
                  "plugin's; docs/EXTENDING.md), judged by the same rule.")
 

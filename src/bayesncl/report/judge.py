@@ -101,8 +101,8 @@ def parse_sets(value) -> list[str]:
 
 
 def _looked(claim: Claim, runs: Runs, comps: list[Comparison]) -> None:
-    """A grown grid's two looks at each comparison: the claim built on the pilot's runs alone, then on the
-    added runs alone (comparisons paired by position and id, as the initialisation control)."""
+    """A grown grid's two stages of each comparison: the claim built on the pilot's runs alone, then on the added
+    runs alone (comparisons paired by position and id, as the initialisation control); look 2 combines them."""
     out = []
     for column in ("pilot_of", "added_of"):
         part = Runs(runs.records, runs.arch, column=column)

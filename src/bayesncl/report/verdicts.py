@@ -49,7 +49,7 @@ _STRENGTH = {HOLDS: 4, LEANS_FOR: 3, LEANS_AGAINST: 2, FAILS: 1, NOT_RUN: 0}
 CONFIDENCE = 0.95
 ALPHA = 0.05  # the familywise error rate of the table's family of claims
 FAMILY_HOLDS, FAMILY_FAILS, FAMILY_OPEN = "holds (family)", "does not hold (family)", "inconclusive (family)"
-UNCONTROLLED = "not controlled"  # a secondary verdict while a primary claim does not hold (gatekeeping)
+UNCONTROLLED = "not controlled"  # a verdict the family's graph gave no level (no primary claim decided)
 
 Values = Sequence[tuple[float, float]]  # (seed, value) per run; the value NaN when undefined
 
