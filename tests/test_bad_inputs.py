@@ -592,13 +592,13 @@ CASES = [
       for where, path, phrase in (("under a file", "{tmp}/f/plan.yaml", f"{flag} {{tmp}}/f/plan.yaml: {{tmp}}/f is a "
                                                                           "file, not a folder"),
                                   ("a folder", "{tmp}/d", f"{flag} {{tmp}}/d is a folder; give the file to write"))],
-    *[Case(f"{cmd} --measured {what}", [cmd, "--grid", "{tmp}/g.yaml", *extra, "--measured", "{tmp}/m.json"], phrase,
-           setup=files(g__yaml=_grid_with(), runs__csv=PILOT, m__json=body))
+    *[Case(f"{cmd} --measured {what}", [cmd, "--grid", "{tmp}/g.yaml", *extra, "--measured", "{tmp}/m.bin"], phrase,
+           setup=files(g__yaml=_grid_with(), runs__csv=PILOT, m__bin=body))
       for cmd, extra in (("plan", ["--pilot", "{tmp}/runs.csv"]), ("estimate", []))
       for what, body, phrase in (
-          ("binary", PNG, "--measured {tmp}/m.json: cannot be read as gpu_check.json (not a UTF-8 text file)"),
-          ("a list", "[1, 2]", "--measured {tmp}/m.json: no `steps` mapping of step records"),
-          ("steps a list", '{"steps": [1]}', "--measured {tmp}/m.json: no `steps` mapping of step records"))],
+          ("binary", PNG, "--measured {tmp}/m.bin: cannot be read as gpu_check.json (not a UTF-8 text file)"),
+          ("a list", "[1, 2]", "--measured {tmp}/m.bin: no `steps` mapping of step records"),
+          ("steps a list", '{"steps": [1]}', "--measured {tmp}/m.bin: no `steps` mapping of step records"))],
     Case("plan --grid-json a list", ["plan", "--grid-json", "[1, 2]", "--pilot", "{tmp}/runs.csv"],
          "--grid-json: expected a JSON object", setup=files(runs__csv=PILOT)),
     *[Case(f"plan pilot sc {what}", ["plan", "--grid", "{tmp}/g.yaml", "--pilot", "{tmp}/runs.csv", "--out",

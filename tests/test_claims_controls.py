@@ -516,3 +516,32 @@ def test_at_most_leans_for_a_difference_exactly_at_its_tolerance():
     assert verdicts.compare([(0, 1.5)], [(0, 1.0)], at).verdict == FOR
     assert verdicts.compare([(0, 1.5 + 1e-9)], [(0, 1.0)], at).verdict == "inconclusive (leans against)"
     assert verdicts.compare([(0, 3.0)], [(0, 2.0)], verdicts.at_most(0.5, relative=True)).verdict == FOR  # 50% of 2
+
+
+# --------------------------------------------------------------------------- margins
+def test_each_margin_is_its_claims_and_metrics_with_its_source():
+    """The Margin column: "not worse" at its metric's margin (claims.MARGINS, spec), the paper's claims 8 and 12a-b at
+    the paper's, a declared claim at its own tolerance (>= too), or its metric's without one; "better" none. The
+    verdict reads the margin the column shows."""
+    rows = [row(v, s, MAIN, sc=20.0 + s + (1.0 if v == B else 0.0), probe_top1=50.0 + s, ret_p10=30.0, se_sum=2.0)
+            for v in (B, N, "SimCLR", "BayesNCL (Gumbel)", "Top-k NCL") for s in range(3)]
+    rows += [row(v, s, "table7", gflops=1.0, train_minutes=10.0 + s) for v in (B, N) for s in range(3)]
+    rows += [row(v, s, "table6", bg_acc=90.0 + s) for v in (B, N) for s in range(3)]
+    claims.declare([{"id": "D1", "metric": "probe_top1", "left": B, "right": N, "relation": ">=", "tolerance": 0.25},
+                    {"id": "D2", "metric": "bg_acc", "left": B, "right": N, "relation": ">="}])
+    try:
+        df = frame(rows)
+        comps = {c.claim: c for _, cs in judge.claims_rows(df) for c in cs}
+        md = claims_table.render_claims(df, "md")
+    finally:
+        claims.declare([])
+    header = next(x for x in md.splitlines() if x.startswith("|  ")).split("|")
+    at = [h.strip() for h in header].index("Margin")
+    cell = {cid: next(x for x in md.splitlines() if x.startswith(f"| {cid} ")).split("|")[at].strip()
+            for cid in ("1a", "2a", "3", "4", "8", "12a", "12b", "D1", "D2")}
+    assert cell == {"1a": "-", "2a": "-1 (spec)", "3": "-1 (spec)", "4": "-1 (spec)", "8": "±1 (paper)",
+                    "12a": "+1% (paper)", "12b": "+6% (paper)", "D1": "-0.25 (declared)", "D2": "-1 (spec)"}
+    assert {k: claims.MARGINS[m] for k, m in (("2a", "probe_top1"), ("3", "ret_p10"), ("4", "sc"))} == \
+        {k: comps[k].kind.margin for k in ("2a", "3", "4")}
+    assert comps["D1"].result.tol == 0.25 and comps["2a"].result.tol == 1.0
+    assert comps["12b"].result.tol == pytest.approx(0.06 * 11.0)  # relative: 6% of NCL's mean time

@@ -179,6 +179,9 @@ def gate_sentence(judged: Judged) -> str:
     levels = f"{ALPHA:g}" + (" over two looks" if judged.pilot else "")
     if not prim:
         return f"no primary claim ({', '.join(PRIMARY)}) ran: every comparison in one family, tested at {levels}"
+    if not any(c.result.has_interval for _, c in prim):
+        return (f"no primary claim ({', '.join(PRIMARY)}) has an interval: the others one family, tested at "
+                f"{levels}")
     many = len({d for d, _ in prim}) > 1
     blocking = [(d, c) for d, c in prim if controlled(c) != HOLDS]
     if not blocking:
