@@ -1,6 +1,7 @@
 """Running the GPU path on a machine without a GPU: fake `cuda` tensors (torch's FakeTensorMode: shapes, dtypes,
 devices and strides, no data) and a dispatch mode that refuses every operator that would wait for the host or
-copy between host and device. Used by tests/test_fake_cuda.py (the CUDA-shaped dry run, issue 34).
+copy between host and device, with a function mode for the Python-level reads that run no operator on a fake
+tensor (print, str, f-strings, NumPy). Used by tests/test_fake_cuda.py (the CUDA-shaped dry run).
 
 What torch 2.14 cannot do here, and the stand-ins used instead:
 - the C++ autograd engine calls hasPrimaryContext(0) for a graph with CUDA nodes, which raises without a
@@ -21,11 +22,12 @@ import sys
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["SYNCING", "CudaGenerator", "FakeEvent", "HostSync", "NoHostSync", "fake_cuda", "fake_cuda_runtime",
-           "python_backward", "python_grad"]
+__all__ = ["READS", "SYNCING", "CudaGenerator", "FakeEvent", "HostSync", "NoHostSync", "fake_cuda",
+           "fake_cuda_runtime", "python_backward", "python_grad"]
 
 DEVICE = torch.device("cuda", 0)
 
@@ -53,6 +55,17 @@ SYNCING = {
 }
 
 
+# Python-level reads of a device tensor's values that no operator shows on a fake tensor (its repr is
+# "FakeTensor(...)", its numpy() a plain error), though on a GPU each copies the values to the host and waits.
+# float(), int(), bool() (`if loss > x`), .item() and .tolist() reach aten._local_scalar_dense, refused by name.
+READS = {
+    torch.Tensor.__repr__: "print, str, repr, %s, logging or a progress bar's postfix of a CUDA tensor",
+    torch.Tensor.__format__: "an f-string or format() of a CUDA tensor",
+    torch.Tensor.numpy: ".numpy() of a CUDA tensor",
+    torch.Tensor.__array__: "NumPy reading a CUDA tensor (np.asarray, np.array)",
+}
+
+
 class HostSync(AssertionError):
     """An operator that waits for the device or copies between host and device, inside a guarded region."""
 
@@ -67,10 +80,13 @@ class NoHostSync(TorchDispatchMode):
     page-locked host memory allocated inside the block (the lagged check's); any operator on host tensors only
     (run once at capture, never replayed); a random operator without an explicit generator (the default
     generators are not the step's: not re-seeded, saved or registered); a convolution whose input and weight
-    differ in memory format (channels-last on one side: a layout copy per call).
+    differ in memory format (channels-last on one side: a layout copy per call). With it, a function mode
+    (`_PythonReads`) refuses the Python-level reads of a CUDA tensor of READS (print, str, repr, f-strings, a
+    progress bar's postfix, NumPy), which run no operator on a fake tensor.
 
     `permitted(where)`: a region where the host meets the device by design (an epoch's end reads its sums and
-    saves a checkpoint), counted in `permits`; fake tensors hold no values, so a value read there returns 1.
+    saves a checkpoint), counted in `permits`; fake tensors hold no values, so a value read there returns 1 (an
+    f-string of a 0-dim tensor formats 1, NumPy gets ones).
     `ops` counts the operators seen; `dtypes` maps convolution/matmul names to the dtypes they ran in."""
 
     MATMULS = ("aten.convolution", "aten.mm", "aten.addmm", "aten.bmm")
@@ -82,6 +98,17 @@ class NoHostSync(TorchDispatchMode):
         self.permits: dict[str, int] = {}
         self._where: list[str] = []
         self._pinned: list[torch.Tensor] = []  # the page-locked host tensors allocated here
+        self._reads: list[_PythonReads] = []  # one function mode per `with` entered
+
+    def __enter__(self):
+        self._reads.append(_PythonReads(self).__enter__())
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._reads.pop().__exit__(*exc)
 
     @contextlib.contextmanager
     def permitted(self, where: str):
@@ -145,6 +172,31 @@ class NoHostSync(TorchDispatchMode):
         if name in self.MATMULS:
             self.dtypes.setdefault(name, set()).add(out.dtype)
         return out
+
+
+class _PythonReads(TorchFunctionMode):
+    """NoHostSync's view of Python-level calls: a read of READS on a CUDA tensor fails outside the guard's
+    permitted regions; inside them it stands in as the guard's operators do (values 1)."""
+
+    def __init__(self, guard: NoHostSync):
+        super().__init__()
+        self.guard = guard
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in READS or not isinstance(args[0], torch.Tensor) or args[0].device.type != "cuda":
+            return func(*args, **kwargs)
+        t = args[0]
+        if not self.guard._where:
+            raise HostSync(f"Tensor.{func.__name__}: {READS[func]} copies its values to the host and waits for "
+                           "the device (a host sync)")
+        if func is torch.Tensor.__format__ and t.dim() == 0:
+            return format(t.item(), *args[1:])
+        if func in (torch.Tensor.numpy, torch.Tensor.__array__):
+            import numpy as np
+
+            return np.ones(tuple(t.shape), dtype=str(t.dtype).removeprefix("torch."))
+        return func(*args, **kwargs)
 
 
 def _integer_index(name: str, args) -> bool:

@@ -600,7 +600,7 @@ CASES = [
           ("a list", "[1, 2]", "--measured {tmp}/m.bin: no `steps` mapping of step records"),
           ("steps a list", '{"steps": [1]}', "--measured {tmp}/m.bin: no `steps` mapping of step records"))],
     Case("plan --grid-json a list", ["plan", "--grid-json", "[1, 2]", "--pilot", "{tmp}/runs.csv"],
-         "--grid-json: expected a JSON object", setup=files(runs__csv=PILOT)),
+         "--grid-json: expected the workflow config as a JSON object", setup=files(runs__csv=PILOT)),
     *[Case(f"plan pilot sc {what}", ["plan", "--grid", "{tmp}/g.yaml", "--pilot", "{tmp}/runs.csv", "--out",
                                      "{tmp}/plan.yaml"],
            "--pilot {tmp}/runs.csv: column 'sc' holds no number in any of its 55 runs (text or empty), though claim "
@@ -618,7 +618,8 @@ ELSEWHERE = {
     "test_feed.py": ["test_prepare_errors_name_the_path_and_layout", "test_a_stale_or_damaged_copy_is_never_read",
                      "test_a_block_corrupted_at_the_same_size_is_caught_and_verify_repairs_it",
                      "test_a_manifest_pointing_at_the_other_splits_file_is_caught"],
-    "test_gpu_check.py": ["test_cuda_without_a_gpu_is_a_one_line_error"],
+    "test_gpu_check.py": ["test_cuda_without_a_gpu_is_a_one_line_error",
+                          "test_a_budget_of_no_time_is_a_one_line_error"],
     "test_smoke.py": ["test_a_bad_dataset_root_stops_the_run_before_any_job"],
     "test_workflow.py": ["test_bad_config_fails_when_the_dag_is_built", "test_bad_config_is_reported_with_its_key"],
 }

@@ -213,7 +213,7 @@ def test_the_table_and_the_submissions_line_read_back(rates):
     assert int(m[1]) + int(m[3]) == table["cifar10"]["submissions"] + table["imagefolder"]["submissions"]
     assert sum(map(int, m.group(1, 3, 4, 5))) == table["all"]["submissions"]
     # the notes name the table's columns
-    assert [line.split(": ")[0] for line in after[1:]] == ["rates", "eval", "total", "requested"]
+    assert [line.split(": ")[0] for line in after[1:]] == ["rates", "measured on", "eval", "total", "requested"]
     assert {part.split(": ")[0] for line in after[1:] for part in line.split("; ")} >= {"eval", "eval held", "total",
                                                                                         "requested"}
     m = re.fullmatch(pattern, read_estimate(render(dataclasses.replace(est, time_limit_min=None)))[2][0])
@@ -289,6 +289,36 @@ def test_a_gpu_check_json_is_named_as_the_source(tmp_path, capsys):
         out = capsys.readouterr().out.splitlines()
         assert out[0] == f"GPU-hours on one NVIDIA L40S, from {path}"
         assert "rates: train.graph=eager at the measured eager rate, the mode each run trains in" in out
+
+
+def test_the_rates_say_the_gpu_and_stem_they_were_measured_on(tmp_path, capsys):
+    """The stored H200 rates were measured on the CIFAR stem with padding 1 (1.114 GFLOPs per view), the grid's is
+    padding 2: the table says which, and a gpu_check.json's records carry the model they were measured on."""
+    assert {m["model"]["cifar_padding"] for m in MEASURED["h200"]["methods"]} == {1}
+    for m in MEASURED["h200"]["methods"]:  # the count of the model recorded
+        sets = [f"method.name={m['method']}", *(f"model.{k}={v}" for k, v in m["model"].items())]
+        assert m["gflops_fwd_per_view"] == pytest.approx(E.forward_flops(resolve(sets=sets)) / 1e9, abs=1e-4)
+    assert E.measured_on(MEASURED["h200"]) == ("one NVIDIA H200, resnet18 cifar stem padding 1, eager step (GFLOPs "
+                                               "per view: ncl 1.114, bayesncl 1.117)")
+    model = {"arch": "resnet18", "width": 64, "stem": "cifar", "cifar_padding": 2, "proj_hidden": 2048,
+             "proj_dim": 256}
+    result = {"model": model, "ncl": {"img_per_s": 1.0, "gflops_fwd_per_view": 1.4103, "model": model},
+              "bayesncl": {"img_per_s": 2.0, "gflops_fwd_per_view": 1.4134}}  # one from before the model was kept
+    path = tmp_path / "gpu_check.json"
+    path.write_text(json.dumps({"info": {"gpu": "NVIDIA H100 80GB HBM3"},
+                                "steps": {"throughput": {"status": "ok", "result": result}}}))
+    grid = tmp_path / "g.yaml"
+    grid.write_text(yaml.safe_dump({**GRID, "sets": {"figure3": {"variants": ["NCL"]}}}))
+    assert main(["estimate", "--grid", str(grid), "--measured", str(path)]) == 0
+    assert ("measured on: one NVIDIA H100 80GB HBM3, resnet18 cifar stem padding 2, eager step (GFLOPs per view: "
+            "ncl 1.410); model not recorded, eager step (GFLOPs per view: bayesncl 1.413); each run's rate scaled by "
+            "its own counted FLOPs") in capsys.readouterr().out.splitlines()
+    imagenet = {**model, "stem": "imagenet"}
+    records = [{"method": "ncl", "gflops_fwd_per_view": 1.0, "model": imagenet},
+               {"method": "ncl", "graph": "cudagraph", "gflops_fwd_per_view": 1.0, "model": imagenet}]
+    assert E.measured_on({"gpu": "G", "methods": records}) == ("one G, resnet18 imagenet stem, eager step (GFLOPs per "
+                                                               "view: ncl 1.000); resnet18 imagenet stem, cudagraph "
+                                                               "step (GFLOPs per view: ncl 1.000)")
 
 
 def test_errors_name_the_input_then_what_to_run(tmp_path):

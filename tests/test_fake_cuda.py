@@ -9,6 +9,7 @@ cannot see timing, numerics or what the CUDA kernels themselves do (docs/DESIGN.
 GPU").
 """
 
+import numpy as np
 import pytest
 import torch
 
@@ -272,18 +273,19 @@ def test_the_training_loop_never_waits_for_the_host_between_its_contacts(tiny_ba
     assert guard.ops > 6 * 100  # the steps ran under it
 
 
-def _planted(source: str, anchor: str, line: str):
-    """bayesncl.train with `line` planted after the line holding `anchor` (same indentation): a copy of the module,
-    the package's own untouched."""
+def _planted(*plants: tuple[str, str]):
+    """bayesncl.train with each (anchor, line) of `plants` planted: the line after the line holding `anchor` (same
+    indentation). A copy of the module, the package's own untouched."""
     import importlib.util
     import inspect
     import sys
     import textwrap
 
     lines = inspect.getsource(T).splitlines(True)
-    (i,) = [k for k, text in enumerate(lines) if anchor in text]
-    indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
-    lines.insert(i + 1, textwrap.indent(line, indent) + "\n")
+    for anchor, line in plants:
+        (i,) = [k for k, text in enumerate(lines) if anchor in text]
+        indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+        lines.insert(i + 1, textwrap.indent(line, indent) + "\n")
     spec = importlib.util.spec_from_loader("bayesncl._planted_train", loader=None)
     mod = importlib.util.module_from_spec(spec)
     mod.__package__ = "bayesncl"
@@ -297,7 +299,7 @@ def _planted(source: str, anchor: str, line: str):
 
 def test_a_float_per_step_in_the_loop_fails_the_dry_run(tiny_backbone, monkeypatch, tmp_path):
     """Planted: `float(tensor)` in pretrain's loop after each step (issue 49: the one-step dry run let it pass)."""
-    mod = _planted(T, "r = train_step(x, gen, want_zplus=stats is not None)", "float(train_step.sums[0])")
+    mod = _planted(("r = train_step(x, gen, want_zplus=stats is not None)", "float(train_step.sums[0])"))
     with pytest.raises(HostSync, match="_local_scalar_dense"):
         dry_run(monkeypatch, tmp_path / "run", module=mod)
 
@@ -313,6 +315,102 @@ def test_a_histc_in_the_step_fails_the_dry_run(tiny_backbone, monkeypatch, tmp_p
     monkeypatch.setattr(T.TrainStep, "log", with_histc)
     with pytest.raises(HostSync, match="histc"):
         dry_run(monkeypatch, tmp_path / "run")
+
+
+# Every way a person is likely to read a device value on the host, each planted on a device tensor `t`: in the
+# step, the loop and evaluation each must fail the dry run. Python's str/repr/format of a fake tensor and its numpy()
+# run no operator: the guard's function mode sees them (fake_cuda.READS).
+def _if(t):
+    if t.sum() > 1:  # Python's bool() of a device comparison
+        return 1
+
+
+PLANTS = {"print": print, "str": str, "repr": repr, "format": lambda t: format(t.sum(), ".4f"),
+          "f-string": lambda t: f"loss {t}", "logging %s": lambda t: "loss %s" % (t,),
+          "progress bar postfix": lambda t: __import__("tqdm").tqdm(disable=True).set_postfix(loss=t),
+          "tolist": lambda t: t.tolist(), "numpy": lambda t: t.numpy(), "np.asarray": lambda t: np.asarray(t),
+          "if tensor > x": _if, "float": lambda t: float(t.sum()), "item": lambda t: t.sum().item(),
+          "cpu": lambda t: t.cpu(), "histc": lambda t: torch.histc(t.float(), bins=10)}
+
+
+def planted_everywhere(t) -> list[str]:
+    """Each plant of PLANTS on `t` where the dry run reaches it: the names of those the guard refused (each
+    refusal caught here, so one run reaches them all)."""
+    caught = []
+    for name, plant in PLANTS.items():
+        try:
+            plant(t)
+        except HostSync:
+            caught.append(name)
+    return caught
+
+
+@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad=True to a scalar")
+def test_every_planted_host_read_fails_in_the_step(tiny_backbone, monkeypatch):
+    """Planted in the training step (TrainStep.log, on the loss), each read of PLANTS is refused; the step still
+    runs to its end under the guard."""
+    caught = []
+    log = T.TrainStep.log
+
+    def planted(self, loss, parts, out):
+        caught.append(planted_everywhere(loss))
+        return log(self, loss, parts, out)
+
+    monkeypatch.setattr(T.TrainStep, "log", planted)
+    with fake_cuda(monkeypatch):
+        step, _ = fake_step("bayesncl_ste", "auto", "fp16")
+        with NoHostSync():
+            step(torch.empty(8, 3, 16, 16, dtype=torch.uint8, device=CUDA), CudaGenerator())
+    assert caught == [list(PLANTS)]
+
+
+def test_every_planted_host_read_fails_in_the_loop(tiny_backbone, monkeypatch, tmp_path):
+    """Planted in pretrain's loop after each step (on the running sums: `print(train_step.sums)`), each read of
+    PLANTS is refused at every step; the same reads at an epoch's end, a permitted host contact, pass."""
+    caught = []
+    mod = _planted(("r = train_step(x, gen, want_zplus=stats is not None)", "_PLANT('step', train_step.sums)"),
+                   ("sums, scale = train_step.read_epoch()", "_PLANT('epoch end', train_step.sums)"))
+    mod._PLANT = lambda where, t: caught.append((where, planted_everywhere(t)))
+    guard, _ = dry_run(monkeypatch, tmp_path / "run", module=mod)
+    assert caught == ([("step", list(PLANTS))] * 3 + [("epoch end", [])]) * 2 and guard.permits == LOOP_CONTACTS
+
+
+def test_every_planted_host_read_fails_in_evaluation(tiny_backbone, monkeypatch):
+    """Planted in the evaluation's per-batch work (runtime.embed_batch, on its features), each read of PLANTS
+    is refused in every batch."""
+    import bayesncl.runtime as R
+
+    cfg, _, test = eval_setup()
+    caught, real = [], R.embed_batch
+
+    def planted(*args, **kwargs):
+        out = real(*args, **kwargs)
+        caught.append(planted_everywhere(out["feature"]))
+        return out
+
+    monkeypatch.setattr(R, "embed_batch", planted)
+    with fake_cuda(monkeypatch):
+        model = eval_model(cfg)
+        calls = guarded(monkeypatch, R, "embed_batch")
+        R.embed(model, test, cfg, CUDA, key="feature", bn="running")
+    assert len(calls) == 2 and caught == [list(PLANTS)] * 2
+
+
+def test_python_level_reads_pass_where_the_host_contact_is_permitted(monkeypatch):
+    """The guard's function mode: a CUDA tensor's print/str/format/NumPy is refused outside a permitted region;
+    inside one it stands in as the guard's operators do (the value 1), and a host tensor's is never refused."""
+    with fake_cuda(monkeypatch):
+        x = torch.empty(3, device=CUDA)
+        host = torch.empty(2)
+        g = NoHostSync()
+        with g, g.permitted("epoch end"):
+            assert repr(x).startswith("FakeTensor(") and f"{x.sum():.2f}" == "1.00" and f"{x}" == repr(x)
+            assert np.asarray(x).tolist() == x.numpy().tolist() == [1.0, 1.0, 1.0]
+        with g:
+            with pytest.raises(HostSync, match="__format__"):
+                f"{x.sum():.2f}"
+            assert f"{host}" == repr(host) == "FakeTensor(..., size=(2,))"  # on the host already: no sync
+        assert g.permits == {"epoch end": 1}
 
 
 def test_the_guard_refuses_every_operator_whose_cuda_kernel_syncs(monkeypatch):

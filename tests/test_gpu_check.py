@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -169,6 +170,8 @@ def test_the_grid_is_priced_in_the_mode_it_trains(gc, tmp_path, monkeypatch):
     fast = {"img_per_s": 4000.0, "gflops_fwd_per_view": 1.0}
 
     class Steps:
+        device = torch.device("cuda")
+
         def __init__(self, captured):
             self.results = {"throughput": eager, "captured_step": captured}
 
@@ -182,6 +185,10 @@ def test_the_grid_is_priced_in_the_mode_it_trains(gc, tmp_path, monkeypatch):
     assert hours["reference"][0] == "train.graph=cudagraph"
     assert hours["gated only"][0] == hours["none"][0] == "train.graph=eager"
     assert hours["reference"][1] == pytest.approx(hours["none"][1] / 4) and hours["gated only"] == hours["none"]
+    on_cpu = Steps(None)
+    on_cpu.device = torch.device("cpu")  # the jobs priced, no GPU-hours from a CPU's rates
+    assert estimate.grid_estimate(on_cpu) == {"jobs": 2, "rates_from": "train.graph=eager",
+                                              "note": "no GPU-hours or CPUs per GPU from a CPU's rates"}
 
 
 def test_cuda_without_a_gpu_is_a_one_line_error(tmp_path):
@@ -191,6 +198,14 @@ def test_cuda_without_a_gpu_is_a_one_line_error(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "--device cuda" in r.stderr and "--device cpu --tiny" in r.stderr
+
+
+def test_a_budget_of_no_time_is_a_one_line_error(gc, tmp_path, capsys):
+    for budget in ("0", "-5", "nan"):
+        assert gc.main(["--device", "cpu", "--tiny", "--budget", budget, "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"gpu_check: --budget {budget}: ") and "default 300" in err
+    assert not (tmp_path / "gpu_check.json").exists()
 
 
 @pytest.mark.long
@@ -216,11 +231,15 @@ def test_tiny_mode_runs_every_step_on_cpu(gc, tmp_path):
         assert all(prof[m][k] > 0 for k in ("forward", "backward", "optimizer")) and parts == pytest.approx(
             prof[m]["total"], rel=0.5), prof
     assert {"interpretability", "linear_probe", "cost"} <= set(steps["cli_end_to_end"]["result"]["sections"])
-    assert steps["grid_estimate"]["result"]["jobs"] > 0 and report["targets"]
+    assert t["model"]["cifar_padding"] == 1 and t["ncl"]["model"] == t["model"]  # the tiny model's, recorded
+    est = steps["grid_estimate"]["result"]  # priced, but no GPU-hours from a CPU's rates
+    assert est["jobs"] > 0 and report["targets"] and not [k for k in est if "hours" in k or "cpus" in k]
     md = (out / "gpu_check.md").read_text()
-    assert all(f"| {name} | ok |" in md for name in gc.STEPS)
+    assert all(f"| {name} | ok |" in md for name in gc.STEPS) and not re.search(r"\d GPU-h", md)
     assert md.count("| pending: no GPU |") == 8 and "## Figures" in r.stdout  # printed too, with planned minutes
-    assert "every figure within 4.1 minutes" in r.stdout
+    assert "every figure within 4.7 minutes on one H100, 4.2 minutes on one H200" in r.stdout
+    info = report["info"]
+    assert info["plan"] == "tiny" and info["budget_s"] == 600 and 0 < info["startup_s"] < info["total_seconds"] <= 600
 
 
 def test_each_figure_gives_its_goal_and_its_value_or_pending_without_a_gpu():
@@ -241,7 +260,11 @@ def test_each_figure_gives_its_goal_and_its_value_or_pending_without_a_gpu():
              "sigterm_resume": {"status": "failed", "error": "boom"}}
     cpu = figures({"info": {"device": "cpu"}, "steps": steps})
     assert len(cpu) == 8 and all(f["value"] == PENDING and f["goal"] for f in cpu)
-    assert [f["planned"] for f in cpu] == ["0.8", "2.0", "2.0", "2.8", "3.4", "3.4", "3.5", "4.1"]
+    assert [f["planned"]["h200"] for f in cpu] == ["0.9", "2.2", "2.2", "2.9", "3.6", "3.6", "3.7", "4.2"]
+    assert [f["planned"]["h100"] for f in cpu] == ["1.0", "2.3", "2.3", "3.2", "3.9", "3.9", "4.0", "4.7"]
+    short = figures({"info": {"device": "cpu"}, "steps": steps}, budget_s=240)  # the captured step left out
+    assert short[-1]["planned"] == {"h100": "not planned", "h200": "not planned"}
+    assert short[0]["planned"]["h200"] == "0.9"
     cuda = {f["name"].split(",")[0]: f["value"] for f in figures({"info": {"device": "cuda:0"}, "steps": steps})}
     assert cuda["CUDA-only tests"] == "9 of 9 passed"
     assert cuda["training images/s"] == "cl 1,000 img/s; ncl 1,000 img/s; topk_ncl 1,000 img/s; bayesncl 1,000 img/s"
@@ -255,7 +278,8 @@ def test_each_figure_gives_its_goal_and_its_value_or_pending_without_a_gpu():
     md = markdown({"info": {"device": "cpu", "tiny": True, "date": "d", "commit": "c", "torch": "t", "cpus": 2},
                    "steps": {}, "targets": []})
     assert md.count(f"| {PENDING} |") == 8 and "| <= 3% |" in md and "| >= 20% |" in md and "| <= 8 |" in md
-    assert "every figure within 4.1 minutes" in md
+    assert "every figure within 4.7 minutes on one H100, 4.2 minutes on one H200" in md
+    assert "| CUDA-only tests | all pass | pending: no GPU | 1.0 | 0.9 |" in md
     # a CPU's rates judge no target and price no grid: they would read as FAILs and as GPU-hours
     cpu_run = {"info": {"device": "cpu", "tiny": True, "date": "d", "commit": "c", "torch": "t", "cpus": 2},
                "steps": {"grid_estimate": {"status": "ok", "seconds": 1.0, "result": {}}},
@@ -267,50 +291,182 @@ def test_each_figure_gives_its_goal_and_its_value_or_pending_without_a_gpu():
                                 "not a GPU's, so no target is judged and no GPU-hours are estimated from them.")
 
 
-def test_the_plan_puts_the_grid_first_and_fits_five_minutes(gc, capsys):
-    """The check's plan on one H200 (PLANNED_S): the grid's needs first (the CUDA tests, the eager rate of each
-    method, resume, the feed, the grid's cost), extras after, while the budget lasts; at most 5 minutes planned,
-    which leaves a rerun within a 15-minute lease. `--plan` prints every figure pending with its minute."""
+def test_the_plan_puts_the_grid_first_and_fits_five_minutes_on_an_h100_and_an_h200(gc, capsys):
+    """The check's plan on each GPU kind (PLANNED_S): the grid's needs first (the CUDA tests, the eager rate of each
+    method, resume, the feed, the grid's cost), extras after, each only where its end fits the budget counted
+    from the process's start (START_S of start-up planned, RESERVE_S kept); at most 5 minutes, which leaves a rerun
+    within a 15-minute lease. `--plan` says which steps run on each and prints every figure pending with its
+    minutes."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gpu import common
 
     assert gc.STEPS[:5] == ("cuda_tests", "throughput", "sigterm_resume", "imagenet_input", "grid_estimate")
     assert common.GRID_METHODS == ("cl", "ncl", "topk_ncl", "bayesncl") and "model.cifar_padding=2" in \
         common.PAPER_MODEL
-    when = gc.plan()
-    assert all(when[n] is not None for n in common.NEEDED) and max(v for v in when.values() if v) <= 5.0
-    assert when["compiled_step"] is None  # the budget leaves it out
-    assert gc.plan(1e9)["compiled_step"] == sum(gc.PLANNED_S.values()) / 60
-    assert gc.plan(0)["matmul_peak"] is None and gc.plan(0)["grid_estimate"] is not None  # needs always run
+    assert common.GPU_KINDS == ("h100", "h200") and all(list(gc.PLANNED_S[k]) == list(gc.STEPS) for k in gc.PLANNED_S)
+    for kind in common.GPU_KINDS:
+        when = gc.plan(kind)
+        assert all(when[n] is not None for n in common.NEEDED) and max(v for v in when.values() if v) <= 5.0
+        assert when["compiled_step"] is None  # the budget leaves it out
+        # naive reference: the planned ends in order, each step where it fits
+        t, ref = common.START_S, {}
+        for n in gc.STEPS:
+            ok = t + gc.PLANNED_S[kind][n] <= 300 - common.RESERVE_S
+            t += gc.PLANNED_S[kind][n] if ok else 0
+            ref[n] = t / 60 if ok else None
+        assert when == ref
+        assert gc.plan(kind, 1e9)["compiled_step"] == (common.START_S + sum(gc.PLANNED_S[kind].values())) / 60
+    assert gc.plan("h100")["step_profile"] is None and gc.plan("h200")["step_profile"] is not None
+    assert common.fits(280.0, 10.0, 300.0) and not common.fits(280.5, 10.0, 300.0)  # ends by the budget less 10 s
+    # nothing fits a budget shorter than the start-up: the grid's steps too
+    assert set(gc.plan("h200", common.START_S + common.RESERVE_S).values()) == {None}
+    # a step whose input did not run is not planned (the grid's cost needs the rates)
+    tight = common.START_S + common.RESERVE_S + gc.PLANNED_S["h200"]["cuda_tests"] + 20
+    assert gc.plan("h200", tight)["throughput"] is None and gc.plan("h200", tight)["grid_estimate"] is None
+    assert gc.plan("h200", tight)["matmul_peak"] is not None
+    assert common.gpu_kind("NVIDIA H200") == "h200" and common.gpu_kind("NVIDIA H100 80GB HBM3") == "h100"
+    assert common.gpu_kind("NVIDIA A100-SXM4-80GB") == common.gpu_kind(None) == "h100"  # the slower plan
     # docs/BENCHMARKS.md's step table shows the plan as it is
-    doc = (ROOT / "docs" / "BENCHMARKS.md").read_text().split("| step | planned s | what it does |", 1)[1]
-    shown = {m[1]: int(m[2]) for m in re.finditer(r"^\| `(\w+)`(?: \(extra\))? \| (\d+) \|", doc, re.M)}
-    assert shown == gc.PLANNED_S and list(shown) == list(gc.STEPS)
+    doc = (ROOT / "docs" / "BENCHMARKS.md").read_text().split("| step | H100 planned s | H200 planned s |", 1)[1]
+    shown = {m[1]: (int(m[2]), int(m[3])) for m in re.finditer(r"^\| `(\w+)`(?: \(extra\))? \| (\d+) \| (\d+) \|", doc,
+                                                                re.M)}
+    assert shown == {n: (gc.PLANNED_S["h100"][n], gc.PLANNED_S["h200"][n]) for n in gc.STEPS}
+    assert list(shown) == list(gc.STEPS)
     assert gc.main(["--plan"]) == 0
     out = capsys.readouterr().out
     figures = [line for line in out.splitlines() if "| pending: no GPU |" in line]
-    assert len(figures) == 8 and all(float(line.strip("|").split("|")[-1]) <= 5.0 for line in figures)
-    assert "planned: 4.8 minutes" in out
+    assert len(figures) == 8 and all(float(c) <= 5.0 for line in figures for c in line.strip("|").split("|")[-2:])
+    assert "| step_profile | extra | 20 | not started | 15 | 4.5 |" in out
+    assert ("H100: 7 of 12 steps, planned to end by minute 4.7; not started: step_profile, official_feed, "
+            "cli_end_to_end, captured_resume, compiled_step") in out
+    assert "H200: 8 of 12 steps, planned to end by minute 4.5; not started: official_feed," in out
 
 
-def test_extras_start_only_while_the_budget_lasts(gc, tmp_path, monkeypatch):
-    """Check.run: the grid's steps always run, an extra only while its planned seconds fit the budget (not with
-    --tiny, whose sizes are not the plan's)."""
+def _fake_steps(monkeypatch, check_mod, gc, seconds: dict[str, float]) -> tuple[list, list]:
+    """STEP_FUNCS as fakes that move a fake clock on by `seconds` (default 1): (steps run, the clock)."""
+    ran, now = [], [1000.0]
+
+    def step(check, n):
+        ran.append(n)
+        now[0] += seconds.get(n, 1.0)
+        return {"n": n}
+
+    monkeypatch.setattr(check_mod, "clock", lambda: now[0])
+    monkeypatch.setattr(check_mod, "STEP_FUNCS", {n: (lambda c, n=n: step(c, n)) for n in gc.STEPS})
+    return ran, now
+
+
+def test_a_slow_step_leaves_the_rest_unstarted_within_the_budget(gc, tmp_path, monkeypatch, capsys):
+    """`gpu_check.py --device cpu --tiny --budget 300` with a step that takes 200 s (a fake clock): every step
+    starts only where its planned end (the tiny plan) fits 300 s less RESERVE_S from the start; after the slow
+    step those that no longer fit are not started, each named with why, in the output and the report; one that
+    still fits starts."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu import check as check_mod
+    from gpu import common
+
+    plan = gc.PLANNED_S["tiny"]
+    ran, now = _fake_steps(monkeypatch, check_mod, gc, {**plan, "throughput": 200.0})
+    assert gc.main(["--device", "cpu", "--tiny", "--budget", "300", "--out", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    # naive reference: in order, a step starts where the seconds spent and its planned ones fit 290
+    t, expect = 0.0, []
+    for n in gc.STEPS:
+        if t + plan[n] <= 300 - common.RESERVE_S:
+            expect.append(n)
+            t += 200.0 if n == "throughput" else plan[n]
+    assert ran == expect and now[0] - 1000.0 == t <= 300 - common.RESERVE_S
+    assert "sigterm_resume" not in ran and "grid_estimate" in ran and "matmul_peak" in ran  # 10 s and 4 s still fit
+    skipped = [n for n in gc.STEPS if n not in ran]
+    assert [n for n, e in report["steps"].items() if e["status"] == "skipped"] == skipped
+    e = report["steps"]["sigterm_resume"]
+    left = 300 - common.RESERVE_S - plan["cuda_tests"] - 200
+    assert e["error"] == f"planned {plan['sigterm_resume']} s, {left:.0f} s left of the 300 s budget less 10 s kept " \
+        "for the summary"
+    assert f"-- sigterm_resume: skipped ({e['error']})" in out
+    assert f"not started: {', '.join(skipped)}." in out and report["info"]["budget_s"] == 300.0
+    ran.clear()  # --tiny's own default budget: 600 s, every step of the tiny plan (the slow one too)
+    assert gc.main(["--device", "cpu", "--tiny", "--out", str(tmp_path)]) == 0 and ran == list(gc.STEPS)
+    assert json.loads((tmp_path / "gpu_check.json").read_text())["info"]["budget_s"] == 600.0
+    ran.clear()  # the process started 250 s ago (its imports): 40 s are left, throughput's planned 40 fit
+    assert gc.main(["--device", "cpu", "--tiny", "--budget", "300", "--out", str(tmp_path)], started=now[0] - 250) == 1
+    assert ran == ["throughput"] and json.loads((tmp_path / "gpu_check.json").read_text())["info"]["startup_s"] == 250
+
+
+def test_measured_seconds_plan_a_rerun_and_a_step_waits_for_its_input(gc, tmp_path, monkeypatch):
+    """A step's time from --previous where that ran it ok on the same device at the same sizes, else the plan's;
+    the grid's cost is not started without the throughput step's rates."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gpu import check as check_mod
 
-    ran = []
-    monkeypatch.setattr(check_mod, "STEP_FUNCS", {n: (lambda c, n=n: ran.append(n) or {}) for n in gc.STEPS})
-    monkeypatch.setattr(check_mod, "markdown", lambda report: "")
-    monkeypatch.setattr(check_mod, "targets", lambda steps: [])
-    c = check_mod.Check(torch.device("cpu"), False, tmp_path, 20.0)
-    assert c.run(list(gc.STEPS)) == 1  # skipped extras
-    # the fake steps take no time: an extra runs where its planned seconds fit 20 s (5, 15), not 35 or 25
-    assert ran == list(gc.STEPS[:5]) + ["matmul_peak", "step_profile"]
-    assert c.report["steps"]["captured_step"]["status"] == "skipped"
-    ran.clear()  # --tiny: the plan's seconds are not its own; only the time spent counts
-    assert check_mod.Check(torch.device("cpu"), True, tmp_path, 0.5).run(list(gc.STEPS)) == 0
-    assert ran == list(gc.STEPS)
+    _fake_steps(monkeypatch, check_mod, gc, {})
+    c = check_mod.Check(torch.device("cpu"), True, tmp_path, 300.0)
+    prev = {"info": dict(c.report["info"]), "steps": {"throughput": {"status": "ok", "seconds": 3.5},
+                                                      "matmul_peak": {"status": "failed", "seconds": 1.0}}}
+    assert c.expected_s("throughput", prev) == (3.5, "measured")
+    tiny = gc.PLANNED_S["tiny"]
+    assert c.expected_s("matmul_peak", prev) == (tiny["matmul_peak"], "planned")  # failed: no measurement
+    other = {**prev, "info": {**prev["info"], "tiny": False}}
+    assert c.expected_s("throughput", other) == (tiny["throughput"], "planned")  # other sizes
+    copied = {**prev, "steps": {"throughput": {"status": "ok", "seconds": 3.5, "from_previous": True}}}
+    assert c.expected_s("throughput", copied) == (tiny["throughput"], "planned")  # an older run's, carried along
+    assert c.not_started("grid_estimate", 0.0) == "needs throughput's result, which this run does not have"
+    assert c.run(["grid_estimate", "matmul_peak"]) == 1
+    assert c.report["steps"]["grid_estimate"]["status"] == "skipped"
+    assert c.report["steps"]["matmul_peak"]["status"] == "ok"
+
+
+def test_a_step_past_the_budget_is_stopped_and_its_processes_killed(gc, tmp_path, monkeypatch):
+    """The watchdog: a step still running at the budget's end (less RESERVE_S) is stopped, whatever its plan said,
+    and a process it started is killed; the steps after are not started and the report is written."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu import check as check_mod
+    from gpu import common
+
+    monkeypatch.setitem(common.PLANNED_S, "test", {n: 0.2 for n in gc.STEPS})
+    child = []
+
+    def hangs(check):
+        child.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+        check._children.append(child[0])
+        time.sleep(30)
+
+    monkeypatch.setattr(check_mod, "STEP_FUNCS", {**check_mod.STEP_FUNCS, "cuda_tests": hangs})
+    c = check_mod.Check(torch.device("cpu"), True, tmp_path, common.RESERVE_S + 1.0, kind="test")
+    t0 = time.monotonic()
+    assert c.run(list(gc.STEPS)) == 1
+    assert time.monotonic() - t0 < 5 and child[0].poll() == -9
+    steps = json.loads((tmp_path / "gpu_check.json").read_text())["steps"]
+    assert steps["cuda_tests"]["status"] == "stopped" and 0.5 < steps["cuda_tests"]["seconds"] < 3
+    assert {e["status"] for n, e in steps.items() if n != "cuda_tests"} == {"skipped"}
+    assert "stopped at its end: cuda_tests" in (tmp_path / "gpu_check.md").read_text()
+    with check_mod.watchdog(float("inf")):  # no budget: nothing armed
+        pass
+    with pytest.raises(check_mod.OutOfTime):
+        with check_mod.watchdog(0.0):
+            pass
+
+
+def test_the_budget_counts_from_the_process_start(tmp_path):
+    """process_start: when this process started (against `ps`'s elapsed seconds), imports included; the script's
+    first line where /proc is not there."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu.check import clock, process_start
+
+    now = clock()
+    age = now - process_start(now)
+    etimes = int(subprocess.run(["ps", "-o", "etimes=", "-p", str(os.getpid())], capture_output=True,
+                                text=True).stdout)
+    assert abs(age - etimes) < 2 and age > 0.5
+    assert process_start(now, stat="/nonexistent") == now
+    future = tmp_path / "stat"  # a start after now or days ago (a clock not the boot's): not believed
+    for start in (10**15, -10**9):
+        future.write_text("1 (python (x)) S " + " ".join(["0"] * 18 + [str(start)] + ["0"] * 30))
+        assert process_start(now, stat=str(future)) == now
+    future.write_text("1 (python (x)) S " + " ".join(["0"] * 18 + ["0"] + ["0"] * 30))  # at boot: its age is uptime
+    assert process_start(now, stat=str(future)) == pytest.approx(now - time.clock_gettime(time.CLOCK_BOOTTIME), abs=1)
+    assert process_start(now - 1e6) == now - 1e6  # never later than the script's first line
 
 
 def test_the_resume_check_runs_with_deterministic_kernels(gc):

@@ -19,13 +19,34 @@ NEEDED = ("cuda_tests", "throughput", "sigterm_resume", "imagenet_input", "grid_
 EXTRAS = ("matmul_peak", "captured_step", "step_profile", "official_feed", "cli_end_to_end", "captured_resume",
           "compiled_step")
 STEPS = NEEDED + EXTRAS
-# Seconds each step is planned to take on one H200 at the full sizes (the earlier runs: all of 8 steps in 232 s,
-# docs/BENCHMARKS.md; throughput now times 4 methods of 8 s each): the plan that keeps the whole check within
-# BUDGET_S, so that a 15-minute lease holds its start and a rerun. Not measured yet as a whole: pending a GPU.
-PLANNED_S = {"cuda_tests": 45, "throughput": 75, "sigterm_resume": 45, "imagenet_input": 30, "grid_estimate": 10,
+# Seconds each step is planned to take, per kind of machine: what decides whether a step starts (check.Check.run)
+# and what `--plan` shows. "h200": one H200 at the full sizes (the earlier runs: all of 8 steps in 232 s,
+# docs/BENCHMARKS.md; throughput now times 4 methods of 8 s each; not measured as a whole). "h100": one H100, the
+# H200's with the steps of fixed GPU work (not a timed window) about 1.2-1.3x slower (less memory bandwidth; a plan,
+# not a measurement). "tiny": --tiny as measured on a CPU, the slower of two runs on 2 cores shared with other
+# work (load average 8-9: 227 s and 301 s in all); faster on a GPU.
+PLANNED_S = {
+    "h200": {"cuda_tests": 45, "throughput": 75, "sigterm_resume": 45, "imagenet_input": 30, "grid_estimate": 10,
              "matmul_peak": 5, "captured_step": 35, "step_profile": 15, "official_feed": 25, "cli_end_to_end": 45,
-             "captured_resume": 45, "compiled_step": 90}
+             "captured_resume": 45, "compiled_step": 90},
+    "h100": {"cuda_tests": 50, "throughput": 80, "sigterm_resume": 55, "imagenet_input": 30, "grid_estimate": 10,
+             "matmul_peak": 6, "captured_step": 40, "step_profile": 20, "official_feed": 25, "cli_end_to_end": 55,
+             "captured_resume": 55, "compiled_step": 110},
+    "tiny": {"cuda_tests": 45, "throughput": 40, "sigterm_resume": 80, "imagenet_input": 15, "grid_estimate": 12,
+             "matmul_peak": 6, "captured_step": 1, "step_profile": 12, "official_feed": 8, "cli_end_to_end": 85,
+             "captured_resume": 1, "compiled_step": 1},
+}
+GPU_KINDS = ("h100", "h200")  # the GPUs the check is planned for (--plan shows both)
+# The budget counts from the process's start (imports included, check.process_age_s): START_S of it is planned
+# for the interpreter, torch's import and the device's start before the first step; RESERVE_S is kept at the end
+# for the summary, the work folder's removal and the exit. A step starts only where its planned (or measured) end
+# falls before the budget less RESERVE_S (`fits`); one still running then is stopped.
 BUDGET_S = 300.0
+TINY_BUDGET_S = 600.0  # --tiny's default: every step of it on a busy 2-core CPU (PLANNED_S["tiny"])
+START_S = 10.0
+RESERVE_S = 10.0
+# A step that reads another's result, skipped where that one has none.
+NEEDS = {"grid_estimate": "throughput"}
 # The methods the paper grid trains (its eager rate is measured for each): SimCLR, NCL, Top-k NCL, BayesNCL.
 GRID_METHODS = ("cl", "ncl", "topk_ncl", "bayesncl")
 GRID_MODE = "eager"  # train.graph the paper grid trains in (config/paper.yaml sets none: the default)
@@ -93,13 +114,26 @@ TINY = Sizes(
 )
 
 
-def plan(budget_s: float = BUDGET_S, steps=STEPS) -> dict[str, float | None]:
-    """The minute each step is planned to end at on one H200 (PLANNED_S), None where the budget leaves it out:
-    every needed step runs; an extra starts only while its planned end stays within `budget_s`."""
-    t, out = 0.0, {}
+def gpu_kind(name: str | None) -> str:
+    """The plan of PLANNED_S a device follows: an H200's by its name, any other GPU the H100's (the slower)."""
+    return "h200" if name and "h200" in name.lower() else "h100"
+
+
+def fits(elapsed_s: float, seconds: float, budget_s: float) -> bool:
+    """Whether a step of `seconds`, started `elapsed_s` after the process's start, ends within the budget less
+    RESERVE_S."""
+    return elapsed_s + seconds <= budget_s - RESERVE_S
+
+
+def plan(kind: str = "h200", budget_s: float = BUDGET_S, steps=STEPS) -> dict[str, float | None]:
+    """The minute from the process's start each step is planned to end at on `kind` (PLANNED_S, after START_S),
+    None where it does not start: in order, each step whose planned end fits the budget (`fits`), the grid's
+    first, the extras after, a step whose NEEDS did not run left out."""
+    t, out = START_S, {}
     for name in steps:
-        if name in NEEDED or t + PLANNED_S[name] <= budget_s:
-            t += PLANNED_S[name]
+        need = NEEDS.get(name)
+        if fits(t, PLANNED_S[kind][name], budget_s) and not (need in out and out[need] is None):
+            t += PLANNED_S[kind][name]
             out[name] = t / 60
         else:
             out[name] = None

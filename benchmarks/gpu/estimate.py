@@ -88,6 +88,9 @@ def grid_estimate(check: Check) -> dict:
     rates = {m: v for m, v in (captured if mode == CAPTURED else tput).items() if isinstance(v, dict)}
     est = estimate_grid([r.config for r in runs.values()], rates)
     est["rates_from"] = f"train.graph={mode}"
+    if check.device.type != "cuda":  # the grid priced to prove the path; a CPU's rate would read as GPU-hours
+        return {"jobs": est["jobs"], "rates_from": est["rates_from"],
+                "note": "no GPU-hours or CPUs per GPU from a CPU's rates"}
     feed = check.step_result("imagenet_input")
     if feed and "imagenet100" in est["per_dataset"]:
         need = est["per_dataset"]["imagenet100"]["img_per_s_resnet18"]

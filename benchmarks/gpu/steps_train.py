@@ -62,8 +62,10 @@ def _rates(check: Check, methods, mode: str) -> dict:
     data = ["data.dataset=cifar100", f"data.root={check.cifar_root}", f"train.batch_size={bs}",
             "train.warmup_epochs=1"]
     steps_in_data = check.s.cifar_train // bs
-    res: dict = {"batch": bs, "model": check.s.tput_model, "precision": check.precision(), "graph": mode,
-                 "channels_last": check.device.type == "cuda", "methods": list(methods)}
+    # The model as resolved (its stem and padding with it), beside each method's GFLOPs per view: what
+    # `bayesncl estimate --measured` scales the rates by.
+    res: dict = {"batch": bs, "model": resolve(sets=check.s.tput_model)["model"], "precision": check.precision(),
+                 "graph": mode, "channels_last": check.device.type == "cuda", "methods": list(methods)}
     for method in methods:
         sets = check.s.tput_model + data + check.device_sets() + [
             f"method.name={method}", f"train.precision={check.precision()}", f"train.graph={mode}"]
@@ -83,7 +85,7 @@ def _rates(check: Check, methods, mode: str) -> dict:
         m = res[method] = {"img_per_s": statistics.median(rates[1:]), "epoch_rates": rates, "epochs": epochs,
                            "steps_per_epoch": epoch_steps, "graph": mode,
                            "peak_mem_mb": max((r["peak_mem_mb"] or 0) for r in log) or None,
-                           "gflops_fwd_per_view": forward_flops(resolve(sets=sets)) / 1e9}
+                           "gflops_fwd_per_view": forward_flops(resolve(sets=sets)) / 1e9, "model": res["model"]}
         # Per source image: two views, each forward + backward (~3x the forward).
         m["achieved_tflops"] = m["img_per_s"] * 2 * 3 * m["gflops_fwd_per_view"] / 1e3
         m["ms_per_step"] = 1e3 * bs / m["img_per_s"]

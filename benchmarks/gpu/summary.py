@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import BUDGET_S, CAPTURED, GRID_METHODS, GRID_MODE, TARGETS, plan
+from .common import BUDGET_S, CAPTURED, GPU_KINDS, GRID_METHODS, GRID_MODE, TARGETS, plan
 
 
 def targets(steps: dict) -> list[dict]:
@@ -54,13 +54,14 @@ def on_cuda(report: dict) -> bool:
 
 
 def figures(report: dict, budget_s: float | None = None) -> list[dict]:
-    """The figures a lent GPU is for, the grid's first (its eager step, issue 49), each with its goal, its value
-    (measured on CUDA, else "pending: no GPU": a CPU's numbers are not these figures; "not measured" where its
-    step did not run) and the minute of the check it is planned by on one H200 (common.plan)."""
+    """The figures a lent GPU is for, the grid's first (its eager step), each with its goal, its value (measured
+    on CUDA, else "pending: no GPU": a CPU's numbers are not these figures; "not measured" where its step did not
+    run) and the minute of the check it is planned by on each GPU kind ({kind: minute or "not planned"},
+    common.plan, at the report's budget on CUDA, else `budget_s` or the default)."""
     steps = report["steps"]
     cuda = on_cuda(report)
-    budget = budget_s or (report["info"].get("budget_s") if cuda else None)  # a CPU's run: the H200 plan
-    when = plan(budget if budget and budget != float("inf") else BUDGET_S)
+    budget = budget_s or (report["info"].get("budget_s") if cuda else None)
+    when = {k: plan(k, budget if budget and budget != float("inf") else BUDGET_S) for k in GPU_KINDS}
     cap = CAPTURED
 
     def res(name):
@@ -113,7 +114,7 @@ def figures(report: dict, budget_s: float | None = None) -> list[dict]:
          captured),
     ]
     return [{"name": name, "goal": goal, "value": value(step, fn),
-             "planned": f"{when[step]:.1f}" if when.get(step) is not None else "not planned"}
+             "planned": {k: f"{when[k][step]:.1f}" if when[k][step] is not None else "not planned" for k in GPU_KINDS}}
             for step, name, goal, fn in rows]
 
 
@@ -176,6 +177,8 @@ def key_figures(name: str, r: dict) -> str:
         return (f"{r['epochs']} epochs in {r['pretrain_seconds']} s, evaluate {r['evaluate_seconds']} s; "
                 f"SC {_fmt(r['sc'])}, probe top-1 {_fmt(r['probe_top1'])}")
     if name == "grid_estimate":
+        if "note" in r:
+            return f"{r['jobs']} jobs priced; {r['note']}"
         s = f"{r['jobs']} jobs, {_fmt(r['pretrain_gpu_hours'])} GPU-h pretraining + {_fmt(r['probe_gpu_hours'])} probe"
         return s + (f"; ImageNet-100: {r['imagenet_cpus_per_gpu']} CPUs/GPU" if "imagenet_cpus_per_gpu" in r else "")
     return ""
@@ -202,12 +205,23 @@ def markdown(report: dict) -> str:
             fig = e.get("error", "")[:300].replace("\n", " ")
         status = e["status"] + (" (previous run)" if e.get("from_previous") else "")
         lines.append(f"| {name} | {status} | {e['seconds']} | {fig.replace('|', '/')} |")
+    if i.get("budget_s"):  # what the budget left out, by name
+        left = {label: [n for n, e in report["steps"].items() if e["status"] == status]
+                for status, label in (("skipped", "not started"), ("stopped", "stopped at its end"))}
+        lines += ["", f"Budget: {i['budget_s']:g} s from the process's start, planned for {i.get('plan', '-')}"
+                  + (f"; {i['startup_s']:g} s before the first step" if "startup_s" in i else "")
+                  + "".join(f"; {label}: {', '.join(names)}" for label, names in left.items() if names) + "."]
     figs = figures(report)
-    last = max((float(f["planned"]) for f in figs if f["planned"] != "not planned"), default=0.0)
+    last = {k: max((float(f["planned"][k]) for f in figs if f["planned"][k] != "not planned"), default=0.0)
+            for k in GPU_KINDS}
     lines += ["", "## Figures", "",
-              f"Planned on one H200: every figure within {last:.1f} minutes (benchmarks/gpu/common.py, PLANNED_S).",
-              "", "| figure | goal | value | planned (minute) |", "|---|---|---|---|"]
-    lines += [f"| {f['name']} | {f['goal']} | {f['value']} | {f['planned']} |" for f in figs]
+              "Planned: every figure within "
+              + ", ".join(f"{last[k]:.1f} minutes on one {k.upper()}" for k in GPU_KINDS)
+              + " (benchmarks/gpu/common.py, PLANNED_S).", "",
+              "| figure | goal | value | " + " | ".join(f"planned on {k.upper()} (minute)" for k in GPU_KINDS) + " |",
+              "|---|---|---|" + "---|" * len(GPU_KINDS)]
+    lines += [f"| {f['name']} | {f['goal']} | {f['value']} | " + " | ".join(f["planned"][k] for k in GPU_KINDS)
+              + " |" for f in figs]
     if not on_cuda(report):
         # a CPU's rates would read as FAILs and as a cluster's GPU-hours: they only show the steps ran
         return "\n".join(lines + ["", "## Targets and the paper grid's estimate", "",

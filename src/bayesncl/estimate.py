@@ -33,18 +33,22 @@ from pathlib import Path
 from .errors import ConfigError
 from .registry import METHODS
 
-__all__ = ["MEASURED", "Estimate", "estimate", "forward_flops", "measured_rates", "pretrain_seconds", "reference",
-           "render", "requests", "run_cost", "section_seconds"]
+__all__ = ["MEASURED", "Estimate", "estimate", "forward_flops", "measured_on", "measured_rates", "pretrain_seconds",
+           "reference", "render", "requests", "run_cost", "section_seconds"]
 
 # gpu_check's throughput step per GPU, one record per measured method (images/s of the training step, counted
-# forward GFLOPs of one 32 px view of its model): ResNet-18 CIFAR stem, width 64, projector 2048/256, batch 256,
-# bf16, eager step.
+# forward GFLOPs of one 32 px view of its model, the model): batch 256, bf16, eager step. The H200's were measured
+# on the CIFAR stem with padding 1 (1.114 GFLOPs per view); the grid trains the released padding 2 (1.41), priced
+# by FLOP scaling until a gpu_check.json measured on it is given (--measured: it records its model).
+_PADDING_1 = {"arch": "resnet18", "width": 64, "stem": "cifar", "cifar_padding": 1, "proj_hidden": 2048,
+              "proj_dim": 256}
 MEASURED = {
     "h200": {"gpu": "NVIDIA H200",
              "source": "benchmarks/gpu_check.py, run 2 of 2026-11-30 (docs/BENCHMARKS.md, \"Measured figures\")",
-             "methods": [{"method": "ncl", "graph": "eager", "img_per_s": 10_474.0, "gflops_fwd_per_view": 1.1140},
+             "methods": [{"method": "ncl", "graph": "eager", "img_per_s": 10_474.0, "gflops_fwd_per_view": 1.1140,
+                          "model": _PADDING_1},
                          {"method": "bayesncl", "graph": "eager", "img_per_s": 9_265.0,
-                          "gflops_fwd_per_view": 1.1171}]},
+                          "gflops_fwd_per_view": 1.1171, "model": _PADDING_1}]},
 }
 EAGER = "eager"  # train.graph's default, the paper grid's mode: what a mode not measured is priced at
 FORWARD_SHARE = 1 / 6  # one forward view against a training image (two views, forward + backward)
@@ -112,6 +116,20 @@ def _rate(record) -> bool:
     return isinstance(record, dict) and all(
         isinstance(record.get(k), (int, float)) and not isinstance(record.get(k), bool) and record[k] > 0
         for k in ("img_per_s", "gflops_fwd_per_view"))
+
+
+def measured_on(rates: dict) -> str:
+    """What the rates were measured on: the GPU, each record's model (its stem and padding) and GFLOPs per view."""
+    def model(m: dict | None) -> str:
+        if not m:
+            return "model not recorded"
+        return f"{m['arch']} {m['stem']} stem" + (f" padding {m['cifar_padding']}" if m["stem"] == "cifar" else "")
+
+    groups: dict[str, list[str]] = {}
+    for r in rates["methods"]:
+        groups.setdefault(f"{model(r.get('model'))}, {r.get('graph', EAGER)} step", []).append(
+            f"{r['method']} {r['gflops_fwd_per_view']:.3f}")
+    return f"one {rates['gpu']}, " + "; ".join(f"{m} (GFLOPs per view: {', '.join(v)})" for m, v in groups.items())
 
 
 def reference(rates: dict, method: str, graph: str = EAGER) -> dict:
@@ -184,6 +202,7 @@ class Estimate:
     prepare: int = 0
     time_limit_min: float | None = None
     graphs: dict[str, str] = field(default_factory=dict)  # train.graph of the runs -> the mode it was priced at
+    measured_on: str = ""  # the GPU, model and GFLOPs per view of the rates (measured_on)
 
     def total(self) -> Row:
         t = Row()
@@ -284,7 +303,7 @@ def estimate(wf: dict, rates: dict, *, time_limit_min: float | None = None,
     from .report.atlas import atlas_runs
 
     runs = expand_grid(wf)
-    est = Estimate(rates["gpu"], rates["source"], time_limit_min=time_limit_min)
+    est = Estimate(rates["gpu"], rates["source"], time_limit_min=time_limit_min, measured_on=measured_on(rates))
     flops: dict[str, float] = {}
     prepared = set()
     for run in tqdm(runs.values(), disable=not progress, desc="estimate", unit="run", leave=False):
@@ -325,6 +344,7 @@ def render(est: Estimate) -> str:
               + f", {t.submissions - t.allocations - est.atlas - est.prepare} evaluation, {est.atlas} atlas, "
                 f"{est.prepare} prepare_data",
               f"rates: {modes or 'no run'}, the mode each run trains in",
+              f"measured on: {est.measured_on}; each run's rate scaled by its own counted FLOPs",
               "eval: the GPU work of the evaluation submissions (features, the paper-protocol and Waterbirds probes); "
               "eval held: the hours they are expected to hold their GPU (that work, their CPU sections, each "
               "section's start-up)",

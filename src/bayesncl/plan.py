@@ -463,24 +463,31 @@ def add_command(sub) -> None:
 
 
 def read_workflow(grid_files: list[str] | None, grid_json: str | None = None) -> dict:
-    """The workflow config as Snakemake reads it, with the same one-line refusals: the files merged (or the JSON the
-    workflow passes), its schema, its plugins, every run of its grid expanded and checked, and its declared claims
-    parsed against its variants and declared (claims.DECLARED)."""
-    from .commands import _json_object, _read_grid
-    from .grid import expand_grid, variant_names
-    from .plugins import load_grid
-    from .report.claims import DECLARED, parse_claims
-    from .wfconfig import check_grid
+    """The workflow config as Snakemake reads it, with the same one-line refusals (wfconfig.load_workflow: the files
+    merged, or the JSON the workflow passes; its schema, plugins, every run of its grid and its declared claims),
+    the claims declared (claims.DECLARED) for the table the plan is made from."""
+    import json
+    from pathlib import Path
+
+    from .report.claims import DECLARED
+    from .wfconfig import load_workflow
 
     if grid_files is not None:
-        wf = _read_grid(grid_files)
+        for path in grid_files:
+            if not Path(path).is_file():
+                raise ConfigError(f"--grid {path} does not exist; give the workflow config the pilot ran, e.g. "
+                                  "config/paper.yaml")
+        flow = load_workflow(grid_files)
     else:
-        wf = _json_object(grid_json, "--grid-json")
-        load_grid(wf)
-        check_grid(wf, "--grid-json")
-    expand_grid(wf)
-    DECLARED[:] = parse_claims(wf.get("claims") or [], variant_names(wf))
-    return wf
+        try:
+            wf = json.loads(grid_json)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--grid-json: not valid JSON ({e})") from None
+        if not isinstance(wf, dict):
+            raise ConfigError(f"--grid-json: expected the workflow config as a JSON object, got {grid_json[:40]!r}")
+        flow = load_workflow(config=wf, where="--grid-json", export=False)
+    DECLARED[:] = flow.claims
+    return flow.config
 
 
 def _output(path: str | None, flag: str) -> None:
