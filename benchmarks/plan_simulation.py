@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
-    print(f"# {args.sims:,} simulated grids per error check, {args.pilots:,} pilots per power check, seed {args.seed}\n")
+    print(f"# {args.sims:,} simulated grids per error check, {args.pilots:,} pilots per power check, "
+          f"seed {args.seed}\n")
     print("1. False holds over two looks, the claim's bound true, one comparison at the full level "
           f"(rule: at most {V.ALPHA / 2:g})\n")
     print("| claim | pilot n | added seeds | false holds | at look 1 |\n|---|---:|---|---:|---:|")
@@ -236,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                 r = two_looks_null(kind, n1, args.sims, rng, rule)
                 print(f"| {name} | {n1} | {rule} | {r['rate']:.4f} ± {sigma(r['rate'], args.sims):.4f} | "
                       f"{r['at_look_1']:.4f} |")
-    print(f"\n2. Realised power (given the pilot, at the true Δ) of the planned seeds, averaged over the pilots planned "
-          f"for; a primary claim's level ({PRIMARY_LEVEL:g} doubled), target {plan.POWER:.0%}\n")
+    print(f"\n2. Realised power (given the pilot, at the true Δ) of the planned seeds, averaged over the pilots "
+          f"planned for; a primary claim's level ({PRIMARY_LEVEL:g} doubled), target {plan.POWER:.0%}\n")
     print("| pilot n | true Δ / sd | rule | power | plans ≥ 80% | decided at look 1 | none planned | median total "
           "|\n|---:|---:|---|---:|---:|---:|---:|---:|")
     for n1 in (3, 5):
@@ -253,8 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     r = demo(args.pilots, rng)
     print(f"\nThe demo's 1a (Δ {DEMO['diff']:+g}, sd {DEMO['sd']:g}, {DEMO['n']} seeds a side): today's rule plans "
           f"{r['today']} seeds in all, this one {r['new']} (a single t-test on all seeds at the same level: "
-          f"{r['single']}); realised power averaged over pilots at its Δ and sd: today's {r['sims']['today']['power']:.3f}"
-          f", this one's {r['sims']['new']['power']:.3f} ({r['sims']['new']['reach']:.0%} of plans reach 80%)")
+          f"{r['single']}); realised power averaged over pilots at its Δ and sd: today's "
+          f"{r['sims']['today']['power']:.3f}, this one's {r['sims']['new']['power']:.3f} "
+          f"({r['sims']['new']['reach']:.0%} of plans reach 80%)")
     print(f"\n3. The family (two primary, four secondary claims; one look of 5 seeds, or two with peeking): familywise "
           f"error (rule: at most {V.ALPHA:g}), false holds (at most {V.ALPHA / 2:g}), and the true secondary claims' "
           "power\n")

@@ -134,7 +134,7 @@ def test_look_two_power_is_the_noncentral_t_given_the_pilot():
         plan.look_two_power(n - 1, (1.0, 1.0), 1.2, (p1, p1), level)
 
 
-# --------------------------------------------------------------------------- simulations (benchmarks/plan_simulation.py)
+# --------------------------------------------------------------------------- simulations (plan_simulation.py)
 @pytest.mark.parametrize("kind", [V.BETTER, V.Kind("not worse", 1.0)], ids=["better", "not worse"])
 @pytest.mark.parametrize("rule", ["planner", "peek"])
 def test_two_looks_keep_the_error_at_alpha_whatever_rule_adds_the_seeds(kind, rule):

@@ -210,7 +210,7 @@ def _unreadable(every, df, pilot: str) -> None:
             continue
         for side in (c.left, c.right):
             col = side.metric
-            if side.nan == side.runs and col in df.columns and not pd.to_numeric(df[col], errors="coerce").notna().any():
+            if side.nan == side.runs and col in df.columns and pd.to_numeric(df[col], errors="coerce").isna().all():
                 raise DataError(f"{pilot}: column {col!r} holds no number in any of its {len(df)} runs (text or "
                                 f"empty), though claim {c.claim} reads it from {side.set_name}'s runs; give the "
                                 "runs.csv that `bayesncl summarize` wrote from the pilot's finished runs")

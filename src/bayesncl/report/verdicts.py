@@ -38,8 +38,8 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["ALPHA", "BETTER", "EARLY", "LOOK_ALPHAS", "NOT_WORSE", "STAGE_WEIGHTS", "VERDICTS", "Family", "Kind",
-           "Outcome", "Values", "at_most", "combine", "compare", "decision", "family_codes",
-           "family_verdicts", "finite", "graph", "graph_test", "look_two_bound", "look_two_rejects", "mean_interval", "one_sided",
+           "Outcome", "Values", "at_most", "combine", "compare", "decision", "family_codes", "family_verdicts",
+           "finite", "graph", "graph_test", "look_two_bound", "look_two_rejects", "mean_interval", "one_sided",
            "p_values", "passed_on", "two_looks", "within"]
 
 HOLDS, FAILS, NOT_RUN = "holds", "does not hold", "not run"
