@@ -598,7 +598,12 @@ CASES = [
       for what, body, phrase in (
           ("binary", PNG, "--measured {tmp}/m.bin: cannot be read as gpu_check.json (not a UTF-8 text file)"),
           ("a list", "[1, 2]", "--measured {tmp}/m.bin: no `steps` mapping of step records"),
-          ("steps a list", '{"steps": [1]}', "--measured {tmp}/m.bin: no `steps` mapping of step records"))],
+          ("steps a list", '{"steps": [1]}', "--measured {tmp}/m.bin: no `steps` mapping of step records"),
+          ("a step a number", '{"steps": {"throughput": 1}}', "--measured {tmp}/m.bin: no `steps` mapping of step "
+                                                                 "records"),
+          ("a rate of 0", json.dumps({"steps": {"throughput": {"status": "ok", "result": {"ncl": {
+              "img_per_s": 0, "gflops_fwd_per_view": 1.1}}}}}), "--measured {tmp}/m.bin: its throughput step did "
+                                                                  "not end ok"))],
     Case("plan --grid-json a list", ["plan", "--grid-json", "[1, 2]", "--pilot", "{tmp}/runs.csv"],
          "--grid-json: expected the workflow config as a JSON object", setup=files(runs__csv=PILOT)),
     *[Case(f"plan pilot sc {what}", ["plan", "--grid", "{tmp}/g.yaml", "--pilot", "{tmp}/runs.csv", "--out",

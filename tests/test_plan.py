@@ -253,8 +253,10 @@ def test_the_levels_are_the_graphs_shares_of_the_comparisons_with_a_test():
     need = {n.claim: n for n in p.needs}
     assert need["2a"].why == "decided at look 1: holds (family)"
     assert need["1a"].alpha == pytest.approx(V.ALPHA * 0.75 / 2)  # its half, and half of 2a's
-    # one seed of SimCLR more, alone: 2b becomes a one-seed (Welch, no interval) row, no node
-    extra = frame([*df.to_dict("records"), row("SimCLR", 9, MAIN, sc=1.0, probe_top1=1.0)])
+    # Table 4 of one seed a side: claim 5 runs without an interval, no node; its share would lower the others'
+    extra = frame([*df.to_dict("records"), row(B, 0, "table4", sc=30.0), row("Soft gate", 0, "table4", sc=20.0)])
+    five = next(n for n in plan.make_plan(extra, demo_grid()).needs if n.claim == "5")
+    assert five.why.startswith("no pilot sd")
     assert {n.alpha for n in plan.make_plan(extra, demo_grid()).needs if n.family == "secondary" and n.add} == \
         {n.alpha for n in plan.make_plan(df, demo_grid()).needs if n.family == "secondary" and n.add}
 
@@ -289,6 +291,11 @@ def test_within_is_planned_on_both_of_its_tests():
     level = need.alpha * 2
     assert need.add == plan.seeds_to_add((1.0, 1.0), need.sd_plan, p1, level, both=True)
     assert need.add > plan.seeds_to_add((1.0, 1.0), need.sd_plan, p1, level)
+    # a pilot 0.3 above NCL: 1.3 from the lower bound, 0.7 from the upper
+    shifted = frame([{**r, "bg_acc": r["bg_acc"] + (0.3 if r["variant"] == B else 0.0)} for r in rows])
+    need = next(n for n in plan.make_plan(shifted, demo_grid()).needs if n.claim == "8")
+    c = next(c for _, cs in judge.claims_rows(shifted) for c in cs if c.claim == "8")
+    assert need.add == plan.seeds_to_add((1.3, 0.7), need.sd_plan, V.stage_p(c.result, c.kind)[0], level, both=True)
 
 
 def test_at_most_and_not_worse_are_planned_at_the_pilots_delta_and_may_not_hold_at_their_margin():
@@ -383,6 +390,17 @@ def test_a_set_with_its_own_seeds_grows_its_own_list():
     assert grid.set_seeds(plan.grown(wf, layer), "table1") == [7, 9, 11, 12, 13, 14, 15]
 
 
+def test_a_run_the_pilot_ran_is_pilot_evidence_for_every_set():
+    """A grid grown the old way (table4's prefix lengthened into seeds 3-4, which table1's pilot ran): BayesNCL's run
+    of seed 3 was pilot evidence for table1, so it is for table4 too, never added evidence."""
+    wf = demo_grid()
+    wf["sets"]["table4"]["n_seeds"] = 5
+    wf["plan"] = {"pilot": {s: grid.set_seeds(demo_grid(), s) for s in wf["sets"]}}
+    run = next(r for r in grid.expand_grid(wf).values()
+               if {"table1", "table4"} <= set(r.sets) and r.variant == B and r.config["seed"] == 3)
+    assert "table4" in run.pilot_of and "table1" in run.pilot_of
+
+
 def test_a_set_the_plan_does_not_name_is_pilot_evidence():
     wf = {**demo_grid(), "plan": {"pilot": {"table1": [0, 1]}}}
     runs = grid.expand_grid(wf)
@@ -438,9 +456,10 @@ def test_two_looks_on_arrays():
     def tests(*p):
         return np.broadcast_to(np.array(p, float), (2, 2, len(p)))
     prim = np.array([True, True, False])
-    # 1a held at look 1 (one-sided 0.0001 < 0.2 x 0.0125); 2a stuck; the secondary at look 2: what 1a passed on
-    codes, ctl, look = V.two_looks(tests(0.0001, 0.5, 0.01), tests(nan, 0.5, 0.0005), prim)
-    assert codes.tolist() == [V.HOLD, V.OPEN, V.HOLD] and ctl.all() and look.tolist() == [1, 2, 2]
+    # 1a held at look 1 (one-sided 0.0001 < 0.2 x 0.0125); 2a stuck, no seeds added; the secondary at look 2: what
+    # 1a passed on
+    codes, ctl, look = V.two_looks(tests(0.0001, 0.5, 0.01), tests(nan, nan, 0.0005), prim)
+    assert codes.tolist() == [V.HOLD, V.OPEN, V.HOLD] and ctl.all() and look.tolist() == [1, 1, 2]
     assert naive.two_stage_rejects(0.01, 0.0005, 0.025 / 4)  # 1a's half of its half: a quarter of 0.025
     # the same secondary with both primary claims stuck: no level, its plain verdict not controlled
     codes, ctl, _ = V.two_looks(tests(0.5, 0.5, 0.01), tests(0.5, 0.5, 0.0005), prim)
