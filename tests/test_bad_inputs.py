@@ -24,6 +24,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import math
 import os
 import shutil
 import signal
@@ -135,6 +136,26 @@ def _model_pt(tmp: Path) -> None:
 
 IMPORT = ["import", "--checkpoint", "{tmp}/r.ckpt", "--out", "{tmp}/run"]
 CLAIM = {"metric": "sc", "left": "NCL", "right": "BayesNCL (STE)", "relation": ">", "tolerance": 1.0}
+
+
+TINY_GRID = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+
+
+def _pilot(**values) -> str:
+    """A pilot's runs.csv: Tables 1-2 of five variants and five seeds, every metric a claim reads set (``values``
+    replace a column)."""
+    from helpers.claims import MAIN, frame, row
+
+    rows = [row(v, s, MAIN, sc=15.0 + s * (v == "BayesNCL (STE)"), se_sum=2.0, probe_top1=40.0, ret_p10=20.0)
+            for v in ("SimCLR", "NCL", "Top-k NCL", "BayesNCL (STE)", "BayesNCL (Gumbel)") for s in range(5)]
+    rows += [row("NCL", s, "table7", gflops=1.0, train_minutes=10.0 + s) for s in range(5)]
+    rows += [row("BayesNCL (STE)", s, "table7", gflops=1.01, train_minutes=10.0 - s) for s in range(5)]
+    rows += [row(v, s, "table6", bg_acc=90.0 + s * (v == "NCL")) for v in ("NCL", "BayesNCL (STE)") for s in range(5)]
+    rows += [row(v, s, "table4", sc=15.0 + s) for v in ("BayesNCL (STE)", "Soft gate") for s in range(5)]
+    return frame(rows).assign(**values).to_csv(index=False)
+
+
+PILOT = _pilot()
 
 
 def _grid_with(**keys) -> str:
@@ -546,6 +567,50 @@ CASES = [
           ("tolerance", "1", "'1' is not a finite positive number"),
           ("relative", "yes", "'yes' is not true or false"),
           ("id", [1], "[1] is not a name"))],
+    # ---- issue 58: `plan` reads its grid as Snakemake does and checks its outputs before the work
+    *[Case(f"plan grid {what}", ["plan", "--grid", "{tmp}/g.yaml", "--pilot", "{tmp}/runs.csv", "--out",
+                                 "{tmp}/plan.yaml"], phrase, setup=files(g__yaml=_grid_with(**keys), runs__csv=PILOT))
+      for what, keys, phrase in (
+          ("claim with an unknown metric", {"claims": [{**CLAIM, "metric": "nosuch"}]},
+           "claims[0].metric: unknown metric 'nosuch'"),
+          ("claim with an unknown side", {"claims": [{**CLAIM, "left": "Nobody"}]},
+           "claims[0].left: no variant 'Nobody'; the variants: "),
+          ("claim with tolerance .nan", {"claims": [{**CLAIM, "relation": "within", "tolerance": math.nan}]},
+           "claims[0].tolerance: nan is not a finite positive number"),
+          ("defaults train: 5", {"defaults": {**TINY_GRID["defaults"], "train": 5}},
+           "train: expected a mapping of epochs"),
+          ("train.epochs -3", {"defaults": {**TINY_GRID["defaults"], "train": {**TINY_GRID["defaults"]["train"],
+                                                                               "epochs": -3}}},
+           "train.epochs: got -3, expected an integer >= 0"),
+          ("unknown variant in a set", {"sets": {**TINY_GRID["sets"], "table1": {"variants": ["Nobody"]}}},
+           "sets.table1.variants: unknown variant 'Nobody'"),
+          ("missing plugin", {"plugins": ["nosuch58"]}, "plugins: no plugin module 'nosuch58'"),
+          ("effect .nan", {"plan": {"effects": {"1a": math.nan}}}, "plan.effects.1a: nan is not a finite number"))],
+    *[Case(f"plan {flag} {where}", ["plan", "--grid", "{tmp}/g.yaml", "--pilot", "{tmp}/runs.csv", flag, path],
+           phrase, setup=files(g__yaml=_grid_with(), runs__csv=PILOT, f="a file", d=None))
+      for flag in ("--out", "--text")
+      for where, path, phrase in (("under a file", "{tmp}/f/plan.yaml", f"{flag} {{tmp}}/f/plan.yaml: {{tmp}}/f is a "
+                                                                          "file, not a folder"),
+                                  ("a folder", "{tmp}/d", f"{flag} {{tmp}}/d is a folder; give the file to write"))],
+    *[Case(f"{cmd} --measured {what}", [cmd, "--grid", "{tmp}/g.yaml", *extra, "--measured", "{tmp}/m.bin"], phrase,
+           setup=files(g__yaml=_grid_with(), runs__csv=PILOT, m__bin=body))
+      for cmd, extra in (("plan", ["--pilot", "{tmp}/runs.csv"]), ("estimate", []))
+      for what, body, phrase in (
+          ("binary", PNG, "--measured {tmp}/m.bin: cannot be read as gpu_check.json (not a UTF-8 text file)"),
+          ("a list", "[1, 2]", "--measured {tmp}/m.bin: no `steps` mapping of step records"),
+          ("steps a list", '{"steps": [1]}', "--measured {tmp}/m.bin: no `steps` mapping of step records"),
+          ("a step a number", '{"steps": {"throughput": 1}}', "--measured {tmp}/m.bin: no `steps` mapping of step "
+                                                                 "records"),
+          ("a rate of 0", json.dumps({"steps": {"throughput": {"status": "ok", "result": {"ncl": {
+              "img_per_s": 0, "gflops_fwd_per_view": 1.1}}}}}), "--measured {tmp}/m.bin: its throughput step did "
+                                                                  "not end ok"))],
+    Case("plan --grid-json a list", ["plan", "--grid-json", "[1, 2]", "--pilot", "{tmp}/runs.csv"],
+         "--grid-json: expected the workflow config as a JSON object", setup=files(runs__csv=PILOT)),
+    *[Case(f"plan pilot sc {what}", ["plan", "--grid", "{tmp}/g.yaml", "--pilot", "{tmp}/runs.csv", "--out",
+                                     "{tmp}/plan.yaml"],
+           "--pilot {tmp}/runs.csv: column 'sc' holds no number in any of its 55 runs (text or empty), though claim "
+           "1a reads it", setup=files(g__yaml=_grid_with(), runs__csv=_pilot(sc=value)))
+      for what, value in (("all text", "abc"), ("all NaN", ""))],
 ]
 
 # Bad-input cases whose fixtures (a trained run, another user id, a cluster, DataLoader workers) live in other

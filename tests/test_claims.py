@@ -258,12 +258,12 @@ def test_rows_show_both_sides_the_interval_and_the_test():
     line = next(x for x in md.splitlines() if x.startswith("| 1a"))
     cells = [x.strip() for x in line.split("|")[1:-1]]
     assert cells == ["1a", "SC: BayesNCL (STE) > NCL", "31.00 ± 1.00 (3/4)", "20.00 ± 1.00 (3)",
-                     "+11.00 [8.52, 13.48]", "paired (3)", "no untrained runs", "36.14 vs 14.93", "holds", "-",
+                     "+11.00 [8.52, 13.48]", "paired (3)", "-", "no untrained runs", "36.14 vs 14.93", "holds", "-",
                      "holds (family)"]
     header = next(x for x in md.splitlines() if x.startswith("|  "))
     assert [x.strip() for x in header.split("|")[1:-1]] == ["", "Claim", "Left", "Right", "Δ [95% CI]", "Test (n)",
-                                                            "Δ at init [95% CI]", "Paper", "Verdict", "Training",
-                                                            "Family (Holm)"]
+                                                            "Margin", "Δ at init [95% CI]", "Paper", "Verdict",
+                                                            "Training", "Family (graph)"]
     se = frame([row("BayesNCL (STE)", s, "table1", se_sum=v) for s, v in enumerate([1.0, 1.1])]
                + [row("NCL", s, "table1", se_sum=v) for s, v in enumerate([2.0])])
     line = next(x for x in claims_table.render_claims(se, "md").splitlines() if x.startswith("| 1c"))
@@ -489,7 +489,7 @@ def test_sides_found_by_settings_with_defaults_for_missing_ones():
     assert (c.left.label, c.left.stat.mean, c.right.stat.mean) == (B, 31.0, 22.0)
 
 
-CONTROLS = (6, 9, 10)  # the controls' columns (Δ at init, Training, Family): test_claims_controls.py reads them
+CONTROLS = (6, 7, 10, 11)  # Margin, and the controls' columns (Δ at init, Training, Family): test_claims_controls.py
 
 
 def _plain(cells: list[str]) -> list[str]:
@@ -526,7 +526,7 @@ def test_cells_as_printed():
                                        "28.14 ± 0.78 (3)"]
     assert _md_row(md, "11a")[6] == "worse for λ > 4e-5" and _md_row(md, "11b")[6] == "inverted U"
     assert _md_row(md, "5")[2:4] == ["22.14 ± 0.78 (3/5)", "28.66 ± 0.89 (3)"]  # paired on the 3 shared seeds
-    assert _tex_row(tex, "12a")[4] == r"$+1.44$\% [1.44, 1.44] \newline paired (5)"
+    assert _tex_row(tex, "12a")[4] == r"$+1.44$\% [1.44, 1.44] \newline paired (5) \newline margin $+$1\% (paper)"
     assert _tex_row(tex, "5")[2:5] == [r"\begin{tabular}[t]{@{}r@{}}$22.14_{\pm 0.78}$\\(3/5)\end{tabular}",
                                        r"\begin{tabular}[t]{@{}r@{}}$28.66_{\pm 0.89}$\\(3)\end{tabular}",
                                        r"$-6.52$ [$-$6.80, $-$6.24] \newline paired (3)"]
@@ -740,7 +740,7 @@ def test_claims_table_layout_caption_and_terminal(capsys):
     md = claims_table.render_claims(df, "md")
     head, rule = [line for line in md.splitlines() if line.startswith("|")][:2]
     labels = [h.strip() for h in head.strip("|").split("|")]
-    assert labels[:4] == ["", "Claim", "Left", "Right"] and len(labels) == 11
+    assert labels[:4] == ["", "Claim", "Left", "Right"] and len(labels) == 12
     cols = [c.strip() for c in rule.strip("|").split("|")]
     assert len(cols) == len(labels)
     assert [c.endswith(":") and not c.startswith(":") for c in cols] == [i in (2, 3) for i in range(len(cols))]
@@ -749,15 +749,19 @@ def test_claims_table_layout_caption_and_terminal(capsys):
     for rule_text in ("(k/n): k of the side's n runs used, the others NaN",
                       "Controls (docs/METHOD.md section 9): Δ at init is the same comparison on the same "
                       "seeds' untrained networks",
-                      "Holds when the interval clears the claim's bound (>: 0; ≥: -1 point; within: strictly inside "
-                      "the tolerance; at most: below the tolerance, one-sided, for 12a-b relative to the right side, "
-                      "Δ = left - right in %, a cheaper left side satisfying it)",
+                      "Holds when the interval clears the claim's bound (>: 0; ≥: -margin; within: strictly inside "
+                      "±margin; at most: below the margin, one-sided, for 12a-b relative to the right side, Δ = left - "
+                      "right in %, a cheaper left side satisfying it)",
                       "not run: no finite value on a side. Claim 7 reads the last recorded epoch; claim 11 compares "
                       "the best inner sweep point",
-                      "Family: serial gatekeeping at level 0.05 over the one-sided t-tests that the intervals read (p "
-                      "doubled, so that a family of one gives the plain verdict): the primary claims (1a and 2a on each "
-                      "dataset) by Holm's step-down first; only if every one holds, the secondary claims (the rest) by "
-                      "Holm at 0.05; otherwise the secondary verdicts are the plain ones, marked not controlled.",
+                      "Family: a graphical procedure (Bretz et al. 2009) at level 0.05 over the one-sided t-tests that "
+                      "the intervals read (p doubled, so that a family of one gives the plain verdict), once for holds "
+                      "and once for does not hold: the primary claims (1a and 2a on each dataset) share the level; one "
+                      "that holds passes half its share to the other primary claims and half to the secondary claims "
+                      "(the rest)",
+                      "Margin: the claim's bound on Δ and its source: paper (the paper's own words or numbers), spec "
+                      "(declared in docs/METHOD.md section 9, per metric; the paper reports no seed spread), declared "
+                      "(a declared claim's tolerance). Paper: ImageNet-100 unless stated.",
                       "same network at init: both sides start from the same untrained runs"):
         assert rule_text in caption, rule_text
     flagged = [f"{s.label} on Synthetic is {s.repeats}" for _, comps in judge.claims_rows(df) for c in comps
@@ -767,8 +771,8 @@ def test_claims_table_layout_caption_and_terminal(capsys):
     # The terminal.
     out = claims_table.outcome(df)
     heads = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines() if line.startswith("Dataset")]
-    assert heads[0] == ["Dataset", "Claim", "Left", "Right", "Δ [95% CI]", "Test (n)", "Δ at init [95% CI]",
-                        "Verdict", "Training", "Family (Holm)"]
+    assert heads[0] == ["Dataset", "Claim", "Left", "Right", "Δ [95% CI]", "Test (n)", "Margin",
+                        "Δ at init [95% CI]", "Verdict", "Training", "Family (graph)"]
     assert heads[1][:4] == ["Dataset", "Arch.", "Method", "Seeds"]
     buf = io.StringIO()
     claims_table.print_outcome(df, stream=buf)

@@ -1,6 +1,7 @@
 """The claims table's controls (docs/METHOD.md section 9, "Controls") against written-out calculations: the
 initialisation control (each trained comparison made again on the runs' untrained twins, and the change training
-brought judged by the same rule), the familywise control (Holm's step-down over the table), and the planning of
+brought judged by the same rule), the familywise control (the graph over the table, against Bretz et al. 2009's
+Algorithm 1 written out in helpers/family.py), and the planning of
 the untrained twins (bayesncl.grid.plan_init_runs). Fast; the one torch check builds two tiny networks."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from scipy import stats
 from bayesncl import grid
 from bayesncl.report import claims, claims_table, judge, verdicts
 from bayesncl.report.cells import Fmt
-from helpers import grids
+from helpers import family as naive, grids
 from helpers.claims import FAILS, FOR, HOLDS, MAIN, NOT_RUN, frame, row, with_twins
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,12 +66,43 @@ def paired_p(d, tol: float = 0.0, within: bool = False, at_most: bool = False) -
 
 
 # --------------------------------------------------------------------------- Holm and the p-values
-def test_holm_is_the_written_out_step_down():
-    assert np.allclose(verdicts.holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
+def test_without_primary_claims_the_graph_is_holm():
+    """Equal weights, each node passing to the others equally: Holm's step-down, written out."""
     rng = random.Random(3)
     for _ in range(200):
         p = [rng.choice([rng.random(), rng.random() / 50, 1.0, 0.0]) for _ in range(rng.randint(1, 12))]
-        assert np.allclose(verdicts.holm(p), naive_holm(p)), p
+        m = len(p)
+        got, _ = verdicts.graph_test(p, *verdicts.graph(np.zeros(m, bool), np.ones(m, bool)), 0.05)
+        assert got.tolist() == [a < 0.05 for a in naive_holm(p)], p
+
+
+def test_the_graph_procedure_is_bretz_algorithm_1():
+    """graph_test against Algorithm 1 written out (helpers/family.py), on random graphs and on the table's own
+    design (verdicts.graph against section 9's words, helpers.family.design), a NaN p never rejected; the order of the
+    rejections (the package takes the first candidate, the reference the last) does not change the result."""
+    rng = np.random.default_rng(8)
+    for _ in range(300):
+        m = int(rng.integers(1, 8))
+        p = rng.choice([0.0001, 0.004, 0.01, 0.02, 0.04, 0.3, math.nan], m)
+        g = rng.random((m, m)) * (rng.random((m, m)) < 0.6)
+        np.fill_diagonal(g, 0.0)
+        g = g / np.maximum(g.sum(axis=1, keepdims=True), 1.0)
+        w = rng.dirichlet(np.ones(m)) * rng.choice([1.0, 0.8])
+        got, _ = verdicts.graph_test(p, w, g, 0.05)
+        assert set(np.flatnonzero(got)) == naive.bretz(list(p), list(w), g.tolist(), 0.05)[0], (p, w, g)
+        primary = rng.random(m) < 0.4
+        w, g = verdicts.graph(primary, np.ones(m, bool))
+        want_w, want_g = naive.design(list(primary))
+        assert np.allclose(w, want_w) and np.allclose(g, want_g), primary
+        got, left = verdicts.graph_test(p, w, g, 0.05)
+        want, want_left = naive.bretz(list(p), want_w, want_g, 0.05)
+        assert set(np.flatnonzero(got)) == want and np.allclose(left, want_left)
+    # a comparison without a test is no node: the graph of the others, as if it were not there
+    w, g = verdicts.graph(np.array([True, True, False, False]), np.array([True, False, True, True]))
+    want_w, want_g = naive.design([True, False, False])
+    keep = [0, 2, 3]
+    assert np.allclose(w[keep], want_w) and w[1] == 0 and np.allclose(g[np.ix_(keep, keep)], want_g)
+    assert not g[1].any() and not g[:, 1].any()
 
 
 @pytest.mark.parametrize("kind", [claims.BETTER, claims.NOT_WORSE, claims.within(1.0), verdicts.at_most(1.0)],
@@ -146,29 +178,30 @@ def main_table(d_sc: list[float], d_probe: list[float] | None = None) -> pd.Data
 
 
 def written_out_family(df) -> dict[str, str]:
-    """The familywise verdicts by hand (docs/METHOD.md section 9, "Planning"): each tested comparison's doubled
-    one-sided p from scipy; Holm by loop over the primary claims (1a, 2a); over the others only when every
-    primary one holds, else the others' plain verdicts marked "not controlled"."""
+    """The familywise verdicts by hand (docs/METHOD.md section 9, "Controls"): each tested comparison's doubled
+    one-sided p from scipy; Bretz et al.'s Algorithm 1 written out on section 9's graph (helpers/family.py), once on
+    the p for, once on the p against; a comparison the graph gives no level either way keeps its plain verdict,
+    marked "not controlled"."""
     comps = [c for _, cs in judge.claims_rows(df) for c in cs]
     tested = [c for c in comps if c.result.has_interval]
     assert all(c.result.test == "paired" for c in tested)
-
-    def holm_by_loop(group):
-        ps = []
-        for c in group:
-            d = np.array(c.result.left) - np.array(c.result.right)
-            ps.append(paired_p(-d if c.better == "down" else d, c.result.tol, c.kind.name == "within"))
-        adj_for, adj_against = naive_holm([p for p, _ in ps]), naive_holm([p for _, p in ps])
-        return {c.claim: "holds (family)" if pf < 0.05 else "does not hold (family)" if pa < 0.05 else
-                "inconclusive (family)" for c, pf, pa in zip(group, adj_for, adj_against)}
-
-    primary = [c for c in tested if c.claim in ("1a", "2a")]
-    out = holm_by_loop(primary)
-    if all(out.get(c.claim) == "holds (family)" for c in comps if c.claim in ("1a", "2a")):
-        out.update(holm_by_loop([c for c in tested if c not in primary]))
-    else:
-        out.update({c.claim: (c.verdict if c.verdict in (HOLDS, FAILS) else "inconclusive") + " (not controlled)"
-                    for c in tested if c not in primary})
+    ps = []
+    for c in tested:
+        d = np.array(c.result.left) - np.array(c.result.right)
+        ps.append(paired_p(-d if c.better == "down" else d, c.result.tol, c.kind.name == "within"))
+    w, g = naive.design([c.claim in ("1a", "2a") for c in tested])
+    hold, w_for = naive.bretz([p for p, _ in ps], w, g, 0.05)
+    fail, w_against = naive.bretz([p for _, p in ps], w, g, 0.05)
+    out = {}
+    for i, c in enumerate(tested):
+        if i in hold:
+            out[c.claim] = "holds (family)"
+        elif i in fail:
+            out[c.claim] = "does not hold (family)"
+        elif w_for[i] > 0 or w_against[i] > 0:
+            out[c.claim] = "inconclusive (family)"
+        else:
+            out[c.claim] = (c.verdict if c.verdict in (HOLDS, FAILS) else "inconclusive") + " (not controlled)"
     return out
 
 
@@ -180,7 +213,7 @@ def written_out_family(df) -> dict[str, str]:
     (D_WEAK, [1.0, 1.2, 0.9, 1.1, 1.0], FOR, "inconclusive (family)")],
     ids=["1a survives the primary family of 2, not a family of 7", "1a survives it", "1a fails and survives it",
          "1a open", "both primary claims hold", "2a holds, 1a open"])
-def test_familywise_verdicts_are_gatekeeping_over_the_table(d_sc, d_probe, verdict, family):
+def test_familywise_verdicts_are_the_graph_over_the_table(d_sc, d_probe, verdict, family):
     df = main_table(d_sc, d_probe)
     comps = {c.claim: c for _, cs in judge.claims_rows(df) for c in cs}
     assert comps["1a"].verdict == verdict and comps["1a"].family == family
@@ -194,42 +227,52 @@ def test_familywise_verdicts_are_gatekeeping_over_the_table(d_sc, d_probe, verdi
     decisive = sum(c.verdict in (HOLDS, FAILS) for c in comps.values())
     assert f"{kept} of the {decisive} decisive verdicts survive the familywise control" in md
     assert f"{kept} of the {decisive} decisive verdicts survive" in claims_table.outcome(df)
-    gate = all(want[k] == "holds (family)" for k in ("1a", "2a"))
+    held = [k for k in ("1a", "2a") if want[k] == "holds (family)"]
+    decided = [k for k in ("1a", "2a") if want[k] in ("holds (family)", "does not hold (family)")]
     secondary = [k for k in want if k not in ("1a", "2a")]
-    assert all(want[k].endswith("(not controlled)") != gate for k in secondary)
-    if gate:
+    assert all(want[k].endswith("(not controlled)") != bool(decided) for k in secondary)
+    blocking = ", ".join(f"{k} {want[k].split(' (')[0]}" for k in ("1a", "2a") if want[k] != "holds (family)")
+    if len(held) == 2:
         assert "Family: primary: 2 of 2 hold; secondary tested at 0.05;" in md
-    else:
-        blocking = ", ".join(f"{k} {want[k].split(' (')[0]}" for k in ("1a", "2a") if want[k] != "holds (family)")
+    elif not decided:
         assert f"Family: secondary not controlled: primary {blocking};" in md
         assert f"family: secondary not controlled: primary {blocking};" in claims_table.outcome(df)
+    else:  # one primary claim holds: half its level, a quarter of the family's, went to the secondary claims
+        level = "0.0125" if held else "0"
+        assert f"Family: primary: {len(held)} of 2 hold ({blocking}); secondary tested at {level} " in md
 
 
-def test_gatekeeping_on_its_own():
-    """family_verdicts with primary flags: Holm over the primary family first; the secondary family by Holm at
-    the full level only when every primary comparison that ran holds; a primary not run does not close it."""
+def test_the_graph_on_its_own():
+    """family_verdicts with primary flags: the primary comparisons share the level; one that holds passes half of it to
+    the secondary ones; a primary one that is stuck no longer silences them; a primary one not run is no node."""
     strong = claims.compare([(s, v) for s, v in enumerate(D_STRONG)], [(s, 0.0) for s in range(5)])
     weak = claims.compare([(s, v) for s, v in enumerate(D_WEAK)], [(s, 0.0) for s in range(5)])
     margin = claims.compare([(s, v) for s, v in enumerate(D_MARGINAL)], [(s, 0.0) for s in range(5)])
     gone = claims.compare([], [(0, 1.0)])
     b = claims.BETTER
+    p_margin, p_strong = verdicts.p_values(margin, b)[0], verdicts.p_values(strong, b)[0]
+    assert 0.0125 < p_margin < 0.025 and p_strong < 0.00625
     fam = verdicts.family_verdicts([(strong, b), (margin, b), (margin, b)], [True, False, False])
-    # secondary: two of p 0.018 -> Holm 0.036 each: both hold; the primary's own p does not count in their m
-    assert fam.verdicts == ["holds (family)"] * 3 and fam.gate_open and fam.primary == (0,)
+    # a lone primary passes all its level on: two secondary p of 0.018 -> Holm: both hold
+    assert fam.verdicts == ["holds (family)"] * 3 and fam.gate_open and fam.primary == (0,) and fam.secondary == 0.05
     fam = verdicts.family_verdicts([(weak, b), (strong, b), (margin, b)], [True, False, False])
     assert fam.verdicts == ["inconclusive (family)", "holds (not controlled)", "holds (not controlled)"]
-    assert fam.blocking == (0,) and not fam.gate_open
+    assert fam.blocking == (0,) and not fam.gate_open and fam.secondary == 0.0
+    # two primary claims, one stuck: the one that holds passes half its half on (0.0125 to the secondary family)
+    fam = verdicts.family_verdicts([(strong, b), (weak, b), (strong, b), (margin, b)], [True, True, False, False])
+    assert fam.verdicts == ["holds (family)", "inconclusive (family)", "holds (family)", "inconclusive (family)"]
+    assert fam.blocking == (1,) and fam.secondary == pytest.approx(0.0125)
     fam = verdicts.family_verdicts([(gone, b), (strong, b)], [True, False])
     assert fam.verdicts == [NOT_RUN, "holds (family)"] and fam.gate_open
     fam = verdicts.family_verdicts([(strong, b), (weak, b), (gone, b)], [True, False, False])
     assert fam.verdicts == ["holds (family)", "inconclusive (family)", NOT_RUN]
-    # a primary comparison without an interval closes the gate (it cannot hold), and counts in no m
+    # a primary comparison without an interval is no node: it takes no level, and the secondary one holds at it all
     one_seed = claims.compare([(0, 5.0)], [(0, 1.0)])
     fam = verdicts.family_verdicts([(one_seed, b), (strong, b)], [True, False])
-    assert fam.verdicts == ["inconclusive (family)", "holds (not controlled)"]
+    assert fam.verdicts == ["inconclusive (family)", "holds (family)"]
     fails = claims.compare([(s, -v) for s, v in enumerate(D_STRONG)], [(s, 0.0) for s in range(5)])
     fam = verdicts.family_verdicts([(fails, b), (fails, b)], [True, False])
-    assert fam.verdicts == ["does not hold (family)", "does not hold (not controlled)"]
+    assert fam.verdicts == ["does not hold (family)", "does not hold (family)"]  # the graph against, apart
 
 
 def test_a_family_verdict_needs_its_adjusted_p_below_alpha(monkeypatch):
@@ -312,7 +355,7 @@ def test_claims_without_a_meaning_at_init_say_why():
     assert all(note.startswith("n/a: ") for note in claims.NO_INIT.values()) and len(claims.NO_INIT) == 3
     assert all(c.init is not None for c in comps if c.claim.split("-")[0] in ("1a", "4", "5", "9", "10a", "10b"))
     md = claims_table.render_claims(df, "md")
-    assert claims.NO_INIT["dyn"] in md and "Family (Holm)" in md
+    assert claims.NO_INIT["dyn"] in md and claims_table.FAMILY_HEADER in md
     # runs.csv of a grid without the twins: the column says so, nothing else changes
     plain = [c for _, cs in judge.claims_rows(full_grid(datasets=("synthetic",))) for c in cs]
     assert {c.init_note for c in plain if c.claim == "1a"} == {claims.NO_TWINS}
@@ -473,3 +516,32 @@ def test_at_most_leans_for_a_difference_exactly_at_its_tolerance():
     assert verdicts.compare([(0, 1.5)], [(0, 1.0)], at).verdict == FOR
     assert verdicts.compare([(0, 1.5 + 1e-9)], [(0, 1.0)], at).verdict == "inconclusive (leans against)"
     assert verdicts.compare([(0, 3.0)], [(0, 2.0)], verdicts.at_most(0.5, relative=True)).verdict == FOR  # 50% of 2
+
+
+# --------------------------------------------------------------------------- margins
+def test_each_margin_is_its_claims_and_metrics_with_its_source():
+    """The Margin column: "not worse" at its metric's margin (claims.MARGINS, spec), the paper's claims 8 and 12a-b at
+    the paper's, a declared claim at its own tolerance (>= too), or its metric's without one; "better" none. The
+    verdict reads the margin the column shows."""
+    rows = [row(v, s, MAIN, sc=20.0 + s + (1.0 if v == B else 0.0), probe_top1=50.0 + s, ret_p10=30.0, se_sum=2.0)
+            for v in (B, N, "SimCLR", "BayesNCL (Gumbel)", "Top-k NCL") for s in range(3)]
+    rows += [row(v, s, "table7", gflops=1.0, train_minutes=10.0 + s) for v in (B, N) for s in range(3)]
+    rows += [row(v, s, "table6", bg_acc=90.0 + s) for v in (B, N) for s in range(3)]
+    claims.declare([{"id": "D1", "metric": "probe_top1", "left": B, "right": N, "relation": ">=", "tolerance": 0.25},
+                    {"id": "D2", "metric": "bg_acc", "left": B, "right": N, "relation": ">="}])
+    try:
+        df = frame(rows)
+        comps = {c.claim: c for _, cs in judge.claims_rows(df) for c in cs}
+        md = claims_table.render_claims(df, "md")
+    finally:
+        claims.declare([])
+    header = next(x for x in md.splitlines() if x.startswith("|  ")).split("|")
+    at = [h.strip() for h in header].index("Margin")
+    cell = {cid: next(x for x in md.splitlines() if x.startswith(f"| {cid} ")).split("|")[at].strip()
+            for cid in ("1a", "2a", "3", "4", "8", "12a", "12b", "D1", "D2")}
+    assert cell == {"1a": "-", "2a": "-1 (spec)", "3": "-1 (spec)", "4": "-1 (spec)", "8": "±1 (paper)",
+                    "12a": "+1% (paper)", "12b": "+6% (paper)", "D1": "-0.25 (declared)", "D2": "-1 (spec)"}
+    assert {k: claims.MARGINS[m] for k, m in (("2a", "probe_top1"), ("3", "ret_p10"), ("4", "sc"))} == \
+        {k: comps[k].kind.margin for k in ("2a", "3", "4")}
+    assert comps["D1"].result.tol == 0.25 and comps["2a"].result.tol == 1.0
+    assert comps["12b"].result.tol == pytest.approx(0.06 * 11.0)  # relative: 6% of NCL's mean time

@@ -76,7 +76,8 @@ WHAT = ("expected the workflow config, a YAML text file (results, seeds, default
     ("- a\n- b\n", "--grid {path}: expected a mapping (results, seeds, defaults, datasets, ...)"),
     ("a: [\n", "--grid {path}: not valid YAML at line 2 (expected the node content, but found '<stream end>'); "
      + WHAT),
-    ("sets: {table1: {n_seeds: x}}\n", "sets.table1.n_seeds: 'x' is not an integer; fix it in --grid {demo} {path}"),
+    ("sets: {table1: {n_seeds: x}}\n",
+     "sets.table1.n_seeds: 'x' is not an integer or null; fix it in --grid {demo} {path}"),
 ])
 def test_a_bad_overlay_is_named(tmp_path, capsys, bad, message):
     """One line, the whole of it: the file (or, for the merged config, every file) and what to do."""
@@ -211,8 +212,8 @@ def test_a_merged_grid_s_error_names_every_file(tmp_path, capsys, command):
     extra = {"plan": ["--pilot", str(tmp_path / "runs.csv")], "summarize": ["--out", str(tmp_path / "runs.csv")],
              "estimate": ["--gpu", "h200"]}[command]
     assert main([command, "--grid", str(DEMO), str(path), *extra]) == 2
-    assert capsys.readouterr().err == (f"bayesncl {command}: error: sets.table1.n_seeds: 'x' is not an integer; fix it "
-                                       f"in --grid {DEMO} {path}\n")
+    assert capsys.readouterr().err == (f"bayesncl {command}: error: sets.table1.n_seeds: 'x' is not an integer or "
+                                       f"null; fix it in --grid {DEMO} {path}\n")
 
 
 def test_the_report_s_pages_name_the_grid_and_its_overlays(tmp_path, monkeypatch):

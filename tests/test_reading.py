@@ -62,5 +62,21 @@ def test_the_terminal_prints_the_reading_and_the_tally():
 
 def test_the_captions_family_rule_is_whole():
     caption = claims_table.render_claims(two_datasets(), "md").splitlines()[1]
-    assert ("A verdict holds or does not hold (family) only where its adjusted p is below the level; comparisons "
+    assert ("A verdict holds or does not hold (family) only where its p is below its share of the level; comparisons "
             "without an interval are not counted. Family: ") in caption
+
+
+def test_the_reading_says_at_which_level_the_secondary_claims_were_tested():
+    """The graph: one primary claim holds, the other is stuck, and the secondary claims are tested at the level it
+    passed on; a declared claim whose id is a paper's primary one is read as secondary (its Paper cell)."""
+    rows = [Row("Synthetic", "1a", "holds", "-", "holds (family)"),
+            Row("Synthetic", "2a", "inconclusive (leans for)", "-", "inconclusive (family)"),
+            Row("Synthetic", "4", "holds", "-", "holds (family)"),
+            Row("Synthetic", "2a", "holds", "-", "holds (family)", declared=True)]
+    words = reading(rows)
+    assert words[0] == ("- **Primary** (1a, 2a on each dataset): 1a holds, familywise holds; 2a inconclusive (leans "
+                        "for), familywise inconclusive. The secondary claims are tested familywise at the level the "
+                        "decided primary claims passed on.")
+    table = ("| | Claim | Paper | Verdict | Family (graph) |\n|:--|:--|:--|:--|:--|\n| *Synthetic* | | | | |\n"
+             "| 2a | Top-1 | declared | holds | holds (family) |\n")
+    assert read_markdown(table) == [Row("Synthetic", "2a", "holds", "-", "holds (family)", declared=True)]

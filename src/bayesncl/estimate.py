@@ -75,27 +75,32 @@ def measured_rates(gpu: str | None = None, measured: str | Path | None = None) -
     MEASURED[gpu]."""
     if measured is not None:
         path = Path(measured)
+        fix = "give the gpu_check.json that `benchmarks/gpu_check.py --out DIR` wrote"
         try:
-            report = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(f"--measured {path}: cannot be read as gpu_check.json ({e}); give the gpu_check.json "
-                              "that `benchmarks/gpu_check.py --out DIR` wrote") from None
-        steps = report.get("steps") or {}
+            report = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            why = e.strerror if isinstance(e, OSError) else "not a UTF-8 text file" if isinstance(
+                e, UnicodeDecodeError) else f"not JSON: {e}"
+            raise ConfigError(f"--measured {path}: cannot be read as gpu_check.json ({why}); {fix}") from None
+        steps = report.get("steps") if isinstance(report, dict) else None
+        if not isinstance(steps, dict) or not all(isinstance(v, dict) for v in steps.values()):
+            raise ConfigError(f"--measured {path}: no `steps` mapping of step records, as gpu_check.json has; {fix}")
 
         def result(name):
             step = steps.get(name) or {}
-            return (step.get("result") or {}) if step.get("status") == "ok" else {}
+            out = step.get("result") if step.get("status") == "ok" else {}
+            return out if isinstance(out, dict) else {}
 
         tput, captured = result("throughput"), result("captured_step")
-        records = [{"method": m, "graph": EAGER, **tput[m]} for m in METHODS if isinstance(tput.get(m), dict)]
+        records = [{"method": m, "graph": EAGER, **tput[m]} for m in METHODS if _rate(tput.get(m))]
         if not records:
             raise ConfigError(f"--measured {path}: its throughput step did not end ok; rerun "
                               "`benchmarks/gpu_check.py --only throughput` on the GPU")
         for m in METHODS:  # the captured step (an option): its own step, or in throughput as before issue 49
             rec = captured.get(m) if isinstance(captured.get(m), dict) else tput.get(f"{m}_cudagraph")
-            if isinstance(rec, dict):
+            if _rate(rec):
                 records.append({"method": m, "graph": "cudagraph", **rec})
-        info = report.get("info") or {}
+        info = report.get("info") if isinstance(report.get("info"), dict) else {}
         name = gpu or info.get("gpu") or info.get("device_name") or str(path)
         return {"gpu": name, "source": str(path), "methods": records}
     key = (gpu or "").lower().replace("nvidia", "").replace(" ", "").replace("-", "")
@@ -104,6 +109,13 @@ def measured_rates(gpu: str | None = None, measured: str | Path | None = None) -
                           "`benchmarks/gpu_check.py --device cuda --out DIR` on that GPU and pass "
                           "--measured DIR/gpu_check.json")
     return MEASURED[key]
+
+
+def _rate(record) -> bool:
+    """A measured record the price can use: a positive images/s and forward GFLOPs."""
+    return isinstance(record, dict) and all(
+        isinstance(record.get(k), (int, float)) and not isinstance(record.get(k), bool) and record[k] > 0
+        for k in ("img_per_s", "gflops_fwd_per_view"))
 
 
 def measured_on(rates: dict) -> str:

@@ -190,8 +190,9 @@ def set_seeds(wf: dict, set_name: str) -> list[int]:
     """The seeds of a set: its own `seeds` list, else the first `n_seeds` of the global list, else all of it.
 
     `n_seeds` keeps a set's seeds a prefix of the global list, so one `--config seeds=[...]` swaps the
-    seeds of every set at once (the stability check: the same grid on another seed list)."""
-    spec = wf["sets"][set_name]
+    seeds of every set at once (the stability check: the same grid on another seed list). `n_seeds: null` is no
+    n_seeds: how an overlay (`bayesncl plan`'s) gives such a set its own list."""
+    spec = {k: v for k, v in wf["sets"][set_name].items() if not (k == "n_seeds" and v is None)}  # null: unset
     glob = seed_list(wf["seeds"], "seeds")
     if "seeds" in spec and "n_seeds" in spec:
         raise ConfigError(f"sets.{set_name}: give seeds or n_seeds, not both")
@@ -312,10 +313,13 @@ def pilot_seeds(wf: dict) -> dict[str, list[int]]:
 
 
 def pilot_sets(pilot: dict[str, list[int]], run: Run) -> list[str]:
-    """The sets (of the run's own, and of those it initialises) whose pilot seeds hold the run's seed; a set the
-    plan does not name is all pilot (it was not grown)."""
+    """The sets (of the run's own, and of those it initialises) for which the run is pilot evidence: all of them where
+    the pilot ran it (its seed among the pilot's seeds of one of its sets; a set the plan does not name is all pilot,
+    it was not grown), none otherwise. A run is evidence of the stage in which it was first used, for every set: one
+    that was pilot for one set and added for another would make the second look depend on the first."""
     seed = run.config.get("seed")
-    return [s for s in dict.fromkeys([*run.sets, *run.init_of]) if s not in pilot or seed in pilot[s]]
+    sets = list(dict.fromkeys([*run.sets, *run.init_of]))
+    return sets if any(s not in pilot or seed in pilot[s] for s in sets) else []
 
 
 def variant_names(wf: dict) -> list[str]:

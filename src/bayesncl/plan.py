@@ -1,23 +1,31 @@
 """How many seeds each claim needs (`bayesncl plan`; docs/METHOD.md section 9, "Planning").
 
-A pilot (a finished grid's runs.csv) gives each comparison of the claims table its per-seed spread: the sd of
-the paired differences (Welch: both sides' variances added, planned as if paired). Judged as the first look at
-LOOK_ALPHAS[0], the comparisons it decides need nothing more. For each other one the planner finds the smallest
-number of added seeds at which the second look (the added seeds alone, a one-sided t-test at the comparison's
-level) has POWER, from the noncentral t:
+A pilot (a finished grid's runs.csv) gives each comparison of the claims table its per-seed spread and its
+one-sided t-tests. Judged as look 1 (the family's graph at LOOK_ALPHAS[0]), the comparisons it decides need
+nothing more. For each other one the planner finds the smallest number of added seeds at which look 2 (the
+inverse normal combination of the pilot's t-test with the added seeds' own, verdicts.look_two_rejects) holds with
+the target power, given the pilot's look-1 p (the conditional power, from the noncentral t):
 
-- the level is the second look's familywise level split over the comparison's family (Bonferroni's bound on
-  Holm's first step, so Holm can only do better): LOOK_ALPHAS[1] / m, m the family's open comparisons, halved
-  (the table's p-values are doubled: p < alpha is the 95% interval's side clearing the bound);
-- the true difference it plans for: the pilot's mean difference for "better" claims (none when it leans
-  against the claim: no number of seeds is planned), and 0 for "not worse", "within" and "at most" (the sides
-  equal, judged against the margin), as section 9 says;
-- "within" needs both one-sided tests: its power is bounded below by 2 x (one side's power) - 1.
+- the level: the comparison's share of the family's (verdicts.passed_on): once the comparisons that held at look 1
+  have passed theirs on, and, for a secondary comparison, the primary ones planned too (Bonferroni's first step:
+  the procedure can only give it more);
+- the true difference planned for: the claim's declared smallest effect of interest (the workflow config's
+  `plan: effects:`), else the pilot's mean difference, for every kind; its distance from each of the claim's
+  bounds. None is planned where it lies beyond a bound: the pilot leans against the claim, or the claim cannot hold
+  at its margin;
+- the sd: the pilot's at its one-sided SD_CONFIDENCE upper confidence bound (chi-square, the pilot test's degrees
+  of freedom; Welch: both sides' variances added, planned as if paired), so that the plan keeps its power promise
+  over the pilot's own noise;
+- the power: POWER for a secondary comparison; the primary ones that can be decided are planned together, each at
+  1 - (1 - POWER) / k, so that all k hold together with POWER at least (Bonferroni's inequality, whatever their
+  dependence);
+- "within" needs both of its one-sided tests: its power bounded below by theirs summed less 1.
 
-The overlay it writes grows each set to its pilot seeds plus the most any of its comparisons needs, on every
-dataset (a set's seed count is one number), and records the pilot's seeds per set (`plan: pilot:`), so that the
-grown grid's claims table judges the two looks (report/claims.py). The GPU-hours are bayesncl.estimate's for
-the runs the grown grid adds.
+The overlay grows each set to its pilot seeds plus the most any of its comparisons needs (on every dataset: a set's
+seed count is one number), on seeds no pilot run used, so that no run is pilot evidence for one set and added for
+another, and records the pilot's seeds per set (`plan: pilot:`) for the grown grid's claims table to judge the two
+looks. The GPU-hours are bayesncl.estimate's for the runs the grown grid adds, as their jobs hold the GPU:
+pretraining with its start-up, and each evaluation section's start-up and work.
 """
 
 from __future__ import annotations
@@ -27,13 +35,14 @@ import copy
 import math
 from dataclasses import dataclass, field
 
-from .errors import ConfigError
+from .errors import ConfigError, DataError
 from .wfconfig import grid_argument
 
-__all__ = ["MAX_SEEDS", "POWER", "Need", "Plan", "add_command", "make_plan", "overlay", "power", "render",
-           "seeds_needed"]
+__all__ = ["MAX_SEEDS", "POWER", "SD_CONFIDENCE", "Need", "Plan", "add_command", "family_line", "look_two_power",
+           "make_plan", "overlay", "power", "read_workflow", "render", "seeds_needed", "seeds_to_add", "upper_sd"]
 
 POWER = 0.8
+SD_CONFIDENCE = 0.8  # the sd planned for: its one-sided upper bound at the confidence the power is asked with
 MAX_SEEDS = 100  # added seeds beyond which a comparison is reported as undecidable here, not planned
 
 
@@ -52,40 +61,97 @@ def power(n: int, effect: float, sd: float, alpha: float, two_sided_bound: bool 
     return max(0.0, 2 * one - 1) if two_sided_bound else one
 
 
-def seeds_needed(effect: float, sd: float, alpha: float, two_sided_bound: bool = False, target: float = POWER,
-                 most: int = MAX_SEEDS) -> int | None:
-    """The smallest n (at least 2) with power(n) >= ``target``; None when even ``most`` seeds fall short."""
-    if not (effect > 0 and math.isfinite(sd)):
+def _smallest(ok, most: int) -> int | None:
+    """The smallest n in [2, most] where ``ok(n)`` (which only turns true as n grows); None where ``ok(most)`` fails."""
+    if not ok(most):
         return None
     lo, hi = 2, most
-    if power(hi, effect, sd, alpha, two_sided_bound) < target:
-        return None
-    while lo < hi:  # power rises with n: bisect
+    while lo < hi:
         mid = (lo + hi) // 2
-        if power(mid, effect, sd, alpha, two_sided_bound) >= target:
+        if ok(mid):
             hi = mid
         else:
             lo = mid + 1
     return lo
 
 
+def seeds_needed(effect: float, sd: float, alpha: float, two_sided_bound: bool = False, target: float = POWER,
+                 most: int = MAX_SEEDS) -> int | None:
+    """The smallest n (at least 2) at which a single t-test on n seeds (``power``) reaches ``target``; None when even
+    ``most`` seeds fall short."""
+    if not (effect > 0 and math.isfinite(sd)):
+        return None
+    return _smallest(lambda n: power(n, effect, sd, alpha, two_sided_bound) >= target, most)
+
+
+def upper_sd(sd: float, dof: float, confidence: float = SD_CONFIDENCE) -> float:
+    """The one-sided upper ``confidence`` bound of a standard deviation estimated with ``dof`` degrees of freedom:
+    sd x sqrt(dof / chi2_dof quantile(1 - confidence)); NaN without degrees of freedom."""
+    from scipy import stats
+
+    if not (dof > 0 and math.isfinite(sd)):
+        return math.nan
+    return sd * math.sqrt(dof / stats.chi2.ppf(1 - confidence, dof))
+
+
+def look_two_power(n2: int, effects, sd: float, p1, level: float, both: bool = False) -> float:
+    """The power of look 2 given the pilot, with ``n2`` added seeds: each of the claim's one-sided tests (``effects``:
+    the true distance of the mean difference beyond its bound; ``p1``: the pilot's one-sided p) holds at the doubled
+    ``level`` where the added seeds' t-test gives p2 < A = 1 - Phi((c2 - w1 z1) / w2) (verdicts.look_two_bound), with
+    the noncentral t's probability P(T(n2 - 1, effect sqrt(n2) / sd) > t quantile 1 - A); a test look 1 decided
+    counts 1. ``both`` ("within"): its two tests' powers summed less 1, at least 0."""
+    from scipy import special  # its noncentral t directly: stats.nct's checks cost more than the planner's loop
+
+    from .report.verdicts import EARLY, STAGE_WEIGHTS, look_two_bound
+
+    if n2 < 2 or not level > 0:
+        return 0.0
+    c2 = look_two_bound(level / 2)
+    out = []
+    for effect, p in list(zip(effects, p1))[:2 if both else 1]:
+        if p < EARLY * level / 2:
+            out.append(1.0)
+        elif not effect > 0:
+            out.append(0.0)
+        elif sd == 0:  # every added seed's difference equal, beyond the bound: its p2 is 0
+            out.append(1.0)
+        else:
+            z1 = -special.ndtri(min(max(p, 1e-300), 1 - 1e-16))
+            a = float(special.ndtr(-(c2 - STAGE_WEIGHTS[0] * z1) / STAGE_WEIGHTS[1]))
+            df = n2 - 1  # P(T > t quantile 1 - a), T noncentral t: 1 - nctdtr at -stdtrit(a), the quantile by symmetry
+            out.append(1.0 - float(special.nctdtr(df, effect * math.sqrt(n2) / sd, -special.stdtrit(df, a)))
+                       if a > 0 else 0.0)
+    return max(0.0, sum(out) - 1.0) if both else out[0]
+
+
+def seeds_to_add(effects, sd: float, p1, level: float, both: bool = False, target: float = POWER,
+                 most: int = MAX_SEEDS) -> int | None:
+    """The smallest number of added seeds (at least 2) at which ``look_two_power`` reaches ``target``; None when even
+    ``most`` fall short."""
+    if not math.isfinite(sd):
+        return None
+    return _smallest(lambda n: look_two_power(n, effects, sd, p1, level, both) >= target, most)
+
+
 @dataclass
 class Need:
-    """One comparison's plan: its pilot (n, sd, mean difference), what the second look assumes (effect), at
-    which one-sided level, and the added seeds (None with ``why``)."""
+    """One comparison's plan: its pilot (n, sd, mean difference), what look 2 is planned for (the true difference,
+    the sd's upper bound, the power) at which one-sided level, and the added seeds (None with ``why``)."""
     dataset: str
     claim: str
     text: str
-    family: str             # "primary" or "secondary"
-    n: int = 0              # seeds the pilot's test used
-    sd: float = math.nan    # of the paired differences (Welch: as if paired)
-    diff: float = math.nan  # the pilot's mean difference, in the claim's direction
-    effect: float = math.nan  # the true distance from the bound planned for
-    alpha: float = math.nan  # the second look's one-sided level for this comparison
-    add: int | None = None  # seeds to add
-    why: str = ""           # why none are planned
+    family: str               # "primary" or "secondary"
+    n: int = 0                # seeds the pilot's test used
+    sd: float = math.nan      # of the paired differences (Welch: as if paired)
+    diff: float = math.nan    # the pilot's mean difference, in the claim's direction
+    sd_plan: float = math.nan  # the sd planned for: its upper confidence bound
+    planned: float = math.nan  # the true difference planned for (the pilot's, or the declared smallest effect)
+    alpha: float = math.nan   # the comparison's one-sided level: its share of the family's
+    power: float = math.nan   # the power it is planned for
+    add: int | None = None    # seeds to add
+    why: str = ""             # why none are planned
     sets: tuple[str, ...] = ()
-    gpu_h: float = 0.0      # what adding them costs (this comparison alone)
+    gpu_h: float = 0.0        # what adding them costs (this comparison alone)
 
 
 @dataclass
@@ -93,7 +159,7 @@ class Plan:
     needs: list[Need]
     pilot: dict[str, list[int]]        # each set's seeds in the pilot
     grow: dict[str, int] = field(default_factory=dict)  # set -> seeds to add
-    gpu_h: float = 0.0                 # the overlay's added runs, pretraining + evaluation
+    gpu_h: float = 0.0                 # the overlay's added runs, as their jobs hold the GPU
     runs_added: int = 0
     gpu: str = ""
     unpriced: str = ""                 # why there are no GPU-hours
@@ -111,63 +177,133 @@ def _sd(r) -> float:
     return float(math.sqrt(a.var(ddof=1) + b.var(ddof=1)))
 
 
-def _effect(c) -> tuple[float, bool]:
-    """(the true distance from the bound the second look is planned for, whether both bounds must be cleared)."""
-    kind, r = c.kind, c.result
-    if kind.name == "better":
-        return r.diff, False  # the pilot's own difference
-    return r.tol, kind.name == "within"  # the sides equal, against the margin
+def _distances(kind, planned: float, tol: float) -> tuple[float, float]:
+    """How far the planned true difference lies beyond each of the claim's bounds (verdicts.one_sided's "for" tests):
+    > and >=: above -tol; "at most": below tol; "within": above -tol and below tol."""
+    if kind.name == "within":
+        return planned + tol, tol - planned
+    d = tol - planned if kind.name == "at most" else planned + tol
+    return d, d
 
 
-def make_plan(df, wf: dict, rates: dict | None = None, sizes: dict[str, int] | None = None) -> Plan:
-    """The plan for the grid ``wf`` from its pilot runs.csv ``df`` (rates: bayesncl.estimate.measured_rates;
-    None: no GPU-hours)."""
+def _effects(wf: dict) -> dict[str, float]:
+    """The workflow config's declared smallest effects of interest (`plan: effects: {comparison id: difference}`)."""
+    effects = (wf.get("plan") or {}).get("effects") or {}
+    if not isinstance(effects, dict):
+        raise ConfigError(f"plan.effects: expected {{comparison id: difference}}, e.g. {{1a: 3.0}}, got {effects!r}")
+    for cid, v in effects.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConfigError(f"plan.effects.{cid}: {v!r} is not a finite number; give the smallest true difference "
+                              "worth finding, in the claim's direction and the metric's unit, e.g. 3.0")
+    return {str(k): float(v) for k, v in effects.items()}
+
+
+def _unreadable(every, df, pilot: str) -> None:
+    """A comparison not run although both its sides have runs, one side's metric column holding no number in any run
+    of the pilot: the column cannot be read (text, or empty), and planning on it would say "not run"."""
+    import pandas as pd
+
+    from .report.verdicts import NOT_RUN
+
+    for _, c in every:
+        if c.verdict != NOT_RUN or not (c.left.runs and c.right.runs):
+            continue
+        for side in (c.left, c.right):
+            col = side.metric
+            if side.nan == side.runs and col in df.columns and pd.to_numeric(df[col], errors="coerce").isna().all():
+                raise DataError(f"{pilot}: column {col!r} holds no number in any of its {len(df)} runs (text or "
+                                f"empty), though claim {c.claim} reads it from {side.set_name}'s runs; give the "
+                                "runs.csv that `bayesncl summarize` wrote from the pilot's finished runs")
+
+
+def make_plan(df, wf: dict, rates: dict | None = None, sizes: dict[str, int] | None = None,
+              pilot: str = "the pilot") -> Plan:
+    """The plan for the grid ``wf`` from its pilot runs.csv ``df`` (rates: bayesncl.estimate.measured_rates; None: no
+    GPU-hours). The claims declared (claims.DECLARED) are the grid's: ``read_workflow`` declares them."""
+    import numpy as np
+
     from .grid import pilot_seeds, set_seeds
-    from .report.claims import LOOK_ALPHAS
     from .report.judge import judge
-    from .report.verdicts import FAMILY_FAILS, FAMILY_HOLDS, NOT_RUN, family_verdicts
+    from .report.verdicts import ALPHA, HOLDS, LOOK_ALPHAS, NOT_RUN, decision, family_verdicts, passed_on, stage_p
 
     if pilot_seeds(wf):
         raise ConfigError("this grid is already a second look (its `plan:` names the pilot's seeds): the rule spends "
                           "its error over two looks, and a third is not planned; read its claims table")
+    effects = _effects(wf)
     judged = judge(df)
     every = [(d, c) for d, comps in judged.blocks for c in comps]
-    first = family_verdicts([(c.result, c.kind) for _, c in every], [c.primary for _, c in every], LOOK_ALPHAS[0])
-    open_ = {i for i, v in enumerate(first.verdicts) if v not in (FAMILY_HOLDS, FAMILY_FAILS)
-             and every[i][1].verdict != NOT_RUN}
-    m = {fam: sum(1 for i in open_ if every[i][1].primary == (fam == "primary")) for fam in ("primary", "secondary")}
-    needs = []
+    _unreadable(every, df, pilot)
+    unknown = sorted(set(effects) - {c.claim for _, c in every})
+    if unknown:
+        raise ConfigError(f"plan.effects.{unknown[0]}: no comparison {unknown[0]!r} in the claims table; its ids: "
+                          f"{', '.join(dict.fromkeys(c.claim for _, c in every))}")
+    primary = np.array([c.primary for _, c in every], dtype=bool)
+    node = np.array([c.result.has_interval for _, c in every], dtype=bool)
+    first = family_verdicts([(c.result, c.kind) for _, c in every], primary, LOOK_ALPHAS[0])
+    held = np.array([decision(v) == HOLDS and "(family" in v for v in first.verdicts], dtype=bool)
+    needs, open_ = [], {}
     for i, (d, c) in enumerate(every):
-        fam = "primary" if c.primary else "secondary"
         r = c.result
-        need = Need(d, c.claim, c.text.replace("@A", c.left.label).replace("@B", c.right.label), fam,
-                    n=r.n[0] if r.n else 0, diff=r.diff, sets=tuple(dict.fromkeys(
-                        s for s in (c.left.set_name, c.right.set_name) if s)))
+        need = Need(d, c.claim, c.text.replace("@A", c.left.label).replace("@B", c.right.label),
+                    "primary" if c.primary else "secondary", n=r.n[0] if r.n else 0, diff=r.diff,
+                    sets=tuple(dict.fromkeys(s for s in (c.left.set_name, c.right.set_name) if s)))
         needs.append(need)
         if r.verdict == NOT_RUN:
             need.why = "not run: run its sets first"
             continue
-        if i not in open_:
+        if decision(first.verdicts[i]) and "(family" in first.verdicts[i]:
             need.why = f"decided at look 1: {first.verdicts[i]}"
             continue
         need.sd = _sd(r)
         if not math.isfinite(need.sd):
             need.why = "no pilot sd (fewer than 2 seeds on a side): run at least 2 seeds first"
             continue
-        need.effect, both = _effect(c)
-        need.alpha = LOOK_ALPHAS[1] / m[fam] / 2
-        if not need.effect > 0:
-            need.why = "the pilot's difference is not in the claim's direction: no number of seeds is planned"
+        need.planned = effects.get(c.claim, r.diff)
+        distances = _distances(c.kind, need.planned, r.tol)
+        if min(distances) <= 0:
+            if c.kind.name == "better" and c.claim not in effects:
+                need.why = "the pilot's difference is not in the claim's direction: no number of seeds is planned"
+            else:
+                what = "the declared effect" if c.claim in effects else "the pilot's difference"
+                scale, unit = (100 / r.ref, "%") if c.kind.relative and r.ref else (1.0, "")
+                bound = -r.tol if c.kind.name == "not worse" or distances[0] <= 0 and c.kind.name == "within" \
+                    else r.tol
+                need.why = (f"cannot hold at its margin: {what} {need.planned * scale:+.3g}{unit} lies beyond its "
+                            f"bound {bound * scale:+.3g}{unit}" + (" (every seed alike: sd 0)" if need.sd == 0 else ""))
             continue
-        need.add = seeds_needed(need.effect, need.sd, need.alpha, both)
-        if need.add is None:
-            need.why = f"more than {MAX_SEEDS} seeds"
-    pilot = {s: set_seeds(wf, s) for s in wf["sets"]}
-    grow: dict[str, int] = {}
+        need.sd_plan = need.sd if need.sd == 0 else upper_sd(need.sd, r.dof)
+        open_[i] = (distances, stage_p(r, c.kind)[0], c.kind.name == "within")
+
+    def plan_one(i, w, target):
+        need = needs[i]
+        need.alpha, need.power = w * ALPHA / 2, target
+        distances, p1, both = open_[i]
+        need.add = seeds_to_add(distances, need.sd_plan, p1, w * ALPHA, both, target) if w > 0 else None
+
+    # the primary comparisons at their level once look 1's holds passed theirs on; those that can be decided,
+    # together, for their joint power
+    w = passed_on(primary, node, held)
+    prim = [i for i in open_ if primary[i]]
+    decidable = [i for i in prim if seeds_to_add(open_[i][0], needs[i].sd_plan, open_[i][1], w[i] * ALPHA,
+                                                 open_[i][2], POWER) is not None]
+    joint = 1 - (1 - POWER) / max(1, len(decidable))
+    for i in prim:
+        plan_one(i, w[i], joint if i in decidable else POWER)
+        if needs[i].add is None:
+            needs[i].why = (f"more than {MAX_SEEDS} seeds" if i not in decidable else
+                            f"more than {MAX_SEEDS} seeds for the primary claims' joint power ({joint:.0%} each)")
+    # the secondary ones at what the primary ones pass on when those planned hold too
+    w = passed_on(primary, node, held | np.array([needs[i].add is not None for i in range(len(needs))]) & primary)
+    for i in (i for i in open_ if not primary[i]):
+        plan_one(i, w[i], POWER)
+        if not w[i] > 0:
+            needs[i].why = "no level: no primary claim holds or is planned to pass level on"
+        elif needs[i].add is None:
+            needs[i].why = f"more than {MAX_SEEDS} seeds"
+    plan = Plan(needs, {s: set_seeds(wf, s) for s in wf["sets"]})
     for need in needs:
         for s in need.sets if need.add else ():
-            grow[s] = max(grow.get(s, 0), need.add)
-    plan = Plan(needs, pilot, grow)
+            plan.grow[s] = max(plan.grow.get(s, 0), need.add)
     if rates is not None:
         try:
             _price(plan, wf, rates, sizes)
@@ -177,30 +313,29 @@ def make_plan(df, wf: dict, rates: dict | None = None, sizes: dict[str, int] | N
 
 
 def overlay(plan: Plan, wf: dict) -> dict:
-    """The config overlay that grows the grid (`--configfile` after the grid's): the global seed list extended,
-    each set's seeds (its own key: seeds or n_seeds), and the pilot's seeds per set for the two looks."""
+    """The config overlay that grows the grid (`--configfile` after the grid's): each grown set's pilot seeds
+    followed by seeds no pilot run used (the global list extended for the sets that take it whole, a set's own list
+    otherwise, its prefix's n_seeds unset), and the pilot's seeds per set for the two looks."""
     from .grid import seed_list
 
     glob = seed_list(wf["seeds"], "seeds")
-    want = {s: len(seeds) + plan.grow.get(s, 0) for s, seeds in plan.pilot.items()}
-    longest = max([len(glob), *(n for s, n in want.items() if "seeds" not in wf["sets"][s])])
-    extended, nxt = list(glob), max(glob) + 1
-    while len(extended) < longest:
-        if nxt not in extended:
-            extended.append(nxt)
-        nxt += 1
+    used = set(glob).union(*plan.pilot.values())
+    fresh = [max(used) + 1 + k for k in range(max([0, *plan.grow.values()]))]
+
+    def whole(s):  # the set takes the global list from its start, as far as the pilot ran
+        spec = wf["sets"][s]
+        return "seeds" not in spec and plan.pilot[s] == glob
+    longest = max([0, *(plan.grow.get(s, 0) for s in plan.pilot if whole(s))])
     sets = {}
     for s, seeds in plan.pilot.items():
-        if "seeds" in wf["sets"][s]:  # a set's own list: extended past its own seeds
-            own, k = list(seeds), max(seeds) + 1
-            while len(own) < want[s]:
-                if k not in own:
-                    own.append(k)
-                k += 1
-            sets[s] = {"seeds": own}
-        else:
-            sets[s] = {"n_seeds": want[s]}
-    return {"seeds": extended, "sets": sets, "plan": {"pilot": {s: list(v) for s, v in plan.pilot.items()}}}
+        add = plan.grow.get(s, 0)
+        if whole(s):
+            if longest:  # pinned: the global list grows by the most any such set adds
+                sets[s] = {"n_seeds": len(seeds) + add}
+        elif add:
+            sets[s] = {"seeds": list(seeds) + fresh[:add], **({"n_seeds": None} if "n_seeds" in wf["sets"][s] else {})}
+    return {"seeds": glob + fresh[:longest], "sets": sets,
+            "plan": {"pilot": {s: list(v) for s, v in plan.pilot.items()}}}
 
 
 def grown(wf: dict, layer: dict) -> dict:
@@ -211,76 +346,96 @@ def grown(wf: dict, layer: dict) -> dict:
 
 
 def _price(plan: Plan, wf: dict, rates: dict, sizes: dict[str, int] | None) -> None:
-    """GPU-hours of the runs each comparison's added seeds bring (its sets grown alone), and of the overlay."""
-    from .estimate import run_cost
-    from .grid import expand_grid
+    """GPU-hours of the runs the overlay adds, each as its jobs hold the GPU (pretraining and its start-up, the
+    evaluation's sections), and of those each comparison's added seeds bring on its own dataset: the added runs
+    (or untrained twins) of its sets on their first added seeds, what growing its sets alone would add."""
+    from .estimate import PRETRAIN_START_S, run_cost
+    from .grid import expand_grid, set_seeds
 
     base = set(expand_grid(wf))
+    big = grown(wf, overlay(plan, wf))
+    new = {rid: r for rid, r in expand_grid(big).items() if rid not in base}
     flops: dict[str, float] = {}
-    costs: dict[str, float] = {}
-
-    def added(layer: dict):
-        runs = expand_grid(grown(wf, layer))
-        new = {rid: r for rid, r in runs.items() if rid not in base}
-        for rid, r in new.items():
-            if rid not in costs:
-                c = run_cost(r, rates, sizes, flops)
-                costs[rid] = c["pretrain_h"] + c["eval_h"]
-        return new
-
-    whole = added(overlay(plan, wf))
-    plan.gpu_h, plan.runs_added, plan.gpu = sum(costs[r] for r in whole), len(whole), rates["gpu"]
-    cache: dict[tuple, dict] = {}
+    costs = {}
+    for rid, r in new.items():
+        c = run_cost(r, rates, sizes, flops)
+        costs[rid] = c["pretrain_h"] + PRETRAIN_START_S / 3600 + c["eval_held_h"]
+    plan.gpu_h, plan.runs_added, plan.gpu = sum(costs.values()), len(new), rates["gpu"]
+    added = {s: set_seeds(big, s)[len(seeds):] for s, seeds in plan.pilot.items()}
     for need in plan.needs:
-        if not need.add:
-            continue
-        key = (need.sets, need.add)
-        if key not in cache:
-            cache[key] = added(overlay(Plan([need], plan.pilot, {s: need.add for s in need.sets}), wf))
-        need.gpu_h = sum(costs[rid] for rid, r in cache[key].items() if r.config["data"]["dataset"] == need.dataset)
+        if need.add:
+            need.gpu_h = sum(costs[rid] for rid, r in new.items() if r.config["data"]["dataset"] == need.dataset
+                             and any(s in need.sets and r.config["seed"] in added[s][:need.add]
+                                     for s in [*r.sets, *r.init_of]))
 
 
 def _hours(h: float) -> str:
     return f"{h:.1f}" if h >= 0.95 else f"{h:.2g}"  # the demo's runs cost minutes: keep two digits
 
 
+def _name(n: Need, titles: dict[str, str]) -> str:
+    return f"{n.claim} ({titles.get(n.dataset, n.dataset)})" if n.dataset else n.claim
+
+
 def render(plan: Plan, titles: dict[str, str] | None = None) -> str:
     """The plan as the terminal shows it: one line per comparison, then the overlay's cost."""
     from tabulate import tabulate
 
-    from .report.claims import LOOK_ALPHAS
+    from .report.verdicts import ALPHA, LOOK_ALPHAS
 
     titles = titles or {}
     rows = []
     for n in plan.needs:
         def num(x: float) -> str:
             return f"{x:.3g}" if math.isfinite(x) else "-"
-        rows.append([titles.get(n.dataset, n.dataset) or "-", n.claim, n.family, n.n or "-", num(n.sd), num(n.diff),
-                     num(n.effect), f"{n.alpha:.2g}" if math.isfinite(n.alpha) else "-",
-                     n.add if n.add else "-", _hours(n.gpu_h) if n.add and plan.gpu else "-", n.why])
-    table = tabulate(rows, headers=["dataset", "claim", "family", "n", "sd", "Δ", "planned Δ", "level", "add",
-                                    "GPU-h", "why none"], tablefmt="simple", disable_numparse=True)
+        rows.append([titles.get(n.dataset, n.dataset) or "-", n.claim, n.family, n.n or "-", num(n.sd),
+                     num(n.sd_plan), num(n.diff), num(n.planned), f"{n.alpha:.2g}" if math.isfinite(n.alpha) else "-",
+                     f"{n.power:.0%}" if n.add else "-", n.add or "-", n.n + n.add if n.add else "-",
+                     _hours(n.gpu_h) if n.add and plan.gpu else "-", n.why])
+    table = tabulate(rows, headers=["dataset", "claim", "family", "n", "sd", "sd planned", "Δ", "planned Δ", "level",
+                                    "power", "add", "total", "GPU-h", "why none"], tablefmt="simple",
+                     disable_numparse=True)
     grow = ", ".join(f"{s} +{k}" for s, k in plan.grow.items()) or "nothing"
-    head = (f"Seeds each claim needs (docs/METHOD.md section 9, \"Planning\"): {POWER:.0%} power for the second "
-            f"look, the added seeds alone, at the family's level (look 1 at {LOOK_ALPHAS[0]:g}, look 2 at "
-            f"{LOOK_ALPHAS[1]:g}; level: one-sided, per comparison); planned Δ: the pilot's for > claims, 0 "
-            "against the margin otherwise.")
+    head = (f"Seeds each claim needs (docs/METHOD.md section 9, \"Planning\"): look 1 judges the pilot's seeds at "
+            f"{LOOK_ALPHAS[0]:g}, look 2 all the seeds at the rest of {ALPHA:g}, the pilot's t-test combined with the "
+            f"added seeds' own (inverse normal, equal weights); {POWER:.0%} power for look 2 given the pilot (the "
+            "primary claims together), planned for the pilot's Δ (or a declared effect) at the sd's "
+            f"{SD_CONFIDENCE:.0%} upper confidence bound; level: the comparison's one-sided share of the family's.")
     cost = (f"\nThe overlay adds {plan.runs_added} runs: {_hours(plan.gpu_h)} GPU-hours on one {plan.gpu} "
-            "(bayesncl estimate's rates; per row: that comparison's sets grown alone)." if plan.gpu
-            else f"\n{plan.unpriced}." if plan.unpriced else "")
+            "(bayesncl estimate's rates, pretraining and evaluation with their start-up; per row: that comparison's "
+            "sets grown alone)." if plan.gpu else f"\n{plan.unpriced}." if plan.unpriced else "")
     return f"{head}\n{table}\n\nGrow: {grow}.{cost}\n"
 
 
-def gate_line(plan: Plan, titles: dict[str, str] | None = None) -> str:
-    """What the plan does to the gate: the secondary family is controlled only when every primary claim holds."""
+def family_line(plan: Plan, titles: dict[str, str] | None = None) -> str:
+    """What the plan does for the family: the primary claims planned together (or held, or stuck), and the secondary
+    claims planned at the level the primary claims pass on."""
     titles = titles or {}
-    stuck = [n for n in plan.needs if n.family == "primary" and not n.add and not n.why.startswith(
-        ("decided at look 1: holds", "not run"))]
-    if not stuck:
-        return "The primary claims are decided or planned: the secondary family is planned as if the gate opens."
-    what = "; ".join(f"{n.claim} ({titles.get(n.dataset, n.dataset)}): {n.why}" for n in stuck)
-    return (f"The gate stays closed whatever is added ({what}): the secondary verdicts will not be controlled; "
-            "their seeds are planned as if it opened.")
+    prim = [n for n in plan.needs if n.family == "primary" and not n.why.startswith("not run")]
+    planned = [n for n in prim if n.add]
+    stuck = [n for n in prim if not n.add and not n.why.startswith("decided at look 1: holds")]
+    secondary = [n for n in plan.needs if n.family == "secondary" and n.add]
+    if not prim:
+        out = "No primary claim ran: the comparisons are one family."
+    else:
+        parts = []
+        if planned:
+            parts.append(f"planned for a joint power of {POWER:.0%} at least, each at {planned[0].power:.0%}: "
+                         + ", ".join(_name(n, titles) for n in planned))
+        held = [n for n in prim if n.why.startswith("decided at look 1: holds")]
+        if held:
+            parts.append("held at look 1: " + ", ".join(_name(n, titles) for n in held))
+        if stuck:
+            parts.append("cannot be decided: " + "; ".join(f"{_name(n, titles)} ({n.why})" for n in stuck))
+        out = "The primary claims: " + "; ".join(parts) + "."
+    if secondary:
+        lead = (f"With {', '.join(_name(n, titles) for n in stuck)} stuck, the secondary claims are still tested, at "
+                "the level the others pass on" if stuck and (planned or len(stuck) < len(prim))
+                else "The secondary claims are tested at the level the primary claims pass on")
+        out += f" {lead}; planned at it: {', '.join(_name(n, titles) for n in secondary)}."
+    else:
+        out += " No secondary claim is planned."
+    return out
 
 
 NO_PILOT = ("no pilot: run the grid once (`snakemake --cores 2` for the demo, `snakemake --profile slurm all` "
@@ -291,9 +446,9 @@ def add_command(sub) -> None:
     """`bayesncl plan`, registered by the CLI."""
     sp = sub.add_parser("plan", help="the seeds each claim needs, from a pilot grid's runs.csv, and the overlay that "
                                      "adds them",
-                        description="From a finished grid (the pilot), the seeds each claim of the claims table needs "
-                                    "for 80%% power at its familywise level in the second look, what they cost in "
-                                    "GPU-hours, and a config overlay that runs them: snakemake --profile slurm all "
+                        description=f"From a finished grid (the pilot), the seeds each claim of the claims table needs "
+                                    f"for {POWER:.0%} power at its familywise level in the second look, what they cost "
+                                    "in GPU-hours, and a config overlay that runs them: snakemake --profile slurm all "
                                     "--configfile config/paper.yaml --configfile plan.yaml (docs/METHOD.md section 9, "
                                     "\"Planning\"; docs/CLUSTER.md).")
     sp.add_argument("--pilot", metavar="CSV", help="the pilot's runs.csv (`bayesncl summarize`)")
@@ -307,47 +462,76 @@ def add_command(sub) -> None:
     sp.set_defaults(func=command)
 
 
-def command(args) -> int:
+def read_workflow(grid_files: list[str] | None, grid_json: str | None = None) -> dict:
+    """The workflow config as Snakemake reads it, with the same one-line refusals (wfconfig.load_workflow: the files
+    merged, or the JSON the workflow passes; its schema, plugins, every run of its grid and its declared claims),
+    the claims declared (claims.DECLARED) for the table the plan is made from."""
     import json
+    from pathlib import Path
+
+    from .report.claims import DECLARED
+    from .wfconfig import load_workflow
+
+    if grid_files is not None:
+        for path in grid_files:
+            if not Path(path).is_file():
+                raise ConfigError(f"--grid {path} does not exist; give the workflow config the pilot ran, e.g. "
+                                  "config/paper.yaml")
+        flow = load_workflow(grid_files)
+    else:
+        try:
+            wf = json.loads(grid_json)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--grid-json: not valid JSON ({e})") from None
+        if not isinstance(wf, dict):
+            raise ConfigError(f"--grid-json: expected the workflow config as a JSON object, got {grid_json[:40]!r}")
+        flow = load_workflow(config=wf, where="--grid-json", export=False)
+    DECLARED[:] = flow.claims
+    return flow.config
+
+
+def _output(path: str | None, flag: str) -> None:
+    """An output file's place, checked before any work: not a folder, in a folder this process can write."""
+    from pathlib import Path
+
+    from .atomic import check_writable_dir
+    from .errors import OutputError
+
+    if path is None:
+        return
+    if Path(path).is_dir():
+        raise OutputError(f"{flag} {path} is a folder; give the file to write, e.g. {Path(path) / 'plan.yaml'}")
+    check_writable_dir(Path(path).parent, what=f"{flag} {path}")
+
+
+def command(args) -> int:
     from pathlib import Path
 
     import yaml
 
     from .atomic import atomic_write_text
-    from .errors import DataError
     from .estimate import measured_rates
     from .grid import pilot_seeds
     from .report.names import DATASET_NAMES
     from .report.summary import read_summary
     from .startup import mark_ready
-    from .wfconfig import load_workflow
     mark_ready()
 
-    if args.grid is not None:  # read as Snakemake reads it: what the workflow refuses, plan refuses
-        for path in args.grid:
-            if not Path(path).is_file():
-                raise ConfigError(f"--grid {path} does not exist; give the workflow config the pilot ran, e.g. "
-                                  "config/paper.yaml")
-        wf = load_workflow(args.grid).config
-    else:
-        try:
-            wf = json.loads(args.grid_json)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"--grid-json: not valid JSON ({e})") from None
-        if not isinstance(wf, dict):
-            raise ConfigError(f"--grid-json: expected the workflow config as a JSON object, got {args.grid_json[:40]!r}")
-        wf = load_workflow(config=wf, where="--grid-json", export=False).config
+    _output(args.out, "--out")
+    _output(args.text, "--text")
+    wf = read_workflow(args.grid, args.grid_json)
     if not args.pilot:
         raise ConfigError(NO_PILOT)
     if not Path(args.pilot).is_file():
         raise DataError(f"--pilot {args.pilot}: no such file; {NO_PILOT}")
+    rates = measured_rates(args.gpu, args.measured)
     if pilot_seeds(wf):  # a grown grid: its table is the second look
         text = ("This grid is already a second look (its `plan:` names the pilot's seeds): the verdict rule spends "
                 "its error over two looks and plans no third; its claims table gives the verdicts.\n")
         layer = {}
     else:
-        plan = make_plan(read_summary(args.pilot), wf, measured_rates(args.gpu, args.measured))
-        text = render(plan, DATASET_NAMES) + gate_line(plan, DATASET_NAMES) + "\n"
+        plan = make_plan(read_summary(args.pilot), wf, rates, pilot=f"--pilot {args.pilot}")
+        text = render(plan, DATASET_NAMES) + family_line(plan, DATASET_NAMES) + "\n"
         layer = overlay(plan, wf)
     print(text, end="")
     if args.text:

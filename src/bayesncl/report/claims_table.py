@@ -88,6 +88,16 @@ def _training_cell(c: Comparison, fmt: Fmt) -> str:
     return c.change.verdict if c.change is not None else fmt.dash()
 
 
+def _margin_cell(c: Comparison, fmt: Fmt) -> str:
+    """The claim's margin, signed as its bound on Delta, and where it comes from (claims.MARGINS)."""
+    k = c.kind
+    if k.name == "better":
+        return fmt.dash()
+    value = f"{k.margin * 100:g}%" if k.relative else f"{k.margin:g}"
+    sign = {"not worse": "$-$", "within": "$\\pm$"}.get(k.name, "$+$")
+    return fmt.text(f"{sign}{value}" + (f" ({k.source})" if k.source else ""))
+
+
 def _test_cell(c: Comparison, fmt: Fmt) -> str:
     r = c.result
     if not r.test:
@@ -101,37 +111,44 @@ CAPTION = (
     "runs used, the others NaN (e.g. collapsed to no active dimension) or, in a paired test, unshared. "
     "$\\Delta$: the mean difference in the claim's direction (left $-$ right unless the test says otherwise) "
     "with its 95% Student-t interval; paired by seed when at least 2 seeds are shared, else Welch. Holds when "
-    "the interval clears the claim's bound ($>$: 0; $\\geq$: $-$1 point; within: strictly inside the "
-    "tolerance; at most: below the tolerance, one-sided, for 12a-b relative to the right side, $\\Delta$ = left "
-    "$-$ right in %, a cheaper left side satisfying it), does not hold when it lies wholly beyond it, otherwise "
+    "the interval clears the claim's bound ($>$: 0; $\\geq$: $-$margin; within: strictly inside $\\pm$margin; "
+    "at most: below the margin, one-sided, for 12a-b relative to the right side, $\\Delta$ = left $-$ right in %, "
+    "a cheaper left side satisfying it), does not hold when it lies wholly beyond it, otherwise "
     "inconclusive, leaning by $\\Delta$ alone (always so with fewer than 2 seeds on a side: no CI); not run: "
     "no finite value on a side. Claim 7 reads the last recorded epoch; claim 11 compares the best inner sweep "
-    "point (chosen after seeing the means) with each end and shows the weaker part. Paper: ImageNet-100 "
+    "point (chosen after seeing the means) with each end and shows the weaker part. Margin: the claim's bound on "
+    "$\\Delta$ and its source: paper (the paper's own words or numbers), spec (declared in docs/METHOD.md section 9, "
+    "per metric; the paper reports no seed spread), declared (a declared claim's tolerance). Paper: ImageNet-100 "
     "unless stated. Controls (docs/METHOD.md section 9): $\\Delta$ at init is the same comparison on the same "
     "seeds' untrained networks (their own initialisation, no step taken, the same evaluation); Training judges "
     "by the same rule and margins what training changed, each seed's $\\Delta$ minus its $\\Delta$ at init (n/a: "
     "a metric that does not exist before training; same network at init: both sides start from the same "
     "untrained runs, $\\Delta$ at init is 0 by construction and Training would repeat the verdict). Family: "
-    "serial gatekeeping at level 0.05 over the one-sided t-tests that the intervals read (p doubled, so that a "
-    "family of one gives the plain verdict): the primary claims (1a and 2a on each dataset) by Holm's "
-    "step-down first; only if every one holds, the secondary claims (the rest) by Holm at 0.05; otherwise the "
-    "secondary verdicts are the plain ones, marked not controlled. A verdict holds or does not hold (family) "
-    "only where its adjusted p is below the level; comparisons without an interval are not counted.")
+    "a graphical procedure (Bretz et al. 2009) at level 0.05 over the one-sided t-tests that the intervals read (p "
+    "doubled, so that a family of one gives the plain verdict), once for holds and once for does not hold: the "
+    "primary claims (1a and 2a on each dataset) share the level; one that holds passes half its share to the other "
+    "primary claims and half to the secondary claims (the rest), which pass theirs on among themselves (Holm's "
+    "step-down once every primary claim holds), so that a primary claim that cannot be decided no longer silences "
+    "the others; a secondary verdict the graph gave no level is the plain one, marked not controlled. A verdict "
+    "holds or does not hold (family) only where its p is below its share of the level; comparisons without an "
+    "interval are not counted.")
 DECLARED_NOTE = (" Paper \"declared\": a claim that is not the paper's (the workflow config's claims:, or a "
                  "plugin's; docs/EXTENDING.md), judged by the same rule.")
 
 
 TEX_ROWS = 9  # rows per LaTeX float (up to four lines each)
+FAMILY_HEADER = "Family (graph)"  # the familywise column (report/reading.py finds it by its first word)
 
 
 def claim_cells(c: Comparison, fmt: Fmt) -> dict[str, str]:
-    """One comparison's cells in ``fmt``: id, text, left, right, diff, test, init, paper, verdict, training,
-    family. LaTeX breaks a verdict before its lean."""
+    """One comparison's cells in ``fmt``: id, text, left, right, diff, test, margin, init, paper, verdict,
+    training, family. LaTeX breaks a verdict before its lean."""
     text = fmt.text(c.text).replace("@A", fmt.esc(c.left.label)).replace("@B", fmt.esc(c.right.label))
     marks = (fmt.mark("§") if still_learning(c) else "") + (fmt.mark("¶") if collapsed(c) else "")
     return {"id": c.claim + marks, "text": text, "left": _side_cell(c.left, fmt),
             "right": c.right_text if c.right_text is not None else _side_cell(c.right, fmt),
-            "diff": _diff_cell(c, fmt), "test": _test_cell(c, fmt), "init": _init_cell(c, fmt),
+            "diff": _diff_cell(c, fmt), "test": _test_cell(c, fmt), "margin": _margin_cell(c, fmt),
+            "init": _init_cell(c, fmt),
             "paper": fmt.text(c.paper) or fmt.dash(), "verdict": _broken(c.verdict, fmt),
             "training": _broken(_training_cell(c, fmt), fmt), "family": _broken(c.family, fmt)}
 
@@ -150,25 +167,33 @@ def family_tally(comps: list[Comparison]) -> str:
     decisive = [c for c in comps if c.verdict in (HOLDS, FAILS)]
     kept = [c for c in decisive if controlled(c) == c.verdict]
     tested = sum(c.result.has_interval for c in comps)
-    return (f"{len(kept)} of the {len(decisive)} decisive verdicts survive the familywise control (gatekeeping "
-            f"and Holm over {tested} comparisons with an interval)")
+    return (f"{len(kept)} of the {len(decisive)} decisive verdicts survive the familywise control (the graph over "
+            f"{tested} comparisons with an interval)")
 
 
 def gate_sentence(judged: Judged) -> str:
-    """The primary family's outcome and what it did to the secondary's: "primary: 2 of 2 hold; secondary tested
-    at 0.05" or "secondary not controlled: primary 2a inconclusive"."""
+    """The primary claims' outcome and the level the secondary claims were tested at: "primary: 2 of 2 hold;
+    secondary tested at 0.05", "primary: 1 of 2 hold (2a inconclusive); secondary tested at 0.0125 passed on", or
+    "secondary not controlled: primary 1a inconclusive, 2a inconclusive" where no secondary claim got any level."""
     prim = [(d, c) for d, comps in judged.blocks for c in comps if c.primary and c.verdict != NOT_RUN]
-    levels = (" and ".join(f"{a:g} (look {k})" for k, a in enumerate(LOOK_ALPHAS, 1)) if judged.pilot
-              else f"{ALPHA:g}")
+    levels = f"{ALPHA:g}" + (" over two looks" if judged.pilot else "")
     if not prim:
         return f"no primary claim ({', '.join(PRIMARY)}) ran: every comparison in one family, tested at {levels}"
+    if not any(c.result.has_interval for _, c in prim):
+        return (f"no primary claim ({', '.join(PRIMARY)}) has an interval: the others one family, tested at "
+                f"{levels}")
     many = len({d for d, _ in prim}) > 1
     blocking = [(d, c) for d, c in prim if controlled(c) != HOLDS]
     if not blocking:
         return f"primary: {len(prim)} of {len(prim)} hold; secondary tested at {levels}"
     what = ", ".join(f"{c.claim}{f' ({dataset_title(d)})' if many else ''} "
                      f"{c.family.split(' (')[0]}" for d, c in blocking)
-    return f"secondary {UNCONTROLLED}: primary {what}"
+    secondary = [c for _, comps in judged.blocks for c in comps if not c.primary and c.result.has_interval]
+    if secondary and all(UNCONTROLLED in c.family for c in secondary):
+        return f"secondary {UNCONTROLLED}: primary {what}"
+    level = judged.families[-1].secondary if judged.families else 0.0
+    return (f"primary: {len(prim) - len(blocking)} of {len(prim)} hold ({what}); secondary tested at {level:.3g} "
+            f"of {levels}, the level the primary claims that hold passed on")
 
 
 def looks_sentence(judged: Judged) -> str:
@@ -176,8 +201,9 @@ def looks_sentence(judged: Judged) -> str:
     if not judged.pilot:
         return ""
     return (f" Two looks (docs/METHOD.md section 9, \"Planning\"): look 1 judged the pilot's seeds at "
-            f"{LOOK_ALPHAS[0]:g}, look 2 the seeds added after it, alone, at {LOOK_ALPHAS[1]:g}; a verdict decided "
-            "at look 1 stands, and the Family column says which look gave each.")
+            f"{LOOK_ALPHAS[0]:g}, look 2 all the seeds at the rest of {ALPHA:g}, combining the pilot's t-test with "
+            "the added seeds' own (the inverse normal combination, equal stage weights fixed before any seed ran); a "
+            "verdict decided at look 1 stands, and the Family column says which look gave each.")
 
 
 def still_learning(c: Comparison) -> int:
@@ -226,7 +252,8 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
             every.append(c)
             if fmt.tex:  # fewer, stacked columns: the table spans the page
                 nl = r" \newline "
-                evidence = nl.join(e for e in (cell["diff"], cell["test"]) if e != fmt.dash()) or fmt.dash()
+                margin = "margin " + cell["margin"] if cell["margin"] != fmt.dash() else fmt.dash()
+                evidence = nl.join(e for e in (cell["diff"], cell["test"], margin) if e != fmt.dash()) or fmt.dash()
                 control = cell["init"] + (nl + "training: " + cell["training"] if c.change is not None else "")
                 family = "" if c.family == c.verdict else nl + "family: " + c.family.removesuffix(" (family)")
                 if UNCONTROLLED in c.family:  # the plain verdict stands above it: say only that it is uncontrolled
@@ -235,7 +262,8 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
                              cell["verdict"] + family])
             else:
                 rows.append([cell["id"], cell["text"], cell["left"], cell["right"], cell["diff"], cell["test"],
-                             cell["init"], cell["paper"], cell["verdict"], cell["training"], cell["family"]])
+                             cell["margin"], cell["init"], cell["paper"], cell["verdict"], cell["training"],
+                             cell["family"]])
             for s in (c.left, c.right):
                 if s.repeats:
                     where = f" on {DATASET_NAMES.get(dataset, dataset)}" if dataset else ""
@@ -264,8 +292,8 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
         colspec = (f"@{{}}l{rag}p{{2.6cm}}rr{rag}p{{2.7cm}}{rag}p{{2.5cm}}{rag}p{{1.15cm}}"
                    f"{rag}p{{1.9cm}}@{{}}")
     else:
-        header = ["", "Claim", "Left", "Right", "$\\Delta$ [95% CI]", "Test (n)", "$\\Delta$ at init [95% CI]",
-                  "Paper", "Verdict", "Training", "Family (Holm)"]
+        header = ["", "Claim", "Left", "Right", "$\\Delta$ [95% CI]", "Test (n)", "Margin",
+                  "$\\Delta$ at init [95% CI]", "Paper", "Verdict", "Training", FAMILY_HEADER]
         colspec = None
     align = ["left", "left", "right", "right"] + ["left"] * (len(header) - 4)
     return table_context("claims", "Claims", fmt.text(caption), [fmt.text(h) for h in header], blocks, wide=True,
@@ -314,13 +342,13 @@ def outcome(df: pd.DataFrame) -> str:
         for i, c in enumerate(comps):
             cell = claim_cells(c, fmt)
             lines.append([dataset_title(dataset) if i == 0 else "",
-                          *[cell[k] for k in ("id", "text", "left", "right", "diff", "test", "init", "verdict",
-                                              "training", "family")]])
+                          *[cell[k] for k in ("id", "text", "left", "right", "diff", "test", "margin", "init",
+                                              "verdict", "training", "family")]])
     every = [c for _, comps in blocks for c in comps]
-    claims = tabulate(lines, headers=["Dataset", "", "Claim", "Left", "Right", "Δ [95% CI]", "Test (n)",
-                                      "Δ at init [95% CI]", "Verdict", "Training", "Family (Holm)"],
+    claims = tabulate(lines, headers=["Dataset", "", "Claim", "Left", "Right", "Δ [95% CI]", "Test (n)", "Margin",
+                                      "Δ at init [95% CI]", "Verdict", "Training", FAMILY_HEADER],
                       tablefmt="simple", disable_numparse=True, maxcolwidths=[None, None, 40, None, None, None,
-                                                                              None, 24, None, None, None])
+                                                                              None, None, 24, None, None, None])
     words = "\n".join(reading(rows_of(blocks, dataset_title)))
     counts = pd.Series([c.verdict for c in every]).value_counts()
     tally = ("; ".join(f"{v}: {counts[v]}" for v in VERDICTS if v in counts)

@@ -12,8 +12,8 @@ import pandas as pd
 from .claims import CLAIMS, DECLARED, NO_TWINS, PLUGIN_CLAIMS, PRIMARY, Claim, Comparison, Runs, Side
 from .names import ARCH_NAMES
 from .summary import prepare
-from .verdicts import ALPHA, LOOK_ALPHAS, NOT_RUN, Family, Kind, Outcome, _p_lists, compare, family_verdicts, finite, \
-    label, two_looks
+from .verdicts import ALPHA, NOT_RUN, Family, Kind, Outcome, compare, family_verdicts, finite, label, make_family, \
+    stage_p, two_looks
 
 __all__ = ["Judged", "claims_rows", "judge", "parse_sets", "training_change"]
 
@@ -101,8 +101,8 @@ def parse_sets(value) -> list[str]:
 
 
 def _looked(claim: Claim, runs: Runs, comps: list[Comparison]) -> None:
-    """A grown grid's two looks at each comparison: the claim built on the pilot's runs alone, then on the
-    added runs alone (comparisons paired by position and id, as the initialisation control)."""
+    """A grown grid's two stages of each comparison: the claim built on the pilot's runs alone, then on the added
+    runs alone (comparisons paired by position and id, as the initialisation control); look 2 combines them."""
     out = []
     for column in ("pilot_of", "added_of"):
         part = Runs(runs.records, runs.arch, column=column)
@@ -113,18 +113,19 @@ def _looked(claim: Claim, runs: Runs, comps: list[Comparison]) -> None:
 
 
 def _two_looks(every: list[Comparison]) -> list[Family]:
-    """The familywise verdicts of a grown grid (verdicts.two_looks): look 1 on the pilot's seeds, look 2 on the
-    added seeds alone; each comparison's Family label names the look that gave it."""
+    """The familywise verdicts of a grown grid (verdicts.two_looks): look 1 on the pilot's seeds, look 2 combining the
+    pilot's with the added seeds; each comparison's Family label names the look that gave it."""
+    import numpy as np
+
     for c in every:
         c.looks = c.looks or (Outcome(NOT_RUN), Outcome(NOT_RUN))  # a claim no dataset ran
     primary = [c.primary for c in every]
-    one = _p_lists([(c.looks[0], c.kind) for c in every])
-    two = _p_lists([(c.looks[1], c.kind) for c in every])
-    codes, controlled, look = two_looks(one[:2], one[2], two[:2], two[2], primary)
+    one, two = (np.stack([stage_p(c.looks[k], c.kind) for c in every], axis=-1) for k in (0, 1))
+    codes, controlled, look = two_looks(one, two, primary)
     for i, c in enumerate(every):
-        plain = c.looks[look[i] - 1].verdict
-        c.family = label(codes[i], controlled[i], plain if plain != NOT_RUN else c.verdict, int(look[i]))
-    return [family_verdicts([(c.looks[0], c.kind) for c in every], primary, LOOK_ALPHAS[0])]
+        c.family = label(codes[i], controlled[i], c.verdict, int(look[i]))
+    node = np.isfinite(one[0, 0]) | np.isfinite(two[0, 0])
+    return [make_family([c.family for c in every], codes, node, primary, [c.verdict != NOT_RUN for c in every])]
 
 
 def _controlled(claim: Claim, runs: Runs) -> list[Comparison]:

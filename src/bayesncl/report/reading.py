@@ -25,6 +25,7 @@ class Row:
     verdict: str
     training: str  # "-" where the claim has no control
     family: str
+    declared: bool = False  # a claim that is not the paper's (its Paper cell "declared"): never primary
 
 
 def rows_of(blocks, title=lambda d: d) -> list[Row]:
@@ -32,7 +33,8 @@ def rows_of(blocks, title=lambda d: d) -> list[Row]:
     def training(c) -> str:  # the Training cell as the table shows it
         return SAME_INIT if c.same_init else c.change.verdict if c.change is not None else "-"
 
-    return [Row(title(d) if d else "", c.claim, c.verdict, training(c), c.family) for d, comps in blocks for c in comps]
+    return [Row(title(d) if d else "", c.claim, c.verdict, training(c), c.family, c.paper == "declared")
+            for d, comps in blocks for c in comps]
 
 
 def read_markdown(text: str) -> list[Row]:
@@ -51,8 +53,9 @@ def read_markdown(text: str) -> list[Row]:
             dataset = cells[0].strip("*")
             continue
         cell = dict(zip(header, cells))
+        family = next((v for k, v in cell.items() if k.split(" ")[0] == "Family"), "")  # "Family (graph)", "(Holm)"
         rows.append(Row("" if dataset == "Not run on any dataset" else dataset, strip_marks(cells[0]),
-                        cell.get("Verdict", ""), cell.get("Training", "-"), cell.get("Family (Holm)", "")))
+                        cell.get("Verdict", ""), cell.get("Training", "-"), family, cell.get("Paper") == "declared"))
     return rows
 
 
@@ -67,12 +70,16 @@ def reading(rows: list[Row]) -> list[str]:
     initialisation control, what did not run."""
     ran = [r for r in rows if r.verdict != NOT_RUN]
     many = len({r.dataset for r in ran}) > 1
-    primary = [r for r in ran if r.claim.split("-")[0] in PRIMARY]
+    primary = [r for r in ran if r.claim.split("-")[0] in PRIMARY and not r.declared]
     secondary = [r for r in ran if r not in primary]
     if any(UNCONTROLLED in r.family for r in secondary):
         gate = "not controlled: a primary claim does not hold familywise"
+    elif not primary:
+        gate = "tested as one family"
+    elif all(decision(r.family) == HOLDS for r in primary):
+        gate = "tested familywise: every primary claim holds"
     else:
-        gate = "tested familywise: every primary claim holds" if primary else "tested as one family"
+        gate = "tested familywise at the level the decided primary claims passed on"
     heads = "; ".join(f"{_ids([r], many)} {r.verdict}, familywise {r.family.split(' (')[0]}" for r in primary)
     out = [f"**Primary** ({', '.join(PRIMARY)} on each dataset): {heads or 'not run'}. "
            f"The secondary claims are {gate}."]

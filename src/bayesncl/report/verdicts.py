@@ -18,25 +18,29 @@ The verdict rule (docs/METHOD.md section 9), in ``compare``:
   without an interval (fewer than 2 seeds on a side) always inconclusive; "not run" when a side has no
   finite value. A std of 0 (GFLOPs) gives the degenerate interval [d, d], decided like any other.
 
-The familywise control (``p_values``, ``holm``, ``family_verdicts``): each comparison's interval is two
-one-sided t-tests against its bound; their p-values, doubled so that p < 0.05 is exactly the 95% interval
-clearing the bound, are adjusted by Holm's step-down. The primary comparisons (claims.PRIMARY) are one family,
-tested first; only when every one of them holds is the secondary family (the rest) tested, again by Holm at
-the full level (serial gatekeeping); otherwise the secondary verdicts are the plain ones, marked "not
-controlled". Only comparisons with an interval count in a family's size.
+The familywise control (``p_values``, ``graph``, ``family_verdicts``): each comparison's interval is two
+one-sided t-tests against its bound; their p-values, doubled so that p < 0.05 is exactly the 95% interval clearing
+the bound, are tested by a graphical procedure (Bretz et al. 2009): the primary comparisons (claims.PRIMARY) share
+the level, and each that holds passes its level on, half to the other primary ones and half to the secondary ones
+(the rest), which pass theirs among themselves; a stuck primary claim keeps its share but no longer silences the
+others. A comparison the graph gives no level keeps its plain verdict, marked "not controlled". Only comparisons with
+an interval are nodes. A grid grown by `bayesncl plan` is judged in two looks, look 2 combining both stages by the
+inverse normal method (``look_two_rejects``, ``two_looks``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-__all__ = ["ALPHA", "BETTER", "NOT_WORSE", "VERDICTS", "Family", "Kind", "Outcome", "Values", "at_most",
-           "combine", "compare", "decision", "family_verdicts", "finite", "holm", "mean_interval", "p_values",
-           "within"]
+__all__ = ["ALPHA", "BETTER", "EARLY", "LOOK_ALPHAS", "NOT_WORSE", "STAGE_WEIGHTS", "VERDICTS", "Family", "Kind",
+           "Outcome", "Values", "at_most", "combine", "compare", "decision", "family_codes", "family_verdicts",
+           "finite", "graph", "graph_test", "look_two_bound", "look_two_rejects", "mean_interval", "one_sided",
+           "p_values", "passed_on", "two_looks", "within"]
 
 HOLDS, FAILS, NOT_RUN = "holds", "does not hold", "not run"
 LEANS_FOR, LEANS_AGAINST = "inconclusive (leans for)", "inconclusive (leans against)"
@@ -45,7 +49,7 @@ _STRENGTH = {HOLDS: 4, LEANS_FOR: 3, LEANS_AGAINST: 2, FAILS: 1, NOT_RUN: 0}
 CONFIDENCE = 0.95
 ALPHA = 0.05  # the familywise error rate of the table's family of claims
 FAMILY_HOLDS, FAMILY_FAILS, FAMILY_OPEN = "holds (family)", "does not hold (family)", "inconclusive (family)"
-UNCONTROLLED = "not controlled"  # a secondary verdict while a primary claim does not hold (gatekeeping)
+UNCONTROLLED = "not controlled"  # a verdict the family's graph gave no level (no primary claim decided)
 
 Values = Sequence[tuple[float, float]]  # (seed, value) per run; the value NaN when undefined
 
@@ -55,23 +59,25 @@ Values = Sequence[tuple[float, float]]  # (seed, value) per run; the value NaN w
 class Kind:
     """How a claim is decided: "better" (>), "not worse" (>= with margin ``margin``), "within" (|d| <
     ``margin``) or "at most" (left - right < ``margin``, one-sided); with ``relative``, ``margin`` x |mean of
-    the right side|."""
+    the right side|. ``source``: where the margin comes from (the claims table's Margin column)."""
     name: str
     margin: float = 0.0
     relative: bool = False
+    source: str = ""
 
 
+SPEC = "spec"  # a margin declared in docs/METHOD.md section 9 (the paper reports no seed spread to set it from)
 BETTER = Kind("better")
-NOT_WORSE = Kind("not worse", 1.0)  # 1 point of accuracy, P@k or SC
+NOT_WORSE = Kind("not worse", 1.0, source=SPEC)  # 1 point of accuracy, P@k or SC (claims.MARGINS, per metric)
 
 
-def within(tol: float, relative: bool = False) -> Kind:
-    return Kind("within", tol, relative)
+def within(tol: float, relative: bool = False, source: str = "") -> Kind:
+    return Kind("within", tol, relative, source)
 
 
-def at_most(tol: float, relative: bool = False) -> Kind:
+def at_most(tol: float, relative: bool = False, source: str = "") -> Kind:
     """At most ``tol`` more than the right side (a cost): a cheaper left side satisfies it."""
-    return Kind("at most", tol, relative)
+    return Kind("at most", tol, relative, source)
 
 
 UNSIGNED = ("within", "at most")  # kinds read on left - right whatever the metric's better direction
@@ -200,30 +206,60 @@ def combine(parts: list[Outcome]) -> tuple[str, Outcome]:
 
 
 # ----------------------------------------------------------------------------- familywise control
-# A grown grid (`bayesncl plan`) is judged in two looks: the familywise level split over them, so that the chance of a
-# false "holds" over both stays at ALPHA whatever the pilot made the planner add (docs/METHOD.md section 9).
+# A grown grid (`bayesncl plan`) is judged in two looks, the familywise level spent over them: LOOK_ALPHAS[0] at look
+# 1 (the pilot's seeds alone), the rest at look 2, which combines both stages (docs/METHOD.md section 9, "Planning").
 LOOK_ALPHAS = (0.01, 0.04)
+EARLY = LOOK_ALPHAS[0] / ALPHA  # the share of a comparison's level spent at look 1
+# The stages' weights in the inverse normal combination (Lehmacher and Wassmer 1999), fixed here before any pilot ran:
+# equal (w1^2 = w2^2 = 1/2), whatever the pilot showed or the planner added.
+STAGE_WEIGHTS = (math.sqrt(0.5), math.sqrt(0.5))
+# The family's graph (Bretz et al. 2009): the primary claims share the level; one that holds passes PASS_ON of its
+# level to the secondary claims and the rest to the other primary claims; a secondary claim that holds passes its
+# level to the other secondary claims.
+PASS_ON = 0.5
 HOLD, FAIL, OPEN = 1, -1, 0  # familywise decision codes
 
 
-def p_arrays(diff, se, dof, tol, kind: Kind) -> tuple[np.ndarray, np.ndarray]:
-    """(p for, p against) of ``p_values`` for arrays of comparisons of one kind (the simulations' form)."""
+def one_sided(diff, se, dof, tol, kind: Kind) -> np.ndarray:
+    """The one-sided t-tests a verdict's interval reads, their p-values not doubled: shape (2, 2, ...) = [for,
+    against] x [two tests]. "within": for = inside both bounds (both tests must clear), against = wholly outside
+    (either suffices); every other kind one test, given twice. A standard error of 0 (every difference equal) gives
+    0 or 1, beyond the bound or not (on it: 1, the strict rule); NaN without an interval."""
     from scipy import stats  # lazy: the report imports claims; scipy.stats costs ~0.3 s
 
     diff, se, dof, tol = (np.asarray(x, dtype=float) for x in (diff, se, dof, tol))
 
-    def above(b):  # H0: mean <= b
-        return np.minimum(1.0, 2.0 * stats.t.sf((diff - b) / se, dof))
+    def p(bound, above: bool):  # H0: mean <= bound (above), mean >= bound (below)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = (diff - bound) / se
+        return np.where((se == 0) & np.isnan(t), 1.0, stats.t.sf(t, dof) if above else stats.t.cdf(t, dof))
 
-    def below(b):  # H0: mean >= b
-        return np.minimum(1.0, 2.0 * stats.t.cdf((diff - b) / se, dof))
+    if kind.name == "within":
+        tests = ((p(-tol, True), p(tol, False)), (p(tol, True), p(-tol, False)))
+    elif kind.name == "at most":
+        tests = ((p(tol, False),) * 2, (p(tol, True),) * 2)
+    else:
+        tests = ((p(-tol, True),) * 2, (p(-tol, False),) * 2)
+    return np.array(tests, dtype=float)
 
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if kind.name == "within":
-            return np.maximum(above(-tol), below(tol)), np.minimum(above(tol), below(-tol))
-        if kind.name == "at most":
-            return below(tol), above(tol)
-        return above(-tol), below(-tol)
+
+def doubled(one) -> tuple[np.ndarray, np.ndarray]:
+    """(p for, p against) from ``one_sided``'s tests: doubled, so that p < ALPHA is the 95% interval's side clearing
+    its bound; "for" the larger of its two tests, "against" the smaller; at most 1."""
+    one = np.asarray(one, dtype=float)
+    return np.minimum(1.0, 2.0 * np.max(one[0], axis=0)), np.minimum(1.0, 2.0 * np.min(one[1], axis=0))
+
+
+def p_arrays(diff, se, dof, tol, kind: Kind) -> tuple[np.ndarray, np.ndarray]:
+    """(p for, p against) of ``p_values`` for arrays of comparisons of one kind (the simulations' form)."""
+    return doubled(one_sided(diff, se, dof, tol, kind))
+
+
+def stage_p(r: Outcome, kind: Kind) -> np.ndarray:
+    """``one_sided`` of one outcome: its (2, 2) tests, NaN without an interval."""
+    if not r.has_interval:
+        return np.full((2, 2), math.nan)
+    return one_sided(r.diff, r.se, r.dof, r.tol, kind)
 
 
 def p_values(r: Outcome, kind: Kind) -> tuple[float, float]:
@@ -233,76 +269,183 @@ def p_values(r: Outcome, kind: Kind) -> tuple[float, float]:
     [-tol, tol], the larger of its two p-values; "at most": below tol); "against" the opposite side of the same
     bound ("within": wholly outside it, the smaller). NaN without an interval; a degenerate interval (se 0) gives
     0 or 1 by its verdict."""
-    if not r.has_interval:
-        return math.nan, math.nan
-    if not r.se > 0:
-        return float(r.verdict != HOLDS), float(r.verdict != FAILS)
-    pf, pa = p_arrays(r.diff, r.se, r.dof, r.tol, kind)
+    pf, pa = doubled(stage_p(r, kind))
     return float(pf), float(pa)
 
 
-def holm(p) -> np.ndarray:
-    """Holm's step-down adjusted p-values (statsmodels' multipletests(method="holm"), transcribed) along the last
-    axis: sorted ascending, the i-th smallest (from 0) times (m - i), made non-decreasing, capped at 1; in the
-    input's order. NaN (a comparison without an interval) stays NaN and does not count in m."""
-    p = np.asarray(p, dtype=float)
-    m = np.sum(np.isfinite(p), axis=-1, keepdims=True)
-    order = np.argsort(np.where(np.isfinite(p), p, np.inf), axis=-1, kind="stable")
-    ranked = np.take_along_axis(p, order, axis=-1)
-    adjusted = np.fmax.accumulate(np.minimum(1.0, (m - np.arange(p.shape[-1])) * ranked), axis=-1)
-    adjusted = np.where(np.isfinite(ranked), adjusted, np.nan)
-    out = np.empty_like(adjusted)
-    np.put_along_axis(out, order, adjusted, axis=-1)
-    return out
+# ----------------------------------------------------------------------------- two looks: the combination test
+def _phi2(h, k, rho: float) -> np.ndarray:
+    """The bivariate standard normal cdf P(X <= h, Y <= k) at correlation ``rho`` by Owen's T function (Owen 1956):
+    (Phi(h) + Phi(k)) / 2 - T(h, a_h) - T(k, a_k) - [hk < 0] / 2, a_h = (k - rho h) / (h sqrt(1 - rho^2))."""
+    from scipy import special
+
+    h, k = np.broadcast_arrays(np.asarray(h, dtype=float), np.asarray(k, dtype=float))
+    h, k = np.where(h == 0, 1e-300, h), np.where(k == 0, 1e-300, k)  # the formula's limit at 0
+    s = math.sqrt(1.0 - rho * rho)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ah, ak = (k - rho * h) / (h * s), (h - rho * k) / (k * s)
+    out = (special.ndtr(h) + special.ndtr(k)) / 2 - special.owens_t(h, ah) - special.owens_t(k, ak)
+    return np.clip(out - np.where(h * k < 0, 0.5, 0.0), 0.0, 1.0)
 
 
-def gatekeep(p_for, p_against, primary, ran, alpha: float = ALPHA) -> tuple[np.ndarray, np.ndarray]:
-    """Serial gatekeeping over the last axis (one family per row): Holm at ``alpha`` over the primary comparisons
-    that ran, then over the others only where every primary one that ran holds. Returns (codes: HOLD, FAIL or
-    OPEN; controlled: False for the others where the gate stayed closed). NaN p: no interval (never decided,
-    not in m); a primary comparison that ran without an interval cannot hold and so keeps the gate closed."""
-    pf, pa = np.asarray(p_for, dtype=float), np.asarray(p_against, dtype=float)
-    primary, ran = np.broadcast_to(primary, pf.shape), np.broadcast_to(ran, pf.shape)
+def _after_look_one(level, z) -> np.ndarray:
+    """P(Z1 <= c1, w1 Z1 + w2 Z2 > z) for independent standard normal Z1, Z2 (the null), c1 = look 1's bound at the
+    one-sided ``level``: what look 2 spends of the level at the bound z."""
+    from scipy import special
 
-    def holm_codes(member):
-        af, aa = holm(np.where(member, pf, np.nan)), holm(np.where(member, pa, np.nan))
-        with np.errstate(invalid="ignore"):
-            return np.where(af < alpha, HOLD, np.where(aa < alpha, FAIL, OPEN))
-
-    first = holm_codes(primary & ran)
-    blocked = np.any(primary & ran & (first != HOLD), axis=-1, keepdims=True)
-    codes = np.where(primary, first, np.where(blocked, OPEN, holm_codes(~primary & ran)))
-    return np.where(ran, codes, OPEN), primary | ~blocked
+    level, z = np.asarray(level, dtype=float), np.asarray(z, dtype=float)
+    c1 = -special.ndtri(EARLY * level)
+    return special.ndtr(-z) - _phi2(-c1, -z, STAGE_WEIGHTS[0])  # P(sum > z) less P(Z1 > c1, sum > z)
 
 
-def two_looks(p1, ran1, p2, ran2, primary) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A grown grid's familywise decisions: look 1 (``p1`` = (p for, p against) on the pilot's seeds) gatekept at
-    LOOK_ALPHAS[0] decides what it can; look 2 (the added seeds alone) tests the rest at LOOK_ALPHAS[1], the
-    primary family first again: a primary comparison that held at look 1 counts as holding, one that did not hold,
-    or is open with no added seeds, keeps the gate closed. Returns (codes, controlled, look: 1 or 2 per
-    comparison)."""
-    c1, ctl1 = gatekeep(*p1, primary, ran1, LOOK_ALPHAS[0])
-    decided = ctl1 & (c1 != OPEN) & np.broadcast_to(ran1, c1.shape)
-    second = np.broadcast_to(ran2, c1.shape) & ~decided
-    c2, ctl2 = gatekeep(*p2, primary, second, LOOK_ALPHAS[1])
-    primary = np.broadcast_to(primary, c1.shape)
-    ran_any = np.broadcast_to(ran1, c1.shape) | np.broadcast_to(ran2, c1.shape)
-    stuck = primary & ran_any & ~(decided & (c1 == HOLD)) & ~(second & (c2 == HOLD))
-    ctl2 = ctl2 & ~(np.any(stuck, axis=-1, keepdims=True) & ~primary)
-    codes = np.where(decided, c1, np.where(second, c2, c1))
-    controlled = np.where(decided, True, np.where(second, ctl2, ctl1))
-    return codes, controlled, np.where(second, 2, 1)
+@functools.lru_cache(maxsize=4096)
+def look_two_bound(level: float) -> float:
+    """c2, look 2's bound on w1 z1 + w2 z2 at the one-sided ``level`` (a comparison's share of the family's, not
+    doubled): look 1 rejects where z1 > c1 (p1 < EARLY x level), look 2 where z1 <= c1 and the combination > c2; the
+    two together spend exactly ``level`` under the null."""
+    from scipy import optimize
+
+    return float(optimize.brentq(lambda c: float(_after_look_one(level, c)) - (1 - EARLY) * level, -40.0, 40.0,
+                                 xtol=1e-13))
+
+
+def look_two_rejects(one1, one2, level) -> tuple[np.ndarray, np.ndarray]:
+    """The two-stage design's decisions (for, against) at the doubled ``level`` (broadcast over the comparisons),
+    from each look's ``one_sided`` tests: a test rejects at look 1 where p1 < EARLY x level / 2, at look 2 where
+    w1 z1 + w2 z2 > look_two_bound(level / 2), z = the normal quantile 1 - p of each stage's own t-test (Lehmacher
+    and Wassmer 1999); "for" needs each of its tests, "against" one. A stage without an interval adds z = 0, no
+    evidence (still a valid test: look_two_bound / w is never below the level's own quantile); a test without an
+    interval at either look never rejects."""
+    from scipy import special
+
+    p1, p2 = np.asarray(one1, dtype=float), np.asarray(one2, dtype=float)
+    half = np.broadcast_to(np.asarray(level, dtype=float) / 2, p1.shape[2:])
+    values, where = np.unique(half, return_inverse=True)
+    c2 = np.array([look_two_bound(float(v)) if v > 0 else math.inf for v in values])[where.reshape(half.shape)]
+
+    def z(p):
+        return np.where(np.isnan(p), 0.0, -special.ndtri(np.clip(p, 1e-300, 1 - 1e-16)))
+
+    with np.errstate(invalid="ignore"):
+        each = (p1 < EARLY * half) | (STAGE_WEIGHTS[0] * z(p1) + STAGE_WEIGHTS[1] * z(p2) > c2)
+    each &= ~(np.isnan(p1) & np.isnan(p2))
+    return each[0].all(axis=0), each[1].any(axis=0)
+
+
+# ----------------------------------------------------------------------------- the family's graph
+def graph(primary, node) -> tuple[np.ndarray, np.ndarray]:
+    """The family's initial weights w (summing to 1 over its nodes) and transition matrix G (Bretz et al. 2009), over
+    the last axis: the nodes are the comparisons with a test (``node``); the primary ones share the weight, each
+    passing PASS_ON of it to the secondary ones and the rest to the other primary ones, equally (all of it to one
+    kind where the other has no node); a secondary node passes to the other secondary ones (a lone one to the
+    primary ones). Without a primary node the secondary ones share the weight equally: Holm's procedure."""
+    P = np.asarray(primary, dtype=bool) & np.asarray(node, dtype=bool)
+    S = ~np.asarray(primary, dtype=bool) & np.asarray(node, dtype=bool)
+    P, S = np.broadcast_arrays(P, S)
+    k, s = P.sum(axis=-1, keepdims=True).astype(float), S.sum(axis=-1, keepdims=True).astype(float)
+
+    def each(x):  # 1 / x, 0 where x is 0
+        return np.divide(1.0, x, out=np.zeros_like(x), where=x > 0)
+
+    w = np.where(P, each(k), np.where(k == 0, S * each(s), 0.0))
+    to_s = (np.where(k > 1, PASS_ON, 1.0) * each(s))[..., None]            # a primary node's, to each secondary
+    to_p = (np.where(s > 0, 1.0 - PASS_ON, 1.0) * each(k - 1))[..., None]  # ... to each other primary
+    back = (np.where(s == 1, 1.0, 0.0) * each(k))[..., None]               # a lone secondary's, to each primary
+    off = ~np.eye(P.shape[-1], dtype=bool)
+    Pi, Pj, Si, Sj = P[..., :, None], P[..., None, :], S[..., :, None], S[..., None, :]
+    G = (Pi & Pj & off) * to_p + (Pi & Sj) * to_s + (Si & Sj & off) * each(s - 1)[..., None] + (Si & Pj) * back
+    return w, G
+
+
+def _remove(w, G, j) -> tuple[np.ndarray, np.ndarray]:
+    """Bretz et al. 2009, Algorithm 1's update for node j (``j`` one-hot over the last axis; a row without one stays):
+    w_l += w_j g_jl; g_lk = (g_lk + g_lj g_jk) / (1 - g_lj g_jl) (0 where the denominator is 0); j's edges gone."""
+    j = np.asarray(j, dtype=bool)
+    act = j.any(axis=-1)
+    out_j = np.sum(G * j[..., :, None], axis=-2)  # g_jl, per l
+    into_j = np.sum(G * j[..., None, :], axis=-1)  # g_lj, per l
+    w = np.where(j, 0.0, w + np.sum(w * j, axis=-1, keepdims=True) * out_j)
+    num = G + into_j[..., :, None] * out_j[..., None, :]
+    den = (1.0 - into_j * out_j)[..., :, None]
+    new = np.divide(num, den, out=np.zeros_like(num), where=den > 1e-12)
+    keep = ~j[..., :, None] & ~j[..., None, :] & ~np.eye(G.shape[-1], dtype=bool)
+    return w, np.where(act[..., None, None], np.where(keep, new, 0.0), G)
+
+
+def graph_test(test, w, G, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Bretz et al. 2009, Algorithm 1 (the sequentially rejective graphical procedure) over the last axis: while some
+    node's test rejects at its weight x ``alpha``, reject it and pass its weight on (_remove). ``test``: the p-values
+    (a node rejects where p < its level; NaN never), or a function of the levels giving where each rejects (a test
+    that rejects at a level rejects at any higher one). Returns (rejected, the final weights). The order of the
+    rejections does not change the result."""
+    if not callable(test):
+        p = np.asarray(test, dtype=float)
+
+        def test(level):
+            with np.errstate(invalid="ignore"):
+                return p < level
+        shape = p.shape
+    else:
+        shape = np.broadcast_shapes(np.shape(w), np.shape(G)[:-1])
+    w = np.broadcast_to(w, shape).astype(float)
+    G = np.broadcast_to(G, shape + shape[-1:]).astype(float)
+    rejected = np.zeros(shape, dtype=bool)
+    for _ in range(shape[-1]):
+        can = ~rejected & (w > 0) & np.broadcast_to(test(w * alpha), shape)
+        if not can.any():
+            break
+        first = (np.cumsum(can, axis=-1) == 1) & can  # one a row: the first that can go
+        w, G = _remove(w, G, first)
+        rejected |= first
+    return rejected, w
+
+
+def passed_on(primary, node, removed) -> np.ndarray:
+    """The weights of ``graph(primary, node)`` once the nodes ``removed`` (say, the claims expected to hold) have
+    passed theirs on: each node's share of the level it is then tested at, at least."""
+    w, G = graph(primary, node)
+    for j in np.flatnonzero(np.asarray(removed, dtype=bool) & np.asarray(node, dtype=bool)):
+        w, G = _remove(w, G, np.arange(w.shape[-1]) == j)
+    return w
+
+
+def family_codes(test_for, test_against, primary, node, alpha: float = ALPHA) -> tuple[np.ndarray, np.ndarray]:
+    """The familywise decisions over the last axis: the graph's procedure at ``alpha`` on the tests for (HOLD) and,
+    apart, against (FAIL), each direction at the full level (doubled p: one-sided ALPHA / 2 each); a test as
+    graph_test takes it. Returns (codes, controlled: False for a node the graph gave no level in either direction)."""
+    w, G = graph(primary, node)
+    hold, w_for = graph_test(test_for, w, G, alpha)
+    fail, w_against = graph_test(test_against, w, G, alpha)
+    node = np.broadcast_to(node, hold.shape)
+    codes = np.where(hold, HOLD, np.where(fail, FAIL, OPEN))
+    return codes, ~node | hold | fail | (w_for > 0) | (w_against > 0)
+
+
+def two_looks(one1, one2, primary, alpha: float = ALPHA) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A grown grid's familywise decisions over the last axis from each look's ``one_sided`` tests (shape (2, 2,
+    ..., m); NaN where a look has no interval): the graph's procedure with each comparison's two-stage test
+    (look_two_rejects: look 1 spends EARLY of its level on the pilot's seeds, look 2 the rest on both stages), and
+    the same graph at look 1 alone. Returns (codes, controlled, look: 1 where look 1 decided or no seeds were
+    added, else 2)."""
+    one1, one2 = np.asarray(one1, dtype=float), np.asarray(one2, dtype=float)
+    node = np.isfinite(doubled(one1)[0]) | np.isfinite(doubled(one2)[0])
+    early = [p / EARLY for p in doubled(one1)]
+    first, _ = family_codes(early[0], early[1], primary, node, alpha)
+    codes, controlled = family_codes(lambda a: look_two_rejects(one1, one2, a)[0],
+                                     lambda a: look_two_rejects(one1, one2, a)[1], primary, node, alpha)
+    return codes, controlled, np.where((first != OPEN) | ~np.isfinite(doubled(one2)[0]), 1, 2)
 
 
 @dataclass(frozen=True)
 class Family:
-    """The familywise verdicts of a table (``verdicts``, in the input's order) and the gate: ``primary`` the
-    indices of the primary comparisons that ran, ``blocking`` those of them that do not hold familywise (the
-    secondary family is tested only when it is empty)."""
+    """The familywise verdicts of a table (``verdicts``, in the input's order): ``primary`` the indices of the primary
+    comparisons that ran, ``blocking`` those of them that do not hold familywise, ``secondary`` the level the
+    secondary family was tested at in all (what the primary claims that hold passed on)."""
     verdicts: list[str]
     primary: tuple[int, ...] = ()
     blocking: tuple[int, ...] = ()
     alpha: float = ALPHA
+    secondary: float = ALPHA
 
     @property
     def gate_open(self) -> bool:
@@ -318,14 +461,24 @@ def decision(verdict: str) -> str | None:
 
 
 def label(code: int, controlled: bool, plain: str, look: int | None = None) -> str:
-    """A familywise verdict in words: "holds (family)", "inconclusive (family, look 2)", or a secondary verdict the
-    gate left uncontrolled: the plain one, "holds (not controlled)"; "not run" stays."""
+    """A familywise verdict in words: "holds (family)", "inconclusive (family, look 2)", or, for a comparison the graph
+    gave no level, the plain verdict: "holds (not controlled)"; "not run" stays."""
     if plain == NOT_RUN:
         return NOT_RUN
     at = f", look {look}" if look else ""
     if not controlled:
         return f"{decision(plain) or 'inconclusive'} ({UNCONTROLLED}{at})"
     return {HOLD: HOLDS, FAIL: FAILS}.get(int(code), "inconclusive") + f" (family{at})"
+
+
+def make_family(verdicts: list[str], codes, node, primary, ran, alpha: float = ALPHA) -> Family:
+    """The Family of decided ``codes`` over the graph's nodes ``node``: its primary comparisons that ran, those that do
+    not hold, and the level the secondary family got from the primary ones that hold."""
+    prim, ran, node = (np.asarray(x, dtype=bool) for x in (primary, ran, node))
+    first = tuple(int(i) for i in np.flatnonzero(prim & ran))
+    held = prim & (np.asarray(codes) == HOLD)
+    secondary = alpha * float(np.sum(passed_on(prim, node, held)[~prim & node])) if len(prim) else alpha
+    return Family(verdicts, first, tuple(i for i in first if codes[i] != HOLD), alpha, secondary)
 
 
 def _p_lists(judged: Sequence[tuple[Outcome, Kind]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -336,16 +489,15 @@ def _p_lists(judged: Sequence[tuple[Outcome, Kind]]) -> tuple[np.ndarray, np.nda
 
 def family_verdicts(judged: Sequence[tuple[Outcome, Kind]], primary: Sequence[bool] | None = None,
                     alpha: float = ALPHA) -> Family:
-    """Each comparison's familywise verdict by serial gatekeeping (``gatekeep``): the primary comparisons
-    (``primary`` True; none: the whole table is one family) by Holm at ``alpha``; then, only when every primary
-    comparison that ran holds familywise, the others by Holm at ``alpha``; otherwise the others' plain verdicts,
-    marked "not controlled". "holds (family)" when the Holm-adjusted p for is below ``alpha``, "does not hold
-    (family)" when the adjusted p against is; "not run" as the plain verdict; else inconclusive."""
+    """Each comparison's familywise verdict by the family's graph (``graph``, ``family_codes``) at ``alpha``: the
+    primary comparisons (``primary`` True; none: the whole table is one family, Holm) share the level and pass it on
+    as they hold. "holds (family)" where the procedure rejects on the p for, "does not hold (family)" where it rejects
+    on the p against; a comparison the graph gave no level in either direction keeps its plain verdict, marked "not
+    controlled"; "not run" as the plain verdict; else inconclusive. Comparisons without an interval are no node."""
     prim = np.array(list(primary) if primary is not None else [False] * len(judged), dtype=bool)
     if not judged:
         return Family([], alpha=alpha)
     pf, pa, ran = _p_lists(judged)
-    codes, controlled = gatekeep(pf, pa, prim, ran, alpha)
+    codes, controlled = family_codes(pf, pa, prim, np.isfinite(pf), alpha)
     out = [label(c, k, r.verdict) for c, k, (r, _) in zip(codes, controlled, judged)]
-    first = tuple(int(i) for i in np.flatnonzero(prim & ran))
-    return Family(out, first, tuple(i for i in first if codes[i] != HOLD), alpha)
+    return make_family(out, codes, np.isfinite(pf), prim, ran, alpha)
