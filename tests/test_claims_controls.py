@@ -365,10 +365,10 @@ def test_a_twin_whose_id_another_config_holds_is_refused_naming_both():
     from bayesncl.config import ConfigError, resolve
 
     base = resolve()
-    trained = grid.Run("", copy.deepcopy(base), "NCL", ["table1"])
+    trained = grid.Run("", copy.deepcopy(base), {"table1": "NCL"}, ["table1"])
     trained.run_id = grid.run_id(trained.config, base)
     taken = grid.run_id(grid.init_config(base), base)
-    runs = {trained.run_id: trained, taken: grid.Run(taken, dict(base, seed=base["seed"] + 1), "other")}
+    runs = {trained.run_id: trained, taken: grid.Run(taken, dict(base, seed=base["seed"] + 1), {"table1": "other"})}
     with pytest.raises(ConfigError) as e:
         grid.plan_init_runs(runs, {rid: base for rid in runs})
     assert str(e.value) == (f"the untrained twin of run {trained.run_id} maps to run {taken!r}, another config")
@@ -403,7 +403,7 @@ def test_a_twin_is_the_runs_own_initialisation(tmp_path):
 
     runs = grid.expand_grid(_grid("tiny.yaml"))
     run = next(r for r in runs.values() if "table1" in r.sets and r.config["method"]["name"] == "bayesncl")
-    twin = next(r for r in runs.values() if "table1" in r.init_of and r.variant == run.variant)
+    twin = next(r for r in runs.values() if "table1" in r.init_of and r.labels["table1"] == run.labels["table1"])
     cfg = copy.deepcopy(twin.config)
     cfg["seed"] = run.config["seed"]
     saved = ckpt_io.load(pretrain(cfg, tmp_path, progress=False))["model"]

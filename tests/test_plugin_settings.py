@@ -11,6 +11,7 @@ import dataclasses
 import json
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -186,14 +187,16 @@ def test_run_ids_name_it_off_its_default_and_a_variant_or_a_sweep_gives_one_run_
         wf = _grid({"L1": {"method": {"name": "l1m"}}, "L1 x10": {"method": {"name": "l1m", "l1_weight": 0.01}}},
                    {"table1": {"variants": ["NCL", "L1", "L1 x10"]},
                     "figure4b": {"variants": ["L1"], "sweep": {"method.l1_weight": [0.0, 0.01]}}})
-        with pytest.warns(GridWarning, match="variant 'L1' resolves to the same run config as 'L1 x10'"):
-            runs = expand_grid(wf)  # the sweep's 0.01 is L1 x10's run: trained once
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", GridWarning)
+            runs = expand_grid(wf)  # the sweep's 0.01 is L1 x10's run: trained once, named by each set
         ids = sorted(r for r in runs if "/l1m/" in r and "epochs~0" not in r)
         assert ids == ["synthetic/l1m/l1_weight~0.01/seed~0", "synthetic/l1m/l1_weight~0/seed~0",
                        "synthetic/l1m/seed~0"]
         swept = runs["synthetic/l1m/l1_weight~0/seed~0"]
         assert swept.config["method"]["l1_weight"] == 0.0 and swept.sweeps == ["l1_weight"]
-        assert runs["synthetic/l1m/l1_weight~0.01/seed~0"].sets == ["table1", "figure4b"]  # one run, two sets
+        shared = runs["synthetic/l1m/l1_weight~0.01/seed~0"]  # one run, two sets, a name in each
+        assert shared.sets == ["figure4b", "table1"] and shared.labels == {"figure4b": "L1", "table1": "L1 x10"}
         # a value stated in the grid's defaults is the base the ids are read against (as for a package key), and
         # the other methods' runs never see it
         wf2 = _grid({"L1": {"method": {"name": "l1m"}}}, {"table1": {"variants": ["NCL", "L1"]}},

@@ -126,7 +126,7 @@ def test_summarize_one_row_per_grid_run_identity_from_the_grid(tmp_path):
     r = rows[MAIN_BAYES]
     assert (r["dataset"], r["arch"], r["method"], r["variant"], r["gate"]) == (
         "synthetic", "resnet18", "bayesncl", "BayesNCL (STE)", "ste")
-    assert r["sets"] == "table1;table2;table3;table4;table6;table7;figure3;figure4a;figure4b"
+    assert r["sets"] == "figure3;figure4a;figure4b;table1;table2;table3;table4;table6;table7"  # by name
     assert r["sweep"] == "proj_dim;rho"  # the default D and rho 0.8 are sweep points; lambda 3e-5 is not
     assert (r["rho"], r["lambda"], r["proj_dim"], r["seed"], r["head_depth"], r["detach"]) == (
         0.8, 3e-5, 16, 0, 2, 1.0)
@@ -158,7 +158,8 @@ def test_summarize_flattens_every_section(tmp_path):
         grid.evaluation_sections(runs["synthetic/cl/seed~0"]))
     r = rows[MAIN_BAYES]
     assert r["alive"] == 200 and r["bg_dominated_feature"] == 0.05 and (r["closed_bg"], r["closed_cls"]) == (0.7, 0.2)
-    assert (r["probe_top1"], r["probe_top5"], r["probe_protocol"]) == (73.0, 91.0, "fast")
+    at = list(runs).index(MAIN_BAYES)  # eval_content: top-1 70 + the run's position in the grid
+    assert (r["probe_top1"], r["probe_top5"], r["probe_protocol"]) == (70.0 + at, 91.0, "fast")
     assert r["ret_K"] == 8  # P@k: a fraction in retrieval.json, percent in runs.csv
     assert (r["ret_p1"], r["ret_p10"]) == (pytest.approx(60.0), pytest.approx(55.0))
     assert json.loads(r["ret_curve"]) == pytest.approx({"2": 40.0, "4": 50.0, "8": 55.0})
@@ -179,7 +180,8 @@ def test_summarize_flattens_every_section(tmp_path):
     assert topk["gate_curve"] == "" and math.isnan(topk["open_gates_last"]) and math.isnan(topk["closed_bg"])
     # Sections a run does not have are empty.
     cl = rows["synthetic/cl/seed~0"]
-    assert cl["sc"] == 30.0 and cl["probe_top1"] == 70.0 and math.isnan(cl["gflops"])
+    at = list(runs).index("synthetic/cl/seed~0")
+    assert cl["sc"] == 30.0 + at and cl["probe_top1"] == 70.0 + at and math.isnan(cl["gflops"])
     assert math.isnan(cl["ret_K"]) and math.isnan(cl["ret_p10"]) and cl["ret_curve"] == ""
     assert math.isnan(cl["bg_acc"]) and cl["bg_protocol"] == "" and cl["dyn_epochs"] == ""
 
@@ -219,7 +221,7 @@ def test_sweep_membership_is_the_grids(tmp_path):
                                             "sweep": {"method.rho": [0.5, 0.8], "method.lambda": [0.0, 3e-5]}})
     write_eval(wf)
     df = summ.summarize(wf)
-    assert _by_id(df)[MAIN_BAYES]["sweep"] == "proj_dim;rho;lambda"
+    assert _by_id(df)[MAIN_BAYES]["sweep"] == "proj_dim;lambda;rho"  # a set's swept keys by name
     fig4b = df[[("figure4b" in s.split(";")) for s in df["sets"]]]
     lam = summ.sweep_rows(fig4b, "lambda")
     assert sorted(lam["lambda"]) == [0.0, 3e-5] and set(lam["rho"]) == {0.8}
@@ -414,10 +416,10 @@ def test_table6_names_the_background_probes_protocol():
 
 def test_table2_from_summarize_retrieval_in_percent(tmp_path):
     wf = tiny_config(tmp_path / "results")
-    write_eval(wf)
+    at = list(write_eval(wf)).index("synthetic/ncl/dyn~1/seed~0")
     tex = tables.render_table(summ.summarize(wf), "table2")
-    # NCL is the grid's 2nd run: top-1 71; retrieval.json's fractions 0.60 .. 0.55 printed in percent.
-    assert _cells(tex, "NCL") == ["$71.00$", "$91.00$", "$60.00$", "$58.00$", "$57.00$", "$55.00$"]
+    # NCL's top-1: 70 + its position in the grid; retrieval.json's fractions 0.60 .. 0.55 printed in percent.
+    assert _cells(tex, "NCL") == [f"${70 + at:.2f}$", "$91.00$", "$60.00$", "$58.00$", "$57.00$", "$55.00$"]
     assert _cells(tex, "SimCLR")[2:] == ["--"] * 4 and "$K = 8$" in tex
 
 

@@ -722,7 +722,8 @@ def test_an_imported_checkpoint_is_a_run_of_the_grid_that_is_never_trained(train
     wf = _grid_with_import(tmp_path, run / "model.pt")
     runs = expand_grid(wf)
     (imp,) = [r for r in runs.values() if r.imported]
-    assert imp.variant == "BayesNCL (released)" and imp.sets == ["table1", "table2"]
+    assert imp.labels == {"table1": "BayesNCL (released)", "table2": "BayesNCL (released)"}
+    assert imp.sets == ["table1", "table2"]
     assert imp.run_id == f"synthetic/{cfg['method']['name']}/imported~BayesNCL_released/seed~0"
     assert imp.imported["sha256"] == released.sha256_file(wf["imported"][0]["checkpoint"])
     assert imp.config["model"] == cfg["model"] and imp.config["method"] == cfg["method"]

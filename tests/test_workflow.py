@@ -473,7 +473,7 @@ def test_n_seeds_takes_a_prefix_of_the_global_seed_list():
     runs = expand_grid(cfg)
     by_set = _seeds_by_set(runs)
     assert by_set["table1"] == {5, 6, 7} and by_set["table4"] == {5, 6} and by_set["figure4b"] == {7}
-    soft = {r.config["seed"] for r in runs.values() if r.variant == "Soft gate"}
+    soft = {r.config["seed"] for r in runs.values() if "Soft gate" in r.labels.values()}
     assert soft == {5, 6}  # an ablation-only variant: the first two seeds, not the last two
 
 
@@ -507,7 +507,7 @@ def test_demo_grid_seeds(sweeps):
     points: dict[tuple, set[int]] = {}  # (set, variant, D, lambda) -> seeds: every point of a table or sweep
     for run in runs.values():
         for set_name in run.sets:
-            key = (set_name, run.variant, run.config["model"]["proj_dim"], run.config["method"]["lambda"])
+            key = (set_name, run.labels[set_name], run.config["model"]["proj_dim"], run.config["method"]["lambda"])
             points.setdefault(key, set()).add(run.config["seed"])
     assert len(points) >= 25 and min(len(s) for s in points.values()) >= 3, \
         {k: v for k, v in points.items() if len(v) < 3}
