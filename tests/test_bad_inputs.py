@@ -1284,14 +1284,17 @@ NUMBER_KEYS = ("loss", "infonce", "kl", "open_gates", "lr", "epoch_seconds", "im
 @pytest.mark.parametrize("body,fault", [
     (b"\xff\xfe\x00", "{path}: not a text file (not UTF-8)"),
     (b'{"epoch": 1, "loss": 1.0}\nx\n', "{path} line 2: not JSON"),
-    (b"[1]\n", "{path} line 1: not a JSON object of an epoch's values"),
+    (b"[1]\n", "{path} line 1: [1] is not a JSON object of an epoch's values"),
     (b'{"epoch": 1}\n', "{path} line 1: no loss"),
     (b'{"epoch": "1", "loss": 1.0}\n', "{path} line 1: epoch '1' is not a whole number"),
-    (b'{"epoch": "' + b"1" * 30 + b'", "loss": 1.0}\n', "{path} line 1: epoch '" + "1" * 20 + "' is not a whole number"),
+    (b'{"epoch": "' + b"1" * 50 + b'", "loss": 1.0}\n', "{path} line 1: epoch '" + "1" * 36 + "... is not a whole number"),
     *[(json.dumps({"epoch": 1, "loss": 1.0, key: "x" * 30}).encode(),
-       f"{{path}} line 1: {key} '{'x' * 20}' is not a number") for key in NUMBER_KEYS],
-    *[(json.dumps({"epoch": 1, "loss": 1.0, key: None}).encode(), f"{{path}} line 1: {key} 'None' is not a number")
+       f"{{path}} line 1: {key} '{'x' * 30}' is not {'a number of seconds' if key == 'epoch_seconds' else 'a number'}")
+      for key in NUMBER_KEYS],
+    *[(json.dumps({"epoch": 1, "loss": 1.0, key: None}).encode(),
+       f"{{path}} line 1: {key} None is not {'a number of seconds' if key == 'epoch_seconds' else 'a number'}")
       for key in NUMBER_KEYS if key != "peak_mem_mb"],
+    (b'{"epoch": 1, "loss": 1.0, "epoch_seconds": -1}\n', "{path} line 1: epoch_seconds -1 is not a number of seconds"),
 ])
 def test_the_training_log_reader_names_each_fault_in_one_exact_line(tmp_path, body, fault):
     from bayesncl.errors import RunFileError

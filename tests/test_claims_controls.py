@@ -362,7 +362,8 @@ def test_every_run_of_an_init_set_gets_its_untrained_twin_and_nothing_else_chang
 
 
 def test_a_twin_whose_id_another_config_holds_is_refused_naming_both():
-    from bayesncl.config import ConfigError, resolve
+    from bayesncl.config import resolve
+    from bayesncl.errors import ConfigError
 
     base = resolve()
     trained = grid.Run("", copy.deepcopy(base), {"table1": "NCL"}, ["table1"])

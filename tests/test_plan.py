@@ -20,6 +20,7 @@ from bayesncl import grid, plan
 from bayesncl.plan import Plan
 from bayesncl.cli import main
 from bayesncl.report import claims_table, judge, verdicts as V
+from bayesncl.errors import ConfigError
 from helpers.claims import HOLDS, MAIN, frame, row
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,7 +182,7 @@ def test_the_plan_of_a_pilot_and_its_overlay():
     added = [r for r in runs.values() if "table1" in r.sets and r.config["seed"] >= 5]
     assert added and all("table1" not in r.pilot_of for r in added)
     assert all("table1" in r.pilot_of for r in runs.values() if "table1" in r.sets and r.config["seed"] < 5)
-    with pytest.raises(plan.ConfigError, match="already a second look"):
+    with pytest.raises(ConfigError, match="already a second look"):
         plan.make_plan(df, big)
 
 
@@ -246,7 +247,7 @@ def test_the_plans_words():
     assert next(line for line in text.splitlines() if line.startswith("synthetic  1a ")).split()[9] == "0.012"
     p.gpu, p.unpriced = "", "GPU-hours not priced: give --images"
     assert plan.render(p).endswith("\nGPU-hours not priced: give --images.\n")
-    with pytest.raises(plan.ConfigError) as e:
+    with pytest.raises(ConfigError) as e:
         plan.make_plan(df, plan.grown(wf, plan.overlay(p, wf)))
     assert str(e.value) == ("this grid is already a second look (its `plan:` names the pilot's seeds): the rule spends "
                             "its error over two looks, and a third is not planned; read its claims table")
@@ -298,9 +299,9 @@ def test_a_primary_not_run_does_not_close_the_plans_gate():
 def test_a_grown_grids_pilot_key_is_checked():
     wf = demo_grid()
     for bad in ([1], {"pilot": [0, 1]}):
-        with pytest.raises(plan.ConfigError, match=r"^plan.pilot: expected \{set: \[seeds\]\}, as `bayesncl plan`"):
+        with pytest.raises(ConfigError, match=r"^plan.pilot: expected \{set: \[seeds\]\}, as `bayesncl plan`"):
             grid.pilot_seeds({**wf, "plan": bad})
-    with pytest.raises(plan.ConfigError) as e:
+    with pytest.raises(ConfigError) as e:
         grid.pilot_seeds({**wf, "plan": {"pilot": {"table9": [0]}}})
     assert str(e.value) == ("plan.pilot.table9: the grid has no set 'table9'; the plan was written for another grid "
                             "(rerun `bayesncl plan` with this grid's --grid)")

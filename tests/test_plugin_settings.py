@@ -22,6 +22,7 @@ from bayesncl import plugins, registry
 from bayesncl.errors import ConfigError, RunFileError
 from bayesncl.grid import GridWarning, expand_grid, job_trigger, read_by, trigger_config, trigger_diff
 from helpers import grids
+from helpers.plugins import forget, registered
 
 ROOT = Path(__file__).resolve().parents[1]
 WEIGHT = {"l1_weight": registry.setting(1e-3, "the L1 penalty's weight", ge=0)}
@@ -29,12 +30,9 @@ WEIGHT = {"l1_weight": registry.setting(1e-3, "the L1 penalty's weight", ge=0)}
 
 @contextlib.contextmanager
 def plugin_method(name="l1m", settings=None, module="my_l1", **traits):
-    spec = registry.register_method(name, "NCL + L1", "bayesncl.methods:NCL", reads=("temperature", "nonneg"),
-                                    settings=WEIGHT if settings is None else settings, module=module, **traits)
-    try:
-        yield spec
-    finally:
-        registry.METHODS.unregister(name)
+    with registered():
+        yield registry.register_method(name, "NCL + L1", "bayesncl.methods:NCL", reads=("temperature", "nonneg"),
+                                       settings=WEIGHT if settings is None else settings, module=module, **traits)
 
 
 def _cfg(*sets, base=None):
@@ -170,15 +168,13 @@ def test_a_setting_named_as_a_package_key_is_refused():
         assert str(e.value) == ("method.rho: a plugin declares a setting where the package has the key method.rho; "
                                 "give the plugin's setting another name")
     # a dataset named as a key of the package's data block: its settings' block would be that key
-    registry.register_dataset("download", load=len, check=len, crop=8, needs_root=False, module="my_dl",
-                              settings={"size": registry.setting(8, "the side", ge=1)})
-    try:
+    with registered():
+        registry.register_dataset("download", load=len, check=len, crop=8, needs_root=False, module="my_dl",
+                                  settings={"size": registry.setting(8, "the side", ge=1)})
         with pytest.raises(ConfigError) as e:
             _cfg("data.dataset=download")
         assert str(e.value) == ("data.download.size: a plugin declares a setting where the package has the key "
                                 "data.download; give the plugin's setting another name")
-    finally:
-        registry.DATASETS.unregister("download")
 
 
 # -------------------------------------------------------------------------------------- ids, sweeps, triggers
@@ -265,13 +261,10 @@ def test_a_setting_added_with_its_old_value_reruns_nothing_and_completes_an_old_
 # ---------------------------------------------------------------------------------- a dataset's, a section's
 @contextlib.contextmanager
 def plugin_dataset(settings, **traits):
-    spec = registry.register_dataset("plugds", "Plug", load="bayesncl.data:_load_synthetic",
-                                      check="bayesncl.data:_check_synthetic", crop=16, needs_root=False,
-                                      settings=settings, module="my_ds", **traits)
-    try:
-        yield spec
-    finally:
-        registry.DATASETS.unregister("plugds")
+    with registered():
+        yield registry.register_dataset("plugds", "Plug", load="bayesncl.data:_load_synthetic",
+                                        check="bayesncl.data:_check_synthetic", crop=16, needs_root=False,
+                                        settings=settings, module="my_ds", **traits)
 
 
 def test_a_dataset_s_settings_are_its_block_in_its_runs_configs():
@@ -379,16 +372,16 @@ def plugin_file(tmp_path, name="plug_code", **fmt):
 
     def reload(**kw):
         write(**kw)
-        registry.METHODS.unregister(name)
+        forget(name)
         sys.modules.pop(name, None)
         plugins._LOADED.pop(name, None)
         plugins.load([name], [tmp_path])
 
     try:
-        reload()
-        yield reload
+        with registered():
+            reload()
+            yield reload
     finally:
-        registry.METHODS.unregister(name)
         sys.modules.pop(name, None)
         plugins._LOADED.pop(name, None)
         while str(tmp_path.resolve()) in sys.path:
@@ -613,9 +606,6 @@ def test_the_provenance_lists_each_plugin_s_settings_and_code(tmp_path, monkeypa
                                      "settings": {"method.l1_weight": 1e-3}}]
         registry.register_dataset("plug_ds", load=len, check=len, crop=8, module="plug_code",
                                   settings={"n": registry.setting(4, "images per class")})
-        try:
-            (entry,) = [p for p in _plugins() if p["module"] == "plug_code"]
-            assert entry["entries"][1:] == [{"kind": "dataset", "name": "plug_ds", "code": code,
-                                             "settings": {"data.plug_ds.n": 4}}]
-        finally:
-            registry.DATASETS.unregister("plug_ds")
+        (entry,) = [p for p in _plugins() if p["module"] == "plug_code"]
+        assert entry["entries"][1:] == [{"kind": "dataset", "name": "plug_ds", "code": code,
+                                         "settings": {"data.plug_ds.n": 4}}]

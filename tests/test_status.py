@@ -369,7 +369,7 @@ def test_without_the_grid_a_run_reads_its_recorded_config(tmp_path):
 
 # ------------------------------------------------------------------------------ issue 47: read what it can, say what it cannot
 BAD_FOLDERS = [  # (case, {file: content, None: a folder}, the row's note)
-    ("a binary log", {"log.jsonl": b"\x89PNG\r\n\x1a\n\xff\xfe\x00"}, "log.jsonl is not text (not UTF-8)"),
+    ("a binary log", {"log.jsonl": b"\x89PNG\r\n\x1a\n\xff\xfe\x00"}, "log.jsonl: not a text file (not UTF-8)"),
     ("a log line that is a list", {"log.jsonl": '{"epoch": 1, "loss": 4.0}\n[1, 2]\n'},
      "log.jsonl line 2: [1, 2] is not a JSON object"),
     ("a log line that is a string", {"log.jsonl": '"epoch"\n'}, "log.jsonl line 1: 'epoch' is not a JSON object"),
@@ -387,8 +387,8 @@ BAD_FOLDERS = [  # (case, {file: content, None: a folder}, the row's note)
     ("a zero batch", {"config.resolved.yaml": "train: {epochs: 4, batch_size: 0}\n"},
      "config.resolved.yaml: train.batch_size 0 is not a whole number above 0"),
     ("a config that is a list", {"config.resolved.yaml": "[1, 2]\n"}, "config.resolved.yaml: [1, 2] is not a mapping"),
-    ("a binary config", {"config.resolved.yaml": b"\xff\xfe\x00"}, "config.resolved.yaml is not text (not UTF-8)"),
-    ("a log that is a folder", {"log.jsonl": None}, "log.jsonl cannot be read (Is a directory)"),
+    ("a binary config", {"config.resolved.yaml": b"\xff\xfe\x00"}, "config.resolved.yaml: not a text file (not UTF-8)"),
+    ("a log that is a folder", {"log.jsonl": None}, "log.jsonl: cannot be read (Is a directory)"),
 ]
 
 

@@ -311,7 +311,7 @@ def test_bad_config_is_reported_with_its_key(tmp_path, edit, message):
     """What common.smk runs (schema, then bayesncl.grid), without a Snakemake process per case."""
     import jsonschema
 
-    from bayesncl.config import ConfigError
+    from bayesncl.errors import ConfigError
     from bayesncl.grid import expand_grid
 
     cfg = yaml.safe_load(_bad_config(tmp_path, edit).read_text())
@@ -442,7 +442,7 @@ def test_the_dag_build_prints_the_grid_notes(tmp_path):
 
 
 def test_sets_asking_different_dynamics_for_one_run_fail():
-    from bayesncl.config import ConfigError
+    from bayesncl.errors import ConfigError
     from bayesncl.grid import expand_grid
 
     cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
@@ -486,7 +486,7 @@ def test_seeds_from_the_snakemake_command_line_are_integers():
     as_text = expand_grid({**cfg, "seeds": ["5", "6"]})
     assert list(as_text) == list(as_ints) and any(rid.endswith("seed~6") for rid in as_text)
     assert {type(r.config["seed"]) for r in as_text.values()} == {int}
-    from bayesncl.config import ConfigError
+    from bayesncl.errors import ConfigError
 
     for bad, message in ((["5", "x"], "seeds: 'x' is not a seed"), ([5, "5"], "repeats a seed")):
         with pytest.raises(ConfigError, match=message):

@@ -123,7 +123,7 @@ def make_plan(df, wf: dict, rates: dict | None = None, sizes: dict[str, int] | N
     """The plan for the grid ``wf`` from its pilot runs.csv ``df`` (rates: bayesncl.estimate.measured_rates;
     None: no GPU-hours)."""
     from .grid import pilot_seeds, set_seeds
-    from .report.claims import LOOK_ALPHAS
+    from .report.verdicts import LOOK_ALPHAS
     from .report.judge import judge
     from .report.verdicts import FAMILY_FAILS, FAMILY_HOLDS, NOT_RUN, family_verdicts
 
@@ -248,7 +248,7 @@ def render(plan: Plan, titles: dict[str, str] | None = None) -> str:
     """The plan as the terminal shows it: one line per comparison, then the overlay's cost."""
     from tabulate import tabulate
 
-    from .report.claims import LOOK_ALPHAS
+    from .report.verdicts import LOOK_ALPHAS
 
     titles = titles or {}
     rows = []

@@ -126,10 +126,6 @@ class Registry(Generic[T]):
         self._specs[name] = spec
         return spec
 
-    def unregister(self, name: str) -> None:
-        """For tests that register a plugin and leave the registry as it was."""
-        self._specs.pop(name, None)
-
     def __getitem__(self, name: str) -> T:
         try:
             return self._specs[name]

@@ -20,3 +20,8 @@ def registered():
         for d, before in saved:
             d.clear()
             d.update(before)
+
+
+def forget(name: str) -> None:
+    """The method `name` unregistered (a plugin module about to be loaded again)."""
+    registry.METHODS._specs.pop(name, None)

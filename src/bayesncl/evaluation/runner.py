@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 from ..atomic import atomic_write_text
-from ..config import RUNTIME_KEYS, merge, nest, parse_set, resolve, validate
+from ..config import RUNTIME_KEYS, merge, resolve, validate
+from ..yamlio import nest, parse_set
 from ..errors import ConfigError
 from ..startup import mark_ready
 from .context import Context, clean, run_info

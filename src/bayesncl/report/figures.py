@@ -49,7 +49,7 @@ from .lines import (default_point, gate_points, group_key, line_points, mode, pa
 from .names import ARCH_NAMES, FIGURE_NAMES
 from .summary import prepare, sweep_rows
 
-__all__ = ["FIGURE_NAMES", "render_figures", "saturation_figure"]
+__all__ = ["render_figures", "saturation_figure"]
 
 
 

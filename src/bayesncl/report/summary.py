@@ -55,6 +55,7 @@ from ..config import DEFAULTS, RUN_KEYS, as_recorded, flatten, run_settings
 from ..errors import ConfigError, MetricsFileError
 from ..grid import Run, evaluation_sections, expand_grid
 from ..registry import METHODS
+from ..yamlio import json_object, read_text
 from .names import METRICS_JSON, is_main
 
 __all__ = ["COLUMNS", "check_identity", "prepare", "read_summary", "setting_columns", "summarize", "sweep_rows",
@@ -115,18 +116,13 @@ def _num(value: Any) -> float:
 
 def _read_json(path: Path, section: str | None, fix: str) -> dict:
     """The file's object, checked: a "run" object, and the ``section`` object when one is named."""
+    def fault(why: str) -> MetricsFileError:
+        return MetricsFileError(f"evaluation file {path}: {why}; {fix}")
+
     try:
-        text = path.read_text(encoding="utf-8")
+        data = json_object(read_text(path, fault), fault)
     except FileNotFoundError:
         raise MetricsFileError(f"evaluation file not found: {path}; {fix}") from None
-    except OSError as exc:
-        raise MetricsFileError(f"cannot read evaluation file {path}: {exc}; {fix}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MetricsFileError(f"evaluation file {path} is not valid JSON ({exc}); {fix}") from None
-    if not isinstance(data, dict):
-        raise MetricsFileError(f"evaluation file {path}: expected a JSON object, got {type(data).__name__}; {fix}")
     for key in ("run", section):
         if key is not None and not isinstance(data.get(key), dict):
             raise MetricsFileError(f"evaluation file {path}: no {key!r} object; {fix}")
