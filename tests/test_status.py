@@ -417,6 +417,23 @@ def test_a_bad_run_folder_is_a_row_saying_what_is_wrong(tmp_path, capsys, files,
     assert total.startswith("2 runs: 1 unreadable, 1 running; 2 of 0 epochs trained")
 
 
+@pytest.mark.parametrize("line", ['{"epoch": 1, "loss": null}', '{"epoch": "1", "loss": 4.0}', '{"loss": 4.0, "kl": "x"}',
+                                  '{"loss": 4.0, "epoch_seconds": -1}', '{"loss": true}', '[4.0]', '{"lr": [1]}'])
+def test_status_refuses_a_log_as_its_evaluation_does(tmp_path, line):
+    """One reader of the training log (bayesncl.rundir.read_log): what the evaluation refuses is the row's note,
+    in the same words; what it takes, status takes."""
+    from bayesncl.rundir import LogError, read_log
+
+    write_log(tmp_path / "r", [4.7])
+    (tmp_path / "r" / "log.jsonl").write_text(line + "\n")
+    with pytest.raises(LogError) as e:
+        read_log(tmp_path / "r")
+    row = run_status(tmp_path / "r", "r", now=NOW)
+    assert (row.state, row.note) == ("unreadable", f"log.jsonl{e.value.fault}; fix or remove it, then look again")
+    (tmp_path / "r" / "log.jsonl").write_text('{"epoch": 1, "loss": 4, "peak_mem_mb": null, "kl": 0}\n')
+    assert read_log(tmp_path / "r")[0]["loss"] == 4.0 and run_status(tmp_path / "r", "r", now=NOW).loss == 4.0
+
+
 def test_a_bad_log_in_the_plan_is_a_row_and_the_totals_still_count_it(interrupted, capsys):
     res, runs, ids = interrupted
     (res / "runs" / ids["bayesncl", 0] / "log.jsonl").write_text('{"loss": 4.0}\n"oops"\n')
