@@ -34,11 +34,11 @@ def measure(run: Path, big: int, sizes: list[int]) -> dict:
 
     from bayesncl import checkpoint as ckpt_io
     from bayesncl.config import merge
-    from bayesncl.yamlio import nest
     from bayesncl.data import load_split
     from bayesncl.evaluation import arrays as metrics
     from bayesncl.evaluation.linear import predict_logits, standardize, train_linear
     from bayesncl.runtime import embed
+    from bayesncl.yamlio import nest
 
     state = ckpt_io.load(run / "model.pt")
     cfg = merge(state["config"], nest({"data.synthetic.test_size": big}))

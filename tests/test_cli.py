@@ -21,11 +21,11 @@ import bayesncl.report
 import bayesncl.train
 from bayesncl.atomic import atomic_path, atomic_write_text, check_writable_dir
 from bayesncl.cli import build_parser, main
-from bayesncl.registry import METHODS
-from bayesncl.yamlio import parse_set
 from bayesncl.data import iter_batches, load_split
 from bayesncl.errors import (BayesNCLError, CheckpointError, ConfigError, DataError, MetricsFileError, MissingInputError,
                              OutputError)
+from bayesncl.registry import METHODS
+from bayesncl.yamlio import parse_set
 
 from helpers.datasets import WNIDS, in_cfg, write_imagenet
 

@@ -13,9 +13,9 @@ import bayesncl.data.synthetic as S
 from bayesncl import config as C
 from bayesncl import registry
 from bayesncl.config import DEFAULTS, RULES, resolve, validate
+from bayesncl.data import load_split
 from bayesncl.errors import ConfigError, DataError
 from bayesncl.yamlio import nest
-from bayesncl.data import load_split
 
 
 def _with(key: str, value) -> dict:

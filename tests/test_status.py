@@ -501,7 +501,7 @@ def shared_results():
 @pytest.mark.parametrize("where,note", [
     ("runs", "cannot read the folder {res}/runs (Permission denied); the runs in it are not counted"),
     ("run", "cannot read the folder {res}/runs/x/ncl/seed~0 (Permission denied)"),
-    ("log", "log.jsonl cannot be read (Permission denied)"),
+    ("log", "log.jsonl: cannot be read (Permission denied)"),
     ("eval", "eval/ cannot be read (Permission denied)"),
 ])
 def test_an_unreadable_folder_or_file_is_a_line_naming_it(shared_results, where, note):

@@ -50,8 +50,8 @@ def cmd_pretrain(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from .yamlio import parse_set
     from .evaluation.runner import evaluate
+    from .yamlio import parse_set
 
     for item in args.set:  # a bad value fails before the checkpoint is loaded
         parse_set(item)
@@ -192,8 +192,8 @@ def cmd_jobs(args) -> int:
 
 def cmd_make_synthetic(args) -> int:
     from .config import resolve
-    from .yamlio import parse_set
     from .data.synthetic import NAME as SYNTHETIC, get_synthetic, synthetic_cache_path
+    from .yamlio import parse_set
 
     for item in args.set:
         key = parse_set(item)[0]
@@ -263,8 +263,8 @@ def cmd_status(args) -> int:
 
 
 def cmd_estimate(args) -> int:
-    from .yamlio import parse_set
     from .estimate import estimate, measured_rates, render
+    from .yamlio import parse_set
     mark_ready()  # imports done: the work begins (bayesncl.startup)
 
     if args.gpu is None and args.measured is None:

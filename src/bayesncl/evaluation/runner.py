@@ -17,9 +17,9 @@ from pathlib import Path
 
 from ..atomic import atomic_write_text
 from ..config import RUNTIME_KEYS, merge, resolve, validate
-from ..yamlio import nest, parse_set
 from ..errors import ConfigError
 from ..startup import mark_ready
+from ..yamlio import nest, parse_set
 from .context import Context, clean, run_info
 from .sections import SECTIONS, applicable, check_applies
 

@@ -141,9 +141,9 @@ def load_run(run_dir: str | os.PathLike, data_sets: list[str] | tuple = (), load
     """A run folder's features.npz and test images; ``data_sets`` are ``data.*=value`` overrides (e.g. a
     dataset root that moved since training)."""
     from ..config import merge, resolve, validate
+    from ..data import load_split
     from ..errors import ConfigError
     from ..yamlio import nest, parse_set
-    from ..data import load_split
 
     run = Path(run_dir)
     cfg_path, feat_path = run / "config.resolved.yaml", run / "eval" / "features.npz"
