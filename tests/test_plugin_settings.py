@@ -167,6 +167,14 @@ def test_a_setting_named_as_a_package_key_is_refused():
             _cfg("method.name=l1m")
         assert str(e.value) == ("method.rho: a plugin declares a setting where the package has the key method.rho; "
                                 "give the plugin's setting another name")
+    # a name a run's records give another setting (runs.csv's width is model.width): refused too, the others taken
+    with plugin_method(settings={"width": registry.setting(2, "my width", ge=1)}):
+        with pytest.raises(ConfigError) as e:
+            _cfg("method.name=l1m")
+        assert str(e.value) == ("method.width: a plugin declares a setting named as the run's model.width in its "
+                                "records and runs.csv; give the plugin's setting another name")
+    with plugin_method(settings={"depth": registry.setting(2, "my depth", ge=1)}):
+        assert C.run_settings(_cfg("method.name=l1m"))["depth"] == 2
     # a dataset named as a key of the package's data block: its settings' block would be that key
     with registered():
         registry.register_dataset("download", load=len, check=len, crop=8, needs_root=False, module="my_dl",

@@ -144,3 +144,30 @@ def test_two_variants_of_one_set_that_are_one_run_keep_the_first_name_and_say_so
                          "trained once and its rows there show 'NCL + Lp'"}
         assert {run.labels["table1"] for run in runs.values() if "table1" in run.sets} == {
             "NCL", "NCL + Lp", "NCL + Lp (x10)"}
+
+
+def test_a_run_s_settings_are_those_it_recorded_with_a_column_for_every_method_setting(tmp_path):
+    """runs.csv reads a run's settings from its own record (features.json's config), not from today's grid: a run
+    trained at another value reads it (and is marked stale); every method setting has a column, a plugin's too."""
+    with registered():
+        _plugin()
+        grid, sweep = _overlays(tmp_path / "results")
+        _evaluated(merged(grid, sweep))
+        rid = "synthetic/lpm/seed~0"  # NCL + Lp at its default weight 1e-3, as the grid gives it today
+        path = tmp_path / "results" / "runs" / rid / "eval" / "features.json"
+        body = json.loads(path.read_text())
+        body["config"]["method"].update(lp_weight=5e-3, temperature=0.3)
+        path.write_text(json.dumps(body))
+        _runs_csv(merged(grid, sweep), tmp_path)
+        df = summary.read_summary(tmp_path / "runs.csv")
+        head = list(df.columns)
+        assert head[head.index("pilot_of") + 1:head.index("weights_sha")] == [
+            "width", "proj_dim", "gate", "detach", "head_depth", "nonneg", "rho", "lambda", "topk_k", "tau_g",
+            "head_lr", "temperature", "epochs", "seed"]
+        assert head[-2:] == ["lp_weight", "lp_power"]
+        rows = df[df["run_id"] == rid]
+        assert list(zip(rows["sets"], rows["lp_weight"], rows["temperature"])) == [("figure4b;table1", 5e-3, 0.3)]
+        assert json.loads(rows["stale"].iloc[0]) == {"method.lp_weight": [5e-3, 1e-3], "method.temperature": [0.3, 0.2],
+                                                     "code of method lpm": ["absent", "module my_lp (no file)"]}
+        ncl = df[df["method"] == "ncl"]
+        assert set(ncl["temperature"]) == {0.2} and ncl["lp_weight"].isna().all() and set(ncl["lp_power"].isna()) == {True}
