@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from bayesncl.report import document, judge, names, plots, provenance, summary, tables
+from bayesncl.report.cells import latex_escape
 from helpers.claims import full_grid
 from helpers.report import figure_row, gate_curve
 from helpers.processes import current
@@ -171,7 +172,7 @@ def test_write_document_inputs_every_table_and_figure_and_shows_the_papers_numbe
     assert "decisive verdicts survive the familywise control" in outcome
     (prov_rst,) = [p for p in written if p.name == "provenance.rst"]
     assert f"**Outcome.** {document.rst_text(outcome)}" in prov_rst.read_text()
-    assert document.latex_escape(outcome) in tex
+    assert latex_escape(outcome) in tex
     pages = document.report_pages(list(zip(full_grid()["dataset"], full_grid()["sets"])), stems)
     made = {p.relative_to(tmp_path / "report").as_posix() for p in written if "report" in p.parts}
     for page in pages:

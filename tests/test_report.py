@@ -72,9 +72,9 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from bayesncl import grid  # noqa: E402
-from bayesncl.errors import ConfigError  # noqa: E402
+from bayesncl.errors import ConfigError, MetricsFileError  # noqa: E402
 from bayesncl.report import summary as summ  # noqa: E402
-from bayesncl.report import tables  # noqa: E402
+from bayesncl.report import cells, tables  # noqa: E402
 from bayesncl.report.names import FIGURE_NAMES  # noqa: E402
 from helpers.report import GOLDEN, eval_content, tiny_config, write_eval  # noqa: E402
 
@@ -246,7 +246,7 @@ def test_summarize_errors_name_the_file_and_the_fix(tmp_path):
     folder = tmp_path / "results/runs/synthetic/topk_ncl/k~2/seed~0/eval"
 
     def fails(path: Path, *needles: str) -> str:
-        with pytest.raises(summ.MetricsFileError) as err:
+        with pytest.raises(MetricsFileError) as err:
             summ.summarize(wf)
         for needle in (str(path), *needles):
             assert needle in str(err.value), (needle, str(err.value))
@@ -515,13 +515,13 @@ def test_probe_protocol_note():
 
 
 def test_latex_escaping():
-    assert tables.latex_escape(r"a_b & 50% #1 $x$ {y} ~ ^ \z") == (
+    assert cells.latex_escape(r"a_b & 50% #1 $x$ {y} ~ ^ \z") == (
         r"a\_b \& 50\% \#1 \$x\$ \{y\} \textasciitilde{} \textasciicircum{} \textbackslash{}z")
     df = _frame([_row("Top-k_NCL & 50%", 0, sc=1.0, dataset="my_data")])
     tex = tables.render_table(df, "table1")
     assert r"Top-k\_NCL \& 50\% &" in tex and r"\textit{my\_data}" in tex
-    assert tables.caption_text("share (%) of $z^+$, a|b", "tex") == r"share (\%) of $z^+$, a|b"
-    assert tables.caption_text("share (%) of $z^+$, a|b", "md") == r"share (%) of z+, a\|b"
+    assert cells.caption_text("share (%) of $z^+$, a|b", "tex") == r"share (\%) of $z^+$, a|b"
+    assert cells.caption_text("share (%) of $z^+$, a|b", "md") == r"share (%) of z+, a\|b"
 
 
 def test_table3_dynamics_per_epoch():

@@ -23,7 +23,7 @@ from ..yamlio import nest, parse_set
 from .context import Context, clean, run_info
 from .sections import SECTIONS, applicable, check_applies
 
-__all__ = ["evaluate", "run_info"]
+__all__ = ["evaluate"]
 
 
 def _config(stored: dict, checkpoint: Path, sets, overrides: dict | None, expect_config) -> dict:

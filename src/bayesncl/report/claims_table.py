@@ -25,7 +25,7 @@ from .reading import reading, rows_of
 from .summary import prepare
 from .verdicts import ALPHA, FAILS, HOLDS, LOOK_ALPHAS, NOT_RUN, UNCONTROLLED, VERDICTS, Outcome, decision
 
-__all__ = ["CAPTION", "SAME_INIT", "build_claims", "claim_cells", "dataset_title", "family_tally", "gate_sentence",
+__all__ = ["CAPTION", "build_claims", "claim_cells", "dataset_title", "family_tally", "gate_sentence",
            "outcome", "print_outcome", "render_claims", "write_claims"]
 
 
