@@ -1306,6 +1306,18 @@ def test_the_training_log_reader_names_each_fault_in_one_exact_line(tmp_path, bo
     assert str(e.value) == fault.format(path=tmp_path / "log.jsonl") + f"; {FIX_LOG}"
 
 
+def test_the_training_log_reader_names_a_missing_log_and_cuts_a_long_value(tmp_path):
+    from bayesncl.errors import MissingInputError
+    from bayesncl.rundir import read_log, shown
+
+    with pytest.raises(MissingInputError) as e:
+        read_log(tmp_path)
+    assert str(e.value) == (f"{tmp_path / 'log.jsonl'} does not exist; it is written by `bayesncl pretrain --out "
+                            f"{tmp_path}`")
+    assert shown("x" * 38) == repr("x" * 38) and len(repr("x" * 38)) == 40  # 40 characters: whole
+    assert shown("x" * 39) == "'" + "x" * 36 + "..."  # 41: cut to 37 and the dots
+
+
 def test_the_training_log_reader_takes_what_the_trainer_writes(tmp_path):
     from bayesncl.rundir import read_log
 

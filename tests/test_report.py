@@ -142,6 +142,7 @@ def test_summarize_one_row_per_grid_run_identity_from_the_grid(tmp_path):
     # Numbers are each run's own files: sc = 30 + the run's position in the grid.
     assert list(df["sc"]) == [30.0 + i for i in range(len(runs))]
     assert list(df["weights_sha"]) == [f"sha{i:02d}" for i in range(len(runs))]
+    assert set(df["stale"]) == {""}  # each trained with what the grid gives it today (features.json's config)
     # An untrained twin names the sets it serves, ";"-joined like sets; a trained run serves none.
     assert [rows[rid]["init_of"] for rid in runs] == [";".join(run.init_of) for run in runs.values()]
     assert any(len(run.init_of) > 1 for run in runs.values()) and r["init_of"] == ""
@@ -282,6 +283,12 @@ def test_summarize_errors_name_the_file_and_the_fix(tmp_path):
     good = features.read_text()
     features.write_text(json.dumps({**json.loads(good), "run": {"dataset": "synthetic"}}))
     fails(features, "records no weights_sha", "--only features")
+    for config in ({}, {"config": None}):  # no config: its settings cannot be read
+        features.write_text(json.dumps({**{k: v for k, v in json.loads(good).items() if k != "config"}, **config}))
+        assert fails(features) == (
+            f"evaluation file {features} records no config, so the run's settings cannot be read; delete it and "
+            f"write it with `snakemake {features}` (or `bayesncl evaluate --checkpoint {folder.parent}/model.pt "
+            f"--out {folder} --only features`)")
     features.write_text(good)
     summ.summarize(wf)  # every file back: it reads
     (folder / "features.json").unlink()

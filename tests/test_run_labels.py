@@ -9,6 +9,7 @@ import json
 import warnings
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -171,3 +172,16 @@ def test_a_run_s_settings_are_those_it_recorded_with_a_column_for_every_method_s
                                                      "code of method lpm": ["absent", "module my_lp (no file)"]}
         ncl = df[df["method"] == "ncl"]
         assert set(ncl["temperature"]) == {0.2} and ncl["lp_weight"].isna().all() and set(ncl["lp_power"].isna()) == {True}
+
+
+def test_a_plugin_setting_named_as_another_column_takes_its_dotted_key():
+    """A method setting named as a runs.csv column already is (a measure's `sc`) is the column method.sc, numbers or
+    text as its kind; a name two methods declare is one column."""
+    with registered():
+        registry.register_method("scm", "SC", "bayesncl.methods:NCL", module="my_sc",
+                                 settings={"sc": registry.setting(0.5, "a weight"), "tag": registry.setting("a", "a tag")})
+        registry.register_method("scm2", "SC2", "bayesncl.methods:NCL", module="my_sc",
+                                 settings={"tag": registry.setting(1, "a number")})
+        assert summary.setting_columns() == {"sc": ("method.sc", False), "tag": ("tag", True)}
+        df = summary.prepare(pd.DataFrame({"method.sc": ["0.5"], "tag": ["a"], "other": ["1"]}))
+        assert df["method.sc"].tolist() == [0.5] and df["tag"].tolist() == ["a"] and df["other"].tolist() == ["1"]
