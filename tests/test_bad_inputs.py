@@ -1286,6 +1286,7 @@ NUMBER_KEYS = ("loss", "infonce", "kl", "open_gates", "lr", "epoch_seconds", "im
     (b'{"epoch": 1, "loss": 1.0}\nx\n', "{path} line 2: not JSON"),
     (b"[1]\n", "{path} line 1: [1] is not a JSON object of an epoch's values"),
     (b'{"epoch": 1}\n', "{path} line 1: no loss"),
+    (b'{"kl": 1}\n', "{path} line 1: no epoch, loss"),
     (b'{"epoch": "1", "loss": 1.0}\n', "{path} line 1: epoch '1' is not a whole number"),
     (b'{"epoch": "' + b"1" * 50 + b'", "loss": 1.0}\n', "{path} line 1: epoch '" + "1" * 36 + "... is not a whole number"),
     *[(json.dumps({"epoch": 1, "loss": 1.0, key: "x" * 30}).encode(),
@@ -1322,5 +1323,7 @@ def test_the_training_log_reader_takes_what_the_trainer_writes(tmp_path):
     from bayesncl.rundir import read_log
 
     (tmp_path / "log.jsonl").write_text(json.dumps({"epoch": 1, "loss": 4, "peak_mem_mb": None, "kl": 0}) + "\n\n"
-                                        + json.dumps({"infonce": 3.5}) + "\n")
-    assert read_log(tmp_path) == [{"epoch": 1, "loss": 4.0, "peak_mem_mb": None, "kl": 0.0}, {"infonce": 3.5}]
+                                        + json.dumps({"infonce": 3.5, "epoch_seconds": 0}) + "\n"
+                                        + json.dumps({"epoch_seconds": 0.5}) + "\n")
+    assert read_log(tmp_path) == [{"epoch": 1, "loss": 4.0, "peak_mem_mb": None, "kl": 0.0},
+                                  {"infonce": 3.5, "epoch_seconds": 0.0}, {"epoch_seconds": 0.5}]  # a quick epoch
