@@ -35,11 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def demo_config(method: str, gate: str = "ste", seed: int = 0, extra: list[str] | None = None) -> dict:
     """The resolved run config of one demo run (grid defaults <- dataset <- method)."""
     from bayesncl.config import resolve
-    from bayesncl.grid import _merged
+    from bayesncl.grid import merged
 
     with open(ROOT / "config/config.yaml") as fh:
         wf = yaml.safe_load(fh)
-    raw = _merged(wf["defaults"], wf["datasets"]["synthetic"], {"method": {"name": method, "gate": gate}},
+    raw = merged(wf["defaults"], wf["datasets"]["synthetic"], {"method": {"name": method, "gate": gate}},
                   {"seed": seed})
     return resolve(base=raw, sets=extra or [])
 

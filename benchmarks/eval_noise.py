@@ -33,11 +33,12 @@ def measure(run: Path, big: int, sizes: list[int]) -> dict:
     import torch
 
     from bayesncl import checkpoint as ckpt_io
-    from bayesncl.config import merge, nest
+    from bayesncl.config import merge
     from bayesncl.data import load_split
     from bayesncl.evaluation import arrays as metrics
     from bayesncl.evaluation.linear import predict_logits, standardize, train_linear
     from bayesncl.runtime import embed
+    from bayesncl.yamlio import nest
 
     state = ckpt_io.load(run / "model.pt")
     cfg = merge(state["config"], nest({"data.synthetic.test_size": big}))

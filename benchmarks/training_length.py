@@ -33,14 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_config(method: str, seed: int, epochs: int, every: int, test_size: int, threads: int) -> dict:
     from bayesncl.config import resolve
-    from bayesncl.grid import _merged
+    from bayesncl.grid import merged
 
     with open(ROOT / "config/config.yaml") as fh:
         wf = yaml.safe_load(fh)
     d = wf["defaults"]
     warm = max(1, round(epochs * d["train"]["warmup_epochs"] / d["train"]["epochs"]))
     variant = {"ncl": {"name": "ncl"}, "bayesncl": {"name": "bayesncl", "gate": "ste"}}[method]
-    raw = _merged(d, wf["datasets"]["synthetic"], {"method": variant}, {"seed": seed},
+    raw = merged(d, wf["datasets"]["synthetic"], {"method": variant}, {"seed": seed},
                   {"train": {"epochs": epochs, "warmup_epochs": warm, "dynamics_every": every, "threads": threads},
                    "data": {"synthetic": {"test_size": test_size}}})
     return resolve(base=raw)

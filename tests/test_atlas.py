@@ -11,10 +11,10 @@ import yaml
 
 from bayesncl import config as C
 from bayesncl.cli import main
+from bayesncl.evaluation.arrays import EPS
 from bayesncl.report import atlas
 
 ROOT = Path(__file__).resolve().parents[1]
-EPS = atlas.EPS
 
 
 def _features(n=60, d=12, classes=4, backgrounds=3, seed=0):

@@ -1353,14 +1353,18 @@ NUMBER_KEYS = ("loss", "infonce", "kl", "open_gates", "lr", "epoch_seconds", "im
 @pytest.mark.parametrize("body,fault", [
     (b"\xff\xfe\x00", "{path}: not a text file (not UTF-8)"),
     (b'{"epoch": 1, "loss": 1.0}\nx\n', "{path} line 2: not JSON"),
-    (b"[1]\n", "{path} line 1: not a JSON object of an epoch's values"),
+    (b"[1]\n", "{path} line 1: [1] is not a JSON object of an epoch's values"),
     (b'{"epoch": 1}\n', "{path} line 1: no loss"),
+    (b'{"kl": 1}\n', "{path} line 1: no epoch, loss"),
     (b'{"epoch": "1", "loss": 1.0}\n', "{path} line 1: epoch '1' is not a whole number"),
-    (b'{"epoch": "' + b"1" * 30 + b'", "loss": 1.0}\n', "{path} line 1: epoch '" + "1" * 20 + "' is not a whole number"),
+    (b'{"epoch": "' + b"1" * 50 + b'", "loss": 1.0}\n', "{path} line 1: epoch '" + "1" * 36 + "... is not a whole number"),
     *[(json.dumps({"epoch": 1, "loss": 1.0, key: "x" * 30}).encode(),
-       f"{{path}} line 1: {key} '{'x' * 20}' is not a number") for key in NUMBER_KEYS],
-    *[(json.dumps({"epoch": 1, "loss": 1.0, key: None}).encode(), f"{{path}} line 1: {key} 'None' is not a number")
+       f"{{path}} line 1: {key} '{'x' * 30}' is not {'a number of seconds' if key == 'epoch_seconds' else 'a number'}")
+      for key in NUMBER_KEYS],
+    *[(json.dumps({"epoch": 1, "loss": 1.0, key: None}).encode(),
+       f"{{path}} line 1: {key} None is not {'a number of seconds' if key == 'epoch_seconds' else 'a number'}")
       for key in NUMBER_KEYS if key != "peak_mem_mb"],
+    (b'{"epoch": 1, "loss": 1.0, "epoch_seconds": -1}\n', "{path} line 1: epoch_seconds -1 is not a number of seconds"),
 ])
 def test_the_training_log_reader_names_each_fault_in_one_exact_line(tmp_path, body, fault):
     from bayesncl.errors import RunFileError
@@ -1372,9 +1376,23 @@ def test_the_training_log_reader_names_each_fault_in_one_exact_line(tmp_path, bo
     assert str(e.value) == fault.format(path=tmp_path / "log.jsonl") + f"; {FIX_LOG}"
 
 
+def test_the_training_log_reader_names_a_missing_log_and_cuts_a_long_value(tmp_path):
+    from bayesncl.errors import MissingInputError
+    from bayesncl.rundir import read_log, shown
+
+    with pytest.raises(MissingInputError) as e:
+        read_log(tmp_path)
+    assert str(e.value) == (f"{tmp_path / 'log.jsonl'} does not exist; it is written by `bayesncl pretrain --out "
+                            f"{tmp_path}`")
+    assert shown("x" * 38) == repr("x" * 38) and len(repr("x" * 38)) == 40  # 40 characters: whole
+    assert shown("x" * 39) == "'" + "x" * 36 + "..."  # 41: cut to 37 and the dots
+
+
 def test_the_training_log_reader_takes_what_the_trainer_writes(tmp_path):
     from bayesncl.rundir import read_log
 
     (tmp_path / "log.jsonl").write_text(json.dumps({"epoch": 1, "loss": 4, "peak_mem_mb": None, "kl": 0}) + "\n\n"
-                                        + json.dumps({"infonce": 3.5}) + "\n")
-    assert read_log(tmp_path) == [{"epoch": 1, "loss": 4.0, "peak_mem_mb": None, "kl": 0.0}, {"infonce": 3.5}]
+                                        + json.dumps({"infonce": 3.5, "epoch_seconds": 0}) + "\n"
+                                        + json.dumps({"epoch_seconds": 0.5}) + "\n")
+    assert read_log(tmp_path) == [{"epoch": 1, "loss": 4.0, "peak_mem_mb": None, "kl": 0.0},
+                                  {"infonce": 3.5, "epoch_seconds": 0.0}, {"epoch_seconds": 0.5}]  # a quick epoch

@@ -34,7 +34,7 @@ def one(df, cid, dataset="synthetic"):
 
 
 # --------------------------------------------------------------------------- the rule, against scipy
-def reference(left, right, kind: claims.Kind, better: str = "up") -> dict:
+def reference(left, right, kind: verdicts.Kind, better: str = "up") -> dict:
     """METHOD.md section 9 written out with scipy.stats: ``left``/``right`` are (seed, value) pairs (right may
     be a constant); returns the test, n, the signed mean difference, the 95% interval and the verdict."""
     fin = lambda side: [(s, v) for s, v in side if math.isfinite(v)]  # noqa: E731
@@ -80,7 +80,7 @@ def reference(left, right, kind: claims.Kind, better: str = "up") -> dict:
     return {"verdict": verdict, "test": test, "n": n, "diff": diff, "low": lo, "high": hi, "tol": tol, "ref": ref}
 
 
-def agrees(got: claims.Outcome, want: dict) -> None:
+def agrees(got: verdicts.Outcome, want: dict) -> None:
     assert got.verdict == want["verdict"], (got, want)
     if want["verdict"] == NOT_RUN:
         assert got.test == ""
@@ -95,8 +95,8 @@ def agrees(got: claims.Outcome, want: dict) -> None:
 
 
 # Written from the spec, not read from bayesncl: ">" has no margin, ">=" a margin of 1 point.
-KINDS = {"better": claims.Kind("better", 0.0), "not worse": claims.Kind("not worse", 1.0),
-         "within": claims.Kind("within", 1.0), "within relative": claims.Kind("within", 0.06, relative=True)}
+KINDS = {"better": verdicts.Kind("better", 0.0), "not worse": verdicts.Kind("not worse", 1.0),
+         "within": verdicts.Kind("within", 1.0), "within relative": verdicts.Kind("within", 0.06, relative=True)}
 BASE = [10.0, 14.0, 9.0, 12.0]      # per seed: paired and unpaired tests differ on these
 NOISE = [-1.0, 0.5, 1.0, -0.5]
 
@@ -120,7 +120,7 @@ def test_rule_reaches_every_verdict_and_matches_scipy(kind, test, better):
             if better == "down":  # the same evidence, the claim stated the other way round
                 left, right = right, left
             want = reference(left, right, k, better)
-            got = claims.compare(left, right, k, better)
+            got = verdicts.compare(left, right, k, better)
             agrees(got, want)
             assert got.test == test
             reached.add(got.verdict)
@@ -139,7 +139,7 @@ def test_one_sample_rule_matches_scipy(kind, better, const):
         for spread, noise in ((0.02, NOISE), (0.3, NOISE), (0.3, NOISE[:2])):
             left = [(s, const + shift + spread * scale * e) for s, e in enumerate(noise)]
             want = reference(left, const, k, better)
-            got = claims.compare(left, const, k, better)
+            got = verdicts.compare(left, const, k, better)
             agrees(got, want)
             assert got.test == "one-sample" and got.has_interval
             reached.add(got.verdict)
@@ -157,7 +157,7 @@ def test_rule_matches_scipy_on_random_rows():
         kind = list(KINDS.values())[i % 4]
         better = "down" if i % 3 == 0 else "up"
         left, right = side(), side()
-        agrees(claims.compare(left, right, kind, better), reference(left, right, kind, better))
+        agrees(verdicts.compare(left, right, kind, better), reference(left, right, kind, better))
 
 
 def test_fewer_than_two_seeds_never_decide():
@@ -168,62 +168,62 @@ def test_fewer_than_two_seeds_never_decide():
                               ([(0, 1.0), (1, 1.5)], [(5, 10.0)], AGAINST)):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no variance of one value is taken (numpy would warn on the terminal)
-            got = claims.compare(left, right)
+            got = verdicts.compare(left, right)
         assert got.verdict == lean and got.test == "Welch" and not got.has_interval
         assert math.isnan(got.se) and math.isnan(got.dof)
     # One seed shared out of two each: not a paired test; Welch decides on both sides' seeds.
-    got = claims.compare([(0, 10.0), (1, 12.0)], [(1, 5.0), (2, 6.0)])
+    got = verdicts.compare([(0, 10.0), (1, 12.0)], [(1, 5.0), (2, 6.0)])
     assert got.test == "Welch" and got.n == (2, 2) and got.has_interval
     # A NaN seed leaves one pair: no pairing, Welch over each side's finite seeds.
-    got = claims.compare([(0, 10.0), (1, math.nan), (2, 13.0)], [(0, 5.0), (1, 6.0), (3, 4.0)])
+    got = verdicts.compare([(0, 10.0), (1, math.nan), (2, 13.0)], [(0, 5.0), (1, 6.0), (3, 4.0)])
     assert got.test == "Welch" and got.n == (2, 3)
-    assert claims.compare([(0, 1.0)], 0.0).verdict == FOR and not claims.compare([(0, 1.0)], 0.0).has_interval
+    assert verdicts.compare([(0, 1.0)], 0.0).verdict == FOR and not verdicts.compare([(0, 1.0)], 0.0).has_interval
     # No finite value on a side: not run.
-    assert claims.compare([(0, math.nan)], [(0, 1.0), (1, 2.0)]).verdict == NOT_RUN
-    assert claims.compare([], [(0, 1.0)]).verdict == NOT_RUN and claims.compare([], 0.0).verdict == NOT_RUN
+    assert verdicts.compare([(0, math.nan)], [(0, 1.0), (1, 2.0)]).verdict == NOT_RUN
+    assert verdicts.compare([], [(0, 1.0)]).verdict == NOT_RUN and verdicts.compare([], 0.0).verdict == NOT_RUN
     # Repeated seeds on a side cannot be paired.
-    assert claims.compare([(0, 1.0), (0, 2.0), (1, 3.0)], [(0, 0.0), (1, 0.5)]).test == "Welch"
+    assert verdicts.compare([(0, 1.0), (0, 2.0), (1, 3.0)], [(0, 0.0), (1, 0.5)]).test == "Welch"
 
 
 def test_std_zero_gives_a_degenerate_interval():
     flops_b, flops_n = 0.004567, 0.004502  # the demo's GFLOPs: equal on every seed
     for right_seeds in ((0, 1, 2), (5, 6, 7)):  # paired, Welch
-        got = claims.compare([(s, flops_b) for s in range(3)], [(s, flops_n) for s in right_seeds],
-                             claims.within(0.01, relative=True))
+        got = verdicts.compare([(s, flops_b) for s in range(3)], [(s, flops_n) for s in right_seeds],
+                             verdicts.within(0.01, relative=True))
         assert got.low == pytest.approx(flops_b - flops_n) and got.high == pytest.approx(flops_b - flops_n)
         assert got.verdict == FAILS  # 1.44% > 1%, decided like any interval (not NaN, not "inconclusive")
-        assert claims.compare([(s, flops_b) for s in range(3)], [(s, flops_n) for s in right_seeds],
-                              claims.within(0.02, relative=True)).verdict == HOLDS
-    same = claims.compare([(s, 2.0) for s in range(3)], [(s, 2.0) for s in range(3)])
+        assert verdicts.compare([(s, flops_b) for s in range(3)], [(s, flops_n) for s in right_seeds],
+                              verdicts.within(0.02, relative=True)).verdict == HOLDS
+    same = verdicts.compare([(s, 2.0) for s in range(3)], [(s, 2.0) for s in range(3)])
     assert (same.low, same.high, same.verdict) == (0.0, 0.0, AGAINST)  # a tie is no evidence for ">"
     # "within" is strict, as its familywise test (p < alpha): an interval touching the tolerance does not hold
     tie = [(s, 2.0) for s in range(3)]
-    assert claims.compare(tie, tie, claims.within(0.0)).verdict == FOR  # the lean: |0| <= 0
-    assert claims.compare(tie, tie, claims.within(0.1)).verdict == HOLDS
-    shifted = claims.compare([(s, 3.0 + s) for s in range(3)], [(s, 1.0 + s) for s in range(3)])
+    assert verdicts.compare(tie, tie, verdicts.within(0.0)).verdict == FOR  # the lean: |0| <= 0
+    assert verdicts.compare(tie, tie, verdicts.within(0.1)).verdict == HOLDS
+    shifted = verdicts.compare([(s, 3.0 + s) for s in range(3)], [(s, 1.0 + s) for s in range(3)])
     assert (shifted.low, shifted.high, shifted.verdict) == (2.0, 2.0, HOLDS)
 
 
 def test_direction_is_up_or_down():
     with pytest.raises(ValueError, match="better"):
-        claims.compare([(0, 1.0), (1, 2.0)], [(0, 0.0), (1, 1.0)], claims.BETTER, "higher")
+        verdicts.compare([(0, 1.0), (1, 2.0)], [(0, 0.0), (1, 1.0)], verdicts.BETTER, "higher")
 
 
 def test_combine_several_parts():
     def part(verdict, diff):
-        return claims.Outcome(verdict, "paired", (3,), diff)
-    assert claims.combine([part(HOLDS, 3), part(HOLDS, 1)])[0] == HOLDS
-    assert claims.combine([part(HOLDS, 3), part(FAILS, -1)])[0] == FAILS
-    assert claims.combine([part(FOR, 3), part(FAILS, -1)])[0] == FAILS
-    assert claims.combine([part(HOLDS, 3), part(FOR, 1)]) == (FOR, part(FOR, 1))
-    assert claims.combine([part(FOR, 3), part(AGAINST, -1)]) == (AGAINST, part(AGAINST, -1))
+        return verdicts.Outcome(verdict, "paired", (3,), diff)
+    assert verdicts.combine([part(HOLDS, 3), part(HOLDS, 1)])[0] == HOLDS
+    assert verdicts.combine([part(HOLDS, 3), part(FAILS, -1)])[0] == FAILS
+    assert verdicts.combine([part(FOR, 3), part(FAILS, -1)])[0] == FAILS
+    assert verdicts.combine([part(HOLDS, 3), part(FOR, 1)]) == (FOR, part(FOR, 1))
+    assert verdicts.combine([part(FOR, 3), part(AGAINST, -1)]) == (AGAINST, part(AGAINST, -1))
     # a lean against is weaker than a lean for whatever the differences ("within": leaning for at -0.9, against at 1.5)
-    assert claims.combine([part(FOR, -0.9), part(AGAINST, 1.5)]) == (AGAINST, part(AGAINST, 1.5))
-    assert claims.combine([part(FOR, 3), part(FOR, 1)])[1].diff == 1  # among equals, the smaller difference
-    assert claims.combine([part(HOLDS, 3), claims.Outcome(NOT_RUN)])[0] == NOT_RUN
+    assert verdicts.combine([part(FOR, -0.9), part(AGAINST, 1.5)]) == (AGAINST, part(AGAINST, 1.5))
+    assert verdicts.combine([part(FOR, 3), part(FOR, 1)])[1].diff == 1  # among equals, the smaller difference
+    assert verdicts.combine([part(HOLDS, 3), verdicts.Outcome(NOT_RUN)])[0] == NOT_RUN
     # "not run" is weaker than "does not hold", in either order (its diff is NaN, so only the rank decides)
-    assert claims.combine([part(FAILS, -1), claims.Outcome(NOT_RUN)])[0] == NOT_RUN
-    assert claims.combine([claims.Outcome(NOT_RUN), part(FAILS, -1)])[0] == NOT_RUN
+    assert verdicts.combine([part(FAILS, -1), verdicts.Outcome(NOT_RUN)])[0] == NOT_RUN
+    assert verdicts.combine([verdicts.Outcome(NOT_RUN), part(FAILS, -1)])[0] == NOT_RUN
 
 
 # --------------------------------------------------------------------------- through runs.csv rows
@@ -239,10 +239,10 @@ def test_claim_rows_judge_by_the_rule():
         bayes = [round(rng.uniform(20, 40), 2) for _ in range(rng.randint(0, 4))]
         ncl = [round(rng.uniform(20, 40), 2) for _ in range(rng.randint(1, 4))]
         c = one(_sc_pair(bayes, ncl), "1a")
-        agrees(c.result, reference(list(enumerate(bayes)), list(enumerate(ncl)), claims.BETTER))
+        agrees(c.result, reference(list(enumerate(bayes)), list(enumerate(ncl)), verdicts.BETTER))
         se = frame([row("BayesNCL (STE)", s, "table1", se_sum=v) for s, v in enumerate(bayes)]
                    + [row("NCL", s, "table1", se_sum=v) for s, v in enumerate(ncl)])
-        agrees(one(se, "1c").result, reference(list(enumerate(bayes)), list(enumerate(ncl)), claims.BETTER, "down"))
+        agrees(one(se, "1c").result, reference(list(enumerate(bayes)), list(enumerate(ncl)), verdicts.BETTER, "down"))
     # The issue's example: paired differences 5.19 / 3.40 / 1.88 do not decide "holds" on 3 seeds.
     c = one(_sc_pair([24.0 + 5.19, 22.0 + 3.40, 20.0 + 1.88], [24.0, 22.0, 20.0]), "1a")
     assert c.verdict == FOR and (round(c.result.low, 1), round(c.result.high, 1)) == (-0.6, 7.6)
@@ -406,8 +406,8 @@ WIRING = {
     "12b": ("train_minutes", (B, "table7"), (N, "table7"), "within 6% of the right", "up"),
 }
 WIRED_KINDS = {"better": KINDS["better"], "not worse": KINDS["not worse"], "within": KINDS["within"],
-               "within 1% of the right": claims.Kind("within", 0.01, relative=True),
-               "within 6% of the right": claims.Kind("within", 0.06, relative=True)}
+               "within 1% of the right": verdicts.Kind("within", 0.01, relative=True),
+               "within 6% of the right": verdicts.Kind("within", 0.06, relative=True)}
 
 
 def _side(rows, spec, metric, last=False, absolute=False):
@@ -440,25 +440,25 @@ def test_every_claim_reads_its_sets_metric_direction_and_points(order):
     assert [c.paper for c in tens] == ["", "", "$2\\times$ NCL at $D = 2048$"]
     for c, d in zip(tens, (16.0, 32.0, 2048.0)):
         left, right = _side(rows, (B, "figure4a", {"proj_dim": d}), "sc"), _side(rows, (N, "figure4a", {"proj_dim": d}), "sc")
-        agrees(c.result, reference(left, right, claims.BETTER))
+        agrees(c.result, reference(left, right, verdicts.BETTER))
         assert (c.left.stat.mean, c.right.stat.mean) == (pytest.approx(np.mean([v for _, v in left])),
                                                          pytest.approx(np.mean([v for _, v in right])))
     # 7: NCL's last-epoch correlations against 0, then |rho| of BayesNCL against NCL's (lower is the claim).
     for cid, key, better in (("7a", "dyn_af_gv", "up"), ("7b", "dyn_gv_sc", "down")):
         (c,) = comps[cid]
         left = _side(rows, (N, "table3"), key, last=True)
-        agrees(c.result, reference(left, 0.0, claims.BETTER, better))
+        agrees(c.result, reference(left, 0.0, verdicts.BETTER, better))
         assert c.left.label == N and c.left.stat.mean == pytest.approx(np.mean([v for _, v in left]))
     for cid, key in (("7c", "dyn_af_gv"), ("7d", "dyn_gv_sc")):
         (c,) = comps[cid]
         assert (c.left.label, c.right.label) == (B, N)
         agrees(c.result, reference(_side(rows, (B, "table3"), key, last=True, absolute=True),
-                                   _side(rows, (N, "table3"), key, last=True, absolute=True), claims.BETTER, "down"))
+                                   _side(rows, (N, "table3"), key, last=True, absolute=True), verdicts.BETTER, "down"))
     # 11: the best inner point (lambda 1e-5; rho 0.8) against each end, paired by seed; the weaker part shows.
     for cid, param, inner, ends in (("11a", "lambda", 1e-5, (0.0, 1e-4)), ("11b", "rho", 0.8, (0.5, 0.95))):
         (c,) = comps[cid]
         parts = [reference(_side(rows, (B, "figure4b", {param: inner, "sweep": param}), "sc"),
-                           _side(rows, (B, "figure4b", {param: e, "sweep": param}), "sc"), claims.BETTER) for e in ends]
+                           _side(rows, (B, "figure4b", {param: e, "sweep": param}), "sc"), verdicts.BETTER) for e in ends]
         weakest = min(parts, key=lambda p: (verdicts._STRENGTH[p["verdict"]], p["diff"]))
         agrees(c.result, weakest)
         assert (c.left.label, c.right.label) == (B, B)
@@ -649,7 +649,7 @@ def test_claims_not_run_anywhere_are_listed():
     assert sorted(every) == sorted(NOT_RUN_IDS)
     assert all(c.verdict == NOT_RUN for _, comps in blocks for c in comps)
     assert "Not run on any dataset" in claims_table.render_claims(df, "md")
-    assert claims.VERDICTS == (HOLDS, FOR, AGAINST, FAILS, NOT_RUN)
+    assert verdicts.VERDICTS == (HOLDS, FOR, AGAINST, FAILS, NOT_RUN)
 
 
 # --------------------------------------------------------------------------- flags
@@ -831,22 +831,22 @@ def test_within_an_interval_touching_the_tolerance():
     from bayesncl.report.verdicts import _judge
 
     for d in (1.0, -1.0):  # the degenerate interval [d, d] on the tolerance itself
-        got = claims.compare([(s, 10.0 + d) for s in range(3)], [(s, 10.0) for s in range(3)], claims.within(1.0))
+        got = verdicts.compare([(s, 10.0 + d) for s in range(3)], [(s, 10.0) for s in range(3)], verdicts.within(1.0))
         assert (got.low, got.high, got.verdict) == (d, d, FOR)
-        assert verdicts.family_verdicts([(got, claims.within(1.0))]).verdicts == ["inconclusive (family)"]
-    rel = claims.compare([(s, 3.0) for s in range(3)], [(s, 2.0) for s in range(3)], claims.within(0.5, relative=True))
+        assert verdicts.family_verdicts([(got, verdicts.within(1.0))]).verdicts == ["inconclusive (family)"]
+    rel = verdicts.compare([(s, 3.0) for s in range(3)], [(s, 2.0) for s in range(3)], verdicts.within(0.5, relative=True))
     assert (rel.tol, rel.verdict) == (1.0, FOR)  # 50% of the right side's 2.0: exactly 1.0
-    w = claims.within(1.0)
+    w = verdicts.within(1.0)
     assert _judge(w, 0.0, -1.0, 1.0, 1.0) == FOR and _judge(w, 0.0, -1.0 + 1e-9, 1.0 - 1e-9, 1.0) == HOLDS
     # an interval touching the bound from inside: the plain and the family verdicts agree (neither holds)
     spread = [(s, 10.0 + x) for s, x in enumerate((-0.5, 0.0, 0.5))]
-    touch = claims.compare(spread, [(s, 10.0) for s in range(3)], claims.within(1.0))
-    edge = claims.within(max(-touch.low, touch.high))
-    at_edge = claims.compare(spread, [(s, 10.0) for s in range(3)], edge)
+    touch = verdicts.compare(spread, [(s, 10.0) for s in range(3)], verdicts.within(1.0))
+    edge = verdicts.within(max(-touch.low, touch.high))
+    at_edge = verdicts.compare(spread, [(s, 10.0) for s in range(3)], edge)
     assert at_edge.verdict == FOR
     assert verdicts.family_verdicts([(at_edge, edge)]).verdicts == ["inconclusive (family)"]
-    wider = claims.within(edge.margin * (1 + 1e-9))
-    now = claims.compare(spread, [(s, 10.0) for s in range(3)], wider)
+    wider = verdicts.within(edge.margin * (1 + 1e-9))
+    now = verdicts.compare(spread, [(s, 10.0) for s in range(3)], wider)
     assert now.verdict == HOLDS and verdicts.family_verdicts([(now, wider)]).verdicts == ["holds (family)"]
     assert _judge(w, 1.5, 1.0, 2.0, 1.0) == AGAINST and _judge(w, -1.5, -2.0, -1.0, 1.0) == AGAINST
     assert _judge(w, 1.5, 1.0 + 1e-9, 2.0, 1.0) == FAILS and _judge(w, -1.5, -2.0, -1.0 - 1e-9, 1.0) == FAILS

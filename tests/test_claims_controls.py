@@ -18,6 +18,7 @@ import yaml
 from scipy import stats
 
 from bayesncl import grid
+from bayesncl.config import flatten
 from bayesncl.report import claims, claims_table, judge, verdicts
 from bayesncl.report.cells import Fmt
 from helpers import family as naive, grids
@@ -105,7 +106,7 @@ def test_the_graph_procedure_is_bretz_algorithm_1():
     assert not g[1].any() and not g[:, 1].any()
 
 
-@pytest.mark.parametrize("kind", [claims.BETTER, claims.NOT_WORSE, claims.within(1.0), verdicts.at_most(1.0)],
+@pytest.mark.parametrize("kind", [verdicts.BETTER, verdicts.NOT_WORSE, verdicts.within(1.0), verdicts.at_most(1.0)],
                          ids=lambda k: k.name)
 def test_p_values_are_scipys_one_sided_tests_and_agree_with_the_interval(kind):
     """p < 0.05 exactly when the plain rule decides in that direction: a family of one is the plain table."""
@@ -115,7 +116,7 @@ def test_p_values_are_scipys_one_sided_tests_and_agree_with_the_interval(kind):
         n = int(rng.integers(2, 7))
         left = rng.normal(rng.choice([-3.0, -1.0, 0.0, 0.6, 2.0]), rng.choice([0.3, 1.0, 3.0]), n)
         right = rng.normal(0.0, 1.0, n)
-        r = claims.compare(list(enumerate(left)), list(enumerate(right)), kind)
+        r = verdicts.compare(list(enumerate(left)), list(enumerate(right)), kind)
         want = paired_p(left - right, kind.margin, kind.name == "within", kind.name == "at most")
         got = verdicts.p_values(r, kind)
         assert np.allclose(got, want, rtol=1e-9, atol=1e-12), (got, want)
@@ -128,30 +129,30 @@ def test_welch_p_values_are_scipys_welch_tests():
     rng = np.random.default_rng(5)
     for _ in range(50):
         a, b = rng.normal(1.0, 1.0, 4), rng.normal(0.0, 2.0, 3)
-        r = claims.compare([(s, v) for s, v in enumerate(a)], [(10 + s, v) for s, v in enumerate(b)],
-                           claims.NOT_WORSE)
+        r = verdicts.compare([(s, v) for s, v in enumerate(a)], [(10 + s, v) for s, v in enumerate(b)],
+                           verdicts.NOT_WORSE)
         assert r.test == "Welch"
         want = [min(1.0, 2 * stats.ttest_ind(a + 1.0, b, equal_var=False, alternative=side).pvalue)
                 for side in ("greater", "less")]
-        assert np.allclose(verdicts.p_values(r, claims.NOT_WORSE), want, rtol=1e-9)
+        assert np.allclose(verdicts.p_values(r, verdicts.NOT_WORSE), want, rtol=1e-9)
 
 
 def test_untested_comparisons_stay_out_of_the_family():
-    one_seed = claims.compare([(0, 5.0)], [(0, 1.0)])
-    degenerate = claims.compare([(s, 2.0) for s in range(3)], [(s, 1.0) for s in range(3)])
-    assert math.isnan(verdicts.p_values(one_seed, claims.BETTER)[0])
-    assert verdicts.p_values(degenerate, claims.BETTER) == (0.0, 1.0)  # std 0: decided as its interval [1, 1]
-    got = verdicts.family_verdicts([(one_seed, claims.BETTER), (degenerate, claims.BETTER),
-                                    (claims.compare([], [(0, 1.0)]), claims.BETTER)])
+    one_seed = verdicts.compare([(0, 5.0)], [(0, 1.0)])
+    degenerate = verdicts.compare([(s, 2.0) for s in range(3)], [(s, 1.0) for s in range(3)])
+    assert math.isnan(verdicts.p_values(one_seed, verdicts.BETTER)[0])
+    assert verdicts.p_values(degenerate, verdicts.BETTER) == (0.0, 1.0)  # std 0: decided as its interval [1, 1]
+    got = verdicts.family_verdicts([(one_seed, verdicts.BETTER), (degenerate, verdicts.BETTER),
+                                    (verdicts.compare([], [(0, 1.0)]), verdicts.BETTER)])
     assert got.verdicts == ["inconclusive (family)", "holds (family)", NOT_RUN]
     # Holm's m counts only the comparisons with an interval: with two untested ones beside it, a p of 0.03
     # holds (m = 1); a third tested one doubles it (m = 2: 0.06, open).
-    mid = claims.compare([(s, v) for s, v in enumerate((0.2, 2.9, 1.6, 0.4, 2.4))], [(s, 0.0) for s in range(5)])
-    p = verdicts.p_values(mid, claims.BETTER)[0]
+    mid = verdicts.compare([(s, v) for s, v in enumerate((0.2, 2.9, 1.6, 0.4, 2.4))], [(s, 0.0) for s in range(5)])
+    p = verdicts.p_values(mid, verdicts.BETTER)[0]
     assert 0.025 < p < 0.05
-    assert verdicts.family_verdicts([(one_seed, claims.BETTER), (mid, claims.BETTER), (one_seed, claims.BETTER)]
+    assert verdicts.family_verdicts([(one_seed, verdicts.BETTER), (mid, verdicts.BETTER), (one_seed, verdicts.BETTER)]
                                     ).verdicts[1] == "holds (family)"
-    assert verdicts.family_verdicts([(mid, claims.BETTER), (mid, claims.BETTER)]).verdicts == \
+    assert verdicts.family_verdicts([(mid, verdicts.BETTER), (mid, verdicts.BETTER)]).verdicts == \
         ["inconclusive (family)"] * 2
 
 
@@ -245,11 +246,11 @@ def test_familywise_verdicts_are_the_graph_over_the_table(d_sc, d_probe, verdict
 def test_the_graph_on_its_own():
     """family_verdicts with primary flags: the primary comparisons share the level; one that holds passes half of it to
     the secondary ones; a primary one that is stuck no longer silences them; a primary one not run is no node."""
-    strong = claims.compare([(s, v) for s, v in enumerate(D_STRONG)], [(s, 0.0) for s in range(5)])
-    weak = claims.compare([(s, v) for s, v in enumerate(D_WEAK)], [(s, 0.0) for s in range(5)])
-    margin = claims.compare([(s, v) for s, v in enumerate(D_MARGINAL)], [(s, 0.0) for s in range(5)])
-    gone = claims.compare([], [(0, 1.0)])
-    b = claims.BETTER
+    strong = verdicts.compare([(s, v) for s, v in enumerate(D_STRONG)], [(s, 0.0) for s in range(5)])
+    weak = verdicts.compare([(s, v) for s, v in enumerate(D_WEAK)], [(s, 0.0) for s in range(5)])
+    margin = verdicts.compare([(s, v) for s, v in enumerate(D_MARGINAL)], [(s, 0.0) for s in range(5)])
+    gone = verdicts.compare([], [(0, 1.0)])
+    b = verdicts.BETTER
     p_margin, p_strong = verdicts.p_values(margin, b)[0], verdicts.p_values(strong, b)[0]
     assert 0.0125 < p_margin < 0.025 and p_strong < 0.00625
     fam = verdicts.family_verdicts([(strong, b), (margin, b), (margin, b)], [True, False, False])
@@ -267,10 +268,10 @@ def test_the_graph_on_its_own():
     fam = verdicts.family_verdicts([(strong, b), (weak, b), (gone, b)], [True, False, False])
     assert fam.verdicts == ["holds (family)", "inconclusive (family)", NOT_RUN]
     # a primary comparison without an interval is no node: it takes no level, and the secondary one holds at it all
-    one_seed = claims.compare([(0, 5.0)], [(0, 1.0)])
+    one_seed = verdicts.compare([(0, 5.0)], [(0, 1.0)])
     fam = verdicts.family_verdicts([(one_seed, b), (strong, b)], [True, False])
     assert fam.verdicts == ["inconclusive (family)", "holds (family)"]
-    fails = claims.compare([(s, -v) for s, v in enumerate(D_STRONG)], [(s, 0.0) for s in range(5)])
+    fails = verdicts.compare([(s, -v) for s, v in enumerate(D_STRONG)], [(s, 0.0) for s in range(5)])
     fam = verdicts.family_verdicts([(fails, b), (fails, b)], [True, False])
     assert fam.verdicts == ["does not hold (family)", "does not hold (family)"]  # the graph against, apart
 
@@ -385,7 +386,7 @@ def test_every_run_of_an_init_set_gets_its_untrained_twin_and_nothing_else_chang
         if wanted:
             assert twin is not None, run.run_id
             assert set(wanted) <= set(twin.init_of) and twin.config["train"]["epochs"] == 0
-            flat, flat_twin = grid.flatten(run.config), grid.flatten(twin.config)
+            flat, flat_twin = flatten(run.config), flatten(twin.config)
             assert {k for k in flat if flat[k] != flat_twin[k]} <= {"train.epochs", "train.dynamics_every"}
             if "table6" in wanted:
                 assert "background_probe" in grid.evaluation_sections(twin)
@@ -405,13 +406,14 @@ def test_every_run_of_an_init_set_gets_its_untrained_twin_and_nothing_else_chang
 
 
 def test_a_twin_whose_id_another_config_holds_is_refused_naming_both():
-    from bayesncl.config import ConfigError, resolve
+    from bayesncl.config import resolve
+    from bayesncl.errors import ConfigError
 
     base = resolve()
-    trained = grid.Run("", copy.deepcopy(base), "NCL", ["table1"])
+    trained = grid.Run("", copy.deepcopy(base), {"table1": "NCL"}, ["table1"])
     trained.run_id = grid.run_id(trained.config, base)
     taken = grid.run_id(grid.init_config(base), base)
-    runs = {trained.run_id: trained, taken: grid.Run(taken, dict(base, seed=base["seed"] + 1), "other")}
+    runs = {trained.run_id: trained, taken: grid.Run(taken, dict(base, seed=base["seed"] + 1), {"table1": "other"})}
     with pytest.raises(ConfigError) as e:
         grid.plan_init_runs(runs, {rid: base for rid in runs})
     assert str(e.value) == (f"the untrained twin of run {trained.run_id} maps to run {taken!r}, another config")
@@ -446,7 +448,7 @@ def test_a_twin_is_the_runs_own_initialisation(tmp_path):
 
     runs = grid.expand_grid(_grid("tiny.yaml"))
     run = next(r for r in runs.values() if "table1" in r.sets and r.config["method"]["name"] == "bayesncl")
-    twin = next(r for r in runs.values() if "table1" in r.init_of and r.variant == run.variant)
+    twin = next(r for r in runs.values() if "table1" in r.init_of and r.labels["table1"] == run.labels["table1"])
     cfg = copy.deepcopy(twin.config)
     cfg["seed"] = run.config["seed"]
     saved = ckpt_io.load(pretrain(cfg, tmp_path, progress=False))["model"]
@@ -466,7 +468,7 @@ def test_same_network_at_init_says_so_instead_of_a_training_verdict():
     comps = {c.claim: c for _, cs in judge.claims_rows(twins) for c in cs}
     assert comps["2a"].same_init and comps["2a"].init.diff == 0.0 and not comps["1a"].same_init
     cells = {k: claims_table.claim_cells(comps[k], Fmt("md")) for k in ("1a", "2a")}
-    assert cells["2a"]["training"] == claims_table.SAME_INIT == "same network at init"
+    assert cells["2a"]["training"] == claims.SAME_INIT == "same network at init"
     assert cells["1a"]["training"] == comps["1a"].change.verdict
     # the same values on all but one seed: a different network at init, and Training gives its verdict
     off = with_twins(df, lambda r: {"probe_top1": top0[int(r["seed"])] + (1e-9 if r["variant"] == B and

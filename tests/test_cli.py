@@ -21,9 +21,11 @@ import bayesncl.report
 import bayesncl.train
 from bayesncl.atomic import atomic_path, atomic_write_text, check_writable_dir
 from bayesncl.cli import build_parser, main
-from bayesncl.config import METHOD_NAMES, ConfigError, parse_set
-from bayesncl.data import DataError, iter_batches, load_split
-from bayesncl.errors import BayesNCLError, CheckpointError, MetricsFileError, MissingInputError, OutputError
+from bayesncl.data import iter_batches, load_split
+from bayesncl.errors import (BayesNCLError, CheckpointError, ConfigError, DataError, MetricsFileError, MissingInputError,
+                             OutputError)
+from bayesncl.registry import METHODS
+from bayesncl.yamlio import parse_set
 
 from helpers.datasets import WNIDS, in_cfg, write_imagenet
 
@@ -184,14 +186,7 @@ def test_failed_write_removes_only_its_own_temp(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- which errors are caught
-def test_project_errors_share_a_base_and_old_names():
-    import bayesncl.checkpoint  # noqa: F401 - its errors are CheckpointError
-    import bayesncl.config as config
-    import bayesncl.data as data
-    import bayesncl.report.summary as summary
-
-    assert config.ConfigError is ConfigError and data.DataError is DataError
-    assert summary.MetricsFileError is MetricsFileError
+def test_project_errors_share_a_base():
     for cls in (ConfigError, DataError, CheckpointError, OutputError, MetricsFileError, MissingInputError):
         assert issubclass(cls, BayesNCLError) and issubclass(cls, ValueError)  # old `except ValueError` still works
 
@@ -286,7 +281,7 @@ def _help(*argv) -> str:
 
 def test_help_describes_every_option_and_hides_internal_ones():
     pretrain = _help("pretrain")
-    for name in METHOD_NAMES:
+    for name in METHODS:
         assert name in pretrain
     assert "src/bayesncl/config.py" in pretrain and "docs/METHOD.md" in pretrain
     assert "--config-json" not in pretrain and "--out DIR" in pretrain
@@ -321,6 +316,8 @@ def test_evaluate_by_default_computes_what_the_run_has(tmp_path, tiny_sets, caps
 def test_summarize_checks_its_inputs_and_output(tmp_path, capsys):
     import yaml
 
+    from bayesncl.config import resolve
+
     grid = {"results": str(tmp_path / "results"), "seeds": [0], "defaults": {"model": {"proj_dim": 16}},
             "datasets": {"synthetic": {"data": {"dataset": "synthetic"}}},
             "variants": {"NCL": {"method": {"name": "ncl"}}}, "sets": {"table1": {"variants": ["NCL"]}}}
@@ -331,10 +328,13 @@ def test_summarize_checks_its_inputs_and_output(tmp_path, capsys):
     bodies = {"features": {"training": {"epochs": [1], "loss": [5.0]}},
               "interpretability": {"interpretability": {"sc": 20.0}}, "retrieval": {"retrieval": {"K": 8}},
               "linear_probe": {"linear_probe": {"top1": 50.0, "protocol": "fast"}}}
+    trained = resolve(sets=["method.name=ncl", "model.proj_dim=16"])  # what features.json records
+    bodies["features"]["config"] = trained
     for name, body in bodies.items():
         (evald / f"{name}.json").write_text(json.dumps({"run": run, **body}))
     twin = tmp_path / "results" / "runs" / "synthetic" / "ncl" / "epochs~0" / "seed~0" / "eval"  # the untrained twin
     twin.mkdir(parents=True)  # (bayesncl.grid.plan_init_runs) table1's runs have
+    bodies["features"]["config"] = {**trained, "train": {**trained["train"], "epochs": 0}}
     for name, body in bodies.items():
         (twin / f"{name}.json").write_text(json.dumps({"run": {**run, "weights_sha": "cd"}, **body}))
     out = tmp_path / "summary" / "runs.csv"

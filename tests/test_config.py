@@ -12,8 +12,10 @@ import torch
 import bayesncl.data.synthetic as S
 from bayesncl import config as C
 from bayesncl import registry
-from bayesncl.config import DEFAULTS, RULES, ConfigError, resolve, validate
-from bayesncl.data import LOADERS, DataError, load_split
+from bayesncl.config import DEFAULTS, RULES, resolve, validate
+from bayesncl.data import load_split
+from bayesncl.errors import ConfigError, DataError
+from bayesncl.yamlio import nest
 
 
 def _with(key: str, value) -> dict:
@@ -29,7 +31,7 @@ def _with(key: str, value) -> dict:
 def _accepts(key: str, value) -> bool:
     """Whether a run config with `key` = `value` resolves (the path a YAML file or `--set` takes)."""
     try:
-        resolve(base=C.nest({key: value}))
+        resolve(base=nest({key: value}))
     except ConfigError:
         return False
     return True
@@ -49,13 +51,10 @@ def test_defaults_round_trip_and_validate():
 def test_choices_come_from_the_definition():
     for name in registry.training_datasets():
         assert resolve(sets=[f"data.dataset={name}", "data.root=/data"])["data"]["dataset"] == name
-    for name in C.METHOD_NAMES:
+    for name in registry.METHODS:
         assert resolve(sets=[f"method.name={name}"])["method"]["name"] == name
-    from bayesncl.methods import CLASSES
-
-    assert tuple(CLASSES) == C.METHOD_NAMES
     # Waterbirds is read (background probe), never trained on.
-    assert "waterbirds" in LOADERS and "waterbirds" not in registry.training_datasets()
+    assert "waterbirds" in registry.DATASETS and "waterbirds" not in registry.training_datasets()
     with pytest.raises(ConfigError) as err:
         resolve(sets=["data.dataset=waterbirds", "data.root=/data"])
     assert str(err.value) == ("data.dataset: got 'waterbirds', expected one of "

@@ -23,7 +23,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from bayesncl.report import document, judge, plots, provenance, summary, tables
+from bayesncl.report import document, judge, names, plots, provenance, summary, tables
+from bayesncl.report.cells import latex_escape
 from helpers.claims import full_grid
 from helpers.report import figure_row, gate_curve
 from helpers.processes import current
@@ -149,12 +150,12 @@ def test_table_html_keeps_caption_bold_and_one_datasets_block():
 
 
 def test_write_document_inputs_every_table_and_figure_and_shows_the_papers_numbers(tmp_path):
-    from bayesncl.report import figures, write_report
+    from bayesncl.report import write_report
 
     csv = tmp_path / "runs.csv"
     full_grid().to_csv(csv, index=False)
     write_report(csv, tmp_path, echo=False, grid=ROOT / "config" / "tiny.yaml")
-    stems = list(figures.FIGURE_NAMES)
+    stems = list(names.FIGURE_NAMES)
     written = document.write_document(csv, tmp_path, grid=ROOT / "config" / "tiny.yaml", figures=stems)
     tex = (tmp_path / "report" / "report.tex").read_text()
     inputs = re.findall(r"^\\input\{(\w+)\}", tex, re.M)
@@ -171,12 +172,12 @@ def test_write_document_inputs_every_table_and_figure_and_shows_the_papers_numbe
     assert "decisive verdicts survive the familywise control" in outcome
     (prov_rst,) = [p for p in written if p.name == "provenance.rst"]
     assert f"**Outcome.** {document.rst_text(outcome)}" in prov_rst.read_text()
-    assert document.latex_escape(outcome) in tex
+    assert latex_escape(outcome) in tex
     pages = document.report_pages(list(zip(full_grid()["dataset"], full_grid()["sets"])), stems)
-    names = {p.relative_to(tmp_path / "report").as_posix() for p in written if "report" in p.parts}
+    made = {p.relative_to(tmp_path / "report").as_posix() for p in written if "report" in p.parts}
     for page in pages:
-        assert f"captions/{page.name}.rst" in names
-        assert (f"html/{page.name}.html" in names) == (page.category in ("Claims", "Tables"))
+        assert f"captions/{page.name}.rst" in made
+        assert (f"html/{page.name}.html" in made) == (page.category in ("Claims", "Tables"))
 
 
 def test_figures_carry_the_stamp_in_their_metadata(tmp_path):
@@ -186,7 +187,7 @@ def test_figures_carry_the_stamp_in_their_metadata(tmp_path):
 
     rows = [figure_row("BayesNCL (STE)", "bayesncl", 0, "table1", gate_curve=gate_curve(0.5, 0))]
     figures.render_figures(summary.prepare(pd.DataFrame(rows)), tmp_path, stamp="made by X (at Y)")
-    for stem in figures.FIGURE_NAMES:
+    for stem in names.FIGURE_NAMES:
         assert Image.open(tmp_path / f"{stem}.png").info["Comment"] == "made by X (at Y)"
         assert b"/Subject (made by X \\(at Y\\))" in (tmp_path / f"{stem}.pdf").read_bytes()
 

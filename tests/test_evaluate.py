@@ -12,7 +12,7 @@ import yaml
 from bayesncl import checkpoint as ckpt_io
 from bayesncl import config as C
 from bayesncl.cli import main
-from bayesncl.errors import BayesNCLError, DataError, MissingInputError
+from bayesncl.errors import BayesNCLError, ConfigError, DataError, MissingInputError
 from bayesncl.evaluation.runner import evaluate
 from bayesncl.evaluation.sections import SECTIONS
 from bayesncl.evaluation.sections import applicable
@@ -191,7 +191,7 @@ def test_sections_that_do_not_apply(tmp_path):
     pretrain(cfg, tmp_path, progress=False)
     written = evaluate(tmp_path / "model.pt", tmp_path / "e", progress=False)
     assert "retrieval.json" not in {p.name for p in written}
-    with pytest.raises(C.ConfigError, match="not reported for SimCLR"):
+    with pytest.raises(ConfigError, match="not reported for SimCLR"):
         evaluate(tmp_path / "model.pt", tmp_path / "e", only=["retrieval"], progress=False)
 
 
@@ -328,9 +328,9 @@ def test_empty_split_is_a_clear_error(trained, tmp_path, monkeypatch):
 
 
 def test_only_eval_and_data_keys_can_be_overridden(trained, tmp_path):
-    with pytest.raises(C.ConfigError, match="method"):
+    with pytest.raises(ConfigError, match="method"):
         evaluate(trained[0] / "model.pt", tmp_path, sets=["method.rho=0.5"], progress=False)
-    with pytest.raises(C.ConfigError, match="train"):
+    with pytest.raises(ConfigError, match="train"):
         evaluate(trained[0] / "model.pt", tmp_path, overrides={"train": {"epochs": 3}}, progress=False)
 
 
@@ -339,7 +339,7 @@ def test_missing_dynamics_fail_loudly(tmp_path):
 
     sets = TINY + ["method.name=ncl", "train.epochs=1", "train.max_steps_per_epoch=1"]
     pretrain(C.resolve(sets=sets), tmp_path, progress=False)
-    with pytest.raises(C.ConfigError, match="recorded no gradient dynamics"):
+    with pytest.raises(ConfigError, match="recorded no gradient dynamics"):
         evaluate(tmp_path / "model.pt", tmp_path / "e", only=["dynamics"], progress=False)
     # dynamics_every is part of the run's identity: a finished run is not silently reused without them
     with pytest.raises(BayesNCLError, match="train.dynamics_every: 0 != 1"):  # another run: refused (issue 47)

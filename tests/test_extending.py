@@ -45,6 +45,42 @@ def write_images(root: Path, classes=("circle", "square", "stripes"), train=12, 
                 Image.fromarray(img).save(root / split / c / f"{i:03d}.png")
 
 
+def page_imports() -> dict[str, list[str]]:
+    """{module: names} of the page's table "What a plugin imports"."""
+    table = PAGE.read_text().split("### What a plugin imports", 1)[1].split("\n## ", 1)[0]
+    out = {}
+    for first, names in re.findall(r"^\| `(from [^`]+)` \| (.*) \|$", table, re.M):
+        module = "bayesncl.registry" if first == "from bayesncl import registry" else first.split()[1]
+        out[module] = [n.split(".")[-1] for n in re.findall(r"`([\w.]+)`", names)]
+    return out
+
+
+def test_each_name_a_plugin_imports_has_one_home_the_page_names():
+    """The table's names import from the module it gives, which defines them (bayesncl.data: its own module's
+    ImageSet); the page's own files import nothing else of the package."""
+    import ast
+    import importlib
+    import inspect
+
+    table = page_imports()
+    assert set(table) == {"bayesncl.registry", "bayesncl.methods", "bayesncl.losses", "bayesncl.data",
+                          "bayesncl.errors", "bayesncl.evaluation.sections", "bayesncl.evaluation.context",
+                          "bayesncl.report.cells"}
+    for module, names in table.items():
+        mod = importlib.import_module(module)
+        for name in names:
+            home = getattr(mod, name)
+            where = getattr(home, "__module__", None) or module  # a constant (METRICS): defined where it is read
+            assert where == module or where.startswith(module + "."), (module, name, where)
+            assert name in inspect.getsource(importlib.import_module(where)), (module, name)
+    for text in page_files().values():
+        if text.lstrip().startswith(("#", '"""')) and "import" in text:
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bayesncl"):
+                    listed = table.get(node.module) or ([] if node.module != "bayesncl" else ["registry"])
+                    assert all(a.name in listed for a in node.names), ast.unparse(node)
+
+
 def test_the_page_has_the_files_and_the_command_this_test_runs():
     files = page_files()
     assert set(files) == {"my_method.py", "my_measure.py", "my_grid.yaml"}

@@ -18,8 +18,10 @@ import torch
 from PIL import Image
 
 import bayesncl.data.imagenet as I
+from bayesncl.data import prepared
 from bayesncl.cli import main as cli_main
-from bayesncl.data import DataError, iter_batches, load_split
+from bayesncl.data import iter_batches, load_split
+from bayesncl.errors import DataError
 from bayesncl.data.imagenet import (PreparedImages, decode_image, load_imagenet100, prepare_imagenet100,
                                     prepared_manifests)
 from helpers.processes import current
@@ -201,7 +203,7 @@ def test_prepare_errors_name_the_path_and_layout(tree, tmp_path, monkeypatch):
     bad.write_bytes(b"not a jpeg")
     with pytest.raises(DataError, match=f"{bad}: cannot decode image"):
         prepare_imagenet100(tree, "train", **kw(tmp_path), workers=2)
-    monkeypatch.setattr(I.shutil, "disk_usage", lambda p: type("U", (), {"free": 10})())
+    monkeypatch.setattr(prepared.shutil, "disk_usage", lambda p: type("U", (), {"free": 10})())  # where it is read
     with pytest.raises(DataError, match=r"GiB needed .* set data.cache_dir"):
         prepare_imagenet100(tree, "test", **kw(tmp_path))
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from matplotlib.collections import LineCollection, PolyCollection
 
-from bayesncl.report import drawing, figures, lines
+from bayesncl.report import drawing, figures, lines, names
 from bayesncl.report import summary as summ
 from helpers.report import figure_row, gate_curve
 
@@ -138,9 +138,9 @@ def test_gates_figure_mean_over_seeds_and_lambda_sweep(frame):
 
 def test_render_writes_every_figure_even_without_runs(tmp_path, frame):
     paths = figures.render_figures(frame, tmp_path / "full", ("png",))
-    assert sorted(p.name for p in paths) == sorted(f"{n}.png" for n in figures.FIGURE_NAMES)
+    assert sorted(p.name for p in paths) == sorted(f"{n}.png" for n in names.FIGURE_NAMES)
     empty = summ.prepare(pd.DataFrame([figure_row("A", "ncl", 0, "table1")]))
-    assert len(figures.render_figures(empty, tmp_path / "empty", ("pdf",))) == len(figures.FIGURE_NAMES)
+    assert len(figures.render_figures(empty, tmp_path / "empty", ("pdf",))) == len(names.FIGURE_NAMES)
     for p in (tmp_path / "empty").iterdir():
         assert b"CreationDate" not in p.read_bytes()
 

@@ -125,15 +125,14 @@ def test_estimate_grid_reads_gating_and_the_family_from_the_registry(gc):
              "data.root=/x"]
     tput = {"ncl": {"img_per_s": 1000.0, "gflops_fwd_per_view": 1.0},
             "bayesncl": {"img_per_s": 500.0, "gflops_fwd_per_view": 1.0}}
-    registry.register_method("gated_plug", "G", impl="bayesncl.methods:BayesNCL", gated=True, module="plug_g",
-                             reads=registry.METHODS["bayesncl"].reads)
-    registry.register_method("plain_plug", "P", impl="bayesncl.methods:NCL", module="plug_g")
-    try:
+    from helpers.plugins import registered
+
+    with registered():
+        registry.register_method("gated_plug", "G", impl="bayesncl.methods:BayesNCL", gated=True, module="plug_g",
+                                 reads=registry.METHODS["bayesncl"].reads)
+        registry.register_method("plain_plug", "P", impl="bayesncl.methods:NCL", module="plug_g")
         hours = {m: gc.estimate_grid([resolve(sets=small + [f"method.name={m}"])], tput)["pretrain_gpu_hours"]
                  for m in ("bayesncl", "gated_plug", "ncl", "plain_plug")}
-    finally:
-        registry.METHODS.unregister("gated_plug")
-        registry.METHODS.unregister("plain_plug")
     assert hours["gated_plug"] == hours["bayesncl"] and hours["plain_plug"] == hours["ncl"]
     assert hours["bayesncl"] > hours["ncl"]
     with pytest.raises(Exception, match=r"^no measured rate of a gated method among \['ncl'\]"):

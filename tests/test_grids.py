@@ -28,8 +28,8 @@ def test_every_grid_is_valid_and_expands(name):
 def test_the_miniature_is_the_demo_trained_longer():
     demo = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     mini = yaml.safe_load((ROOT / "config" / "miniature.yaml").read_text())
-    runs = {(r.variant, r.config["seed"]): r.config for r in expand_grid(demo).values() if "table1" in r.sets}
-    longer = {(r.variant, r.config["seed"]): r.config for r in expand_grid(mini).values() if "table1" in r.sets}
+    runs = {(r.labels["table1"], r.config["seed"]): r.config for r in expand_grid(demo).values() if "table1" in r.sets}
+    longer = {(r.labels["table1"], r.config["seed"]): r.config for r in expand_grid(mini).values() if "table1" in r.sets}
     assert set(longer) <= set(runs) and {v for v, _ in longer} == {"NCL", "BayesNCL (STE)"}
     assert {s for _, s in longer} == set(range(5))  # the main comparison's 5 seeds
     for key, cfg in longer.items():

@@ -15,7 +15,8 @@ from PIL import Image
 
 import bayesncl.data.imagefolder as IF
 import bayesncl.data.imagenet as I
-from bayesncl.data import DataError, iter_batches
+from bayesncl.data import iter_batches
+from bayesncl.errors import DataError
 from bayesncl.data.imagefolder import (check_imagefolder, imagefolder_manifests, load_imagefolder,
                                        prepare_imagefolder)
 from bayesncl.data.imagenet import ImageFileDataset, PreparedImages, decode_image

@@ -147,3 +147,72 @@ def test_no_test_file_imports_another():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
             found += [f"{path.name}: {n}" for n in names if n.split(".")[0].startswith("test_") or n == "conftest"]
     assert not found, found
+
+
+def _top_names(path: Path) -> tuple[set[str], dict[str, ast.ImportFrom]]:
+    """What a module defines at its top level, and what it imports there ({name: the import})."""
+    defined, imported = set(), {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                defined |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.ImportFrom):
+            imported.update({a.asname or a.name: node for a in node.names})
+    return defined, imported
+
+
+def homeless_imports(files, mods: dict[str, Path]) -> list[str]:
+    """`from M import name` where M neither defines `name` nor is the package whose own module does (bayesncl.data's
+    interface, say): an import from an old home, or from a module that imported the name for its own use."""
+    tops = {m: _top_names(p) for m, p in mods.items()}
+    packages = {m for m, p in mods.items() if p.name == "__init__.py"}
+    found = []
+    for path in files:
+        parts = path.relative_to(SRC).with_suffix("").parts if path.is_relative_to(SRC) else ()
+        here = ".".join(parts[:-1] if parts and parts[-1] == "__init__" else parts)
+        package = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            source = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [node.module or ""]
+                              ).rstrip(".") if node.level else node.module or ""
+            if source not in mods:
+                continue
+            defined, imported = tops[source]
+            for a in node.names:
+                via = imported.get(a.name)
+                own = source in packages and via is not None and via.level == 1  # its own module's name
+                if a.name not in defined and f"{source}.{a.name}" not in mods and not own:
+                    found.append(f"{path.relative_to(SRC.parent)}:{node.lineno}: {a.name} from {source}")
+    return found
+
+
+def test_each_name_is_imported_from_its_home():
+    """One import path per name, in the package, its tests and benchmarks: ConfigError from bayesncl.errors, never
+    from bayesncl.config, which imports it for its own use."""
+    mods = modules()
+    files = [*(SRC / "bayesncl").rglob("*.py"), *(SRC.parent / "tests").rglob("*.py"),
+             *(SRC.parent / "benchmarks").rglob("*.py")]
+    assert not homeless_imports(files, mods), "\n".join(homeless_imports(files, mods))
+
+
+def test_the_home_checker_finds_an_old_home(tmp_path):
+    (tmp_path / "t.py").write_text("from bayesncl.config import ConfigError, resolve\nfrom bayesncl.data import ImageSet\n"
+                                   "from bayesncl.report.claims import compare\nfrom bayesncl import config\n")
+    tmp = SRC.parent / "tests" / "_home_probe.py"  # where a test file lies, so its path reads as one
+    tmp.write_text((tmp_path / "t.py").read_text())
+    try:
+        found = homeless_imports([tmp], modules())
+    finally:
+        tmp.unlink()
+    assert [f.split(": ", 1)[1] for f in found] == ["ConfigError from bayesncl.config",
+                                                    "compare from bayesncl.report.claims"]
+
+
+def test_no_module_answers_for_names_it_does_not_define():
+    """No module-level __getattr__ (a view computed on access): each name is defined where a reader looks for it."""
+    found = [m for m, p in modules().items()
+             if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in ast.parse(p.read_text()).body)]
+    assert not found, found

@@ -11,6 +11,7 @@ from bayesncl import config as C
 from bayesncl import train as T
 from bayesncl.optim import Lars
 from bayesncl.runtime import FP16_MAX, LossScaler
+from bayesncl.errors import ConfigError
 
 
 def _grad_sequence(n=4200, overflow_at=(0, 1, 7, 2300)):
@@ -170,7 +171,7 @@ def test_fp16_training_runs_with_the_real_scaler(tmp_path, tiny_sets):
 
 
 def test_fp16_without_the_scaler_is_refused_by_name():
-    with pytest.raises(C.ConfigError, match="train.loss_scaler"):
+    with pytest.raises(ConfigError, match="train.loss_scaler"):
         C.resolve(sets=["train.precision=fp16", "train.loss_scaler=none"])
 
 

@@ -8,7 +8,8 @@ import torchvision
 from bayesncl import config as C
 from bayesncl import losses
 from bayesncl.backbones import ScaledResNet
-from bayesncl.methods import CLASSES, build_method
+from bayesncl.methods import build_method
+from bayesncl.registry import METHODS
 
 
 def tiny(method="bayesncl", **over):
@@ -17,7 +18,7 @@ def tiny(method="bayesncl", **over):
 
 
 def test_registry_names():
-    assert set(CLASSES) == {"cl", "ncl", "topk_ncl", "bayesncl"}
+    assert set(METHODS) == {"cl", "ncl", "topk_ncl", "bayesncl"}
 
 
 @pytest.mark.parametrize("arch,stem,size,dim", [("resnet18", "cifar", 16, 32), ("resnet18", "imagenet", 32, 32),
@@ -53,7 +54,7 @@ def test_cifar_stem_is_3x3_no_maxpool():
 def test_eval_features_follow_the_spec():
     x = torch.randn(3, 3, 16, 16)
     assert build_method(tiny("topk_ncl")).k == 1
-    for name in CLASSES:
+    for name in METHODS:
         m = build_method(tiny(name)).eval()
         out = m.features(x)
         z = out["z"]
@@ -101,7 +102,8 @@ def test_bayesncl_param_groups_split_gate_head():
 
 
 def test_topk_k_is_explicit_or_a_tenth_of_d():
-    from bayesncl.config import ConfigError, resolve
+    from bayesncl.config import resolve
+    from bayesncl.errors import ConfigError
 
     assert build_method(resolve(sets=["method.name=topk_ncl", "model.proj_dim=256"])).k == 26
     assert build_method(resolve(sets=["method.name=topk_ncl", "model.proj_dim=2048"])).k == 205
@@ -110,7 +112,7 @@ def test_topk_k_is_explicit_or_a_tenth_of_d():
         resolve(sets=["method.name=topk_ncl", "model.proj_dim=64", "method.topk_k=65"])
 
 
-@pytest.mark.parametrize("name", sorted(CLASSES))
+@pytest.mark.parametrize("name", sorted(METHODS))
 def test_views_loss_is_training_loss_and_logged_names_are_its_parts(name):
     m = build_method(tiny(name)).train()
     x1, x2 = torch.randn(4, 3, 16, 16), torch.randn(4, 3, 16, 16)

@@ -20,6 +20,7 @@ from scipy import special, stats
 
 from bayesncl import grid, plan
 from bayesncl.cli import main
+from bayesncl.errors import ConfigError
 from bayesncl.plan import Need, Plan
 from bayesncl.report import claims, claims_table, judge, verdicts as V
 from helpers import family as naive
@@ -325,7 +326,7 @@ def test_a_declared_effect_is_planned_for_and_checked():
     for bad, phrase in (({"9z": 1.0}, "plan.effects.9z: no comparison '9z' in the claims table; its ids: 1a, 1b"),
                         ({"1a": math.nan}, "plan.effects.1a: nan is not a finite number"),
                         ([1], "plan.effects: expected {comparison id: difference}")):
-        with pytest.raises(plan.ConfigError) as e:
+        with pytest.raises(ConfigError) as e:
             plan.make_plan(pilot_frame(), {**demo_grid(), "plan": {"effects": bad}})
         assert str(e.value).startswith(phrase)
 
@@ -419,7 +420,7 @@ def test_the_plan_of_a_pilot_and_its_overlay():
         assert grid.set_seeds(big, s)[:len(p.pilot[s])] == p.pilot[s]  # the pilot's seeds stay first
         assert len(grid.set_seeds(big, s)) == len(p.pilot[s]) + p.grow.get(s, 0)
     assert layer["plan"]["pilot"] == p.pilot and grid.pilot_seeds(big) == p.pilot
-    with pytest.raises(plan.ConfigError, match="already a second look"):
+    with pytest.raises(ConfigError, match="already a second look"):
         plan.make_plan(pilot_frame(), big)
 
 
@@ -491,9 +492,9 @@ def test_claims_not_run_keep_their_primary_flag():
 def test_a_grown_grids_pilot_key_is_checked():
     wf = demo_grid()
     for bad in ([1], {"pilot": [0, 1]}):
-        with pytest.raises(plan.ConfigError, match=r"^plan.pilot: expected \{set: \[seeds\]\}, as `bayesncl plan`"):
+        with pytest.raises(ConfigError, match=r"^plan.pilot: expected \{set: \[seeds\]\}, as `bayesncl plan`"):
             grid.pilot_seeds({**wf, "plan": bad})
-    with pytest.raises(plan.ConfigError) as e:
+    with pytest.raises(ConfigError) as e:
         grid.pilot_seeds({**wf, "plan": {"pilot": {"table9": [0]}}})
     assert str(e.value) == ("plan.pilot.table9: the grid has no set 'table9'; the plan was written for another grid "
                             "(rerun `bayesncl plan` with this grid's --grid)")

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from bayesncl import plugins, registry
 from bayesncl.errors import ConfigError, RunFileError
 from bayesncl.grid import GridWarning, expand_grid, job_trigger, read_by, trigger_config, trigger_diff
 from helpers import grids
+from helpers.plugins import forget, registered
 
 ROOT = Path(__file__).resolve().parents[1]
 WEIGHT = {"l1_weight": registry.setting(1e-3, "the L1 penalty's weight", ge=0)}
@@ -28,12 +30,9 @@ WEIGHT = {"l1_weight": registry.setting(1e-3, "the L1 penalty's weight", ge=0)}
 
 @contextlib.contextmanager
 def plugin_method(name="l1m", settings=None, module="my_l1", **traits):
-    spec = registry.register_method(name, "NCL + L1", "bayesncl.methods:NCL", reads=("temperature", "nonneg"),
-                                    settings=WEIGHT if settings is None else settings, module=module, **traits)
-    try:
-        yield spec
-    finally:
-        registry.METHODS.unregister(name)
+    with registered():
+        yield registry.register_method(name, "NCL + L1", "bayesncl.methods:NCL", reads=("temperature", "nonneg"),
+                                       settings=WEIGHT if settings is None else settings, module=module, **traits)
 
 
 def _cfg(*sets, base=None):
@@ -168,16 +167,22 @@ def test_a_setting_named_as_a_package_key_is_refused():
             _cfg("method.name=l1m")
         assert str(e.value) == ("method.rho: a plugin declares a setting where the package has the key method.rho; "
                                 "give the plugin's setting another name")
+    # a name a run's records give another setting (runs.csv's width is model.width): refused too, the others taken
+    with plugin_method(settings={"width": registry.setting(2, "my width", ge=1)}):
+        with pytest.raises(ConfigError) as e:
+            _cfg("method.name=l1m")
+        assert str(e.value) == ("method.width: a plugin declares a setting named as the run's model.width in its "
+                                "records and runs.csv; give the plugin's setting another name")
+    with plugin_method(settings={"depth": registry.setting(2, "my depth", ge=1)}):
+        assert C.run_settings(_cfg("method.name=l1m"))["depth"] == 2
     # a dataset named as a key of the package's data block: its settings' block would be that key
-    registry.register_dataset("download", load=len, check=len, crop=8, needs_root=False, module="my_dl",
-                              settings={"size": registry.setting(8, "the side", ge=1)})
-    try:
+    with registered():
+        registry.register_dataset("download", load=len, check=len, crop=8, needs_root=False, module="my_dl",
+                                  settings={"size": registry.setting(8, "the side", ge=1)})
         with pytest.raises(ConfigError) as e:
             _cfg("data.dataset=download")
         assert str(e.value) == ("data.download.size: a plugin declares a setting where the package has the key "
                                 "data.download; give the plugin's setting another name")
-    finally:
-        registry.DATASETS.unregister("download")
 
 
 # -------------------------------------------------------------------------------------- ids, sweeps, triggers
@@ -186,14 +191,16 @@ def test_run_ids_name_it_off_its_default_and_a_variant_or_a_sweep_gives_one_run_
         wf = _grid({"L1": {"method": {"name": "l1m"}}, "L1 x10": {"method": {"name": "l1m", "l1_weight": 0.01}}},
                    {"table1": {"variants": ["NCL", "L1", "L1 x10"]},
                     "figure4b": {"variants": ["L1"], "sweep": {"method.l1_weight": [0.0, 0.01]}}})
-        with pytest.warns(GridWarning, match="variant 'L1' resolves to the same run config as 'L1 x10'"):
-            runs = expand_grid(wf)  # the sweep's 0.01 is L1 x10's run: trained once
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", GridWarning)
+            runs = expand_grid(wf)  # the sweep's 0.01 is L1 x10's run: trained once, named by each set
         ids = sorted(r for r in runs if "/l1m/" in r and "epochs~0" not in r)
         assert ids == ["synthetic/l1m/l1_weight~0.01/seed~0", "synthetic/l1m/l1_weight~0/seed~0",
                        "synthetic/l1m/seed~0"]
         swept = runs["synthetic/l1m/l1_weight~0/seed~0"]
         assert swept.config["method"]["l1_weight"] == 0.0 and swept.sweeps == ["l1_weight"]
-        assert runs["synthetic/l1m/l1_weight~0.01/seed~0"].sets == ["table1", "figure4b"]  # one run, two sets
+        shared = runs["synthetic/l1m/l1_weight~0.01/seed~0"]  # one run, two sets, a name in each
+        assert shared.sets == ["figure4b", "table1"] and shared.labels == {"figure4b": "L1", "table1": "L1 x10"}
         # a value stated in the grid's defaults is the base the ids are read against (as for a package key), and
         # the other methods' runs never see it
         wf2 = _grid({"L1": {"method": {"name": "l1m"}}}, {"table1": {"variants": ["NCL", "L1"]}},
@@ -262,13 +269,10 @@ def test_a_setting_added_with_its_old_value_reruns_nothing_and_completes_an_old_
 # ---------------------------------------------------------------------------------- a dataset's, a section's
 @contextlib.contextmanager
 def plugin_dataset(settings, **traits):
-    spec = registry.register_dataset("plugds", "Plug", load="bayesncl.data:_load_synthetic",
-                                      check="bayesncl.data:_check_synthetic", crop=16, needs_root=False,
-                                      settings=settings, module="my_ds", **traits)
-    try:
-        yield spec
-    finally:
-        registry.DATASETS.unregister("plugds")
+    with registered():
+        yield registry.register_dataset("plugds", "Plug", load="bayesncl.data:_load_synthetic",
+                                        check="bayesncl.data:_check_synthetic", crop=16, needs_root=False,
+                                        settings=settings, module="my_ds", **traits)
 
 
 def test_a_dataset_s_settings_are_its_block_in_its_runs_configs():
@@ -376,16 +380,16 @@ def plugin_file(tmp_path, name="plug_code", **fmt):
 
     def reload(**kw):
         write(**kw)
-        registry.METHODS.unregister(name)
+        forget(name)
         sys.modules.pop(name, None)
         plugins._LOADED.pop(name, None)
         plugins.load([name], [tmp_path])
 
     try:
-        reload()
-        yield reload
+        with registered():
+            reload()
+            yield reload
     finally:
-        registry.METHODS.unregister(name)
         sys.modules.pop(name, None)
         plugins._LOADED.pop(name, None)
         while str(tmp_path.resolve()) in sys.path:
@@ -610,9 +614,6 @@ def test_the_provenance_lists_each_plugin_s_settings_and_code(tmp_path, monkeypa
                                      "settings": {"method.l1_weight": 1e-3}}]
         registry.register_dataset("plug_ds", load=len, check=len, crop=8, module="plug_code",
                                   settings={"n": registry.setting(4, "images per class")})
-        try:
-            (entry,) = [p for p in _plugins() if p["module"] == "plug_code"]
-            assert entry["entries"][1:] == [{"kind": "dataset", "name": "plug_ds", "code": code,
-                                             "settings": {"data.plug_ds.n": 4}}]
-        finally:
-            registry.DATASETS.unregister("plug_ds")
+        (entry,) = [p for p in _plugins() if p["module"] == "plug_code"]
+        assert entry["entries"][1:] == [{"kind": "dataset", "name": "plug_ds", "code": code,
+                                         "settings": {"data.plug_ds.n": 4}}]

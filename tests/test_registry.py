@@ -12,6 +12,7 @@ import pytest
 from bayesncl import config as C
 from bayesncl import plugins, registry
 from bayesncl.errors import ConfigError
+from helpers.plugins import registered
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "bayesncl"
@@ -97,13 +98,11 @@ def test_a_name_registered_twice_is_refused_and_the_same_spec_again_is_not():
 def test_config_validation_reads_the_registry_as_it_is_now():
     with pytest.raises(ConfigError, match="method.name: got 'extra', expected one of cl, ncl, topk_ncl, bayesncl$"):
         C.resolve(sets=["method.name=extra"])
-    registry.register_method("extra", "Extra", impl="bayesncl.methods:NCL", reads=("temperature", "nonneg"))
-    try:
+    with registered():
+        registry.register_method("extra", "Extra", impl="bayesncl.methods:NCL", reads=("temperature", "nonneg"))
         assert C.resolve(sets=["method.name=extra"])["method"]["name"] == "extra"
-        assert "extra" in C.METHOD_NAMES
-    finally:
-        registry.METHODS.unregister("extra")
-    assert "extra" not in C.METHOD_NAMES
+        assert "extra" in registry.METHODS
+    assert "extra" not in registry.METHODS
 
 
 def test_a_plugin_module_registers_its_method_and_is_recorded(tmp_path, monkeypatch):
@@ -119,23 +118,23 @@ def test_a_plugin_module_registers_its_method_and_is_recorded(tmp_path, monkeypa
                 return {"l1": 1e-3 * out["zplus"].float().sum(dim=1).mean()}
     """))
     monkeypatch.delenv(plugins.ENV, raising=False)
-    try:
-        (info,) = plugins.load(["plug_l1"], [tmp_path])
-        assert info["module"] == "plug_l1" and info["file"] == str(tmp_path / "plug_l1.py")
-        assert len(info["sha256"]) == 64
-        cfg = C.resolve(sets=["method.name=plug_l1", "model.width=4", "model.proj_hidden=8", "model.proj_dim=8"])
-        from bayesncl.methods import build_method
+    with registered():
+        try:
+            (info,) = plugins.load(["plug_l1"], [tmp_path])
+            assert info["module"] == "plug_l1" and info["file"] == str(tmp_path / "plug_l1.py")
+            assert len(info["sha256"]) == 64
+            cfg = C.resolve(sets=["method.name=plug_l1", "model.width=4", "model.proj_hidden=8", "model.proj_dim=8"])
+            from bayesncl.methods import build_method
 
-        import torch
+            import torch
 
-        model = build_method(cfg)
-        assert type(model).__name__ == "PlugL1" and registry.method_label("plug_l1") == "NCL + L1"
-        loss, parts = model.training_loss(torch.rand(4, 3, 16, 16), torch.rand(4, 3, 16, 16))
-        assert set(parts) == {"infonce", "l1", "out"} and torch.isclose(loss, parts["infonce"] + parts["l1"])
-    finally:
-        registry.METHODS.unregister("plug_l1")
-        sys.modules.pop("plug_l1", None)
-        plugins._LOADED.pop("plug_l1", None)
+            model = build_method(cfg)
+            assert type(model).__name__ == "PlugL1" and registry.method_label("plug_l1") == "NCL + L1"
+            loss, parts = model.training_loss(torch.rand(4, 3, 16, 16), torch.rand(4, 3, 16, 16))
+            assert set(parts) == {"infonce", "l1", "out"} and torch.isclose(loss, parts["infonce"] + parts["l1"])
+        finally:
+            sys.modules.pop("plug_l1", None)
+            plugins._LOADED.pop("plug_l1", None)
 
 
 def test_a_missing_plugin_is_one_line_naming_where_it_looked(tmp_path):
@@ -216,10 +215,8 @@ def test_a_plugin_method_takes_the_documented_defaults():
 
 
 def test_each_method_spec_agrees_with_its_class():
-    from bayesncl.methods import CLASSES
-
-    for name, cls in CLASSES.items():
-        spec = registry.METHODS[name]
+    for name in registry.METHODS:
+        spec, cls = registry.METHODS[name], registry.METHODS[name].load()
         assert cls.name == name
         assert ("kl" in cls.extra_names) == spec.gated  # the gate's prior
     cfg = C.resolve(sets=["method.name=topk_ncl", "model.proj_dim=20"])
@@ -231,7 +228,8 @@ def test_each_dataset_spec_gives_the_crop_and_retrieval_k_of_docs_method():
             for n in ("cifar10", "cifar100", "imagenet100")}
     assert crop == {"cifar10": 32, "cifar100": 32, "imagenet100": 224}
     assert registry.DATASETS["synthetic"].crop_size(C.resolve(sets=["data.synthetic.image_size=16"])) == 16
-    assert C.RETRIEVAL_K == {"synthetic": 32, "cifar10": 64, "cifar100": 128, "imagenet100": 256, "imagefolder": 64}
+    assert {n: registry.DATASETS[n].retrieval_k for n in registry.training_datasets()} == {
+        "synthetic": 32, "cifar10": 64, "cifar100": 128, "imagenet100": 256, "imagefolder": 64}
     folder = C.resolve(sets=["data.dataset=imagefolder", "data.root=/x", "data.imagefolder.crop_size=96"])
     assert registry.DATASETS["imagefolder"].crop_size(folder) == 96
 
@@ -363,9 +361,9 @@ def test_the_paper_s_claim_sides_are_found_by_the_registry_s_traits():
 
     from bayesncl.report import claims as C, judge as K
 
-    registry.register_method("gated_x", "Gated X", impl="bayesncl.methods:BayesNCL", gated=True, module="plug_x")
-    registry.register_method("ref_x", "Ref X", impl="bayesncl.methods:NCL", module="plug_x")
-    try:
+    with registered():
+        registry.register_method("gated_x", "Gated X", impl="bayesncl.methods:BayesNCL", gated=True, module="plug_x")
+        registry.register_method("ref_x", "Ref X", impl="bayesncl.methods:NCL", module="plug_x")
         rows = [{"run_id": f"synthetic/{m}/seed~{s}", "dataset": "synthetic", "arch": "resnet18", "method": m,
                  "variant": v, "sets": "table1", "seed": s, "sc": sc + s, "gate": "ste", "detach": True,
                  "head_depth": 2}
@@ -376,9 +374,6 @@ def test_the_paper_s_claim_sides_are_found_by_the_registry_s_traits():
         rows = [{**r, "method": "ncl" if r["method"] == "ref_x" else r["method"]} for r in rows]
         one_a = next(c for c in dict(K.claims_rows(pd.DataFrame(rows)))["synthetic"] if c.claim == "1a")
         assert (one_a.left.label, one_a.right.label, one_a.verdict) == ("G", "R", "holds")
-    finally:
-        registry.METHODS.unregister("gated_x")
-        registry.METHODS.unregister("ref_x")
     assert {r: C.default_label(r) for r in ("bayes", "reference", "topk", "simclr")} == {
         "bayes": "BayesNCL", "reference": "NCL", "topk": "Top-k NCL", "simclr": "SimCLR"}
 

@@ -70,7 +70,7 @@ def test_fp16_headroom_is_the_largest_finite_power_of_two_and_the_steps_own_over
     from bayesncl.data import SimCLRAugment
     from bayesncl.methods import build_method
     from bayesncl.optim import build_optimizer
-    from bayesncl.train import TrainStep
+    from bayesncl.step import TrainStep
 
     cfg = C.resolve(sets=tiny_sets + ["method.name=bayesncl", "train.batch_size=16"])
     torch.manual_seed(0)

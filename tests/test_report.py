@@ -72,9 +72,10 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from bayesncl import grid  # noqa: E402
-from bayesncl.errors import ConfigError  # noqa: E402
+from bayesncl.errors import ConfigError, MetricsFileError  # noqa: E402
 from bayesncl.report import summary as summ  # noqa: E402
-from bayesncl.report import tables  # noqa: E402
+from bayesncl.report import cells, tables  # noqa: E402
+from bayesncl.report.names import FIGURE_NAMES  # noqa: E402
 from helpers.report import GOLDEN, eval_content, tiny_config, write_eval  # noqa: E402
 
 
@@ -126,7 +127,7 @@ def test_summarize_one_row_per_grid_run_identity_from_the_grid(tmp_path):
     r = rows[MAIN_BAYES]
     assert (r["dataset"], r["arch"], r["method"], r["variant"], r["gate"]) == (
         "synthetic", "resnet18", "bayesncl", "BayesNCL (STE)", "ste")
-    assert r["sets"] == "table1;table2;table3;table4;table6;table7;figure3;figure4a;figure4b"
+    assert r["sets"] == "figure3;figure4a;figure4b;table1;table2;table3;table4;table6;table7"  # by name
     assert r["sweep"] == "proj_dim;rho"  # the default D and rho 0.8 are sweep points; lambda 3e-5 is not
     assert (r["rho"], r["lambda"], r["proj_dim"], r["seed"], r["head_depth"], r["detach"]) == (
         0.8, 3e-5, 16, 0, 2, 1.0)
@@ -141,6 +142,7 @@ def test_summarize_one_row_per_grid_run_identity_from_the_grid(tmp_path):
     # Numbers are each run's own files: sc = 30 + the run's position in the grid.
     assert list(df["sc"]) == [30.0 + i for i in range(len(runs))]
     assert list(df["weights_sha"]) == [f"sha{i:02d}" for i in range(len(runs))]
+    assert set(df["stale"]) == {""}  # each trained with what the grid gives it today (features.json's config)
     # An untrained twin names the sets it serves, ";"-joined like sets; a trained run serves none.
     assert [rows[rid]["init_of"] for rid in runs] == [";".join(run.init_of) for run in runs.values()]
     assert any(len(run.init_of) > 1 for run in runs.values()) and r["init_of"] == ""
@@ -158,7 +160,8 @@ def test_summarize_flattens_every_section(tmp_path):
         grid.evaluation_sections(runs["synthetic/cl/seed~0"]))
     r = rows[MAIN_BAYES]
     assert r["alive"] == 200 and r["bg_dominated_feature"] == 0.05 and (r["closed_bg"], r["closed_cls"]) == (0.7, 0.2)
-    assert (r["probe_top1"], r["probe_top5"], r["probe_protocol"]) == (73.0, 91.0, "fast")
+    at = list(runs).index(MAIN_BAYES)  # eval_content: top-1 70 + the run's position in the grid
+    assert (r["probe_top1"], r["probe_top5"], r["probe_protocol"]) == (70.0 + at, 91.0, "fast")
     assert r["ret_K"] == 8  # P@k: a fraction in retrieval.json, percent in runs.csv
     assert (r["ret_p1"], r["ret_p10"]) == (pytest.approx(60.0), pytest.approx(55.0))
     assert json.loads(r["ret_curve"]) == pytest.approx({"2": 40.0, "4": 50.0, "8": 55.0})
@@ -179,7 +182,8 @@ def test_summarize_flattens_every_section(tmp_path):
     assert topk["gate_curve"] == "" and math.isnan(topk["open_gates_last"]) and math.isnan(topk["closed_bg"])
     # Sections a run does not have are empty.
     cl = rows["synthetic/cl/seed~0"]
-    assert cl["sc"] == 30.0 and cl["probe_top1"] == 70.0 and math.isnan(cl["gflops"])
+    at = list(runs).index("synthetic/cl/seed~0")
+    assert cl["sc"] == 30.0 + at and cl["probe_top1"] == 70.0 + at and math.isnan(cl["gflops"])
     assert math.isnan(cl["ret_K"]) and math.isnan(cl["ret_p10"]) and cl["ret_curve"] == ""
     assert math.isnan(cl["bg_acc"]) and cl["bg_protocol"] == "" and cl["dyn_epochs"] == ""
 
@@ -219,7 +223,7 @@ def test_sweep_membership_is_the_grids(tmp_path):
                                             "sweep": {"method.rho": [0.5, 0.8], "method.lambda": [0.0, 3e-5]}})
     write_eval(wf)
     df = summ.summarize(wf)
-    assert _by_id(df)[MAIN_BAYES]["sweep"] == "proj_dim;rho;lambda"
+    assert _by_id(df)[MAIN_BAYES]["sweep"] == "proj_dim;lambda;rho"  # a set's swept keys by name
     fig4b = df[[("figure4b" in s.split(";")) for s in df["sets"]]]
     lam = summ.sweep_rows(fig4b, "lambda")
     assert sorted(lam["lambda"]) == [0.0, 3e-5] and set(lam["rho"]) == {0.8}
@@ -243,7 +247,7 @@ def test_summarize_errors_name_the_file_and_the_fix(tmp_path):
     folder = tmp_path / "results/runs/synthetic/topk_ncl/k~2/seed~0/eval"
 
     def fails(path: Path, *needles: str) -> str:
-        with pytest.raises(summ.MetricsFileError) as err:
+        with pytest.raises(MetricsFileError) as err:
             summ.summarize(wf)
         for needle in (str(path), *needles):
             assert needle in str(err.value), (needle, str(err.value))
@@ -259,11 +263,11 @@ def test_summarize_errors_name_the_file_and_the_fix(tmp_path):
           f"--checkpoint {folder.parent / 'model.pt'} --out {folder} --only retrieval")
     gone.mkdir()  # a folder where the file should be: not "not found", an OSError naming it
     msg = fails(gone, "Is a directory")
-    assert msg.startswith(f"cannot read evaluation file {gone}: ") and msg.endswith(f"; {fix}"), msg
+    assert msg == f"evaluation file {gone}: cannot be read (Is a directory); {fix}", msg
     gone.rmdir()
     gone.write_text("{not json")
     msg = fails(gone, "not valid JSON")
-    assert msg.startswith(f"evaluation file {gone} is not valid JSON (") and msg.endswith(f"); {fix}"), msg
+    assert msg.startswith(f"evaluation file {gone}: not valid JSON (") and msg.endswith(f"); {fix}"), msg
     gone.write_text(json.dumps({"run": {}, "retrieval_v0": {}}))
     fails(gone, "no 'retrieval' object")
     gone.write_text(json.dumps({**json.loads(text), "run": {"weights_sha": "other"}}))
@@ -279,6 +283,12 @@ def test_summarize_errors_name_the_file_and_the_fix(tmp_path):
     good = features.read_text()
     features.write_text(json.dumps({**json.loads(good), "run": {"dataset": "synthetic"}}))
     fails(features, "records no weights_sha", "--only features")
+    for config in ({}, {"config": None}):  # no config: its settings cannot be read
+        features.write_text(json.dumps({**{k: v for k, v in json.loads(good).items() if k != "config"}, **config}))
+        assert fails(features) == (
+            f"evaluation file {features} records no config, so the run's settings cannot be read; delete it and "
+            f"write it with `snakemake {features}` (or `bayesncl evaluate --checkpoint {folder.parent}/model.pt "
+            f"--out {folder} --only features`)")
     features.write_text(good)
     summ.summarize(wf)  # every file back: it reads
     (folder / "features.json").unlink()
@@ -414,10 +424,10 @@ def test_table6_names_the_background_probes_protocol():
 
 def test_table2_from_summarize_retrieval_in_percent(tmp_path):
     wf = tiny_config(tmp_path / "results")
-    write_eval(wf)
+    at = list(write_eval(wf)).index("synthetic/ncl/dyn~1/seed~0")
     tex = tables.render_table(summ.summarize(wf), "table2")
-    # NCL is the grid's 2nd run: top-1 71; retrieval.json's fractions 0.60 .. 0.55 printed in percent.
-    assert _cells(tex, "NCL") == ["$71.00$", "$91.00$", "$60.00$", "$58.00$", "$57.00$", "$55.00$"]
+    # NCL's top-1: 70 + its position in the grid; retrieval.json's fractions 0.60 .. 0.55 printed in percent.
+    assert _cells(tex, "NCL") == [f"${70 + at:.2f}$", "$91.00$", "$60.00$", "$58.00$", "$57.00$", "$55.00$"]
     assert _cells(tex, "SimCLR")[2:] == ["--"] * 4 and "$K = 8$" in tex
 
 
@@ -512,13 +522,13 @@ def test_probe_protocol_note():
 
 
 def test_latex_escaping():
-    assert tables.latex_escape(r"a_b & 50% #1 $x$ {y} ~ ^ \z") == (
+    assert cells.latex_escape(r"a_b & 50% #1 $x$ {y} ~ ^ \z") == (
         r"a\_b \& 50\% \#1 \$x\$ \{y\} \textasciitilde{} \textasciicircum{} \textbackslash{}z")
     df = _frame([_row("Top-k_NCL & 50%", 0, sc=1.0, dataset="my_data")])
     tex = tables.render_table(df, "table1")
     assert r"Top-k\_NCL \& 50\% &" in tex and r"\textit{my\_data}" in tex
-    assert tables.caption_text("share (%) of $z^+$, a|b", "tex") == r"share (\%) of $z^+$, a|b"
-    assert tables.caption_text("share (%) of $z^+$, a|b", "md") == r"share (%) of z+, a\|b"
+    assert cells.caption_text("share (%) of $z^+$, a|b", "tex") == r"share (\%) of $z^+$, a|b"
+    assert cells.caption_text("share (%) of $z^+$, a|b", "md") == r"share (%) of z+, a\|b"
 
 
 def test_table3_dynamics_per_epoch():
@@ -634,25 +644,24 @@ def test_report_writes_tables_and_nonempty_figures(tmp_path):
     names = sorted(p.relative_to(tmp_path / "out").as_posix() for p in written)
     assert names == sorted([f"tables/{t}.{e}" for t in [f"table{i}" for i in range(1, 8)] + ["claims"]
                             for e in ("tex", "md")]
-                           + [f"figures/{f}.{e}" for f in figures_module().FIGURE_NAMES for e in ("pdf", "png")])
+                           + [f"figures/{f}.{e}" for f in FIGURE_NAMES for e in ("pdf", "png")])
     # The outcome in the terminal: the claims and the main comparison of Tables 1-2.
     text = out.getvalue()
     assert text.startswith("Claims (docs/METHOD.md section 9") and "Main comparison (Tables 1-2" in text
     assert "SC: BayesNCL > NCL" in text and "60.00" in text
-    for stem in figures_module().FIGURE_NAMES:
+    for stem in FIGURE_NAMES:
         pdf = (tmp_path / "out/figures" / f"{stem}.pdf").read_bytes()
         png = (tmp_path / "out/figures" / f"{stem}.png").read_bytes()
         assert pdf.startswith(b"%PDF") and len(pdf) > 1000 and b"CreationDate" not in pdf
         assert png.startswith(b"\x89PNG") and len(png) > 1000
     # Empty sets still produce every figure.
     figures_module().render_figures(_frame([_row("A", 0, sets="table1")]), tmp_path / "empty", ("pdf",))
-    assert len(list((tmp_path / "empty").glob("*.pdf"))) == len(figures_module().FIGURE_NAMES)
+    assert len(list((tmp_path / "empty").glob("*.pdf"))) == len(FIGURE_NAMES)
 
 
 def test_every_set_the_grid_accepts_is_rendered():
     """grid.SETS is the one list of set names; each is a table spec's set or a figure of the report."""
     from bayesncl.grid import SETS
-    from bayesncl.report.figures import FIGURE_NAMES
     from bayesncl.report.tables import TABLES
 
     rendered = {spec.set_name for spec in TABLES} | set(FIGURE_NAMES)

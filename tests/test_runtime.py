@@ -4,7 +4,7 @@ the autocast for each precision, the device `auto` resolves to, peak memory on a
 import pytest
 import torch
 
-from bayesncl.config import ConfigError
+from bayesncl.errors import ConfigError
 from bayesncl.runtime import autocast, peak_memory_mb, resolve_device
 
 

@@ -369,7 +369,7 @@ def test_without_the_grid_a_run_reads_its_recorded_config(tmp_path):
 
 # ------------------------------------------------------------------------------ issue 47: read what it can, say what it cannot
 BAD_FOLDERS = [  # (case, {file: content, None: a folder}, the row's note)
-    ("a binary log", {"log.jsonl": b"\x89PNG\r\n\x1a\n\xff\xfe\x00"}, "log.jsonl is not text (not UTF-8)"),
+    ("a binary log", {"log.jsonl": b"\x89PNG\r\n\x1a\n\xff\xfe\x00"}, "log.jsonl: not a text file (not UTF-8)"),
     ("a log line that is a list", {"log.jsonl": '{"epoch": 1, "loss": 4.0}\n[1, 2]\n'},
      "log.jsonl line 2: [1, 2] is not a JSON object"),
     ("a log line that is a string", {"log.jsonl": '"epoch"\n'}, "log.jsonl line 1: 'epoch' is not a JSON object"),
@@ -387,8 +387,8 @@ BAD_FOLDERS = [  # (case, {file: content, None: a folder}, the row's note)
     ("a zero batch", {"config.resolved.yaml": "train: {epochs: 4, batch_size: 0}\n"},
      "config.resolved.yaml: train.batch_size 0 is not a whole number above 0"),
     ("a config that is a list", {"config.resolved.yaml": "[1, 2]\n"}, "config.resolved.yaml: [1, 2] is not a mapping"),
-    ("a binary config", {"config.resolved.yaml": b"\xff\xfe\x00"}, "config.resolved.yaml is not text (not UTF-8)"),
-    ("a log that is a folder", {"log.jsonl": None}, "log.jsonl cannot be read (Is a directory)"),
+    ("a binary config", {"config.resolved.yaml": b"\xff\xfe\x00"}, "config.resolved.yaml: not a text file (not UTF-8)"),
+    ("a log that is a folder", {"log.jsonl": None}, "log.jsonl: cannot be read (Is a directory)"),
 ]
 
 
@@ -415,6 +415,23 @@ def test_a_bad_run_folder_is_a_row_saying_what_is_wrong(tmp_path, capsys, files,
     assert bad["extra"].endswith("; fix or remove it, then look again")
     assert (good["state"], good["run"], good["epoch"]) == ("running", "good", "2")
     assert total.startswith("2 runs: 1 unreadable, 1 running; 2 of 0 epochs trained")
+
+
+@pytest.mark.parametrize("line", ['{"epoch": 1, "loss": null}', '{"epoch": "1", "loss": 4.0}', '{"loss": 4.0, "kl": "x"}',
+                                  '{"loss": 4.0, "epoch_seconds": -1}', '{"loss": true}', '[4.0]', '{"lr": [1]}'])
+def test_status_refuses_a_log_as_its_evaluation_does(tmp_path, line):
+    """One reader of the training log (bayesncl.rundir.read_log): what the evaluation refuses is the row's note,
+    in the same words; what it takes, status takes."""
+    from bayesncl.rundir import LogError, read_log
+
+    write_log(tmp_path / "r", [4.7])
+    (tmp_path / "r" / "log.jsonl").write_text(line + "\n")
+    with pytest.raises(LogError) as e:
+        read_log(tmp_path / "r")
+    row = run_status(tmp_path / "r", "r", now=NOW)
+    assert (row.state, row.note) == ("unreadable", f"log.jsonl{e.value.fault}; fix or remove it, then look again")
+    (tmp_path / "r" / "log.jsonl").write_text('{"epoch": 1, "loss": 4, "peak_mem_mb": null, "kl": 0}\n')
+    assert read_log(tmp_path / "r")[0]["loss"] == 4.0 and run_status(tmp_path / "r", "r", now=NOW).loss == 4.0
 
 
 def test_a_bad_log_in_the_plan_is_a_row_and_the_totals_still_count_it(interrupted, capsys):
@@ -484,7 +501,7 @@ def shared_results():
 @pytest.mark.parametrize("where,note", [
     ("runs", "cannot read the folder {res}/runs (Permission denied); the runs in it are not counted"),
     ("run", "cannot read the folder {res}/runs/x/ncl/seed~0 (Permission denied)"),
-    ("log", "log.jsonl cannot be read (Permission denied)"),
+    ("log", "log.jsonl: cannot be read (Permission denied)"),
     ("eval", "eval/ cannot be read (Permission denied)"),
 ])
 def test_an_unreadable_folder_or_file_is_a_line_naming_it(shared_results, where, note):

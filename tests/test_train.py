@@ -15,9 +15,9 @@ from bayesncl import config as C
 from bayesncl import losses
 from bayesncl.cli import main
 from bayesncl.data import SimCLRAugment, load_split
-from bayesncl.errors import OutputError
+from bayesncl.errors import REQUEUE_EXIT, ConfigError, OutputError
 from bayesncl.methods import build_method
-from bayesncl.train import REQUEUE_EXIT, TrainingDiverged, pretrain
+from bayesncl.train import TrainingDiverged, pretrain
 from helpers.processes import PATIENCE, wait_until
 
 
@@ -234,9 +234,9 @@ def test_preempted_epoch_keeps_the_seconds_spent_before_the_preemption(tmp_path,
 
 @pytest.mark.parametrize("bad", ["train.graph=fast", "train.graph=off"])
 def test_graph_switch_is_validated(tiny_sets, bad):
-    with pytest.raises(C.ConfigError, match="train.graph"):
+    with pytest.raises(ConfigError, match="train.graph"):
         C.resolve(sets=tiny_sets + [bad])
-    with pytest.raises(C.ConfigError, match="train.graph.*CUDA"):
+    with pytest.raises(ConfigError, match="train.graph.*CUDA"):
         C.resolve(sets=tiny_sets + ["train.graph=cudagraph", "train.device=cpu"])
 
 
@@ -248,7 +248,7 @@ def test_steps_per_epoch_drops_the_last_partial_batch_and_refuses_an_empty_epoch
     assert [steps_per_epoch(n, cfg) for n in (64, 127, 128, 1024)] == [1, 1, 2, 16]
     assert steps_per_epoch(1024, {"train": {"batch_size": 64, "max_steps_per_epoch": 8}}) == 8
     assert steps_per_epoch(64, {"train": {"batch_size": 64, "max_steps_per_epoch": 8}}) == 1
-    with pytest.raises(C.ConfigError, match=r"train.batch_size: 64 is larger than the training set \(63 images\)"):
+    with pytest.raises(ConfigError, match=r"train.batch_size: 64 is larger than the training set \(63 images\)"):
         steps_per_epoch(63, cfg)
 
 

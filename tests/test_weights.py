@@ -19,7 +19,7 @@ import yaml
 from bayesncl import checkpoint as ckpt_io
 from bayesncl import config as C
 from bayesncl.cli import main
-from bayesncl.errors import CheckpointError
+from bayesncl.errors import CheckpointError, ConfigError
 from bayesncl.evaluation.runner import evaluate
 from bayesncl.methods import build_method
 from bayesncl.registry import METHODS
@@ -542,6 +542,18 @@ def _drop(key):
     return lambda sd: sd.pop(key)
 
 
+def test_the_import_s_layers_are_the_workflow_s_then_the_checkpoint_s_then_the_user_s(tmp_path):
+    """defaults <- base (the grid's dataset settings) <- what the checkpoint says <- overrides (imported[].overrides)
+    <- --set: the checkpoint's temperature beats the grid's, and the user's overrides and --set beat it."""
+    path, _ = _released(tmp_path, mk={"temperature": 0.7})
+    base = {"method": {"temperature": 0.1}, "train": {"epochs": 3}}
+    got = lambda **kw: released.import_checkpoint(path, base=base, **kw).config  # noqa: E731
+    assert got()["method"]["temperature"] == 0.7 and got()["train"]["epochs"] == 3
+    over = {"method": {"temperature": 0.3}}
+    assert got(overrides=over)["method"]["temperature"] == 0.3
+    assert got(overrides=over, sets=["method.temperature=0.4"])["method"]["temperature"] == 0.4
+
+
 @pytest.mark.parametrize("edit,phrase", [
     (_drop("backbone.layer1.0.bn1.running_var"), "(missing backbone.layer1.0.bn1.running_var)"),
     (lambda sd: sd.update({"backbone.fc.weight": torch.zeros(10, 32)}), "(unexpected backbone.fc.weight)"),
@@ -585,7 +597,7 @@ def test_an_import_written_as_a_run_records_its_source_epochs_and_config(tmp_pat
     torch.save({"state_dict": [1, 2]}, tmp_path / "list.ckpt")
     with pytest.raises(CheckpointError, match="its state_dict is a list, not a dict"):
         released.import_checkpoint(tmp_path / "list.ckpt")
-    with pytest.raises(C.ConfigError, match=re.escape(f"checkpoint {path}: ") + ".*method.temperature"):
+    with pytest.raises(ConfigError, match=re.escape(f"checkpoint {path}: ") + ".*method.temperature"):
         released.import_checkpoint(path, sets=["method.temperature=-1"])
     assert C.resolve() == defaults  # the imports laid their layers on a copy of the defaults, not on them
 
@@ -722,7 +734,8 @@ def test_an_imported_checkpoint_is_a_run_of_the_grid_that_is_never_trained(train
     wf = _grid_with_import(tmp_path, run / "model.pt")
     runs = expand_grid(wf)
     (imp,) = [r for r in runs.values() if r.imported]
-    assert imp.variant == "BayesNCL (released)" and imp.sets == ["table1", "table2"]
+    assert imp.labels == {"table1": "BayesNCL (released)", "table2": "BayesNCL (released)"}
+    assert imp.sets == ["table1", "table2"]
     assert imp.run_id == f"synthetic/{cfg['method']['name']}/imported~BayesNCL_released/seed~0"
     assert imp.imported["sha256"] == released.sha256_file(wf["imported"][0]["checkpoint"])
     assert imp.config["model"] == cfg["model"] and imp.config["method"] == cfg["method"]
@@ -868,7 +881,8 @@ def test_the_released_dataset_picks_the_stem_as_the_released_code_does(tmp_path)
 def test_the_gate_threshold_is_the_released_default_or_refused(tmp_path):
     """gate_threshold 0.5 (the released default, also when absent) imports; any other value is refused in one
     line: this package's gate opens at 0.5 and has no key for another."""
-    for mk in ({"gate_threshold": 0.5}, {"gate_threshold": 0.5000001}, {"gate_threshold": True}):
+    for mk in ({"gate_threshold": 0.5}, {"gate_threshold": 0.5000001}, {"gate_threshold": 0.4999999},
+               {"gate_threshold": 0.3}, {"gate_threshold": True}):
         path, _ = _released(tmp_path, mk=mk)
         if mk["gate_threshold"] == 0.5 and mk["gate_threshold"] is not True:
             assert released.import_checkpoint(path).config["method"]["gate"] == "ste"

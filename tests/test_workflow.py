@@ -311,7 +311,7 @@ def test_bad_config_is_reported_with_its_key(tmp_path, edit, message):
     """What common.smk runs (schema, then bayesncl.grid), without a Snakemake process per case."""
     import jsonschema
 
-    from bayesncl.config import ConfigError
+    from bayesncl.errors import ConfigError
     from bayesncl.grid import expand_grid
 
     cfg = yaml.safe_load(_bad_config(tmp_path, edit).read_text())
@@ -442,7 +442,7 @@ def test_the_dag_build_prints_the_grid_notes(tmp_path):
 
 
 def test_sets_asking_different_dynamics_for_one_run_fail():
-    from bayesncl.config import ConfigError
+    from bayesncl.errors import ConfigError
     from bayesncl.grid import expand_grid
 
     cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
@@ -473,7 +473,7 @@ def test_n_seeds_takes_a_prefix_of_the_global_seed_list():
     runs = expand_grid(cfg)
     by_set = _seeds_by_set(runs)
     assert by_set["table1"] == {5, 6, 7} and by_set["table4"] == {5, 6} and by_set["figure4b"] == {7}
-    soft = {r.config["seed"] for r in runs.values() if r.variant == "Soft gate"}
+    soft = {r.config["seed"] for r in runs.values() if "Soft gate" in r.labels.values()}
     assert soft == {5, 6}  # an ablation-only variant: the first two seeds, not the last two
 
 
@@ -486,7 +486,7 @@ def test_seeds_from_the_snakemake_command_line_are_integers():
     as_text = expand_grid({**cfg, "seeds": ["5", "6"]})
     assert list(as_text) == list(as_ints) and any(rid.endswith("seed~6") for rid in as_text)
     assert {type(r.config["seed"]) for r in as_text.values()} == {int}
-    from bayesncl.config import ConfigError
+    from bayesncl.errors import ConfigError
 
     for bad, message in ((["5", "x"], "seeds: 'x' is not a seed"), ([5, "5"], "repeats a seed")):
         with pytest.raises(ConfigError, match=message):
@@ -507,7 +507,7 @@ def test_demo_grid_seeds(sweeps):
     points: dict[tuple, set[int]] = {}  # (set, variant, D, lambda) -> seeds: every point of a table or sweep
     for run in runs.values():
         for set_name in run.sets:
-            key = (set_name, run.variant, run.config["model"]["proj_dim"], run.config["method"]["lambda"])
+            key = (set_name, run.labels[set_name], run.config["model"]["proj_dim"], run.config["method"]["lambda"])
             points.setdefault(key, set()).add(run.config["seed"])
     assert len(points) >= 25 and min(len(s) for s in points.values()) >= 3, \
         {k: v for k, v in points.items() if len(v) < 3}

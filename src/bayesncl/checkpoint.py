@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from .atomic import atomic_path
-from .config import ConfigError, as_recorded, flatten, validate
-from .errors import CheckpointError
+from .config import as_recorded, flatten, validate
+from .errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:
     from .methods import Method

@@ -12,6 +12,7 @@ from pathlib import Path
 from .atomic import check_writable_dir
 from .errors import REQUEUE_EXIT, BayesNCLError, ConfigError, OutputError
 from .startup import mark_ready
+from .yamlio import json_object
 
 
 def _input_file(path: str, what: str, fix: str, error=BayesNCLError) -> None:
@@ -23,13 +24,8 @@ def _input_file(path: str, what: str, fix: str, error=BayesNCLError) -> None:
 
 
 def _json_object(text: str, flag: str) -> dict:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{flag}: not valid JSON ({e})") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{flag}: expected a JSON object of config keys")
-    return value
+    """The JSON object of config keys a --*-json flag gives."""
+    return json_object(text, lambda why: ConfigError(f"{flag}: {why}"))
 
 
 def cmd_pretrain(args) -> int:
@@ -54,8 +50,8 @@ def cmd_pretrain(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from .config import parse_set
     from .evaluation.runner import evaluate
+    from .yamlio import parse_set
 
     for item in args.set:  # a bad value fails before the checkpoint is loaded
         parse_set(item)
@@ -176,8 +172,9 @@ def cmd_jobs(args) -> int:
 
 
 def cmd_make_synthetic(args) -> int:
-    from .config import parse_set, resolve
+    from .config import resolve
     from .data.synthetic import NAME as SYNTHETIC, get_synthetic, synthetic_cache_path
+    from .yamlio import parse_set
 
     for item in args.set:
         key = parse_set(item)[0]
@@ -247,8 +244,8 @@ def cmd_status(args) -> int:
 
 
 def cmd_estimate(args) -> int:
-    from .config import parse_set
     from .estimate import estimate, measured_rates, render
+    from .yamlio import parse_set
     mark_ready()  # imports done: the work begins (bayesncl.startup)
 
     if args.gpu is None and args.measured is None:

@@ -18,21 +18,10 @@ from typing import Any, Callable, Literal
 
 import yaml
 
-from .errors import ConfigError  # re-exported: its old home
-
 from . import registry
+from .errors import ConfigError
 from .keyrules import _rule, _walk
-from .yamlio import load_yaml_file, nest, parse_set  # re-exported: their old home
-
-
-def __getattr__(name: str):
-    # The registry's names as they are now (a plugin may add some); bayesncl.registry is their one list (its
-    # DATASETS and METHODS: the specs).
-    if name == "METHOD_NAMES":
-        return registry.METHODS.names()
-    if name == "RETRIEVAL_K":
-        return {n: registry.DATASETS[n].retrieval_k for n in registry.training_datasets()}
-    raise AttributeError(name)
+from .yamlio import load_yaml_file, nest, parse_set
 
 
 # What the synthetic generator can draw: len(bayesncl.data.synthetic.SHAPES) and len(TEXTURES) (checked
@@ -227,6 +216,11 @@ class Config:
 # train.dynamics_every is not one: it decides whether the run writes dynamics.pt.
 RUNTIME_KEYS = ("train.device", "train.threads", "train.deterministic", "data.num_workers", "data.cache_dir",
                 "data.root", "eval.")
+# The settings that tell runs apart first: a run id names these, in this order, where they differ from the dataset's
+# base, then any other setting that does, by key (bayesncl.grid.run_id). A method reads those of its spec
+# (registry.MethodSpec.reads); the others never tell its runs apart.
+ID_ORDER = ("model.arch", "model.width", "model.proj_dim", "method.gate", "method.detach", "method.head_depth",
+            "method.nonneg", "method.rho", "method.lambda", "method.topk_k")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -243,6 +237,13 @@ def as_dict(obj) -> dict:
 
 
 DEFAULTS: dict[str, Any] = as_dict(Config())
+# A run's settings as its records name them, {name: dotted key}: its dataset and method, ID_ORDER's settings, every
+# other method setting of the package, its training budget and seed. Every evaluation file's run block and runs.csv
+# carry them (run_settings), with a plugin method's own settings (registry.MethodSpec.settings) under their names.
+RUN_KEYS: dict[str, str] = {
+    "dataset": "data.dataset", "method": "method.name", **{k.split(".")[-1]: k for k in ID_ORDER},
+    **{k: f"method.{k}" for k in DEFAULTS["method"] if k != "name" and f"method.{k}" not in ID_ORDER},
+    "epochs": "train.epochs", "seed": "seed"}
 # Dotted key -> (check, allowed): what `validate` applies to every key.
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {key: _rule(tp, m) for key, tp, m in _walk(Config)}
 # Number keys, by kind: where a YAML string like "3e-5" is read as a number, and what synthetic params coerce to.
@@ -264,6 +265,15 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def run_settings(cfg: dict) -> dict[str, Any]:
+    """A run config's settings by name (RUN_KEYS, then its method's own settings, registry.MethodSpec.settings): what
+    says which run a record is. A key the config lacks (a record older than the key) is left out."""
+    flat = flatten(cfg)
+    spec = registry.METHODS.get(flat.get("method.name"))
+    own = {name: f"method.{name}" for name, _ in (spec.settings if spec is not None else ())}
+    return {name: flat[key] for name, key in {**RUN_KEYS, **own}.items() if key in flat}
+
+
 def merge(base: dict, over: dict, prefix: str = "") -> dict:
     """Write `over` into `base` (in place, and returned); a key `base` lacks is an error naming it."""
     for k, v in over.items():
@@ -283,9 +293,6 @@ def merge(base: dict, over: dict, prefix: str = "") -> dict:
                 v = _number(v)
             base[k] = v
     return base
-
-
-_merge = merge  # its old name (evaluation, report.atlas)
 
 
 def _number(v: str):
@@ -338,6 +345,9 @@ def _plugin_settings(cfg: dict) -> None:
         if key in RULES or ".".join(parts[:2]) in RULES:
             raise ConfigError(f"{key}: a plugin declares a setting where the package has the key "
                               f"{'.'.join(parts[:2])}; give the plugin's setting another name")
+        if parts[0] == "method" and parts[1] in RUN_KEYS:  # a run's records name its settings by their names
+            raise ConfigError(f"{key}: a plugin declares a setting named as the run's {RUN_KEYS[parts[1]]} in its "
+                              "records and runs.csv; give the plugin's setting another name")
         node = cfg
         for p in parts[:-1]:
             node = node.setdefault(p, {})
@@ -390,7 +400,6 @@ def topk_k(cfg: dict) -> int:
 # rerun trigger of a run that has that value (bayesncl.grid.trigger_config): adding a key whose `added` is its
 # default reruns nothing.
 KEYS_ADDED: dict[str, Any] = {key: m["added"] for key, _, m in _walk(Config) if "added" in m}
-TRAIN_KEYS_ADDED = {k[len("train."):]: v for k, v in KEYS_ADDED.items() if k.startswith("train.")}  # its old name
 
 
 def as_recorded(cfg: dict) -> dict:

@@ -12,12 +12,12 @@ import json
 import warnings
 from dataclasses import dataclass, field
 
-from .config import RUNTIME_KEYS, ConfigError, flatten, keys_added, nest, resolve, topk_k
-from .errors import BayesNCLError
+from .config import ID_ORDER, RUNTIME_KEYS, flatten, keys_added, resolve, topk_k
+from .errors import BayesNCLError, ConfigError
 from .registry import DATASETS, METHODS, SECTION_SETTINGS, is_plugin, plugin_code
-# Order of the path components after the method.
-ID_ORDER = ("model.arch", "model.width", "model.proj_dim", "method.gate", "method.detach", "method.head_depth",
-            "method.nonneg", "method.rho", "method.lambda", "method.topk_k")
+from .yamlio import nest
+
+# How a run id names a setting where its key's last part is not the name.
 SHORT = {"model.proj_dim": "D", "method.head_depth": "depth", "method.topk_k": "k", "train.dynamics_every": "dyn"}
 # The smoke run (workflow config `smoke: true`): every job of the grid, each shrunk to minutes, so that every
 # code path meets the user's data and cluster before the real run. Laid over every run config (and the base
@@ -40,7 +40,10 @@ class GridWarning(UserWarning):
 class Run:
     run_id: str
     config: dict
-    variant: str
+    # {set: the name the run's rows take there}: the set's own variant that gives this run (an imported checkpoint's
+    # name; an untrained twin's, the name of the run it initialises in that set). Decided here, once, set by set:
+    # every reader (runs.csv, the tables, claims and figures) takes it from here.
+    labels: dict[str, str] = field(default_factory=dict)
     sets: list[str] = field(default_factory=list)
     sweeps: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the grid should hear about this run (GridWarning)
@@ -212,14 +215,16 @@ def set_seeds(wf: dict, set_name: str) -> list[int]:
 
 
 def _points(wf: dict):
-    """Every (set, dataset, variant, swept key, seed) point of the grid with its raw run config."""
-    for set_name, spec in wf["sets"].items():
+    """Every (set, dataset, variant, swept key, seed) point of the grid with its raw run config. Mappings are read in
+    the order of their keys' names (sets, datasets, swept keys), lists in their own: the grid is the same whatever
+    order its files or their merge gave the keys (Snakemake's config and the JSON handed to the report)."""
+    for set_name, spec in sorted(wf["sets"].items()):
         if set_name not in SETS:
             raise ConfigError(f"sets.{set_name}: unknown set; the report renders {', '.join(SETS)}")
-        datasets = spec.get("datasets", list(wf["datasets"]))
+        datasets = spec.get("datasets", sorted(wf["datasets"]))
         seeds = set_seeds(wf, set_name)
         # Each swept key alone, the others at their defaults; no sweep is one point.
-        sweeps = [(k, v) for k, vs in (spec.get("sweep") or {}).items() for v in vs] or [(None, None)]
+        sweeps = [(k, v) for k, vs in sorted((spec.get("sweep") or {}).items()) for v in vs] or [(None, None)]
         for ds in datasets:
             if ds not in wf["datasets"]:
                 raise ConfigError(f"sets.{set_name}.datasets: unknown dataset {ds!r}; defined: "
@@ -259,11 +264,12 @@ def expand_grid(wf: dict) -> dict[str, Run]:
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from None
         ident = _identity({**cfg, "train": {**cfg["train"], "dynamics_every": 0}})
-        p = points.setdefault(ident, {"cfg": cfg, "ds": ds, "variant": variant, "sets": [], "sweeps": [],
+        p = points.setdefault(ident, {"cfg": cfg, "ds": ds, "labels": {}, "sets": [], "sweeps": [],
                                       "dyn": 0, "where": where, "notes": []})
-        if variant != p["variant"]:
-            note = (f"{where}: variant {variant!r} resolves to the same run config as {p['variant']!r} "
-                    f"({p['where']}); the run is trained once and its rows show {p['variant']!r}")
+        label = p["labels"].setdefault(set_name, variant)  # a set's rows show one name per run: its first variant
+        if variant != label:
+            note = (f"{where}: variant {variant!r} resolves to the same run config as {label!r} in sets.{set_name}; "
+                    f"the run is trained once and its rows there show {label!r}")
             p["notes"].append(note)
             warnings.warn(note, GridWarning, stacklevel=2)
         if dyn and p["dyn"] and dyn != p["dyn"]:
@@ -284,7 +290,7 @@ def expand_grid(wf: dict) -> dict[str, Run]:
         rid = run_id(cfg, base)
         if rid in runs:
             raise ConfigError(f"{p['where']}: two different configs map to run {rid!r}")
-        runs[rid] = Run(rid, cfg, p["variant"], p["sets"], p["sweeps"], p["notes"])
+        runs[rid] = Run(rid, cfg, p["labels"], p["sets"], p["sweeps"], p["notes"])
         bases[rid] = base
     plan_init_runs(runs, bases)  # the grid's own runs only: imported weights have no initialisation of ours
     pilot = pilot_seeds(wf)
@@ -362,7 +368,7 @@ def imported_runs(wf: dict, grid_runs: dict[str, Run]) -> dict[str, Run]:
         rid = f"{cfg['data']['dataset']}/{cfg['method']['name']}/imported~{slug}/seed~{cfg['seed']}"
         if rid in runs or rid in grid_runs:
             raise ConfigError(f"{where}: run {rid!r} already exists; give each imported checkpoint its own name")
-        runs[rid] = Run(rid, cfg, entry["name"], list(entry["sets"]), [],
+        runs[rid] = Run(rid, cfg, dict.fromkeys(entry["sets"], entry["name"]), list(entry["sets"]), [],
                         [f"{where}: {flag}" for flag in imp.flags],
                         {"checkpoint": str(entry["checkpoint"]), "args": entry.get("args"), "sha256": imp.sha256})
     return runs
@@ -400,8 +406,10 @@ def plan_init_runs(runs: dict[str, Run], bases: dict[str, dict]) -> None:
             rid = run_id(cfg, bases[run.run_id])
             if rid in runs:
                 raise ConfigError(f"the untrained twin of run {run.run_id} maps to run {rid!r}, another config")
-            twin = runs[rid] = by_identity[_identity(cfg)] = Run(rid, cfg, run.variant)
+            twin = runs[rid] = by_identity[_identity(cfg)] = Run(rid, cfg)
         twin.init_of.extend(s for s in wanted if s not in twin.init_of)
+        for s in wanted:  # named in each set as the run it initialises there
+            twin.labels.setdefault(s, run.labels[s])
 
 
 # The evaluation sections a set's rows read beyond the ones every run gets (features, interpretability,

@@ -20,32 +20,6 @@ from .config import topk_k
 from .registry import METHODS as REGISTRY
 
 
-class _Classes:
-    """{method name: its class}, read through the registry (bayesncl.registry.METHODS: the specs), plugins'
-    included."""
-
-    def __iter__(self):
-        return iter(REGISTRY)
-
-    def __len__(self):
-        return len(REGISTRY)
-
-    def __contains__(self, name):
-        return name in REGISTRY
-
-    def __getitem__(self, name):
-        return REGISTRY[name].load()
-
-    def keys(self):
-        return list(REGISTRY)
-
-    def items(self):
-        return [(n, self[n]) for n in REGISTRY]
-
-
-CLASSES = _Classes()
-
-
 def register(name: str) -> Callable[[type], type]:
     """A built-in method's class, declared in bayesncl.registry under this name."""
     def deco(cls):

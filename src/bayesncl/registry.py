@@ -126,10 +126,6 @@ class Registry(Generic[T]):
         self._specs[name] = spec
         return spec
 
-    def unregister(self, name: str) -> None:
-        """For tests that register a plugin and leave the registry as it was."""
-        self._specs.pop(name, None)
-
     def __getitem__(self, name: str) -> T:
         try:
             return self._specs[name]
@@ -191,13 +187,13 @@ class MethodSpec:
 
 METHODS: Registry[MethodSpec] = Registry("method", "method.name")
 
-_GATE_KEYS = ("rho", "lambda", "gate", "detach", "head_depth", "tau_g", "head_lr")
 for _spec in (
     MethodSpec("cl", "SimCLR", "bayesncl.methods:CL", nonnegative=False),
     MethodSpec("ncl", "NCL", "bayesncl.methods:NCL", reads=("temperature", "nonneg"), reference=True),
     MethodSpec("topk_ncl", "Top-k NCL", "bayesncl.methods:TopKNCL", reads=("temperature", "nonneg", "topk_k"),
                always_named=("method.topk_k",), arrays=("mask",), masked=True),
-    MethodSpec("bayesncl", "BayesNCL", "bayesncl.methods:BayesNCL", reads=("temperature", "nonneg", *_GATE_KEYS),
+    MethodSpec("bayesncl", "BayesNCL", "bayesncl.methods:BayesNCL", reads=("temperature", "nonneg", "rho", "lambda", "gate", "detach",
+                                                                   "head_depth", "tau_g", "head_lr"),
                always_named=("method.rho", "method.lambda"), arrays=("gate",), gated=True),
 ):
     METHODS.register(_spec)

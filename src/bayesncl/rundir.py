@@ -13,9 +13,11 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from .errors import MissingInputError, RunFileError
+from .yamlio import read_text
 
 CONFIG = "config.resolved.yaml"
 CODE = "plugin_code.json"
@@ -59,47 +61,60 @@ def read_code(run_dir: str | Path) -> dict[str, str]:
     return code
 
 
-# An epoch's values the readers take as numbers (None: not measured, as peak memory on a CPU).
+# An epoch's values that are numbers; None only where not measured (peak memory on a CPU).
 _NUMBERS = ("loss", "infonce", "kl", "open_gates", "lr", "epoch_seconds", "img_per_s", "peak_mem_mb", "compile_seconds",
             "skipped", "loss_scale")
 
 
+class LogError(RunFileError):
+    """The training log is not what the trainer writes; `fault` says where in it and what, after its name."""
+
+    def __init__(self, path: Path, fault: str):
+        super().__init__(f"{path}{fault}; it is the trainer's: restore it, or train the run again")
+        self.fault = fault
+
+
+def shown(value) -> str:
+    """A value as a one-line message shows it: its repr, cut at 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def read_log(run_dir: str | Path, needed: tuple[str, ...] = ()) -> list[dict]:
-    """The training log's epochs, in order, each with the keys `needed`. The trainer rewrites the whole file
-    atomically from its checkpointed state, so it holds each finished epoch once and never a partial line;
-    anything else in it is one RunFileError naming the file, the line and what is wrong."""
+    """The training log's epochs, in order, each with the keys `needed` and its numbers (_NUMBERS) as floats. The
+    trainer rewrites the whole file atomically from its checkpointed state, so it holds each finished epoch once and
+    never a partial line; anything else in it is one LogError naming the file, the line and what is wrong. Every
+    reader of the log reads it here (evaluation, `bayesncl status`)."""
     path = Path(run_dir) / LOG
-    if not path.is_file():
-        raise MissingInputError(f"{path} does not exist; it is written by `bayesncl pretrain --out {Path(run_dir)}`")
-    fix = "it is the trainer's: restore it, or train the run again"
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise RunFileError(f"{path}: cannot be read ({e.strerror}); {fix}") from None
-    except UnicodeDecodeError:
-        raise RunFileError(f"{path}: not a text file (not UTF-8); {fix}") from None
-    out = []
-    for i, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+        text = read_text(path, lambda why: LogError(path, f": {why}"))
+    except FileNotFoundError:
+        raise MissingInputError(f"{path} does not exist; it is written by `bayesncl pretrain --out {Path(run_dir)}`"
+                                ) from None
+    return [_epoch(path, i, line, needed) for i, line in enumerate(text.splitlines(), start=1) if line.strip()]
+
+
+def _epoch(path: Path, i: int, line: str, needed: tuple[str, ...]) -> dict:
+    try:
+        epoch = json.loads(line)
+    except ValueError:
+        raise LogError(path, f" line {i}: not JSON") from None
+    if not isinstance(epoch, dict):
+        raise LogError(path, f" line {i}: {shown(epoch)} is not a JSON object of an epoch's values")
+    missing = [k for k in needed if k not in epoch]
+    if missing:
+        raise LogError(path, f" line {i}: no {', '.join(missing)}")
+    if "epoch" in epoch and (not isinstance(epoch["epoch"], int) or isinstance(epoch["epoch"], bool)):
+        raise LogError(path, f" line {i}: epoch {shown(epoch['epoch'])} is not a whole number")
+    for key in _NUMBERS:
+        v = epoch.get(key)
+        if key not in epoch or (v is None and key == "peak_mem_mb"):
             continue
         try:
-            epoch = json.loads(line)
-        except ValueError:
-            raise RunFileError(f"{path} line {i}: not JSON; {fix}") from None
-        if not isinstance(epoch, dict):
-            raise RunFileError(f"{path} line {i}: not a JSON object of an epoch's values; {fix}")
-        missing = [k for k in needed if k not in epoch]
-        if missing:
-            raise RunFileError(f"{path} line {i}: no {', '.join(missing)}; {fix}")
-        if "epoch" in epoch and (not isinstance(epoch["epoch"], int) or isinstance(epoch["epoch"], bool)):
-            raise RunFileError(f"{path} line {i}: epoch {str(epoch['epoch'])[:20]!r} is not a whole number; {fix}")
-        for key in _NUMBERS:
-            v = epoch.get(key)
-            if v is None and (key not in epoch or key == "peak_mem_mb"):
-                continue
-            try:
-                epoch[key] = float(v) if not isinstance(v, (bool, str)) else float("x")
-            except (TypeError, ValueError, OverflowError):
-                raise RunFileError(f"{path} line {i}: {key} {str(v)[:20]!r} is not a number; {fix}") from None
-        out.append(epoch)
-    return out
+            epoch[key] = float(v) if not isinstance(v, (bool, str)) else float("x")
+            if key == "epoch_seconds" and not (math.isfinite(epoch[key]) and epoch[key] >= 0):
+                raise ValueError
+        except (TypeError, ValueError, OverflowError):
+            what = "a number of seconds" if key == "epoch_seconds" else "a number"
+            raise LogError(path, f" line {i}: {key} {shown(v)} is not {what}") from None
+    return epoch

@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from .config import ConfigError
+from .errors import ConfigError
 from .data import eval_transform, iter_batches
 
 __all__ = ["LossScaler", "autocast", "bn_mode", "channels_last", "embed", "embed_batch", "peak_memory_mb",

@@ -15,7 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from .config import as_recorded, load_yaml_file, resolve
+from .config import as_recorded, resolve
+from .yamlio import load_yaml_file
 from .grid import Run, expand_grid, trigger_diff
 from .registry import plugin_code
 from .rundir import CONFIG, FINAL, read_code

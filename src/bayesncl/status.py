@@ -22,7 +22,6 @@ far; "still learning" once pretraining ended with the loss still falling.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -31,8 +30,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import MissingInputError
 from .grid import evaluation_sections, expand_grid, smoke_results
-from .rundir import CHECKPOINT, CONFIG, EVAL, FINAL, LOG
+from .rundir import CHECKPOINT, CONFIG, EVAL, FINAL, LOG, LogError, read_log, shown
+from .yamlio import read_text
 
 __all__ = ["STATES", "RunStatus", "Unreadable", "grid_status", "render", "run_status", "totals"]
 
@@ -68,15 +69,9 @@ class Unreadable(Exception):
 def _read_text(path: Path) -> str | None:
     """The file's text, None where it does not exist."""
     try:
-        data = path.read_bytes()
+        return read_text(path, lambda why: Unreadable(f"{path.name}: {why}"))
     except FileNotFoundError:
         return None
-    except OSError as e:
-        raise Unreadable(f"{path.name} cannot be read ({e.strerror})") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise Unreadable(f"{path.name} is not text (not UTF-8)") from None
 
 
 def _last_line(path: Path) -> str:
@@ -91,48 +86,15 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
-_NUMBERS = ("loss", "infonce", "epoch_seconds")  # what the table reads from each epoch
-
-
-def _number(key: str, v) -> float | None:
-    """An epoch's value as a float (None where absent); ValueError where it is not one the trainer writes."""
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError
-    v = float(v)  # OverflowError (a ValueError's sibling) for an integer beyond floats: caught with it
-    if key == "epoch_seconds" and not (math.isfinite(v) and v >= 0):
-        raise ValueError
-    return v
-
-
-def _read_log(path: Path) -> list[dict]:
-    """The epochs logged so far ([] when none). The trainer replaces the file whole, so a read sees a whole file:
-    anything else in it is not the trainer's (Unreadable)."""
-    text = _read_text(path)
-    out = []
-    for i, line in enumerate((text or "").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            epoch = json.loads(line)
-        except ValueError:
-            raise Unreadable(f"{path.name} line {i}: not JSON") from None
-        if not isinstance(epoch, dict):
-            raise Unreadable(f"{path.name} line {i}: {_short(epoch)} is not a JSON object")
-        for key in _NUMBERS:
-            try:
-                epoch[key] = _number(key, epoch.get(key))
-            except (ValueError, OverflowError):
-                what = "a number of seconds" if key == "epoch_seconds" else "a number"
-                raise Unreadable(f"{path.name} line {i}: {key} {_short(epoch[key])} is not {what}") from None
-        out.append(epoch)
-    return out
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+def _read_log(run_dir: Path) -> list[dict]:
+    """The epochs logged so far ([] when none), read as every reader reads them (rundir.read_log); a log that is not
+    the trainer's is Unreadable."""
+    try:
+        return read_log(run_dir)
+    except MissingInputError:
+        return []
+    except LogError as e:
+        raise Unreadable(f"{LOG}{e.fault}") from None
 
 
 def _recorded_config(path: Path) -> dict:
@@ -150,18 +112,18 @@ def _recorded_config(path: Path) -> dict:
         raise Unreadable(f"{path.name}: not valid YAML" + (f" at line {mark.line + 1}" if mark else "")) from None
     cfg = {} if cfg is None else cfg
     if not isinstance(cfg, dict):
-        raise Unreadable(f"{path.name}: {_short(cfg)} is not a mapping of config keys")
+        raise Unreadable(f"{path.name}: {shown(cfg)} is not a mapping of config keys")
     return cfg
 
 
 def _train(cfg: dict, where: str) -> dict:
     train = cfg.get("train") or {}
     if not isinstance(train, dict):
-        raise Unreadable(f"{where}: train is {_short(train)}, not a mapping")
+        raise Unreadable(f"{where}: train is {shown(train)}, not a mapping")
     for key in ("epochs", "batch_size"):
         v = train.get(key)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < (key == "batch_size")):
-            raise Unreadable(f"{where}: train.{key} {_short(v)} is not a whole number"
+            raise Unreadable(f"{where}: train.{key} {shown(v)} is not a whole number"
                              + (" above 0" if key == "batch_size" else ""))
     return train
 
@@ -200,7 +162,7 @@ def run_status(run_dir: str | Path, run_id: str, cfg: dict | None = None, sectio
 
 def _infonce(log: list[dict]) -> list[float]:
     """Each epoch's InfoNCE (a log older than that column: its loss; NaN where neither is there)."""
-    return [next((v for v in (r["infonce"], r["loss"]) if v is not None), math.nan) for r in log]
+    return [next((v for v in (r.get("infonce"), r.get("loss")) if v is not None), math.nan) for r in log]
 
 
 def _run_status(d: Path, run_id: str, cfg: dict | None, sections: list[str] | None, now: float) -> RunStatus:
@@ -208,11 +170,11 @@ def _run_status(d: Path, run_id: str, cfg: dict | None, sections: list[str] | No
 
     where = "the plan" if cfg is not None else CONFIG
     train = _train(_recorded_config(d / CONFIG) if cfg is None else cfg, where)
-    log = _read_log(d / LOG)
+    log = _read_log(d)
     st = RunStatus(run_id, "waiting", epoch=len(log), epochs=train.get("epochs"))
     if log:
-        st.loss = log[-1]["loss"]
-        st.train_s = sum(r["epoch_seconds"] or 0.0 for r in log)
+        st.loss = log[-1].get("loss")
+        st.train_s = sum(r.get("epoch_seconds", 0.0) for r in log)
         infonce = _infonce(log)
         fall = collapse(infonce, train.get("batch_size") or 256)
         if fall["collapsed"]:
@@ -244,7 +206,7 @@ def _run_status(d: Path, run_id: str, cfg: dict | None, sections: list[str] | No
         st.state, st.note = "failed", last
     elif started is not None:
         st.state = "running"
-        times = [r["epoch_seconds"] for r in log if r["epoch_seconds"] is not None]
+        times = [r["epoch_seconds"] for r in log if "epoch_seconds" in r]
         if times and st.epochs:
             per = statistics.median(times)
             since = max(0.0, now - started)
@@ -317,9 +279,9 @@ def _duration(seconds: float | None) -> str:
 def render(rows: list[RunStatus], states: list[str] | None = None) -> str:
     """The table (failed runs first) and the totals, as `bayesncl status` prints them."""
     order = {s: i for i, s in enumerate(STATES)}
-    shown = sorted((r for r in rows if not states or r.state in states), key=lambda r: (order[r.state], r.run_id))
+    listed = sorted((r for r in rows if not states or r.state in states), key=lambda r: (order[r.state], r.run_id))
     lines = [f"{'state':<10} {'epoch':>9} {'loss':>7} {'ETA':>6} {'eval':>5}  {'run':<s}"]
-    for r in shown:
+    for r in listed:
         epoch = f"{r.epoch}/{r.epochs}" if r.epochs is not None else str(r.epoch)
         loss = f"{r.loss:.3f}" if isinstance(r.loss, (int, float)) and math.isfinite(r.loss) else "-"
         ev = f"{r.sections[0]}/{r.sections[1]}" if r.sections else "-"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .config import ConfigError
+from .errors import ConfigError
 from .data import SimCLRAugment
 from .methods import Method
 from .optim import Lars, group_peaks, lr_schedule

@@ -30,8 +30,8 @@ from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt_io
 from .atomic import atomic_write_text
-from .config import RUNTIME_KEYS, ConfigError
-from .errors import REQUEUE_EXIT  # noqa: F401 - the CLI's exit after a SIGTERM; the SLURM profile retries it
+from .config import RUNTIME_KEYS
+from .errors import ConfigError
 from .data import SimCLRAugment, iter_batches, load_split
 from .evaluation.dynamics import GradientStats
 from .events import TrainingEvents

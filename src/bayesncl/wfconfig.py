@@ -161,7 +161,7 @@ def read_grid_files(paths: Sequence[str | os.PathLike], flag: str = "--grid") ->
     """The workflow config given as one file or as a grid and its overlays (`--grid config/config.yaml
     config/sweeps.yaml`): each a YAML mapping, merged in order as Snakemake merges `--configfile A B`
     (bayesncl.grid.merged). Not yet checked: see check_grid."""
-    from .config import load_yaml_file
+    from .yamlio import load_yaml_file
     from .grid import merged
 
     parts = []

@@ -1,12 +1,12 @@
-"""YAML in: a config or workflow file read (one line naming the file on any problem) and `--set key=value`
-items parsed into nested config keys. bayesncl.config re-exports them (their old home)."""
+"""Files in: a config or workflow file read (one line naming the file on any problem), `--set key=value` items
+parsed into nested config keys, a text file's text and a JSON object, each fault one line."""
 
 from __future__ import annotations
 
 import json
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -49,12 +49,7 @@ def load_yaml_file(file: str | Path, what: str,
     path = Path(file)
     if not path.is_file():
         raise ConfigError(f"{what} {path} " + ("is a folder" if path.is_dir() else "does not exist") + f"; {expected}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{what} {path}: cannot be read ({e.strerror}); {expected}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{what} {path}: not a text file (it is not UTF-8); {expected}") from None
+    text = read_text(path, lambda why: ConfigError(f"{what} {path}: {why}; {expected}"))
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -62,3 +57,27 @@ def load_yaml_file(file: str | Path, what: str,
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"{what} {path}: not valid YAML{where} ({problem}); {expected}") from None
+
+
+def read_text(path: Path, fault: Callable[[str], Exception]) -> str:
+    """The file's text; where it cannot be read, or is not UTF-8, `fault(what is wrong)` is raised (a missing file
+    raises FileNotFoundError: the caller says what that means)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise fault(f"cannot be read ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise fault("not a text file (not UTF-8)") from None
+
+
+def json_object(text: str, fault: Callable[[str], Exception]) -> dict:
+    """The JSON object `text` holds; anything else raises `fault(what is wrong)`."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise fault(f"not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise fault(f"expected a JSON object, got {type(value).__name__}")
+    return value

@@ -2,8 +2,8 @@
 tests/fake_cuda.py the GPU path without a GPU): `claims` (runs.csv rows for the claims table), `datasets` (tiny
 datasets in their real formats), `report` (the report's inputs), `models` (a tiny backbone), `slurm` (a one-node
 SLURM cluster's runs), `grids` (config/ as Snakemake merges it), `events` (a run's TensorBoard files as
-TensorBoard's readers read them), `family` (naive references for the familywise control). `TINY`: `--set` items
-for a CPU run of a few seconds."""
+TensorBoard's readers read them), `family` (naive references for the familywise control), `plugins` (what a test
+registers, gone after it). `TINY`: `--set` items for a CPU run of a few seconds."""
 
 TINY = [
     "data.synthetic.train_size=256",

@@ -61,7 +61,7 @@ def write_eval(wf: dict, base: Path | None = None) -> dict:
         folder = results / "runs" / rid / "eval"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "features.json").write_text(json.dumps({"run": info, "features": {"test_images": 120},
-                                                          "training": training}))
+                                                          "training": training, "config": cfg}))
         for section in grid.evaluation_sections(run):
             if section == "features":
                 continue

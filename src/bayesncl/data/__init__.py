@@ -11,55 +11,34 @@ inputs (the set: imageset.py; the feed: feed.py; the registry's loader adapters:
   from its prepared copy under ``cache_dir`` when ``bayesncl prepare-imagenet`` has made one.
 - ``waterbirds`` (also :func:`load_waterbirds`): ``root/metadata.csv`` + images, file-backed.
 
-Errors about missing or malformed data are :class:`DataError` and name the path, the expected layout
+Errors about missing or malformed data are bayesncl.errors.DataError and name the path, the expected layout
 and the fix.
 """
 
 from __future__ import annotations
 
-from ..errors import ConfigError, DataError  # DataError re-exported: its old home
-from ..registry import DATASETS as _REGISTRY
+from ..errors import ConfigError, DataError
+from ..registry import DATASETS
 from .augment import SimCLRAugment, eval_transform
-from .cifar import check_cifar, load_cifar  # noqa: F401 - the loaders, importable from here as before
 from .feed import iter_batches
-from .imagenet import check_imagenet100, load_imagenet100  # noqa: F401
-from .imageset import (CIFAR10_MEAN, CIFAR10_STD, CIFAR100_MEAN, CIFAR100_STD, IMAGENET_MEAN, IMAGENET_STD,
-                       ImageSet)
-from .synthetic import load_synthetic, make_synthetic, resolve_params  # noqa: F401
-from .waterbirds import check_waterbirds, load_waterbirds  # noqa: F401
+from .imageset import IMAGENET_MEAN, IMAGENET_STD, ImageSet
+from .waterbirds import load_waterbirds
 
 __all__ = [
     "ImageSet",
-    "DataError",
-    "CIFAR10_MEAN",
-    "CIFAR10_STD",
-    "CIFAR100_MEAN",
-    "CIFAR100_STD",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
-    "LOADERS",
     "load_split",
     "check_data",
     "iter_batches",
     "load_waterbirds",
-    "make_synthetic",
     "SimCLRAugment",
     "eval_transform",
 ]
 
 
-
-def __getattr__(name: str):
-    # The registry's names as they are now (a plugin may add some): every dataset load_split reads (Waterbirds
-    # too, the background probe's data, never trained on); the training datasets: registry.training_datasets().
-    if name == "LOADERS":
-        return _REGISTRY.names()
-    raise AttributeError(name)
-
-
 def _spec(data_cfg: dict):
-    from ..registry import DATASETS
-
+    """The dataset's spec in bayesncl.registry.DATASETS (every dataset load_split reads: Waterbirds too)."""
     try:
         return DATASETS[data_cfg.get("dataset", "synthetic")]
     except ConfigError as e:

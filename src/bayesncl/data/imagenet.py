@@ -32,7 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil  # noqa: F401  (tests patch shutil.disk_usage through this module)
 import warnings
 from importlib import resources
 from pathlib import Path

@@ -26,15 +26,15 @@ def _check_cifar(data_cfg: dict) -> None:
     check_cifar(data_cfg.get("root"), data_cfg["dataset"], download=bool(data_cfg.get("download", False)))
 
 
+def _imagenet_sizes(data_cfg: dict) -> tuple[int, int]:
+    """(stored side, crop side) of ImageNet-sized images: ImageNet-100's and Waterbirds'."""
+    return int(data_cfg.get("imagenet_stored_size", 256)), int(data_cfg.get("imagenet_crop_size", 224))
+
+
 def _load_imagenet100(data_cfg: dict, split: str) -> ImageSet:
-    return load_imagenet100(
-        data_cfg.get("root"),
-        split,
-        stored_size=int(data_cfg.get("imagenet_stored_size", 256)),
-        crop_size=int(data_cfg.get("imagenet_crop_size", 224)),
-        classes=data_cfg.get("classes"),
-        cache_dir=data_cfg.get("cache_dir"),
-    )
+    stored, crop = _imagenet_sizes(data_cfg)
+    return load_imagenet100(data_cfg.get("root"), split, stored_size=stored, crop_size=crop,
+                            classes=data_cfg.get("classes"), cache_dir=data_cfg.get("cache_dir"))
 
 
 def _check_imagenet100(data_cfg: dict) -> None:
@@ -42,12 +42,8 @@ def _check_imagenet100(data_cfg: dict) -> None:
 
 
 def _load_waterbirds(data_cfg: dict, split: str) -> ImageSet:
-    return load_waterbirds(
-        data_cfg.get("root"),
-        split,
-        image_size=int(data_cfg.get("imagenet_crop_size", 224)),
-        stored_size=int(data_cfg.get("imagenet_stored_size", 256)),
-    )
+    stored, crop = _imagenet_sizes(data_cfg)
+    return load_waterbirds(data_cfg.get("root"), split, image_size=crop, stored_size=stored)
 
 
 def _check_waterbirds(data_cfg: dict) -> None:

@@ -36,8 +36,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..config import DEFAULTS, SYNTHETIC_SHAPES, SYNTHETIC_TEXTURES, ConfigError, synthetic_params
-from ..errors import DataError
+from ..config import DEFAULTS, SYNTHETIC_SHAPES, SYNTHETIC_TEXTURES, synthetic_params
+from ..errors import ConfigError, DataError
 from .imageset import ImageSet
 
 NAME = "synthetic"  # its name in bayesncl.registry

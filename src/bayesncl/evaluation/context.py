@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import atomic_path
+from ..config import run_settings
 from ..errors import DataError, MissingInputError
 
 __all__ = ["FEATURE_FILES", "Context", "clean", "run_info", "subset"]
@@ -25,12 +26,9 @@ FEATURE_FILES = {"test": "features.npz", "train": "features_train.npz"}
 
 
 def run_info(cfg: dict) -> dict:
-    """The run identity every section file carries, so a file read alone says what it measured."""
-    m, mc = cfg["model"], cfg["method"]
-    return {"dataset": cfg["data"]["dataset"], "arch": m["arch"], "width": m["width"], "method": mc["name"],
-            "gate": mc["gate"], "detach": mc["detach"], "head_depth": mc["head_depth"], "rho": mc["rho"],
-            "lambda": mc["lambda"], "proj_dim": m["proj_dim"], "seed": cfg["seed"], "epochs": cfg["train"]["epochs"],
-            "eval_bn": cfg["eval"]["bn"]}
+    """The run identity every section file carries, so a file read alone says what it measured: its settings
+    (config.run_settings) and the BatchNorm mode of its features."""
+    return {**run_settings(cfg), "eval_bn": cfg["eval"]["bn"]}
 
 
 def clean(x):

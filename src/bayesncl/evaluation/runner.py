@@ -16,15 +16,16 @@ import sys
 from pathlib import Path
 
 from ..atomic import atomic_write_text
-from ..config import RUNTIME_KEYS, merge, nest, parse_set, resolve, validate
+from ..config import RUNTIME_KEYS, merge, resolve, validate
 from ..errors import ConfigError
 from ..events import write_section
 from ..rundir import EVAL
 from ..startup import mark_ready
+from ..yamlio import nest, parse_set
 from .context import Context, clean, run_info
 from .sections import SECTIONS, applicable, check_applies
 
-__all__ = ["evaluate", "run_info"]
+__all__ = ["evaluate"]
 
 
 def _config(stored: dict, checkpoint: Path, sets, overrides: dict | None, expect_config) -> dict:

@@ -25,9 +25,9 @@ import os
 from pathlib import Path
 from typing import Sequence, TextIO, Union
 
-from .summary import COLUMNS, MetricsFileError, read_summary, summarize, write_summary
+from .summary import COLUMNS, read_summary, summarize, write_summary
 
-__all__ = ["COLUMNS", "MetricsFileError", "read_summary", "render_figures", "render_tables", "summarize",
+__all__ = ["COLUMNS", "read_summary", "render_figures", "render_tables", "summarize",
            "write_claims", "write_document", "write_report", "write_summary"]
 
 # The grid config a report came from: one file, a grid and its overlays in order, or None (made by hand).

@@ -140,8 +140,10 @@ def run_name(cfg: dict) -> str:
 def load_run(run_dir: str | os.PathLike, data_sets: list[str] | tuple = (), load_images: bool = True) -> AtlasRun:
     """A run folder's features.npz and test images; ``data_sets`` are ``data.*=value`` overrides (e.g. a
     dataset root that moved since training)."""
-    from ..config import ConfigError, _merge, nest, parse_set, resolve, validate
+    from ..config import merge, resolve, validate
     from ..data import load_split
+    from ..errors import ConfigError
+    from ..yamlio import nest, parse_set
 
     run = Path(run_dir)
     cfg_path, feat_path = run / "config.resolved.yaml", run / "eval" / "features.npz"
@@ -156,7 +158,7 @@ def load_run(run_dir: str | os.PathLike, data_sets: list[str] | tuple = (), load
         if set(over) - {"data"}:
             raise ConfigError(f"--set {sorted(set(over) - {'data'})[0]}.*: only data.* keys can be overridden "
                               "for the atlas")
-        cfg = validate(_merge(cfg, over))
+        cfg = validate(merge(cfg, over))
     with np.load(feat_path) as f:
         arrays = {k: f[k] for k in f.files}
     for key in ("labels", "zplus"):

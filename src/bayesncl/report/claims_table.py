@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from ..registry import method_traits
 from .cells import METRICS, Fmt, Stat
-from .claims import LOOK_ALPHAS, PRIMARY, SAME_INIT, Comparison, Side
+from .claims import PRIMARY, SAME_INIT, Comparison, Side
 from .judge import Judged, judge
 from .groups import flag_repeats, group_rows
 from .layout import render_context, table_context, write_table
@@ -23,9 +23,9 @@ from .lines import rows_in_set, saturation_verdict
 from .names import ARCH_NAMES, DATASET_NAMES, HEADLINE, is_main
 from .reading import reading, rows_of
 from .summary import prepare
-from .verdicts import ALPHA, FAILS, HOLDS, NOT_RUN, UNCONTROLLED, VERDICTS, Outcome, decision
+from .verdicts import ALPHA, FAILS, HOLDS, LOOK_ALPHAS, NOT_RUN, UNCONTROLLED, VERDICTS, Outcome, decision
 
-__all__ = ["CAPTION", "SAME_INIT", "build_claims", "claim_cells", "dataset_title", "family_tally", "gate_sentence",
+__all__ = ["CAPTION", "build_claims", "claim_cells", "dataset_title", "family_tally", "gate_sentence",
            "outcome", "print_outcome", "render_claims", "write_claims"]
 
 

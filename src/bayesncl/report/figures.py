@@ -49,7 +49,7 @@ from .lines import (default_point, gate_points, group_key, line_points, mode, pa
 from .names import ARCH_NAMES, FIGURE_NAMES
 from .summary import prepare, sweep_rows
 
-__all__ = ["FIGURE_NAMES", "render_figures", "saturation_figure"]
+__all__ = ["render_figures", "saturation_figure"]
 
 
 
@@ -105,7 +105,8 @@ def _figure3(df: pd.DataFrame) -> Figure:
 
 
 # --------------------------------------------------------------------------- figure 4a
-METRICS = (("sc", "SC (%)"), ("probe_top1", "linear probe top-1 (%)"))
+# The y axes of the sweep figures (4a, 4b): (runs.csv column, label).
+SWEEP_AXES = (("sc", "SC (%)"), ("probe_top1", "linear probe top-1 (%)"))
 
 
 def _figure4a(df: pd.DataFrame) -> Figure:
@@ -120,7 +121,7 @@ def _figure4a(df: pd.DataFrame) -> Figure:
         part = rows[rows["dataset"] == ds]
         widths = sorted({int(v) for v in part["proj_dim"] if math.isfinite(v)})
         d = default_point(df, ds) if len(part) else {}
-        for ax, (y, ylabel) in zip(axes[r], METRICS):
+        for ax, (y, ylabel) in zip(axes[r], SWEEP_AXES):
             ax.set_title(f"{dataset_name(ds)}: {ylabel.split(' (')[0]}")
             ax.set_xlabel("latent width D (log scale)")
             ax.set_ylabel(ylabel)
@@ -203,7 +204,7 @@ def _figure4b(df: pd.DataFrame) -> Figure:
         sweeps = {p: sweep_rows(part, p) for p in ("rho", "lambda")}
         base = default_point(df, ds) if len(part) else {"rho": math.nan, "lambda": math.nan}
         ncl = _ncl_reference(df, part)
-        for r, (y, ylabel) in enumerate(METRICS):
+        for r, (y, ylabel) in enumerate(SWEEP_AXES):
             for c, param in enumerate(("rho", "lambda")):
                 ax = axes[2 * b + r][c]
                 other = "lambda" if param == "rho" else "rho"

@@ -1,25 +1,29 @@
 """Collect evaluated runs into one flat table (``results/summary/runs.csv``).
 
 The workflow config says which runs exist: ``summarize`` expands it with ``bayesncl.grid.expand_grid``
-and gives one row per run, in the grid's order, with the columns of ``COLUMNS``. A run's identity
-(``run_id``, ``variant``, ``sets`` joined with ";", ``sweep``, ``init_of`` (the sets an untrained twin
-serves, grid.plan_init_runs), ``pilot_of`` (a grid grown by `bayesncl plan`: the sets whose pilot seeds the
-run is, grid.pilot_sets; empty otherwise), and the settings ``dataset`` ... ``seed``) comes from the grid and its
-resolved config; its numbers come from its evaluation folder ``<results>/runs/<run_id>/eval/``:
+and gives one row per run and name, in the grid's order, with the columns of ``COLUMNS``. A run's rows
+(``run_id``, ``variant``: the name it takes in the sets of ``sets``, joined with ";", as the grid decided set by
+set, grid.Run.labels; a run that two sets name differently, as the sweep point of one variant that is another
+variant of a table, has a row per name, each with the same numbers) say where it belongs: ``sweep``, ``init_of``
+(the sets an untrained twin serves, under that name, grid.plan_init_runs), ``pilot_of`` (a grid grown by `bayesncl
+plan`: those of the row's sets whose pilot seeds the run is, grid.pilot_sets; empty otherwise). Its settings
+(``dataset``, ``arch``, ``method``, ``width`` ... ``seed``: config.RUN_KEYS, and a column for each setting a plugin
+method declares, under its name) are those it was trained with, from its own record (features.json's config); its
+numbers come from its evaluation folder ``<results>/runs/<run_id>/eval/``:
 
-- ``features.json``: ``{"run": {...}, "training": {...}}``, every run has it; ``weights_sha`` and the
-  training curves come from here;
+- ``features.json``: ``{"run": {...}, "training": {...}, "config": {...}}``, every run has it; ``weights_sha``,
+  the settings and the training curves come from here;
 - ``<section>.json`` for each other section of ``grid.evaluation_sections(run)``: ``{"run": {...},
   "<section>": {...}}`` (interpretability, linear_probe, retrieval, background_probe, dynamics, cost).
 
 A missing or malformed file raises ``MetricsFileError`` naming it and the command that writes it, and so
 does a file without ``weights_sha`` or with another one than features.json's (stale: evaluated on other
-weights); a section the run does not have gives NaN (numbers) or "" (text). ``sweep`` lists the swept keys (their
-last component: "rho", "lambda", "proj_dim") the run is a point of, ";"-joined: the default point of
-several sweeps is in each, exactly as the grid says. ``ret_curve`` is a JSON object {K: P@10} sorted by
-K and ``dyn_*`` (``dyn_sc``: SC of the evaluation feature at each recorded epoch), ``gate_curve``
-(open-gate fraction per epoch) and ``loss_curve`` are JSON lists.
-``weights_sha`` is the trained weights' hash: equal hashes mean bit-identical training.
+weights), and a features.json without its run config; a section the run does not have gives NaN (numbers) or ""
+(text), as does a setting its method does not have. ``sweep`` lists the swept keys (their last component: "rho",
+"lambda", "proj_dim") the run is a point of, ";"-joined: the default point of several sweeps is in each, exactly
+as the grid says. ``ret_curve`` is a JSON object {K: P@10} sorted by K and ``dyn_*`` (``dyn_sc``: SC of the
+evaluation feature at each recorded epoch), ``gate_curve`` (open-gate fraction per epoch) and ``loss_curve`` are
+JSON lists. ``weights_sha`` is the trained weights' hash: equal hashes mean bit-identical training.
 
 ``eval_bn`` is the BatchNorm mode of the evaluation features (features.json's run block, docs/METHOD.md
 section 4); ``learning_slope``/``learning_hi`` are the InfoNCE slope per epoch over the last 20% of
@@ -47,16 +51,21 @@ from typing import Any
 import pandas as pd
 
 from ..atomic import atomic_path, atomic_write_text
-from ..errors import ConfigError, MetricsFileError  # MetricsFileError re-exported: its old home
+from ..config import DEFAULTS, RUN_KEYS, as_recorded, flatten, run_settings
+from ..errors import ConfigError, MetricsFileError
 from ..grid import Run, evaluation_sections, expand_grid
+from ..registry import METHODS
+from ..yamlio import json_object, read_text
 from .names import METRICS_JSON, is_main
 
-__all__ = ["COLUMNS", "MetricsFileError", "check_identity", "prepare", "read_summary", "summarize",
-           "sweep_rows", "write_summary"]
+__all__ = ["COLUMNS", "check_identity", "prepare", "read_summary", "setting_columns", "summarize", "sweep_rows",
+           "write_summary"]
 
 ID_COLUMNS = ["run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "init_of", "pilot_of"]
-RUN_COLUMNS = ["gate", "detach", "head_depth", "rho", "lambda", "proj_dim", "epochs", "seed", "weights_sha",
-               "imported", "imported_from"]  # imported: the sha256 of the released checkpoint the weights came from
+# A run's settings (config.RUN_KEYS), then where its weights came from (imported: the sha256 of the released
+# checkpoint).
+RUN_COLUMNS = [*(name for name in RUN_KEYS if name not in ID_COLUMNS), "weights_sha", "imported", "imported_from"]
+_DEFAULTS = flatten(DEFAULTS)
 METRIC_COLUMNS = [
     "sc", "se_sum", "se_mean", "se_freq", "act", "alive", "alive_frac",
     "bg_dominated_zplus", "bg_dominated_feature", "closed_bg", "closed_cls", "topk_bound", "topk_removed",
@@ -71,8 +80,8 @@ METRIC_COLUMNS = [
 ]
 COLUMNS = ID_COLUMNS + RUN_COLUMNS + METRIC_COLUMNS
 TEXT_COLUMNS = {
-    "run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "init_of", "pilot_of", "gate", "weights_sha",
-    "imported", "imported_from",
+    "run_id", "variant", "sets", "sweep", "init_of", "pilot_of", "weights_sha", "imported", "imported_from",
+    *(name for name, key in RUN_KEYS.items() if isinstance(_DEFAULTS[key], str)),  # dataset, arch, gate, ...
     "probe_protocol", "ret_curve", "bg_protocol", "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc",
     "dyn_sc", "gate_curve", "loss_curve", "eval_bn", "stale",
 }
@@ -107,18 +116,13 @@ def _num(value: Any) -> float:
 
 def _read_json(path: Path, section: str | None, fix: str) -> dict:
     """The file's object, checked: a "run" object, and the ``section`` object when one is named."""
+    def fault(why: str) -> MetricsFileError:
+        return MetricsFileError(f"evaluation file {path}: {why}; {fix}")
+
     try:
-        text = path.read_text(encoding="utf-8")
+        data = json_object(read_text(path, fault), fault)
     except FileNotFoundError:
         raise MetricsFileError(f"evaluation file not found: {path}; {fix}") from None
-    except OSError as exc:
-        raise MetricsFileError(f"cannot read evaluation file {path}: {exc}; {fix}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MetricsFileError(f"evaluation file {path} is not valid JSON ({exc}); {fix}") from None
-    if not isinstance(data, dict):
-        raise MetricsFileError(f"evaluation file {path}: expected a JSON object, got {type(data).__name__}; {fix}")
     for key in ("run", section):
         if key is not None and not isinstance(data.get(key), dict):
             raise MetricsFileError(f"evaluation file {path}: no {key!r} object; {fix}")
@@ -143,10 +147,14 @@ def _sha(path: Path, data: dict, fix: str) -> str:
 
 
 def _read_run(run: Run, eval_dir: Path) -> dict[str, dict]:
-    """{section: its object} for the run, plus "run" and "training" from features.json."""
+    """{section: its object} for the run, plus "run", "training" and "config" (what it was trained with) from
+    features.json."""
     features = eval_dir / "features.json"
     data = _read_json(features, None, _fix(eval_dir, "features"))
-    out = {"run": data["run"], "training": data.get("training") or {}, "config": data.get("config")}
+    if not isinstance(data.get("config"), dict):
+        raise MetricsFileError(f"evaluation file {features} records no config, so the run's settings cannot be read; "
+                               f"delete it and {_fix(eval_dir, 'features')}")
+    out = {"run": data["run"], "training": data.get("training") or {}, "config": data["config"]}
     sha = _sha(features, data, _fix(eval_dir, "features"))
     for section in evaluation_sections(run):
         if section == "features":  # read above
@@ -175,18 +183,46 @@ def _sorted_curve(curve: dict) -> str:
     return json.dumps({str(k): v for k, v in items})
 
 
+def setting_columns() -> dict[str, tuple[str, bool]]:
+    """{a plugin method's setting: (its runs.csv column, whether it holds text)} for every registered method's own
+    settings (registry.MethodSpec.settings): its name, or method.<name> where another column has that name."""
+    out: dict[str, tuple[str, bool]] = {}
+    for spec in (METHODS[name] for name in METHODS):
+        for name, setting in spec.settings:
+            column, text = out.get(name, (name if name not in COLUMNS else f"method.{name}", False))
+            out[name] = (column, text or setting.kind is str)
+    return out
+
+
+def _settings(recorded: dict) -> dict[str, Any]:
+    """The columns of a run's settings, from the config it recorded (an older record completed as config.as_recorded
+    completes it): text as str, numbers as float; "" or NaN where it has none."""
+    plugin = setting_columns()
+    row: dict[str, Any] = {}
+    for name, value in run_settings(as_recorded(recorded)).items():
+        column, text = (name, name in TEXT_COLUMNS) if name in RUN_KEYS else plugin[name]
+        row[column] = ("" if value is None else str(value)) if text else _num(value)
+    return row
+
+
+def _rows(run: Run, metrics: dict[str, dict], code: dict[str, str] | None = None) -> list[dict]:
+    """The run's rows: one per name it takes (grid.Run.labels), each listing the sets (and the sets it initialises)
+    where it takes that name, with the same settings and numbers."""
+    row = _flatten(run, metrics, code)
+    out = []
+    for label in dict.fromkeys(run.labels.values()):
+        named = [s for s, v in run.labels.items() if v == label]
+        out.append({**row, "variant": label, "sets": ";".join(s for s in run.sets if s in named),
+                    "init_of": ";".join(s for s in run.init_of if s in named),
+                    "pilot_of": ";".join(s for s in run.pilot_of if s in named)})
+    return out
+
+
 def _flatten(run: Run, metrics: dict[str, dict], code: dict[str, str] | None = None) -> dict:
     row: dict[str, Any] = {c: ("" if c in TEXT_COLUMNS else math.nan) for c in COLUMNS}
-    cfg, mc = run.config, run.config["method"]
-    row.update(run_id=run.run_id, dataset=str(cfg["data"]["dataset"]), arch=str(cfg["model"]["arch"]),
-               method=str(mc["name"]), variant=run.variant, sets=";".join(run.sets), sweep=";".join(run.sweeps),
-               init_of=";".join(run.init_of), pilot_of=";".join(run.pilot_of),
-               gate=str(mc["gate"]), detach=_num(mc["detach"]), head_depth=_num(mc["head_depth"]),
-               rho=_num(mc["rho"]), proj_dim=_num(cfg["model"]["proj_dim"]), epochs=_num(cfg["train"]["epochs"]),
-               seed=_num(cfg["seed"]),
+    row.update(run_id=run.run_id, sweep=";".join(run.sweeps), **_settings(metrics["config"]),
                weights_sha=str(metrics["run"].get("weights_sha") or ""),
                imported=str(run.imported.get("sha256") or ""), imported_from=str(run.imported.get("checkpoint") or ""))
-    row["lambda"] = _num(mc["lambda"])
     for section, key, col in _SCALARS:
         row[col] = _num((metrics.get(section) or {}).get(key))
     for section, key, col in _PERCENT:
@@ -216,12 +252,10 @@ def _flatten(run: Run, metrics: dict[str, dict], code: dict[str, str] | None = N
     for name, body in metrics.items():  # a plugin section's numbers, in the columns it named
         for key, col in getattr(SECTIONS.get(name), "columns", ()):
             row[col] = _num((body or {}).get(key))
-    recorded = metrics.get("config")  # what the run was trained with (features.json), against today's grid
-    if isinstance(recorded, dict):
-        from ..stale import run_staleness
+    from ..stale import run_staleness
 
-        diff = run_staleness(recorded, run, code)  # the plugin code it recorded (plugin_code.json) too
-        row["stale"] = json.dumps(diff, sort_keys=True) if diff else ""
+    diff = run_staleness(metrics["config"], run, code)  # against today's grid; the plugin code it recorded too
+    row["stale"] = json.dumps(diff, sort_keys=True) if diff else ""
     return row
 
 
@@ -238,9 +272,9 @@ def summarize(grid_config: dict, base_dir: str | os.PathLike | None = None) -> p
         results = (Path(base_dir) if base_dir is not None else Path.cwd()) / results
     from ..rundir import read_code
 
-    rows = [_flatten(run, _read_run(run, results / "runs" / run_id / "eval"), read_code(results / "runs" / run_id))
-            for run_id, run in expand_grid(grid_config).items()]
-    return prepare(pd.DataFrame(rows, columns=COLUMNS + section_columns()))
+    rows = [row for run_id, run in expand_grid(grid_config).items()
+            for row in _rows(run, _read_run(run, results / "runs" / run_id / "eval"), read_code(results / "runs" / run_id))]
+    return prepare(pd.DataFrame(rows, columns=COLUMNS + [c for c, _ in setting_columns().values()] + section_columns()))
 
 
 def write_summary(grid_config: dict, out_csv: str | os.PathLike,
@@ -287,10 +321,10 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
         else:
             values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
         cols[col] = pd.Series(values, dtype=object if col in TEXT_COLUMNS else float)
-    plugin = set(section_columns())
+    numbers = set(section_columns()) | {c for c, text in setting_columns().values() if not text}
     for col in df.columns:
-        if col not in cols:  # a plugin section's numbers are numbers; other extra columns stay as they are
-            cols[col] = (pd.Series(pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)) if col in plugin
+        if col not in cols:  # a plugin's numbers are numbers; other extra columns stay as they are
+            cols[col] = (pd.Series(pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)) if col in numbers
                          else df[col].reset_index(drop=True))
     return pd.DataFrame(cols)  # built once: per-column assignment is slow in pandas
 
@@ -373,11 +407,10 @@ def check_identity(df: pd.DataFrame, csv_path) -> None:
     value: a run without its seed, method, ... would be dropped from, or pooled wrongly into, a comparison
     and change a verdict in silence. One DataError naming the file, the rows (the header is row 1) and the
     first bad column; every reader of runs.csv calls it (read_summary) before anything is written."""
-    from ..config import METHOD_NAMES
     from ..errors import DataError
     from ..registry import training_datasets
 
-    DATASETS = training_datasets()
+    DATASETS, METHOD_NAMES = training_datasets(), METHODS.names()
 
     def text(v: str) -> bool:
         return v != "" and v == v.strip()

@@ -44,14 +44,13 @@ from typing import Callable
 import pandas as pd
 
 from ..registry import method_traits
-from .cells import MARKS, METRICS, Fmt, Metric, Stat, bold_best, caption_text, latex_escape, stat
+from .cells import MARKS, METRICS, Fmt, Stat, bold_best, stat
 from .groups import Group, blocks, parse_list
 from .layout import render_context, table_context, write_table
 from .names import ARCH_NAMES, DATASET_NAMES
 from .summary import prepare
 
-__all__ = ["METRICS", "TABLES", "Metric", "build_table", "caption_text", "latex_escape", "render_table",
-           "render_tables"]
+__all__ = ["TABLES", "build_table", "render_table", "render_tables"]
 
 PROBE_PROTOCOLS = {
     "fast": "fast protocol (linear classifier on cached features, no augmentation; not the paper's)",

@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from .. import registry
-from ..config import ConfigError, flatten, resolve
-from ..errors import CheckpointError
+from ..config import flatten, resolve
+from ..errors import CheckpointError, ConfigError
 
 # The layout of one released checkpoint's state dict: our module name for each released prefix.
 PREFIXES = {"backbone": "backbone", "projector": "projector", "gating_head": "gate_head"}
@@ -376,7 +376,8 @@ def import_checkpoint(path: str | Path, file: str | Path | None = None, sets: li
     layers: defaults <- `file` <- `base` (the data, training and evaluation settings a workflow gives every run)
     <- what the checkpoint says <- `overrides` <- `sets` (--set). An override that contradicts the checkpoint's
     shapes is refused."""
-    from ..config import DEFAULTS, merge, parse_set, validate
+    from ..config import DEFAULTS, merge, validate
+    from ..yamlio import parse_set
     from ..methods import build_method
 
     path = Path(path)

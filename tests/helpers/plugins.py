@@ -1,0 +1,27 @@
+"""Plugins registered by a test and gone after it: `registered()` restores the registries (methods, datasets,
+evaluation sections and their settings) as they were, whatever the test registered meanwhile."""
+
+from __future__ import annotations
+
+import contextlib
+
+from bayesncl import registry
+from bayesncl.evaluation.sections import SECTIONS
+
+
+@contextlib.contextmanager
+def registered():
+    """Everything registered inside the block is unregistered when it ends."""
+    saved = [(d, dict(d)) for d in (registry.METHODS._specs, registry.DATASETS._specs, SECTIONS,
+                                    registry.SECTION_SETTINGS)]
+    try:
+        yield
+    finally:
+        for d, before in saved:
+            d.clear()
+            d.update(before)
+
+
+def forget(name: str) -> None:
+    """The method `name` unregistered (a plugin module about to be loaded again)."""
+    registry.METHODS._specs.pop(name, None)
