@@ -377,7 +377,7 @@ def test_the_overlay_grows_each_set_on_seeds_no_pilot_run_used():
     # BayesNCL's runs of seeds 3-4 were pilot evidence for table1: table4 does not take them as added seeds; its
     # added seeds are runs table1 adds too, added evidence for both
     assert not [r for r in runs.values() if "table4" in r.sets and r.config["seed"] in (3, 4)]
-    ste = [r for r in runs.values() if r.variant == B and r.config["seed"] in (5, 6) and "table4" in r.sets]
+    ste = [r for r in runs.values() if "table4" in r.sets and r.labels["table4"] == B and r.config["seed"] in (5, 6)]
     assert len(ste) == 2 and all({"table1", "table4"} <= set(r.sets) and not r.pilot_of for r in ste)
 
 
@@ -398,7 +398,7 @@ def test_a_run_the_pilot_ran_is_pilot_evidence_for_every_set():
     wf["sets"]["table4"]["n_seeds"] = 5
     wf["plan"] = {"pilot": {s: grid.set_seeds(demo_grid(), s) for s in wf["sets"]}}
     run = next(r for r in grid.expand_grid(wf).values()
-               if {"table1", "table4"} <= set(r.sets) and r.variant == B and r.config["seed"] == 3)
+               if {"table1", "table4"} <= set(r.sets) and r.labels["table4"] == B and r.config["seed"] == 3)
     assert "table4" in run.pilot_of and "table1" in run.pilot_of
 
 
