@@ -5,15 +5,19 @@ reference in Figure 4b, lambda on a log axis with 0 set apart, gate curves as th
 import json
 import re
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from matplotlib.collections import LineCollection, PolyCollection
 
 from bayesncl.report import drawing, figures, lines
 from bayesncl.report import summary as summ
 from helpers.report import figure_row, gate_curve
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +166,33 @@ def test_figure4b_lambda_only_sweep_keeps_the_main_default_and_says_rho_is_not_s
     assert not sc_rho.lines and "not swept" in sc_rho.texts[0].get_text()
     assert _line(sc_lam, "default operating point").get_xdata()[0] == pytest.approx(3e-5)
     assert "λ = 3e-5" in _title(fig)
+
+
+def test_a_panel_without_runs_says_why_in_its_set_s_note(tmp_path, monkeypatch):
+    """The demo sweeps lambda, not rho: Figure 4b's rho panels say so and why (config/config.yaml's
+    sets.figure4b.note, read by the report from the grid files); the panels with runs carry no note."""
+    import bayesncl.report as report
+
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4b", "lambda", sc=36.0, probe_top1=61.0)
+            for s in range(3)]
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0)
+             for lam in (0.0, 1e-4)]
+    df = summ.prepare(pd.DataFrame(rows))
+    demo = ROOT / "config" / "config.yaml"
+    notes = report.set_notes([demo])
+    assert notes == {"figure4b": yaml.safe_load(demo.read_text())["sets"]["figure4b"]["note"]}
+    assert "12 minutes" in notes["figure4b"] and report.set_notes(None) == {}
+    fig = figures._figure4b(df, notes["figure4b"])
+    sc_rho, sc_lam, top_rho, top_lam = fig.axes[:4]
+    for ax in (sc_rho, top_rho):
+        text = " ".join(ax.texts[0].get_text().split())
+        assert text.startswith("ρ is not swept in this grid") and notes["figure4b"] in text
+    assert sc_lam.lines and not sc_lam.texts and top_lam.lines and not top_lam.texts
+    seen = {}
+    monkeypatch.setattr(figures, "_figure4a", lambda df, note: seen.setdefault("figure4a", note) and figures.new_figure(1, 1))
+    monkeypatch.setattr(figures, "_gates", lambda df: seen.setdefault("gates", "drawn") and figures.new_figure(1, 1))
+    figures.render_figures(df, tmp_path, ("png",), notes={"figure4a": "why not", "gates": "never"})
+    assert seen == {"figure4a": "why not", "gates": "drawn"}
 
 
 def test_figure4b_draws_the_grids_sweep_points_only():

@@ -22,3 +22,11 @@ def grid(*names: str) -> dict:
 def demo(sweeps: bool = False) -> dict:
     """The demo grid, and with ``sweeps`` its overlay config/sweeps.yaml (Figure 4, BayesNCL's saturation line)."""
     return grid("config.yaml", *(["sweeps.yaml"] if sweeps else []))
+
+
+def demo_with_old_sweeps() -> dict:
+    """The demo grid with its overlay config/sweeps.yaml as they were before the D and lambda sweeps moved into the
+    demo: today's demo with BayesNCL (STE)'s line in the saturation figure (the overlay now adds seeds and rho)."""
+    wf = demo()
+    wf["sets"]["saturation"]["variants"] = ["NCL", "BayesNCL (STE)"]
+    return wf

@@ -3,8 +3,9 @@
 The workflow config says which runs exist: ``summarize`` expands it with ``bayesncl.grid.expand_grid``
 and gives one row per run, in the grid's order, with the columns of ``COLUMNS``. A run's identity
 (``run_id``, ``variant``, ``sets`` joined with ";", ``sweep``, ``init_of`` (the sets an untrained twin
-serves, grid.plan_init_runs), ``pilot_of`` (a grid grown by `bayesncl plan`: the sets whose pilot seeds the
-run is, grid.pilot_sets; empty otherwise), and the settings ``dataset`` ... ``seed``) comes from the grid and its
+serves, grid.plan_init_runs), ``twin`` (the id of the run's untrained twin, which may serve several variants),
+``pilot_of`` (a grid grown by `bayesncl plan`: the sets whose pilot seeds the run is, grid.pilot_sets; empty
+otherwise), and the settings ``dataset`` ... ``seed``) comes from the grid and its
 resolved config; its numbers come from its evaluation folder ``<results>/runs/<run_id>/eval/``:
 
 - ``features.json``: ``{"run": {...}, "training": {...}}``, every run has it; ``weights_sha`` and the
@@ -54,7 +55,7 @@ from .names import METRICS_JSON, is_main
 __all__ = ["COLUMNS", "MetricsFileError", "check_identity", "prepare", "read_summary", "summarize",
            "sweep_rows", "write_summary"]
 
-ID_COLUMNS = ["run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "init_of", "pilot_of"]
+ID_COLUMNS = ["run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "init_of", "twin", "pilot_of"]
 RUN_COLUMNS = ["gate", "detach", "head_depth", "rho", "lambda", "proj_dim", "epochs", "seed", "weights_sha",
                "imported", "imported_from"]  # imported: the sha256 of the released checkpoint the weights came from
 METRIC_COLUMNS = [
@@ -71,7 +72,8 @@ METRIC_COLUMNS = [
 ]
 COLUMNS = ID_COLUMNS + RUN_COLUMNS + METRIC_COLUMNS
 TEXT_COLUMNS = {
-    "run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "init_of", "pilot_of", "gate", "weights_sha",
+    "run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "init_of", "twin", "pilot_of", "gate",
+    "weights_sha",
     "imported", "imported_from",
     "probe_protocol", "ret_curve", "bg_protocol", "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc",
     "dyn_sc", "gate_curve", "loss_curve", "eval_bn", "stale",
@@ -180,7 +182,7 @@ def _flatten(run: Run, metrics: dict[str, dict], code: dict[str, str] | None = N
     cfg, mc = run.config, run.config["method"]
     row.update(run_id=run.run_id, dataset=str(cfg["data"]["dataset"]), arch=str(cfg["model"]["arch"]),
                method=str(mc["name"]), variant=run.variant, sets=";".join(run.sets), sweep=";".join(run.sweeps),
-               init_of=";".join(run.init_of), pilot_of=";".join(run.pilot_of),
+               init_of=";".join(run.init_of), twin=run.twin, pilot_of=";".join(run.pilot_of),
                gate=str(mc["gate"]), detach=_num(mc["detach"]), head_depth=_num(mc["head_depth"]),
                rho=_num(mc["rho"]), proj_dim=_num(cfg["model"]["proj_dim"]), epochs=_num(cfg["train"]["epochs"]),
                seed=_num(cfg["seed"]),
