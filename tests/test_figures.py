@@ -189,10 +189,33 @@ def test_a_panel_without_runs_says_why_in_its_set_s_note(tmp_path, monkeypatch):
         assert text.startswith("ρ is not swept in this grid") and notes["figure4b"] in text
     assert sc_lam.lines and not sc_lam.texts and top_lam.lines and not top_lam.texts
     seen = {}
-    monkeypatch.setattr(figures, "_figure4a", lambda df, note: seen.setdefault("figure4a", note) and figures.new_figure(1, 1))
-    monkeypatch.setattr(figures, "_gates", lambda df: seen.setdefault("gates", "drawn") and figures.new_figure(1, 1))
+    blank = figures.new_figure(1, 1)
+    monkeypatch.setattr(figures, "_figure4a", lambda df, note: seen.setdefault("figure4a", note) and blank)
+    monkeypatch.setattr(figures, "_gates", lambda df: seen.setdefault("gates", "drawn") and blank)
     figures.render_figures(df, tmp_path, ("png",), notes={"figure4a": "why not", "gates": "never"})
     assert seen == {"figure4a": "why not", "gates": "drawn"}
+
+
+@pytest.mark.parametrize("stem", ["figure3", "figure4a", "figure4b", "saturation"])
+def test_every_figure_of_a_set_says_its_note_where_a_panel_has_no_runs(stem, tmp_path, monkeypatch):
+    """Each figure drawn from a set shows the set's note in its empty panels; write_report hands the figures the
+    notes of the grid files it was given."""
+    import bayesncl.report as report
+
+    empty = summ.prepare(pd.DataFrame([figure_row("A", "ncl", 0, "table1")]))
+    maker = {"figure3": figures._figure3, "figure4a": figures._figure4a, "figure4b": figures._figure4b,
+             "saturation": figures.saturation_figure}[stem]
+    texts = [" ".join(t.get_text().split()) for ax in maker(empty, "the reason why").axes for t in ax.texts]
+    assert texts and all(t.endswith("the reason why") for t in texts)
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"sets": {stem: {"variants": ["A"], "note": "the reason why"}}}))
+    empty.to_csv(tmp_path / "runs.csv", index=False)
+    seen = {}
+    monkeypatch.setattr(report, "render_tables", lambda *a, **k: [])
+    monkeypatch.setattr(report, "write_claims", lambda *a, **k: [])
+    monkeypatch.setattr(report, "render_figures", lambda df, out, stamp=None, notes=None: seen.update(notes) or [])
+    report.write_report(tmp_path / "runs.csv", tmp_path / "out", grid=[grid], echo=False)
+    assert seen == {stem: "the reason why"}
 
 
 def test_figure4b_draws_the_grids_sweep_points_only():

@@ -236,11 +236,11 @@ def _check_init(spec: MethodSpec) -> None:
     bad = [k for k in spec.loss_only if k not in own]
     if bad:
         raise ConfigError(f"method {spec.name!r}: loss_only names {bad[0]!r}, which it neither reads nor declares; "
-                          f"name some of {', '.join(own) or 'its settings'}")
+                          f"name some of {', '.join(own)}")
     if not spec.init_as:
         return
     base = METHODS.get(spec.init_as)
-    if base is None or base.init_as or spec.init_as == spec.name:
+    if base is None or base.init_as:  # its own name too: not registered yet, or (a reload) initialised as itself
         raise ConfigError(f"method {spec.name!r}: init_as {spec.init_as!r} is not a registered method whose untrained "
                           f"network is its own; name one of {', '.join(METHODS.names(lambda s: not s.init_as))}")
     differ = [t for t in _EVALUATED if getattr(spec, t) != getattr(base, t)]
