@@ -213,7 +213,7 @@ def test_every_figure_of_a_set_says_its_note_where_a_panel_has_no_runs(stem, tmp
     seen = {}
     monkeypatch.setattr(report, "render_tables", lambda *a, **k: [])
     monkeypatch.setattr(report, "write_claims", lambda *a, **k: [])
-    monkeypatch.setattr(report, "render_figures", lambda df, out, stamp=None, notes=None: seen.update(notes) or [])
+    monkeypatch.setattr(figures, "render_figures", lambda df, out, formats, stamp, notes: seen.update(notes) or [])
     report.write_report(tmp_path / "runs.csv", tmp_path / "out", grid=[grid], echo=False)
     assert seen == {stem: "the reason why"}
 

@@ -198,6 +198,16 @@ def test_a_declared_claim_finds_a_shared_twin_by_its_variant():
     assert c.same_init and c.init.diff == 0.0 and [v for _, v in c.left.values] == [22.0, 23.0, 24.0]
 
 
+def test_runs_csv_names_each_run_s_twin():
+    from bayesncl.report.summary import _flatten
+
+    runs = grid.expand_grid(_grid({}, {"table1": {"variants": ["NCL"]}, "table3": {"variants": ["NCL"]}}))
+    rows = {rid: _flatten(r, {"run": {"weights_sha": "x"}}) for rid, r in runs.items()}
+    assert {rid: (row["twin"], row["init_of"]) for rid, row in rows.items()} == {
+        "synthetic/ncl/seed~0": ("synthetic/ncl/epochs~0/seed~0", ""),
+        "synthetic/ncl/epochs~0/seed~0": ("", "table1")}
+
+
 def test_twin_records_are_the_runs_with_their_twins_numbers_in_the_sets_it_initialises():
     run = dict(row(N, 0, "table1;table3", sc=20.0, probe_top1=40.0), twin="t")
     twin = dict(row(N, 0, "", sc=15.0, probe_top1=30.0, epochs=0.0), run_id="t", init_of="table1", weights_sha="i")
