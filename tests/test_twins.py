@@ -116,6 +116,20 @@ def test_a_plugin_has_its_own_twins_unless_it_says_what_only_changes_its_loss():
         assert twin.config == grid.init_config(runs["synthetic/ncl/seed~0"].config, twin.config)
 
 
+def test_a_method_initialised_as_a_plugin_method_takes_that_one_s_settings_at_their_defaults():
+    """p2 only changes p1's loss (init_as p1); p1's weight only weighs its loss: p2's and p1's runs share one twin, a
+    run of p1 at its defaults, named as p1's own twins are."""
+    weight = {"w": registry.setting(1.0, "a weight", ge=0)}
+    with plugin_method(name="p1", module="my_p1", settings=weight, loss_only=("w",)):
+        with plugin_method(name="p2", module="my_p2", settings={"v": registry.setting(2.0, "another", ge=0)},
+                           init_as="p1"):
+            variants = {"P2": {"method": {"name": "p2", "v": 3.0}}, "P1": {"method": {"name": "p1", "w": 0.3}}}
+            runs = grid.expand_grid(_grid(variants, {"table1": {"variants": ["P2", "P1"]}}))
+    assert set(_twins(runs).values()) == {"synthetic/p1/epochs~0/seed~0"}
+    method = runs["synthetic/p1/epochs~0/seed~0"].config["method"]
+    assert method["name"] == "p1" and method["w"] == 1.0 and "v" not in method
+
+
 def test_a_loss_only_setting_swept_or_set_by_a_set_shares_the_twin_at_the_grid_s_default():
     wf = _plugin_grid()
     wf["sets"]["table1"]["overrides"] = {"method": {"temperature": 0.9}}  # every run of the set: one twin each still
