@@ -21,32 +21,14 @@ from bayesncl import plugins, registry
 from bayesncl.errors import ConfigError, RunFileError
 from bayesncl.grid import GridWarning, expand_grid, job_trigger, read_by, trigger_config, trigger_diff
 from helpers import grids
+from helpers.grids import WEIGHT, plugin_method
+from helpers.grids import tiny_with as _grid
 
 ROOT = Path(__file__).resolve().parents[1]
-WEIGHT = {"l1_weight": registry.setting(1e-3, "the L1 penalty's weight", ge=0)}
-
-
-@contextlib.contextmanager
-def plugin_method(name="l1m", settings=None, module="my_l1", **traits):
-    spec = registry.register_method(name, "NCL + L1", "bayesncl.methods:NCL", reads=("temperature", "nonneg"),
-                                    settings=WEIGHT if settings is None else settings, module=module, **traits)
-    try:
-        yield spec
-    finally:
-        registry.METHODS.unregister(name)
 
 
 def _cfg(*sets, base=None):
     return C.resolve(base=base, sets=list(sets))
-
-
-def _grid(variants: dict, sets: dict, **defaults) -> dict:
-    wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
-    wf["variants"] = {"NCL": {"method": {"name": "ncl"}}, **variants}
-    wf["sets"] = sets
-    for section, values in defaults.items():
-        wf["defaults"].setdefault(section, {}).update(values)
-    return wf
 
 
 # ------------------------------------------------------------------------------------------- a method's settings

@@ -18,7 +18,8 @@ from bayesncl.errors import ConfigError
 from bayesncl.report import claims, claims_table, judge
 from bayesncl.report.cells import Fmt
 from helpers.claims import MAIN, frame, row, with_twins
-from test_plugin_settings import _grid, plugin_method
+from helpers.grids import plugin_method
+from helpers.grids import tiny_with as _grid
 
 B, N = "BayesNCL (STE)", "NCL"
 # Another value of each loss-only setting of the package's methods
