@@ -188,6 +188,9 @@ def test_a_panel_without_runs_says_why_in_its_set_s_note(tmp_path, monkeypatch):
         text = " ".join(ax.texts[0].get_text().split())
         assert text.startswith("ρ is not swept in this grid") and notes["figure4b"] in text
     assert sc_lam.lines and not sc_lam.texts and top_lam.lines and not top_lam.texts
+    rho = [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "rho", rho=r, sc=33.0) for r in (0.5, 0.8)]
+    unmeasured = figures._figure4b(summ.prepare(pd.DataFrame(rho)), "why")  # swept, but no top-1 to draw
+    assert [" ".join(t.get_text().split()) for t in unmeasured.axes[2].texts] == ["no runs why"]
     seen = {}
     blank = figures.new_figure(1, 1)
     monkeypatch.setattr(figures, "_figure4a", lambda df, note: seen.setdefault("figure4a", note) and blank)
