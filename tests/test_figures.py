@@ -103,7 +103,10 @@ def test_figure3_band_with_seeds_and_table2_k_marked(frame):
 
 
 def test_figure4b_ncl_reference_log_lambda_and_default_point(frame):
-    fig = figures._figure4b(frame)
+    # NCL's untrained twin and a shorter run of the saturation set, at the same D: not the reference
+    other = [figure_row("NCL", "ncl", s, sets, epochs=e, sc=5.0, probe_top1=5.0)
+             for s, sets, e in ((0, "", 0.0), (1, "saturation", 4.0))]
+    fig = figures._figure4b(summ.prepare(pd.concat([frame, pd.DataFrame(other)], ignore_index=True)))
     sc_rho, sc_lam, top_rho, top_lam = fig.axes[:4]
     ncl_sc = np.mean([30.0, 31.0, 32.0])
     for ax, want in ((sc_rho, ncl_sc), (sc_lam, ncl_sc), (top_lam, np.mean([60.0, 61.0, 62.0]))):

@@ -185,10 +185,12 @@ def _draw_lambda(ax, pts, color, label, xmap) -> None:
 
 
 def _ncl_reference(df: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
-    """NCL runs on the same dataset, backbone and D as the sweep's rows (any set)."""
-    keys = {(r["dataset"], r["arch"], group_key(r["proj_dim"])) for r in rows.to_dict("records")}
-    return df[row_mask(df, [method_traits(m).reference and (d, a, group_key(p)) in keys
-                         for m, d, a, p in zip(df["method"], df["dataset"], df["arch"], df["proj_dim"])])]
+    """NCL runs on the same dataset, backbone, D and training budget as the sweep's rows (any set; not an untrained
+    twin nor a shorter run of the saturation set)."""
+    at = ("dataset", "arch", "proj_dim", "epochs")
+    keys = {tuple(group_key(r[k]) for k in at) for r in rows.to_dict("records")}
+    return df[row_mask(df, [method_traits(r["method"]).reference and tuple(group_key(r[k]) for k in at) in keys
+                            for r in df.to_dict("records")])]
 
 
 def _figure4b(df: pd.DataFrame, note: str = "") -> Figure:
