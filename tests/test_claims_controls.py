@@ -368,9 +368,17 @@ def _grid(name: str) -> dict:
     return yaml.safe_load((ROOT / "config" / name).read_text())
 
 
+def _base(wf: dict, dataset: str, method: str) -> dict:
+    """The config a run's id is read against: the grid's defaults for its dataset and method, written out."""
+    from bayesncl.config import resolve
+
+    return resolve(base=grid.merged(wf["defaults"], wf["datasets"][dataset], {"method": {"name": method}}))
+
+
 @pytest.mark.parametrize("name", ["config.yaml", "tiny.yaml", "paper.yaml"])
 def test_every_run_of_an_init_set_gets_its_untrained_twin_and_nothing_else_changes(name, monkeypatch):
-    runs = grid.expand_grid(_grid(name))
+    wf = _grid(name)
+    runs = grid.expand_grid(wf)
     monkeypatch.setattr(grid, "plan_init_runs", lambda runs, bases: None)
     before = grid.expand_grid(_grid(name))
     # the runs of the grid without the control keep their ids, configs, sets and triggers
@@ -378,31 +386,54 @@ def test_every_run_of_an_init_set_gets_its_untrained_twin_and_nothing_else_chang
     for rid, run in before.items():
         assert runs[rid].config == run.config and runs[rid].sets == run.sets
         assert grid.trigger_config(runs[rid].config) == grid.trigger_config(run.config)
-    by_config = {grid._identity(r.config): r for r in runs.values()}
-    init_of = {rid: grid._identity(grid.init_config(r.config)) for rid, r in before.items()}
+    served: dict[str, set] = {}
     for run in before.values():
         wanted = [s for s in run.sets if s in grid.INIT_SETS]
-        twin = by_config.get(init_of[run.run_id])
-        if wanted:
-            assert twin is not None, run.run_id
-            assert set(wanted) <= set(twin.init_of) and twin.config["train"]["epochs"] == 0
-            flat, flat_twin = flatten(run.config), flatten(twin.config)
-            assert {k for k in flat if flat[k] != flat_twin[k]} <= {"train.epochs", "train.dynamics_every"}
-            if "table6" in wanted:
-                assert "background_probe" in grid.evaluation_sections(twin)
-    served: dict[tuple, set] = {}
-    for r in before.values():
-        served.setdefault(init_of[r.run_id], set()).update(s for s in r.sets if s in grid.INIT_SETS)
-    for ident, twin in by_config.items():  # a twin serves exactly the sets of the runs it initialises
-        assert set(twin.init_of) == served.get(ident, set()), twin.run_id
+        if not wanted:
+            assert runs[run.run_id].twin == ""
+            continue
+        twin = runs[runs[run.run_id].twin]
+        served.setdefault(twin.run_id, set()).update(wanted)
+        assert twin.config["train"]["epochs"] == 0
+        # the run's config but for its length and what only changes how its method trains, at the grid's defaults
+        method = run.config["method"]["name"]
+        flat, flat_twin = grid.flatten(run.config), grid.flatten(twin.config)
+        base = grid.flatten(_base(wf, run.config["data"]["dataset"], method))
+        loss_only = {f"method.{k}" for k in grid.METHODS[method].loss_only}
+        assert {k for k in flat if flat[k] != flat_twin[k]} <= {"train.epochs", "train.dynamics_every", *loss_only}
+        assert all(flat_twin[k] == base[k] for k in loss_only), run.run_id
+        if "table6" in wanted:
+            assert "background_probe" in grid.evaluation_sections(twin)
+    for r in runs.values():  # a twin serves exactly the sets of the runs it initialises
+        assert set(r.init_of) == served.get(r.run_id, set()), r.run_id
     new = [r for r in runs.values() if r.run_id not in before]
     assert new and all(not r.sets and r.init_of and "cost" not in grid.evaluation_sections(r) for r in new)
     # one twin per distinct initialisation; an epochs-0 run the grid has (the saturation set's) is reused
     assert len({grid._identity(r.config) for r in runs.values()}) == len(runs)
     reused = [r for r in before.values() if runs[r.run_id].init_of]
     assert all(r.config["train"]["epochs"] == 0 for r in reused)
-    if "saturation" in _grid(name)["sets"]:
+    if "saturation" in wf["sets"]:
         assert reused
+
+
+def test_variants_that_differ_only_in_how_they_train_share_one_twin():
+    """The demo's w/o detach (BayesNCL with the gate head's gradient reaching the backbone) starts from BayesNCL
+    (STE)'s network: one twin per seed serves both, and a sweep of lambda on Table 1 would add no twin; the soft
+    gate, whose alpha is the evaluated gate, keeps its own."""
+    runs = grid.expand_grid(grids.demo())
+    trained = [r for r in runs.values() if "table4" in r.sets]
+    twin_of = {(r.variant, r.config["seed"]): r.twin for r in trained}
+    for seed in range(3):
+        assert twin_of[("w/o detach", seed)] == twin_of[(B, seed)] != twin_of[("Soft gate", seed)]
+        assert len({twin_of[(v, seed)] for v, _ in twin_of}) == 5  # 6 variants, 5 networks at init
+    shared = runs[twin_of[(B, 0)]]
+    assert shared.run_id == "synthetic/bayesncl/rho~0.8/lambda~3e-05/epochs~0/seed~0"
+    assert shared.config["method"]["detach"] is True
+    assert set(shared.init_of) == {"table1", "table2", "table4", "table6", "figure4a"}
+    swept = grids.demo()
+    swept["sets"]["table1"] = {"variants": [B], "sweep": {"method.lambda": [0.0, 3e-5, 1e-4]}}
+    more = grid.expand_grid(swept)
+    assert {r.twin for r in more.values() if "table1" in r.sets} <= set(runs)
 
 
 def test_a_twin_whose_id_another_config_holds_is_refused_naming_both():
@@ -412,7 +443,7 @@ def test_a_twin_whose_id_another_config_holds_is_refused_naming_both():
     base = resolve()
     trained = grid.Run("", copy.deepcopy(base), {"table1": "NCL"}, ["table1"])
     trained.run_id = grid.run_id(trained.config, base)
-    taken = grid.run_id(grid.init_config(base), base)
+    taken = grid.run_id(grid.init_config(base, base), base)
     runs = {trained.run_id: trained, taken: grid.Run(taken, dict(base, seed=base["seed"] + 1), {"table1": "other"})}
     with pytest.raises(ConfigError) as e:
         grid.plan_init_runs(runs, {rid: base for rid in runs})
@@ -430,11 +461,12 @@ def test_the_grid_plans_twins_for_exactly_the_sets_the_controlled_claims_read():
 @pytest.mark.parametrize("sweeps", [False, True])
 def test_the_demo_plans_its_twins_and_reuses_the_saturation_set_random_inits(sweeps):
     """Tables 1-2 and 6: 5 methods x 5 seeds, less the seeds 0-2 of the saturation set's variants (NCL; with
-    config/sweeps.yaml also BayesNCL (STE)), whose runs at 0 epochs are the twins (22; 19); Table 4: 4 ablations
-    x 3 seeds (12); Table 5: 2 x 3 (6); with the overlay, Figure 4a at D = 256: 2 x 3 (6)."""
+    config/sweeps.yaml also BayesNCL (STE)), whose runs at 0 epochs are the twins (22; 19); Table 4: 3 ablations
+    x 3 seeds (9; w/o detach starts from BayesNCL (STE)'s network); Table 5: 2 x 3 (6); Figure 4a at D = 256:
+    2 x 3 (6; the overlay's 5 seeds: 10)."""
     runs = grid.expand_grid(grids.demo(sweeps))
     new = [r for r in runs.values() if not r.sets]
-    assert len(new) == (19 + 12 + 6 + 6 if sweeps else 22 + 12 + 6)
+    assert len(new) == (19 + 9 + 6 + 10 if sweeps else 22 + 9 + 6 + 6)
     assert sum(1 for r in runs.values() if r.sets == ["saturation"] and r.init_of) == (6 if sweeps else 3)
 
 

@@ -78,13 +78,13 @@ def test_the_smoke_grid_and_a_dataset_of_unknown_size(rates):
     assert sized.rows["imagefolder"].runs == 4  # two runs, two untrained twins
 
 
-@pytest.mark.grid  # the paper grid's 192 runs (108 trained, 84 untrained twins) expanded and their models counted
+@pytest.mark.grid  # the paper grid's 189 runs (108 trained, 81 untrained twins) expanded and their models counted
 def test_the_paper_grid_as_docs_cluster_prints_it(capsys):
     assert main(["estimate", "--grid", "config/paper.yaml", "--gpu", "H200"]) == 0
     out = capsys.readouterr().out
     total = next(line for line in out.splitlines() if line.startswith("all "))
-    assert total.split() == ["all", "192", "70.5", "8.8", "14.2", "84.7", "282.2", "388"]  # twins: no training
-    assert "192 pretraining, 192 evaluation, 3 atlas, 1 prepare_data" in out
+    assert total.split() == ["all", "189", "70.5", "8.7", "14.0", "84.6", "281.4", "382"]  # twins: no training
+    assert "189 pretraining, 189 evaluation, 3 atlas, 1 prepare_data" in out
     doc = (ROOT / "docs" / "CLUSTER.md").read_text()
     assert total in doc  # the page shows the command's output as it is
 

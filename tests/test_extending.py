@@ -166,16 +166,21 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
     assert "my\\_method" in (out / "report" / "provenance.rst").read_text()  # on the report's page
 
     # What reruns (section 6): nothing as it stands; a changed default, exactly the run that takes it; an edit of the
-    # plugin's code, exactly the runs that use it (their untrained twins too); `bayesncl stale` lists the same runs.
+    # plugin's code, exactly the runs that use it, never their untrained twin: NCL's (init_as="ncl"), shared by the
+    # three variants; `bayesncl stale` lists the same runs.
+    runs = pd.read_csv(out / "summary" / "runs.csv").set_index("run_id")
+    assert {runs.loc[r, "twin"] for r in ("imagefolder/ncl/seed~0", *swept)} == {"imagefolder/ncl/epochs~0/seed~0"}
+    d2 = next(line for line in claims.splitlines() if line.startswith("| D2")).split("|")
+    header = next(line for line in claims.splitlines() if line.startswith("|") and "Δ at init" in line).split("|")
+    assert dict(zip([h.strip() for h in header], [c.strip() for c in d2]))["Δ at init [95% CI]"] == "+0.00 (no CI)"
     assert _snakemake_and_stale(cmd, env, grid_path) == ([], [])
     method = work / "my_method.py"
     page = method.read_text()
     method.write_text(page.replace("registry.setting(1e-3,", "registry.setting(2e-3,"))
-    at_default = ["imagefolder/ncl_l1/epochs~0/seed~0", "imagefolder/ncl_l1/seed~0"]
+    at_default = ["imagefolder/ncl_l1/seed~0"]
     assert _snakemake_and_stale(cmd, env, grid_path) == (at_default, at_default)
     method.write_text(page.replace("sum(dim=1).mean()", "sum(dim=1).mean() * 1.0"))
-    every = sorted(at_default + ["imagefolder/ncl_l1/l1_weight~0.01/epochs~0/seed~0",
-                                 "imagefolder/ncl_l1/l1_weight~0.01/seed~0"])
+    every = sorted(at_default + ["imagefolder/ncl_l1/l1_weight~0.01/seed~0"])
     assert _snakemake_and_stale(cmd, env, grid_path) == (every, every)
     # ... and runs.csv's stale column (what every table's caption reads) names the code of those runs
     csv = tmp_path / "stale-runs.csv"

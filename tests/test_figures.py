@@ -5,15 +5,19 @@ reference in Figure 4b, lambda on a log axis with 0 set apart, gate curves as th
 import json
 import re
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from matplotlib.collections import LineCollection, PolyCollection
 
 from bayesncl.report import drawing, figures, lines, names
 from bayesncl.report import summary as summ
 from helpers.report import figure_row, gate_curve
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +103,10 @@ def test_figure3_band_with_seeds_and_table2_k_marked(frame):
 
 
 def test_figure4b_ncl_reference_log_lambda_and_default_point(frame):
-    fig = figures._figure4b(frame)
+    # NCL's untrained twin and a shorter run of the saturation set, at the same D: not the reference
+    other = [figure_row("NCL", "ncl", s, sets, epochs=e, sc=5.0, probe_top1=5.0)
+             for s, sets, e in ((0, "", 0.0), (1, "saturation", 4.0))]
+    fig = figures._figure4b(summ.prepare(pd.concat([frame, pd.DataFrame(other)], ignore_index=True)))
     sc_rho, sc_lam, top_rho, top_lam = fig.axes[:4]
     ncl_sc = np.mean([30.0, 31.0, 32.0])
     for ax, want in ((sc_rho, ncl_sc), (sc_lam, ncl_sc), (top_lam, np.mean([60.0, 61.0, 62.0]))):
@@ -162,6 +169,59 @@ def test_figure4b_lambda_only_sweep_keeps_the_main_default_and_says_rho_is_not_s
     assert not sc_rho.lines and "not swept" in sc_rho.texts[0].get_text()
     assert _line(sc_lam, "default operating point").get_xdata()[0] == pytest.approx(3e-5)
     assert "λ = 3e-5" in _title(fig)
+
+
+def test_a_panel_without_runs_says_why_in_its_set_s_note(tmp_path, monkeypatch):
+    """The demo sweeps lambda, not rho: Figure 4b's rho panels say so and why (config/config.yaml's
+    sets.figure4b.note, read by the report from the grid files); the panels with runs carry no note."""
+    import bayesncl.report as report
+
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4b", "lambda", sc=36.0, probe_top1=61.0)
+            for s in range(3)]
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0)
+             for lam in (0.0, 1e-4)]
+    df = summ.prepare(pd.DataFrame(rows))
+    demo = ROOT / "config" / "config.yaml"
+    notes = report.set_notes([demo])
+    assert notes == {"figure4b": yaml.safe_load(demo.read_text())["sets"]["figure4b"]["note"]}
+    assert "12 minutes" in notes["figure4b"] and report.set_notes(None) == {}
+    fig = figures._figure4b(df, notes["figure4b"])
+    sc_rho, sc_lam, top_rho, top_lam = fig.axes[:4]
+    for ax in (sc_rho, top_rho):
+        text = " ".join(ax.texts[0].get_text().split())
+        assert text.startswith("ρ is not swept in this grid") and notes["figure4b"] in text
+    assert sc_lam.lines and not sc_lam.texts and top_lam.lines and not top_lam.texts
+    rho = [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "rho", rho=r, sc=33.0) for r in (0.5, 0.8)]
+    unmeasured = figures._figure4b(summ.prepare(pd.DataFrame(rho)), "why")  # swept, but no top-1 to draw
+    assert [" ".join(t.get_text().split()) for t in unmeasured.axes[2].texts] == ["no runs why"]
+    seen = {}
+    blank = figures.new_figure(1, 1)
+    monkeypatch.setattr(figures, "_figure4a", lambda df, note: seen.setdefault("figure4a", note) and blank)
+    monkeypatch.setattr(figures, "_gates", lambda df: seen.setdefault("gates", "drawn") and blank)
+    figures.render_figures(df, tmp_path, ("png",), notes={"figure4a": "why not", "gates": "never"})
+    assert seen == {"figure4a": "why not", "gates": "drawn"}
+
+
+@pytest.mark.parametrize("stem", ["figure3", "figure4a", "figure4b", "saturation"])
+def test_every_figure_of_a_set_says_its_note_where_a_panel_has_no_runs(stem, tmp_path, monkeypatch):
+    """Each figure drawn from a set shows the set's note in its empty panels; write_report hands the figures the
+    notes of the grid files it was given."""
+    import bayesncl.report as report
+
+    empty = summ.prepare(pd.DataFrame([figure_row("A", "ncl", 0, "table1")]))
+    maker = {"figure3": figures._figure3, "figure4a": figures._figure4a, "figure4b": figures._figure4b,
+             "saturation": figures.saturation_figure}[stem]
+    texts = [" ".join(t.get_text().split()) for ax in maker(empty, "the reason why").axes for t in ax.texts]
+    assert texts and all(t.endswith("the reason why") for t in texts)
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"sets": {stem: {"variants": ["A"], "note": "the reason why"}}}))
+    empty.to_csv(tmp_path / "runs.csv", index=False)
+    seen = {}
+    monkeypatch.setattr(report, "render_tables", lambda *a, **k: [])
+    monkeypatch.setattr(report, "write_claims", lambda *a, **k: [])
+    monkeypatch.setattr(figures, "render_figures", lambda df, out, formats, stamp, notes: seen.update(notes) or [])
+    report.write_report(tmp_path / "runs.csv", tmp_path / "out", grid=[grid], echo=False)
+    assert seen == {stem: "the reason why"}
 
 
 def test_figure4b_draws_the_grids_sweep_points_only():

@@ -48,8 +48,10 @@ def test_the_demo_and_its_overlay_are_read_as_snakemake_reads_them():
     want = yaml.safe_load(DEMO.read_text())
     update_config(want, yaml.safe_load(SWEEPS.read_text()))
     assert both == want
-    assert {"figure4a", "figure4b"} <= set(both["sets"]) and not {"figure4a", "figure4b"} & set(
-        yaml.safe_load(DEMO.read_text())["sets"])
+    demo = yaml.safe_load(DEMO.read_text())["sets"]
+    assert demo["figure4b"]["sweep"] == {"method.lambda": [0.0, 3e-5, 1e-4]} and demo["figure4a"]["n_seeds"] == 3
+    assert both["sets"]["figure4b"]["sweep"] == {"method.lambda": [0.0, 3e-5, 1e-4], "method.rho": [0.5, 0.8, 0.9]}
+    assert both["sets"]["figure4a"]["n_seeds"] == both["sets"]["figure4b"]["n_seeds"] == 5
     assert both["sets"]["saturation"]["variants"] == ["NCL", "BayesNCL (STE)"]
     assert both["sets"]["saturation"]["sweep"] == {"train.epochs": [0, 4, 8, 16]}  # kept from the demo
 
@@ -62,8 +64,8 @@ def test_status_plans_the_overlay_s_runs_too(tmp_path, capsys):
         assert main(["status", str(res), "--grid", *map(str, files), "--only", "waiting"]) == 0
         out = capsys.readouterr().out
         counts.append(sum(1 for line in out.splitlines() if "seed~" in line))
-        assert ("D~256" in out) == (len(files) == 2)
-    assert counts == [92, 116]
+        assert ("rho~0.5" in out) == (len(files) == 2)
+    assert counts == [107, 135]
 
 
 FIX = "give the workflow config, e.g. config/config.yaml"
@@ -191,7 +193,7 @@ def test_the_stale_runs_hint_names_every_file(tmp_path, capsys):
     from bayesncl.grid import expand_grid
 
     wf = read_grid_files([DEMO, SWEEPS])
-    rid, run = next((r, run) for r, run in expand_grid(wf).items() if "figure4a" in run.sets and "D~256" in r)
+    rid, run = next((r, run) for r, run in expand_grid(wf).items() if "figure4b" in run.sets and "rho~0.5" in r)
     old = json.loads(json.dumps(run.config))
     old["train"]["epochs"] = 3
     (tmp_path / "runs" / rid).mkdir(parents=True)

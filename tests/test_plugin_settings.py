@@ -22,30 +22,15 @@ from bayesncl import plugins, registry
 from bayesncl.errors import ConfigError, RunFileError
 from bayesncl.grid import GridWarning, expand_grid, job_trigger, read_by, trigger_config, trigger_diff
 from helpers import grids
+from helpers.grids import WEIGHT, plugin_method
+from helpers.grids import tiny_with as _grid
 from helpers.plugins import forget, registered
 
 ROOT = Path(__file__).resolve().parents[1]
-WEIGHT = {"l1_weight": registry.setting(1e-3, "the L1 penalty's weight", ge=0)}
-
-
-@contextlib.contextmanager
-def plugin_method(name="l1m", settings=None, module="my_l1", **traits):
-    with registered():
-        yield registry.register_method(name, "NCL + L1", "bayesncl.methods:NCL", reads=("temperature", "nonneg"),
-                                       settings=WEIGHT if settings is None else settings, module=module, **traits)
 
 
 def _cfg(*sets, base=None):
     return C.resolve(base=base, sets=list(sets))
-
-
-def _grid(variants: dict, sets: dict, **defaults) -> dict:
-    wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
-    wf["variants"] = {"NCL": {"method": {"name": "ncl"}}, **variants}
-    wf["sets"] = sets
-    for section, values in defaults.items():
-        wf["defaults"].setdefault(section, {}).update(values)
-    return wf
 
 
 # ------------------------------------------------------------------------------------------- a method's settings
@@ -215,24 +200,35 @@ def test_run_ids_name_it_off_its_default_and_a_variant_or_a_sweep_gives_one_run_
 
 
 def test_the_demo_grid_s_ids_and_triggers_are_as_before_plugins_had_settings_or_code():
-    """Nothing a plugin brings changes the package's own runs: the demo's 116 run ids with its overlay
-    config/sweeps.yaml (the demo grid of that time) and their triggers are those of the commit before issue 48
-    (digests computed there), and a job's trigger is trigger_config's JSON alone (the params Snakemake recorded
-    for every finished run)."""
+    """Nothing a plugin brings changes the package's own runs: the demo's 116 run ids with its overlay of that time
+    (grids.demo_with_old_sweeps) and their triggers are those of the commit before issue 48 (digests computed
+    there), and a job's trigger is trigger_config's JSON alone (the params Snakemake recorded for every finished
+    run). Since then one change: w/o detach's untrained twins are BayesNCL (STE)'s (one twin per distinct untrained
+    network), so the three twins it had are written back here as that grid planned them."""
     import hashlib
 
-    wf = grids.demo(sweeps=True)
+    from bayesncl.config import resolve
+    from bayesncl.grid import merged, run_id
+
+    wf = grids.demo_with_old_sweeps()
     with plugin_method():
         runs = expand_grid(wf)
-        ids = sorted(runs)
-        triggers = "".join(job_trigger(runs[r].config) + job_trigger(runs[r].config, "evaluate", "features")
-                           for r in ids)
+        configs = {rid: r.config for rid, r in runs.items()}
+        base = resolve(base=merged(wf["defaults"], wf["datasets"]["synthetic"], {"method": {"name": "bayesncl"}}))
+        for run in runs.values():
+            if run.variant == "w/o detach":  # its own twin, as it was: the run at 0 epochs
+                cfg = merged(run.config, {"train": {"epochs": 0, "dynamics_every": 0}})
+                configs[run_id(cfg, base)] = cfg
+                assert run.twin not in configs or configs[run.twin]["method"]["detach"] is True
+        ids = sorted(configs)
+        triggers = "".join(job_trigger(configs[r]) + job_trigger(configs[r], "evaluate", "features") for r in ids)
     for run in runs.values():
         assert job_trigger(run.config) == json.dumps(trigger_config(run.config, "pretrain"), sort_keys=True)
         for section in ("features", "linear_probe"):
             assert job_trigger(run.config, "evaluate", section) == json.dumps(
                 trigger_config(run.config, "evaluate"), sort_keys=True)
-    assert len(ids) == 116 and hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16] == "2cf1efa7a51790cb"
+    assert len(runs) == 113 and len(ids) == 116
+    assert hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16] == "2cf1efa7a51790cb"
     assert hashlib.sha256(triggers.encode()).hexdigest()[:16] == "34b3caff48f84619"
 
 

@@ -36,9 +36,10 @@ def test_paper_dag_builds_without_data(tmp_path):
     # CIFAR-100 (12); Table 5 ResNet-50 x 3 methods (9); Figure 4a on ImageNet-100, 3 more widths than the
     # default D = 2048 x 2 methods (18); Figure 4b 4 more rho and 4 more lambda values (24). Tables 3, 6, 7
     # and Figure 3 reuse runs already counted.
-    # The initialisation control (bayesncl.grid.plan_init_runs): an untrained twin of every run of Tables 1, 2, 4,
-    # 5, 6 and Figure 4a (45 + 12 + 9 + 18: every distinct initialisation of those), evaluation only.
-    twins = 45 + 12 + 9 + 18
+    # The initialisation control (bayesncl.grid.plan_init_runs): an untrained twin of every distinct untrained
+    # network of Tables 1, 2, 4, 5, 6 and Figure 4a (45 + 9 + 9 + 18; w/o detach starts from BayesNCL (STE)'s
+    # network), evaluation only.
+    twins = 45 + 9 + 9 + 18
     runs = 45 + 12 + 9 + 18 + 24 + twins
     assert counts["pretrain"] == runs
     # One evaluation job per section and run: every run gets features, interpretability and the linear probe;
@@ -56,24 +57,27 @@ def test_demo_dag_trains_each_config_once(tmp_path):
     r = snakemake("-n", "--config", f"results={tmp_path}")
     assert r.returncode == 0, r.stderr + r.stdout
     # Tables 1-2: 5 methods x 5 seeds (25); Table 4: 4 ablations x 3 seeds (12); Table 5: 2 ResNet-50 runs x 3
-    # (6); the saturation figure: NCL at 4 and 8 epochs x 3 (6; 16 is Table 1's run, 0 its twin).
+    # (6); the saturation figure: NCL at 4 and 8 epochs x 3 (6; 16 is Table 1's run, 0 its twin); Figure 4a: 1 more
+    # width x 2 methods x 3 (6); Figure 4b: 2 more lambda values x 3 (6).
     counts = job_counts(r.stdout)
-    # The initialisation control: an untrained twin of each run of Tables 1-2, 4, 5 and 6 (25 + 12 + 6): 43.
-    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 43
+    # The initialisation control: an untrained twin of each distinct untrained network of Tables 1-2, 4, 5, 6 and
+    # Figure 4a (25 + 9 + 6 + 6; w/o detach starts from BayesNCL (STE)'s): 46.
+    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 6 + 6 + 46
     # Table 3's dynamics and Table 7's cost on NCL and BayesNCL x 5 seeds; Table 6's background probe on those
     # and on their 10 twins.
     assert counts["dynamics"] == counts["cost"] == 10 and counts["background_probe"] == 20
     # With the overlay config/sweeps.yaml (merged key by key after the demo, as the README types it) and one
-    # override of the global seed list, as typed on a shell (the stability check): Figure 4a adds 1 more width x
-    # 2 methods x 3 (6) and their twins (6), Figure 4b 2 more lambda values x 3 (6), the saturation figure
-    # BayesNCL (STE) at 4 and 8 epochs x 3 (6); every other job is the demo's, on seeds 5-9.
+    # override of the global seed list, as typed on a shell (the stability check): Figure 4a's 5 seeds add the
+    # larger width x 2 methods x 2 (4) and their twins (4), Figure 4b 2 more lambda values x 2 (4) and 2 rho values
+    # x 5 (10), the saturation figure BayesNCL (STE) at 4 and 8 epochs x 3 (6); every other job is the demo's, on
+    # seeds 5-9.
     r = snakemake("-n", "--configfile", "config/config.yaml", "config/sweeps.yaml",
                   "--config", f"results={tmp_path}", "seeds=[5,6,7,8,9]")
     assert r.returncode == 0, r.stderr + r.stdout
     grown = job_counts(r.stdout)
-    assert grown["pretrain"] - counts["pretrain"] == 6 + 6 + 6 + 6
+    assert grown["pretrain"] - counts["pretrain"] == 4 + 4 + 4 + 10 + 6
     every_run = ("pretrain", "features", "interpretability", "linear_probe", "retrieval")  # no SimCLR added
-    assert all(grown[job] == counts[job] + 24 for job in every_run)
+    assert all(grown[job] == counts[job] + 28 for job in every_run)
     assert {k: v for k, v in grown.items() if k not in every_run + ("total",)} == {
         k: v for k, v in counts.items() if k not in every_run + ("total",)}
     assert "seed~9" in r.stdout and "seed~0" not in r.stdout

@@ -49,6 +49,7 @@ class Run:
     notes: list[str] = field(default_factory=list)  # what the grid should hear about this run (GridWarning)
     imported: dict = field(default_factory=dict)  # weights imported, not trained: {checkpoint, args, sha256}
     init_of: list[str] = field(default_factory=list)  # the sets whose runs' initialisation this run is (plan_init_runs)
+    twin: str = ""  # the run id of its untrained twin, where it has one (plan_init_runs)
     pilot_of: list[str] = field(default_factory=list)  # the sets whose pilot seeds this run is (a grown grid; pilot_sets)
 
 
@@ -380,36 +381,56 @@ def imported_runs(wf: dict, grid_runs: dict[str, Run]) -> dict[str, Run]:
 INIT_SETS = ("table1", "table2", "table4", "table5", "table6", "figure4a")
 
 
-def init_config(cfg: dict) -> dict:
-    """The untrained twin of a run config: the same seed builds the same network (train.py seeds before it builds
-    the model), no step is taken (train.epochs 0 saves the initialisation) and it records no dynamics."""
+def init_config(cfg: dict, base: dict) -> dict:
+    """The untrained twin of a run config (``base``: the one its id is read against), in its canonical form: the same
+    seed builds the same network (train.py seeds before it builds the model), no step is taken (train.epochs 0 saves
+    the initialisation) and it records no dynamics; what only changes training is left at the grid's defaults (its
+    method's MethodSpec.loss_only at ``base``'s values; a method MethodSpec.init_as another becomes a run of that one,
+    without its own settings). So variants that differ in such settings alone share one twin, and the twin's id and
+    rerun trigger hold neither their values nor a loss-only plugin's code."""
+    spec = METHODS[cfg["method"]["name"]]
     out = copy.deepcopy(cfg)
     out["train"]["epochs"] = 0
     out["train"]["dynamics_every"] = 0
+    if spec.init_as:
+        out, base, spec = _as_method(out, spec.init_as), _as_method(base, spec.init_as), METHODS[spec.init_as]
+    for key in spec.loss_only:
+        out["method"][key] = copy.deepcopy(base["method"][key])
     return out
+
+
+def _as_method(cfg: dict, name: str) -> dict:
+    """``cfg`` as a run of method ``name``: validation drops the settings only the old method declares and lays in
+    the new one's at their defaults."""
+    return resolve(base=merged(cfg, {"method": {"name": name}}))
 
 
 def plan_init_runs(runs: dict[str, Run], bases: dict[str, dict]) -> None:
     """Add to ``runs`` (in place) the untrained twin (init_config) of every run an INIT_SETS set reads, as an
     evaluation-only run: its pretrain job only saves the initialisation. Twins are keyed by their config like any
-    run, so one initialisation serves every run that shares it (Tables 1, 2 and 6 read the same runs) and an epochs-0
-    run the grid already has (the saturation set's) is reused. Nothing else changes: existing runs keep their ids,
-    configs and sets (``init_of`` is not part of any rerun trigger), so adding the twins reruns nothing."""
+    run, so one initialisation serves every run that shares it (Tables 1, 2 and 6 read the same runs; variants that
+    differ only in how they train) and an epochs-0 run the grid already has (the saturation set's) is reused. Each such
+    run names its twin (``Run.twin``); nothing else changes: existing runs keep their ids, configs and sets (``init_of``
+    and ``twin`` are part of no rerun trigger), so adding the twins reruns nothing."""
     by_identity = {_identity(r.config): r for r in runs.values()}
     for run in list(runs.values()):
         wanted = [s for s in run.sets if s in INIT_SETS]
         if not wanted:
             continue
-        cfg = init_config(run.config)
+        base = bases[run.run_id]
+        cfg = init_config(run.config, base)
         twin = by_identity.get(_identity(cfg))
         if twin is None:
-            rid = run_id(cfg, bases[run.run_id])
+            if cfg["method"]["name"] != run.config["method"]["name"]:
+                base = _as_method(base, cfg["method"]["name"])
+            rid = run_id(cfg, base)
             if rid in runs:
                 raise ConfigError(f"the untrained twin of run {run.run_id} maps to run {rid!r}, another config")
             twin = runs[rid] = by_identity[_identity(cfg)] = Run(rid, cfg)
         twin.init_of.extend(s for s in wanted if s not in twin.init_of)
         for s in wanted:  # named in each set as the run it initialises there
             twin.labels.setdefault(s, run.labels[s])
+        run.twin = twin.run_id
 
 
 # The evaluation sections a set's rows read beyond the ones every run gets (features, interpretability,

@@ -180,6 +180,13 @@ class MethodSpec:
     # its own method.* settings (name, Setting): read by it alone, in its runs' configs only
     settings: tuple[tuple[str, Setting], ...] = ()
     version: str = ""                # what identifies its code ("": its module file's SHA-256)
+    # Its settings (of `reads` and `settings`) that change only how it trains (the loss, its gradients, the
+    # optimiser), never the untrained network or the features evaluated from it: its untrained twin takes them at the
+    # grid's defaults, so variants that differ only in them share one twin (bayesncl.grid.init_config).
+    loss_only: tuple[str, ...] = ()
+    # The method whose untrained network and evaluated features this one's are ("": its own), for a method that only
+    # changes another's loss: its twin is a run of that method, without this one's settings or code.
+    init_as: str = ""
 
     def load(self) -> type:
         return _resolve(self.impl)
@@ -187,14 +194,19 @@ class MethodSpec:
 
 METHODS: Registry[MethodSpec] = Registry("method", "method.name")
 
+# temperature: InfoNCE's; rho and lambda: the KL prior's; detach: where the gate head's gradient stops (the forward is
+# the same); head_lr: the gate head's optimiser. The gate kind and tau_g stay: the soft gate evaluates alpha itself.
+_LOSS_ONLY = ("temperature",)
 for _spec in (
-    MethodSpec("cl", "SimCLR", "bayesncl.methods:CL", nonnegative=False),
-    MethodSpec("ncl", "NCL", "bayesncl.methods:NCL", reads=("temperature", "nonneg"), reference=True),
+    MethodSpec("cl", "SimCLR", "bayesncl.methods:CL", nonnegative=False, loss_only=_LOSS_ONLY),
+    MethodSpec("ncl", "NCL", "bayesncl.methods:NCL", reads=("temperature", "nonneg"), reference=True,
+               loss_only=_LOSS_ONLY),
     MethodSpec("topk_ncl", "Top-k NCL", "bayesncl.methods:TopKNCL", reads=("temperature", "nonneg", "topk_k"),
-               always_named=("method.topk_k",), arrays=("mask",), masked=True),
-    MethodSpec("bayesncl", "BayesNCL", "bayesncl.methods:BayesNCL", reads=("temperature", "nonneg", "rho", "lambda", "gate", "detach",
-                                                                   "head_depth", "tau_g", "head_lr"),
-               always_named=("method.rho", "method.lambda"), arrays=("gate",), gated=True),
+               always_named=("method.topk_k",), arrays=("mask",), masked=True, loss_only=_LOSS_ONLY),
+    MethodSpec("bayesncl", "BayesNCL", "bayesncl.methods:BayesNCL",
+               reads=("temperature", "nonneg", "rho", "lambda", "gate", "detach", "head_depth", "tau_g", "head_lr"),
+               always_named=("method.rho", "method.lambda"), arrays=("gate",), gated=True,
+               loss_only=(*_LOSS_ONLY, "rho", "lambda", "detach", "head_lr")),
 ):
     METHODS.register(_spec)
 
@@ -205,7 +217,32 @@ def register_method(name: str, label: str | None = None, impl: "str | type | Non
         raise ConfigError(f"method.name: method {name!r} has no implementation; pass impl=YourMethodClass")
     module = traits.pop("module", "") or (impl.__module__ if isinstance(impl, type) else impl.partition(":")[0])
     traits["settings"] = as_settings(f"method {name!r}", traits.get("settings"))
-    return METHODS.register(MethodSpec(name, label or name, impl, module=module, **traits))
+    spec = MethodSpec(name, label or name, impl, module=module, **traits)
+    _check_init(spec)
+    return METHODS.register(spec)
+
+
+# The traits that say what a method's evaluation reads: a method initialised as another must have that one's.
+_EVALUATED = ("nonnegative", "arrays", "gated", "masked")
+
+
+def _check_init(spec: MethodSpec) -> None:
+    """A registration's `loss_only` and `init_as` (what its untrained twin is), checked: one line naming the problem."""
+    own = (*spec.reads, *dict(spec.settings))
+    bad = [k for k in spec.loss_only if k not in own]
+    if bad:
+        raise ConfigError(f"method {spec.name!r}: loss_only names {bad[0]!r}, which it neither reads nor declares; "
+                          f"name some of {', '.join(own)}")
+    if not spec.init_as:
+        return
+    base = METHODS.get(spec.init_as)
+    if base is None or base.init_as:  # its own name too: not registered yet, or (a reload) initialised as itself
+        raise ConfigError(f"method {spec.name!r}: init_as {spec.init_as!r} is not a registered method whose untrained "
+                          f"network is its own; name one of {', '.join(METHODS.names(lambda s: not s.init_as))}")
+    differ = [t for t in _EVALUATED if getattr(spec, t) != getattr(base, t)]
+    if differ:
+        raise ConfigError(f"method {spec.name!r}: init_as {base.name!r}, but its {differ[0]} differs from "
+                          f"{base.name}'s, so its evaluated features are not {base.name}'s; drop init_as")
 
 
 def method(name: str, label: str | None = None, **traits) -> Callable[[type], type]:

@@ -148,13 +148,15 @@ B, N = "BayesNCL (STE)", "NCL"
 
 def with_twins(df: pd.DataFrame, at_init) -> pd.DataFrame:
     """``df`` and, as grid.plan_init_runs plans them, one untrained twin per run of an INIT_SETS set: in no set,
-    ``init_of`` naming the sets it initialises, epochs 0, its values ``at_init(row)`` (the others NaN)."""
-    twins = []
-    for r in df.to_dict("records"):
+    ``init_of`` naming the sets it initialises, epochs 0, its values ``at_init(row)`` (the others NaN); the run
+    names it in ``twin``."""
+    twins, rows = [], df.to_dict("records")
+    for r in rows:
         of = [s for s in r["sets"].split(";") if s in grid.INIT_SETS]
         if of:
             t = {k: r[k] for k in ("dataset", "arch", "method", "variant", "gate", "detach", "head_depth", "rho",
                                    "lambda", "proj_dim", "seed")}
-            twins.append({**t, "run_id": r["run_id"] + "/epochs~0", "sets": "", "init_of": ";".join(of),
+            r["twin"] = r["run_id"] + "/epochs~0"
+            twins.append({**t, "run_id": r["twin"], "sets": "", "init_of": ";".join(of),
                           "epochs": 0.0, "weights_sha": r["weights_sha"] + "/init", **at_init(r)})
-    return pd.concat([df, frame(twins)], ignore_index=True)
+    return frame(rows + twins)

@@ -4,10 +4,15 @@ update_config)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import yaml
 from snakemake.utils import update_config
+
+from bayesncl import registry
+
+from .plugins import registered
 
 CONFIG = Path(__file__).resolve().parents[2] / "config"
 
@@ -22,3 +27,33 @@ def grid(*names: str) -> dict:
 def demo(sweeps: bool = False) -> dict:
     """The demo grid, and with ``sweeps`` its overlay config/sweeps.yaml (Figure 4, BayesNCL's saturation line)."""
     return grid("config.yaml", *(["sweeps.yaml"] if sweeps else []))
+
+
+def demo_with_old_sweeps() -> dict:
+    """The demo grid with its overlay config/sweeps.yaml as they were before the D and lambda sweeps moved into the
+    demo: today's demo with BayesNCL (STE)'s line in the saturation figure (the overlay now adds seeds and rho)."""
+    wf = demo()
+    wf["sets"]["saturation"]["variants"] = ["NCL", "BayesNCL (STE)"]
+    return wf
+
+
+# A plugin method's setting: NCL + an L1 penalty on z+, its weight declared (docs/EXTENDING.md's example).
+WEIGHT = {"l1_weight": registry.setting(1e-3, "the L1 penalty's weight", ge=0)}
+
+
+@contextlib.contextmanager
+def plugin_method(name="l1m", settings=None, module="my_l1", **traits):
+    """NCL registered as a plugin method `name` (its settings WEIGHT unless given), unregistered after."""
+    with registered():
+        yield registry.register_method(name, "NCL + L1", "bayesncl.methods:NCL", reads=("temperature", "nonneg"),
+                                       settings=WEIGHT if settings is None else settings, module=module, **traits)
+
+
+def tiny_with(variants: dict, sets: dict, **defaults) -> dict:
+    """config/tiny.yaml with NCL and ``variants``, these ``sets``, and its defaults updated section by section."""
+    wf = yaml.safe_load((CONFIG / "tiny.yaml").read_text())
+    wf["variants"] = {"NCL": {"method": {"name": "ncl"}}, **variants}
+    wf["sets"] = sets
+    for section, values in defaults.items():
+        wf["defaults"].setdefault(section, {}).update(values)
+    return wf

@@ -44,9 +44,9 @@ def write_claims(df, out_dir, stamp=None, smoke=False):
     return _write(df, out_dir, stamp, smoke)
 
 
-def render_figures(df, out_dir, formats=("pdf", "png"), stamp=None):  # lazy: matplotlib is slow to import
+def render_figures(df, out_dir, formats=("pdf", "png"), stamp=None, notes=None):  # lazy: matplotlib is slow to import
     from .figures import render_figures as _render
-    return _render(df, out_dir, formats, stamp)
+    return _render(df, out_dir, formats, stamp, notes)
 
 
 def write_document(summary_csv, results, grid=None, figures=(), overrides=None):
@@ -55,19 +55,30 @@ def write_document(summary_csv, results, grid=None, figures=(), overrides=None):
     return _write(summary_csv, results, grid, figures, overrides)
 
 
-def declare_from(grid: Grid) -> None:
-    """The claims a workflow config declares (claims:; its files merged, provenance.grid_files), judged beside the
-    paper's (claims.DECLARED)."""
-    from .claims import declare
+def _grid_config(grid: Grid) -> dict:
+    """The workflow config a report came from (its files merged, provenance.grid_files); {} for none."""
     from .provenance import grid_files
 
     files = grid_files(grid)
     if not files:
-        declare([])
-        return
+        return {}
     from ..wfconfig import read_grid_files
 
-    declare(read_grid_files(files).get("claims") or [])
+    return read_grid_files(files)
+
+
+def declare_from(grid: Grid) -> None:
+    """The claims a workflow config declares (claims:), judged beside the paper's (claims.DECLARED)."""
+    from .claims import declare
+
+    declare(_grid_config(grid).get("claims") or [])
+
+
+def set_notes(grid: Grid) -> dict[str, str]:
+    """{set: its note} of a workflow config's sets (`sets.<name>.note`: why its figure has a panel without runs)."""
+    sets = _grid_config(grid).get("sets")
+    return {name: str(spec["note"]) for name, spec in (sets if isinstance(sets, dict) else {}).items()
+            if isinstance(spec, dict) and spec.get("note")}
 
 
 def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike, *, echo: bool = True,
@@ -85,7 +96,7 @@ def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike, *,
     root = Path(out_root)
     made_by = stamp(grid)
     tables = render_tables(df, root / "tables", made_by, smoke) + write_claims(df, root / "tables", made_by, smoke)
-    written = tables + render_figures(df, root / "figures", stamp=made_by)
+    written = tables + render_figures(df, root / "figures", stamp=made_by, notes=set_notes(grid))
     if echo:
         print_outcome(df, stream)
     return written

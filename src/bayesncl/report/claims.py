@@ -15,9 +15,9 @@ it holds only when both parts hold and does not hold when either does not. Runs 
 dagger.
 
 Controls (docs/METHOD.md section 9; made in judge.py): each comparison of trained networks on a metric that exists
-before training is made again on the runs' untrained twins (bayesncl.grid.plan_init_runs; runs.csv's ``init_of``
-names the sets a twin initialises), giving Delta at initialisation, and the change training brought (each seed's
-Delta minus its Delta at initialisation) is judged by the same rule; a claim without such a metric
+before training is made again on the runs' untrained twins (bayesncl.grid.plan_init_runs; runs.csv's ``twin``
+names a run's twin, ``init_of`` the sets a twin initialises: twin_records), giving Delta at initialisation, and
+the change training brought (each seed's Delta minus its Delta at initialisation) is judged by the same rule; a claim without such a metric
 (``Claim.at_init``) says why, and where both sides' twins are the same network (Delta at init 0 by construction) the
 Training column says so instead of repeating the verdict. Every comparison is also judged familywise, by the family's
 graph (verdicts.family_verdicts): the primary claims (PRIMARY: 1a and 2a on each dataset) share the level and pass it
@@ -39,7 +39,8 @@ import pandas as pd
 from .cells import METRICS, Metric, Stat, stat
 from ..registry import METHODS, method_traits
 from .groups import Group, flag_repeats, group_rows, in_set, parse_list
-from .summary import prepare, sweep_rows
+from .names import set_names
+from .summary import METRIC_COLUMNS, prepare, section_columns, sweep_rows
 from .verdicts import BETTER, NOT_WORSE, SPEC, UNSIGNED, Kind, Outcome, at_most, combine, compare, finite, within
 
 __all__ = ["CLAIMS", "PRIMARY", "SAME_INIT", "Claim", "Comparison", "Side"]  # the judged table: report/judge.py
@@ -124,8 +125,8 @@ class Side:
 
 
 class Runs:
-    """The records of one dataset and one architecture, grouped per set with the tables' flags. ``column``
-    "init_of": the untrained twins of the set's runs instead of the runs (the initialisation control)."""
+    """The records of one dataset and one architecture, grouped per set with the tables' flags (``column``: which
+    column names a record's sets; the initialisation control reads ``twin_records``)."""
 
     def __init__(self, records: list[dict], arch: str = "", column: str = "sets"):
         self.records, self.arch, self.column = records, arch, column
@@ -154,6 +155,22 @@ class Runs:
                                 sum(r.get("collapsed") == 1 for r in rows), set_name=s,
                                 run_ids=tuple(str(r.get("run_id", "")) for r in rows), metric=m.key)
         return Side(default_label(role), [], m.decimals, m.sig, metric=m.key)
+
+
+def twin_records(records: list[dict]) -> list[dict]:
+    """The initialisation control's records: each run that names an untrained twin (runs.csv's ``twin``) with that
+    twin's numbers, in the sets the twin initialises. A side is then found among them as among the trained runs, by
+    the trained run's variant and settings, also where one twin serves several variants (settings that change only
+    how a method trains leave its untrained network as it is: bayesncl.grid.init_config)."""
+    by_id = {r["run_id"]: r for r in records}
+    measured = ("run_id", "weights_sha", "epochs", *METRIC_COLUMNS, *section_columns())
+    out = []
+    for r in records:
+        t = by_id.get(r.get("twin") or None)
+        if t is not None:
+            sets = ";".join(s for s in set_names(r["sets"]) if in_set(t["init_of"], s))
+            out.append({**r, **{c: t[c] for c in measured if c in t}, "sets": sets})
+    return out
 
 
 RHO = Metric("rho", "$\\rho$", 3, None)  # claim 7's correlations (the last recorded epoch's)

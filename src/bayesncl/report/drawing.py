@@ -57,7 +57,12 @@ def line_colors(labels) -> dict[str, tuple]:
     return {lab: cmap(i % 10) for i, lab in enumerate(dict.fromkeys(labels))}
 
 
-def no_runs(ax, text: str = "no runs") -> None:
+def no_runs(ax, text: str = "no runs", note: str = "") -> None:
+    """An empty panel says so, and why where its set's `note` says (a panel is about 40 characters wide)."""
+    if note:
+        import textwrap
+
+        text += "\n\n" + textwrap.fill(note, 40)
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
 
 

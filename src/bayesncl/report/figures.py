@@ -41,6 +41,7 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ..grid import SETS
 from ..registry import method_traits
 from .drawing import (BAND_ALPHA, RC, arch_text, dataset_name, draw, fmt_value, legend, line_colors, new_figure,
                       no_runs, save_figure, suptitle)
@@ -54,7 +55,7 @@ __all__ = ["render_figures", "saturation_figure"]
 
 
 # --------------------------------------------------------------------------- figure 3
-def _figure3(df: pd.DataFrame) -> Figure:
+def _figure3(df: pd.DataFrame, note: str = "") -> Figure:
     rows = rows_in_set(df, "figure3")
     rows = rows[row_mask(rows, [method_traits(m).nonnegative for m in rows["method"]])]  # retrieval: z+ methods
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
@@ -92,7 +93,7 @@ def _figure3(df: pd.DataFrame) -> Figure:
             ax.set_xticks(sorted(all_ks), [str(k) for k in sorted(all_ks)])
             ax.minorticks_off()
         else:
-            no_runs(ax)
+            no_runs(ax, note=note)
         if len(part):
             d = default_point(df, ds)
             fixed.append(f"{dataset_name(ds)}: D = {fmt_value(d['proj_dim'])}, BayesNCL at ρ = {fmt_value(d['rho'])}, "
@@ -109,7 +110,7 @@ def _figure3(df: pd.DataFrame) -> Figure:
 SWEEP_AXES = (("sc", "SC (%)"), ("probe_top1", "linear probe top-1 (%)"))
 
 
-def _figure4a(df: pd.DataFrame) -> Figure:
+def _figure4a(df: pd.DataFrame, note: str = "") -> Figure:
     rows = rows_in_set(df, "figure4a")
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
     fig = new_figure(6.6, 0.6 + 2.6 * len(datasets))
@@ -134,7 +135,7 @@ def _figure4a(df: pd.DataFrame) -> Figure:
                 ax.set_xticks(widths, [str(w) for w in widths])
                 ax.minorticks_off()
             if not ax.lines:
-                no_runs(ax)
+                no_runs(ax, note=note)
             elif math.isfinite(d.get("proj_dim", math.nan)):
                 ax.axvline(d["proj_dim"], color="0.55", linestyle=":", linewidth=1, zorder=0,
                            label="default D (Tables 1-2)")
@@ -185,13 +186,15 @@ def _draw_lambda(ax, pts, color, label, xmap) -> None:
 
 
 def _ncl_reference(df: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
-    """NCL runs on the same dataset, backbone and D as the sweep's rows (any set)."""
-    keys = {(r["dataset"], r["arch"], group_key(r["proj_dim"])) for r in rows.to_dict("records")}
-    return df[row_mask(df, [method_traits(m).reference and (d, a, group_key(p)) in keys
-                         for m, d, a, p in zip(df["method"], df["dataset"], df["arch"], df["proj_dim"])])]
+    """NCL runs on the same dataset, backbone, D and training budget as the sweep's rows (any set; not an untrained
+    twin nor a shorter run of the saturation set)."""
+    at = ("dataset", "arch", "proj_dim", "epochs")
+    keys = {tuple(group_key(r[k]) for k in at) for r in rows.to_dict("records")}
+    return df[row_mask(df, [method_traits(r["method"]).reference and tuple(group_key(r[k]) for k in at) in keys
+                            for r in df.to_dict("records")])]
 
 
-def _figure4b(df: pd.DataFrame) -> Figure:
+def _figure4b(df: pd.DataFrame, note: str = "") -> Figure:
     rows = rows_in_set(df, "figure4b")
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
     fig = new_figure(6.8, 0.9 + 4.6 * len(datasets))
@@ -215,7 +218,7 @@ def _figure4b(df: pd.DataFrame) -> Figure:
                 ax.set_ylabel(ylabel)
                 xs = sorted({v for v in sweeps[param][param] if math.isfinite(v)})
                 if len(xs) < 2:  # one point is no sweep: say so rather than draw it
-                    no_runs(ax, f"{sym} is not swept in this grid")
+                    no_runs(ax, f"{sym} is not swept in this grid", note)
                     ax.set_xticks([])
                     ax.set_yticks([])
                     continue
@@ -229,7 +232,7 @@ def _figure4b(df: pd.DataFrame) -> Figure:
                     else:
                         draw(ax, pts, label_colors[label], label)
                 if not ax.lines:
-                    no_runs(ax)
+                    no_runs(ax, note=note)
                     continue
                 if math.isfinite(base[param]):
                     ax.axvline(xmap(base[param]), color="0.55", linestyle=":", linewidth=1, zorder=0,
@@ -383,7 +386,7 @@ SATURATION_PANELS = (("infonce_final", "final InfoNCE (training loss)"), ("sc", 
                      ("probe_top1", "linear probe top-1 (%)"))
 
 
-def saturation_figure(df: pd.DataFrame) -> Figure:
+def saturation_figure(df: pd.DataFrame, note: str = "") -> Figure:
     """The saturation figure of the runs of set ``saturation`` (also drawn by benchmarks/demo_runs.py from its study)."""
     rows = rows_in_set(df, "saturation")
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
@@ -411,7 +414,7 @@ def saturation_figure(df: pd.DataFrame) -> Figure:
                 ax.set_xticks(budgets, [str(e) for e in budgets], rotation=90 if len(budgets) > 6 else 0)
                 ax.minorticks_off()
             else:
-                no_runs(ax, "no runs in set saturation")
+                no_runs(ax, "no runs in set saturation", note)
         if len(part):
             fixed.append(f"{dataset_name(ds)}: {saturation_verdict(part)[1]}")
     suptitle(fig, "Final quality against the training budget (complete runs, each with its own warm-up and "
@@ -421,9 +424,11 @@ def saturation_figure(df: pd.DataFrame) -> Figure:
 
 
 def render_figures(df: pd.DataFrame, out_dir: str | os.PathLike,
-                   formats: tuple[str, ...] = ("pdf", "png"), stamp: str | None = None) -> list[Path]:
+                   formats: tuple[str, ...] = ("pdf", "png"), stamp: str | None = None,
+                   notes: dict[str, str] | None = None) -> list[Path]:
     """Write every figure of ``FIGURE_NAMES`` (each in ``formats``) into ``out_dir``, ``stamp`` in their
-    metadata; returns the paths."""
+    metadata; a figure drawn from a set shows the set's note (the workflow config's ``sets.<name>.note``, ``notes``)
+    in its panels without runs. Returns the paths."""
     out = Path(out_dir)
     df = prepare(df)
     written = []
@@ -431,5 +436,6 @@ def render_figures(df: pd.DataFrame, out_dir: str | os.PathLike,
               "sc_training": _sc_training, "saturation": saturation_figure}
     with rc_context(RC):
         for stem in FIGURE_NAMES:
-            written += save_figure(makers[stem](df), out, stem, formats, stamp)
+            fig = makers[stem](df, (notes or {}).get(stem, "")) if stem in SETS else makers[stem](df)
+            written += save_figure(fig, out, stem, formats, stamp)
     return written

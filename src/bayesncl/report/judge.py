@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .claims import CLAIMS, DECLARED, NO_TWINS, PLUGIN_CLAIMS, PRIMARY, Claim, Comparison, Runs, Side
+from .claims import CLAIMS, DECLARED, NO_TWINS, PLUGIN_CLAIMS, PRIMARY, Claim, Comparison, Runs, Side, twin_records
 from .names import ARCH_NAMES
 from .summary import prepare
 from .verdicts import ALPHA, NOT_RUN, Family, Kind, Outcome, compare, family_verdicts, finite, label, make_family, \
@@ -136,7 +136,7 @@ def _controlled(claim: Claim, runs: Runs) -> list[Comparison]:
         for c in comps:
             c.init_note = claim.at_init
         return comps
-    twins = Runs(runs.records, runs.arch, column="init_of")
+    twins = Runs(twin_records(runs.records), runs.arch)
     init = claim.build(twins) if twins.has(*claim.sets) else []
     for i, c in enumerate(comps):
         c0 = init[i] if len(init) == len(comps) and init[i].claim == c.claim else None

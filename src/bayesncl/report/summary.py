@@ -5,7 +5,8 @@ and gives one row per run and name, in the grid's order, with the columns of ``C
 (``run_id``, ``variant``: the name it takes in the sets of ``sets``, joined with ";", as the grid decided set by
 set, grid.Run.labels; a run that two sets name differently, as the sweep point of one variant that is another
 variant of a table, has a row per name, each with the same numbers) say where it belongs: ``sweep``, ``init_of``
-(the sets an untrained twin serves, under that name, grid.plan_init_runs), ``pilot_of`` (a grid grown by `bayesncl
+(the sets an untrained twin serves, under that name, grid.plan_init_runs), ``twin`` (the id of the run's untrained
+twin, which may serve several variants), ``pilot_of`` (a grid grown by `bayesncl
 plan`: those of the row's sets whose pilot seeds the run is, grid.pilot_sets; empty otherwise). Its settings
 (``dataset``, ``arch``, ``method``, ``width`` ... ``seed``: config.RUN_KEYS, and a column for each setting a plugin
 method declares, under its name) are those it was trained with, from its own record (features.json's config); its
@@ -61,7 +62,7 @@ from .names import METRICS_JSON, is_main
 __all__ = ["COLUMNS", "check_identity", "prepare", "read_summary", "setting_columns", "summarize", "sweep_rows",
            "write_summary"]
 
-ID_COLUMNS = ["run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "init_of", "pilot_of"]
+ID_COLUMNS = ["run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "init_of", "twin", "pilot_of"]
 # A run's settings (config.RUN_KEYS), then where its weights came from (imported: the sha256 of the released
 # checkpoint).
 RUN_COLUMNS = [*(name for name in RUN_KEYS if name not in ID_COLUMNS), "weights_sha", "imported", "imported_from"]
@@ -80,7 +81,7 @@ METRIC_COLUMNS = [
 ]
 COLUMNS = ID_COLUMNS + RUN_COLUMNS + METRIC_COLUMNS
 TEXT_COLUMNS = {
-    "run_id", "variant", "sets", "sweep", "init_of", "pilot_of", "weights_sha", "imported", "imported_from",
+    "run_id", "variant", "sets", "sweep", "init_of", "twin", "pilot_of", "weights_sha", "imported", "imported_from",
     *(name for name, key in RUN_KEYS.items() if isinstance(_DEFAULTS[key], str)),  # dataset, arch, gate, ...
     "probe_protocol", "ret_curve", "bg_protocol", "dyn_epochs", "dyn_af_gv", "dyn_gv_sc", "dyn_af_sc",
     "dyn_sc", "gate_curve", "loss_curve", "eval_bn", "stale",
@@ -220,7 +221,7 @@ def _rows(run: Run, metrics: dict[str, dict], code: dict[str, str] | None = None
 
 def _flatten(run: Run, metrics: dict[str, dict], code: dict[str, str] | None = None) -> dict:
     row: dict[str, Any] = {c: ("" if c in TEXT_COLUMNS else math.nan) for c in COLUMNS}
-    row.update(run_id=run.run_id, sweep=";".join(run.sweeps), **_settings(metrics["config"]),
+    row.update(run_id=run.run_id, sweep=";".join(run.sweeps), twin=run.twin, **_settings(metrics["config"]),
                weights_sha=str(metrics["run"].get("weights_sha") or ""),
                imported=str(run.imported.get("sha256") or ""), imported_from=str(run.imported.get("checkpoint") or ""))
     for section, key, col in _SCALARS:
