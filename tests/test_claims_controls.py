@@ -422,7 +422,7 @@ def test_variants_that_differ_only_in_how_they_train_share_one_twin():
     gate, whose alpha is the evaluated gate, keeps its own."""
     runs = grid.expand_grid(grids.demo())
     trained = [r for r in runs.values() if "table4" in r.sets]
-    twin_of = {(r.variant, r.config["seed"]): r.twin for r in trained}
+    twin_of = {(r.labels["table4"], r.config["seed"]): r.twin for r in trained}
     for seed in range(3):
         assert twin_of[("w/o detach", seed)] == twin_of[(B, seed)] != twin_of[("Soft gate", seed)]
         assert len({twin_of[(v, seed)] for v, _ in twin_of}) == 5  # 6 variants, 5 networks at init

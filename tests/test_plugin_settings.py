@@ -216,7 +216,7 @@ def test_the_demo_grid_s_ids_and_triggers_are_as_before_plugins_had_settings_or_
         configs = {rid: r.config for rid, r in runs.items()}
         base = resolve(base=merged(wf["defaults"], wf["datasets"]["synthetic"], {"method": {"name": "bayesncl"}}))
         for run in runs.values():
-            if run.variant == "w/o detach":  # its own twin, as it was: the run at 0 epochs
+            if "w/o detach" in run.labels.values():  # its own twin, as it was: the run at 0 epochs
                 cfg = merged(run.config, {"train": {"epochs": 0, "dynamics_every": 0}})
                 configs[run_id(cfg, base)] = cfg
                 assert run.twin not in configs or configs[run.twin]["method"]["detach"] is True

@@ -88,7 +88,7 @@ def _plugin_grid(**defaults) -> dict:
 
 
 def _twins(runs: dict) -> dict[str, str]:
-    return {r.variant: r.twin for r in runs.values() if "table1" in r.sets}
+    return {r.labels["table1"]: r.twin for r in runs.values() if "table1" in r.sets}
 
 
 def test_a_plugin_has_its_own_twins_unless_it_says_what_only_changes_its_loss():
@@ -214,10 +214,10 @@ def test_a_declared_claim_finds_a_shared_twin_by_its_variant():
 
 
 def test_runs_csv_names_each_run_s_twin():
-    from bayesncl.report.summary import _flatten
+    from bayesncl.report.summary import _rows
 
     runs = grid.expand_grid(_grid({}, {"table1": {"variants": ["NCL"]}, "table3": {"variants": ["NCL"]}}))
-    rows = {rid: _flatten(r, {"run": {"weights_sha": "x"}}) for rid, r in runs.items()}
+    rows = {rid: row for rid, r in runs.items() for row in _rows(r, {"run": {"weights_sha": "x"}, "config": r.config})}
     assert {rid: (row["twin"], row["init_of"]) for rid, row in rows.items()} == {
         "synthetic/ncl/seed~0": ("synthetic/ncl/epochs~0/seed~0", ""),
         "synthetic/ncl/epochs~0/seed~0": ("", "table1")}
@@ -244,7 +244,7 @@ def test_the_demo_s_shared_twin_is_the_one_its_trained_runs_start_from(tmp_path)
     wf = grids.demo()
     wf["defaults"] = grid.merged(wf["defaults"], {"model": SMALL["model"], "data": {"synthetic": {"train_size": 256}}})
     runs = grid.expand_grid(wf)
-    run = next(r for r in runs.values() if r.variant == "w/o detach")
+    run = next(r for r in runs.values() if "w/o detach" in r.labels.values())
     twin = runs[run.twin]
     assert twin.config["method"]["detach"] is True and run.config["method"]["detach"] is False
     cfg = copy.deepcopy(twin.config)
