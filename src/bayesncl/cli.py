@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override an eval.* or data.* key (e.g. data.root, eval.waterbirds_root)")
     sp.add_argument("--config-json", help=argparse.SUPPRESS)  # the workflow's eval.*/data.* settings
+    sp.add_argument("--trigger-json", help=argparse.SUPPRESS)  # the job's rerun trigger, recorded (bayesncl.stale)
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.add_argument("--replace", action="store_true", help=replace_help("the evaluation"))
     sp.set_defaults(func=commands.cmd_evaluate)
@@ -116,15 +117,22 @@ def build_parser() -> argparse.ArgumentParser:
                          "is written beside it")
     sp.set_defaults(func=commands.cmd_summarize)
 
-    sp = sub.add_parser("stale", help="list the runs trained under other settings than the grid gives them today",
-                        description="Compare each run's recorded config (results/runs/<run>/config.resolved.yaml) "
-                                    "with the config the workflow config gives it today, on what decides training "
-                                    "(bayesncl.grid.trigger_config). One line per stale run; `snakemake` retrains "
-                                    "them, or exactly these: snakemake --cores N --configfile CONFIG --forcerun "
-                                    "$(bayesncl stale --grid CONFIG --targets).")
+    sp = sub.add_parser("stale", help="list the jobs `snakemake` would run again on a grid's results, and why",
+                        description="Each job `snakemake` would run again on the grid's results, one line each with "
+                                    "why: a pretraining job whose run's recorded config (results/runs/<run>/"
+                                    "config.resolved.yaml, on what decides training: bayesncl.grid.trigger_config) or "
+                                    "plugin code differs from today's; an evaluation job whose file's recorded "
+                                    "trigger differs, or which reads what is made again; the atlas and the report's "
+                                    "jobs after them. `snakemake` makes them again, or exactly these: snakemake "
+                                    "--cores N --configfile CONFIG --forcerun $(bayesncl stale --grid CONFIG "
+                                    "--targets). Jobs not compared, and what is not compared here, are named on "
+                                    "stderr.")
     grid_argument(sp, "the workflow config, e.g. config/config.yaml", required=True)
     sp.add_argument("--results", metavar="DIR", help="the results folder (default: the workflow config's results)")
-    sp.add_argument("--targets", action="store_true", help="print only each stale run's model.pt")
+    sp.add_argument("--targets", action="store_true", help="print only each stale job's output (--forcerun takes "
+                                                           "them; the report's jobs follow)")
+    sp.add_argument("--all", action="store_true", help="also the jobs not made yet (their outputs do not exist): "
+                                                       "every job `snakemake` would run")
     sp.set_defaults(func=commands.cmd_stale)
 
     sp = sub.add_parser("report", help="render Tables 1-7, the claims table and the figures from the summary CSV")

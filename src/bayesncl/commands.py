@@ -60,10 +60,11 @@ def cmd_evaluate(args) -> int:
     for item in args.set:  # a bad value fails before the checkpoint is loaded
         parse_set(item)
     overrides = _json_object(args.config_json, "--config-json") if args.config_json else None
+    trigger = _json_object(args.trigger_json, "--trigger-json") if args.trigger_json else None
     _input_file(args.checkpoint, "--checkpoint", "give the model.pt that `bayesncl pretrain` wrote")
     check_writable_dir(args.out)
     for path in evaluate(args.checkpoint, args.out, only=args.only, sets=args.set, overrides=overrides,
-                         expect_config=args.config, progress=not args.quiet, replace=args.replace):
+                         expect_config=args.config, progress=not args.quiet, replace=args.replace, trigger=trigger):
         print(f"wrote {path}")
     return 0
 
@@ -111,6 +112,9 @@ def _read_grid(paths: list[str]) -> dict:
 
 
 def cmd_stale(args) -> int:
+    from .grid import expand_grid
+    from .report.atlas import atlas_runs
+    from .report.document import builds_pdf
     from .stale import print_stale
     mark_ready()  # imports done: the work begins (bayesncl.startup)
 
@@ -118,7 +122,9 @@ def cmd_stale(args) -> int:
     results = args.results or grid.get("results")
     if not results or not Path(results).is_dir():
         raise ConfigError(f"--results {results}: no such folder; give the folder the grid's runs are in")
-    print_stale(grid, results, " ".join(args.grid), args.targets)
+    runs = expand_grid(grid)
+    print_stale(grid, results, " ".join(args.grid), args.targets, args.all, atlas=atlas_runs(runs), pdf=builds_pdf(),
+                runs=runs)
     return 0
 
 
