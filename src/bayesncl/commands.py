@@ -338,3 +338,15 @@ def cmd_export(args) -> int:
     for path in export(args.checkpoint, args.out, args.format, heads=args.heads, replace=args.replace):
         print(f"wrote {path}")
     return 0
+
+
+def cmd_list(args) -> int:
+    from .catalog import DEFAULT_KINDS, entries, render
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    claims = None
+    if args.grid is not None:
+        grid = _read_grid(args.grid)  # its plugins, loaded
+        claims = grid.get("claims") or None
+    print(render(entries(args.kinds or DEFAULT_KINDS, claims)), end="")
+    return 0
