@@ -197,9 +197,9 @@ def test_the_stale_runs_hint_names_every_file(tmp_path, capsys):
     (tmp_path / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(old))
     assert main(["stale", "--grid", str(DEMO), str(SWEEPS), "--results", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
-    assert out == f"{rid}: train.epochs 3 (today 16)\n"
-    assert err == (f"1 stale run(s) under {tmp_path}; retrain them: snakemake --cores N --configfile {DEMO} {SWEEPS} "
-                   f"--forcerun $(bayesncl stale --grid {DEMO} {SWEEPS} --targets)\n")
+    assert out == f"pretrain {rid}: train.epochs 3 (today 16)\n"
+    assert err.startswith(f"1 stale job(s) under {tmp_path}; make them again: snakemake --cores N --configfile {DEMO} "
+                          f"{SWEEPS} --forcerun $(bayesncl stale --grid {DEMO} {SWEEPS} --targets); ")
     assert main(["stale", "--grid", str(DEMO), "--results", str(tmp_path)]) == 0  # the demo alone has no such run
     assert capsys.readouterr().out == ""
 

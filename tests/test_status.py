@@ -18,6 +18,7 @@ import yaml
 
 from bayesncl.cli import main
 from bayesncl.grid import evaluation_sections, expand_grid
+from bayesncl.stale import NOT_COMPARED
 from bayesncl.status import grid_status, render, run_status, totals
 from helpers.processes import current
 
@@ -530,11 +531,12 @@ def test_stale_names_a_run_whose_config_it_cannot_read_and_compares_the_rest(tmp
     grid_file.write_text(yaml.safe_dump({**GRID, "results": str(res)}))
     assert main(["stale", "--grid", str(grid_file)]) == 0
     out, err = capsys.readouterr()
-    assert out == f"{stale}: train.epochs 3 (today 10)\n"
-    first, last = err.splitlines()
+    assert out == f"pretrain {stale}: train.epochs 3 (today 10)\n"
+    first, count, last = err.splitlines()
     assert first.startswith(f"{bad}: not compared: ") and why in first and "Traceback" not in err
-    assert last.startswith(f"1 stale run(s) under {res}; retrain them") and last.endswith(
-        "; 1 run(s) not compared: their recorded config cannot be read (above)")
+    assert count.startswith(f"1 stale job(s) under {res}; make them again: snakemake --cores N --configfile "
+                            f"{grid_file} --forcerun $(bayesncl stale --grid {grid_file} --targets); ")
+    assert last == NOT_COMPARED[0].upper() + NOT_COMPARED[1:]
     assert main(["stale", "--grid", str(grid_file), "--targets"]) == 0
     out, err = capsys.readouterr()
     assert out == f"{res}/runs/{stale}/model.pt\n" and err.startswith(f"{bad}: not compared: ")
@@ -552,7 +554,7 @@ def test_stale_names_a_run_folder_it_may_not_read(shared_results):
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
     os.chmod(res / "runs" / rid, 0)
     code, out, err = _as_another_user(["stale", "--grid", str(shared_results / "grid.yaml")], shared_results)
-    assert (code, out) == (0, f"{later}: seed 7 (today {run_later.config['seed']})\n"), err  # the next run compared
+    assert (code, out) == (0, f"pretrain {later}: seed 7 (today {run_later.config['seed']})\n"), err  # the next run
     assert err.splitlines()[0] == (f"{rid}: not compared: {res / 'runs' / rid / 'config.resolved.yaml'}: cannot be "
                                    "read (Permission denied)")
 
@@ -569,7 +571,7 @@ def test_a_results_folder_without_runs_is_no_run_and_an_epoch_of_no_seconds_is_o
 
 
 def test_stale_lists_every_stale_run_after_runs_not_started_and_reads_old_records_as_recorded(tmp_path, capsys):
-    from bayesncl.stale import print_stale
+    from bayesncl.stale import REPORT_JOBS, planned_jobs, print_stale
 
     runs = list(expand_grid(GRID).items())
     res = tmp_path / "results"
@@ -581,12 +583,16 @@ def test_stale_lists_every_stale_run_after_runs_not_started_and_reads_old_record
         (res / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(old))
     print_stale(GRID, res, "g.yaml")  # the differences by default
     out, err = capsys.readouterr()
-    assert out == f"{b}: train.loss_scaler none (today fp16)\n{c}: train.loss_scaler none (today fp16)\n"
-    assert err == (f"2 stale run(s) under {res}; retrain them: snakemake --cores N --configfile g.yaml --forcerun "
-                   "$(bayesncl stale --grid g.yaml --targets)\n")
+    assert out == f"pretrain {b}: train.loss_scaler none (today fp16)\npretrain {c}: train.loss_scaler none (today fp16)\n"
+    new = len([j for j in planned_jobs(GRID, res) if not j.made])  # every other job: no run was trained
+    assert new == len(runs) - 2 + sum(len(evaluation_sections(r)) for _, r in runs) + len(REPORT_JOBS) - 1  # no pdf
+    assert err == (f"2 stale job(s) under {res}; make them again: snakemake --cores N --configfile g.yaml --forcerun "
+                   f"$(bayesncl stale --grid g.yaml --targets); {new} job(s) not made yet (--all lists them)\n"
+                   + NOT_COMPARED[0].upper() + NOT_COMPARED[1:] + "\n")
     print_stale(GRID, res, "g.yaml", targets_only=True)
     assert capsys.readouterr() == (f"{res}/runs/{b}/model.pt\n{res}/runs/{c}/model.pt\n", "")
     for rid in (b, c):
         (res / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(dict(runs)[rid].config))
     print_stale(GRID, res, "g.yaml")
-    assert capsys.readouterr() == ("", f"0 stale run(s) under {res}\n")
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"0 stale job(s) under {res}; {new + 2} job(s) not made yet (--all lists")

@@ -107,10 +107,10 @@ def _recorded_trigger(path: Path) -> dict | None:
 
 
 def _pretrain(run: Run, folder: Path, compare: bool, unread: dict[str, str]) -> Job | None:
-    """The run's pretraining job (import_weights for imported weights), or None where nothing is to be done."""
+    """The run's pretraining job (import_weights for imported weights), or None where nothing is to be done. A
+    folder or file that may not be read raises OSError."""
     rule = "import_weights" if run.imported else "pretrain"
     model = folder / FINAL
-    made = model.is_file()
     diff: dict = {}
     if compare and not run.imported and (folder / CONFIG).is_file():
         try:
@@ -123,13 +123,11 @@ def _pretrain(run: Run, folder: Path, compare: bool, unread: dict[str, str]) -> 
                                       "record of it)")
         except BayesNCLError as e:
             unread[run.run_id] = str(e)
-        except OSError as e:  # the run's folder, or results/runs, may not be read
-            unread[run.run_id] = f"{folder / CONFIG}: cannot be read ({e.strerror})"
-    elif compare and made and not run.imported:
+    elif compare and not run.imported and model.is_file():
         unread[run.run_id] = f"{folder / CONFIG} is missing (snakemake compares its own record)"
     if diff:  # trained, or begun, under other settings: made again from the start
         return Job(rule, run.run_id, describe(diff), True, str(model))
-    return None if made else Job(rule, run.run_id, "not made yet", False, str(model))
+    return None if model.is_file() else Job(rule, run.run_id, "not made yet", False, str(model))
 
 
 def _sections(run: Run, folder: Path, trained: Job | None, compare: bool, unread: dict[str, str]) -> list[Job]:
@@ -180,11 +178,16 @@ def planned_jobs(wf: dict, results: str | Path, *, atlas: dict[str, list[str]] |
     copies, _ = prepared_copies(runs)
     jobs = [Job("prepare_data", tag, "not made yet", False, str(results / "prepared" / f"{tag}.txt"))
             for tag in copies if not (results / "prepared" / f"{tag}.txt").is_file()]
-    trained = {rid: _pretrain(run, results / "runs" / rid, compare, unread) for rid, run in runs.items()}
-    jobs += [j for j in trained.values() if j is not None]
-    evaluated = [j for rid, run in runs.items()
-                 for j in _sections(run, results / "runs" / rid, trained[rid], compare, unread)]
-    jobs += evaluated
+    trained: dict[str, Job | None] = {}
+    evaluated: list[Job] = []
+    for rid, run in runs.items():
+        try:
+            trained[rid] = _pretrain(run, results / "runs" / rid, compare, unread)
+            evaluated += _sections(run, results / "runs" / rid, trained[rid], compare, unread)
+        except OSError as e:  # the run's folder, or results/runs, may not be read: its jobs are not known
+            trained[rid] = None
+            unread[rid] = f"{e.filename}: cannot be read ({e.strerror})"
+    jobs += [j for j in trained.values() if j is not None] + evaluated
     drawn = []
     for ds, rids in (atlas or {}).items():
         files = [results / "figures" / f"atlas_{ds}.{ext}" for ext in ("pdf", "png")]
