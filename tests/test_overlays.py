@@ -195,11 +195,12 @@ def test_the_stale_runs_hint_names_every_file(tmp_path, capsys):
     old["train"]["epochs"] = 3
     (tmp_path / "runs" / rid).mkdir(parents=True)
     (tmp_path / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(old))
+    (tmp_path / "runs" / rid / "model.pt").write_bytes(b"trained")
     assert main(["stale", "--grid", str(DEMO), str(SWEEPS), "--results", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
-    assert out == f"pretrain {rid}: train.epochs 3 (today 16)\n"
-    assert err.startswith(f"1 stale job(s) under {tmp_path}; make them again: snakemake --cores N --configfile {DEMO} "
-                          f"{SWEEPS} --forcerun $(bayesncl stale --grid {DEMO} {SWEEPS} --targets); ")
+    assert f"pretrain {rid}: train.epochs 3 (today 16)" in out.splitlines()
+    assert f" job(s) to run under {tmp_path}; make them: snakemake --cores N --configfile {DEMO} {SWEEPS} (exactly " \
+           f"these, made before: --forcerun $(bayesncl stale --grid {DEMO} {SWEEPS} --targets))" in err
     assert main(["stale", "--grid", str(DEMO), "--results", str(tmp_path)]) == 0  # the demo alone has no such run
     assert capsys.readouterr().out == ""
 

@@ -109,6 +109,11 @@ def test_todo_from_files(grid):
     run_dir = results / "runs" / rid
     (run_dir / "eval").mkdir(parents=True)
     (run_dir / "model.pt").write_bytes(b"trained")
+    from bayesncl.grid import prepared_copies
+
+    for tag in prepared_copies(runs)[0]:  # ImageNet-100's prepared copy made (else what reads it runs again)
+        (results / "prepared").mkdir(exist_ok=True)
+        (results / "prepared" / f"{tag}.txt").write_text("made")
     for name in sections[rid]:
         if name != "features":
             (run_dir / "eval" / f"{name}.json").write_text("{}")
@@ -129,6 +134,7 @@ def test_todo_from_files(grid):
     assert "atlas" in todo_from_files(runs, results, atlas)[rid]
     (figures / "atlas_imagenet100.png").write_bytes(b"png")
     (run_dir / "eval" / "features.json").write_text("{}")
+    (run_dir / "eval" / "features.npz").write_bytes(b"arrays")  # what the atlas reads
     todo = todo_from_files(runs, results, atlas)
     assert todo[rid] == {"atlas"} and "atlas" in todo[other]  # drawn again: the other run's features are to be made
     assert todo_from_files(runs, results, {"imagenet100": [rid]})[rid] == set()
@@ -191,10 +197,10 @@ def test_a_prepared_copy_still_to_be_made_is_a_job_of_its_own(grid):
     assert all(of[r] == [] for r in runs if not r.startswith("imagenet100/"))
 
     def prepares():
-        return [(j.target, j.made) for j in planned_jobs(wf, wf["results"], runs=runs, compare=False)
+        return [(j.target, j.planned) for j in planned_jobs(wf, wf["results"], runs=runs, compare=False)
                 if j.rule == "prepare_data"]
 
-    assert prepares() == [(tag, False)]
+    assert prepares() == [(tag, True)]
     marker = Path(wf["results"]) / "prepared" / f"{tag}.txt"
     marker.parent.mkdir(parents=True)
     marker.write_text("\n".join(manifests) + "\n")

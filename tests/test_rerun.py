@@ -174,7 +174,7 @@ def test_a_new_key_at_its_old_behaviour_plans_no_job(tiny_grid, tmp_path):
     src = _package_copy(tmp_path, *NEW_KEY)
     counts, _, out = _plan(args, src)
     assert counts == {}, out[-3000:]
-    assert _stale(_grid_file(tmp_path, results), src, "--all")[0] == []
+    assert _stale(_grid_file(tmp_path, results), src)[0] == []
 
 
 @pytestmark_wf
@@ -189,7 +189,7 @@ def test_a_new_key_not_declared_as_its_old_behaviour_reruns_every_run_and_stale_
     runs = expand_grid(yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text()))
     assert counts["pretrain"] == len(runs) and pretrained(planned) == sorted(runs)
     assert counts["atlas"] == 1 and counts["summarize"] == counts["pdf"] == 1
-    listed, lines, _ = _stale(_grid_file(tmp_path, results), src, "--all")
+    listed, lines, _ = _stale(_grid_file(tmp_path, results), src)
     assert listed == planned
     assert all(line.endswith(": train.label_smoothing absent (today 0.0)") for line in lines
                if line.startswith("pretrain ")), lines
@@ -273,9 +273,10 @@ def test_stale_compares_each_recorded_config_with_today_s(tmp_path):
         (folder / "config.resolved.yaml").write_text(dump_yaml(cfg))
         (folder / "model.pt").write_bytes(b"trained")
     jobs = {j.target: j for j in planned_jobs(wf, tmp_path) if j.rule == "pretrain"}
-    found = {rid: j.why for rid, j in jobs.items() if j.made}
+    found = {rid: j.why for rid, j in jobs.items() if j.why != "not made yet"}
     assert found == {other: "method.temperature 0.3 (today 0.2)", older: "train.loss_scaler none (today fp16)"}
-    assert same not in jobs and not jobs[untrained].made and jobs[untrained].why == "not made yet"
+    assert same not in jobs and jobs[untrained].why == "not made yet"
+    assert jobs[untrained].planned  # summarize runs after the two, and reads every run's evaluation: made first
     assert [jobs[rid].output for rid in (other, older)] == [str(tmp_path / "runs" / rid / "model.pt")
                                                             for rid in (other, older)]
     assert describe({"method.topk_k": [None, 3]}) == "method.topk_k null (today 3)"
@@ -299,6 +300,7 @@ def _made(tmp_path, wf: dict) -> tuple[dict, dict, dict]:
     """Every run of `wf` made by hand under tmp_path as the workflow makes it (config.resolved.yaml, model.pt, each
     section's file recording its job's trigger), the atlas and the report: (runs, the atlas's runs, sections)."""
     from bayesncl.config import dump_yaml
+    from bayesncl.evaluation.sections import SECTIONS
     from bayesncl.grid import evaluation_sections, job_trigger
     from bayesncl.report.atlas import atlas_runs
 
@@ -312,6 +314,8 @@ def _made(tmp_path, wf: dict) -> tuple[dict, dict, dict]:
         for name in sections[rid]:
             trigger = json.loads(job_trigger(run.config, "evaluate", name))
             (folder / "eval" / f"{name}.json").write_text(json.dumps({"run": {"trigger": trigger}, name: {}}))
+            for _, file in SECTIONS[name].outputs:  # features.npz, vectors.npz
+                (folder / "eval" / file).write_bytes(b"arrays")
     for name in ("figures/atlas_synthetic.pdf", "figures/atlas_synthetic.png", "summary/runs.csv"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("made")
@@ -352,17 +356,30 @@ def test_stale_plans_from_the_records_what_follows_and_what_is_not_made(tmp_path
     path.write_text(json.dumps(record))
     jobs = planned_jobs(wf, tmp_path, atlas=atlas, pdf=True)
     assert _lines(jobs)[0] == f"retrieval {ncl}: code of section gone version 1 (today absent)"
-    assert [j.rule for j in jobs[1:]] == [*report, "pdf"] and jobs[0].output == str(path) and jobs[0].made
+    assert [j.rule for j in jobs[1:]] == [*report, "pdf"] and jobs[0].output == str(path) and jobs[0].planned
     path.write_text(kept)
 
-    (tmp_path / "runs" / bayes / "eval" / "features.json").unlink()
+    features = tmp_path / "runs" / bayes / "eval" / "features.json"
+    kept_features = features.read_text()
+    features.unlink()  # a missing output that nothing to run reads: made only where a target needs it
+    assert _lines(planned_jobs(wf, tmp_path, atlas=atlas)) == [f"features {bayes}: not made yet"]
+    assert not planned_jobs(wf, tmp_path, atlas=atlas)[0].planned
+    path = tmp_path / "runs" / bayes / "eval" / "retrieval.json"
+    record = json.loads(path.read_text())
+    record["run"]["trigger"]["eval"]["batch_size"] = 64
+    path.write_text(json.dumps(record))  # retrieval to run: the features it reads are made first, and what reads them
     jobs = planned_jobs(wf, tmp_path, atlas=atlas)
-    readers = [s for s in sections[bayes] if s != "features" and s not in ("dynamics", "cost")]
-    assert _lines(jobs) == [f"features {bayes}: not made yet", *(f"{s} {bayes}: after features" for s in readers),
+    why = {"features": "not made yet", "retrieval": "eval.batch_size 64 (today 256)"}
+    readers = [s for s in sections[bayes] if "features" in SECTIONS[s].reads]  # dynamics and cost read the model
+    assert "retrieval" in readers and "cost" not in readers
+    assert _lines(jobs) == [*(f"{s} {bayes}: {why.get(s, f'after features {bayes}')}" for s in ["features", *readers]),
                             f"atlas synthetic: after features {bayes}",
                             *(f"{job}: after {1 + len(readers)} evaluation job(s)" for job in report)]
-    assert [j.made for j in jobs[:2]] == [False, True]
-    (tmp_path / "runs" / bayes / "eval" / "features.json").write_text(kept)
+    assert all(j.planned for j in jobs) and not Path(jobs[0].output).exists() and Path(jobs[1].output).exists()
+    features.write_text(kept_features)
+    record["run"]["trigger"]["eval"]["batch_size"] = 256
+    path.write_text(json.dumps(record))
+    assert planned_jobs(wf, tmp_path, atlas=atlas) == []
 
     twin = next(rid for rid in runs if "epochs~0" in rid)
     cfg = yaml.safe_load((tmp_path / "runs" / twin / "config.resolved.yaml").read_text())
@@ -370,8 +387,8 @@ def test_stale_plans_from_the_records_what_follows_and_what_is_not_made(tmp_path
     (tmp_path / "runs" / twin / "config.resolved.yaml").write_text(yaml.safe_dump(cfg))
     jobs = planned_jobs(wf, tmp_path, atlas=atlas)
     assert _lines(jobs)[0] == f"pretrain {twin}: seed 5 (today 0)" and jobs[0].output.endswith(f"{twin}/model.pt")
-    assert _lines(jobs)[1:] == [*(f"{s} {twin}: after {'pretrain' if 'model' in SECTIONS[s].reads else 'features'}"
-                                  for s in sections[twin]),
+    assert _lines(jobs)[1:] == [*(f"{s} {twin}: after {'pretrain' if 'model' in SECTIONS[s].reads else 'features'} "
+                                  f"{twin}" for s in sections[twin]),
                                 *(f"{job}: after {len(sections[twin])} evaluation job(s)" for job in report)]
     assert planned_jobs(wf, tmp_path, atlas=atlas, compare=False) == []
 
@@ -390,20 +407,31 @@ def test_stale_names_what_it_cannot_compare_and_lists_what_it_can(tmp_path, caps
     (folder / "eval" / "linear_probe.json").unlink()
     print_stale(wf, tmp_path, "g.yaml")
     out, err = capsys.readouterr()
-    report = "summarize: after 1 evaluation job(s)"
-    assert out == f"{report}\n" + "".join(f"{job}: after 1 evaluation job(s)\n" for job in REPORT_JOBS[1:-1])
+    assert out == ""  # a deleted evaluation file no job to run reads: Snakemake makes it only for a target
     assert err.splitlines() == [
         f"{rid} retrieval: not compared: {folder / 'eval' / 'retrieval.json'}: no evaluation file (no run block with "
         "its trigger); it is the evaluation's: restore it, or evaluate the run again",
         f"1 evaluation job(s) not compared: their files record no trigger (made before bayesncl recorded it; evaluate "
         f"them again to compare them), e.g. {rid} cost",
-        f"5 stale job(s) under {tmp_path}; make them again: snakemake --cores N --configfile g.yaml --forcerun "
-        "$(bayesncl stale --grid g.yaml --targets); 1 job(s) not made yet (--all lists them)",
+        f"0 job(s) to run under {tmp_path}; 1 job(s) whose output is missing and that none of them reads (snakemake "
+        "makes them where a target of the workflow needs them; --all lists them)",
         NOT_COMPARED[0].upper() + NOT_COMPARED[1:]]
     print_stale(wf, tmp_path, "g.yaml", all_jobs=True)
-    assert capsys.readouterr().out == f"linear_probe {rid}: not made yet\n{out}"
+    assert capsys.readouterr().out == f"linear_probe {rid}: not made yet\n"
+    path = folder / "eval" / "interpretability.json"
+    record = json.loads(path.read_text())
+    record["run"]["trigger"]["eval"]["probe"] = "paper"  # evaluated under another protocol than today's
+    path.write_text(json.dumps(record))
+    print_stale(wf, tmp_path, "g.yaml")
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"interpretability {rid}: eval.probe paper (today fast)",
+                                f"linear_probe {rid}: not made yet"] + [  # what summarize reads, made first
+        f"{job}: after 2 evaluation job(s)" for job in REPORT_JOBS[:-1]]
+    assert err.splitlines()[-2] == (
+        f"7 job(s) to run under {tmp_path}; make them: snakemake --cores N --configfile g.yaml (exactly these, made "
+        "before: --forcerun $(bayesncl stale --grid g.yaml --targets))")
     print_stale(wf, tmp_path, "g.yaml", targets_only=True)
-    assert capsys.readouterr().out == "\n"  # the report's jobs follow; nothing to force
+    assert capsys.readouterr().out == f"{path}\n"  # the others follow, or are made for the first time
 
 
 # ----------------------------------------------------------------------- a finished grid with plugin methods
@@ -626,15 +654,15 @@ def made_sections(measure_grid) -> dict[str, list[str]]:
 
 
 def _agree(measure_grid, src: Path | None = None) -> tuple[list[str], list[str], str]:
-    """(the jobs both plan, stale's lines, its stderr), `snakemake -n` and `bayesncl stale --all` checked to agree
-    job by job (the package at `src`, else the worktree's)."""
+    """(the jobs both plan, stale's lines, its stderr), `snakemake -n` and `bayesncl stale` checked to agree job by
+    job (the package at `src`, else the worktree's)."""
     work, grid, _ = measure_grid
     env = dict(os.environ, PYTHONPATH=str(src or ROOT / "src"), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     env.pop("BAYESNCL_PLUGINS", None)
     with ThreadPoolExecutor(2) as pool:
         dry = pool.submit(current().run, [SNAKEMAKE, "-n", "--nolock", "--cores", "1", "--configfile", str(grid)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        listed, lines, err = pool.submit(_stale, grid, src, "--all").result()
+        listed, lines, err = pool.submit(_stale, grid, src).result()
         r = dry.result()
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     assert dry_jobs(r.stdout) == listed, (r.stdout[-3000:], lines)
@@ -681,19 +709,26 @@ def test_a_package_measure_s_code_plans_nothing_and_its_settings_every_evaluatio
 
 @pytest.mark.long
 def test_stale_and_snakemake_agree_where_a_record_is_missing_or_damaged(measure_as_made):
-    """A deleted evaluation file: its job and the report's, in both (stale lists the report's jobs as stale, the
-    job not made yet with --all). A damaged one: Snakemake reads no record of ours and plans nothing; stale names it
-    as not compared. A deleted run record (config.resolved.yaml) likewise."""
+    """A deleted evaluation file: Snakemake remakes a missing output only where a job to run reads it, and summarize,
+    which reads it, is up to date: nothing, in both (stale counts it on stderr; --all lists it); once the measure's
+    code changes, summarize runs and it is made first. A damaged one: Snakemake reads no record of ours and plans nothing;
+    stale names it as not compared. A deleted run record (config.resolved.yaml) likewise."""
     work, grid, _ = measure_as_made
-    rid = next(iter(made_sections(measure_as_made)))
+    runs = made_sections(measure_as_made)
+    rid = next(iter(runs))
     folder = work / "results" / "runs" / rid
-    kept = {name: (folder / name).read_bytes() for name in ("eval/zero_share.json", "config.resolved.yaml")}
+    kept = {name: (folder / name).read_bytes() for name in ("eval/zero_share.json", "eval/retrieval.json",
+                                                           "config.resolved.yaml")}
     try:
-        (folder / "eval" / "zero_share.json").unlink()
+        (folder / "eval" / "retrieval.json").unlink()
+        listed, lines, err = _agree(measure_as_made)
+        assert listed == [] and "; 1 job(s) whose output is missing and that none of them reads" in err
+        assert _stale(grid, None, "--all")[1] == [f"retrieval {rid}: not made yet"]
+        write_measure(work, share="(feature == 0).mean()")  # the report runs again: what it reads is made first
         listed, lines, _ = _agree(measure_as_made)
-        assert listed == sorted([f"zero_share {rid}"] + REPORT) and f"zero_share {rid}: not made yet" in lines
-        made, _, err = _stale(grid, None)
-        assert made == REPORT and f"{len(REPORT)} stale job(s)" in err and "; 1 job(s) not made yet (--all lists them)" in err
+        assert listed == sorted([f"zero_share {r}" for r in runs] + [f"retrieval {rid}"] + REPORT)
+        assert f"retrieval {rid}: not made yet" in lines
+        write_measure(work)
 
         (folder / "eval" / "zero_share.json").write_text("{")
         (folder / "config.resolved.yaml").unlink()

@@ -508,6 +508,11 @@ def test_an_unreadable_folder_or_file_is_a_line_naming_it(shared_results, where,
     assert "unreadable" in total
 
 
+def trained_otherwise(out: str) -> list[str]:
+    """`bayesncl stale`'s lines of runs trained under other settings (the rest follows from them, or is new)."""
+    return [line for line in out.splitlines() if line.startswith("pretrain ") and not line.endswith("not made yet")]
+
+
 STALE_BAD = [
     ("binary", b"\xff\xfe\x00", "not a text file"),
     ("train a list", "train: [1]\n", "train: expected a mapping"),
@@ -527,15 +532,17 @@ def test_stale_names_a_run_whose_config_it_cannot_read_and_compares_the_rest(tmp
     old = json.loads(json.dumps(run_stale.config))
     old["train"]["epochs"] = 3
     (res / "runs" / stale / "config.resolved.yaml").write_text(yaml.safe_dump(old))
+    (res / "runs" / stale / "model.pt").write_bytes(b"trained")
     grid_file = tmp_path / "grid.yaml"
     grid_file.write_text(yaml.safe_dump({**GRID, "results": str(res)}))
     assert main(["stale", "--grid", str(grid_file)]) == 0
     out, err = capsys.readouterr()
-    assert out == f"pretrain {stale}: train.epochs 3 (today 10)\n"
+    assert trained_otherwise(out) == [f"pretrain {stale}: train.epochs 3 (today 10)"]
     first, count, last = err.splitlines()
     assert first.startswith(f"{bad}: not compared: ") and why in first and "Traceback" not in err
-    assert count.startswith(f"1 stale job(s) under {res}; make them again: snakemake --cores N --configfile "
-                            f"{grid_file} --forcerun $(bayesncl stale --grid {grid_file} --targets); ")
+    assert count.startswith(f"{len(out.splitlines())} job(s) to run under {res}; make them: snakemake --cores N "
+                            f"--configfile {grid_file} (exactly these, made before: --forcerun $(bayesncl stale --grid "
+                            f"{grid_file} --targets))")
     assert last == NOT_COMPARED[0].upper() + NOT_COMPARED[1:]
     assert main(["stale", "--grid", str(grid_file), "--targets"]) == 0
     out, err = capsys.readouterr()
@@ -549,12 +556,13 @@ def test_stale_names_a_run_folder_it_may_not_read(shared_results):
     for r, cfg in ((rid, run.config), (later, {**run_later.config, "seed": 7})):
         (res / "runs" / r).mkdir(parents=True)
         (res / "runs" / r / "config.resolved.yaml").write_text(yaml.safe_dump(cfg))
+        (res / "runs" / r / "model.pt").write_bytes(b"trained")
     (shared_results / "grid.yaml").write_text(yaml.safe_dump({**GRID, "results": str(res)}))
     for p in [shared_results, *shared_results.rglob("*")]:
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
     os.chmod(res / "runs" / rid, 0)
     code, out, err = _as_another_user(["stale", "--grid", str(shared_results / "grid.yaml")], shared_results)
-    assert (code, out) == (0, f"pretrain {later}: seed 7 (today {run_later.config['seed']})\n"), err  # the next run
+    assert code == 0 and trained_otherwise(out) == [f"pretrain {later}: seed 7 (today {run_later.config['seed']})"]
     assert err.splitlines()[0] == (f"{rid}: not compared: {res / 'runs' / rid / 'config.resolved.yaml'}: cannot be "
                                    "read (Permission denied)")
 
@@ -581,13 +589,17 @@ def test_stale_lists_every_stale_run_after_runs_not_started_and_reads_old_record
         del old["train"]["loss_scaler"]  # recorded before the key existed: it did what `added` says (none)
         (res / "runs" / rid).mkdir(parents=True)
         (res / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(old))
+        (res / "runs" / rid / "model.pt").write_bytes(b"trained")
     print_stale(GRID, res, "g.yaml")  # the differences by default
     out, err = capsys.readouterr()
-    assert out == f"pretrain {b}: train.loss_scaler none (today fp16)\npretrain {c}: train.loss_scaler none (today fp16)\n"
-    new = len([j for j in planned_jobs(GRID, res) if not j.made])  # every other job: no run was trained
-    assert new == len(runs) - 2 + sum(len(evaluation_sections(r)) for _, r in runs) + len(REPORT_JOBS) - 1  # no pdf
-    assert err == (f"2 stale job(s) under {res}; make them again: snakemake --cores N --configfile g.yaml --forcerun "
-                   f"$(bayesncl stale --grid g.yaml --targets); {new} job(s) not made yet (--all lists them)\n"
+    assert trained_otherwise(out) == [f"pretrain {b}: train.loss_scaler none (today fp16)",
+                                      f"pretrain {c}: train.loss_scaler none (today fp16)"]
+    # after them their evaluation and the report's jobs, and summarize reads every run's: all made first
+    jobs = planned_jobs(GRID, res)
+    assert all(j.planned for j in jobs) and len(jobs) == len(runs) + sum(
+        len(evaluation_sections(r)) for _, r in runs) + len(REPORT_JOBS) - 1  # no pdf
+    assert err == (f"{len(jobs)} job(s) to run under {res}; make them: snakemake --cores N --configfile g.yaml "
+                   "(exactly these, made before: --forcerun $(bayesncl stale --grid g.yaml --targets))\n"
                    + NOT_COMPARED[0].upper() + NOT_COMPARED[1:] + "\n")
     print_stale(GRID, res, "g.yaml", targets_only=True)
     assert capsys.readouterr() == (f"{res}/runs/{b}/model.pt\n{res}/runs/{c}/model.pt\n", "")
@@ -595,4 +607,12 @@ def test_stale_lists_every_stale_run_after_runs_not_started_and_reads_old_record
         (res / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(dict(runs)[rid].config))
     print_stale(GRID, res, "g.yaml")
     out, err = capsys.readouterr()
-    assert out == "" and err.startswith(f"0 stale job(s) under {res}; {new + 2} job(s) not made yet (--all lists")
+    new = len(jobs) - 2 - len(REPORT_JOBS) + 1  # nothing to run: every job not made yet but b's and c's training
+    assert out == "" and err.startswith(f"0 job(s) to run under {res}; {new} job(s) whose output is missing and that "
+                                        "none of them reads (snakemake makes them where a target of the workflow "
+                                        "needs them; --all lists them)\n")
+    (res / "runs" / b / "model.pt").unlink()  # begun under other settings: what --all says of it
+    (res / "runs" / b / "config.resolved.yaml").write_text(yaml.safe_dump(dict(runs)[b].config | {"seed": 9}))
+    print_stale(GRID, res, "g.yaml", all_jobs=True)
+    assert f"pretrain {b}: not made yet; its folder holds a run of other settings, replaced: seed 9 (today " \
+           f"{dict(runs)[b].config['seed']})" in capsys.readouterr().out.splitlines()

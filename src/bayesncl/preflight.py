@@ -52,6 +52,8 @@ def todo_from_files(runs: dict[str, Run], results: str | Path, atlas: dict[str, 
 
     todo: dict[str, set[str]] = {rid: set() for rid in runs}
     for job in planned_jobs({}, results, atlas=atlas, compare=False, runs=runs):
+        if not job.planned:
+            continue
         if job.target in todo:
             todo[job.target].add(job.rule)
         elif job.rule == "atlas":

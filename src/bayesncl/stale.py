@@ -1,8 +1,9 @@
 """What `snakemake` would run on a grid's results, job by job, and why (`bayesncl stale`).
 
-Snakemake reruns a job whose output is missing, whose rerun trigger changed (a param of its own, compared with
-Snakemake's record of the params it last ran with: bayesncl.grid.job_trigger, workflow/rules/common.smk) or
-whose input is made again; the jobs after it follow. Here the same decision is read from what the jobs wrote:
+Snakemake runs a job whose rerun trigger changed (a param of its own, compared with its record of the params the
+job last ran with: bayesncl.grid.job_trigger, workflow/rules/common.smk), every job after it, and every job whose
+missing output one of those reads (a missing output nothing to run reads is made only where a target of the
+workflow needs it). Here the same decision is read from what the jobs wrote:
 
 - a pretraining job: its run's recorded config (``<run>/config.resolved.yaml``, compared on what decides training:
   bayesncl.grid.trigger_config, the record as written, so a key it lacks reads as what runs did before the key,
@@ -10,9 +11,9 @@ whose input is made again; the jobs after it follow. Here the same decision is r
   bayesncl.registry.plugin_code) against today's; until it is trained again, the tables whose runs it is in say so
   in their captions (report/tables.py, stale_note; runs.csv's ``stale`` column);
 - an evaluation job: the trigger its file records (``eval/<section>.json``'s run block; the workflow hands each job
-  its trigger) against today's, and the pretraining or ``features`` job it reads after;
-- the atlas after the features of its runs, and the report's jobs (summarize and what follows it) after any
-  evaluation job.
+  its trigger) against today's;
+- then what they read and what reads them: the evaluation after pretraining, the sections after ``features``, the
+  atlas after the features of its runs, the report's jobs (summarize and what follows it) after any of them.
 
 A record that is missing is compared as Snakemake compares a missing record of its own, not at all: the job is
 named as not compared (on stderr), never as stale. What Snakemake also compares and no job records (NOT_COMPARED)
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import as_recorded, flatten, load_yaml_file, resolve
@@ -32,13 +33,12 @@ from .grid import Run, evaluation_sections, expand_grid, job_trigger, prepared_c
 from .registry import plugin_code
 from .rundir import CODE, CONFIG, EVAL, FINAL, read_code
 
-__all__ = ["NOT_COMPARED", "REPORT_JOBS", "Job", "describe", "planned_jobs", "print_stale", "run_staleness"]
+__all__ = ["NOT_COMPARED", "REPORT_JOBS", "Job", "describe", "planned_jobs", "print_stale", "run_staleness",
+           "trigger_change"]
 
-# The report's jobs (workflow/rules/report.smk, document.smk) in the order they run: each reads what an evaluation
-# job writes, or what one of them writes; after the atlas (rules/atlas.smk) only those from `jobs` on. `pdf` only
-# where the workflow builds the PDF (report.document.builds_pdf).
+# The report's jobs (workflow/rules/report.smk, document.smk) in the order they run; `pdf` only where the workflow
+# builds the PDF (report.document.builds_pdf).
 REPORT_JOBS = ("summarize", "report", "plan", "jobs", "document", "pdf")
-AFTER_ATLAS = ("jobs", "document", "pdf")
 # What Snakemake compares that no job records here.
 NOT_COMPARED = ("not compared here (`snakemake -n` does): the report's jobs' own outputs and params (the grid's text "
                 "and file names, --config), an imported checkpoint's hash, files' modification times, the workflow's "
@@ -47,14 +47,15 @@ NOT_COMPARED = ("not compared here (`snakemake -n` does): the report's jobs' own
 
 @dataclass(frozen=True)
 class Job:
-    """A job `snakemake` would run: its rule, what it runs on (a run id, a dataset, a prepared copy's tag; "" for
-    the report's jobs), why, whether it was made before (False: its output and record do not exist yet) and the
-    file `snakemake --forcerun` takes to make it again ("" where it follows from another job)."""
+    """A job of the workflow: its rule, what it runs on (a run id, a dataset, a prepared copy's tag; "" for the
+    report's jobs), why it runs, whether `snakemake` runs it now (`planned`; False: its output is missing and no job
+    to run needs it, so `snakemake` makes it only where a target of the workflow needs it) and the file `snakemake
+    --forcerun` takes to make it again ("" for the report's jobs, which follow from the others)."""
 
     rule: str
     target: str = ""
     why: str = ""
-    made: bool = True
+    planned: bool = True
     output: str = ""
 
     def line(self) -> str:
@@ -106,102 +107,157 @@ def _recorded_trigger(path: Path) -> dict | None:
     return run.get("trigger")
 
 
-def _pretrain(run: Run, folder: Path, compare: bool, unread: dict[str, str]) -> Job | None:
-    """The run's pretraining job (import_weights for imported weights), or None where nothing is to be done. A
-    folder or file that may not be read raises OSError."""
-    rule = "import_weights" if run.imported else "pretrain"
-    model = folder / FINAL
-    diff: dict = {}
-    if compare and not run.imported and (folder / CONFIG).is_file():
-        try:
-            resolve(file=folder / CONFIG, recorded=True)  # a valid record; compared as written (as Snakemake)
-            recorded = load_yaml_file(folder / CONFIG, "recorded config")
-            code = read_code(folder) if (folder / CODE).exists() or not plugin_code(run.config) else None
-            diff = run_staleness(recorded, run, code)
-            if code is None:
-                unread[run.run_id] = (f"its plugin code: {folder / CODE} is missing (snakemake compares its own "
-                                      "record of it)")
-        except BayesNCLError as e:
-            unread[run.run_id] = str(e)
-    elif compare and not run.imported and model.is_file():
-        unread[run.run_id] = f"{folder / CONFIG} is missing (snakemake compares its own record)"
-    if diff:  # trained, or begun, under other settings: made again from the start
-        return Job(rule, run.run_id, describe(diff), True, str(model))
-    return None if model.is_file() else Job(rule, run.run_id, "not made yet", False, str(model))
+@dataclass
+class _Node:
+    """A job while the plan is worked out: its outputs, whether they exist, why it runs (None: not yet known to) and
+    what it reads: [(the job that makes it, the files, whether they are ancient inputs)]."""
+
+    job: tuple[str, str]
+    outputs: list[Path]
+    made: bool
+    why: str | None = None
+    reads: list = field(default_factory=list)
+    note: str = ""  # a run not made whose folder holds one of other settings: what differs
+
+    def missing(self) -> str:
+        return "not made yet" + (f"; its folder holds a run of other settings, replaced: {self.note}" if self.note
+                                 else "")
 
 
-def _sections(run: Run, folder: Path, trained: Job | None, compare: bool, unread: dict[str, str]) -> list[Job]:
-    """The run's evaluation jobs to be done: after its pretraining or its features, missing, or of another trigger."""
+def _pretrain_why(run: Run, folder: Path, unread: dict[str, str]) -> str | None:
+    """What differs between the run's record (its config and plugin code) and today's, or None. A folder or file
+    that may not be read raises OSError."""
+    if run.imported:
+        return None
+    if not (folder / CONFIG).is_file():
+        if (folder / FINAL).is_file():
+            unread[run.run_id] = f"{folder / CONFIG} is missing (snakemake compares its own record)"
+        return None
+    try:
+        resolve(file=folder / CONFIG, recorded=True)  # a valid record; compared as written (as Snakemake)
+        recorded = load_yaml_file(folder / CONFIG, "recorded config")
+        code = read_code(folder) if (folder / CODE).exists() or not plugin_code(run.config) else None
+        diff = run_staleness(recorded, run, code)
+    except BayesNCLError as e:
+        unread[run.run_id] = str(e)
+        return None
+    if code is None:
+        unread[run.run_id] = f"its plugin code: {folder / CODE} is missing (snakemake compares its own record of it)"
+    return describe(diff) if diff else None
+
+
+def _section_why(run: Run, name: str, path: Path, unread: dict[str, str]) -> str | None:
+    """Why an evaluation job runs again by its file's recorded trigger against today's, or None."""
+    try:
+        was = _recorded_trigger(path)
+    except BayesNCLError as e:
+        unread[f"{run.run_id} {name}"] = str(e)
+        return None
+    if was is None:
+        unread.setdefault(f"{run.run_id} {name}", "")  # an older file: no trigger recorded
+        return None
+    diff = trigger_change(was, json.loads(job_trigger(run.config, "evaluate", name)))
+    return describe(diff) if diff else None
+
+
+def _run_nodes(run: Run, folder: Path, marks: list[Path], compare: bool, unread: dict[str, str]) -> list[_Node]:
+    """The run's pretraining (or import) and evaluation jobs, each with what it reads (the workflow's rules: the
+    prepared copy's marker `marks`, ancient; model.pt; features.json) and why it runs by its record."""
     from .evaluation.sections import SECTIONS
 
-    out: list[Job] = []
-    features: Job | None = None
+    model = folder / FINAL
+    rule = "import_weights" if run.imported else "pretrain"
+    differs = _pretrain_why(run, folder, unread) if compare else None  # its record first: named where unreadable
+    made = model.is_file()
+    trained = _Node((rule, run.run_id), [model], made, differs if made else None,
+                    [(("prepare_data", m.stem), [m], True) for m in marks], "" if made else differs or "")
+    out = [trained]
     for name in evaluation_sections(run):
         path = folder / EVAL / f"{name}.json"
         made = path.is_file()
-        reads = SECTIONS[name].reads
-        after = trained if trained is not None and "model" in reads else features if "features" in reads else None
-        if after is not None:
-            job = Job(name, run.run_id, f"after {after.rule}", made, str(path))
-        elif not made:
-            job = Job(name, run.run_id, "not made yet", False, str(path))
-        else:
-            job = None
-            if compare:
-                try:
-                    was = _recorded_trigger(path)
-                except BayesNCLError as e:
-                    unread[f"{run.run_id} {name}"] = str(e)
-                    was = None
-                if was is None:
-                    unread.setdefault(f"{run.run_id} {name}", "")  # an older file: no trigger recorded
-                else:
-                    diff = trigger_change(was, json.loads(job_trigger(run.config, "evaluate", name)))
-                    job = Job(name, run.run_id, describe(diff), True, str(path)) if diff else None
-        if job is not None:
-            out.append(job)
-            if name == "features":
-                features = job
+        s = SECTIONS[name]
+        reads = {"model": [(trained.job, [model], False)],
+                 "features": [(("features", run.run_id), [folder / EVAL / "features.json"], False)],
+                 "prepared": [(("prepare_data", m.stem), [m], True) for m in marks]}
+        out.append(_Node((name, run.run_id), [path, *(folder / EVAL / f for _, f in s.outputs)], made,
+                         _section_why(run, name, path, unread) if compare and made else None,
+                         [r for kind in s.reads for r in reads[kind]]))
     return out
 
 
 def planned_jobs(wf: dict, results: str | Path, *, atlas: dict[str, list[str]] | None = None, pdf: bool = False,
                  compare: bool = True, runs: dict[str, Run] | None = None,
                  unread: dict[str, str] | None = None) -> list[Job]:
-    """Every job `snakemake` would run on the grid's results under ``results``, in the workflow's order, each with
-    why. `atlas`: the atlas's runs per dataset (report.atlas.atlas_runs; None: no atlas); `pdf`: the workflow builds
-    the PDF. `compare` False: by which outputs exist alone (no record read). What cannot be compared goes into
-    ``unread`` ({run id or "run id section": why; "" for an evaluation file older than its recorded trigger})."""
+    """The jobs of the grid's workflow on the results under ``results``: those `snakemake` would run (planned), each
+    with why, then those whose output is missing and that no planned job needs, in the workflow's order. As
+    Snakemake decides (its DAG's update_needrun): a job whose record differs from today's runs, and every job after
+    it; a job it reads whose output is missing runs too, and what follows that (an ancient input that exists passes
+    nothing on); a missing output no job to run reads is made only where a target of the workflow needs it (not
+    known here: the report's outputs). `atlas`: the atlas's runs per dataset (report.atlas.atlas_runs; None: no
+    atlas); `pdf`: the workflow builds the PDF. `compare` False: no record read, and every missing output is to be
+    made (the pre-flight's dry run: a superset of what is to run). What cannot be compared goes into ``unread`` ({run
+    id or "run id section": why; "" for an evaluation file older than its recorded trigger})."""
     runs = expand_grid(wf) if runs is None else runs
     results = Path(results)
     unread = {} if unread is None else unread
-    copies, _ = prepared_copies(runs)
-    jobs = [Job("prepare_data", tag, "not made yet", False, str(results / "prepared" / f"{tag}.txt"))
-            for tag in copies if not (results / "prepared" / f"{tag}.txt").is_file()]
-    trained: dict[str, Job | None] = {}
-    evaluated: list[Job] = []
+    copies, of = prepared_copies(runs)
+    marks = {tag: results / "prepared" / f"{tag}.txt" for tag in copies}
+    nodes = {("prepare_data", tag): _Node(("prepare_data", tag), [m], m.is_file()) for tag, m in marks.items()}
     for rid, run in runs.items():
         try:
-            trained[rid] = _pretrain(run, results / "runs" / rid, compare, unread)
-            evaluated += _sections(run, results / "runs" / rid, trained[rid], compare, unread)
+            built = _run_nodes(run, results / "runs" / rid, [marks[t] for t in of[rid]], compare, unread)
         except OSError as e:  # the run's folder, or results/runs, may not be read: its jobs are not known
-            trained[rid] = None
             unread[rid] = f"{e.filename}: cannot be read ({e.strerror})"
-    jobs += [j for j in trained.values() if j is not None] + evaluated
-    drawn = []
+            continue
+        nodes.update((n.job, n) for n in built)
+    evaluation = [n.job for n in nodes.values() if n.job[0] not in ("prepare_data", "pretrain", "import_weights")]
     for ds, rids in (atlas or {}).items():
         files = [results / "figures" / f"atlas_{ds}.{ext}" for ext in ("pdf", "png")]
-        made = all(f.is_file() for f in files)
-        after = [j.target for j in evaluated if j.rule == "features" and j.target in rids]
-        if after or not made:
-            drawn.append(Job("atlas", ds, f"after features {', '.join(after)}" if after else "not made yet", made,
-                             str(files[0])))
-    jobs += drawn
-    follow = REPORT_JOBS if evaluated else AFTER_ATLAS if drawn else ()
-    made = (results / "summary" / "runs.csv").is_file()
-    why = f"after {len(evaluated)} evaluation job(s)" if evaluated else f"after the atlas of {len(drawn)} dataset(s)"
-    jobs += [Job(rule, "", why, made) for rule in follow if pdf or rule != "pdf"]
-    return jobs
+        nodes[("atlas", ds)] = _Node(("atlas", ds), files, all(f.is_file() for f in files), None, [
+            (("features", rid), [results / "runs" / rid / EVAL / "features.npz"], False) for rid in rids])
+    # the report's jobs (workflow/rules/report.smk, document.smk), their outputs not known here: summarize reads every
+    # evaluation file; the others, each after the jobs whose outputs it reads
+    after = {"summarize": [(job, nodes[job].outputs[:1], False) for job in evaluation],
+             "report": [(("summarize", ""), [], False)],
+             "plan": [(("summarize", ""), [], False)],
+             "jobs": [(("report", ""), [], False), (("plan", ""), [], False)], "document": [(("jobs", ""), [], False)],
+             "pdf": [(("document", ""), [], False)]}
+    atlases = [(("atlas", ds), [], False) for ds in atlas or {}]
+    for rule in REPORT_JOBS:
+        if pdf or rule != "pdf":
+            nodes[(rule, "")] = _Node((rule, ""), [], True, None, after[rule] + (atlases if rule == "jobs" else []))
+    _plan(nodes, compare)
+    planned = [n for n in nodes.values() if n.why is not None]
+    n_eval = sum(n.job in evaluation for n in planned)
+    out = [Job(n.job[0], n.job[1], (f"after {n_eval} evaluation job(s)" if n_eval else "after the atlas")
+               if n.job[0] in REPORT_JOBS else n.why, True, str(n.outputs[0]) if n.outputs else "") for n in planned]
+    return out + [Job(n.job[0], n.job[1], n.missing(), False, str(n.outputs[0]))
+                  for n in nodes.values() if n.why is None and not n.made]
+
+
+def _plan(nodes: dict[tuple, _Node], compare: bool) -> None:
+    """Set `why` on every job that runs, as Snakemake's DAG does from the jobs that run by their own reason: both
+    ways through what they read (Snakemake's bi-directional search)."""
+    dependents: dict[tuple, list] = {}
+    for n in nodes.values():
+        for job, files, ancient in n.reads:
+            dependents.setdefault(job, []).append((n.job, files, ancient))
+    queue = [n.job for n in nodes.values() if n.why is not None]
+    if not compare:
+        for n in nodes.values():
+            if not n.made and n.outputs:
+                n.why = n.missing()
+                queue.append(n.job)
+    while queue:
+        job = queue.pop(0)
+        for dep, files, _ in nodes[job].reads:  # what it reads that is missing is made first
+            if dep in nodes and nodes[dep].why is None and not all(f.is_file() for f in files):
+                nodes[dep].why = nodes[dep].missing()
+                queue.append(dep)
+        for dependent, files, ancient in dependents.get(job, []):  # what reads it is made again
+            if dependent in nodes and nodes[dependent].why is None and not (ancient and all(f.is_file() for f in files)):
+                nodes[dependent].why = f"after {' '.join(x for x in job if x)}"
+                queue.append(dependent)
 
 
 def describe(diff: dict[str, list]) -> str:
@@ -215,9 +271,10 @@ def _fmt(v) -> str:
 
 def print_stale(wf: dict, results: str | Path, grid_file: str, targets_only: bool = False, all_jobs: bool = False,
                 atlas: dict[str, list[str]] | None = None, pdf: bool = False, runs: dict[str, Run] | None = None) -> None:
-    """What `bayesncl stale` prints: each job made before that `snakemake` would run again, and why (`all_jobs`:
-    the jobs not made yet too; `targets_only`: the outputs `snakemake --forcerun` takes); on stderr each job not
-    compared and why, the count and what is not compared here (--targets stays a list of files)."""
+    """What `bayesncl stale` prints: each job `snakemake` would run, and why (`all_jobs`: the jobs whose output is
+    missing and that none of them reads too; `targets_only`: the outputs, made before, that `snakemake --forcerun`
+    takes); on stderr each job not compared and why, the counts and what is not compared here (--targets stays a
+    list of files)."""
     unread: dict[str, str] = {}
     jobs = planned_jobs(wf, results, atlas=atlas, pdf=pdf, runs=runs, unread=unread)
     older = [k for k, why in unread.items() if not why]
@@ -227,15 +284,17 @@ def print_stale(wf: dict, results: str | Path, grid_file: str, targets_only: boo
     if older:
         print(f"{len(older)} evaluation job(s) not compared: their files record no trigger (made before bayesncl "
               f"recorded it; evaluate them again to compare them), e.g. {older[0]}", file=sys.stderr)
-    stale = [j for j in jobs if j.made]
-    new = [j for j in jobs if not j.made]
+    planned = [j for j in jobs if j.planned]
+    missing = [j for j in jobs if not j.planned]
     if targets_only:
-        print("\n".join(j.output for j in stale if j.output))
+        print("\n".join(j.output for j in planned if j.output and Path(j.output).exists()))
         return
-    for job in jobs if all_jobs else stale:
+    for job in jobs if all_jobs else planned:
         print(job.line())
-    hint = (f"; make them again: snakemake --cores N --configfile {grid_file} --forcerun $(bayesncl stale --grid "
-            f"{grid_file} --targets)") if stale else ""
-    print(f"{len(stale)} stale job(s) under {results}{hint}" + (
-        f"; {len(new)} job(s) not made yet{'' if all_jobs else ' (--all lists them)'}" if new else ""), file=sys.stderr)
+    hint = (f"; make them: snakemake --cores N --configfile {grid_file} (exactly these, made before: --forcerun "
+            f"$(bayesncl stale --grid {grid_file} --targets))") if planned else ""
+    print(f"{len(planned)} job(s) to run under {results}{hint}" + (
+        f"; {len(missing)} job(s) whose output is missing and that none of them reads (snakemake makes them where a "
+        f"target of the workflow needs them{'' if all_jobs else '; --all lists them'})" if missing else ""),
+        file=sys.stderr)
     print(NOT_COMPARED[0].upper() + NOT_COMPARED[1:], file=sys.stderr)
