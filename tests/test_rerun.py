@@ -717,8 +717,13 @@ def test_stale_and_snakemake_agree_where_a_record_is_missing_or_damaged(measure_
     runs = made_sections(measure_as_made)
     rid = next(iter(runs))
     folder = work / "results" / "runs" / rid
-    kept = {name: (folder / name).read_bytes() for name in ("eval/zero_share.json", "eval/retrieval.json",
-                                                           "config.resolved.yaml")}
+    kept = {name: ((folder / name).read_bytes(), (folder / name).stat()) for name in (
+        "eval/zero_share.json", "eval/retrieval.json", "config.resolved.yaml")}
+
+    def put(name, data=None):  # a file as it was, or damaged, at its old time: Snakemake's mtime trigger not pulled
+        (folder / name).write_bytes(kept[name][0] if data is None else data)
+        os.utime(folder / name, ns=(kept[name][1].st_atime_ns, kept[name][1].st_mtime_ns))
+
     try:
         (folder / "eval" / "retrieval.json").unlink()
         listed, lines, err = _agree(measure_as_made)
@@ -729,8 +734,9 @@ def test_stale_and_snakemake_agree_where_a_record_is_missing_or_damaged(measure_
         assert listed == sorted([f"zero_share {r}" for r in runs] + [f"retrieval {rid}"] + REPORT)
         assert f"retrieval {rid}: not made yet" in lines
         write_measure(work)
+        put("eval/retrieval.json")
 
-        (folder / "eval" / "zero_share.json").write_text("{")
+        put("eval/zero_share.json", b"{")
         (folder / "config.resolved.yaml").unlink()
         listed, lines, err = _agree(measure_as_made)
         assert listed == []
@@ -738,5 +744,5 @@ def test_stale_and_snakemake_agree_where_a_record_is_missing_or_damaged(measure_
         assert f"{rid}: not compared: {folder / 'config.resolved.yaml'} is missing (snakemake compares its own " \
                "record)" in err.splitlines()
     finally:
-        for name, data in kept.items():
-            (folder / name).write_bytes(data)
+        for name in kept:
+            put(name)

@@ -120,22 +120,22 @@ def build_parser() -> argparse.ArgumentParser:
                          "is written beside it")
     sp.set_defaults(func=commands.cmd_summarize)
 
-    sp = sub.add_parser("stale", help="list the jobs `snakemake` would run again on a grid's results, and why",
-                        description="Each job `snakemake` would run again on the grid's results, one line each with "
-                                    "why: a pretraining job whose run's recorded config (results/runs/<run>/"
-                                    "config.resolved.yaml, on what decides training: bayesncl.grid.trigger_config) or "
-                                    "plugin code differs from today's; an evaluation job whose file's recorded "
-                                    "trigger differs, or which reads what is made again; the atlas and the report's "
-                                    "jobs after them. `snakemake` makes them again, or exactly these: snakemake "
-                                    "--cores N --configfile CONFIG --forcerun $(bayesncl stale --grid CONFIG "
+    sp = sub.add_parser("stale", help="list the jobs `snakemake` would run on a grid's results, and why",
+                        description="Each job `snakemake` would run on the grid's results (what `snakemake -n` "
+                                    "plans), one line each with why: a pretraining job whose run's recorded config "
+                                    "(results/runs/<run>/config.resolved.yaml, on what decides training: "
+                                    "bayesncl.grid.trigger_config) or plugin code differs from today's; an evaluation "
+                                    "job whose file's recorded trigger differs; every job after them, and every job "
+                                    "whose missing output one of them reads. `snakemake` makes them, or exactly these: "
+                                    "snakemake --cores N --configfile CONFIG --forcerun $(bayesncl stale --grid CONFIG "
                                     "--targets). Jobs not compared, and what is not compared here, are named on "
                                     "stderr.")
     grid_argument(sp, "the workflow config, e.g. config/config.yaml", required=True)
     sp.add_argument("--results", metavar="DIR", help="the results folder (default: the workflow config's results)")
-    sp.add_argument("--targets", action="store_true", help="print only each stale job's output (--forcerun takes "
-                                                           "them; the report's jobs follow)")
-    sp.add_argument("--all", action="store_true", help="also the jobs not made yet (their outputs do not exist): "
-                                                       "every job `snakemake` would run")
+    sp.add_argument("--targets", action="store_true", help="print only the outputs, made before, of the jobs to run "
+                                                           "(--forcerun takes them; the report's jobs follow)")
+    sp.add_argument("--all", action="store_true", help="also the jobs whose output is missing and that no job to "
+                                                       "run reads (snakemake makes them where a target needs them)")
     sp.set_defaults(func=commands.cmd_stale)
 
     sp = sub.add_parser("report", help="render Tables 1-7, the claims table and the figures from the summary CSV")
