@@ -18,6 +18,7 @@ import pytest
 
 from bayesncl import forkserver, startup
 from bayesncl.forkserver import protocol, server
+from helpers.events import read as read_events
 from helpers.processes import PATIENCE, current, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,8 +64,9 @@ def _without_timing(obj):
 
 
 def test_a_run_through_the_server_is_the_plain_run(tmp_path, server_dir, tiny_sets):
-    """Pretrain and evaluate twice, through the server and as plain processes: the same weights, log, features
-    and section results; each job's record says how it ran."""
+    """Pretrain and evaluate twice, through the server and as plain processes: the same weights, log, features,
+    section results and TensorBoard curves (a forked child's event files whole); each job's record says how it
+    ran."""
     outs = {}
     for mode, routed in (("served", True), ("plain", False)):
         run = tmp_path / mode
@@ -102,6 +104,9 @@ def test_a_run_through_the_server_is_the_plain_run(tmp_path, server_dir, tiny_se
         ja, jb = (json.loads((outs[m] / "eval" / f"{section}.json").read_text()) for m in ("served", "plain"))
         ja["run"].pop("checkpoint"), jb["run"].pop("checkpoint")
         assert _without_timing(ja) == _without_timing(jb), section
+    ea, eb = ({tag: points for tag, points in read_events(outs[m]).items() if _without_timing({tag.rsplit("/", 1)[1]: 0})}
+              for m in ("served", "plain"))
+    assert ea == eb and len(ea["train/loss"]) == 2 and "eval/linear_probe/top1" in ea
 
 
 def test_exit_codes_and_messages_pass_through(tmp_path, server_dir):

@@ -13,15 +13,16 @@ LAYERS = [
      "bayesncl.forkserver",  # the fork server's protocol, client and server: standard library only
      "bayesncl.keyrules", "bayesncl.yamlio"],
     ["bayesncl.config"],
-    ["bayesncl.data", "bayesncl.losses", "bayesncl.backbones", "bayesncl.rundir"],
+    ["bayesncl.data", "bayesncl.losses", "bayesncl.backbones", "bayesncl.rundir", "bayesncl.events"],
     ["bayesncl.methods", "bayesncl.optim", "bayesncl.checkpoint", "bayesncl.runtime", "bayesncl.outdir"],
     ["bayesncl.evaluation.arrays", "bayesncl.evaluation.probe", "bayesncl.evaluation.dynamics",
      "bayesncl.evaluation.cost", "bayesncl.evaluation.linear"],
     ["bayesncl.train", "bayesncl.step", "bayesncl.weights"],
     ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner", "bayesncl.evaluation.context"],
-    ["bayesncl.grid", "bayesncl.preflight", "bayesncl.stale", "bayesncl.status", "bayesncl.wfconfig"],
-    ["bayesncl.report", "bayesncl.estimate", "bayesncl.plan",  # estimate: the atlas submissions (report.atlas)
-     "bayesncl.catalog"],  # `bayesncl list`: every registry, the claims among them
+    ["bayesncl.grid", "bayesncl.preflight", "bayesncl.stale", "bayesncl.status"],
+    # estimate: the atlas submissions (report.atlas); wfconfig: a grid's declared claims parsed (report.claims);
+    # catalog: `bayesncl list`, every registry, the claims among them
+    ["bayesncl.report", "bayesncl.estimate", "bayesncl.plan", "bayesncl.wfconfig", "bayesncl.catalog"],
     ["bayesncl.commands"],  # each command's handler
     ["bayesncl.cli"],  # the parser, main and the `bayesncl` script's entry (routes a command through the fork server)
     ["bayesncl.__main__", "bayesncl.forkserver.__main__"],  # `python -m bayesncl`; a fork server's process

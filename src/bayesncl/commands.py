@@ -78,17 +78,15 @@ def cmd_summarize(args) -> int:
         raise OutputError(f"--out {out} is a folder; give the CSV file to write, e.g. {out / 'runs.csv'}")
     check_writable_dir(out.parent, what=f"--out {out}")
     if args.grid is not None:
-        grid = _read_grid(args.grid)
-    else:
-        grid = _json_object(args.grid_json, "--grid-json")
+        grid = _read_grid(args.grid).config
+    else:  # the workflow's merged config (its plugins in the environment)
+        from .wfconfig import load_workflow
+
+        grid = load_workflow(config=_json_object(args.grid_json, "--grid-json"), where="--grid-json",
+                             export=False).config
     write_summary(grid, args.out)
     print(f"summary: {args.out}")
     return 0
-
-
-def _grid_dirs(paths: list[str]) -> list[Path]:
-    """Where a grid's plugins are found: beside its files, in the order given."""
-    return list(dict.fromkeys(Path(p).parent for p in paths))
 
 
 def _grid_inputs(paths: list[str], fix: str) -> None:
@@ -97,46 +95,28 @@ def _grid_inputs(paths: list[str], fix: str) -> None:
         _input_file(path, "--grid", fix)
 
 
-def _read_grid(paths: list[str]) -> dict:
-    """A workflow config, one file or a grid and its overlays merged as Snakemake merges them, checked (its
-    schema where the workflow extra is installed), with its plugins found beside its files."""
-    from .plugins import export_env, load_grid
-    from .wfconfig import check_grid, read_grid_files
+def _read_grid(paths: list[str], fix: str = "give the workflow config, e.g. config/config.yaml", **how):
+    """The workflow config of `--grid` (a grid and its overlays), read as Snakemake reads it
+    (bayesncl.wfconfig.load_workflow): its plugins from beside its files, its schema, runs and claims checked."""
+    from .wfconfig import load_workflow
 
-    _grid_inputs(paths, "give the workflow config, e.g. config/config.yaml")
-    grid, dirs = read_grid_files(paths), _grid_dirs(paths)
-    load_grid(grid, dirs)  # a plugin that fails is named as the grid's (plugins:)
-    export_env(grid.get("plugins") or [], dirs)
-    check_grid(grid, f"--grid {' '.join(paths)}")
-    return grid
+    _grid_inputs(paths, fix)
+    return load_workflow(paths, **how)
 
 
 def cmd_stale(args) -> int:
-    from .grid import expand_grid
     from .report.atlas import atlas_runs
     from .report.document import builds_pdf
     from .stale import print_stale
     mark_ready()  # imports done: the work begins (bayesncl.startup)
 
-    grid = _read_grid(args.grid)
-    results = args.results or grid.get("results")
+    wf = _read_grid(args.grid)
+    results = args.results or wf.config.get("results")
     if not results or not Path(results).is_dir():
         raise ConfigError(f"--results {results}: no such folder; give the folder the grid's runs are in")
-    runs = expand_grid(grid)
-    print_stale(grid, results, " ".join(args.grid), args.targets, args.all, atlas=atlas_runs(runs), pdf=builds_pdf(),
-                runs=runs)
+    print_stale(wf.config, results, " ".join(args.grid), args.targets, args.all, atlas=atlas_runs(wf.runs),
+                pdf=builds_pdf(), runs=wf.runs)
     return 0
-
-
-def _grid_plugins(grid_files: list[str]) -> None:
-    """The plugins a workflow config names, imported from beside its files: the report reads their methods'
-    traits."""
-    from .plugins import load_grid
-    from .wfconfig import read_grid_files
-
-    grid = read_grid_files(grid_files)
-    if grid.get("plugins"):
-        load_grid(grid, _grid_dirs(grid_files))
 
 
 GRID_OF_RUNS = "give the workflow config the runs came from, e.g. config/config.yaml"
@@ -145,9 +125,8 @@ GRID_OF_RUNS = "give the workflow config the runs came from, e.g. config/config.
 def _report_inputs(args) -> None:
     """The report's and the document's inputs: runs.csv, and the grid files with their plugins where given."""
     _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
-    if args.grid is not None:
-        _grid_inputs(args.grid, GRID_OF_RUNS)
-        _grid_plugins(args.grid)
+    if args.grid is not None:  # its plugins (the report reads their methods' traits) and its claims
+        _read_grid(args.grid, GRID_OF_RUNS)
 
 
 def cmd_report(args) -> int:
@@ -263,7 +242,7 @@ def cmd_status(args) -> int:
     from .status import grid_status, render
     mark_ready()  # imports done: the work begins (bayesncl.startup)
 
-    grid = _read_grid(args.grid) if args.grid else None
+    grid = _read_grid(args.grid).config if args.grid else None
     results = args.results or (grid or {}).get("results") or "results"
     if not Path(results).is_dir():
         raise ConfigError(f"RESULTS {results}: no such folder; give the grid's results folder (its `results:`)")
@@ -286,9 +265,7 @@ def cmd_estimate(args) -> int:
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"--images {item}: expected DATASET=N, N a positive number of training images")
         sizes[name] = value
-    grid = _read_grid(args.grid)
-    if args.smoke:
-        grid["smoke"] = True
+    grid = _read_grid(args.grid, overrides={"smoke": True} if args.smoke else None).config
     rates = measured_rates(args.gpu, args.measured)
     est = estimate(grid, rates, time_limit_min=args.time_limit, sizes=sizes, progress=sys.stderr.isatty())
     print(render(est), end="")
@@ -346,7 +323,6 @@ def cmd_list(args) -> int:
 
     claims = None
     if args.grid is not None:
-        grid = _read_grid(args.grid)  # its plugins, loaded
-        claims = grid.get("claims") or None
+        claims = _read_grid(args.grid).config.get("claims") or None  # its plugins loaded, its claims checked
     print(render(entries(args.kinds or DEFAULT_KINDS, claims)), end="")
     return 0

@@ -20,14 +20,15 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .errors import BayesNCLError, OutputError
-from .rundir import CHECKPOINT, CONFIG, DYNAMICS, EVAL, FINAL, LOG
+from .rundir import CHECKPOINT, CONFIG, DYNAMICS, EVAL, EVENTS, FINAL, LOG
 
 __all__ = ["EXPORT_FILES", "into", "other_evaluation", "other_export", "other_run", "replace_help"]
 
 EXPORT_FILES = ("config.json", "backbone.pth", "backbone.safetensors", "heads.pth", "heads.safetensors")
 TRAINING_FILES = (CONFIG, CHECKPOINT, FINAL, LOG, DYNAMICS)
 # What a run, evaluation or export folder may hold beside its files: Snakemake's logs, temp files, the retry
-# links of evaluate.smk; a folder holding anything else is not replaced (it is not only a run's).
+# links of evaluate.smk, TensorBoard's event files (named by EVENTS); a folder holding anything else is not replaced
+# (it is not only a run's).
 _OURS_SUFFIXES = (".json", ".npz", ".log", ".pdf", ".png", ".pt", ".pth", ".safetensors", ".yaml", ".jsonl")
 
 
@@ -239,7 +240,8 @@ def _check_replaceable(out: Path) -> None:
     """A folder is replaced whole only when all it holds is what a run, evaluation or export writes."""
     for entry in sorted(os.listdir(out)):
         path = out / entry
-        if entry in (EVAL, ".attempt") or entry.startswith(".") or path.is_file() and entry.endswith(_OURS_SUFFIXES):
+        if entry in (EVAL, ".attempt") or entry.startswith(".") \
+                or path.is_file() and (entry.endswith(_OURS_SUFFIXES) or entry.startswith(EVENTS)):
             continue
         raise OutputError(f"--out {out} holds {entry}, which no bayesncl command writes; --replace removes the folder "
                           "whole, so move that out first or give another folder")

@@ -7,6 +7,7 @@
     <run>/log.jsonl              one JSON object per finished epoch (rewritten whole, atomically)
     <run>/dynamics.pt            per-dimension AF / GV / SC every train.dynamics_every epochs
     <run>/eval/                  one <section>.json per evaluation section (bayesncl.evaluation.sections)
+    <run>/events.out.tfevents.*  TensorBoard's files: pretraining's curves, each section's numbers (bayesncl.events)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ FINAL = "model.pt"
 LOG = "log.jsonl"
 DYNAMICS = "dynamics.pt"
 EVAL = "eval"
+EVENTS = "events.out.tfevents"  # + .<unix time>.<host>.<writer>: "tfevents" in a name is what TensorBoard reads
 
 
 def record_config(out: Path, cfg: dict) -> None:

@@ -34,6 +34,7 @@ from .config import RUNTIME_KEYS, ConfigError
 from .errors import REQUEUE_EXIT  # noqa: F401 - the CLI's exit after a SIGTERM; the SLURM profile retries it
 from .data import SimCLRAugment, iter_batches, load_split
 from .evaluation.dynamics import GradientStats
+from .events import TrainingEvents
 from .evaluation.arrays import consistency_per_dim
 from .startup import mark_ready
 from .methods import Method, build_method
@@ -201,6 +202,8 @@ def _pretrain(cfg: dict, out_dir: str | Path, progress: bool) -> Path:
     if state["scaler"] is not None:
         train_step.scaler.load_state_dict(state["scaler"])
     names = train_step.names
+    # TensorBoard's view of the log: brought to the checkpoint's, then appended at each epoch's end
+    events = TrainingEvents(out, state["log"], state["dynamics"])
     stop = {"signal": None}
     previous = signal.signal(signal.SIGTERM, lambda s, f: stop.update(signal=s))
 
@@ -290,12 +293,14 @@ def _pretrain(cfg: dict, out_dir: str | Path, progress: bool) -> Path:
                 state["log"].append(line)
                 save(epoch + 1, 0)
                 atomic_write_text(out / LOG, "".join(json.dumps(r) + "\n" for r in state["log"]))
+                events.epoch(line)  # after the checkpoint: never an epoch the log does not hold
             if stop["signal"] is not None:
                 raise Preempted(f"SIGTERM: checkpoint saved in {ckpt_path}; rerun the same command to resume")
     finally:
         signal.signal(signal.SIGTERM, previous)
         deterministic_off()
         bar.close()
+        events.close()
 
     with host_contact("run end"):
         if state["dynamics"]:

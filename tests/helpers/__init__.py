@@ -1,7 +1,8 @@
 """Helpers the test files share, so that no test file imports another (conftest.py holds the shared fixtures;
 tests/fake_cuda.py the GPU path without a GPU): `claims` (runs.csv rows for the claims table), `datasets` (tiny
 datasets in their real formats), `report` (the report's inputs), `models` (a tiny backbone), `slurm` (a one-node
-SLURM cluster's runs), `grids` (config/ as Snakemake merges it). `TINY`: `--set` items for a CPU run of a few
+SLURM cluster's runs), `grids` (config/ as Snakemake merges it), `events` (a run's TensorBoard files as
+TensorBoard's readers read them). `TINY`: `--set` items for a CPU run of a few
 seconds."""
 
 TINY = [

@@ -18,6 +18,8 @@ from pathlib import Path
 from ..atomic import atomic_write_text
 from ..config import RUNTIME_KEYS, merge, nest, parse_set, resolve, validate
 from ..errors import ConfigError
+from ..events import write_section
+from ..rundir import EVAL
 from ..startup import mark_ready
 from .context import Context, clean, run_info
 from .sections import SECTIONS, applicable, check_applies
@@ -82,8 +84,10 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
     from ..outdir import into, other_evaluation
 
     out = Path(out_dir)
+    # the run's own evaluation: its numbers go to the run's TensorBoard curves too (bayesncl.events)
+    own = out.resolve() == (Path(checkpoint).parent / EVAL).resolve()
     with into(out, other_evaluation(out, checkpoint, lambda: _digest(checkpoint)), replace) as where:
-        written = _evaluate(Path(checkpoint), where, only, sets, overrides, expect_config, progress, trigger)
+        written = _evaluate(Path(checkpoint), where, only, sets, overrides, expect_config, progress, own, trigger)
     return [out / p.name for p in written]
 
 
@@ -93,7 +97,8 @@ def _digest(checkpoint) -> str:
     return ckpt_io.weights_digest(ckpt_io.load(checkpoint)["model"])
 
 
-def _evaluate(checkpoint: Path, out: Path, only, sets, overrides, expect_config, progress, trigger) -> list[Path]:
+def _evaluate(checkpoint: Path, out: Path, only, sets, overrides, expect_config, progress, own: bool,
+              trigger) -> list[Path]:
     for name in only or ():
         if name not in SECTIONS:
             raise ConfigError(f"evaluate --only {name}: unknown section; known: {', '.join(SECTIONS)}")
@@ -128,6 +133,9 @@ def _evaluate(checkpoint: Path, out: Path, only, sets, overrides, expect_config,
     for name in names:
         result = SECTIONS[name].compute(ctx)
         path = out / f"{name}.json"
-        atomic_write_text(path, json.dumps(clean({"run": run, **result}), indent=2) + "\n")
+        record = clean({"run": run, **result})
+        atomic_write_text(path, json.dumps(record, indent=2) + "\n")
+        if own:
+            write_section(ctx.run_dir, name, record)
         written.append(path)
     return written
