@@ -270,12 +270,13 @@ def launch(rule, wildcard=None):
 # ancient input: a later preparation never reruns them. A job that finds no valid copy still runs, decoding
 # the JPEGs (the same pixels, slower, with a warning); after clearing the cache, prepare again with
 # `snakemake --forcerun prepare_data ...`.
-try:  # marker tag -> (the prepared folder's manifests, the data settings that name it); run -> its markers' tags
-    PREPARED, _PREPARED_TAGS = prepared_copies(RUNS)
+try:
+    _COPIES = prepared_copies(RUNS)
 except BayesNCLError as e:
     raise WorkflowError(f"invalid workflow config: {e}")
+PREPARED = _COPIES[0]  # marker tag -> (the prepared folder's manifests, the data settings that name it)
 # run -> its marker (flagged ancient), or none
-PREPARED_OF = {rid: [ancient(f"{RESULTS}/prepared/{tag}.txt") for tag in tags] for rid, tags in _PREPARED_TAGS.items()}
+PREPARED_OF = {rid: [ancient(f"{RESULTS}/prepared/{tag}.txt") for tag in tags] for rid, tags in _COPIES[1].items()}
 
 
 # --------------------------------------------------------------------------- the report's pages
