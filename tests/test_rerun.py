@@ -20,6 +20,7 @@ import yaml
 from bayesncl import config as C
 from bayesncl.grid import expand_grid, trigger_config, trigger_diff
 from bayesncl.stale import REPORT_JOBS, describe, run_staleness
+from helpers.grids import dry_jobs, pretrained
 from helpers.processes import current
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,24 +105,6 @@ def _grid_file(tmp_path, results: Path) -> Path:
     path = tmp_path / "grid.yaml"
     path.write_text(yaml.safe_dump(wf, sort_keys=False))
     return path
-
-
-def dry_jobs(stdout: str) -> list[str]:
-    """Every job a `snakemake -n` listing plans, as "rule target" (the value of its wildcard; the rule alone where it
-    has none), sorted: what `bayesncl stale --all` lists. The target rules (default, all) make nothing: left out."""
-    jobs: list[list[str]] = []
-    for line in stdout.splitlines():
-        rule = re.match(r"\s*(?:local)?rule (\w+):$", line)
-        if rule:
-            jobs.append([rule.group(1), ""])
-        elif jobs and (wildcard := re.match(r"\s*wildcards: \w+=(.*)$", line)):
-            jobs[-1][1] = wildcard.group(1)
-    return sorted(f"{rule} {target}".strip() for rule, target in jobs if rule not in ("default", "all"))
-
-
-def pretrained(jobs: list[str]) -> list[str]:
-    """The run ids of the pretraining jobs among `jobs` ("rule target")."""
-    return sorted(j.split(" ", 1)[1] for j in jobs if j.startswith("pretrain "))
 
 
 def _plan(args, src: Path | None) -> tuple[dict[str, int], list[str], str]:
