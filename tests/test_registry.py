@@ -82,7 +82,9 @@ def test_the_scan_finds_a_bypass(tmp_path):
 def test_an_unknown_name_is_one_line_naming_the_key_and_the_choices():
     with pytest.raises(ConfigError) as e:
         registry.METHODS["nope"]
-    assert str(e.value).startswith("method.name: unknown method 'nope'; allowed: cl, ncl, topk_ncl, bayesncl")
+    assert str(e.value) == ("method.name: unknown method 'nope'; allowed: cl, ncl, topk_ncl, bayesncl (a plugin's "
+                            "method: name its module with --plugin FILE.py (or $BAYESNCL_PLUGINS) by hand, or in the "
+                            "workflow config's plugins: list; `bayesncl list` shows what is loaded)")
     with pytest.raises(ConfigError, match="data.dataset: unknown dataset 'nope'"):
         registry.DATASETS["nope"]
 

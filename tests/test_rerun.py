@@ -694,8 +694,8 @@ def test_a_package_measure_s_code_plans_nothing_and_its_settings_every_evaluatio
 def test_stale_and_snakemake_agree_where_a_record_is_missing_or_damaged(measure_as_made):
     """A deleted evaluation file: Snakemake remakes a missing output only where a job to run reads it, and summarize,
     which reads it, is up to date: nothing, in both (stale counts it on stderr; --all lists it); once the measure's
-    code changes, summarize runs and it is made first. A damaged one: Snakemake reads no record of ours and plans nothing;
-    stale names it as not compared. A deleted run record (config.resolved.yaml) likewise."""
+    code changes, summarize runs and it is made first. A damaged one: Snakemake reads no record of ours and plans
+    nothing; stale names it as not compared. A deleted run record (config.resolved.yaml) likewise."""
     work, grid, _ = measure_as_made
     runs = made_sections(measure_as_made)
     rid = next(iter(runs))

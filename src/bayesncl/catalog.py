@@ -95,8 +95,9 @@ def entries(kinds=DEFAULT_KINDS, claims: list | None = None) -> dict[str, list[E
         elif kind == "measures":
             from .report.cells import METRICS, caption_text
 
-            out[kind] = [Entry(m.key, caption_text(m.header, "txt"), about={"up": "higher is better", "down": "lower is better"}.get(
-                m.better, "no better direction")) for m in METRICS.values()]
+            better = {"up": "higher is better", "down": "lower is better"}
+            out[kind] = [Entry(m.key, caption_text(m.header, "txt"), about=better.get(m.better, "no better direction"))
+                         for m in METRICS.values()]
         elif kind == "claims":
             from .report.cells import caption_text
             from .report.claims import CLAIMS, PLUGIN_CLAIMS, parse_claims

@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="What the package and the loaded plugins offer, each with its settings: key, "
                                     "type, what it allows, default and doc. Plugins: a grid's (--grid), or by hand "
                                     "(--plugin FILE.py, $BAYESNCL_PLUGINS).")
-    sp.add_argument("kinds", nargs="*", choices=[[], *KINDS], metavar="KIND",
+    sp.add_argument("kinds", nargs="*", choices=[[], *KINDS], metavar="KIND",  # []: none given (argparse checks it)
                     help=f"what to list: {', '.join(KINDS)} (default: all but settings, every key of the package's "
                          "config)")
     grid_argument(sp, "a workflow config: its plugins and its own claims too")
@@ -298,7 +298,6 @@ def _plugins_given(argv) -> list[str]:
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument(PLUGIN_FLAG, action="append", default=[])
     return pre.parse_known_args(argv)[0].plugin
-
 
 
 def _terminated(signum, frame):

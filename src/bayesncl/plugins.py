@@ -164,7 +164,7 @@ def load_from_env() -> list[dict]:
 
 
 def load_given(items) -> list[dict]:
-    """The plugins named on the command line ({FLAG}), imported and named in this process's environment, so that
+    """The plugins named on the command line (--plugin), imported and named in this process's environment, so that
     every process it starts imports them too."""
     names, folders = _modules(items, FLAG)
     if not names:

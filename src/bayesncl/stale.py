@@ -250,12 +250,13 @@ def _plan(nodes: dict[tuple, _Node], compare: bool) -> None:
                 queue.append(n.job)
     while queue:
         job = queue.pop(0)
-        for dep, files, _ in nodes[job].reads:  # what it reads that is missing is made first
+        for dep, files, _ in nodes[job].reads:  # what it reads that is missing is made first (a run whose folder
+            # may not be read has no jobs here)
             if dep in nodes and nodes[dep].why is None and not all(f.is_file() for f in files):
                 nodes[dep].why = nodes[dep].missing()
                 queue.append(dep)
         for dependent, files, ancient in dependents.get(job, []):  # what reads it is made again
-            if dependent in nodes and nodes[dependent].why is None and not (ancient and all(f.is_file() for f in files)):
+            if nodes[dependent].why is None and not (ancient and all(f.is_file() for f in files)):
                 nodes[dependent].why = f"after {' '.join(x for x in job if x)}"
                 queue.append(dependent)
 
@@ -270,7 +271,8 @@ def _fmt(v) -> str:
 
 
 def print_stale(wf: dict, results: str | Path, grid_file: str, targets_only: bool = False, all_jobs: bool = False,
-                atlas: dict[str, list[str]] | None = None, pdf: bool = False, runs: dict[str, Run] | None = None) -> None:
+                atlas: dict[str, list[str]] | None = None, pdf: bool = False,
+                runs: dict[str, Run] | None = None) -> None:
     """What `bayesncl stale` prints: each job `snakemake` would run, and why (`all_jobs`: the jobs whose output is
     missing and that none of them reads too; `targets_only`: the outputs, made before, that `snakemake --forcerun`
     takes); on stderr each job not compared and why, the counts and what is not compared here (--targets stays a
