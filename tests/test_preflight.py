@@ -205,3 +205,21 @@ def test_a_prepared_copy_still_to_be_made_is_a_job_of_its_own(grid):
     marker.parent.mkdir(parents=True)
     marker.write_text("\n".join(manifests) + "\n")
     assert prepares() == []
+
+
+def test_a_root_is_checked_once_however_often_it_is_asked(grid, monkeypatch):
+    """The workflow asks when it reads the grid (every root) and again once the DAG is built (the roots its jobs
+    read): what a root's check found is kept (`checked`), so an image folder is read through once."""
+    import bayesncl.preflight as P
+
+    wf, runs, rid = grid
+    calls, real = [], P._check
+    monkeypatch.setattr(P, "_check", lambda what, data: calls.append(what) or real(what, data))
+    checked: dict = {}
+    todo = {rid: {"pretrain", "background_probe"}}
+    assert missing_data(wf, runs, todo, checked=checked) == [] and calls == ["imagenet100", "waterbirds"]
+    assert len(checked) == 2
+    wf2, runs2 = _with(wf, "imagenet100", "data", "root", str(Path(wf["results"]).parent / "gone"))
+    assert missing_data(wf2, runs2, todo, checked=checked) != [] and calls[2:] == ["imagenet100"]  # another root
+    assert missing_data(wf, runs, todo, checked=checked) == [] and len(calls) == 3  # both known: read once
+    assert missing_data(wf, runs, todo) == [] and len(calls) == 5  # no memory given: checked again

@@ -51,9 +51,7 @@ def todo_from_files(runs: dict[str, Run], results: str | Path, atlas: dict[str, 
     from .stale import planned_jobs
 
     todo: dict[str, set[str]] = {rid: set() for rid in runs}
-    for job in planned_jobs({}, results, atlas=atlas, compare=False, runs=runs):
-        if not job.planned:
-            continue
+    for job in planned_jobs({}, results, atlas=atlas, compare=False, runs=runs):  # by the files: all planned
         if job.target in todo:
             todo[job.target].add(job.rule)
         elif job.rule == "atlas":
