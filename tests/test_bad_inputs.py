@@ -746,13 +746,27 @@ def _image_folder_grid(tmp: Path) -> Path:
     return tmp / "g.yaml"
 
 
-def _run_grid(grid: Path) -> subprocess.CompletedProcess:
+# Snakemake's own line, printed by its command line before it reads the workflow: the workflow profile (which picks
+# the greedy scheduler, profiles/default) is found; nothing the workflow does comes before it or can quiet it.
+PROFILE_LINE = "Using workflow specific profile profiles/default for setting default command line arguments."
+
+
+def _run_grid(grid: Path, *targets: str) -> subprocess.CompletedProcess:
     exe = shutil.which("snakemake", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     if exe is None:
         pytest.skip("snakemake not installed")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
-    return subprocess.run([exe, "--cores", "1", "--configfile", str(grid)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run([exe, *targets, "--cores", "2", "--configfile", str(grid)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _refusal(r: subprocess.CompletedProcess) -> str:
+    """The one line a run refused before any job printed: all it printed (Snakemake's banner, its job table and
+    the rest held back and dropped), after the profile's line."""
+    assert r.returncode == 2 and r.stdout == "", (r.stdout + r.stderr)[-3000:]
+    lines = r.stderr.splitlines()
+    assert len(lines) == 2 and lines[0] == PROFILE_LINE and r.stderr.endswith("\n"), r.stderr[-3000:]
+    return lines[1]
 
 
 @pytest.mark.parametrize("damage", ["no image", "truncated"])
@@ -764,8 +778,7 @@ def test_an_undecodable_image_is_one_line_before_any_job(tmp_path, damage):
     bad = tmp_path / "images" / "train" / "dog" / "2.png"
     bad.write_bytes(b"not an image" if damage == "no image" else bad.read_bytes()[:60])
     r = _run_grid(grid)
-    lines = [x for x in r.stderr.splitlines() if x.startswith("pre-flight")]
-    assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
+    lines = [_refusal(r)]
     assert lines[0].startswith(f"pre-flight: imagefolder (datasets.mine.data.root: {tmp_path / 'images'}): {bad}: "
                                "not a decodable image (")
     assert lines[0].endswith("); replace the file with the image or remove it (needed by imagefolder/ncl/seed~0 and "
@@ -790,13 +803,30 @@ def test_a_split_lacking_a_class_is_one_line_without_the_root_hint(tmp_path):
     grid = _image_folder_grid(tmp_path)
     shutil.rmtree(tmp_path / "images" / "val" / "dog")
     r = _run_grid(grid)
-    lines = [x for x in r.stderr.splitlines() if x.startswith("pre-flight")]
-    assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
+    lines = [_refusal(r)]
+    assert lines[0].startswith("pre-flight: imagefolder (datasets.mine.data.root: ")
     assert (f"{tmp_path / 'images'}: train/ and val/ have different class folders (only in train/: dog; only in val/: "
             "none)") in lines[0]
     assert lines[0].endswith("add or remove class folders so both splits name the same classes (needed by "
                              "imagefolder/ncl/seed~0 and any other run still to be done)")
     assert "Fix: set" not in lines[0] and not (tmp_path / "results").exists()
+
+
+def test_a_bad_root_no_job_needs_holds_nothing_back(tmp_path):
+    """A root that fails its check holds Snakemake's lines back until it knows whether a job to be done reads it:
+    here none does (the target is made), so they all come out, in order, and the run says it has nothing to do."""
+    grid = _image_folder_grid(tmp_path)
+    shutil.rmtree(tmp_path / "images" / "val" / "dog")
+    model = tmp_path / "results" / "runs" / "imagefolder" / "ncl" / "seed~0" / "model.pt"
+    model.parent.mkdir(parents=True)
+    model.write_bytes(b"trained before the class folder went")
+    r = _run_grid(grid, str(model))
+    assert r.returncode == 0 and "pre-flight" not in r.stderr, r.stderr[-3000:]
+    lines = r.stderr.splitlines()
+    order = [lines.index(x) for x in (PROFILE_LINE, "Assuming unrestricted shared filesystem usage.",
+                                      "Building DAG of jobs...", "Nothing to be done (all requested files are present "
+                                                                 "and up to date).")]
+    assert order == sorted(order) and "SNAKEMAKE" in lines[order[1]:order[2]], r.stderr
 
 
 def test_a_good_image_folder_passes_the_read_through_once_prepared(tmp_path):

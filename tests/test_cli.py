@@ -311,6 +311,16 @@ def test_evaluate_by_default_computes_what_the_run_has(tmp_path, tiny_sets, caps
     assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"),
                  "--only", "dynamics"]) == 2
     _one_line_error(capsys, "train.dynamics_every")
+    # the workflow hands each job its rerun trigger, which its one section's file records (bayesncl.stale reads it)
+    trigger = '{"eval": {"probe": "fast"}, "plugin_code": {"section x": "version 1"}}'
+    assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"), "--only", "cost",
+                 "--trigger-json", trigger, "--quiet"]) == 0
+    assert json.loads((run / "eval" / "cost.json").read_text())["run"]["trigger"] == json.loads(trigger)
+    assert "trigger" not in json.loads((run / "eval" / "retrieval.json").read_text())["run"]
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"), "--only", "cost",
+                 "retrieval", "--trigger-json", trigger]) == 2
+    _one_line_error(capsys, "--trigger-json: a job's trigger is one section's; give exactly one section with --only")
 
 
 def test_summarize_checks_its_inputs_and_output(tmp_path, capsys):

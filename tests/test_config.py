@@ -58,7 +58,9 @@ def test_choices_come_from_the_definition():
     with pytest.raises(ConfigError) as err:
         resolve(sets=["data.dataset=waterbirds", "data.root=/data"])
     assert str(err.value) == ("data.dataset: got 'waterbirds', expected one of "
-                              "synthetic, cifar10, cifar100, imagenet100, imagefolder")
+                              "synthetic, cifar10, cifar100, imagenet100, imagefolder; a plugin's dataset: name its "
+                              "module with --plugin FILE.py (or $BAYESNCL_PLUGINS) by hand, or in the workflow "
+                              "config's plugins: list; `bayesncl list` shows what is loaded")
 
 
 # ------------------------------------------------------------------------------------------ per-key checks

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import yaml
 from PIL import Image
+from helpers.grids import dry_jobs, pretrained
 from helpers.processes import current
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,15 +96,17 @@ def test_the_page_has_the_files_and_the_command_this_test_runs():
 
 
 def _snakemake_and_stale(cmd: list[str], env: dict, grid_path: Path) -> tuple[list[str], list[str]]:
-    """(the runs `snakemake -n` would pretrain, the runs `bayesncl stale` lists) with the page's command."""
+    """(the runs `snakemake -n` would pretrain, the runs `bayesncl stale` lists) with the page's command, once
+    both are checked to plan the same jobs, one by one (their evaluation and the report's after them)."""
     r = current().run([SNAKEMAKE, *cmd[1:], "-n", "--nolock"], cwd=ROOT, env=env, capture_output=True, text=True,
                       timeout=600)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    planned = re.findall(r"rule pretrain:\n(?:    .*\n)*?    output: \S*/runs/(\S+)/model\.pt", r.stdout)
     s = current().run([sys.executable, "-m", "bayesncl", "stale", "--grid", str(grid_path)], cwd=ROOT, env=env,
                       capture_output=True, text=True, timeout=600)
     assert s.returncode == 0, s.stderr[-3000:]
-    return sorted(planned), sorted(line.split(": ")[0] for line in s.stdout.splitlines())
+    listed = sorted(line.split(": ")[0] for line in s.stdout.splitlines())
+    assert dry_jobs(r.stdout) == listed, (r.stdout[-3000:], s.stdout)
+    return pretrained(dry_jobs(r.stdout)), pretrained(listed)
 
 
 @pytest.mark.grid  # a whole grid end to end (about 2 minutes): CI runs it with `-m grid`

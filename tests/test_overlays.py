@@ -175,7 +175,7 @@ def test_a_plugin_named_in_an_overlay_is_found_beside_it_and_passed_to_the_jobs(
     from bayesncl import plugins
 
     assert main(["stale", "--grid", str(DEMO), str(overlay_plugin), "--results", str(tmp_path)]) == 0
-    assert "0 stale run(s)" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith(f"0 job(s) to run under {tmp_path}; ")
     assert [p["module"] for p in plugins.loaded()] == ["plug_overlay"]
     assert os.environ[plugins.ENV] == "plug_overlay"  # every job Snakemake starts imports it too
     assert os.environ[plugins.PATH_ENV].split(os.pathsep) == [str(DEMO.parent), str(overlay_plugin.parent.resolve())]
@@ -198,11 +198,12 @@ def test_the_stale_runs_hint_names_every_file(tmp_path, capsys):
     old["train"]["epochs"] = 3
     (tmp_path / "runs" / rid).mkdir(parents=True)
     (tmp_path / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(old))
+    (tmp_path / "runs" / rid / "model.pt").write_bytes(b"trained")
     assert main(["stale", "--grid", str(DEMO), str(SWEEPS), "--results", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
-    assert out == f"{rid}: train.epochs 3 (today 16)\n"
-    assert err == (f"1 stale run(s) under {tmp_path}; retrain them: snakemake --cores N --configfile {DEMO} {SWEEPS} "
-                   f"--forcerun $(bayesncl stale --grid {DEMO} {SWEEPS} --targets)\n")
+    assert f"pretrain {rid}: train.epochs 3 (today 16)" in out.splitlines()
+    assert f" job(s) to run under {tmp_path}; make them: snakemake --cores N --configfile {DEMO} {SWEEPS} (exactly " \
+           f"these, made before: --forcerun $(bayesncl stale --grid {DEMO} {SWEEPS} --targets))" in err
     assert main(["stale", "--grid", str(DEMO), "--results", str(tmp_path)]) == 0  # the demo alone has no such run
     assert capsys.readouterr().out == ""
 

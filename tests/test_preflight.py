@@ -95,27 +95,35 @@ def test_both_bad_roots_are_each_reported_once(grid, tmp_path):
 
 
 def test_todo_from_files(grid):
-    """A run with model.pt still needs its missing sections (features first, which reads its dataset); an atlas
-    is done when both its PDF and its PNG exist."""
+    """A run with model.pt still needs its missing sections (features first, which reads its dataset), and every
+    section that reads the features made again (as Snakemake: their input is newer); an atlas is done when both its
+    PDF and its PNG exist and none of its runs' features is to be made."""
     wf, runs, rid = grid
     results = Path(wf["results"])
     sections = {r: evaluation_sections(run) for r, run in runs.items()}
     other = next(r for r in runs if r.startswith("imagenet100/") and r != rid)
     atlas = {"imagenet100": [rid, other]}
-    todo = todo_from_files(runs, sections, results, atlas)
+    todo = todo_from_files(runs, results, atlas)
     assert todo[rid] == {"pretrain", "atlas", *sections[rid]}
 
     run_dir = results / "runs" / rid
     (run_dir / "eval").mkdir(parents=True)
     (run_dir / "model.pt").write_bytes(b"trained")
+    from bayesncl.grid import prepared_copies
+
+    for tag in prepared_copies(runs)[0]:  # ImageNet-100's prepared copy made (else what reads it runs again)
+        (results / "prepared").mkdir(exist_ok=True)
+        (results / "prepared" / f"{tag}.txt").write_text("made")
     for name in sections[rid]:
         if name != "features":
             (run_dir / "eval" / f"{name}.json").write_text("{}")
     figures = results / "figures"
     figures.mkdir(parents=True)
     (figures / "atlas_imagenet100.png").write_bytes(b"png")
-    todo = todo_from_files(runs, sections, results, atlas)
-    assert todo[rid] == {"features", "atlas"} and "atlas" in todo[other]  # a PNG alone: the PDF is still to do
+    todo = todo_from_files(runs, results, atlas)
+    after = {s for s in sections[rid] if "features" in SECTIONS[s].reads}
+    assert todo[rid] == {"features", "atlas", *after} and "atlas" in todo[other]
+    assert "cost" in sections[rid] and "cost" not in todo[rid]  # it reads the model alone
     bad = str(Path(wf["results"]).parent / "moved-away")
     wf2, runs2 = _with(wf, "imagenet100", "data", "root", bad)
     lines = missing_data(wf2, runs2, {rid: {"features"}})
@@ -123,11 +131,13 @@ def test_todo_from_files(grid):
 
     (figures / "atlas_imagenet100.png").unlink()
     (figures / "atlas_imagenet100.pdf").write_bytes(b"pdf")
-    assert "atlas" in todo_from_files(runs, sections, results, atlas)[rid]
+    assert "atlas" in todo_from_files(runs, results, atlas)[rid]
     (figures / "atlas_imagenet100.png").write_bytes(b"png")
     (run_dir / "eval" / "features.json").write_text("{}")
-    todo = todo_from_files(runs, sections, results, atlas)
-    assert todo[rid] == set() and "atlas" not in todo[other]
+    (run_dir / "eval" / "features.npz").write_bytes(b"arrays")  # what the atlas reads
+    todo = todo_from_files(runs, results, atlas)
+    assert todo[rid] == {"atlas"} and "atlas" in todo[other]  # drawn again: the other run's features are to be made
+    assert todo_from_files(runs, results, {"imagenet100": [rid]})[rid] == set()
 
 
 def test_the_background_probe_with_waterbirds_reads_waterbirds_only(grid, tmp_path):
@@ -167,3 +177,49 @@ assert "torch" not in sys.modules, "torch imported"
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_prepared_copy_still_to_be_made_is_a_job_of_its_own(grid):
+    """The prepared copy of ImageNet-100 (grid.prepared_copies: the workflow's prepare_data markers) is one job,
+    named by the hash of its folder, for every run that reads it; once its marker exists, nothing."""
+    import hashlib
+
+    from bayesncl.grid import prepared_copies
+    from bayesncl.stale import planned_jobs
+
+    wf, runs, rid = grid
+    copies, of = prepared_copies(runs)
+    (tag, (manifests, data)), = copies.items()
+    assert tag == hashlib.sha256(str(Path(manifests[0]).parent).encode()).hexdigest()[:16]
+    assert data["dataset"] == "imagenet100" and data["root"] == wf["datasets"]["imagenet100"]["data"]["root"]
+    assert set(data) == {"dataset", "root", "classes", "imagenet_stored_size", "cache_dir"}  # what names the copy
+    assert {r for r, tags in of.items() if tags == [tag]} == {r for r in runs if r.startswith("imagenet100/")}
+    assert all(of[r] == [] for r in runs if not r.startswith("imagenet100/"))
+
+    def prepares():
+        return [(j.target, j.planned) for j in planned_jobs(wf, wf["results"], runs=runs, compare=False)
+                if j.rule == "prepare_data"]
+
+    assert prepares() == [(tag, True)]
+    marker = Path(wf["results"]) / "prepared" / f"{tag}.txt"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("\n".join(manifests) + "\n")
+    assert prepares() == []
+
+
+def test_a_root_is_checked_once_however_often_it_is_asked(grid, monkeypatch):
+    """The workflow asks when it reads the grid (every root) and again once the DAG is built (the roots its jobs
+    read): what a root's check found is kept (`checked`), so an image folder is read through once."""
+    import bayesncl.preflight as P
+
+    wf, runs, rid = grid
+    calls, real = [], P._check
+    monkeypatch.setattr(P, "_check", lambda what, data: calls.append(what) or real(what, data))
+    checked: dict = {}
+    todo = {rid: {"pretrain", "background_probe"}}
+    assert missing_data(wf, runs, todo, checked=checked) == [] and calls == ["imagenet100", "waterbirds"]
+    assert len(checked) == 2
+    wf2, runs2 = _with(wf, "imagenet100", "data", "root", str(Path(wf["results"]).parent / "gone"))
+    assert missing_data(wf2, runs2, todo, checked=checked) != [] and calls[2:] == ["imagenet100"]  # another root
+    assert missing_data(wf, runs, todo, checked=checked) == [] and len(calls) == 3  # both known: read once
+    assert missing_data(wf, runs, todo) == [] and len(calls) == 5  # no memory given: checked again

@@ -18,6 +18,7 @@ import yaml
 
 from bayesncl.cli import main
 from bayesncl.grid import evaluation_sections, expand_grid
+from bayesncl.stale import NOT_COMPARED
 from bayesncl.status import grid_status, render, run_status, totals
 from helpers.processes import current
 
@@ -524,6 +525,11 @@ def test_an_unreadable_folder_or_file_is_a_line_naming_it(shared_results, where,
     assert "unreadable" in total
 
 
+def trained_otherwise(out: str) -> list[str]:
+    """`bayesncl stale`'s lines of runs trained under other settings (the rest follows from them, or is new)."""
+    return [line for line in out.splitlines() if line.startswith("pretrain ") and not line.endswith("not made yet")]
+
+
 STALE_BAD = [
     ("binary", b"\xff\xfe\x00", "not a text file"),
     ("train a list", "train: [1]\n", "train: expected a mapping"),
@@ -543,15 +549,18 @@ def test_stale_names_a_run_whose_config_it_cannot_read_and_compares_the_rest(tmp
     old = json.loads(json.dumps(run_stale.config))
     old["train"]["epochs"] = 3
     (res / "runs" / stale / "config.resolved.yaml").write_text(yaml.safe_dump(old))
+    (res / "runs" / stale / "model.pt").write_bytes(b"trained")
     grid_file = tmp_path / "grid.yaml"
     grid_file.write_text(yaml.safe_dump({**GRID, "results": str(res)}))
     assert main(["stale", "--grid", str(grid_file)]) == 0
     out, err = capsys.readouterr()
-    assert out == f"{stale}: train.epochs 3 (today 10)\n"
-    first, last = err.splitlines()
+    assert trained_otherwise(out) == [f"pretrain {stale}: train.epochs 3 (today 10)"]
+    first, count, last = err.splitlines()
     assert first.startswith(f"{bad}: not compared: ") and why in first and "Traceback" not in err
-    assert last.startswith(f"1 stale run(s) under {res}; retrain them") and last.endswith(
-        "; 1 run(s) not compared: their recorded config cannot be read (above)")
+    assert count.startswith(f"{len(out.splitlines())} job(s) to run under {res}; make them: snakemake --cores N "
+                            f"--configfile {grid_file} (exactly these, made before: --forcerun $(bayesncl stale --grid "
+                            f"{grid_file} --targets))")
+    assert last == NOT_COMPARED[0].upper() + NOT_COMPARED[1:]
     assert main(["stale", "--grid", str(grid_file), "--targets"]) == 0
     out, err = capsys.readouterr()
     assert out == f"{res}/runs/{stale}/model.pt\n" and err.startswith(f"{bad}: not compared: ")
@@ -564,12 +573,13 @@ def test_stale_names_a_run_folder_it_may_not_read(shared_results):
     for r, cfg in ((rid, run.config), (later, {**run_later.config, "seed": 7})):
         (res / "runs" / r).mkdir(parents=True)
         (res / "runs" / r / "config.resolved.yaml").write_text(yaml.safe_dump(cfg))
+        (res / "runs" / r / "model.pt").write_bytes(b"trained")
     (shared_results / "grid.yaml").write_text(yaml.safe_dump({**GRID, "results": str(res)}))
     for p in [shared_results, *shared_results.rglob("*")]:
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
     os.chmod(res / "runs" / rid, 0)
     code, out, err = _as_another_user(["stale", "--grid", str(shared_results / "grid.yaml")], shared_results)
-    assert (code, out) == (0, f"{later}: seed 7 (today {run_later.config['seed']})\n"), err  # the next run compared
+    assert code == 0 and trained_otherwise(out) == [f"pretrain {later}: seed 7 (today {run_later.config['seed']})"]
     assert err.splitlines()[0] == (f"{rid}: not compared: {res / 'runs' / rid / 'config.resolved.yaml'}: cannot be "
                                    "read (Permission denied)")
 
@@ -586,7 +596,7 @@ def test_a_results_folder_without_runs_is_no_run_and_an_epoch_of_no_seconds_is_o
 
 
 def test_stale_lists_every_stale_run_after_runs_not_started_and_reads_old_records_as_recorded(tmp_path, capsys):
-    from bayesncl.stale import print_stale
+    from bayesncl.stale import REPORT_JOBS, planned_jobs, print_stale
 
     runs = list(expand_grid(GRID).items())
     res = tmp_path / "results"
@@ -596,14 +606,30 @@ def test_stale_lists_every_stale_run_after_runs_not_started_and_reads_old_record
         del old["train"]["loss_scaler"]  # recorded before the key existed: it did what `added` says (none)
         (res / "runs" / rid).mkdir(parents=True)
         (res / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(old))
+        (res / "runs" / rid / "model.pt").write_bytes(b"trained")
     print_stale(GRID, res, "g.yaml")  # the differences by default
     out, err = capsys.readouterr()
-    assert out == f"{b}: train.loss_scaler none (today fp16)\n{c}: train.loss_scaler none (today fp16)\n"
-    assert err == (f"2 stale run(s) under {res}; retrain them: snakemake --cores N --configfile g.yaml --forcerun "
-                   "$(bayesncl stale --grid g.yaml --targets)\n")
+    assert trained_otherwise(out) == [f"pretrain {b}: train.loss_scaler none (today fp16)",
+                                      f"pretrain {c}: train.loss_scaler none (today fp16)"]
+    # after them their evaluation and the report's jobs, and summarize reads every run's: all made first
+    jobs = planned_jobs(GRID, res)
+    assert all(j.planned for j in jobs) and len(jobs) == len(runs) + sum(
+        len(evaluation_sections(r)) for _, r in runs) + len(REPORT_JOBS) - 1  # no pdf
+    assert err == (f"{len(jobs)} job(s) to run under {res}; make them: snakemake --cores N --configfile g.yaml "
+                   "(exactly these, made before: --forcerun $(bayesncl stale --grid g.yaml --targets))\n"
+                   + NOT_COMPARED[0].upper() + NOT_COMPARED[1:] + "\n")
     print_stale(GRID, res, "g.yaml", targets_only=True)
     assert capsys.readouterr() == (f"{res}/runs/{b}/model.pt\n{res}/runs/{c}/model.pt\n", "")
     for rid in (b, c):
         (res / "runs" / rid / "config.resolved.yaml").write_text(yaml.safe_dump(dict(runs)[rid].config))
     print_stale(GRID, res, "g.yaml")
-    assert capsys.readouterr() == ("", f"0 stale run(s) under {res}\n")
+    out, err = capsys.readouterr()
+    new = len(jobs) - 2 - len(REPORT_JOBS) + 1  # nothing to run: every job not made yet but b's and c's training
+    assert out == "" and err.startswith(f"0 job(s) to run under {res}; {new} job(s) whose output is missing and that "
+                                        "none of them reads (snakemake makes them where a target of the workflow "
+                                        "needs them; --all lists them)\n")
+    (res / "runs" / b / "model.pt").unlink()  # begun under other settings: what --all says of it
+    (res / "runs" / b / "config.resolved.yaml").write_text(yaml.safe_dump(dict(runs)[b].config | {"seed": 9}))
+    print_stale(GRID, res, "g.yaml", all_jobs=True)
+    assert f"pretrain {b}: not made yet; its folder holds a run of other settings, replaced: seed 9 (today " \
+           f"{dict(runs)[b].config['seed']})" in capsys.readouterr().out.splitlines()

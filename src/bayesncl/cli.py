@@ -1,5 +1,5 @@
 """Command line: `bayesncl pretrain | evaluate | summarize | report | jobs | atlas | document | pdf |
-make-synthetic | prepare | stale | status | estimate | plan | arrange-val | import | export`.
+make-synthetic | prepare | stale | status | estimate | plan | arrange-val | import | export | list`.
 
 `entry()` is the `bayesncl` script (and `python -m bayesncl`): a command the workflow routes goes to the fork
 server's client (bayesncl.forkserver), handed `main` for where no server can run it; any other runs `main` here.
@@ -14,6 +14,7 @@ import sys
 from . import commands
 from .errors import REQUEUE_EXIT, TERMINATED, BayesNCLError
 from .outdir import replace_help
+from .plugins import FLAG as PLUGIN_FLAG
 from .registry import METHODS
 from .wfconfig import grid_argument
 
@@ -71,8 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
         "pretrain", help="pretrain one configuration (resumes from DIR/checkpoint.pt)",
         description="Pretrain one configuration; rerunning the same command resumes from DIR/checkpoint.pt.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"methods (--set method.name=...): {', '.join(METHODS)}\n"
-               "every key, its default and what it allows: the dataclasses in src/bayesncl/config.py\n"
+        epilog=f"methods (--set method.name=...): {', '.join(METHODS)}\n{_plugin_settings()}"
+               "a plugin's method: --plugin FILE.py (docs/EXTENDING.md)\n"
+               "every method, dataset, measure and claim with its settings: bayesncl list [--plugin FILE.py]\n"
+               "every key, its default and what it allows: bayesncl list settings (src/bayesncl/config.py)\n"
                "formulas, defaults and protocols: docs/METHOD.md\n"
                "example: bayesncl pretrain --out runs/demo --set method.name=ncl --set train.epochs=20")
     common(sp)
@@ -101,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override an eval.* or data.* key (e.g. data.root, eval.waterbirds_root)")
     sp.add_argument("--config-json", help=argparse.SUPPRESS)  # the workflow's eval.*/data.* settings
+    sp.add_argument("--trigger-json", help=argparse.SUPPRESS)  # the job's rerun trigger, recorded (bayesncl.stale)
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.add_argument("--replace", action="store_true", help=replace_help("the evaluation"))
     sp.set_defaults(func=commands.cmd_evaluate)
@@ -116,15 +120,22 @@ def build_parser() -> argparse.ArgumentParser:
                          "is written beside it")
     sp.set_defaults(func=commands.cmd_summarize)
 
-    sp = sub.add_parser("stale", help="list the runs trained under other settings than the grid gives them today",
-                        description="Compare each run's recorded config (results/runs/<run>/config.resolved.yaml) "
-                                    "with the config the workflow config gives it today, on what decides training "
-                                    "(bayesncl.grid.trigger_config). One line per stale run; `snakemake` retrains "
-                                    "them, or exactly these: snakemake --cores N --configfile CONFIG --forcerun "
-                                    "$(bayesncl stale --grid CONFIG --targets).")
+    sp = sub.add_parser("stale", help="list the jobs `snakemake` would run on a grid's results, and why",
+                        description="Each job `snakemake` would run on the grid's results (what `snakemake -n` "
+                                    "plans), one line each with why: a pretraining job whose run's recorded config "
+                                    "(results/runs/<run>/config.resolved.yaml, on what decides training: "
+                                    "bayesncl.grid.trigger_config) or plugin code differs from today's; an evaluation "
+                                    "job whose file's recorded trigger differs; every job after them, and every job "
+                                    "whose missing output one of them reads. `snakemake` makes them, or exactly these: "
+                                    "snakemake --cores N --configfile CONFIG --forcerun $(bayesncl stale --grid CONFIG "
+                                    "--targets). Jobs not compared, and what is not compared here, are named on "
+                                    "stderr.")
     grid_argument(sp, "the workflow config, e.g. config/config.yaml", required=True)
     sp.add_argument("--results", metavar="DIR", help="the results folder (default: the workflow config's results)")
-    sp.add_argument("--targets", action="store_true", help="print only each stale run's model.pt")
+    sp.add_argument("--targets", action="store_true", help="print only the outputs, made before, of the jobs to run "
+                                                           "(--forcerun takes them; the report's jobs follow)")
+    sp.add_argument("--all", action="store_true", help="also the jobs whose output is missing and that no job to "
+                                                       "run reads (snakemake makes them where a target needs them)")
     sp.set_defaults(func=commands.cmd_stale)
 
     sp = sub.add_parser("report", help="render Tables 1-7, the claims table and the figures from the summary CSV")
@@ -251,8 +262,42 @@ def build_parser() -> argparse.ArgumentParser:
     from .plan import add_command
 
     add_command(sub)
+    from .catalog import KINDS
+
+    sp = sub.add_parser("list", help="the methods, datasets, evaluation sections, measures and claims there are, "
+                                     "each with its settings (type, bounds, default, doc)",
+                        description="What the package and the loaded plugins offer, each with its settings: key, "
+                                    "type, what it allows, default and doc. Plugins: a grid's (--grid), or by hand "
+                                    "(--plugin FILE.py, $BAYESNCL_PLUGINS).")
+    sp.add_argument("kinds", nargs="*", choices=[[], *KINDS], metavar="KIND",  # []: none given (argparse checks it)
+                    help=f"what to list: {', '.join(KINDS)} (default: all but settings, every key of the package's "
+                         "config)")
+    grid_argument(sp, "a workflow config: its plugins and its own claims too")
+    sp.set_defaults(func=commands.cmd_list)
+    for sp in dict.fromkeys(sub.choices.values()):  # every command takes plugins by hand (main reads them first)
+        sp.add_argument(PLUGIN_FLAG, action="append", default=[], metavar="FILE.py|MODULE", help=PLUGIN_HELP)
     return p
 
+
+PLUGIN_HELP = ("a plugin module to load (its .py file, or its name on $BAYESNCL_PLUGIN_PATH or installed), as a "
+               "workflow config's plugins: (repeatable; also $BAYESNCL_PLUGINS)")
+
+
+def _plugin_settings() -> str:
+    """The settings of the plugins' methods, for `pretrain --help` (catalog.entries: the one reader)."""
+    from .catalog import entries
+
+    lines = [f"  {m.name}: {r.key} ({r.kind}; {r.allowed}; default {r.default!r}): {r.doc}"
+             for m in entries(["methods"])["methods"] for r in m.settings if r.declared]
+    return "plugin methods' own settings (--set method.KEY=...):\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+def _plugins_given(argv) -> list[str]:
+    """The --plugin items anywhere on the command line, read before the parser is built (its help names what
+    they register)."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument(PLUGIN_FLAG, action="append", default=[])
+    return pre.parse_known_args(argv)[0].plugin
 
 
 def _terminated(signum, frame):
@@ -269,9 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminated) if own else None  # first: before the heavy imports
     try:
         try:
-            from .plugins import load_from_env
+            from .plugins import load_from_env, load_given
 
             load_from_env()  # the workflow's plugins (docs/EXTENDING.md): their methods, datasets and sections
+            load_given(_plugins_given(sys.argv[1:] if argv is None else argv))  # by hand (--plugin)
         except BayesNCLError as e:
             print(f"bayesncl: error: {e}", file=sys.stderr)
             return 2

@@ -56,10 +56,11 @@ def cmd_evaluate(args) -> int:
     for item in args.set:  # a bad value fails before the checkpoint is loaded
         parse_set(item)
     overrides = _json_object(args.config_json, "--config-json") if args.config_json else None
+    trigger = _json_object(args.trigger_json, "--trigger-json") if args.trigger_json else None
     _input_file(args.checkpoint, "--checkpoint", "give the model.pt that `bayesncl pretrain` wrote")
     check_writable_dir(args.out)
     for path in evaluate(args.checkpoint, args.out, only=args.only, sets=args.set, overrides=overrides,
-                         expect_config=args.config, progress=not args.quiet, replace=args.replace):
+                         expect_config=args.config, progress=not args.quiet, replace=args.replace, trigger=trigger):
         print(f"wrote {path}")
     return 0
 
@@ -100,14 +101,17 @@ def _read_grid(paths: list[str], fix: str = "give the workflow config, e.g. conf
 
 
 def cmd_stale(args) -> int:
+    from .report.atlas import atlas_runs
+    from .report.document import builds_pdf
     from .stale import print_stale
     mark_ready()  # imports done: the work begins (bayesncl.startup)
 
-    grid = _read_grid(args.grid).config
-    results = args.results or grid.get("results")
+    wf = _read_grid(args.grid)
+    results = args.results or wf.config.get("results")
     if not results or not Path(results).is_dir():
         raise ConfigError(f"--results {results}: no such folder; give the folder the grid's runs are in")
-    print_stale(grid, results, " ".join(args.grid), args.targets)
+    print_stale(wf.config, results, " ".join(args.grid), args.targets, args.all, atlas=atlas_runs(wf.runs),
+                pdf=builds_pdf(), runs=wf.runs)
     return 0
 
 
@@ -307,4 +311,15 @@ def cmd_export(args) -> int:
     check_writable_dir(args.out)
     for path in export(args.checkpoint, args.out, args.format, heads=args.heads, replace=args.replace):
         print(f"wrote {path}")
+    return 0
+
+
+def cmd_list(args) -> int:
+    from .catalog import DEFAULT_KINDS, entries, render
+    mark_ready()  # imports done: the work begins (bayesncl.startup)
+
+    claims = None
+    if args.grid is not None:
+        claims = _read_grid(args.grid).config.get("claims") or None  # its plugins loaded, its claims checked
+    print(render(entries(args.kinds or DEFAULT_KINDS, claims)), end="")
     return 0

@@ -39,9 +39,10 @@ def _field(default, doc: str, **meta) -> Any:
     return field(default=default, metadata={"doc": doc, **meta})
 
 
-def _names(of: Callable[[], tuple[str, ...]]) -> dict:
-    """Metadata of a key whose values are a registry's names (checked against it as it is when validating)."""
-    return {"choices": of}
+def _names(of: Callable[[], tuple[str, ...]], plugin: str) -> dict:
+    """Metadata of a key whose values are a registry's names (checked against it as it is when validating), which
+    a plugin's `plugin` (a method, a dataset) adds to."""
+    return {"choices": of, "plugin": plugin}
 
 
 def _section(cls, doc: str) -> Any:
@@ -85,7 +86,7 @@ class DataConfig:
     """`data`: the dataset."""
 
     dataset: str = _field("synthetic", "the training dataset (bayesncl.registry.DATASETS)",
-                          **_names(registry.training_datasets))
+                          **_names(registry.training_datasets, "dataset"))
     root: str | None = _field(None, "the dataset's folder; every dataset but synthetic needs one",
                               expected=_PATH)
     download: bool = _field(False, "let torchvision download CIFAR into root when it is missing")
@@ -121,7 +122,7 @@ class MethodConfig:
     """`method`: the method and its settings (docs/METHOD.md section 1)."""
 
     name: str = _field("bayesncl", "the method (docs/METHOD.md section 1; bayesncl.registry.METHODS)",
-                       **_names(registry.METHODS.names))
+                       **_names(registry.METHODS.names, "method"))
     # rep_relu: the released CIFAR configs' non-negativity; the released ImageNet-100 config uses relu
     # (docs/METHOD.md section 1; config/paper.yaml follows each dataset's).
     nonneg: Literal["relu", "rep_relu"] = _field("rep_relu", "how z+ is made non-negative")
@@ -304,9 +305,13 @@ def _number(v: str):
 
 
 def _check(flat: dict, prefix: str = "") -> None:
+    from .plugins import how_to_load
+
     for key, (check, allowed) in RULES.items():
         if key.startswith(prefix) and not check(value := flat.get(key[len(prefix):])):
-            raise ConfigError(f"{key}: got {value!r}, expected {allowed}")
+            plugin = getattr(allowed, "kind", None)  # a registry's names: a plugin may add the one meant
+            raise ConfigError(f"{key}: got {value!r}, expected {allowed}" + (f"; {how_to_load(plugin)}" if plugin
+                                                                              else ""))
 
 
 def _check_synthetic_mix(syn: dict) -> None:

@@ -160,6 +160,28 @@ def trigger_diff(recorded: dict, today: dict, job: str = "pretrain") -> list[tup
     return [(k, value(a, k), value(b, k)) for k in sorted(set(a) | set(b)) if value(a, k) != value(b, k)]
 
 
+def prepared_copies(runs: dict[str, Run]) -> tuple[dict[str, tuple[list[str], dict]], dict[str, list[str]]]:
+    """The prepared copies of file-backed datasets the runs read (DatasetSpec.prepared; `bayesncl prepare`, the
+    workflow's rule prepare_data), each named by a tag, the hash of its folder: ({tag: (its manifests, the data
+    settings that name it: those below and the dataset's own block data.<dataset>.*, where it has one)}, {run id:
+    the tags of the copies it reads}). The workflow's marker of a copy is <results>/prepared/<tag>.txt."""
+    import hashlib
+    import os
+
+    manifests = {rid: DATASETS[run.config["data"]["dataset"]].manifests(run.config["data"]) for rid, run in runs.items()}
+    copies: dict[str, tuple[list[str], dict]] = {}
+    of: dict[str, list[str]] = {}
+    for rid, m in manifests.items():
+        of[rid] = []
+        if m:
+            data = runs[rid].config["data"]
+            tag = hashlib.sha256(os.path.dirname(m[0]).encode()).hexdigest()[:16]
+            copies[tag] = (m, {k: v for k, v in data.items() if k in (
+                "dataset", "root", "classes", "imagenet_stored_size", "cache_dir", data["dataset"])})
+            of[rid] = [t for t, (ms, _) in copies.items() if ms == m]
+    return copies, of
+
+
 def smoke_results(results: str) -> str:
     """Where a smoke run writes: beside the real results, never into them (a folder already named so stays)."""
     results = results.rstrip("/")

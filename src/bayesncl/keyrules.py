@@ -43,7 +43,7 @@ def _in_range(v, m: dict) -> bool:
 def _base_rule(tp, m: dict) -> tuple[Callable[[Any], bool], str]:
     """(check, allowed phrase) for one non-None type."""
     if "choices" in m:  # a registry's names, as they are when the check runs
-        return (lambda v: isinstance(v, str) and v in m["choices"]()), _Choices(m["choices"])
+        return (lambda v: isinstance(v, str) and v in m["choices"]()), _Choices(m["choices"], m.get("plugin"))
     if get_origin(tp) is Literal:
         allowed = get_args(tp)
         # type as well as value: True == 1, but true is no head depth
@@ -64,10 +64,11 @@ def _base_rule(tp, m: dict) -> tuple[Callable[[Any], bool], str]:
 
 
 class _Choices:
-    """The allowed-values phrase of a registry key, read when the message is made."""
+    """The allowed-values phrase of a registry key, read when the message is made; `kind`: what a plugin adds to
+    it (a method, a dataset), for the line that refuses another name."""
 
-    def __init__(self, names: Callable[[], tuple[str, ...]]):
-        self.names = names
+    def __init__(self, names: Callable[[], tuple[str, ...]], kind: str | None = None):
+        self.names, self.kind = names, kind
 
     def __str__(self) -> str:
         return "one of " + ", ".join(self.names())

@@ -3,9 +3,11 @@
 `plugins: [my_method]` in the workflow config: the module `my_method` is imported from the folder of the workflow
 config (my_method.py there) or from the installed packages, in every process of the run: Snakemake's (which
 validates the grid), and each job's (`bayesncl` reads $BAYESNCL_PLUGINS and $BAYESNCL_PLUGIN_PATH, which the
-workflow sets). What each run used is recorded: the module's name, its file and the file's SHA-256 (`loaded`),
-in the report's provenance. What identifies a plugin's code in its runs' records and rerun triggers is
-`code_identity`.
+workflow sets). By hand, `bayesncl COMMAND --plugin my_method.py` (any command; repeatable) or
+`BAYESNCL_PLUGINS=my_method.py`: a module's file, imported from its folder, or a module's name, looked for in the
+folders of $BAYESNCL_PLUGIN_PATH and among the installed packages (`load_given`). What each run used is recorded:
+the module's name, its file and the file's SHA-256 (`loaded`), in the report's provenance. What identifies a
+plugin's code in its runs' records and rerun triggers is `code_identity`.
 """
 
 from __future__ import annotations
@@ -19,10 +21,18 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["ENV", "PATH_ENV", "code_identity", "export_env", "load", "load_from_env", "load_grid", "loaded"]
+__all__ = ["ENV", "PATH_ENV", "code_identity", "export_env", "how_to_load", "load", "load_from_env", "load_given",
+           "load_grid", "loaded"]
 
-ENV = "BAYESNCL_PLUGINS"  # module names, comma-separated
+ENV = "BAYESNCL_PLUGINS"  # module names or their .py files, comma-separated
 PATH_ENV = "BAYESNCL_PLUGIN_PATH"  # folders searched first, os.pathsep-separated
+FLAG = "--plugin"  # every command's (bayesncl.cli): a module's file or name, repeatable
+
+
+def how_to_load(kind: str) -> str:
+    """How a plugin's method or dataset (`kind`) is made known, for the line that refuses an unknown name."""
+    return (f"a plugin's {kind}: name its module with {FLAG} FILE.py (or ${ENV}) by hand, or in the workflow "
+            "config's plugins: list; `bayesncl list` shows what is loaded")
 
 _LOADED: dict[str, dict] = {}
 
@@ -91,8 +101,10 @@ def load(names, search=(), where: str = "plugins") -> list[dict]:
                 if e.name != name and not name.startswith(f"{e.name}."):
                     raise ConfigError(f"{where}: plugin {name!r} imports {e.name!r}, which is not installed") from None
                 looked = ", ".join(str(Path(f).resolve()) for f in search if f) or "no folder"
+                fix = ("put it beside the workflow config or install it" if where == "plugins" else
+                       f"give its file ({FLAG} path/to/{name}.py), add its folder to ${PATH_ENV}, or install it")
                 raise ConfigError(f"{where}: no plugin module {name!r} (looked for {name}.py in {looked} and among "
-                                  "the installed packages); put it beside the workflow config or install it") from None
+                                  f"the installed packages); {fix}") from None
             except ConfigError as e:
                 raise ConfigError(f"{where}: plugin {name!r}: {e}") from None
             except (Exception, SystemExit) as e:  # noqa: BLE001 - the plugin's own failure: one line naming it
@@ -126,11 +138,41 @@ def _failed(name: str, e: BaseException, where: str) -> str:
     return f"{where}: plugin {name!r}{at} {what}; fix the plugin or remove it from the workflow config's plugins"
 
 
+def _modules(items, where: str) -> tuple[list[str], list[str]]:
+    """(module names, the folders of those given as files) of plugins named by hand: a module's .py file, or its
+    name."""
+    names, folders = [], []
+    for item in items:
+        if item.endswith(".py") or os.sep in item:
+            path = Path(item).expanduser()
+            if not path.is_file():
+                raise ConfigError(f"{where} {item}: no such file; give a plugin module's .py file, or its module "
+                                  f"name (found in ${PATH_ENV}'s folders or among the installed packages)")
+            names.append(path.stem)
+            folders.append(str(path.resolve().parent))
+        else:
+            names.append(item)
+    return names, folders
+
+
 def load_from_env() -> list[dict]:
-    """The plugins a job's environment names (set by the workflow for every job)."""
-    names = [n.strip() for n in os.environ.get(ENV, "").split(",") if n.strip()]
-    search = [p for p in os.environ.get(PATH_ENV, "").split(os.pathsep) if p]
+    """The plugins a job's environment names (set by the workflow for every job, or by hand)."""
+    items = [n.strip() for n in os.environ.get(ENV, "").split(",") if n.strip()]
+    names, folders = _modules(items, f"${ENV}")
+    search = [*folders, *(p for p in os.environ.get(PATH_ENV, "").split(os.pathsep) if p)]
     return load(names, search, where=f"${ENV}") if names else []
+
+
+def load_given(items) -> list[dict]:
+    """The plugins named on the command line (--plugin), imported and named in this process's environment, so that
+    every process it starts imports them too."""
+    names, folders = _modules(items, FLAG)
+    if not names:
+        return []
+    search = [*folders, *(p for p in os.environ.get(PATH_ENV, "").split(os.pathsep) if p)]
+    out = load(names, search, where=FLAG)
+    export_env(names, folders)
+    return out
 
 
 def load_grid(wf: dict, search=()) -> list[dict]:

@@ -130,9 +130,10 @@ class Registry(Generic[T]):
         try:
             return self._specs[name]
         except (KeyError, TypeError):
-            raise ConfigError(f"{self.key}: unknown {self.kind} {name!r}; allowed: {', '.join(self._specs)} (a "
-                              f"{self.kind} of a plugin needs its module in the workflow config's plugins: list)"
-                              ) from None
+            from .plugins import how_to_load
+
+            raise ConfigError(f"{self.key}: unknown {self.kind} {name!r}; allowed: {', '.join(self._specs)} "
+                              f"({how_to_load(self.kind)})") from None
 
     def __contains__(self, name: object) -> bool:
         return name in self._specs

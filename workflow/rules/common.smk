@@ -3,8 +3,8 @@
 # and the pages of the HTML report. The Snakefile includes this file first. Each rule file defines or imports
 # everything else it uses and names on its first line what it takes from here (`from_common(...)`, checked when
 # it is included; tests/test_workflow_rules.py checks that the list is exact).
-import hashlib
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -13,14 +13,16 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from snakemake.common import NOTHING_TO_BE_DONE_MSG
+from snakemake.logging import LogEvent, logger as snakemake_logger
+
 from bayesncl import forkserver
 
 from bayesncl.errors import BayesNCLError, ConfigError
-from bayesncl.grid import evaluation_sections, job_trigger
-from bayesncl.registry import DATASETS
+from bayesncl.grid import evaluation_sections, job_trigger, prepared_copies
 from bayesncl.report import names as report_names
 from bayesncl.report.atlas import atlas_runs
-from bayesncl.report.document import PDFLATEX_HINT, report_pages
+from bayesncl.report.document import PDFLATEX_HINT, builds_pdf, report_pages
 from bayesncl.wfconfig import load_workflow
 
 
@@ -269,25 +271,12 @@ def launch(rule, wildcard=None):
 # the JPEGs (the same pixels, slower, with a warning); after clearing the cache, prepare again with
 # `snakemake --forcerun prepare_data ...`.
 try:
-    _manifests = {rid: DATASETS[run.config["data"]["dataset"]].manifests(run.config["data"]) for rid, run in RUNS.items()}
+    _COPIES = prepared_copies(RUNS)
 except BayesNCLError as e:
     raise WorkflowError(f"invalid workflow config: {e}")
-# marker tag -> (the prepared folder's manifests, the data settings that name it: those below and the dataset's
-# own block, data.<dataset>.*, where it has one: an image folder's sizes, a plugin dataset's settings)
-PREPARED = {
-    hashlib.sha256(os.path.dirname(m[0]).encode()).hexdigest()[:16]: (
-        m,
-        {k: v for k, v in RUNS[rid].config["data"].items()
-         if k in ("dataset", "root", "classes", "imagenet_stored_size", "cache_dir", RUNS[rid].config["data"]["dataset"])},
-    )
-    for rid, m in _manifests.items()
-    if m
-}
+PREPARED = _COPIES[0]  # marker tag -> (the prepared folder's manifests, the data settings that name it)
 # run -> its marker (flagged ancient), or none
-PREPARED_OF = {
-    rid: [ancient(f"{RESULTS}/prepared/{tag}.txt") for tag, (m, _) in PREPARED.items() if m == ms]
-    for rid, ms in _manifests.items()
-}
+PREPARED_OF = {rid: [ancient(f"{RESULTS}/prepared/{tag}.txt") for tag in tags] for rid, tags in _COPIES[1].items()}
 
 
 # --------------------------------------------------------------------------- the report's pages
@@ -306,9 +295,7 @@ PAGE_FILES = {
     if p.category != "Atlas"
 }
 HTML_PAGES = [path for path in PAGE_FILES.values() if path.endswith(".html")]
-DOCUMENT = HTML_PAGES + ([PDF] if shutil.which("pdflatex") else [])  # for `rule all`
-if not shutil.which("pdflatex"):
-    print(PDFLATEX_HINT, file=sys.stderr)
+DOCUMENT = HTML_PAGES + ([PDF] if builds_pdf() else [])  # for `rule all`; else PDFLATEX_HINT (the pre-flight's)
 # Each page marked for the report. Its caption is the file `bayesncl document` writes (absolute: Snakemake
 # reads captions relative to the rule file, and these lie under the results folder).
 REPORTED = {
@@ -347,43 +334,109 @@ def run_config_text(wildcards, output):
 
 
 def evaluate_command(section):
-    """`bayesncl evaluate --only <section>` on a run, with the grid's eval.* and data.* settings."""
+    """`bayesncl evaluate --only <section>` on a run, with the grid's eval.* and data.* settings and the job's
+    trigger, which its file records (what `bayesncl stale` compares with today's)."""
 
     def command(wildcards, output):
         cfg = RUNS[wildcards.run].config
         model, out = f"{RESULTS}/runs/{wildcards.run}/model.pt", f"{RESULTS}/runs/{wildcards.run}/eval"
         settings = json.dumps({"eval": cfg["eval"], "data": cfg["data"]}, sort_keys=True)
+        trigger = evaluate_trigger(section)(wildcards)
         return (f"bayesncl evaluate --checkpoint {shlex.quote(model)} --out {shlex.quote(out)} --only {section} "
-                f"--config-json {shlex.quote(settings)} --quiet")
+                f"--config-json {shlex.quote(settings)} --trigger-json {shlex.quote(trigger)} --quiet")
 
     return command
 
 
+# --------------------------------------------------------------------------- the pre-flight
+# Before any job, every dataset root that a job to be done reads must pass its check (bayesncl.preflight): one line
+# per bad root, and Snakemake ends (exit 2) before any job is queued; a dry run reports and still plans. A refusal
+# is the only thing printed: Snakemake prints its banner, "Building DAG of jobs..." and the job table after it has
+# read this file and before `onstart`, where the DAG says which jobs are to be done. So where a root of the grid
+# fails its check now, Snakemake's lines are held back (HeldLines) until `onstart` has judged: refused, they are
+# dropped; else they are printed as they came. (Its "Using workflow specific profile ..." line comes before this
+# file is read, from the command line; nothing quiets it but dropping the profile, which picks the scheduler.)
+PREFLIGHT_CHECKED = {}  # the roots checked in this process, each read through once (bayesncl.preflight)
+
+
 def preflight(todo, dry_run):
-    """Every dataset root a run still to be done reads must pass its check (bayesncl.preflight): one line per
-    bad root; it ends Snakemake (exit 2) before any job is queued, and a dry run reports and still plans."""
+    """Every dataset root a run still to be done reads must pass its check: one line per bad root; it ends
+    Snakemake (exit 2) before any job is queued, Snakemake's held lines dropped; a dry run reports and still plans."""
     from bayesncl.preflight import missing_data
 
-    where = " or ".join(map(str, workflow.overwrite_configfiles or [])) or "the workflow config"
-    problems = missing_data(config, RUNS, todo, where)
+    problems = missing_data(config, RUNS, todo, PREFLIGHT_WHERE, PREFLIGHT_CHECKED)
+    if problems and not dry_run:
+        HELD.drop()
     for line in problems:
         print(f"pre-flight{' (dry run)' if dry_run else ''}: {line}", file=sys.stderr)
     if problems and not dry_run:
         sys.exit(2)
 
 
+class HeldLines(logging.Filter):
+    """Snakemake's log records from the start of a run (its first line, or its banner) to its job table, held back
+    until released, then printed in order, or dropped. Any other record releases them first: a warning or an error,
+    a job starting, "Nothing to be done" (a run that never reaches `onstart`). Records of anything but a run (a
+    report, --unlock) pass: they never start holding."""
+
+    HELD = (None, LogEvent.WORKFLOW_STARTED, LogEvent.RESOURCES_INFO, LogEvent.RUN_INFO, LogEvent.RULEGRAPH)
+    RUN_STARTS = "Assuming unrestricted shared filesystem usage"  # a local run's first line, before its banner
+
+    def __init__(self, armed):
+        super().__init__()
+        self.held, self.state = [], "armed" if armed else "off"
+        if armed:
+            snakemake_logger.addFilter(self)
+
+    def filter(self, record):
+        event = getattr(record, "event", None)
+        if self.state == "armed" and (event == LogEvent.WORKFLOW_STARTED
+                                      or str(record.msg).startswith(self.RUN_STARTS)):
+            self.state = "holding"
+        if self.state != "holding":
+            return True
+        if record.levelno < logging.WARNING and event in self.HELD and record.getMessage() != NOTHING_TO_BE_DONE_MSG:
+            self.held.append(record)
+            return False
+        self.release()
+        return True
+
+    def release(self, keep=True):
+        if self.state != "off":
+            self.state = "off"
+            snakemake_logger.removeFilter(self)
+            for record in self.held if keep else ():
+                snakemake_logger.handle(record)
+            self.held = []
+
+    def drop(self):
+        self.release(keep=False)
+
+
+PREFLIGHT_WHERE = " or ".join(map(str, workflow.overwrite_configfiles or [])) or "the workflow config"
 if workflow.is_main_process and workflow.output_settings.dryrun:  # no DAG to ask yet: judge by the files
     from bayesncl.preflight import todo_from_files
 
-    preflight(todo_from_files(RUNS, EVAL_SECTIONS, RESULTS, ATLAS_RUNS), dry_run=True)
+    HELD = HeldLines(False)
+    preflight(todo_from_files(RUNS, RESULTS, ATLAS_RUNS), dry_run=True)
+    if not builds_pdf():
+        print(PDFLATEX_HINT, file=sys.stderr)
+else:  # a root of the grid that fails its check holds Snakemake's lines until `onstart` judges (above)
+    from bayesncl.preflight import missing_data
+
+    _EVERY_JOB = {rid: {"pretrain", "atlas", *names} for rid, names in EVAL_SECTIONS.items()}
+    HELD = HeldLines(workflow.is_main_process and bool(
+        missing_data(config, RUNS, _EVERY_JOB, PREFLIGHT_WHERE, PREFLIGHT_CHECKED)))
 
 
 onsuccess:
+    HELD.release()
     if FORKSERVER_RUN_DIR:
         forkserver.end_servers(FORKSERVER_RUN_DIR)
 
 
 onerror:
+    HELD.release()
     if FORKSERVER_RUN_DIR:
         forkserver.end_servers(FORKSERVER_RUN_DIR)
 
@@ -399,3 +452,6 @@ onstart:
                 for rid in ATLAS_RUNS[job.wildcards.dataset]:
                     todo[rid].add("atlas")
         preflight(todo, dry_run=False)
+    HELD.release()
+    if not builds_pdf():
+        print(PDFLATEX_HINT, file=sys.stderr)

@@ -73,18 +73,22 @@ def _torch_threads(cfg: dict) -> None:
 
 
 def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(), overrides: dict | None = None,
-             expect_config=None, progress: bool = True, replace: bool = False) -> list[Path]:
+             expect_config=None, progress: bool = True, replace: bool = False, trigger: dict | None = None) -> list[Path]:
     """Run the sections `only` (default: every section that applies to the run, features first) and return
     the JSON files written. `sets` are `key=value` overrides and `overrides` a nested dict of eval.* and
     data.* keys. A folder holding a run or another run's evaluation is refused, or with `replace` replaced
-    whole (bayesncl.outdir); the run's own eval/ folder is always its own."""
+    whole (bayesncl.outdir); the run's own eval/ folder is always its own. `trigger`: the rerun trigger the
+    workflow gave the job of the one section in `only` (bayesncl.grid.job_trigger), recorded in its file's run
+    block, where `bayesncl stale` compares it with today's."""
+    if trigger is not None and len(only or ()) != 1:
+        raise ConfigError("--trigger-json: a job's trigger is one section's; give exactly one section with --only")
     from ..outdir import into, other_evaluation
 
     out = Path(out_dir)
     # the run's own evaluation: its numbers go to the run's TensorBoard curves too (bayesncl.events)
     own = out.resolve() == (Path(checkpoint).parent / EVAL).resolve()
     with into(out, other_evaluation(out, checkpoint, lambda: _digest(checkpoint)), replace) as where:
-        written = _evaluate(Path(checkpoint), where, only, sets, overrides, expect_config, progress, own)
+        written = _evaluate(Path(checkpoint), where, only, sets, overrides, expect_config, progress, own, trigger)
     return [out / p.name for p in written]
 
 
@@ -94,7 +98,8 @@ def _digest(checkpoint) -> str:
     return ckpt_io.weights_digest(ckpt_io.load(checkpoint)["model"])
 
 
-def _evaluate(checkpoint: Path, out: Path, only, sets, overrides, expect_config, progress, own: bool) -> list[Path]:
+def _evaluate(checkpoint: Path, out: Path, only, sets, overrides, expect_config, progress, own: bool,
+              trigger) -> list[Path]:
     for name in only or ():
         if name not in SECTIONS:
             raise ConfigError(f"evaluate --only {name}: unknown section; known: {', '.join(SECTIONS)}")
@@ -123,7 +128,7 @@ def _evaluate(checkpoint: Path, out: Path, only, sets, overrides, expect_config,
     names = [n for n in SECTIONS if n in names]  # features before the sections that read it
     ctx = Context(checkpoint, out, cfg, progress, state=state, weights_sha=weights_sha, stored_config=stored)
     run = {**run_info(cfg), "checkpoint": str(checkpoint), "weights_sha": weights_sha,
-           **({"imported": imported} if imported else {})}
+           **({"imported": imported} if imported else {}), **({"trigger": trigger} if trigger is not None else {})}
     written = []
     mark_ready()  # imports, config and checkpoint loaded: the work begins (bayesncl.startup)
     for name in names:

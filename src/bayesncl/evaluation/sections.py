@@ -60,7 +60,8 @@ class Section:
 
     @property
     def doc(self) -> str:
-        return (self.compute.__doc__ or "").strip().splitlines()[0]
+        """Its function's docstring's first line ("" where it has none: a plugin's may not)."""
+        return next(iter((self.compute.__doc__ or "").strip().splitlines()), "")
 
 
 SECTIONS: dict[str, Section] = {}

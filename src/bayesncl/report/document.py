@@ -39,10 +39,15 @@ from .names import DATASET_NAMES
 from .tables import TABLES, build_table
 from .verdicts import VERDICTS
 
-__all__ = ["FIGURE_CAPTIONS", "PDFLATEX_HINT", "Page", "build_pdf", "report_pages", "write_document"]
+__all__ = ["FIGURE_CAPTIONS", "PDFLATEX_HINT", "Page", "build_pdf", "builds_pdf", "report_pages", "write_document"]
 
 PDFLATEX_HINT = ("pdflatex not found, so results/report.pdf is not built; install it with "
                  "`apt-get install texlive-latex-base texlive-latex-recommended` (Debian, as .ci/run does)")
+
+
+def builds_pdf() -> bool:
+    """Whether the workflow builds results/report.pdf: where pdflatex is found (else PDFLATEX_HINT says how)."""
+    return shutil.which("pdflatex") is not None
 
 # Figure captions: what the figure shows and how to read it (each figure's title names its settings);
 # "$...$" is math, as in the tables' captions (cells.caption_text).
