@@ -15,6 +15,7 @@ import yaml
 from bayesncl import plugins, registry
 from bayesncl.catalog import entries, render
 from bayesncl.config import DEFAULTS, RULES, flatten
+from helpers.plugins import registered
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,34 +174,31 @@ def test_what_registers_now_is_listed_and_what_unregisters_is_not():
     before = names()
     assert before["methods"] == list(registry.METHODS) and before["datasets"] == list(registry.DATASETS)
     assert before["sections"] == list(SECTIONS) and before["measures"] == list(METRICS)
-    registry.register_method("listed_m", "Listed", impl="bayesncl.methods:NCL",
-                             settings={"w": registry.setting(2, "a weight", ge=1, kind=float)})
-    registry.register_dataset("listed_d", "Listed data", load="x:y", check="x:z", crop=8,
-                              settings={"n": registry.setting("a", "a name", choices=("a", "b"))})
-    section("listed_s", settings={"k": registry.setting(True, "a switch")})(lambda ctx: {})
-    METRICS["listed_c"] = Metric("listed_c", "Listed", 1, "down")
-    claim = register_claim({"id": "L1", "metric": "listed_c", "left": "A", "right": "B", "relation": "<"})
-    try:
-        found = entries()
-        assert {k: v[len(before[k]):] for k, v in names().items()} == {
-            "methods": ["listed_m"], "datasets": ["listed_d"], "sections": ["listed_s"], "measures": ["listed_c"],
-            "claims": ["L1"]}
-        rows = {e.name: e.settings for kind in found.values() for e in kind}
-        assert [(r.key, r.kind, r.allowed, r.default, r.declared) for r in rows["listed_m"]] == [
-            ("method.temperature", "float", "a positive number", 0.2, False),
-            ("method.w", "float", "a number >= 1", 2.0, True)]
-        assert [(r.key, r.kind, r.allowed, r.default) for r in rows["listed_d"]] == [
-            ("data.listed_d.n", "choice", "one of a, b", "a")]
-        assert [(r.key, r.kind, r.allowed, r.default) for r in rows["listed_s"]] == [
-            ("eval.listed_s.k", "bool", "true or false", True)]
-        assert found["claims"][-1].label == "Listed: A < B" and found["claims"][-1].source == "a plugin"
-    finally:
-        registry.METHODS.unregister("listed_m")
-        registry.DATASETS.unregister("listed_d")
-        SECTIONS.pop("listed_s")
-        registry.SECTION_SETTINGS.pop("listed_s")
-        METRICS.pop("listed_c")
-        PLUGIN_CLAIMS.remove(claim)
+    with registered():
+        registry.register_method("listed_m", "Listed", impl="bayesncl.methods:NCL",
+                                 settings={"w": registry.setting(2, "a weight", ge=1, kind=float)})
+        registry.register_dataset("listed_d", "Listed data", load="x:y", check="x:z", crop=8,
+                                  settings={"n": registry.setting("a", "a name", choices=("a", "b"))})
+        section("listed_s", settings={"k": registry.setting(True, "a switch")})(lambda ctx: {})
+        METRICS["listed_c"] = Metric("listed_c", "Listed", 1, "down")
+        claim = register_claim({"id": "L1", "metric": "listed_c", "left": "A", "right": "B", "relation": "<"})
+        try:
+            found = entries()
+            assert {k: v[len(before[k]):] for k, v in names().items()} == {
+                "methods": ["listed_m"], "datasets": ["listed_d"], "sections": ["listed_s"], "measures": ["listed_c"],
+                "claims": ["L1"]}
+            rows = {e.name: e.settings for kind in found.values() for e in kind}
+            assert [(r.key, r.kind, r.allowed, r.default, r.declared) for r in rows["listed_m"]] == [
+                ("method.temperature", "float", "a positive number", 0.2, False),
+                ("method.w", "float", "a number >= 1", 2.0, True)]
+            assert [(r.key, r.kind, r.allowed, r.default) for r in rows["listed_d"]] == [
+                ("data.listed_d.n", "choice", "one of a, b", "a")]
+            assert [(r.key, r.kind, r.allowed, r.default) for r in rows["listed_s"]] == [
+                ("eval.listed_s.k", "bool", "true or false", True)]
+            assert found["claims"][-1].label == "Listed: A < B" and found["claims"][-1].source == "a plugin"
+        finally:
+            METRICS.pop("listed_c")
+            PLUGIN_CLAIMS.remove(claim)
     assert names() == before
 
 
