@@ -20,7 +20,8 @@ LAYERS = [
     ["bayesncl.train", "bayesncl.step", "bayesncl.weights"],
     ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner", "bayesncl.evaluation.context"],
     ["bayesncl.grid", "bayesncl.preflight", "bayesncl.stale", "bayesncl.status", "bayesncl.wfconfig"],
-    ["bayesncl.report", "bayesncl.estimate", "bayesncl.plan"],  # estimate: the atlas submissions (report.atlas)
+    ["bayesncl.report", "bayesncl.estimate", "bayesncl.plan",  # estimate: the atlas submissions (report.atlas)
+     "bayesncl.time_requests"],  # the finished jobs (report.jobs) it learns from
     ["bayesncl.commands"],  # each command's handler
     ["bayesncl.cli"],  # the parser, main and the `bayesncl` script's entry (routes a command through the fork server)
     ["bayesncl.__main__", "bayesncl.forkserver.__main__"],  # `python -m bayesncl`; a fork server's process

@@ -20,7 +20,7 @@ from .errors import DataError, LayoutError
 from .evaluation.sections import SECTIONS
 from .grid import Run
 
-__all__ = ["missing_data", "todo_from_files"]
+__all__ = ["missing_data", "run_todo", "todo_from_files"]
 
 
 def _key(wf: dict, section: str, field: str, value) -> str:
@@ -41,15 +41,20 @@ def _reads(run: Run, todo: set[str]) -> tuple[bool, bool]:
     return dataset, waterbirds
 
 
+def run_todo(run_dir: str | Path, sections: list[str]) -> set[str]:
+    """What is still to be done in one run folder, judged by its files: "pretrain" where it has no model.pt, and
+    each evaluation section of `sections` without its JSON."""
+    d = Path(run_dir)
+    todo = {s for s in sections if not (d / "eval" / f"{s}.json").is_file()}
+    if not (d / "model.pt").is_file():
+        todo.add("pretrain")
+    return todo
+
+
 def todo_from_files(runs: dict[str, Run], sections: dict[str, list[str]], results: str | Path,
                     atlas: dict[str, list[str]]) -> dict[str, set[str]]:
     """What is still to be done per run, judged by which outputs exist (a dry run has no DAG to ask)."""
-    todo: dict[str, set[str]] = {}
-    for rid in runs:
-        d = Path(results) / "runs" / rid
-        todo[rid] = {s for s in sections[rid] if not (d / "eval" / f"{s}.json").is_file()}
-        if not (d / "model.pt").is_file():
-            todo[rid].add("pretrain")
+    todo = {rid: run_todo(Path(results) / "runs" / rid, sections[rid]) for rid in runs}
     for ds, rids in atlas.items():
         if not all((Path(results) / "figures" / f"atlas_{ds}.{ext}").is_file() for ext in ("pdf", "png")):
             for rid in rids:
