@@ -465,6 +465,21 @@ def test_the_paper_grid_asks_for_at_most_twice_its_work(paper):
     assert t.allocations == 108 and paper.graphs == {"eager": "eager"}
 
 
+def test_imported_weights_are_never_trained(rates):
+    """A run of imported weights (the workflow config's `imported:`) costs no pretraining and asks for none."""
+    import dataclasses
+
+    (run,) = [r for r in expand_grid({**GRID, "sets": {"figure3": {"variants": ["NCL"]}}}).values()]
+    own = E.run_cost(run, rates)
+    imported = dataclasses.replace(run, imported={"checkpoint": "released.pth", "args": None, "sha256": "0" * 64})
+    cost = E.run_cost(imported, rates)
+    assert cost["pretrain_h"] == 0 < own["pretrain_h"] and "pretrain" not in cost["expected"]
+    assert cost["eval_held_h"] == own["eval_held_h"] and cost["expected"] == {
+        k: v for k, v in own["expected"].items() if k != "pretrain"}
+    asked = E.planner({run.run_id: imported}, rates).asked(run.run_id)
+    assert (asked.allocations, asked.pretrain()) == (0, None) and "pretrain" not in asked.evaluation
+
+
 def test_a_plugin_s_section_is_priced_at_the_runtime_it_declares(rates):
     """A section the estimate does not know (a plugin's) is expected to take its declared runtime, on the GPU
     where it runs the network, and needs exactly that (no PRIOR) in its run's evaluation submission."""

@@ -208,3 +208,12 @@ def test_a_run_that_cannot_be_priced_asks_nothing(runs):
     plan = T.Planner(runs, lambda run: None)
     assert plan.asked(next(iter(runs))) is None and plan.minutes(next(iter(runs)), "features") is None
     assert T.Planner(runs, price).learned().jobs == 0  # no results folder: nothing learned
+
+
+def test_imported_weights_ask_for_no_pretraining(runs):
+    """A run whose weights are imported (no "pretrain" among its expected jobs) has no pretraining submission and
+    no initialisation in its evaluation submission, whatever its train.epochs."""
+    run = runs[rid(runs, "cifar10", 0)]
+    asked = T.run_requests(run, SECTIONS, T.Learned(), time_limit_min=60)
+    assert (asked.work, asked.allocations, asked.pretrain()) == (None, 0, None) and list(asked.evaluation) == list(
+        SECTIONS)

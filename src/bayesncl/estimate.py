@@ -216,7 +216,8 @@ def run_cost(run, rates: dict, sizes: dict[str, int] | None = None,
     """One run's expected cost (a bayesncl.grid Run): {"pretrain_h", "eval_h", "eval_held_h", "sections",
     "expected", "declared", "graph", "prepared"}: GPU-hours of pretraining and of the evaluation's GPU work, the hours
     its evaluation submission is expected to hold its GPU, each section's (expected seconds, GPU work seconds), each
-    job's expected seconds (pretrain, then the sections: what bayesncl.time_requests asks for), the sections whose
+    job's expected seconds (pretrain, none for imported weights, then the sections: what bayesncl.time_requests
+    asks for), the sections whose
     expected seconds are the runtime they declare (a plugin's), the mode it was priced at and the prepared copy its
     data needs (None: none). `flops_cache` (shared across runs) keeps each distinct model's counted FLOPs."""
     from .config import crop_size
@@ -232,13 +233,15 @@ def run_cost(run, rates: dict, sizes: dict[str, int] | None = None,
         flops[key] = forward_flops(cfg)
     rate = ref["img_per_s"] * ref["gflops_fwd_per_view"] * 1e9 / flops[key]
     n = images(cfg["data"], sizes)
-    pre = pretrain_seconds(cfg, rate, n["train"])
+    pre = 0.0 if run.imported else pretrain_seconds(cfg, rate, n["train"])  # imported weights: never trained
     sections = section_seconds(run, rate, n, cfg["eval"].get("max_images") or math.inf)
     manifests = DATASETS[cfg["data"]["dataset"]].manifests(cfg["data"])
-    init = 0.0 if trains(cfg) else PRETRAIN_START_S  # an untrained twin's initialisation, in its evaluation's
+    # an untrained twin's initialisation, saved inside its evaluation submission
+    init = 0.0 if trains(cfg) or run.imported else PRETRAIN_START_S
     return {"pretrain_h": pre / 3600, "eval_h": sum(w for _, w in sections.values()) / 3600,
             "eval_held_h": (init + sum(t for t, _ in sections.values())) / 3600, "sections": sections,
-            "expected": {"pretrain": pre + PRETRAIN_START_S, **{k: t for k, (t, _) in sections.items()}},
+            "expected": {**({} if run.imported else {"pretrain": pre + PRETRAIN_START_S}),
+                         **{k: t for k, (t, _) in sections.items()}},
             "declared": tuple(k for k in sections if k not in PRICED), "graph": ref.get("graph", EAGER),
             # one prepare_data job per prepared copy (common.smk, PREPARED)
             "prepared": tuple(manifests) if manifests else None}

@@ -125,11 +125,12 @@ class Asked:
 def run_requests(run, expected: dict[str, float], learned: Learned, *, todo: set[str] | None = None,
                  declared: tuple[str, ...] = (), time_limit_min: float | None = None,
                  margin_s: float = STOP_MARGIN_S) -> Asked:
-    """The requests of one run's jobs (a bayesncl.grid Run) from their `expected` seconds: its pretraining
-    submission, and its evaluation submission made of the jobs in `todo` (None: all of them). `declared`: the jobs
-    whose expected seconds are their declared runtime (a plugin's section)."""
+    """The requests of one run's jobs (a bayesncl.grid Run) from their `expected` seconds (no "pretrain" where its
+    weights are imported, not trained): its pretraining submission, and its evaluation submission made of the jobs
+    in `todo` (None: all of them). `declared`: the jobs whose expected seconds are their declared runtime (a
+    plugin's section)."""
     need = {job: learned.factor(kind(run, job), 1.0 if job in declared else PRIOR) * s for job, s in expected.items()}
-    trained = trains(run.config)
+    trained = PRETRAIN in expected and trains(run.config)  # a pretraining submission of its own
     work, allocations = None, 0
     if trained:
         work, allocations = _minutes(SUBMISSION_START_S + need[PRETRAIN]), 1
