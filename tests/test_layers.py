@@ -19,9 +19,10 @@ LAYERS = [
      "bayesncl.evaluation.cost", "bayesncl.evaluation.linear"],
     ["bayesncl.train", "bayesncl.step", "bayesncl.weights"],
     ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner", "bayesncl.evaluation.context"],
-    ["bayesncl.grid", "bayesncl.preflight", "bayesncl.stale", "bayesncl.status", "bayesncl.wfconfig"],
-    ["bayesncl.report", "bayesncl.estimate", "bayesncl.plan",  # estimate: the atlas submissions (report.atlas)
-     "bayesncl.time_requests"],  # the finished jobs (report.jobs) it learns from
+    ["bayesncl.grid", "bayesncl.preflight", "bayesncl.stale", "bayesncl.status"],
+    # estimate: the atlas submissions (report.atlas); wfconfig: a grid's declared claims parsed (report.claims);
+    # time_requests: the finished jobs (report.jobs) it learns from
+    ["bayesncl.report", "bayesncl.estimate", "bayesncl.plan", "bayesncl.wfconfig", "bayesncl.time_requests"],
     ["bayesncl.commands"],  # each command's handler
     ["bayesncl.cli"],  # the parser, main and the `bayesncl` script's entry (routes a command through the fork server)
     ["bayesncl.__main__", "bayesncl.forkserver.__main__"],  # `python -m bayesncl`; a fork server's process

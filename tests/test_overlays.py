@@ -180,9 +180,9 @@ def test_a_plugin_named_in_an_overlay_is_found_beside_it_and_passed_to_the_jobs(
 
 def test_the_report_reads_a_plugin_named_in_an_overlay(tmp_path, overlay_plugin):
     from bayesncl import plugins
-    from bayesncl.commands import _grid_plugins
+    from bayesncl.commands import _read_grid
 
-    _grid_plugins([str(DEMO), str(overlay_plugin)])
+    _read_grid([str(DEMO), str(overlay_plugin)])
     assert [p["module"] for p in plugins.loaded()] == ["plug_overlay"]
 
 

@@ -77,17 +77,15 @@ def cmd_summarize(args) -> int:
         raise OutputError(f"--out {out} is a folder; give the CSV file to write, e.g. {out / 'runs.csv'}")
     check_writable_dir(out.parent, what=f"--out {out}")
     if args.grid is not None:
-        grid = _read_grid(args.grid)
-    else:
-        grid = _json_object(args.grid_json, "--grid-json")
+        grid = _read_grid(args.grid).config
+    else:  # the workflow's merged config (its plugins in the environment)
+        from .wfconfig import load_workflow
+
+        grid = load_workflow(config=_json_object(args.grid_json, "--grid-json"), where="--grid-json",
+                             export=False).config
     write_summary(grid, args.out)
     print(f"summary: {args.out}")
     return 0
-
-
-def _grid_dirs(paths: list[str]) -> list[Path]:
-    """Where a grid's plugins are found: beside its files, in the order given."""
-    return list(dict.fromkeys(Path(p).parent for p in paths))
 
 
 def _grid_inputs(paths: list[str], fix: str) -> None:
@@ -96,41 +94,25 @@ def _grid_inputs(paths: list[str], fix: str) -> None:
         _input_file(path, "--grid", fix)
 
 
-def _read_grid(paths: list[str]) -> dict:
-    """A workflow config, one file or a grid and its overlays merged as Snakemake merges them, checked (its
-    schema where the workflow extra is installed), with its plugins found beside its files."""
-    from .plugins import export_env, load_grid
-    from .wfconfig import check_grid, read_grid_files
+def _read_grid(paths: list[str], fix: str = "give the workflow config, e.g. config/config.yaml", **how):
+    """The workflow config of `--grid` (a grid and its overlays), read as Snakemake reads it
+    (bayesncl.wfconfig.load_workflow): its plugins from beside its files, its schema, runs and claims checked."""
+    from .wfconfig import load_workflow
 
-    _grid_inputs(paths, "give the workflow config, e.g. config/config.yaml")
-    grid, dirs = read_grid_files(paths), _grid_dirs(paths)
-    load_grid(grid, dirs)  # a plugin that fails is named as the grid's (plugins:)
-    export_env(grid.get("plugins") or [], dirs)
-    check_grid(grid, f"--grid {' '.join(paths)}")
-    return grid
+    _grid_inputs(paths, fix)
+    return load_workflow(paths, **how)
 
 
 def cmd_stale(args) -> int:
     from .stale import print_stale
     mark_ready()  # imports done: the work begins (bayesncl.startup)
 
-    grid = _read_grid(args.grid)
+    grid = _read_grid(args.grid).config
     results = args.results or grid.get("results")
     if not results or not Path(results).is_dir():
         raise ConfigError(f"--results {results}: no such folder; give the folder the grid's runs are in")
     print_stale(grid, results, " ".join(args.grid), args.targets)
     return 0
-
-
-def _grid_plugins(grid_files: list[str]) -> None:
-    """The plugins a workflow config names, imported from beside its files: the report reads their methods'
-    traits."""
-    from .plugins import load_grid
-    from .wfconfig import read_grid_files
-
-    grid = read_grid_files(grid_files)
-    if grid.get("plugins"):
-        load_grid(grid, _grid_dirs(grid_files))
 
 
 GRID_OF_RUNS = "give the workflow config the runs came from, e.g. config/config.yaml"
@@ -139,9 +121,8 @@ GRID_OF_RUNS = "give the workflow config the runs came from, e.g. config/config.
 def _report_inputs(args) -> None:
     """The report's and the document's inputs: runs.csv, and the grid files with their plugins where given."""
     _input_file(args.summary, "--summary", "run `bayesncl summarize` first")
-    if args.grid is not None:
-        _grid_inputs(args.grid, GRID_OF_RUNS)
-        _grid_plugins(args.grid)
+    if args.grid is not None:  # its plugins (the report reads their methods' traits) and its claims
+        _read_grid(args.grid, GRID_OF_RUNS)
 
 
 def cmd_report(args) -> int:
@@ -257,7 +238,7 @@ def cmd_status(args) -> int:
     from .status import grid_status, render
     mark_ready()  # imports done: the work begins (bayesncl.startup)
 
-    grid = _read_grid(args.grid) if args.grid else None
+    grid = _read_grid(args.grid).config if args.grid else None
     results = args.results or (grid or {}).get("results") or "results"
     if not Path(results).is_dir():
         raise ConfigError(f"RESULTS {results}: no such folder; give the grid's results folder (its `results:`)")
@@ -268,7 +249,6 @@ def cmd_status(args) -> int:
 def cmd_estimate(args) -> int:
     from .config import parse_set
     from .estimate import estimate, measured_rates, render
-    from .grid import smoke_results
     from .time_requests import STOP_MARGIN_S
     mark_ready()  # imports done: the work begins (bayesncl.startup)
 
@@ -284,14 +264,10 @@ def cmd_estimate(args) -> int:
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ConfigError(f"--images {item}: expected DATASET=N, N a positive number of training images")
         sizes[name] = value
-    grid = _read_grid(args.grid)
-    if args.smoke:
-        grid["smoke"] = True
+    grid = _read_grid(args.grid, overrides={"smoke": True} if args.smoke else None).config
     rates = measured_rates(args.gpu, args.measured)
     margin = STOP_MARGIN_S if args.stop_margin is None else args.stop_margin
-    results = args.results or grid.get("results") or "results"
-    if grid.get("smoke"):
-        results = smoke_results(results)
+    results = args.results or grid.get("results") or "results"  # a smoke run's: its own folder (load_workflow)
     est = estimate(grid, rates, time_limit_min=args.time_limit, sizes=sizes, margin_s=margin, results=results,
                    progress=sys.stderr.isatty())
     print(render(est), end="")

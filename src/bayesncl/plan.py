@@ -320,17 +320,23 @@ def command(args) -> int:
     from .report.names import DATASET_NAMES
     from .report.summary import read_summary
     from .startup import mark_ready
-    from .wfconfig import check_grid, read_grid_files
+    from .wfconfig import load_workflow
     mark_ready()
 
-    if args.grid is not None:
-        wf = read_grid_files(args.grid)
-        check_grid(wf, f"--grid {' '.join(args.grid)}")
+    if args.grid is not None:  # read as Snakemake reads it: what the workflow refuses, plan refuses
+        for path in args.grid:
+            if not Path(path).is_file():
+                raise ConfigError(f"--grid {path} does not exist; give the workflow config the pilot ran, e.g. "
+                                  "config/paper.yaml")
+        wf = load_workflow(args.grid).config
     else:
         try:
             wf = json.loads(args.grid_json)
         except json.JSONDecodeError as e:
             raise ConfigError(f"--grid-json: not valid JSON ({e})") from None
+        if not isinstance(wf, dict):
+            raise ConfigError(f"--grid-json: expected the workflow config as a JSON object, got {args.grid_json[:40]!r}")
+        wf = load_workflow(config=wf, where="--grid-json", export=False).config
     if not args.pilot:
         raise ConfigError(NO_PILOT)
     if not Path(args.pilot).is_file():

@@ -1,4 +1,11 @@
-"""The workflow config's first check (workflow/rules/common.smk): its schema, reported as one line.
+"""The workflow config, read once and the same way everywhere: ``load_workflow``.
+
+Snakemake (workflow/rules/common.smk) and every command that takes ``--grid`` (summarize, report, stale,
+status, estimate, plan, ...) read a grid through ``load_workflow``: its files merged as Snakemake merges
+``--configfile A B``, the switches' spellings read, its plugins imported, its schema checked and its defaults
+set (as Snakemake's ``validate`` sets them), a smoke run's results folder set aside, the grid expanded into runs
+(bayesncl.grid) and its declared claims parsed (bayesncl.report.claims). A grid one of them refuses, all refuse,
+with the same line.
 
 ``check_workflow_config`` validates the config against ``workflow/schemas/config.schema.yaml`` and raises
 :class:`~bayesncl.errors.ConfigError` for the first problem, naming the key, what is wrong and the fix
@@ -8,14 +15,16 @@ keys, key by key.
 
 from __future__ import annotations
 
+import copy
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import ConfigError
 
-__all__ = ["EXAMPLES", "SCHEMA", "check_claim", "check_grid", "check_workflow_config", "coerce_switches",
-           "grid_argument", "read_grid_files"]
+__all__ = ["EXAMPLES", "SCHEMA", "Workflow", "check_grid", "check_workflow_config", "coerce_switches",
+           "grid_argument", "load_workflow", "read_grid_files"]
 
 # The workflow's schema, beside the package in a checkout (src/ layout); absent from an installed wheel.
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -92,15 +101,34 @@ def _what(err) -> str:
     return err.message.splitlines()[0]
 
 
+def _filling_defaults():
+    """A validator that also sets each absent property's schema default, as Snakemake's ``validate`` does
+    (jsonschema's documented recipe), so a grid read outside Snakemake has the same keys as inside."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    check_properties = base.VALIDATORS["properties"]
+
+    def properties(validator, props, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in props.items():
+                if isinstance(sub, dict) and "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from check_properties(validator, props, instance, schema)
+
+    return jsonschema.validators.extend(base, {"properties": properties})
+
+
 def check_workflow_config(config: dict, schema_path: str | os.PathLike, where: str = "the workflow config") -> None:
     """Raise ConfigError naming the first key of ``config`` that breaks the schema, what is wrong and the fix
-    (in ``where``, the config file, or on the command line)."""
-    import jsonschema
+    (in ``where``, the config file, or on the command line). A valid config gets the schema's defaults for the
+    keys it leaves out (set in place)."""
     import yaml
 
     schema = yaml.safe_load(Path(schema_path).read_text())
-    err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    err = _first_error(schema, config)
     if err is None:
+        _filling_defaults()(schema).validate(config)
         return
     while err.parent is not None and err.parent.validator in ("anyOf", "oneOf"):  # the alternatives, not one
         err = err.parent
@@ -112,6 +140,14 @@ def check_workflow_config(config: dict, schema_path: str | os.PathLike, where: s
     top = path[0] if path else None
     how = f" or give {EXAMPLES[top]}" if top in EXAMPLES else ""
     raise ConfigError(f"{key}: {_what(err)}; fix it in {where}{how}")
+
+
+def _first_error(schema: dict, config: dict):
+    """The schema error jsonschema ranks first (best_match), or None; judged on a copy, so nothing is filled in
+    before the whole config passes."""
+    import jsonschema
+
+    return jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
 
 
 def grid_argument(parser, what: str, required: bool = False) -> None:
@@ -138,40 +174,67 @@ def read_grid_files(paths: Sequence[str | os.PathLike], flag: str = "--grid") ->
     return merged(*parts)
 
 
-def check_grid(config: dict, where: str) -> None:
-    """The schema check of a workflow config read outside Snakemake (`bayesncl summarize --grid`), when the
-    schema is at hand (a checkout); ``bayesncl.grid`` checks the run keys either way."""
+def check_grid(config: dict, where: str, schema: str | os.PathLike = SCHEMA) -> None:
+    """The schema check (and its defaults), when the schema is at hand (a checkout; Snakemake passes its own) and
+    jsonschema installed (the workflow extra); ``bayesncl.grid`` checks the run keys either way."""
     try:
         import jsonschema  # noqa: F401 - the workflow extra's
     except ImportError:
         return
-    if SCHEMA.is_file():
+    if Path(schema).is_file():
         coerce_switches(config)
-        check_workflow_config(config, SCHEMA, where)
+        check_workflow_config(config, schema, where)
 
 
-# A declared claim's values by type (bayesncl.report.claims.parse_claims checks what they name).
-_CLAIM_TEXT = ("metric", "relation", "left", "right", "set")
+@dataclass
+class Workflow:
+    """A workflow config as ``load_workflow`` read it: the config (merged, checked, its defaults set), the files
+    it came from (a grid and its overlays, in order; none when handed over as JSON), its runs (bayesncl.grid
+    Run by run id) and its declared claims (bayesncl.report.claims Claim objects)."""
+
+    config: dict
+    files: list[str] = field(default_factory=list)
+    runs: dict = field(default_factory=dict)
+    claims: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the grid should hear (GridWarning), once each
 
 
-def check_claim(entry, at: str) -> None:
-    """Raise ConfigError for a claim entry (`claims[i]` of the workflow config) whose value has the wrong type:
-    a name that is not text (a list or a mapping), a tolerance that is not a finite positive number, a
-    `relative` that is not true or false. Entries that are not mappings are left to parse_claims."""
-    import math
+def load_workflow(files: Sequence[str | os.PathLike] = (), config: dict | None = None, *,
+                  plugin_dirs: Sequence[str | os.PathLike] | None = None, where: str | None = None,
+                  overrides: dict | None = None, schema: str | os.PathLike = SCHEMA,
+                  export: bool = True) -> Workflow:
+    """Read a workflow config as Snakemake reads it, the one way every reader of a grid takes.
 
-    if not isinstance(entry, dict):
-        return
-    for key in _CLAIM_TEXT:
-        if key in entry and not isinstance(entry[key], str):
-            raise ConfigError(f"{at}.{key}: {_short(entry[key])} is not a name; give it as text, e.g. "
-                              f"{key}: {'sc' if key == 'metric' else '>' if key == 'relation' else 'NCL'}")
-    if "id" in entry and (isinstance(entry["id"], bool) or not isinstance(entry["id"], (str, int))):
-        raise ConfigError(f"{at}.id: {_short(entry['id'])} is not a name; give it as text, e.g. id: D1")
-    if "tolerance" in entry:
-        tol = entry["tolerance"]
-        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol <= 0:
-            raise ConfigError(f"{at}.tolerance: {_short(tol)} is not a finite positive number; give the margin in "
-                              "the metric's unit (or a fraction of the right side with relative: true), e.g. 1.0")
-    if "relative" in entry and not isinstance(entry["relative"], bool):
-        raise ConfigError(f"{at}.relative: {_short(entry['relative'])} is not true or false")
+    ``files``: the grid and its overlays (`--grid A B`), merged in order; or ``config``, a config already merged
+    (Snakemake's own, changed in place as Snakemake's `validate` changes it; or the JSON a workflow job is
+    handed). ``overrides`` are laid over it last, as `snakemake --config KEY=VALUE`. Plugins are looked for in
+    ``plugin_dirs`` (default: the files' folders) and, with ``export``, named in the environment so every job
+    this process starts imports them. Any problem is one ConfigError naming ``where`` (default: the files) and
+    the key."""
+    import warnings
+
+    from .grid import GridWarning, expand_grid, merged, smoke_results, variant_names
+    from .plugins import export_env, load_grid
+    from .report.claims import parse_claims
+
+    files = [str(f) for f in files]
+    where = where or (f"--grid {' '.join(files)}" if files else "the workflow config")
+    if config is None:
+        config = read_grid_files(files)
+    if overrides:
+        config.update(merged(config, overrides))
+    dirs = [str(d) for d in (plugin_dirs if plugin_dirs is not None else
+                             dict.fromkeys(os.path.dirname(os.path.abspath(f)) for f in files))]
+    coerce_switches(config)  # `--config smoke=true` arrives as a string
+    load_grid(config, dirs)  # a plugin that fails is named as the grid's (plugins:)
+    if export:
+        export_env(config.get("plugins") or [], dirs)
+    check_grid(config, where, schema)
+    if config.get("smoke"):  # every job shrunk, written beside the real results (bayesncl.grid.SMOKE)
+        config["results"] = smoke_results(config["results"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GridWarning)  # said once, as the Workflow's notes
+        runs = expand_grid(config)
+    claims = parse_claims(config.get("claims") or [], variant_names(config))
+    notes = list(dict.fromkeys(n for run in runs.values() for n in run.notes))
+    return Workflow(config, files, runs, claims, notes)

@@ -13,19 +13,16 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from snakemake.utils import validate
-
 from bayesncl import forkserver
 
 from bayesncl.errors import BayesNCLError, ConfigError
-from bayesncl.grid import evaluation_sections, expand_grid, job_trigger, smoke_results, variant_names
-from bayesncl.plugins import export_env, load_grid
+from bayesncl.grid import evaluation_sections, job_trigger
 from bayesncl.registry import DATASETS
 from bayesncl.report import names as report_names
 from bayesncl.report.atlas import atlas_runs
 from bayesncl.report.document import PDFLATEX_HINT, report_pages
 from bayesncl.time_requests import STOP_MARGIN_S, trains
-from bayesncl.wfconfig import check_workflow_config, coerce_switches
+from bayesncl.wfconfig import load_workflow
 
 
 def from_common(*names):
@@ -42,40 +39,23 @@ def config_error(e):
     sys.exit(2)
 
 
-coerce_switches(config)  # `--config smoke=true` arrives as a string
-# Plugins (docs/EXTENDING.md): modules beside the workflow config, imported here and, through the environment, by
-# every job (bayesncl.plugins).
-PLUGIN_PATH = [os.path.dirname(os.path.abspath(f)) for f in workflow.configfiles]
+# The grid read as every command reads it (bayesncl.wfconfig.load_workflow): the switches' spellings, its plugins
+# (docs/EXTENDING.md: modules beside the workflow config, imported here and, through the environment, by every job),
+# the schema in one line and its defaults set, a smoke run's results folder (`--config smoke=true`: every job shrunk,
+# bayesncl.grid.SMOKE, into <results>-smoke), the runs and the declared claims. `config` is changed in place, so the
+# rules (summarize is handed it) read the same.
 try:
-    load_grid(config, PLUGIN_PATH)
-    export_env(config.get("plugins") or [], PLUGIN_PATH)
+    WF = load_workflow(workflow.configfiles, config,
+                       plugin_dirs=[os.path.dirname(os.path.abspath(f)) for f in workflow.configfiles],
+                       where=" or ".join(map(str, workflow.overwrite_configfiles or [])) or "the workflow config",
+                       schema=workflow.source_path("../schemas/config.schema.yaml"))
 except BayesNCLError as e:
     config_error(e)
-try:  # the schema, reported in one line (Snakemake's validate would print the schema)
-    check_workflow_config(config, workflow.source_path("../schemas/config.schema.yaml"),
-                          " or ".join(map(str, workflow.overwrite_configfiles or [])) or "the workflow config")
-except ConfigError as e:
-    config_error(e)
-validate(config, workflow.source_path("../schemas/config.schema.yaml"))  # passes now; sets the defaults
-# The smoke switch (`--config smoke=true`): every job of the grid shrunk (bayesncl.grid.SMOKE) into
-# <results>-smoke, its tables marked as a smoke run. Rewritten here, so summarize (given `config`) agrees.
+for note in WF.notes:
+    print(f"warning: {note}", file=sys.stderr)
 SMOKE = bool(config.get("smoke"))
-if SMOKE:
-    config["results"] = smoke_results(config["results"])
-try:
-    RUNS = expand_grid(config)
-    for note in (n for run in RUNS.values() for n in run.notes):
-        print(f"warning: {note}", file=sys.stderr)
-    EVAL_SECTIONS = {rid: evaluation_sections(run) for rid, run in RUNS.items()}
-except ConfigError as e:
-    config_error(e)
-
-try:  # the workflow config's own claims (report/claims.py), checked before any job
-    from bayesncl.report.claims import parse_claims
-
-    parse_claims(config.get("claims") or [], variant_names(config))  # the grid's variants and imported names
-except ConfigError as e:
-    config_error(e)
+RUNS = WF.runs
+EVAL_SECTIONS = {rid: evaluation_sections(run) for rid, run in RUNS.items()}
 
 RESULTS = config["results"]
 # The runs of imported weights (the workflow config's `imported:`; bayesncl.grid.imported_runs): rules/imported.smk

@@ -387,6 +387,38 @@ def register_claim(claim: "Claim | dict") -> "Claim":
     return claim
 
 
+# A declared claim's values by type (parse_claims checks what they name).
+_CLAIM_TEXT = ("metric", "relation", "left", "right", "set")
+
+
+def check_claim(entry, at: str) -> None:
+    """Raise ConfigError for a claim entry (`claims[i]` of the workflow config) whose value has the wrong type:
+    a name that is not text (a list or a mapping), a tolerance that is not a finite positive number, a
+    `relative` that is not true or false. Entries that are not mappings are left to parse_claims."""
+    from ..errors import ConfigError
+
+    if not isinstance(entry, dict):
+        return
+    for key in _CLAIM_TEXT:
+        if key in entry and not isinstance(entry[key], str):
+            raise ConfigError(f"{at}.{key}: {_shown(entry[key])} is not a name; give it as text, e.g. "
+                              f"{key}: {'sc' if key == 'metric' else '>' if key == 'relation' else 'NCL'}")
+    if "id" in entry and (isinstance(entry["id"], bool) or not isinstance(entry["id"], (str, int))):
+        raise ConfigError(f"{at}.id: {_shown(entry['id'])} is not a name; give it as text, e.g. id: D1")
+    if "tolerance" in entry:
+        tol = entry["tolerance"]
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol <= 0:
+            raise ConfigError(f"{at}.tolerance: {_shown(tol)} is not a finite positive number; give the margin in "
+                              "the metric's unit (or a fraction of the right side with relative: true), e.g. 1.0")
+    if "relative" in entry and not isinstance(entry["relative"], bool):
+        raise ConfigError(f"{at}.relative: {_shown(entry['relative'])} is not true or false")
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
     """The workflow config's `claims` list as Claim objects; a bad entry is one ConfigError naming it."""
     from ..errors import ConfigError
@@ -396,8 +428,7 @@ def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
         raise ConfigError(f"{where}: expected a list of claims (metric, left, right, relation), got {decls!r}")
     out, ids = [], set()
     for i, d in enumerate(decls):
-        from ..wfconfig import check_claim  # each value's type first: one line, never a TypeError (issue 47)
-        check_claim(d, f"{where}[{i}]")
+        check_claim(d, f"{where}[{i}]")  # each value's type first: one line, never a TypeError
         at = f"{where}[{i}]"
         if not isinstance(d, dict):
             raise ConfigError(f"{at}: expected a mapping with metric, left, right and relation, got {d!r}")
