@@ -117,6 +117,10 @@ def test_before_any_job_finished_a_job_asks_the_prior_times_its_expected_time(ru
     # one floor a submission: sections that need seconds ask FLOOR_MIN together, not each
     quick = T.run_requests(run, {"pretrain": 60.0, "features": 5.0, "retrieval": 5.0}, T.Learned())
     assert sum(quick.evaluation.values()) == T.FLOOR_MIN
+    # whole minutes of the submission's 30 s start and the jobs' needs: 30 + 1.5 x 20 s is one minute, 30 + 1.5 x
+    # 100 s three
+    exact = T.run_requests(run, {"pretrain": 20.0, "features": 100.0}, T.Learned())
+    assert (exact.work, exact.evaluation) == (1, {"features": 3})
 
 
 def test_a_run_that_does_not_train_asks_only_inside_its_evaluation_submission(runs):
@@ -127,6 +131,9 @@ def test_a_run_that_does_not_train_asks_only_inside_its_evaluation_submission(ru
     total = math.ceil((T.SUBMISSION_START_S + T.PRIOR * (60.0 + sum(SECTIONS.values()))) / 60)
     assert sum(asked.evaluation.values()) == total and asked.job("pretrain") == asked.evaluation["pretrain"]
     assert T.kind(twin, "pretrain") == (T.INIT, "cifar100", "resnet18")
+    assert T.kind(twin, "features") == ("features", "cifar100", "resnet18")  # evaluated as a trained run is
+    assert T.kind(runs[rid(runs, "cifar100", 0)], "pretrain") == ("pretrain", "cifar100", "resnet18") != T.kind(
+        twin, "pretrain")
 
 
 def test_a_submission_is_made_of_what_is_still_to_do(runs):

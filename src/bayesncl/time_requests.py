@@ -118,8 +118,9 @@ class Asked:
         return min(asked, self.limit) if self.limit else asked
 
     def job(self, name: str, attempt: int = 1) -> int:
-        return self.pretrain(attempt) if name == PRETRAIN and self.work is not None else attempt * self.evaluation[
-            name]
+        if name == PRETRAIN and self.work is not None:
+            return self.pretrain(attempt)
+        return attempt * self.evaluation[name]
 
 
 def run_requests(run, expected: dict[str, float], learned: Learned, *, todo: set[str] | None = None,
