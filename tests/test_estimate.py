@@ -465,6 +465,35 @@ def test_the_paper_grid_asks_for_at_most_twice_its_work(paper):
     assert t.allocations == 108 and paper.graphs == {"eager": "eager"}
 
 
+def test_the_estimate_learns_from_the_grid_s_finished_jobs(tmp_path, capsys):
+    """With one of two NCL runs trained in a minute (its benchmark record under the grid's results folder), both
+    ask for minutes of pretraining (plus the stop margin), not the prior's 137 each; the table says from what."""
+    from bayesncl.rundir import record_config
+    from helpers.report import write_benchmark
+
+    grid = {**GRID, "seeds": [0, 1], "results": str(tmp_path), "sets": {"figure3": {"variants": ["NCL"]}}}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    one = {"info": {"gpu": "test GPU"}, "steps": {"throughput": {"status": "ok", "result": {
+        "ncl": {"img_per_s": 1000.0, "gflops_fwd_per_view": flops("ncl") / 1e9}}}}}
+    (tmp_path / "gpu_check.json").write_text(json.dumps(one))
+    argv = ["estimate", "--grid", str(path), "--measured", str(tmp_path / "gpu_check.json")]
+
+    def requested():
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        return read_estimate(out)[1]["all"]["requested"], out.splitlines()[-1]
+
+    assert requested() == (round(2 * 137 / 60 + 2 * 6 / 60, 1), f"learned from: no finished job of the grid "
+                                                                f"({tmp_path / 'benchmarks'})")
+    run_id = next(rid for rid in expand_grid(grid) if rid.endswith("seed~0"))
+    record_config(tmp_path / "runs" / run_id, expand_grid(grid)[run_id].config)
+    write_benchmark(tmp_path / "benchmarks", f"pretrain/{run_id}.tsv", 60.0, 800.0, 1, "pretrain")
+    asked, said = requested()
+    assert asked == round(2 * (3 + 10) / 60 + 2 * 6 / 60, 1) and said == (
+        f"learned from: 1 finished job of the grid, 1 kind (rule, dataset, architecture) ({tmp_path / 'benchmarks'})")
+
+
 def test_imported_weights_are_never_trained(rates):
     """A run of imported weights (the workflow config's `imported:`) costs no pretraining and asks for none."""
     import dataclasses
