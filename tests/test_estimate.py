@@ -128,7 +128,8 @@ def test_the_paper_grid_as_docs_cluster_and_the_profile_print_it(capsys, tmp_pat
         r"is (\d+ \+ \d+ \+ \d+ = \d+) submissions": f"{t.allocations} + {evals} + {est.atlas} = "
                                                           f"{t.submissions - est.prepare}",
         r"the (\d+) that `bayesncl estimate` counts": t.submissions,
-        r"up to (\d+) minutes before any job": max(ev.values()), r"CIFAR run: (\d+ to \d+)": f"{cifar[0]} to {cifar[-1]}",
+        r"up to (\d+) minutes before any job": max(ev.values()),
+        r"CIFAR run: (\d+ to \d+)": f"{cifar[0]} to {cifar[-1]}",
         r"margin: (\d+ to \d+) minutes on the paper grid": f"{pre[0]} to {pre[-1]}",
         r"each asks ([\d.]+) x its expected time": f"{E.PRIOR:g}",
     }.items():

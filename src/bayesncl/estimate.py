@@ -57,7 +57,8 @@ FORWARD_SHARE = 1 / 6  # one forward view against a training image (two views, f
 # CPU_SECTION_S for a CPU section (at the paper grid's sizes at most 3.5 s on one thread, retrieval with its curve on
 # a CIFAR test split: benchmarks/bench_metrics.py). PRETRAIN_START_S: a pretraining job's data, model and checkpoint
 # loaded before its first step (all a run of train.epochs 0 does, saving its initialisation).
-# The sections priced so; a plugin's section is expected to take, and asks for, the runtime it declares.
+# The sections priced so; a plugin's section is expected to take the runtime it declares (bayesncl.time_requests
+# asks for that, not PRIOR times it, until such sections have finished).
 PRICED = ("features", "interpretability", "retrieval", "linear_probe", "background_probe", "dynamics", "cost")
 SECTION_START_S = 20.0
 CPU_SECTION_S = 10.0
@@ -155,7 +156,7 @@ class Row:
     runs: int = 0
     pretrain_h: float = 0.0
     eval_h: float = 0.0            # GPU work of the evaluation submissions
-    eval_held_h: float = 0.0       # expected time they hold their GPU (GPU work, CPU sections, start-up)
+    eval_held_h: float = 0.0       # expected time they hold their GPU (work, CPU sections, start-up, twins' init)
     pretrain_request_h: float = 0.0  # what the pretraining submissions ask for (time requests, each allocation)
     eval_request_h: float = 0.0    # what the evaluation submissions ask for
     submissions: int = 0
@@ -217,9 +218,9 @@ def run_cost(run, rates: dict, sizes: dict[str, int] | None = None,
     "expected", "declared", "graph", "prepared"}: GPU-hours of pretraining and of the evaluation's GPU work, the hours
     its evaluation submission is expected to hold its GPU, each section's (expected seconds, GPU work seconds), each
     job's expected seconds (pretrain, none for imported weights, then the sections: what bayesncl.time_requests
-    asks for), the sections whose
-    expected seconds are the runtime they declare (a plugin's), the mode it was priced at and the prepared copy its
-    data needs (None: none). `flops_cache` (shared across runs) keeps each distinct model's counted FLOPs."""
+    asks for), the sections whose expected seconds are the runtime they declare (a plugin's), the mode it was
+    priced at and the prepared copy its data needs (None: none). `flops_cache` (shared across runs) keeps each
+    distinct model's counted FLOPs."""
     from .config import crop_size
     from .registry import DATASETS, method_traits
 
