@@ -187,6 +187,8 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     grid.write_text(yaml.safe_dump(GRID))
     for argv, words in ((["--gpu", "a100"], "no gpu_check measurement"), ([], "--gpu: name the GPU"),
                         (["--gpu", "h200", "--time-limit", "0"], "--time-limit"),
+                        (["--gpu", "h200", "--stop-margin", "-1"], "--stop-margin: -1.0 is not a number of seconds"),
+                        (["--gpu", "h200", "--stop-margin", "nan"], "--stop-margin: nan"),
                         (["--gpu", "h200", "--images", "x=-1"], "--images x=-1")):
         assert main(["estimate", "--grid", str(grid), *argv]) == 2
         err = capsys.readouterr().err

@@ -114,6 +114,10 @@ def test_before_any_job_finished_a_job_asks_the_prior_times_its_expected_time(ru
     # the partition's limit caps a request; a run needing more trains in further allocations, each until its margin
     capped = T.run_requests(run, price(run)["expected"], T.Learned(), time_limit_min=60)
     assert capped.pretrain() == 60 and capped.allocations == math.ceil(PRETRAIN_S / 60 / 50)
+    # a limit no longer than the margin: the job runs to the limit (allocation.py does not stop it early)
+    for limit in (10, 9):
+        short = T.run_requests(run, price(run)["expected"], T.Learned(), time_limit_min=limit)
+        assert short.allocations == math.ceil(PRETRAIN_S / 60 / limit) and short.pretrain() == limit
     # one floor a submission: sections that need seconds ask FLOOR_MIN together, not each
     quick = T.run_requests(run, {"pretrain": 60.0, "features": 5.0, "retrieval": 5.0}, T.Learned())
     assert sum(quick.evaluation.values()) == T.FLOOR_MIN
@@ -146,6 +150,9 @@ def test_a_submission_is_made_of_what_is_still_to_do(runs):
     total = max(T.FLOOR_MIN, math.ceil((T.SUBMISSION_START_S + sum(need)) / 60))
     assert [asked.evaluation[k] for k in ("retrieval", "linear_probe")] == T.shares(total, need)
     assert asked.evaluation["features"] == max(T.FLOOR_MIN, math.ceil((T.SUBMISSION_START_S + T.PRIOR * 21.7) / 60))
+    rerun = T.run_requests(run, price(run)["expected"], T.Learned(), todo=set())  # every output there: each alone
+    assert rerun.evaluation == {k: max(T.FLOOR_MIN, math.ceil((T.SUBMISSION_START_S + T.PRIOR * v) / 60))
+                                for k, v in SECTIONS.items()} and rerun.evaluation["linear_probe"] == 4
 
 
 def test_after_jobs_of_a_kind_took_a_minute_the_next_asks_for_a_few_minutes(tmp_path, runs):
@@ -167,6 +174,12 @@ def test_after_jobs_of_a_kind_took_a_minute_the_next_asks_for_a_few_minutes(tmp_
     assert plan.asked(other) == prior and prior.work == 127 and sum(prior.evaluation.values()) == 6
     twin = rid(runs, "cifar100", 2, trained=False)
     assert plan.asked(twin) == T.run_requests(runs[twin], price(runs[twin])["expected"], T.Learned())
+    # a finished run asked again: the workflow's planner (remaining) finds nothing to do, so each job it is asked
+    # about asks alone; the estimate's prices every job in one submission
+    done = rid(runs, "cifar10", 0)
+    assert plan.asked(done).evaluation == dict.fromkeys(SECTIONS, T.FLOOR_MIN)
+    whole = T.Planner(runs, price, tmp_path).asked(done)
+    assert sum(whole.evaluation.values()) == T.FLOOR_MIN and whole == asked
 
 
 def test_what_the_finished_jobs_do_not_tell(tmp_path, runs):
@@ -184,10 +197,25 @@ def test_what_the_finished_jobs_do_not_tell(tmp_path, runs):
     write_benchmark(tmp_path / "benchmarks", "pretrain/cifar10/ncl/seed~9.tsv", 60.0, 1.0, 1, "pretrain")
     half = tmp_path / "benchmarks" / "features" / f"{c}.tsv"
     half.write_text("s\th:m:s\n")  # its header only, so far
+    (tmp_path / "benchmarks" / "aaa").mkdir()
+    (tmp_path / "benchmarks" / "aaa" / "gone.tsv").symlink_to(tmp_path / "nowhere.tsv")  # removed while read
     learned = T.Planner(runs, price, tmp_path).learned()
     assert learned.ratios[T.kind(runs[a], "pretrain")] == [4000.0 / PRETRAIN_S]
     assert T.kind(runs[a], "retrieval") not in learned.ratios
     assert learned.ratios[T.kind(runs[a], "features")] == [15.0 / SECTIONS["features"]] and learned.jobs == 4
+    # the third run: a log without epoch times (its benchmark counts), a section that took no measurable time (0.00
+    # s, not counted), one that took half a second (counted), a log that names a restored section only later on,
+    # and one with bytes that are not UTF-8
+    finish(tmp_path, runs, c, 60.0, sections=0.5)
+    (tmp_path / "runs" / c / "log.jsonl").write_text(json.dumps({"epoch": 0, "loss": 1.0}) + "\n")
+    write_benchmark(tmp_path / "benchmarks", f"features/{c}.tsv", 0.0, 500.0, 1, "features")
+    (tmp_path / "runs" / c / "eval" / "retrieval.log").write_text(f"retrieval: done\nnot {T.RESTORED} 1\n")
+    (tmp_path / "runs" / c / "eval" / "interpretability.log").write_bytes(b"interpretability: \xff\n")
+    learned = T.Planner(runs, price, tmp_path).learned()
+    assert learned.ratios[T.kind(runs[a], "pretrain")] == [4000.0 / PRETRAIN_S, 60.0 / PRETRAIN_S]
+    assert learned.ratios[T.kind(runs[a], "features")] == [15.0 / SECTIONS["features"]]  # not the 0.00 s
+    assert learned.ratios[T.kind(runs[a], "retrieval")] == [0.5 / SECTIONS["retrieval"]]
+    assert learned.ratios[T.kind(runs[a], "interpretability")] == [15.0 / 30.0, 0.5 / 30.0]
 
 
 def test_a_decision_holds_for_a_submission_and_a_retry_asks_attempt_times_the_first(tmp_path, runs):
@@ -204,6 +232,8 @@ def test_a_decision_holds_for_a_submission_and_a_retry_asks_attempt_times_the_fi
     now[0] = T.HOLD_S
     learned = plan.asked(target)
     assert learned.work < first.work and sum(learned.evaluation.values()) < sum(first.evaluation.values())
+    now[0] = 1.5 * T.HOLD_S
+    assert plan.asked(target) is learned  # held again from its own decision
     finish(tmp_path, runs, rid(runs, "cifar10", 1), 600.0)
     now[0] = 3 * T.HOLD_S
     assert plan.minutes(target, "pretrain", 2) == 2 * learned.work + 10
