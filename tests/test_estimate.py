@@ -272,6 +272,16 @@ def test_the_table_and_the_submissions_line_read_back(rates):
     assert m and m[2] is None
     m = re.fullmatch(pattern, read_estimate(render(dataclasses.replace(est, time_limit_min=90.5)))[2][0])
     assert m and m[2] == "90.5"
+    # the requests against the work they are for: pretraining's, and the evaluation's held hours and GPU work
+    t = est.total()
+    assert after[-2] == (f"requested against expected: pretraining {t.pretrain_request_h:.1f} for {t.pretrain_h:.1f} "
+                         f"({t.pretrain_request_h / t.pretrain_h:.2f}x), evaluation {t.eval_request_h:.1f} for "
+                         f"{t.eval_held_h:.1f} held ({t.eval_request_h / t.eval_held_h:.2f}x; "
+                         f"{t.eval_request_h / t.eval_h:.2f}x its GPU work)")
+    assert after[-1] == "learned from: no finished job of the grid"  # no results folder given
+    nothing = read_estimate(render(dataclasses.replace(est, rows={})))[2][-2]  # nothing to divide by
+    assert nothing == "requested against expected: pretraining 0.0 for 0.0 (-), evaluation 0.0 for 0.0 held (-; - " \
+                      "its GPU work)"
 
 
 def test_the_background_probe_and_a_given_dataset_size(rates):
@@ -492,9 +502,26 @@ def test_the_estimate_learns_from_the_grid_s_finished_jobs(tmp_path, capsys):
     run_id = next(rid for rid in expand_grid(grid) if rid.endswith("seed~0"))
     record_config(tmp_path / "runs" / run_id, expand_grid(grid)[run_id].config)
     write_benchmark(tmp_path / "benchmarks", f"pretrain/{run_id}.tsv", 60.0, 800.0, 1, "pretrain")
+    (tmp_path / "runs" / run_id / "model.pt").write_text("x")  # its outputs there: the estimate prices them still
+    (tmp_path / "runs" / run_id / "eval").mkdir()
+    for name in ("features", "interpretability", "retrieval", "linear_probe"):
+        (tmp_path / "runs" / run_id / "eval" / f"{name}.json").write_text("{}")
     asked, said = requested()
     assert asked == round(2 * (3 + 10) / 60 + 2 * 6 / 60, 1) and said == (
         f"learned from: 1 finished job of the grid, 1 kind (rule, dataset, architecture) ({tmp_path / 'benchmarks'})")
+
+
+def test_the_built_in_sections_are_priced_not_taken_at_their_declared_runtime(rates):
+    """Every section of the package is priced (its start-up and GPU work, or the CPU allowance), not taken at the
+    runtime it declares for a job run alone (cost declares 15 minutes): Table 7's cost and Table 3's dynamics as
+    CPU sections."""
+    grid = {**GRID, "sets": {"table7": {"variants": ["NCL"]}, "table3": {"variants": ["NCL"], "dynamics_every": 10}}}
+    (run,) = expand_grid(grid).values()
+    cost = E.run_cost(run, rates)
+    assert {"cost", "dynamics"} <= set(cost["sections"]) and cost["declared"] == ()
+    for name in ("cost", "dynamics", "interpretability", "retrieval"):
+        assert cost["sections"][name] == (E.SECTION_START_S + E.CPU_SECTION_S, 0.0) and SECTIONS[name].runtime * 60 \
+            != cost["expected"][name], name
 
 
 def test_imported_weights_are_never_trained(rates):

@@ -207,7 +207,8 @@ def test_what_the_finished_jobs_do_not_tell(tmp_path, runs):
     # s, not counted), one that took half a second (counted), a log that names a restored section only later on,
     # and one with bytes that are not UTF-8
     finish(tmp_path, runs, c, 60.0, sections=0.5)
-    (tmp_path / "runs" / c / "log.jsonl").write_text(json.dumps({"epoch": 0, "loss": 1.0}) + "\n")
+    (tmp_path / "runs" / c / "log.jsonl").write_text("".join(json.dumps({"epoch": e, "loss": 1.0}) + "\n"
+                                                             for e in range(100)))
     write_benchmark(tmp_path / "benchmarks", f"features/{c}.tsv", 0.0, 500.0, 1, "features")
     (tmp_path / "runs" / c / "eval" / "retrieval.log").write_text(f"retrieval: done\nnot {T.RESTORED} 1\n")
     (tmp_path / "runs" / c / "eval" / "interpretability.log").write_bytes(b"interpretability: \xff\n")
