@@ -509,6 +509,11 @@ def test_the_estimate_learns_from_the_grid_s_finished_jobs(tmp_path, capsys):
     asked, said = requested()
     assert asked == round(2 * (3 + 10) / 60 + 2 * 6 / 60, 1) and said == (
         f"learned from: 1 finished job of the grid, 1 kind (rule, dataset, architecture) ({tmp_path / 'benchmarks'})")
+    argv += ["--stop-margin", "0"]  # no stop margin; the finished jobs looked for elsewhere
+    assert requested()[0] == round(2 * 3 / 60 + 2 * 6 / 60, 1)
+    argv += ["--results", str(tmp_path / "elsewhere")]
+    assert requested() == (round(2 * 127 / 60 + 2 * 6 / 60, 1), f"learned from: no finished job of the grid "
+                                                                f"({tmp_path / 'elsewhere' / 'benchmarks'})")
 
 
 def test_the_built_in_sections_are_priced_not_taken_at_their_declared_runtime(rates):

@@ -267,7 +267,7 @@ def cmd_estimate(args) -> int:
     grid = _read_grid(args.grid, overrides={"smoke": True} if args.smoke else None).config
     rates = measured_rates(args.gpu, args.measured)
     margin = STOP_MARGIN_S if args.stop_margin is None else args.stop_margin
-    results = args.results or grid.get("results") or "results"  # a smoke run's: its own folder (load_workflow)
+    results = args.results or grid["results"]  # the schema's default; a smoke run's own folder (load_workflow)
     est = estimate(grid, rates, time_limit_min=args.time_limit, sizes=sizes, margin_s=margin, results=results,
                    progress=sys.stderr.isatty())
     print(render(est), end="")
