@@ -21,8 +21,10 @@ LAYERS = [
     ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner", "bayesncl.evaluation.context"],
     ["bayesncl.grid", "bayesncl.preflight", "bayesncl.stale", "bayesncl.status"],
     # estimate: the atlas submissions (report.atlas); wfconfig: a grid's declared claims parsed (report.claims);
-    # catalog: `bayesncl list`, every registry, the claims among them
-    ["bayesncl.report", "bayesncl.estimate", "bayesncl.plan", "bayesncl.wfconfig", "bayesncl.catalog"],
+    # catalog: `bayesncl list`, every registry, the claims among them; time_requests: the finished jobs
+    # (report.jobs) it learns from
+    ["bayesncl.report", "bayesncl.estimate", "bayesncl.plan", "bayesncl.wfconfig", "bayesncl.catalog",
+     "bayesncl.time_requests"],
     ["bayesncl.commands"],  # each command's handler
     ["bayesncl.cli"],  # the parser, main and the `bayesncl` script's entry (routes a command through the fork server)
     ["bayesncl.__main__", "bayesncl.forkserver.__main__"],  # `python -m bayesncl`; a fork server's process

@@ -51,6 +51,14 @@ def test_paper_dag_builds_without_data(tmp_path):
     assert counts["background_probe"] == 12 and counts["dynamics"] == 6 and counts["cost"] == 18
     assert "evaluate" not in counts
     assert counts["summarize"] == 1 and counts["report"] == 1
+    # docs/CLUSTER.md says so
+    sections = ("features", "interpretability", "linear_probe", "retrieval", "cost", "background_probe", "dynamics")
+    intro = " ".join((ROOT / "docs" / "CLUSTER.md").read_text().split())
+    assert (f"lists its {runs} pretraining jobs ({runs - twins} that train: CIFAR-10 15, CIFAR-100 60, ImageNet-100 "
+            f"33; {twins} untrained twins that only save their initialisation) and their "
+            f"{sum(counts[s] for s in sections)} evaluation jobs ({counts['features']} each of `features`, "
+            f"`interpretability`, `linear_probe`; {counts['retrieval']} `retrieval`; {counts['cost']} `cost`; "
+            f"{counts['background_probe']} `background_probe`; {counts['dynamics']} `dynamics`)") in intro
 
 
 def test_demo_dag_trains_each_config_once(tmp_path):
@@ -122,28 +130,32 @@ def plan(*args, cwd=ROOT):
 
 
 def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
-    """`snakemake --profile slurm all` as the README types it (dry run): per run one pretraining job and one
-    evaluation submission (group eval_<run>) holding all its sections, run in series on one GPU node."""
+    """`snakemake --profile slurm all` as the README types it (dry run): per run that trains one pretraining job,
+    per run one evaluation submission (group eval_<run>) holding all its sections, run in series on one GPU node,
+    and an untrained twin's initialisation (it asks for no pretraining submission of its own). Every job asks what
+    bayesncl.time_requests decides, and the dry run's requests add up to `bayesncl estimate`'s, to the minute."""
     import yaml
 
-    from bayesncl.estimate import measured_rates, requests, run_cost
+    from bayesncl.estimate import estimate, measured_rates, planner
     from bayesncl.grid import evaluation_sections, expand_grid
 
     out, groups = plan("--profile", "slurm", "all", "--config", f"results={tmp_path}")
-    runs = expand_grid(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
+    grid = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    runs = expand_grid(grid)
+    trained = {rid for rid, run in runs.items() if run.config["train"]["epochs"]}
     profile = yaml.safe_load((ROOT / "slurm" / "config.yaml").read_text())["set-resources"]["pretrain"]
-    rates, flops = measured_rates("h200"), {}
-    # each job's time request is the estimate's (3 x expected, at least 3 minutes), pretraining's at most the limit
-    asks = {rid: requests(run_cost(run, rates, None, flops), 1, profile["time_limit"], profile["stop_margin_s"])
-            for rid, run in runs.items()}
+    rates, limits = measured_rates("h200"), dict(time_limit_min=profile["time_limit"],
+                                                 margin_s=profile["stop_margin_s"])
+    grid_plan = planner(runs, rates, tmp_path, **limits)
+    asks = {rid: grid_plan.asked(rid) for rid in runs}
     top = re.findall(r"^rule (\w+):\n(?:    .*\n)*?    resources: (.*)$", out, re.M)  # not in a group
     local = LOCAL
     submitted = [rule for rule, _ in top if rule not in local] + [f"group {g}" for g in groups]
     assert len(groups) == len(runs) and {f"eval_{rid}" for rid in runs} == set(groups)
     # once per ImageNet-100 root, before its runs: the prepared copy (rules/prepare.smk)
     assert sorted(rule for rule, _ in top if rule not in local) == (["atlas"] * 3 + ["prepare_data"]
-                                                                    + ["pretrain"] * len(runs))
-    assert len(submitted) == 2 * len(runs) + 3 + 1  # 220: at most 2 per run, the 3 atlases, one prepared copy
+                                                                    + ["pretrain"] * len(trained))
+    assert len(submitted) == len(trained) + len(runs) + 3 + 1 == 108 + 192 + 4
     assert out.count("Group job eval_") == len(runs)
     for rule, res in top:
         fields = dict(kv.split("=", 1) for kv in res.split(", "))
@@ -154,22 +166,25 @@ def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
     for gid, g in groups.items():
         rid = gid[len("eval_"):]
         members, asked = g["members"], g["asked"]
-        assert sorted(members) == sorted(evaluation_sections(runs[rid])), gid
-        # each member takes the one `serial` slot of its submission: none runs beside another
-        assert {r: m.get("serial") for r, m in members.items()} == dict.fromkeys(members, 1), gid
+        init = [] if rid in trained else ["pretrain"]
+        assert sorted(members) == sorted(evaluation_sections(runs[rid]) + init), gid
+        # each section takes the one `serial` slot of its submission: none runs beside another
+        assert {r: m.get("serial") for r, m in members.items() if r != "pretrain"} == dict.fromkeys(
+            set(members) - {"pretrain"}, 1), gid
         # one partition (a group must name one); one GPU, not one per GPU section: members run in series
         assert {m["slurm_partition"] for m in members.values()} == {"gpu"} == {asked["slurm_partition"]}
         for key in ("gpu", "cpus_per_task", "mem_mb"):
-            assert asked[key] == max(m[key] for m in members.values()), (gid, key)
+            assert asked[key] == max(m.get(key, 0) for m in members.values()), (gid, key)
+        # the submission asks for the sum of its jobs' shares: one request, one floor
         assert asked["gpu"] == 1 and asked["runtime"] == sum(m["runtime"] for m in members.values()), gid
-        assert {r: m["runtime"] for r, m in members.items()} == {r: asks[rid][r] for r in members}, gid
-        # the paper protocol and Waterbirds run the network
-        assert {r for r, m in members.items() if m["gpu"]} == {"features", "linear_probe"} | (
+        assert {r: m["runtime"] for r, m in members.items()} == {r: asks[rid].job(r) for r in members}, gid
+        # the paper protocol and Waterbirds run the network, and a twin's initialisation
+        assert {r for r, m in members.items() if m["gpu"]} == {"features", "linear_probe", *init} | (
             {"background_probe"} & set(members)), gid
     longest = max(g["asked"]["runtime"] for g in groups.values())
     assert f"up to {longest} minutes" in (ROOT / "slurm" / "config.yaml").read_text()  # what the profile says
-    # Pretraining asks for its estimated time (capped by the profile's limit) and the profile's CPUs per GPU
-    pretrain_asks = sorted(a["pretrain"] for a in asks.values())
+    # Pretraining asks for its time (capped by the profile's limit) and the profile's CPUs per GPU
+    pretrain_asks = sorted(asks[rid].pretrain() for rid in trained)
     assert f"{pretrain_asks[0]} to {pretrain_asks[-1]} minutes on the paper grid" in (
         ROOT / "slurm" / "config.yaml").read_text()
     seen = []
@@ -182,6 +197,11 @@ def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
             assert _sbatch_gpu_flags(fields) == "--gpus=1"
     assert sorted(seen) == pretrain_asks and max(seen) <= profile["time_limit"]
     assert "cpus_per_gpu" not in (ROOT / "workflow" / "rules" / "pretrain.smk").read_text()
+    # what `bayesncl estimate` prints, with the profile's limit and margin, is what the dry run asks
+    total = estimate(grid, rates, results=tmp_path, **limits).total()
+    assert (round(total.pretrain_request_h * 60, 6), round(total.eval_request_h * 60, 6)) == (
+        sum(seen), sum(g["asked"]["runtime"] for g in groups.values()))
+    assert total.submissions == len(submitted)
 
 
 def _sbatch_gpu_flags(resources: dict) -> str:

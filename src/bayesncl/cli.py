@@ -241,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--measured", metavar="JSON", help="your GPU's DIR/gpu_check.json (benchmarks/gpu_check.py)")
     sp.add_argument("--time-limit", type=float, metavar="MINUTES",
                     help="the partition's time limit: a run needing more is that many pretraining submissions")
+    sp.add_argument("--stop-margin", type=float, metavar="SECONDS",
+                    help="the profile's stop_margin_s: a pretraining job stops that long before its allocation "
+                         "ends (default: 600, the profile's)")
+    sp.add_argument("--results", metavar="DIR", help="the grid's results folder, whose finished jobs "
+                                                      "(DIR/benchmarks) the requests learn from (default: the "
+                                                      "grid's `results:`, else results)")
     sp.add_argument("--images", action="append", default=[], metavar="DATASET=N",
                     help="training images of a dataset whose size is not known before it is read (an image folder)")
     sp.add_argument("--smoke", action="store_true", help="the smoke run's grid (--config smoke=true)")

@@ -250,12 +250,15 @@ def cmd_status(args) -> int:
 def cmd_estimate(args) -> int:
     from .estimate import estimate, measured_rates, render
     from .yamlio import parse_set
+    from .time_requests import STOP_MARGIN_S
     mark_ready()  # imports done: the work begins (bayesncl.startup)
 
     if args.gpu is None and args.measured is None:
         raise ConfigError("--gpu: name the GPU (e.g. --gpu h200) or give --measured DIR/gpu_check.json")
     if args.time_limit is not None and args.time_limit <= 0:
         raise ConfigError(f"--time-limit: {args.time_limit} is not a positive number of minutes")
+    if args.stop_margin is not None and not args.stop_margin >= 0:
+        raise ConfigError(f"--stop-margin: {args.stop_margin} is not a number of seconds (0 or more)")
     sizes = {}
     for item in args.images:
         name, value = parse_set(item)
@@ -264,7 +267,10 @@ def cmd_estimate(args) -> int:
         sizes[name] = value
     grid = _read_grid(args.grid, overrides={"smoke": True} if args.smoke else None).config
     rates = measured_rates(args.gpu, args.measured)
-    est = estimate(grid, rates, time_limit_min=args.time_limit, sizes=sizes, progress=sys.stderr.isatty())
+    margin = STOP_MARGIN_S if args.stop_margin is None else args.stop_margin
+    results = args.results or grid["results"]  # the schema's default; a smoke run's own folder (load_workflow)
+    est = estimate(grid, rates, time_limit_min=args.time_limit, sizes=sizes, margin_s=margin, results=results,
+                   progress=sys.stderr.isatty())
     print(render(est), end="")
     return 0
 

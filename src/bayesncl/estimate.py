@@ -15,12 +15,14 @@ features, the probes' embeddings) costs 1/6 of a training image.
   paper-protocol probe (eval.probe_epochs passes over the training set, forward of one view) and Waterbirds'
   embedding (background probe);
 - evaluation, held: the evaluation submission holds its GPU while its CPU sections run too: expected, each
-  section's GPU work, or CPU_SECTION_S for a CPU section, plus SECTION_START_S for its start-up;
-- requests: the SLURM time each job asks for (workflow/rules/common.smk asks exactly these): SAFETY x its
-  expected minutes, at least FLOOR_MIN; a pretraining job's capped by the partition's limit where given;
-- submissions: one pretraining submission per run (or as many as its time over `--time-limit`), one
-  evaluation submission per run, one per dataset atlas, one per prepared ImageNet-100 copy
-  (workflow/rules/common.smk, the eval_<run> groups of evaluate.smk).
+  section's GPU work, or CPU_SECTION_S for a CPU section, plus SECTION_START_S for its start-up, and an untrained
+  twin's initialisation (PRETRAIN_START_S: its pretraining job, train.epochs 0, runs in that submission);
+- requests: the SLURM time each job asks for, decided by bayesncl.time_requests (the workflow asks the same
+  Planner): the expected times, PRIOR times over before any job of a kind has finished and learned from the grid's
+  finished jobs after;
+- submissions: one pretraining submission per run that trains (or as many as its time over `--time-limit`, less
+  the stop margin), one evaluation submission per run (an untrained twin's initialisation in it), one per dataset
+  atlas, one per prepared ImageNet-100 copy (workflow/rules/common.smk, the eval_<run> groups of evaluate.smk).
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .registry import METHODS
+from .time_requests import FLOOR_MIN, PRIOR, STOP_MARGIN_S, Learned, Planner, trains
 
-__all__ = ["MEASURED", "Estimate", "estimate", "forward_flops", "measured_on", "measured_rates", "pretrain_seconds",
-           "reference", "render", "requests", "run_cost", "section_seconds"]
+__all__ = ["MEASURED", "Estimate", "estimate", "forward_flops", "measured_on", "measured_rates", "planner",
+           "pretrain_seconds", "reference", "render", "run_cost", "section_seconds"]
 
 # gpu_check's throughput step per GPU, one record per measured method (images/s of the training step, counted
 # forward GFLOPs of one 32 px view of its model, the model): batch 256, bf16, eager step. The H200's were measured
@@ -52,17 +55,14 @@ MEASURED = {
 }
 EAGER = "eager"  # train.graph's default, the paper grid's mode: what a mode not measured is priced at
 FORWARD_SHARE = 1 / 6  # one forward view against a training image (two views, forward + backward)
-# Time requests and what the jobs are expected to hold (docs/CLUSTER.md, "What it costs"). SAFETY: requests are
-# this many times the expected time (a slower GPU of the same name, a busy node, the estimate's own error); a
-# pretraining job that still runs out continues in a further allocation, and a retried job asks SAFETY x its
-# attempt. Expected per evaluation section: SECTION_START_S of start-up (process, imports, the checkpoint or the
-# cached features loaded: the imports took about 3 s without the fork server, docs/MINIATURE.md) and its GPU work,
-# or CPU_SECTION_S for a CPU section (at the paper grid's sizes at most 3.5 s on one thread, retrieval with its
-# curve on a CIFAR test split: benchmarks/bench_metrics.py). PRETRAIN_START_S: a pretraining job's data, model and
-# checkpoint loaded before its first step.
-SAFETY = 3.0
-FLOOR_MIN = 3
-# The sections priced so; a plugin's section is expected to take, and asks for, the runtime it declares.
+# What the jobs are expected to hold (docs/CLUSTER.md, "What it costs"; what they ask for: bayesncl.time_requests).
+# Expected per evaluation section: SECTION_START_S of start-up (process, imports, the checkpoint or the cached
+# features loaded: the imports took about 3 s without the fork server, docs/MINIATURE.md) and its GPU work, or
+# CPU_SECTION_S for a CPU section (at the paper grid's sizes at most 3.5 s on one thread, retrieval with its curve on
+# a CIFAR test split: benchmarks/bench_metrics.py). PRETRAIN_START_S: a pretraining job's data, model and checkpoint
+# loaded before its first step (all a run of train.epochs 0 does, saving its initialisation).
+# The sections priced so; a plugin's section is expected to take the runtime it declares (bayesncl.time_requests
+# asks for that, not PRIOR times it, until such sections have finished).
 PRICED = ("features", "interpretability", "retrieval", "linear_probe", "background_probe", "dynamics", "cost")
 SECTION_START_S = 20.0
 CPU_SECTION_S = 10.0
@@ -186,8 +186,8 @@ class Row:
     runs: int = 0
     pretrain_h: float = 0.0
     eval_h: float = 0.0            # GPU work of the evaluation submissions
-    eval_held_h: float = 0.0       # expected time they hold their GPU (GPU work, CPU sections, start-up)
-    pretrain_request_h: float = 0.0  # what the pretraining submissions ask for (time requests)
+    eval_held_h: float = 0.0       # expected time they hold their GPU (work, CPU sections, start-up, twins' init)
+    pretrain_request_h: float = 0.0  # what the pretraining submissions ask for (time requests, each allocation)
     eval_request_h: float = 0.0    # what the evaluation submissions ask for
     submissions: int = 0
     allocations: int = 0           # pretraining submissions
@@ -203,6 +203,8 @@ class Estimate:
     time_limit_min: float | None = None
     graphs: dict[str, str] = field(default_factory=dict)  # train.graph of the runs -> the mode it was priced at
     measured_on: str = ""  # the GPU, model and GFLOPs per view of the rates (measured_on)
+    benchmarks: str | None = None  # where the finished jobs the requests learned from were looked for
+    learned: Learned = field(default_factory=Learned)
 
     def total(self) -> Row:
         t = Row()
@@ -211,11 +213,6 @@ class Estimate:
                 setattr(t, k, getattr(t, k) + getattr(r, k))
         t.submissions += self.atlas + self.prepare
         return t
-
-
-def request_minutes(seconds: float, attempt: int = 1) -> int:
-    """A job's time request for `seconds` of expected work: SAFETY x attempt x its minutes, at least FLOOR_MIN."""
-    return max(FLOOR_MIN, math.ceil(SAFETY * attempt * seconds / 60))
 
 
 def section_seconds(run, rate: float, n: dict, cap: float) -> dict[str, tuple[float, float]]:
@@ -246,25 +243,15 @@ def section_seconds(run, rate: float, n: dict, cap: float) -> dict[str, tuple[fl
     return out
 
 
-def requests(cost: dict, attempt: int = 1, time_limit_min: float | None = None,
-             margin_s: float = 0.0) -> dict[str, int]:
-    """The time requests (minutes) of one run's jobs from its `run_cost`: "pretrain" (plus the stop margin
-    before the end, at most `time_limit_min`) and each evaluation section."""
-    pre = request_minutes(cost["pretrain_h"] * 3600 + PRETRAIN_START_S, attempt) + math.ceil(margin_s / 60)
-    out = {"pretrain": min(pre, int(time_limit_min)) if time_limit_min else pre}
-    out.update({k: request_minutes(v[0], attempt) if k in PRICED else attempt * math.ceil(v[0] / 60)
-                for k, v in cost["sections"].items()})
-    return out
-
-
-def run_cost(run, rates: dict, sizes: dict[str, int] | None = None, flops_cache: dict[str, float] | None = None, *,
-             time_limit_min: float | None = None) -> dict:
-    """One run's cost (a bayesncl.grid Run): {"pretrain_h", "eval_h", "eval_held_h", "pretrain_request_h",
-    "eval_request_h", "allocations", "submissions", "sections", "graph", "prepared"}: GPU-hours of pretraining and
-    of the evaluation's GPU work, the hours its evaluation submission is expected to hold its GPU, the time its
-    jobs ask for, its pretraining submissions, all its submissions, each section's expected seconds, the mode it
-    was priced at and the prepared copy its data needs (None: none). `flops_cache` (shared across runs) keeps
-    each distinct model's counted FLOPs."""
+def run_cost(run, rates: dict, sizes: dict[str, int] | None = None,
+             flops_cache: dict[str, float] | None = None) -> dict:
+    """One run's expected cost (a bayesncl.grid Run): {"pretrain_h", "eval_h", "eval_held_h", "sections",
+    "expected", "declared", "graph", "prepared"}: GPU-hours of pretraining and of the evaluation's GPU work, the hours
+    its evaluation submission is expected to hold its GPU, each section's (expected seconds, GPU work seconds), each
+    job's expected seconds (pretrain, none for imported weights, then the sections: what bayesncl.time_requests
+    asks for), the sections whose expected seconds are the runtime they declare (a plugin's), the mode it was
+    priced at and the prepared copy its data needs (None: none). `flops_cache` (shared across runs) keeps each
+    distinct model's counted FLOPs."""
     from .config import crop_size
     from .registry import DATASETS, method_traits
 
@@ -278,41 +265,63 @@ def run_cost(run, rates: dict, sizes: dict[str, int] | None = None, flops_cache:
         flops[key] = forward_flops(cfg)
     rate = ref["img_per_s"] * ref["gflops_fwd_per_view"] * 1e9 / flops[key]
     n = images(cfg["data"], sizes)
-    pre = pretrain_seconds(cfg, rate, n["train"])
-    allocations = max(1, math.ceil(pre / 60 / time_limit_min)) if time_limit_min else 1
+    pre = 0.0 if run.imported else pretrain_seconds(cfg, rate, n["train"])  # imported weights: never trained
     sections = section_seconds(run, rate, n, cfg["eval"].get("max_images") or math.inf)
     manifests = DATASETS[cfg["data"]["dataset"]].manifests(cfg["data"])
-    cost = {"pretrain_h": pre / 3600, "eval_h": sum(w for _, w in sections.values()) / 3600,
-            "eval_held_h": sum(t for t, _ in sections.values()) / 3600, "allocations": allocations,
-            "submissions": allocations + (1 if sections else 0), "sections": sections,
-            "graph": ref.get("graph", EAGER),
+    # an untrained twin's initialisation, saved inside its evaluation submission
+    init = 0.0 if trains(cfg) or run.imported else PRETRAIN_START_S
+    return {"pretrain_h": pre / 3600, "eval_h": sum(w for _, w in sections.values()) / 3600,
+            "eval_held_h": (init + sum(t for t, _ in sections.values())) / 3600, "sections": sections,
+            "expected": {**({} if run.imported else {"pretrain": pre + PRETRAIN_START_S}),
+                         **{k: t for k, (t, _) in sections.items()}},
+            "declared": tuple(k for k in sections if k not in PRICED), "graph": ref.get("graph", EAGER),
             # one prepare_data job per prepared copy (common.smk, PREPARED)
             "prepared": tuple(manifests) if manifests else None}
-    asked = requests(cost, time_limit_min=time_limit_min)
-    cost["pretrain_request_h"] = allocations * asked.pop("pretrain") / 60
-    cost["eval_request_h"] = sum(asked.values()) / 60
-    return cost
 
 
-def estimate(wf: dict, rates: dict, *, time_limit_min: float | None = None,
-             sizes: dict[str, int] | None = None, progress: bool = False) -> Estimate:
-    """The cost of every run of the workflow config `wf` (bayesncl.grid), per dataset."""
+def planner(runs: dict, rates: dict, results: str | Path | None = None, *, sizes: dict[str, int] | None = None,
+            strict: bool = True, time_limit_min: float | None = None, margin_s: float = STOP_MARGIN_S,
+            remaining: bool = False) -> Planner:
+    """The requests of the grid's `runs` (bayesncl.time_requests.Planner) priced by run_cost at `rates`, learning
+    from the finished jobs under `results`. `strict`: a run that cannot be priced (a dataset of unknown size) is a
+    ConfigError, else it asks what its rules declare."""
+    flops: dict[str, float] = {}
+
+    def price(run) -> dict | None:
+        try:
+            return run_cost(run, rates, sizes, flops)
+        except ConfigError:
+            if strict:
+                raise
+            return None
+
+    return Planner(runs, price, results, time_limit_min=time_limit_min, margin_s=margin_s, remaining=remaining)
+
+
+def estimate(wf: dict, rates: dict, *, time_limit_min: float | None = None, sizes: dict[str, int] | None = None,
+             margin_s: float = STOP_MARGIN_S, results: str | Path | None = None, progress: bool = False) -> Estimate:
+    """The cost of every run of the workflow config `wf` (bayesncl.grid), per dataset; its requests learned from the
+    finished jobs under `results` (None: none)."""
     from tqdm.auto import tqdm
 
     from .grid import expand_grid
     from .report.atlas import atlas_runs
 
     runs = expand_grid(wf)
-    est = Estimate(rates["gpu"], rates["source"], time_limit_min=time_limit_min, measured_on=measured_on(rates))
-    flops: dict[str, float] = {}
+    plan = planner(runs, rates, results, sizes=sizes, time_limit_min=time_limit_min, margin_s=margin_s)
+    est = Estimate(rates["gpu"], rates["source"], time_limit_min=time_limit_min, measured_on=measured_on(rates),
+                   learned=plan.learned(), benchmarks=None if results is None else str(Path(results) / "benchmarks"))
     prepared = set()
-    for run in tqdm(runs.values(), disable=not progress, desc="estimate", unit="run", leave=False):
-        cost = run_cost(run, rates, sizes, flops, time_limit_min=time_limit_min)
+    for rid, run in tqdm(runs.items(), disable=not progress, desc="estimate", unit="run", leave=False):
+        cost, asked = plan.cost(rid), plan.asked(rid)
         row = est.rows.setdefault(run.config["data"]["dataset"], Row())
         row.runs += 1
-        for k in ("pretrain_h", "eval_h", "eval_held_h", "pretrain_request_h", "eval_request_h", "allocations",
-                  "submissions"):
+        for k in ("pretrain_h", "eval_h", "eval_held_h"):
             setattr(row, k, getattr(row, k) + cost[k])
+        row.pretrain_request_h += asked.allocations * (asked.pretrain() or 0) / 60  # each allocation asks as much
+        row.eval_request_h += sum(asked.evaluation.values()) / 60
+        row.allocations += asked.allocations
+        row.submissions += asked.allocations + (1 if asked.evaluation else 0)
         est.graphs[run.config["train"]["graph"]] = cost["graph"]
         if cost["prepared"]:
             prepared.add(cost["prepared"])
@@ -347,8 +356,27 @@ def render(est: Estimate) -> str:
               f"measured on: {est.measured_on}; each run's rate scaled by its own counted FLOPs",
               "eval: the GPU work of the evaluation submissions (features, the paper-protocol and Waterbirds probes); "
               "eval held: the hours they are expected to hold their GPU (that work, their CPU sections, each "
-              "section's start-up)",
+              "section's start-up, an untrained twin's initialisation)",
               "total: pretrain + eval held, the GPU-hours the grid is expected to hold; queueing not included",
-              f"requested: the time its submissions ask for ({SAFETY:g} x expected, at least {FLOOR_MIN} minutes "
-              "a job; pretraining: times its allocations)"]
+              f"requested: the time its submissions ask for (each job {PRIOR:g} x expected until jobs of its kind "
+              f"have finished, then what they took with a margin from their spread; at least {FLOOR_MIN} minutes a "
+              "submission; pretraining: with its stop margin, times its allocations)",
+              f"requested against expected: pretraining {t.pretrain_request_h:.1f} for {t.pretrain_h:.1f} "
+              f"({_ratio(t.pretrain_request_h, t.pretrain_h)}), evaluation {t.eval_request_h:.1f} for "
+              f"{t.eval_held_h:.1f} held ({_ratio(t.eval_request_h, t.eval_held_h)}; "
+              f"{_ratio(t.eval_request_h, t.eval_h)} its GPU work)",
+              f"learned from: {_learned(est)}"]
     return "\n".join(lines) + "\n"
+
+
+def _ratio(asked: float, work: float) -> str:
+    return f"{asked / work:.2f}x" if work > 0 else "-"
+
+
+def _learned(est: Estimate) -> str:
+    where = f" ({est.benchmarks})" if est.benchmarks else ""
+    n, kinds = est.learned.jobs, len(est.learned.ratios)
+    if not n:
+        return f"no finished job of the grid{where}"
+    return f"{n} finished job{'s' * (n != 1)} of the grid, {kinds} kind{'s' * (kinds != 1)} (rule, dataset, " \
+           f"architecture){where}"

@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 from .errors import BayesNCLError, OutputError
 from .rundir import CHECKPOINT, CONFIG, DYNAMICS, EVAL, EVENTS, FINAL, LOG
 
-__all__ = ["EXPORT_FILES", "into", "other_evaluation", "other_export", "other_run", "replace_help"]
+__all__ = ["EXPORT_FILES", "into", "other_evaluation", "other_export", "other_run", "replace_help", "trained_as"]
 
 EXPORT_FILES = ("config.json", "backbone.pth", "backbone.safetensors", "heads.pth", "heads.safetensors")
 TRAINING_FILES = (CONFIG, CHECKPOINT, FINAL, LOG, DYNAMICS)
@@ -87,6 +87,12 @@ def _exported(folder: Path) -> str | None:
     if record is None:
         return f"files this command does not write and no export wrote ({', '.join(files)})"
     return f"an export of the weights {record['export'].get('weights_sha')} ({', '.join(files)})"
+
+
+def trained_as(out, cfg: dict) -> bool:
+    """Whether the run folder `out` records (its config.resolved.yaml) a run of `cfg`, on what was trained."""
+    recorded = _yaml_config(Path(out) / CONFIG)
+    return recorded is not None and not _diff(recorded, cfg)
 
 
 def other_run(out, cfg: dict, imported: str | None = None) -> str | None:

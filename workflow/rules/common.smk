@@ -23,6 +23,7 @@ from bayesncl.grid import evaluation_sections, job_trigger, prepared_copies
 from bayesncl.report import names as report_names
 from bayesncl.report.atlas import atlas_runs
 from bayesncl.report.document import PDFLATEX_HINT, builds_pdf, report_pages
+from bayesncl.time_requests import STOP_MARGIN_S, trains
 from bayesncl.wfconfig import load_workflow
 
 
@@ -151,15 +152,14 @@ def gpu_slot(wildcards, resources):
 
 
 # --------------------------------------------------------------------------- time requests (SLURM's --time)
-# On a cluster each job asks for the time bayesncl.estimate expects of it, SAFETY times over, at least FLOOR_MIN
-# minutes, and on a retry that times its attempt (estimate.requests): at the measured rate of the workflow
-# config's `requests: {gpu: NAME}` (default h200) or `requests: {measured: gpu_check.json}`, scaled to the run's
-# model and data. A pretraining job also asks for its stop margin and at most the partition's limit (the profile's
-# `time_limit` under set-resources: pretrain); a run that needs longer continues in further allocations.
-# `runtime` under set-resources still wins for its rule. Locally (and inside a submitted job) nothing is priced:
-# no job asks for time, the sections keep their declared runtime.
+# On a cluster each job asks for the time bayesncl.time_requests decides (its docstring says how; `bayesncl
+# estimate` prints the sums): priced at the measured rate of the workflow config's `requests: {gpu: NAME}` (default
+# h200) or `requests: {measured: gpu_check.json}`, learned from the grid's finished jobs (RESULTS/benchmarks), with
+# the profile's `time_limit` and `stop_margin_s` under set-resources: pretrain. `runtime` under set-resources still
+# wins for its rule. Locally (and inside a submitted job) nothing is priced: no job asks for time, the sections keep
+# their declared runtime.
 PRICED = not LOCAL and workflow.is_main_process
-_PRICES: dict = {}
+_PLANNER = []
 
 
 def profile_resource(rule, name, default=None):
@@ -169,44 +169,42 @@ def profile_resource(rule, name, default=None):
     return default if value is None else value
 
 
-def run_requests(run_id, attempt):
-    """{job: minutes} of one run's pretraining and evaluation sections (estimate.requests), or None where its
-    dataset's size is not known before it is read (an image folder): then the declared requests stand."""
-    from bayesncl.estimate import measured_rates, requests, run_cost
+def planner():
+    """The grid's bayesncl.time_requests.Planner, made on first use (a dry run or a cluster run only)."""
+    from bayesncl.estimate import measured_rates, planner as grid_planner
 
-    if "rates" not in _PRICES:
+    if not _PLANNER:
         want = config.get("requests") or {}
         try:
-            _PRICES["rates"] = measured_rates(want.get("gpu", "h200"), want.get("measured"))
+            rates = measured_rates(want.get("gpu", "h200"), want.get("measured"))
         except ConfigError as e:
             config_error(f"requests: {e}")
-        _PRICES["flops"] = {}
-    if run_id not in _PRICES:
-        try:
-            _PRICES[run_id] = run_cost(RUNS[run_id], _PRICES["rates"], None, _PRICES["flops"])
-        except ConfigError:
-            _PRICES[run_id] = None
-    cost = _PRICES[run_id]
-    if cost is None:
-        return None
-    return requests(cost, attempt, profile_resource("pretrain", "time_limit"),
-                    profile_resource("pretrain", "stop_margin_s", 600))
+        _PLANNER.append(grid_planner(RUNS, rates, RESULTS, strict=False, remaining=True,
+                                     time_limit_min=profile_resource("pretrain", "time_limit"),
+                                     margin_s=profile_resource("pretrain", "stop_margin_s", STOP_MARGIN_S)))
+    return _PLANNER[0]
 
 
 def pretrain_minutes(wildcards, attempt):
     """Resource function: a pretraining job's time request (none locally: no scheduler asks)."""
-    asked = run_requests(wildcards.run, attempt) if PRICED else None
-    return asked["pretrain"] if asked else profile_resource("pretrain", "time_limit")  # None: no request
+    asked = planner().minutes(wildcards.run, "pretrain", attempt) if PRICED else None
+    return profile_resource("pretrain", "time_limit") if asked is None else asked  # None: no request
 
 
 def section_minutes(section, declared):
     """Resource function: an evaluation section's time request; its `declared` runtime locally or unpriced."""
 
     def minutes(wildcards, attempt):
-        asked = run_requests(wildcards.run, attempt) if PRICED else None
-        return asked[section] if asked else declared
+        asked = planner().minutes(wildcards.run, section, attempt) if PRICED else None
+        return declared if asked is None else asked
 
     return minutes
+
+
+def pretrain_group(wildcards):
+    """Group function: a run of train.epochs 0 (an untrained twin) saves its initialisation inside its evaluation
+    submission (eval_<run>); a run that trains is a submission of its own."""
+    return None if trains(RUNS[wildcards.run].config) else f"eval_{wildcards.run}"
 
 
 # --------------------------------------------------------------------------- how a job starts
@@ -235,8 +233,9 @@ ALLOCATION_SCRIPT = os.path.normpath(os.path.join(str(workflow.current_basedir),
 
 def within_allocation(wildcards, resources):
     """Command prefix of a pretraining job on a cluster: stopped resources.stop_margin_s before its allocation
-    ends, then its job requeued (workflow/scripts/allocation.py); '' locally."""
-    if LOCAL:
+    ends, then its job requeued (workflow/scripts/allocation.py); '' locally and for a run that only saves its
+    initialisation."""
+    if LOCAL or not trains(RUNS[wildcards.run].config):
         return ""
     return f"{shlex.quote(sys.executable)} {shlex.quote(ALLOCATION_SCRIPT)} --margin {resources.stop_margin_s} -- "
 

@@ -6,9 +6,10 @@
 #
 # On a cluster, a run's sections are one submission: they share the group eval_{run}, whose pieces (the
 # sections that read features, and dynamics and cost, which read only model.pt) the SLURM profile joins with
-# --group-components. Inside the submission they run one after another (the `serial` resource below), so it asks
-# for the largest of its sections' GPUs, CPUs and memory and the sum of their runtimes. Locally, groups are
-# ignored: every section is a job of its own, as before.
+# --group-components (an untrained twin's initialisation, its pretrain job, joins them). Inside the submission they
+# run one after another (the `serial` resource below), so it asks for the largest of its jobs' GPUs, CPUs and memory
+# and the sum of their runtimes: bayesncl.time_requests shares the submission's one request among them. Locally,
+# groups are ignored: every section is a job of its own, as before.
 #
 # A failed or preempted section reruns alone, without retraining and without redoing the sections that ended:
 # - within one Snakemake invocation, a retried submission restores the sections that ended in an earlier attempt
@@ -29,6 +30,7 @@ EVAL_DIR = f"{RESULTS}/runs/{{run}}/eval"
 FEATURES = f"{EVAL_DIR}/features.json"
 
 from bayesncl.evaluation.sections import SECTIONS  # noqa: E402 - after the declaration above, as every rule file
+from bayesncl.time_requests import RESTORED  # noqa: E402 - a restored section's log line, not counted as measured
 
 # What a section reads (Section.reads), as the rule's inputs.
 READS = {"model": MODEL, "features": FEATURES, "prepared": PREPARED_INPUT}
@@ -62,7 +64,7 @@ def attempt_guard(section, outputs):
         k = shlex.quote(keep.format(run=wildcards.run))
         restore = " && ".join(f"ln -f {k}/{n} {shlex.quote(o.format(run=wildcards.run))}"
                               for n, o in zip(names, outputs))
-        note = shlex.quote(f"{section}: restored from attempt {resources.attempt - 1} of this invocation")
+        note = shlex.quote(f"{section}: {RESTORED} {resources.attempt - 1} of this invocation")
         return (f"if [ {resources.attempt} -gt 1 ] && [ -d {k} ] && {restore}; then "
                 f"echo {note} > {shlex.quote(log.format(run=wildcards.run))}; exit 0; fi; rm -rf {k}; ")
 

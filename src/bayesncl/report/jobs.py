@@ -29,7 +29,8 @@ from ..atomic import atomic_write_text
 from ..errors import DataError
 from ..startup import DECIMALS, clock_tick
 
-__all__ = ["COLUMNS", "WALL_STEP", "collect", "read_jobs", "startup_bound", "startup_share", "totals", "write_jobs"]
+__all__ = ["COLUMNS", "WALL_STEP", "collect", "read_jobs", "read_row", "startup_bound", "startup_share", "totals",
+           "write_jobs"]
 
 COLUMNS = ["rule", "run", "seconds", "max_rss_mb", "gpus", "cpu_seconds", "startup_seconds", "benchmark"]
 # Snakemake writes a job's wall seconds `s` as f"{round(s, 4):.2f}" (snakemake.benchmark.BenchmarkRecord.to_tsv):
@@ -110,7 +111,9 @@ def _own_record(path: Path) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def _row(path: Path, root: Path) -> dict:
+def read_row(path: Path, root: Path) -> dict:
+    """One benchmark file under `root` as its jobs.csv row (COLUMNS); DataError naming the file when it has no
+    record of wall seconds."""
     parts = path.relative_to(root).with_suffix("").parts
     rule, run = parts[0], "/".join(parts[1:])
     rec = _record(path)
@@ -134,7 +137,7 @@ def collect(benchmarks: str | Path) -> pd.DataFrame:
     if not root.is_dir():
         state = "is a file, not a folder" if root.exists() else "does not exist"
         raise DataError(f"--benchmarks {root} {state}; give the workflow's <results>/benchmarks folder")
-    rows = [_row(p, root) for p in sorted(root.rglob("*.tsv"))]
+    rows = [read_row(p, root) for p in sorted(root.rglob("*.tsv"))]
     if not rows:
         raise DataError(f"--benchmarks {root}: no benchmark files (<rule>/<run>.tsv) in it; give the workflow's "
                         f"<results>/benchmarks folder after a run")
