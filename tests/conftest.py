@@ -1,4 +1,5 @@
 import os
+import tempfile
 
 import pytest
 
@@ -6,6 +7,13 @@ from helpers import TINY, processes  # tests/ is on sys.path
 
 # Fork servers that the tests' workflow runs start (bayesncl/forkserver/) exit soon after their last job.
 os.environ.setdefault("BAYESNCL_FORKSERVER_IDLE", "10")
+# Unless the caller names one (CI does, and ends them itself), the session's fork servers get a folder of its own
+# (one per xdist worker; a short path: a socket path has at most 107 bytes), ended with the session: no server is
+# left behind, and a workflow run in the checkout (whose own folder is named after the checkout) ends no other
+# worker's servers.
+_SERVERS = None
+if not os.environ.get("BAYESNCL_FORKSERVER_DIR"):
+    _SERVERS = os.environ["BAYESNCL_FORKSERVER_DIR"] = tempfile.mkdtemp(prefix="bncl-t", dir="/tmp")
 # One cache for the synthetic datasets of the whole test session (generated once per parameter set).
 os.environ.setdefault("BAYESNCL_CACHE", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "bayesncl"))
 
@@ -20,6 +28,40 @@ def _session_procs():
     finally:
         processes._session = None
         owner.end()
+        if _SERVERS:
+            from bayesncl import forkserver
+
+            forkserver.end_servers(_SERVERS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (addopts): most tests wait on a subprocess or hold one core, so two workers on one or two cores;
+    at most four (each worker collects the whole suite and holds its own torch)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    return max(2, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+# Tests that share an expensive fixture run on one xdist worker (--dist loadgroup), which builds it once: a
+# session fixture's users in its group, a module fixture's in their module's. The tiny grid and test_rerun.py's
+# grids run Snakemake in the checkout without a fork-server folder, so their servers are the checkout's run
+# folder's (ended with each run): they share one group and never run at once.
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") or not hasattr(item, "_fixtureinfo"):
+            continue
+        module = getattr(item.module, "__name__", "")
+        ours = [d[-1] for d in item._fixtureinfo.name2fixturedefs.values() if d and d[-1].baseid]  # tests/'s own
+        if "tiny_grid" in item.fixturenames or module == "test_rerun":
+            group = "tiny_grid"
+        elif any(d.scope != "function" and d.argname != "_session_procs" for d in ours):
+            group = module
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)

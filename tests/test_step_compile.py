@@ -4,7 +4,7 @@ graph break, against the eager step over several steps, for NCL and BayesNCL; on
 The model is the real method (heads, losses, LARS, augmentation) on a tiny two-conv backbone: compile time
 grows with the graph, and the step's structure is what is tested. Tolerances: "aot_eager" (dynamo +
 AOTAutograd tracing, eager kernels) must reproduce the eager step exactly; inductor (generated kernels, other
-summation orders; BayesNCL, marked slow) within 1e-5 on every parameter, buffer and running sum over 5 steps.
+summation orders; BayesNCL, marked long) within 1e-5 on every parameter, buffer and running sum over 5 steps.
 """
 
 import json
@@ -106,9 +106,19 @@ def test_cuda_fp16_step_with_its_scaler_replays_in_a_graph(tiny_backbone, monkey
     assert_close_runs(ref, got, 1e-3)
 
 
+def test_compile_mode_asks_for_inductor_one_graph_and_static_shapes(tiny_backbone, monkeypatch):
+    """What train.graph=compile asks torch.compile for on CPU (the tests above trace with aot_eager; the long test
+    below runs inductor's code itself): inductor, the whole step as one graph, static shapes, no CUDA graphs."""
+    asked = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: asked.append(kw) or fn)
+    make_step("ncl", "compile")
+    assert asked == [{"fullgraph": True, "dynamic": False, "backend": "inductor", "mode": None}]
+
+
+@pytest.mark.long
 def test_inductor_compiled_step_matches_eager(tiny_backbone):
     """What train.graph=compile runs on CPU: inductor's generated kernels, within 1e-5 of eager. BayesNCL only
-    (its step holds NCL's): inductor's code generation is most of this test's time."""
+    (its step holds NCL's): inductor's code generation is most of this test's time (minutes on 2 busy cores)."""
     torch._dynamo.reset()
     ref, got = run(make_step("bayesncl", "eager")), run(make_step("bayesncl", "compile"))
     assert_close_runs(ref, got, 1e-5)
