@@ -4,6 +4,8 @@ higher layer to a lower one or within a layer, and the module import graph has n
 import ast
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Lowest first. A package name stands for all its modules unless a module is listed on its own.
@@ -192,6 +194,7 @@ def homeless_imports(files, mods: dict[str, Path]) -> list[str]:
     return found
 
 
+@pytest.mark.xdist_group("tests_folder")  # reads every file in tests/ (a probe below writes one)
 def test_each_name_is_imported_from_its_home():
     """One import path per name, in the package, its tests and benchmarks: ConfigError from bayesncl.errors, never
     from bayesncl.config, which imports it for its own use."""
@@ -201,6 +204,7 @@ def test_each_name_is_imported_from_its_home():
     assert not homeless_imports(files, mods), "\n".join(homeless_imports(files, mods))
 
 
+@pytest.mark.xdist_group("tests_folder")  # writes a file in tests/, which the home check reads
 def test_the_home_checker_finds_an_old_home(tmp_path):
     (tmp_path / "t.py").write_text("from bayesncl.config import ConfigError, resolve\nfrom bayesncl.data import ImageSet\n"
                                    "from bayesncl.report.claims import compare\nfrom bayesncl import config\n")
