@@ -177,7 +177,7 @@ def test_an_at_most_claim_is_one_sided():
     ("relative", "yes", "claims[0].relative: 'yes' is not true or false"),
 ])
 def test_a_claim_value_of_the_wrong_type_is_one_line_naming_it(key, value, message):
-    """Issue 47: an unhashable, non-finite or mistyped value is one exact line, never a TypeError."""
+    """An unhashable, non-finite or mistyped value is one exact line, never a TypeError."""
     d = {"metric": "sc", "left": "A", "right": "B", "relation": "within", "tolerance": 1.0, key: value}
     with pytest.raises(ConfigError) as e:
         K.parse_claims([d], VARIANTS)

@@ -1,4 +1,4 @@
-"""Issue 48: a plugin's own settings (bayesncl.registry.setting), declared as bayesncl.config declares the package's
+"""A plugin's own settings (bayesncl.registry.setting), declared as bayesncl.config declares the package's
 keys: set under the method's, dataset's or section's block, validated in one line, named in run ids, swept, part of
 the rerun trigger, recorded; what identifies a plugin's code in its runs' records and rerun triggers; and the
 registry's behaviours no test pinned before (a dataset without background labels, a second spec of one module)."""
@@ -201,10 +201,10 @@ def test_run_ids_name_it_off_its_default_and_a_variant_or_a_sweep_gives_one_run_
 
 def test_the_demo_grid_s_ids_and_triggers_are_as_before_plugins_had_settings_or_code():
     """Nothing a plugin brings changes the package's own runs: the demo's 116 run ids with its overlay of that time
-    (grids.demo_with_old_sweeps) and their triggers are those of the commit before issue 48 (digests computed
-    there), and a job's trigger is trigger_config's JSON alone (the params Snakemake recorded for every finished
-    run). Since then one change: w/o detach's untrained twins are BayesNCL (STE)'s (one twin per distinct untrained
-    network), so the three twins it had are written back here as that grid planned them."""
+    (grids.demo_with_old_sweeps) and their triggers are those of the commit before plugins had settings (digests
+    computed there), and a job's trigger is trigger_config's JSON alone (the params Snakemake recorded for every
+    finished run). Since then one change: w/o detach's untrained twins are BayesNCL (STE)'s (one twin per distinct
+    untrained network), so the three twins it had are written back here as that grid planned them."""
     import hashlib
 
     from bayesncl.config import resolve

@@ -306,7 +306,7 @@ def test_bad_config_fails_when_the_dag_is_built(tmp_path, edit, message):
                                                      "'no_such_plugin' (looked for no_such_plugin.py in "),
     (lambda c: c.update(claims=[{"metric": "sc", "left": "NCL", "right": "Nope", "relation": ">"}]),
      "invalid workflow config: claims[0].right: no variant 'Nope'; the variants: BayesNCL (STE), NCL,"),
-    # issue 47: whatever a plugin raises or exits with, whatever type a claim's value has
+    # whatever a plugin raises or exits with, whatever type a claim's value has
     (lambda c: c.update(plugins=["plug"]), "invalid workflow config: plugins: plugin 'plug' ({tmp}/plug.py, line 2) "
                                            "raised RuntimeError: no GPU while imported; fix the plugin"),
     (lambda c: c.update(plugins=["plug_syntax"]), "invalid workflow config: plugins: plugin 'plug_syntax' "
