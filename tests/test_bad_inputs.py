@@ -1159,7 +1159,7 @@ def test_grid_yaml_reader_never_tracebacks(data, tmp_path_factory):
 # file with one value replaced): exit 2 and one line on stderr, or success; never a traceback, and no file
 # changed but the command's own outputs. In this process (bayesncl.cli.main), few examples each: well within a
 # minute for all of them.
-FEW = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES_47", 40)), deadline=None, derandomize=True,
+FEW = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES_READERS", 40)), deadline=None, derandomize=True,
                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 JSON_VALUES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-10 ** 30, 10 ** 30),
                                      st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6)),
