@@ -199,6 +199,33 @@ def test_run_ids_name_it_off_its_default_and_a_variant_or_a_sweep_gives_one_run_
         _grid({}, {"table1": {"variants": ["NCL"]}})).items()}
 
 
+def test_a_value_written_for_runs_whose_method_does_not_declare_it_is_refused_where_it_was_written():
+    line = "{}: method ncl does not declare l1_weight (l1m does); remove it there or write it for one of those"
+    with plugin_method():
+        for variants, sets, place in (
+                ({"NCL": {"method": {"name": "ncl", "l1_weight": 5.0}}}, {"table1": {"variants": ["NCL"]}},
+                 "variants.NCL.method.l1_weight"),  # out of its bounds too: refused for where it is, first
+                ({"L1": {"method": {"name": "l1m"}}}, {"figure4b": {"variants": ["L1", "NCL"],
+                                                                    "sweep": {"method.l1_weight": [0.0, 0.1]}}},
+                 "sets.figure4b.sweep.method.l1_weight")):
+            with pytest.raises(ConfigError) as e:
+                expand_grid(_grid(variants, sets))
+            assert str(e.value) == line.format(place)
+        with pytest.raises(ConfigError) as e:
+            _cfg("method.name=ncl", "method.l1_weight=0.1")
+        assert str(e.value) == line.format("--set method.l1_weight=0.1")
+        with pytest.raises(ConfigError, match=r"^method.name: got 'nope'"):  # a bad method is named as before
+            _cfg("method.name=nope", "method.l1_weight=0.1")
+        # where its method declares it, and where a layer every run shares writes it, it is taken
+        assert _cfg("method.name=l1m", "method.l1_weight=0.1")["method"]["l1_weight"] == 0.1
+        runs = expand_grid(_grid({"L1": {"method": {"name": "l1m", "l1_weight": 0.1}}},
+                                 {"figure4b": {"variants": ["L1"], "sweep": {"method.l1_weight": [0.0, 0.2]}},
+                                  "table1": {"variants": ["NCL", "L1"]}}, method={"l1_weight": 0.3}))
+        weights = {rid: r.config["method"].get("l1_weight") for rid, r in runs.items() if "epochs~0" not in rid}
+        assert weights == {"synthetic/ncl/seed~0": None, "synthetic/l1m/l1_weight~0.1/seed~0": 0.1,
+                           "synthetic/l1m/l1_weight~0/seed~0": 0.0, "synthetic/l1m/l1_weight~0.2/seed~0": 0.2}
+
+
 def test_the_demo_grid_s_ids_and_triggers_are_as_before_plugins_had_settings_or_code():
     """Nothing a plugin brings changes the package's own runs: the demo's 116 run ids with its overlay of that time
     (grids.demo_with_old_sweeps) and their triggers are those of the commit before issue 48 (digests computed
