@@ -189,3 +189,84 @@ def test_a_claim_with_an_integer_id_and_a_boolean_relative_is_taken():
     (c,) = K.parse_claims([{"id": 7, "metric": "sc", "left": "A", "right": "B", "relation": "within",
                             "tolerance": 0.05, "relative": True}], VARIANTS)
     assert c.number == "7" and c.title == "SC: @A within 5% of @B"
+
+
+# ------------------------------------------------------------------------- claims over a sweep of any setting
+def _swept(values: dict, variant="L1", method="l1m", param="l1_weight", column="l1_weight", sets="figure4b"):
+    """Runs of one variant in ``sets``, points of the ``param`` sweep: {setting value: its seeds' SC}."""
+    return [{"run_id": f"synthetic/{method}/{param}~{x}/seed~{s}", "dataset": "synthetic", "arch": "resnet18",
+             "method": method, "variant": variant, "sets": sets, "sweep": param, "seed": s, column: x, "sc": v}
+            for x, vs in values.items() for s, v in enumerate(vs)]
+
+
+U = {0.0: [30.0, 31.0, 29.5], 0.01: [35.0, 37.0, 36.5], 0.1: [29.0, 30.0, 28.0]}
+
+
+def _paired_t(a, b):
+    """(mean, low, high) of the paired differences a - b with the 95% t interval, from the textbook formula."""
+    import math
+    import statistics
+
+    from scipy import stats
+
+    d = [x - y for x, y in zip(a, b)]
+    half = stats.t.ppf(0.975, len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
+    return statistics.mean(d), statistics.mean(d) - half, statistics.mean(d) + half
+
+
+def test_an_inverted_u_over_a_plugin_setting_is_judged_as_claim_11():
+    from helpers.grids import plugin_method
+
+    decl = {"id": "U1", "metric": "sc", "left": "L1", "relation": "inverted U", "sweep": "method.l1_weight"}
+    with plugin_method():
+        c = _judge(decl, pd.DataFrame(_swept(U)))
+        # the best inner point (0.01) against the weaker end: 0 (paired diffs 5, 6, 7 against 6, 7, 8.5)
+        mean, low, high = _paired_t(U[0.01], U[0.0])
+        assert (c.result.diff, c.result.low, c.result.high) == pytest.approx((mean, low, high))
+        assert c.verdict == "holds" and low > 0 and c.family and c.init_note == K.NO_INIT["sweep"]
+        assert c.text == "SC of @A: l1_weight = 0.01 $>$ ends 0, 0.1 (right: 0)" and c.left.label == "L1"
+        rising = {0.0: [30.0, 31.0, 29.5], 0.01: [33.0, 34.0, 32.0], 0.1: [36.0, 37.0, 35.5]}
+        assert _judge(decl, pd.DataFrame(_swept(rising))).verdict == "does not hold"
+        two = _judge(decl, pd.DataFrame(_swept({0.0: U[0.0], 0.1: U[0.1]})))
+        assert two.verdict == "not run" and two.text == "SC of @A: inverted U over l1_weight"
+
+
+def test_a_declared_inverted_u_over_lambda_is_claim_11a_itself():
+    rows = _swept({0.0: U[0.0], 3e-5: U[0.01], 1e-4: U[0.1]}, "BayesNCL (STE)", "bayesncl", "lambda", "lambda")
+    df = pd.DataFrame(rows).assign(gate="ste", detach=1.0, head_depth=2.0)
+    c = _judge({"id": "U2", "metric": "sc", "left": "BayesNCL (STE)", "relation": "inverted U", "sweep": "lambda"}, df)
+    (paper,) = [p for _, comps in judge.claims_rows(df) for p in comps if p.claim == "11a"]
+    assert (c.verdict, c.result.diff, c.result.low, c.result.right) == (
+        paper.verdict, paper.result.diff, paper.result.low, paper.result.right)
+
+
+def test_rises_with_and_at_each_value_over_a_plugin_setting():
+    from helpers.grids import plugin_method
+
+    rising = {0.0: [30.0, 31.0, 29.5], 0.01: [33.0, 34.0, 32.0], 0.1: [36.0, 37.0, 35.5]}
+    with plugin_method():
+        df = pd.DataFrame(_swept(rising) + _swept(U, variant="L2"))
+        c = _judge({"id": "R", "metric": "sc", "left": "L1", "relation": "rises with", "sweep": "l1_weight"}, df)
+        assert c.text == "SC: @A at l1_weight = 0.1 $>$ at l1_weight = 0"
+        assert c.verdict == "holds" and c.result.diff == pytest.approx(6.0)
+        assert _judge({"id": "R", "metric": "sc", "left": "L2", "relation": "rises with", "sweep": "l1_weight"},
+                      df).verdict == "does not hold"
+        K.declare([{"id": "E", "metric": "sc", "left": "L2", "right": "L1", "relation": ">", "sweep": "l1_weight"}])
+        try:
+            each = {c.claim: c for _, comps in judge.claims_rows(df) for c in comps if c.claim.startswith("E")}
+        finally:
+            K.declare([])
+        assert sorted(each) == ["E-0", "E-0.01", "E-0.1"]
+        assert each["E-0.01"].verdict == "holds" and each["E-0.1"].verdict == "does not hold"
+        assert each["E-0.01"].result.diff == pytest.approx(_paired_t(U[0.01], rising[0.01])[0])
+
+
+@pytest.mark.parametrize("decl, message", [
+    ({"metric": "sc", "left": "A", "relation": "inverted U"}, "claims[0].sweep: 'inverted U' is said over a sweep;"),
+    ({"metric": "sc", "left": "A", "relation": ">", "sweep": "x"}, "claims[0]: missing right;"),
+    ({"metric": "sc", "left": "A", "relation": "rises with", "sweep": ["x"]}, "claims[0].sweep: ['x'] is not a name"),
+])
+def test_a_bad_sweep_claim_is_one_line_naming_it(decl, message):
+    with pytest.raises(ConfigError) as e:
+        K.parse_claims([decl], VARIANTS)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
