@@ -128,6 +128,13 @@ def test_setting_allows_exactly_its_values():
     assert [f.allows(v) for v in (0.1, 1, 0, 0.0, 1.0, float("nan"), float("inf"), False)] == [
         True, False, False, False, False, False, False, False]
     assert registry.setting(0.5, "f", gt=0).allows(3)  # an integer is a number
+    # a float without bounds, or with one end: finite numbers only (no bound would catch inf or NaN)
+    for bounds in ({}, {"ge": 0}, {"le": 1}):
+        assert [registry.setting(0.5, "u", **bounds).allows(v) for v in (0.25, float("nan"), float("inf"),
+                                                                            -float("inf"))] == [True] + [False] * 3
+    for bad in (float("inf"), float("nan")):  # ... and such a default is refused where it is declared
+        with pytest.raises(ConfigError, match=r"^setting 'w': its default (inf|nan) is not one of its own values"):
+            registry.setting(bad, "w")
     assert [registry.setting(True, "b").allows(v) for v in (False, 0, None)] == [True, False, False]
     assert registry.setting("a", "c", choices=("a", 1)).allows(1) and not registry.setting(
         "a", "c", choices=("a", 1)).allows(True)
