@@ -503,6 +503,9 @@ def test_a_run_records_its_plugin_code_and_stale_compares_it(tmp_path, monkeypat
         assert run_staleness(cfg, grid_run, {}) == {"code of method plug_code": ["absent", today[:19]]}  # an old run
         assert run_staleness(cfg, grid_run, {"method plug_code": "version 1"}) == {
             "code of method plug_code": ["version 1", today[:19]]}
+        # a plugin entry the run recorded that today's config no longer uses is stale too (its code trained it)
+        gone = {"method plug_code": today, "dataset mine": "version 2"}
+        assert run_staleness(cfg, grid_run, gone) == {"code of dataset mine": ["version 2", "absent"]}
         record_config(run, _cfg("method.name=ncl"))  # the package's own method: no record, an old one removed
         assert not (run / CODE).exists() and read_code(run) == {}
     fix = "it is the trainer's: restore it, or train the run again"
