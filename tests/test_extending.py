@@ -208,8 +208,8 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     stale = pd.read_csv(csv, keep_default_na=False).set_index("run_id")["stale"]
-    assert sorted(rid for rid, s in stale.items() if s) == every
-    assert all(list(json.loads(stale[rid])) == ["code of method ncl_l1"] for rid in every)
+    assert sorted({rid for rid, s in stale.items() if s}) == every  # a run two sets name differently: a row each
+    assert all(list(json.loads(s)) == ["code of method ncl_l1"] for rid, s in stale.items() if rid in every)
     # the page's command again: those runs are trained anew (and evaluated, reported); then nothing is stale
     r = current().run([SNAKEMAKE, *cmd[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]

@@ -397,3 +397,16 @@ def test_figure4b_draws_a_swept_plugin_setting_as_rho_and_lambda_are_drawn():
     default = [ln for ln in sc_w.lines if ln.get_label() == "default operating point"]
     assert len(default) == 1 and list(default[0].get_xdata()) == [0.1, 0.1]
     assert fig.axes[0].texts[0].get_text().startswith("ρ is not swept")
+    # drawn alike where the report runs without the plugin (its column is then text, as read from runs.csv)
+    alone = summ.prepare(pd.DataFrame([r for r in rows if r["variant"] != "L1 (p=2)"]).astype({"l1_weight": str}))
+    assert not pd.api.types.is_numeric_dtype(alone["l1_weight"])
+    panel = figures._figure4b(alone).axes[2]
+    assert list(_line(panel, "L1 (n=").get_xdata()) == [0.0, 0.1, 0.5]
+
+
+def test_figure4b_leaves_out_a_sweep_runs_csv_has_no_column_for():
+    """A swept key with no runs.csv column (train.lr: its runs' `sweep` says "lr") has nothing to draw against."""
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda;lr", lam=lam, sc=33.0, probe_top1=60.0)
+            for lam in (0.0, 1e-4)]
+    fig = figures._figure4b(summ.prepare(pd.DataFrame(rows)))
+    assert len(fig.axes) == 4 and "lr" not in _title(fig)
