@@ -239,8 +239,9 @@ def set_seeds(wf: dict, set_name: str) -> list[int]:
 
 def _points(wf: dict):
     """Every point of the grid, a seed each: (set, dataset, variant, (swept key, its value), raw run config, its
-    dynamics_every). Mappings are read in the order of their keys' names (sets, datasets, swept keys), lists in their own: the grid is the same whatever
-    order its files or their merge gave the keys (Snakemake's config and the JSON handed to the report)."""
+    dynamics_every). Mappings are read in the order of their keys' names (sets, datasets, swept keys), lists in their
+    own: the grid is the same whatever order its files or their merge gave the keys (Snakemake's config and the JSON
+    handed to the report)."""
     for set_name, spec in sorted(wf["sets"].items()):
         if set_name not in SETS:
             raise ConfigError(f"sets.{set_name}: unknown set; the report renders {', '.join(SETS)}")
