@@ -227,8 +227,13 @@ def test_an_inverted_u_over_a_plugin_setting_is_judged_as_claim_11():
         assert c.text == "SC of @A: l1_weight = 0.01 $>$ ends 0, 0.1 (right: 0)" and c.left.label == "L1"
         rising = {0.0: [30.0, 31.0, 29.5], 0.01: [33.0, 34.0, 32.0], 0.1: [36.0, 37.0, 35.5]}
         assert _judge(decl, pd.DataFrame(_swept(rising))).verdict == "does not hold"
+        # another variant's points of the same sweep are not its own
+        both = _judge(decl, pd.DataFrame(_swept(U) + _swept(rising, variant="L2")))
+        assert (both.verdict, both.result.diff, both.result.low) == pytest.approx(("holds", mean, low))
         two = _judge(decl, pd.DataFrame(_swept({0.0: U[0.0], 0.1: U[0.1]})))
         assert two.verdict == "not run" and two.text == "SC of @A: inverted U over l1_weight"
+        none = _judge(decl, pd.DataFrame(_swept(U, variant="L2")))  # no runs of its own: named as declared
+        assert none.verdict == "not run" and none.left.label == "L1"
 
 
 def test_a_declared_inverted_u_over_lambda_is_claim_11a_itself():
@@ -270,3 +275,21 @@ def test_a_bad_sweep_claim_is_one_line_naming_it(decl, message):
     with pytest.raises(ConfigError) as e:
         K.parse_claims([decl], VARIANTS)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_a_sweep_claim_reads_its_setting_s_own_column():
+    from bayesncl import registry
+    from helpers.grids import plugin_method
+
+    with plugin_method(settings={"alive": registry.setting(0.5, "named as a metric's column", ge=0)}):
+        df = pd.DataFrame(_swept(U, param="alive", column="method.alive"))
+        c = _judge({"id": "U3", "metric": "sc", "left": "L1", "relation": "inverted U", "sweep": "alive"}, df)
+        assert c.verdict == "holds" and c.result.diff == pytest.approx(_paired_t(U[0.01], U[0.0])[0])
+
+
+def test_a_sweep_claim_without_a_right_side_is_taken_and_reads_figure4b():
+    (c,) = K.parse_claims([{"metric": "sc", "left": "A", "relation": "inverted U", "sweep": "lambda"}], VARIANTS)
+    assert c.sets == ("figure4b",) and c.at_init == K.NO_INIT["sweep"]
+    (c,) = K.parse_claims([{"metric": "sc", "left": "A", "right": "B", "relation": ">", "sweep": "proj_dim",
+                            "set": "figure4a"}], VARIANTS)
+    assert c.sets == ("figure4a",) and c.at_init == ""  # its runs have untrained twins (grid.INIT_SETS)

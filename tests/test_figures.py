@@ -389,6 +389,9 @@ def test_figure4b_draws_a_swept_plugin_setting_as_rho_and_lambda_are_drawn():
         fig = figures._figure4b(df)
     sc_w, top1_w = fig.axes[2], fig.axes[5]
     assert len(fig.axes) == 6 and "l1_weight" in _title(fig) and sc_w.get_title() == "CIFAR-100: SC vs l1_weight"
+    assert fig.get_figwidth() == pytest.approx(3 * 3.4)  # a column's width each, as the paper's two
+    assert _title(fig).startswith("Figure 4b: sensitivity to ρ and λ (BayesNCL) and to l1_weight (test split")
+    assert "l1_weight = 0.1, D = 256" in _title(fig)  # its default point: the main comparison's value
     assert list(_line(sc_w, "L1 (n=").get_xdata()) == [0.0, 0.1, 0.5]
     assert list(_line(sc_w, "L1 (n=").get_ydata()) == pytest.approx([30.5, 31.3, 30.5])
     assert list(_line(sc_w, "L1 (p=2)").get_xdata()) == [0.0, 0.5]
@@ -410,3 +413,12 @@ def test_figure4b_leaves_out_a_sweep_runs_csv_has_no_column_for():
             for lam in (0.0, 1e-4)]
     fig = figures._figure4b(summ.prepare(pd.DataFrame(rows)))
     assert len(fig.axes) == 4 and "lr" not in _title(fig)
+
+
+def test_a_sweep_is_read_from_the_column_its_setting_has():
+    from helpers.grids import plugin_method
+
+    assert summ.swept(pd.DataFrame({"sweep": ["", "rho;lambda", "rho"]})) == ["lambda", "rho"]
+    with plugin_method(settings={"alive": registry.setting(0.5, "named as a metric's column", ge=0)}):
+        assert [summ.sweep_column(p) for p in ("rho", "proj_dim", "alive", "l1_weight")] == [
+            "rho", "proj_dim", "method.alive", "l1_weight"]

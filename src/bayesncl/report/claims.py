@@ -309,31 +309,29 @@ def _sweep_points(runs: Runs, sets: tuple[str, ...], param: str, pick: Callable[
 
 
 def _inverted_u(cid: str, param: str, name: str, paper: str, sets: tuple[str, ...] = ("figure4b",),
-                pick: Callable[[dict], bool] = ROLES["bayes"], metric: str = "sc", label: str = "",
-                better: str = "up") -> Callable:
-    """The best inner point of the ``param`` sweep (chosen after seeing the means) against each end, on ``metric``
-    (``better`` "down": a U, the lowest inner point); ``name``: the setting as the claim's text names it."""
+                pick: Callable[[dict], bool] = ROLES["bayes"], metric: str = "sc", label: str = "") -> Callable:
+    """The best inner point of the ``param`` sweep (chosen after seeing the means) against each end, on ``metric``;
+    ``name``: the setting as the claim's text names it; ``label``: the side's name where it has no runs."""
     m = METRICS[metric]
-    sign, rel = (1.0, "$>$") if better == "up" else (-1.0, "$<$")
 
     def build(runs: Runs) -> list[Comparison]:
         rows, points = _sweep_points(runs, sets, param, pick, metric)
         side = label or (rows[0]["variant"] if rows else default_label("bayes"))
         xs = sorted(points)
-        mean = {x: sign * np.mean(f) if (f := [v for _, v in finite(points[x])]) else -math.inf for x in xs}
+        mean = {x: np.mean(f) if (f := [v for _, v in finite(points[x])]) else -math.inf for x in xs}
         inner = [x for x in xs[1:-1] if math.isfinite(mean[x])]
         if len(xs) < 3 or not inner:
             none = Side(side, [], m.decimals)
             return [_judged(cid, f"{m.header} of @A: inverted U over {name}", none, Side(side, [], m.decimals),
-                            BETTER, better, paper)]
+                            BETTER, "up", paper)]
         best = max(inner, key=mean.__getitem__)  # chosen after seeing the means (post hoc)
         ends = (xs[0], xs[-1])
-        parts = [compare(points[best], points[e], BETTER, better) for e in ends]
+        parts = [compare(points[best], points[e]) for e in ends]
         _, part = combine(parts)
         end = ends[parts.index(part)]  # the weakest part: its verdict is the claim's
-        text = f"{m.header} of @A: {name} = {best:g} {rel} ends {xs[0]:g}, {xs[-1]:g} (right: {end:g})"
+        text = f"{m.header} of @A: {name} = {best:g} $>$ ends {xs[0]:g}, {xs[-1]:g} (right: {end:g})"
         return [_judged(cid, text, Side(side, points[best], m.decimals), Side(side, points[end], m.decimals),
-                        BETTER, better, paper)]
+                        BETTER, "up", paper)]
     return build
 
 
@@ -552,7 +550,7 @@ def _declared_sweep(cid: str, d: dict, sets: tuple[str, ...], kind: "Kind | None
 
     def build(runs: Runs) -> list[Comparison]:
         if d["relation"] == "inverted U":
-            return _inverted_u(cid, param, param, "declared", sets, of(d["left"]), m.key, d["left"], "up")(runs)
+            return _inverted_u(cid, param, param, "declared", sets, of(d["left"]), m.key, d["left"])(runs)
         xs = sorted(_sweep_points(runs, sets, param, of(d["left"]), m.key)[1])
         if d["relation"] == "rises with":  # its largest value against its smallest (as 10a)
             ends = (xs[-1], xs[0]) if len(xs) >= 2 else (math.nan, math.nan)

@@ -441,8 +441,9 @@ def swept(rows: pd.DataFrame) -> list[str]:
 
 def sweep_column(param: str) -> str:
     """The runs.csv column holding the values of the ``param`` sweep (a swept key's last part, as ``sweep`` names
-    it): the package's column of that name, else the plugin setting's (setting_columns)."""
-    return param if param in COLUMNS else setting_columns().get(param, (param, False))[0]
+    it): a plugin method setting's column (setting_columns: method.<name> where a package column has its name, as a
+    metric's), else the package's column of that name."""
+    return setting_columns().get(param, (param, False))[0]
 
 
 def sweep_rows(rows: pd.DataFrame, param: str) -> pd.DataFrame:
