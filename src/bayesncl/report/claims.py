@@ -510,7 +510,11 @@ def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
 
 def _declared(cid: str, d: dict) -> Claim:
     m = METRICS[d["metric"]]
-    kind, better, rel = RELATIONS.get(d["relation"], (BETTER, "up", d["relation"]))
+    sets = (d["set"],) if d.get("set") else ("figure4b",) if "sweep" in d else (
+        "table1", "table2", "table4", "table5", "table6", "table7", "figure3")
+    if d["relation"] in SWEEP_RELATIONS:
+        return _declared_sweep(cid, d, sets)
+    kind, better, rel = RELATIONS[d["relation"]]
     if kind is None:
         kind = _TOLERANT[d["relation"]](float(d["tolerance"]), relative=bool(d.get("relative", False)),
                                         source=DECLARED_MARGIN)
@@ -519,8 +523,6 @@ def _declared(cid: str, d: dict) -> Claim:
     elif kind.name == "not worse":  # its own tolerance where given, else the metric's margin
         kind = (Kind(kind.name, float(d["tolerance"]), bool(d.get("relative", False)), DECLARED_MARGIN)
                 if "tolerance" in d else Kind(kind.name, MARGINS.get(m.key, NOT_WORSE.margin), source=SPEC))
-    sets = (d["set"],) if d.get("set") else ("figure4b",) if "sweep" in d else (
-        "table1", "table2", "table4", "table5", "table6", "table7", "figure3")
     if "sweep" in d:
         return _declared_sweep(cid, d, sets, kind, better, rel)
     text = f"{m.header}: @A {rel} @B"
@@ -537,9 +539,10 @@ def _declared(cid: str, d: dict) -> Claim:
     return Claim(cid, sets, text, build, applies, reason)
 
 
-def _declared_sweep(cid: str, d: dict, sets: tuple[str, ...], kind: "Kind | None", better: str,
-                    rel: str) -> Claim:
-    """A declared claim over the sweep of d["sweep"] (SWEEP_RELATIONS), judged as claims 10-11 are."""
+def _declared_sweep(cid: str, d: dict, sets: tuple[str, ...], kind: Kind = BETTER, better: str = "up",
+                    rel: str = "") -> Claim:
+    """A declared claim over the sweep of d["sweep"], judged as claims 10-11 are: SWEEP_RELATIONS, or left against
+    right at each value by ``kind`` (``better``, ``rel``: its direction and words, as RELATIONS give them)."""
     from ..grid import INIT_SETS
 
     m, param = METRICS[d["metric"]], d["sweep"].split(".")[-1]  # `method.lp_weight` or `lp_weight`
