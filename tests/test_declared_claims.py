@@ -250,8 +250,8 @@ def test_rises_with_and_at_each_value_over_a_plugin_setting():
 
     rising = {0.0: [30.0, 31.0, 29.5], 0.01: [33.0, 34.0, 32.0], 0.1: [36.0, 37.0, 35.5]}
     with plugin_method():
-        other = [{**_swept({0.0: [100.0]})[0], "sweep": "l1_power", "seed": 5,  # a point of another sweep only
-                  "run_id": "synthetic/l1m/l1_power~2/seed~5"}]
+        other = [{**_swept({0.0: [100.0]})[0], "sweep": "l1_power", "seed": 1,  # a point of another sweep only
+                  "run_id": "synthetic/l1m/l1_power~2/seed~1"}]
         df = pd.DataFrame(_swept(rising) + _swept(U, variant="L2") + other)
         c = _judge({"id": "R", "metric": "sc", "left": "L1", "relation": "rises with", "sweep": "l1_weight"}, df)
         assert c.text == "SC: @A at l1_weight = 0.1 $>$ at l1_weight = 0"
