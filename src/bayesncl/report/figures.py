@@ -8,7 +8,9 @@
 - figure4b: sensitivity of SC and top-1 to rho and to lambda (set ``figure4b``; a run is a point of a
   sweep when its ``sweep`` column names it, as the grid says: ``summary.sweep_rows``). lambda is on a
   log axis with lambda = 0 drawn apart at the left, behind an axis break; the default operating point
-  is marked, and NCL's value at the same dataset, backbone and D is a dashed reference line.
+  is marked, and NCL's value at the same dataset, backbone and D is a dashed reference line. Any other setting the
+  set sweeps (a plugin's declared one, a package key with a runs.csv column) gets a column of panels of its own,
+  drawn alike against its runs.csv column (``summary.sweep_column``).
 - gates: open-gate fraction per training epoch (``gate_curve``) of the BayesNCL runs at the default
   operating point, one line per variant, and of the lambda sweep when there is one: do the gates leave
   their initial state?
