@@ -1,5 +1,7 @@
 """The workflow config's own claims (claims:), judged by the paper's claims' rule (report/claims.py)."""
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -295,3 +297,23 @@ def test_a_sweep_claim_without_a_right_side_is_taken_and_reads_figure4b():
     (c,) = K.parse_claims([{"metric": "sc", "left": "A", "right": "B", "relation": ">", "sweep": "proj_dim",
                             "set": "figure4a"}], VARIANTS)
     assert c.sets == ("figure4a",) and c.at_init == ""  # its runs have untrained twins (grid.INIT_SETS)
+
+
+def test_bayesncl_report_draws_and_judges_a_swept_setting_from_runs_csv(tmp_path):
+    """End to end on a runs.csv of the swept runs (no plugin loaded): `bayesncl report --grid` with the grid's claim."""
+    import yaml
+
+    from bayesncl import cli
+    from bayesncl.report import summary
+
+    csv, grid = tmp_path / "runs.csv", tmp_path / "g.yaml"
+    summary.prepare(pd.DataFrame(_swept(U, method="ncl"))).to_csv(csv, index=False)  # NCL standing in for its plugin
+    wf = yaml.safe_load((Path(__file__).parents[1] / "config" / "tiny.yaml").read_text())  # the claims' grid: its variants name the sides
+    wf["variants"]["L1"] = {"method": {"name": "ncl"}}
+    wf["claims"] = [{"id": "U", "metric": "sc", "left": "L1", "relation": "inverted U", "sweep": "l1_weight"}]
+    grid.write_text(yaml.safe_dump(wf))
+    assert cli.main(["report", "--summary", str(csv), "--out", str(tmp_path / "r"), "--grid", str(grid)]) == 0
+    row = next(line for line in (tmp_path / "r" / "tables" / "claims.md").read_text().splitlines()
+               if line.startswith("| U "))
+    assert "SC of L1: l1_weight = 0.01 > ends 0, 0.1 (right: 0)" in row and "| holds" in row, row
+    assert (tmp_path / "r" / "figures" / "figure4b.png").stat().st_size > 0
