@@ -308,7 +308,8 @@ def test_bayesncl_report_draws_and_judges_a_swept_setting_from_runs_csv(tmp_path
 
     csv, grid = tmp_path / "runs.csv", tmp_path / "g.yaml"
     summary.prepare(pd.DataFrame(_swept(U, method="ncl"))).to_csv(csv, index=False)  # NCL standing in for its plugin
-    wf = yaml.safe_load((Path(__file__).parents[1] / "config" / "tiny.yaml").read_text())  # the claims' grid: its variants name the sides
+    # the claims' grid: its variants name the sides
+    wf = yaml.safe_load((Path(__file__).parents[1] / "config" / "tiny.yaml").read_text())
     wf["variants"]["L1"] = {"method": {"name": "ncl"}}
     wf["claims"] = [{"id": "U", "metric": "sc", "left": "L1", "relation": "inverted U", "sweep": "l1_weight"}]
     grid.write_text(yaml.safe_dump(wf))
