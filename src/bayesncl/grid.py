@@ -289,7 +289,7 @@ def expand_grid(wf: dict) -> dict[str, Run]:
             raise ConfigError(f"{where}: {e}") from None
         refuse_undeclared(wf["variants"][variant], cfg["method"]["name"], lambda k: f"variants.{variant}.{k}")
         refuse_undeclared(nest({key: value}) if key else {}, cfg["method"]["name"],
-                      lambda k: f"sets.{set_name}.sweep.{k}")
+                          lambda k: f"sets.{set_name}.sweep.{k}")
         ident = _identity({**cfg, "train": {**cfg["train"], "dynamics_every": 0}})
         p = points.setdefault(ident, {"cfg": cfg, "ds": ds, "labels": {}, "sets": [], "sweeps": [],
                                       "dyn": 0, "where": where, "notes": []})
