@@ -548,6 +548,26 @@ CASES = [
           ("declared out of its own bounds", "plug48e", {}, {"settings": 'registry.setting(-1, "w", ge=0)'},
            "plugins: plugin 'plug48e': setting 'w': its default -1 is not one of its own values (an integer >= "
            "0)"))],
+    # ---- a method setting written for runs whose method does not read it: refused where it was written
+    *[Case(f"snakemake a setting written on {where}", ["plugins=[plug57a]", given], f"invalid workflow config: "
+           f"{place}: method ncl does not declare l1_weight (plug57a_m does); remove it there or write "
+           "it for one of those", run="snakemake", setup=files(plug57a__py=_plugin_method("plug57a")),
+           patch=lambda mp: (mp.setenv("PYTHONDONTWRITEBYTECODE", "1"), mp.setenv("BAYESNCL_PLUGIN_PATH", os.getcwd())))
+      for where, given, place in (
+          ("a variant", "variants={NCL: {method: {name: ncl, l1_weight: 0.5}}}", "variants.NCL.method.l1_weight"),
+          ("a sweep", "sets={figure4b: {variants: [NCL], sweep: {method.l1_weight: [0.1, 0.2]}}}",
+           "sets.figure4b.sweep.method.l1_weight"))],
+    Case("stale a setting written on another method's variant", ["stale", "--grid", "{tmp}/g.yaml"],
+         "variants.NCL.method.l1_weight: method ncl does not declare l1_weight (plug57b_m does)",
+         setup=both(files(g__yaml=_grid_with(plugins=["plug57b"], variants={"NCL": {"method": {
+             "name": "ncl", "l1_weight": 0.5}}}, sets={"table1": {"variants": ["NCL"]}})),
+             files(plug57b__py=_plugin_method("plug57b"), r=None)), patch=_own_registry),
+    Case("pretrain --set a plugin's setting on another method", ["pretrain", "--set", "method.name=ncl", "--set",
+                                                                  "method.l1_weight=0.1", "--out", "{tmp}/x"],
+         "--set method.l1_weight=0.1: method ncl does not declare l1_weight (plug57c_m does)",
+         setup=files(plug57c__py=_plugin_method("plug57c")),
+         patch=lambda mp: (_own_registry(mp), mp.setenv("BAYESNCL_PLUGINS", "plug57c"),
+                           mp.setenv("BAYESNCL_PLUGIN_PATH", "."))),
     Case("snakemake a plugin that raises while imported", ["plugins=[plug48f]"], "invalid workflow config: plugins: "
          "plugin 'plug48f' ({tmp}/plug48f.py, line 2) raised RuntimeError: no GPU here while imported; fix the plugin "
          "or remove it from the workflow config's plugins", run="snakemake",
