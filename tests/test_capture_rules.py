@@ -1,5 +1,5 @@
 """What capturing the step in a CUDA graph (train.graph=cudagraph) needs of the trainer, tested on the CPU where
-it can be (issue 34 item 2; what cannot be is in docs/DESIGN.md, "The GPU path without a GPU"):
+it can be (what cannot be is in docs/DESIGN.md, "The GPU path without a GPU"):
 
 - every random number of the step comes from one generator (tests/test_fake_cuda.py's guard refuses a draw
   from a default generator), the same object for the whole run (a graph replays the generator it captured),

@@ -243,7 +243,7 @@ def test_claim_rows_judge_by_the_rule():
         se = frame([row("BayesNCL (STE)", s, "table1", se_sum=v) for s, v in enumerate(bayes)]
                    + [row("NCL", s, "table1", se_sum=v) for s, v in enumerate(ncl)])
         agrees(one(se, "1c").result, reference(list(enumerate(bayes)), list(enumerate(ncl)), verdicts.BETTER, "down"))
-    # The example: paired differences 5.19 / 3.40 / 1.88 do not decide "holds" on 3 seeds.
+    # Paired differences of 5.19 / 3.40 / 1.88 do not decide "holds" on 3 seeds.
     c = one(_sc_pair([24.0 + 5.19, 22.0 + 3.40, 20.0 + 1.88], [24.0, 22.0, 20.0]), "1a")
     assert c.verdict == FOR and (round(c.result.low, 1), round(c.result.high, 1)) == (-0.6, 7.6)
 

@@ -1,5 +1,7 @@
 """The workflow config's own claims (claims:), judged by the paper's claims' rule (report/claims.py)."""
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -177,7 +179,7 @@ def test_an_at_most_claim_is_one_sided():
     ("relative", "yes", "claims[0].relative: 'yes' is not true or false"),
 ])
 def test_a_claim_value_of_the_wrong_type_is_one_line_naming_it(key, value, message):
-    """Issue 47: an unhashable, non-finite or mistyped value is one exact line, never a TypeError."""
+    """An unhashable, non-finite or mistyped value is one exact line, never a TypeError."""
     d = {"metric": "sc", "left": "A", "right": "B", "relation": "within", "tolerance": 1.0, key: value}
     with pytest.raises(ConfigError) as e:
         K.parse_claims([d], VARIANTS)
@@ -189,3 +191,130 @@ def test_a_claim_with_an_integer_id_and_a_boolean_relative_is_taken():
     (c,) = K.parse_claims([{"id": 7, "metric": "sc", "left": "A", "right": "B", "relation": "within",
                             "tolerance": 0.05, "relative": True}], VARIANTS)
     assert c.number == "7" and c.title == "SC: @A within 5% of @B"
+
+
+# ------------------------------------------------------------------------- claims over a sweep of any setting
+def _swept(values: dict, variant="L1", method="l1m", param="l1_weight", column="l1_weight", sets="figure4b"):
+    """Runs of one variant in ``sets``, points of the ``param`` sweep: {setting value: its seeds' SC}."""
+    return [{"run_id": f"synthetic/{method}/{param}~{x}/seed~{s}", "dataset": "synthetic", "arch": "resnet18",
+             "method": method, "variant": variant, "sets": sets, "sweep": param, "seed": s, column: x, "sc": v}
+            for x, vs in values.items() for s, v in enumerate(vs)]
+
+
+U = {0.0: [30.0, 31.0, 29.5], 0.01: [35.0, 37.0, 36.5], 0.1: [29.0, 30.0, 28.0]}
+
+
+def _paired_t(a, b):
+    """(mean, low, high) of the paired differences a - b with the 95% t interval, from the textbook formula."""
+    import math
+    import statistics
+
+    from scipy import stats
+
+    d = [x - y for x, y in zip(a, b)]
+    half = stats.t.ppf(0.975, len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
+    return statistics.mean(d), statistics.mean(d) - half, statistics.mean(d) + half
+
+
+def test_an_inverted_u_over_a_plugin_setting_is_judged_as_claim_11():
+    from helpers.grids import plugin_method
+
+    decl = {"id": "U1", "metric": "sc", "left": "L1", "relation": "inverted U", "sweep": "method.l1_weight"}
+    with plugin_method():
+        c = _judge(decl, pd.DataFrame(_swept(U)))
+        # the best inner point (0.01) against the weaker end: 0 (paired diffs 5, 6, 7 against 6, 7, 8.5)
+        mean, low, high = _paired_t(U[0.01], U[0.0])
+        assert (c.result.diff, c.result.low, c.result.high) == pytest.approx((mean, low, high))
+        assert c.verdict == "holds" and low > 0 and c.family and c.init_note == K.NO_INIT["sweep"]
+        assert c.text == "SC of @A: l1_weight = 0.01 $>$ ends 0, 0.1 (right: 0)" and c.left.label == "L1"
+        rising = {0.0: [30.0, 31.0, 29.5], 0.01: [33.0, 34.0, 32.0], 0.1: [36.0, 37.0, 35.5]}
+        assert _judge(decl, pd.DataFrame(_swept(rising))).verdict == "does not hold"
+        # another variant's points of the same sweep are not its own
+        both = _judge(decl, pd.DataFrame(_swept(U) + _swept(rising, variant="L2")))
+        assert (both.verdict, both.result.diff, both.result.low) == pytest.approx(("holds", mean, low))
+        two = _judge(decl, pd.DataFrame(_swept({0.0: U[0.0], 0.1: U[0.1]})))
+        assert two.verdict == "not run" and two.text == "SC of @A: inverted U over l1_weight"
+        none = _judge(decl, pd.DataFrame(_swept(U, variant="L2")))  # no runs of its own: named as declared
+        assert none.verdict == "not run" and none.left.label == "L1"
+
+
+def test_a_declared_inverted_u_over_lambda_is_claim_11a_itself():
+    rows = _swept({0.0: U[0.0], 3e-5: U[0.01], 1e-4: U[0.1]}, "BayesNCL (STE)", "bayesncl", "lambda", "lambda")
+    df = pd.DataFrame(rows).assign(gate="ste", detach=1.0, head_depth=2.0)
+    c = _judge({"id": "U2", "metric": "sc", "left": "BayesNCL (STE)", "relation": "inverted U", "sweep": "lambda"}, df)
+    (paper,) = [p for _, comps in judge.claims_rows(df) for p in comps if p.claim == "11a"]
+    assert (c.verdict, c.result.diff, c.result.low, c.result.right) == (
+        paper.verdict, paper.result.diff, paper.result.low, paper.result.right)
+
+
+def test_rises_with_and_at_each_value_over_a_plugin_setting():
+    from helpers.grids import plugin_method
+
+    rising = {0.0: [30.0, 31.0, 29.5], 0.01: [33.0, 34.0, 32.0], 0.1: [36.0, 37.0, 35.5]}
+    with plugin_method():
+        other = [{**_swept({0.0: [100.0]})[0], "sweep": "l1_power", "seed": 1,  # a point of another sweep only
+                  "run_id": "synthetic/l1m/l1_power~2/seed~1"}]
+        df = pd.DataFrame(_swept(rising) + _swept(U, variant="L2") + other)
+        c = _judge({"id": "R", "metric": "sc", "left": "L1", "relation": "rises with", "sweep": "l1_weight"}, df)
+        assert c.text == "SC: @A at l1_weight = 0.1 $>$ at l1_weight = 0"
+        assert c.verdict == "holds" and c.result.diff == pytest.approx(6.0)
+        assert _judge({"id": "R", "metric": "sc", "left": "L2", "relation": "rises with", "sweep": "l1_weight"},
+                      df).verdict == "does not hold"
+        K.declare([{"id": "E", "metric": "sc", "left": "L2", "right": "L1", "relation": ">", "sweep": "l1_weight"}])
+        try:
+            each = {c.claim: c for _, comps in judge.claims_rows(df) for c in comps if c.claim.startswith("E")}
+        finally:
+            K.declare([])
+        assert sorted(each) == ["E-0", "E-0.01", "E-0.1"]
+        assert each["E-0.01"].verdict == "holds" and each["E-0.1"].verdict == "does not hold"
+        assert each["E-0.01"].result.diff == pytest.approx(_paired_t(U[0.01], rising[0.01])[0])
+
+
+@pytest.mark.parametrize("decl, message", [
+    ({"metric": "sc", "left": "A", "relation": "inverted U"}, "claims[0].sweep: 'inverted U' is said over a sweep;"),
+    ({"metric": "sc", "left": "A", "relation": ">", "sweep": "x"}, "claims[0]: missing right;"),
+    ({"metric": "sc", "left": "A", "relation": "rises with", "sweep": ["x"]}, "claims[0].sweep: ['x'] is not a name"),
+])
+def test_a_bad_sweep_claim_is_one_line_naming_it(decl, message):
+    with pytest.raises(ConfigError) as e:
+        K.parse_claims([decl], VARIANTS)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_a_sweep_claim_reads_its_setting_s_own_column():
+    from bayesncl import registry
+    from helpers.grids import plugin_method
+
+    with plugin_method(settings={"alive": registry.setting(0.5, "named as a metric's column", ge=0)}):
+        df = pd.DataFrame(_swept(U, param="alive", column="method.alive"))
+        c = _judge({"id": "U3", "metric": "sc", "left": "L1", "relation": "inverted U", "sweep": "alive"}, df)
+        assert c.verdict == "holds" and c.result.diff == pytest.approx(_paired_t(U[0.01], U[0.0])[0])
+
+
+def test_a_sweep_claim_without_a_right_side_is_taken_and_reads_figure4b():
+    (c,) = K.parse_claims([{"metric": "sc", "left": "A", "relation": "inverted U", "sweep": "lambda"}], VARIANTS)
+    assert c.sets == ("figure4b",) and c.at_init == K.NO_INIT["sweep"]
+    (c,) = K.parse_claims([{"metric": "sc", "left": "A", "right": "B", "relation": ">", "sweep": "proj_dim",
+                            "set": "figure4a"}], VARIANTS)
+    assert c.sets == ("figure4a",) and c.at_init == ""  # its runs have untrained twins (grid.INIT_SETS)
+
+
+def test_bayesncl_report_draws_and_judges_a_swept_setting_from_runs_csv(tmp_path):
+    """End to end on a runs.csv of the swept runs (no plugin loaded): `bayesncl report --grid` with the grid's claim."""
+    import yaml
+
+    from bayesncl import cli
+    from bayesncl.report import summary
+
+    csv, grid = tmp_path / "runs.csv", tmp_path / "g.yaml"
+    summary.prepare(pd.DataFrame(_swept(U, method="ncl"))).to_csv(csv, index=False)  # NCL standing in for its plugin
+    # the claims' grid: its variants name the sides
+    wf = yaml.safe_load((Path(__file__).parents[1] / "config" / "tiny.yaml").read_text())
+    wf["variants"]["L1"] = {"method": {"name": "ncl"}}
+    wf["claims"] = [{"id": "U", "metric": "sc", "left": "L1", "relation": "inverted U", "sweep": "l1_weight"}]
+    grid.write_text(yaml.safe_dump(wf))
+    assert cli.main(["report", "--summary", str(csv), "--out", str(tmp_path / "r"), "--grid", str(grid)]) == 0
+    row = next(line for line in (tmp_path / "r" / "tables" / "claims.md").read_text().splitlines()
+               if line.startswith("| U "))
+    assert "SC of L1: l1_weight = 0.01 > ends 0, 0.1 (right: 0)" in row and "| holds" in row, row
+    assert (tmp_path / "r" / "figures" / "figure4b.png").stat().st_size > 0

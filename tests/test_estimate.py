@@ -139,7 +139,7 @@ def test_the_paper_grid_as_docs_cluster_and_the_profile_print_it(capsys, tmp_pat
 
 def test_rates_from_a_gpu_check_json_are_read_in_the_mode_each_run_trains_in(tmp_path, rates):
     """A gpu_check.json's eager rates (throughput) and captured rates (captured_step, or throughput's *_cudagraph
-    before issue 49): a run is priced in its own train.graph, the paper grid's eager whatever else was measured;
+    in older files): a run is priced in its own train.graph, the paper grid's eager whatever else was measured;
     a mode not measured is priced at the eager rate and the table says so."""
     one = {"gflops_fwd_per_view": 1.0}
     report = {"info": {"gpu": "NVIDIA L40S"}, "steps": {

@@ -342,5 +342,5 @@ def test_missing_dynamics_fail_loudly(tmp_path):
     with pytest.raises(ConfigError, match="recorded no gradient dynamics"):
         evaluate(tmp_path / "model.pt", tmp_path / "e", only=["dynamics"], progress=False)
     # dynamics_every is part of the run's identity: a finished run is not silently reused without them
-    with pytest.raises(BayesNCLError, match="train.dynamics_every: 0 != 1"):  # another run: refused (issue 47)
+    with pytest.raises(BayesNCLError, match="train.dynamics_every: 0 != 1"):  # another run: refused
         pretrain(C.resolve(sets=sets + ["train.dynamics_every=1"]), tmp_path, progress=False)

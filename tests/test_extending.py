@@ -93,6 +93,9 @@ def test_the_page_has_the_files_and_the_command_this_test_runs():
     mine = {v: s["method"].get("l1_weight") for v, s in grid["variants"].items() if s["method"]["name"] == "ncl_l1"}
     assert mine == {"NCL + L1": None, "NCL + L1 (x10)": 1.0e-2}
     assert all(set(mine) <= set(grid["sets"][t]["variants"]) for t in ("table1", "table2"))
+    # ... and swept over three values in Figure 4b's set, with a declared inverted U over that sweep
+    assert grid["sets"]["figure4b"] == {"variants": ["NCL + L1"], "sweep": {"method.l1_weight": [0.0, 1.0e-2, 0.1]}}
+    assert {"id": "U", "metric": "sc", "left": "NCL + L1", "relation": "inverted U", "sweep": "l1_weight"} in grid["claims"]
 
 
 def _snakemake_and_stale(cmd: list[str], env: dict, grid_path: Path) -> tuple[list[str], list[str]]:
@@ -150,7 +153,20 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
                      rf"(holds|does not hold|inconclusive) \({gate}\) +\|$", row), (row, family)
     row = next(line for line in claims.splitlines() if line.startswith("| D2"))
     assert "Zeros (%): NCL + L1 > NCL" in row and "declared" in row
+    # the sweep's claim, as claim 11 (one seed: no interval, a lean at best), and its figure's panels
+    row = next(line for line in claims.splitlines() if line.startswith("| U "))
+    assert "SC of NCL + L1: l1_weight = 0.01 > ends 0, 0.1" in row and "n/a: a sweep of training settings" in row, row
+    assert re.search(r"\| (holds|does not hold|inconclusive \(leans (for|against)\)) +\|", row), row
     import pandas as pd
+
+    from bayesncl.report import figures, summary
+
+    table = pd.read_csv(out / "summary" / "runs.csv")
+    points = table[(table["sweep"] == "l1_weight") & (table["variant"] == "NCL + L1")]  # the setting's column
+    assert sorted(points["l1_weight"]) == [0.0, 0.01, 0.1] and set(points["sets"]) == {"figure4b"}
+    assert (out / "figures" / "figure4b.png").is_file()
+    panel = figures._figure4b(summary.prepare(pd.read_csv(out / "summary" / "runs.csv"))).axes[2]
+    assert panel.get_title().endswith("SC vs l1_weight") and list(panel.lines[0].get_xdata()) == [0.0, 0.01, 0.1]
 
     runs = pd.read_csv(out / "summary" / "runs.csv")
     assert runs["zero_share"].between(0, 100).all()  # the plugin section's number, for every run
@@ -172,7 +188,8 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
     # plugin's code, exactly the runs that use it, never their untrained twin: NCL's (init_as="ncl"), shared by the
     # three variants; `bayesncl stale` lists the same runs.
     runs = pd.read_csv(out / "summary" / "runs.csv").set_index("run_id")
-    assert {runs.loc[r, "twin"] for r in ("imagefolder/ncl/seed~0", *swept)} == {"imagefolder/ncl/epochs~0/seed~0"}
+    twins = {t for r in ("imagefolder/ncl/seed~0", *swept) for t in runs.loc[[r], "twin"]}  # a row per set's name
+    assert twins == {"imagefolder/ncl/epochs~0/seed~0"}
     d2 = next(line for line in claims.splitlines() if line.startswith("| D2")).split("|")
     header = next(line for line in claims.splitlines() if line.startswith("|") and "Δ at init" in line).split("|")
     assert dict(zip([h.strip() for h in header], [c.strip() for c in d2]))["Δ at init [95% CI]"] == "+0.00 (no CI)"
@@ -183,7 +200,7 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
     at_default = ["imagefolder/ncl_l1/seed~0"]
     assert _snakemake_and_stale(cmd, env, grid_path) == (at_default, at_default)
     method.write_text(page.replace("sum(dim=1).mean()", "sum(dim=1).mean() * 1.0"))
-    every = sorted(at_default + ["imagefolder/ncl_l1/l1_weight~0.01/seed~0"])
+    every = sorted(at_default + [f"imagefolder/ncl_l1/l1_weight~{w}/seed~0" for w in ("0", "0.01", "0.1")])
     assert _snakemake_and_stale(cmd, env, grid_path) == (every, every)
     # ... and runs.csv's stale column (what every table's caption reads) names the code of those runs
     csv = tmp_path / "stale-runs.csv"
@@ -191,8 +208,8 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     stale = pd.read_csv(csv, keep_default_na=False).set_index("run_id")["stale"]
-    assert sorted(rid for rid, s in stale.items() if s) == every
-    assert all(list(json.loads(stale[rid])) == ["code of method ncl_l1"] for rid in every)
+    assert sorted({rid for rid, s in stale.items() if s}) == every  # a run two sets name differently: a row each
+    assert all(list(json.loads(s)) == ["code of method ncl_l1"] for rid, s in stale.items() if rid in every)
     # the page's command again: those runs are trained anew (and evaluated, reported); then nothing is stale
     r = current().run([SNAKEMAKE, *cmd[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]

@@ -1,4 +1,4 @@
-"""The GPU path proven without a GPU (issue 34): one training step of every method under every precision and
+"""The GPU path proven without a GPU: one training step of every method under every precision and
 loss-scaler setting the paper grid (config/paper.yaml) and the GPU check (benchmarks/gpu_check.py) use, and
 the per-batch regions of the GPU evaluation sections, on fake `cuda` tensors under a guard that refuses any
 host sync, host-device copy or device mismatch (tests/fake_cuda.py says how, and what stands in for what).
@@ -298,7 +298,7 @@ def _planted(*plants: tuple[str, str]):
 
 
 def test_a_float_per_step_in_the_loop_fails_the_dry_run(tiny_backbone, monkeypatch, tmp_path):
-    """Planted: `float(tensor)` in pretrain's loop after each step (issue 49: the one-step dry run let it pass)."""
+    """Planted: `float(tensor)` in pretrain's loop after each step (a one-step dry run let it pass)."""
     mod = _planted(("r = train_step(x, gen, want_zplus=stats is not None)", "float(train_step.sums[0])"))
     with pytest.raises(HostSync, match="_local_scalar_dense"):
         dry_run(monkeypatch, tmp_path / "run", module=mod)

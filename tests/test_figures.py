@@ -13,6 +13,7 @@ import pytest
 import yaml
 from matplotlib.collections import LineCollection, PolyCollection
 
+from bayesncl import registry
 from bayesncl.report import drawing, figures, lines, names
 from bayesncl.report import summary as summ
 from helpers.report import figure_row, gate_curve
@@ -367,3 +368,57 @@ def test_saturation_title_and_budget_labels_fit_with_many_budgets():
         labels = [t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_text()]
         assert len(labels) == 9
         assert all(a.x1 <= b.x0 or a.y1 <= b.y0 or b.y1 <= a.y0 for a, b in zip(labels, labels[1:]))
+
+
+def test_figure4b_draws_a_swept_plugin_setting_as_rho_and_lambda_are_drawn():
+    """A plugin setting swept in Figure 4b's set gets its own column of panels, SC and top-1 against its runs.csv
+    column, seeds as bands, the default point marked; two variants that differ in another of its settings are two
+    lines; the paper's rho and lambda panels stay."""
+    from helpers.grids import WEIGHT, plugin_method
+
+    def lp(s, w, sets="figure4b", sweep="l1_weight", power=1, variant="L1"):
+        return figure_row(variant, "l1m", s, sets, sweep, l1_weight=w, l1_power=power,
+                          sc=30.0 + 10 * w - 20 * w * w + s, probe_top1=60.0 + w)
+    settings = {"l1_weight": WEIGHT["l1_weight"], "l1_power": registry.setting(1, "the norm's power", ge=1)}
+    with plugin_method(settings=settings):
+        rows = [lp(s, 0.1, "table1;figure4b") for s in range(2)]
+        rows += [lp(s, w) for w in (0.0, 0.5) for s in range(2)]
+        rows += [lp(0, w, power=2, variant="L1 (p=2)") for w in (0.0, 0.5)]
+        rows += [figure_row("NCL", "ncl", s, "table1", sc=31.0, probe_top1=60.0) for s in range(2)]
+        df = summ.prepare(pd.DataFrame(rows).astype({"l1_weight": str}))  # as read back from runs.csv
+        fig = figures._figure4b(df)
+    sc_w, top1_w = fig.axes[2], fig.axes[5]
+    assert len(fig.axes) == 6 and "l1_weight" in _title(fig) and sc_w.get_title() == "CIFAR-100: SC vs l1_weight"
+    assert fig.get_figwidth() == pytest.approx(3 * 3.4)  # a column's width each, as the paper's two
+    assert _title(fig).startswith("Figure 4b: sensitivity to ρ and λ (BayesNCL) and to l1_weight (test split")
+    assert "l1_weight = 0.1, D = 256" in _title(fig)  # its default point: the main comparison's value
+    assert list(_line(sc_w, "L1 (n=").get_xdata()) == [0.0, 0.1, 0.5]
+    assert list(_line(sc_w, "L1 (n=").get_ydata()) == pytest.approx([30.5, 31.3, 30.5])
+    assert list(_line(sc_w, "L1 (p=2)").get_xdata()) == [0.0, 0.5]
+    assert list(_line(top1_w, "L1 (n=").get_ydata()) == pytest.approx([60.0, 60.1, 60.5])
+    assert _bands(sc_w) and sc_w.get_xlabel() == "l1_weight"
+    default = [ln for ln in sc_w.lines if ln.get_label() == "default operating point"]
+    assert len(default) == 1 and list(default[0].get_xdata()) == [0.1, 0.1]
+    assert fig.axes[0].texts[0].get_text().startswith("ρ is not swept")
+    # drawn alike where the report runs without the plugin (its column is then text, as read from runs.csv)
+    alone = summ.prepare(pd.DataFrame([r for r in rows if r["variant"] != "L1 (p=2)"]).astype({"l1_weight": str}))
+    assert not pd.api.types.is_numeric_dtype(alone["l1_weight"])
+    panel = figures._figure4b(alone).axes[2]
+    assert list(_line(panel, "L1 (n=").get_xdata()) == [0.0, 0.1, 0.5]
+
+
+def test_figure4b_leaves_out_a_sweep_runs_csv_has_no_column_for():
+    """A swept key with no runs.csv column (train.lr: its runs' `sweep` says "lr") has nothing to draw against."""
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda;lr", lam=lam, sc=33.0, probe_top1=60.0)
+            for lam in (0.0, 1e-4)]
+    fig = figures._figure4b(summ.prepare(pd.DataFrame(rows)))
+    assert len(fig.axes) == 4 and "lr" not in _title(fig)
+
+
+def test_a_sweep_is_read_from_the_column_its_setting_has():
+    from helpers.grids import plugin_method
+
+    assert summ.swept(pd.DataFrame({"sweep": ["", "rho;lambda", "rho"]})) == ["lambda", "rho"]
+    with plugin_method(settings={"alive": registry.setting(0.5, "named as a metric's column", ge=0)}):
+        assert [summ.sweep_column(p) for p in ("rho", "proj_dim", "alive", "l1_weight")] == [
+            "rho", "proj_dim", "method.alive", "l1_weight"]

@@ -502,7 +502,7 @@ def test_a_workflow_run_has_its_own_folder(tmp_path):
     assert len(os.fsencode(os.path.join(a, "0" * 16 + ".sock"))) + protocol.TMP_SUFFIX_MAX <= protocol.SUN_PATH_MAX
 
 
-# ------------------------------------------------------------------------------ issue 47: as a plain process in every case
+# ------------------------------------------------------------------------------ as a plain process in every case
 def _good_jobs(root: Path) -> list[str]:
     """A `jobs` command that succeeds and writes its table to stdout."""
     from helpers.report import write_benchmark

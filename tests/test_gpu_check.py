@@ -118,7 +118,7 @@ def test_estimate_grid_matches_hand_computation(gc):
 
 def test_estimate_grid_reads_gating_and_the_family_from_the_registry(gc):
     """A plugin method declared gated is priced as BayesNCL is (its gating head's FLOPs, the gated family's rate),
-    one that is not at the reference's rate: the registry's traits, not the name "bayesncl" (issue 48)."""
+    one that is not at the reference's rate: the registry's traits, not the name "bayesncl"."""
     from bayesncl import registry
 
     small = ["model.width=4", "model.proj_hidden=32", "model.proj_dim=16", "train.epochs=1", "data.dataset=cifar10",

@@ -335,7 +335,7 @@ def test_a_cache_folder_that_cannot_be_written_is_named(tree, tmp_path):
     assert imagefolder_manifests(tmp_path / "not-yet", S, cache)[0].endswith("/train.json")
 
 
-# ------------------------------------------------------------------------------------------------ issue 47: real folders
+# ------------------------------------------------------------------------------------------------ real folders
 def _cli(argv) -> tuple[int, str]:
     """`bayesncl ARGV` in this process: (exit code, stderr)."""
     import io

@@ -1,4 +1,4 @@
-"""No command overwrites a run it did not make (issue 47, item 1): `bayesncl import`, `export`, `pretrain` and
+"""No command overwrites a run it did not make: `bayesncl import`, `export`, `pretrain` and
 `evaluate` given a folder that holds another run refuse in one line naming what is there and leave every file as it
 was; their own run (a resumed pretraining, the workflow's eval/ folder, the same import or export again) is theirs
 to write; with --replace the other run is replaced whole, atomically, nothing of it kept (bayesncl.outdir)."""

@@ -1,4 +1,4 @@
-"""Issue 48: a plugin's own settings (bayesncl.registry.setting), declared as bayesncl.config declares the package's
+"""A plugin's own settings (bayesncl.registry.setting), declared as bayesncl.config declares the package's
 keys: set under the method's, dataset's or section's block, validated in one line, named in run ids, swept, part of
 the rerun trigger, recorded; what identifies a plugin's code in its runs' records and rerun triggers; and the
 registry's behaviours no test pinned before (a dataset without background labels, a second spec of one module)."""
@@ -128,6 +128,13 @@ def test_setting_allows_exactly_its_values():
     assert [f.allows(v) for v in (0.1, 1, 0, 0.0, 1.0, float("nan"), float("inf"), False)] == [
         True, False, False, False, False, False, False, False]
     assert registry.setting(0.5, "f", gt=0).allows(3)  # an integer is a number
+    # a float without bounds, or with one end: finite numbers only (no bound would catch inf or NaN)
+    for bounds in ({}, {"ge": 0}, {"le": 1}):
+        assert [registry.setting(0.5, "u", **bounds).allows(v) for v in (0.25, float("nan"), float("inf"),
+                                                                            -float("inf"))] == [True] + [False] * 3
+    for bad in (float("inf"), float("nan")):  # ... and such a default is refused where it is declared
+        with pytest.raises(ConfigError, match=r"^setting 'w': its default (inf|nan) is not one of its own values"):
+            registry.setting(bad, "w")
     assert [registry.setting(True, "b").allows(v) for v in (False, 0, None)] == [True, False, False]
     assert registry.setting("a", "c", choices=("a", 1)).allows(1) and not registry.setting(
         "a", "c", choices=("a", 1)).allows(True)
@@ -199,12 +206,39 @@ def test_run_ids_name_it_off_its_default_and_a_variant_or_a_sweep_gives_one_run_
         _grid({}, {"table1": {"variants": ["NCL"]}})).items()}
 
 
+def test_a_value_written_for_runs_whose_method_does_not_declare_it_is_refused_where_it_was_written():
+    line = "{}: method ncl does not declare l1_weight (l1m does); remove it there or write it for one of those"
+    with plugin_method():
+        for variants, sets, place in (
+                ({"NCL": {"method": {"name": "ncl", "l1_weight": 5.0}}}, {"table1": {"variants": ["NCL"]}},
+                 "variants.NCL.method.l1_weight"),  # out of its bounds too: refused for where it is, first
+                ({"L1": {"method": {"name": "l1m"}}}, {"figure4b": {"variants": ["L1", "NCL"],
+                                                                    "sweep": {"method.l1_weight": [0.0, 0.1]}}},
+                 "sets.figure4b.sweep.method.l1_weight")):
+            with pytest.raises(ConfigError) as e:
+                expand_grid(_grid(variants, sets))
+            assert str(e.value) == line.format(place)
+        with pytest.raises(ConfigError) as e:
+            _cfg("method.name=ncl", "method.l1_weight=0.1")
+        assert str(e.value) == line.format("--set method.l1_weight=0.1")
+        with pytest.raises(ConfigError, match=r"^method.name: got 'nope'"):  # a bad method is named as before
+            _cfg("method.name=nope", "method.l1_weight=0.1")
+        # where its method declares it, and where a layer every run shares writes it, it is taken
+        assert _cfg("method.name=l1m", "method.l1_weight=0.1")["method"]["l1_weight"] == 0.1
+        runs = expand_grid(_grid({"L1": {"method": {"name": "l1m", "l1_weight": 0.1}}},
+                                 {"figure4b": {"variants": ["L1"], "sweep": {"method.l1_weight": [0.0, 0.2]}},
+                                  "table1": {"variants": ["NCL", "L1"]}}, method={"l1_weight": 0.3}))
+        weights = {rid: r.config["method"].get("l1_weight") for rid, r in runs.items() if "epochs~0" not in rid}
+        assert weights == {"synthetic/ncl/seed~0": None, "synthetic/l1m/l1_weight~0.1/seed~0": 0.1,
+                           "synthetic/l1m/l1_weight~0/seed~0": 0.0, "synthetic/l1m/l1_weight~0.2/seed~0": 0.2}
+
+
 def test_the_demo_grid_s_ids_and_triggers_are_as_before_plugins_had_settings_or_code():
     """Nothing a plugin brings changes the package's own runs: the demo's 116 run ids with its overlay of that time
-    (grids.demo_with_old_sweeps) and their triggers are those of the commit before issue 48 (digests computed
-    there), and a job's trigger is trigger_config's JSON alone (the params Snakemake recorded for every finished
-    run). Since then one change: w/o detach's untrained twins are BayesNCL (STE)'s (one twin per distinct untrained
-    network), so the three twins it had are written back here as that grid planned them."""
+    (grids.demo_with_old_sweeps) and their triggers are those of the commit before plugins had settings (digests
+    computed there), and a job's trigger is trigger_config's JSON alone (the params Snakemake recorded for every
+    finished run). Since then one change: w/o detach's untrained twins are BayesNCL (STE)'s (one twin per distinct
+    untrained network), so the three twins it had are written back here as that grid planned them."""
     import hashlib
 
     from bayesncl.config import resolve
@@ -469,6 +503,9 @@ def test_a_run_records_its_plugin_code_and_stale_compares_it(tmp_path, monkeypat
         assert run_staleness(cfg, grid_run, {}) == {"code of method plug_code": ["absent", today[:19]]}  # an old run
         assert run_staleness(cfg, grid_run, {"method plug_code": "version 1"}) == {
             "code of method plug_code": ["version 1", today[:19]]}
+        # a plugin entry the run recorded that today's config no longer uses is stale too (its code trained it)
+        gone = {"method plug_code": today, "dataset mine": "version 2"}
+        assert run_staleness(cfg, grid_run, gone) == {"code of dataset mine": ["version 2", "absent"]}
         record_config(run, _cfg("method.name=ncl"))  # the package's own method: no record, an old one removed
         assert not (run / CODE).exists() and read_code(run) == {}
     fix = "it is the trainer's: restore it, or train the run again"

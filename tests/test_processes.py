@@ -1,5 +1,5 @@
 """The tests' process owner (tests/helpers/processes.py, conftest.py's `procs`): what a test starts is gone when
-the test ends, passed, failed or timed out, and nothing a test starts outlives the run (issue 50)."""
+the test ends, passed, failed or timed out, and nothing a test starts outlives the run."""
 
 from __future__ import annotations
 

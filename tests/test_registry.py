@@ -342,7 +342,7 @@ def test_plugins_edge_cases_each_give_one_line_or_a_record(tmp_path, monkeypatch
 
 
 def test_a_plugin_that_fails_while_imported_is_one_exact_line(tmp_path, monkeypatch):
-    """Issue 47: whatever a plugin raises, even with no message, and wherever its file could not be found."""
+    """Whatever a plugin raises, even with no message, and wherever its file could not be found."""
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     (tmp_path / "plug_bare.py").write_text("x = 1\nraise RuntimeError()\n")
     (tmp_path / "plug_pkg").mkdir()
@@ -357,7 +357,7 @@ def test_a_plugin_that_fails_while_imported_is_one_exact_line(tmp_path, monkeypa
                             "plugin or remove it from the workflow config's plugins")
 
 
-# ------------------------------------------------------------------------------------ every name once (issue 48)
+# ------------------------------------------------------------------------------------ every name once
 def test_the_paper_s_claim_sides_are_found_by_the_registry_s_traits():
     """report/claims.py reads no method name: a method declared gated stands for BayesNCL, one declared the
     reference for NCL (here two plugin methods in place of the paper's), and the labels of sides without runs are

@@ -1,4 +1,4 @@
-"""Report edges that mutation testing found untested (docs/TESTING.md, "The report files"):
+"""Report edges that mutation testing found untested (docs/TESTING.md, report/tables.py and summary.py):
 a Table 3 group without dynamics among others, the repeat note with two datasets, several K values and
 several protocols in one table, and metrics.json's rounding."""
 

@@ -355,7 +355,7 @@ def test_the_runs_found_leave_out_dot_folders_and_eval_folders(tmp_path):
 
 def test_without_the_grid_a_run_reads_its_recorded_config(tmp_path):
     """Without the plan, a run's epochs (and so its ETA) come from the config it recorded; a config that cannot be
-    read is a row saying so, the run still listed (issue 47: never in silence)."""
+    read is a row saying so, the run still listed (never in silence)."""
     runs = tmp_path / "results" / "runs"
     for rid, text in (("a", "train: {epochs: 10, batch_size: 64}\n"), ("b", "train: [\n")):
         write_log(runs / rid, [4.7, 4.5, 4.4, 4.3])  # epochs of 10 s, the last ended at NOW
@@ -368,7 +368,7 @@ def test_without_the_grid_a_run_reads_its_recorded_config(tmp_path):
     assert [line.split()[1] for line in render([a, b]).splitlines()[1:3]] == ["0", "4/10"]
 
 
-# ------------------------------------------------------------------------------ issue 47: read what it can, say what it cannot
+# ------------------------------------------------------------------------------ read what it can, say what it cannot
 BAD_FOLDERS = [  # (case, {file: content, None: a folder}, the row's note)
     ("a binary log", {"log.jsonl": b"\x89PNG\r\n\x1a\n\xff\xfe\x00"}, "log.jsonl: not a text file (not UTF-8)"),
     ("a log line that is a list", {"log.jsonl": '{"epoch": 1, "loss": 4.0}\n[1, 2]\n'},

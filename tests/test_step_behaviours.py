@@ -1,5 +1,5 @@
-"""The training step's newest behaviours, each with a test that fails when it is broken (issue 34 item 4: every
-one of these bugs, planted alone, once passed the whole default suite):
+"""The training step's newest behaviours, each with a test that fails when it is broken (every one
+of these bugs, planted alone, once passed the whole default suite):
 
 - the real fp16 scaler unscales the extra gradient it checks (dL/dz+, read by the gradient dynamics);
 - a resumed scaler gets its growth tracker back, not only its scale;

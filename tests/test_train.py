@@ -178,7 +178,7 @@ def test_checkpoint_from_another_config_is_refused(tmp_path, tiny_sets):
     pretrain(C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=1", "train.epochs=1"]), tmp_path, progress=False)
     other = C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=1", "train.epochs=1", "method.rho=0.5"])
     with pytest.raises(OutputError, match=r"holds a run of another config \(config.resolved.yaml: method.rho: 0.8 "
-                                          r"!= 0.5\); give another folder, or add --replace"):  # issue 47
+                                          r"!= 0.5\); give another folder, or add --replace"):  # another run: refused
         pretrain(other, tmp_path, progress=False)
 
 

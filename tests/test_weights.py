@@ -283,7 +283,7 @@ LIGHTNING_NAMES = ("pytorch_lightning.utilities.parsing.AttributeDict",
                                       "pytorch_lightning.AttributeDict"])
 def test_the_allow_list_matches_lightning_s_attribute_dict_by_its_full_name_only(tmp_path, qualname):
     """A class named AttributeDict elsewhere (or ending as Lightning's full name does) is refused, never read as a
-    plain dict: its module is never imported, so none of its code runs (issue 47, item 8)."""
+    plain dict: its module is never imported, so none of its code runs."""
     module, _, cls = qualname.rpartition(".")
     parts = module.split(".")
     fake = types.ModuleType(module)
@@ -845,7 +845,7 @@ READ_CASES = {
 @pytest.mark.parametrize("key", list(READ_CASES))
 def test_every_setting_the_released_code_reads_is_carried_or_refused(tmp_path, key):
     """No released setting is dropped in silence: changed in args.json, it changes the imported config, or the
-    import stops in one line that names it (issue 49: gate_threshold was dropped)."""
+    import stops in one line that names it (gate_threshold once was dropped)."""
     assert set(READ_CASES) == set(released.READS)  # a new read needs its case
     name, sets, value, lands = READ_CASES[key]
     path, cfg = _released(tmp_path, name, list(sets), mk={"topk_k": 2} if key == "method_kwargs.use_topk" else None)

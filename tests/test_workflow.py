@@ -155,7 +155,7 @@ def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
     # once per ImageNet-100 root, before its runs: the prepared copy (rules/prepare.smk)
     assert sorted(rule for rule, _ in top if rule not in local) == (["atlas"] * 3 + ["prepare_data"]
                                                                     + ["pretrain"] * len(trained))
-    assert len(submitted) == len(trained) + len(runs) + 3 + 1 == 108 + 192 + 4
+    assert len(submitted) == len(trained) + len(runs) + 3 + 1 == 108 + 189 + 4
     assert out.count("Group job eval_") == len(runs)
     for rule, res in top:
         fields = dict(kv.split("=", 1) for kv in res.split(", "))
@@ -306,7 +306,7 @@ def test_bad_config_fails_when_the_dag_is_built(tmp_path, edit, message):
                                                      "'no_such_plugin' (looked for no_such_plugin.py in "),
     (lambda c: c.update(claims=[{"metric": "sc", "left": "NCL", "right": "Nope", "relation": ">"}]),
      "invalid workflow config: claims[0].right: no variant 'Nope'; the variants: BayesNCL (STE), NCL,"),
-    # issue 47: whatever a plugin raises or exits with, whatever type a claim's value has
+    # whatever a plugin raises or exits with, whatever type a claim's value has
     (lambda c: c.update(plugins=["plug"]), "invalid workflow config: plugins: plugin 'plug' ({tmp}/plug.py, line 2) "
                                            "raised RuntimeError: no GPU while imported; fix the plugin"),
     (lambda c: c.update(plugins=["plug_syntax"]), "invalid workflow config: plugins: plugin 'plug_syntax' "

@@ -445,9 +445,26 @@ def resolve(base: dict | None = None, sets: list[str] | tuple = (), file: str | 
         merge(cfg, as_recorded(loaded) if recorded else loaded)
     if base:
         merge(cfg, copy.deepcopy(base))
-    if sets:
-        merge(cfg, nest(dict(parse_set(s) for s in sets)))
-    return validate(cfg)
+    given = {parse_set(s)[0]: s for s in sets}
+    if given:
+        merge(cfg, nest({k: parse_set(s)[1] for k, s in given.items()}))
+    validate(cfg)  # a bad value or method is named first
+    refuse_undeclared(nest({k: None for k in given}), cfg["method"]["name"], lambda key: f"--set {given[key]}")
+    return cfg
+
+
+def refuse_undeclared(written: dict, method: str, place: Callable[[str], str]) -> None:
+    """A method setting a plugin declares (registry.MethodSpec.settings), written for some runs in particular (a
+    variant, a sweep, a `--set`) whose method does not declare it: one line naming where it was written (``place(
+    dotted key)``) and the methods that declare it. The same key in a layer every run shares (a grid's defaults) is
+    dropped instead (_plugin_settings), as is a package key a method does not read."""
+    node = written.get("method") if isinstance(written, dict) else None
+    own = dict(registry.METHODS[method].settings)
+    for k in node if isinstance(node, dict) else ():
+        if k not in own and registry.declared(f"method.{k}") is not None:
+            who = registry.METHODS.names(lambda m: k in dict(m.settings))
+            raise ConfigError(f"{place(f'method.{k}')}: method {method} does not declare {k} ({', '.join(who)} "
+                              "does); remove it there or write it for one of those")
 
 
 def dump_yaml(cfg: dict) -> str:

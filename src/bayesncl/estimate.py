@@ -96,7 +96,7 @@ def measured_rates(gpu: str | None = None, measured: str | Path | None = None) -
         if not records:
             raise ConfigError(f"--measured {path}: its throughput step did not end ok; rerun "
                               "`benchmarks/gpu_check.py --only throughput` on the GPU")
-        for m in METHODS:  # the captured step (an option): its own step, or in throughput as before issue 49
+        for m in METHODS:  # the captured step (an option): its own step, or in throughput as older files have it
             rec = captured.get(m) if isinstance(captured.get(m), dict) else tput.get(f"{m}_cudagraph")
             if _rate(rec):
                 records.append({"method": m, "graph": "cudagraph", **rec})

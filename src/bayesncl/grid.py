@@ -12,7 +12,7 @@ import json
 import warnings
 from dataclasses import dataclass, field
 
-from .config import ID_ORDER, RUNTIME_KEYS, flatten, keys_added, resolve, topk_k
+from .config import ID_ORDER, RUNTIME_KEYS, flatten, keys_added, refuse_undeclared, resolve, topk_k
 from .errors import BayesNCLError, ConfigError
 from .registry import DATASETS, METHODS, SECTION_SETTINGS, is_plugin, plugin_code
 from .yamlio import nest
@@ -238,9 +238,10 @@ def set_seeds(wf: dict, set_name: str) -> list[int]:
 
 
 def _points(wf: dict):
-    """Every (set, dataset, variant, swept key, seed) point of the grid with its raw run config. Mappings are read in
-    the order of their keys' names (sets, datasets, swept keys), lists in their own: the grid is the same whatever
-    order its files or their merge gave the keys (Snakemake's config and the JSON handed to the report)."""
+    """Every point of the grid, a seed each: (set, dataset, variant, (swept key, its value), raw run config, its
+    dynamics_every). Mappings are read in the order of their keys' names (sets, datasets, swept keys), lists in their
+    own: the grid is the same whatever order its files or their merge gave the keys (Snakemake's config and the JSON
+    handed to the report)."""
     for set_name, spec in sorted(wf["sets"].items()):
         if set_name not in SETS:
             raise ConfigError(f"sets.{set_name}: unknown set; the report renders {', '.join(SETS)}")
@@ -262,7 +263,7 @@ def _points(wf: dict):
                                  spec.get("overrides"), nest({key: value}) if key else None)
                         raw = merged(*parts, _smoke(wf, *parts), {"seed": seed})
                         dyn = spec.get("dynamics_every", 0)
-                        yield set_name, ds, variant, key, raw, min(dyn, 1) if _smoke(wf) else dyn
+                        yield set_name, ds, variant, (key, value), raw, min(dyn, 1) if _smoke(wf) else dyn
 
 
 def expand_grid(wf: dict) -> dict[str, Run]:
@@ -280,12 +281,15 @@ def expand_grid(wf: dict) -> dict[str, Run]:
         raise ConfigError(f"{missing[0]}: the workflow config has none; see config/config.yaml for the keys a grid "
                           "needs (seeds, defaults, datasets, variants, sets)")
     points: dict[tuple, dict] = {}  # training identity without dynamics_every -> what the sets ask of it
-    for set_name, ds, variant, key, raw, dyn in _points(wf):
+    for set_name, ds, variant, (key, value), raw, dyn in _points(wf):
         where = f"datasets.{ds} / variants.{variant} / sets.{set_name}"
         try:
             cfg = resolve(base=raw)
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from None
+        refuse_undeclared(wf["variants"][variant], cfg["method"]["name"], lambda k: f"variants.{variant}.{k}")
+        refuse_undeclared(nest({key: value}) if key else {}, cfg["method"]["name"],
+                          lambda k: f"sets.{set_name}.sweep.{k}")
         ident = _identity({**cfg, "train": {**cfg["train"], "dynamics_every": 0}})
         p = points.setdefault(ident, {"cfg": cfg, "ds": ds, "labels": {}, "sets": [], "sweeps": [],
                                       "dyn": 0, "where": where, "notes": []})

@@ -1,4 +1,4 @@
-"""Whose run an output folder holds, and replacing it whole (issue 47: no command overwrites a run it did not make).
+"""Whose run an output folder holds, and replacing it whole (no command overwrites a run it did not make).
 
 `bayesncl pretrain` and `import` write a run folder, `evaluate` an evaluation folder, `export` an export folder.
 Each first asks what the folder already holds: nothing of another run (empty, missing, or its own run: the same

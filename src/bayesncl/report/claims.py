@@ -40,7 +40,7 @@ from .cells import METRICS, Metric, Stat, stat
 from ..registry import METHODS, method_traits
 from .groups import Group, flag_repeats, group_rows, in_set, parse_list
 from .names import set_names
-from .summary import METRIC_COLUMNS, prepare, section_columns, sweep_rows
+from .summary import METRIC_COLUMNS, prepare, section_columns, sweep_column, sweep_rows
 from .verdicts import BETTER, NOT_WORSE, SPEC, UNSIGNED, Kind, Outcome, at_most, combine, compare, finite, within
 
 __all__ = ["CLAIMS", "PRIMARY", "SAME_INIT", "Claim", "Comparison", "Side"]  # the judged table: report/judge.py
@@ -295,30 +295,42 @@ def _widths(runs: Runs) -> list[Comparison]:
     return out
 
 
-def _inverted_u(cid: str, param: str, symbol: str, paper: str) -> Callable:
+def _sweep_points(runs: Runs, sets: tuple[str, ...], param: str, pick: Callable[[dict], bool],
+                  metric: str) -> tuple[list[dict], dict[float, list[tuple[float, float]]]]:
+    """(the runs of the first of ``sets`` that has runs ``pick`` takes, {value of the ``param`` sweep: its runs'
+    (seed, ``metric``)}): the points of a sweep (summary.sweep_rows) as claims 10-11 read them."""
+    rows = next((rs for s in sets if (rs := [r for g in runs.groups(s) for r in g.rows if pick(r)])), [])
+    points: dict[float, list[tuple[float, float]]] = {}
+    if rows:
+        sweep = sweep_rows(prepare(pd.DataFrame(rows)), param)
+        for value, part in sweep.groupby(pd.to_numeric(sweep[sweep_column(param)], errors="coerce")):
+            points[float(value)] = list(zip(part["seed"], part[metric]))
+    return rows, points
+
+
+def _inverted_u(cid: str, param: str, name: str, paper: str, sets: tuple[str, ...] = ("figure4b",),
+                pick: Callable[[dict], bool] = ROLES["bayes"], metric: str = "sc", label: str = "") -> Callable:
+    """The best inner point of the ``param`` sweep (chosen after seeing the means) against each end, on ``metric``;
+    ``name``: the setting as the claim's text names it; ``label``: the side's name where it has no runs."""
+    m = METRICS[metric]
+
     def build(runs: Runs) -> list[Comparison]:
-        sc = METRICS["sc"]
-        rows = [r for g in runs.groups("figure4b") for r in g.rows if ROLES["bayes"](r)]
-        points: dict[float, list[tuple[float, float]]] = {}
-        if rows:
-            sweep = sweep_rows(prepare(pd.DataFrame(rows)), param)
-            for value, part in sweep.groupby(param):
-                points[float(value)] = list(zip(part["seed"], part["sc"]))
-        label = rows[0]["variant"] if rows else default_label("bayes")
+        rows, points = _sweep_points(runs, sets, param, pick, metric)
+        side = label or (rows[0]["variant"] if rows else default_label("bayes"))
         xs = sorted(points)
         mean = {x: np.mean(f) if (f := [v for _, v in finite(points[x])]) else -math.inf for x in xs}
         inner = [x for x in xs[1:-1] if math.isfinite(mean[x])]
         if len(xs) < 3 or not inner:
-            none = Side(label, [], sc.decimals)
-            return [_judged(cid, f"SC of @A: inverted U over ${symbol}$", none, Side(label, [], sc.decimals),
+            none = Side(side, [], m.decimals)
+            return [_judged(cid, f"{m.header} of @A: inverted U over {name}", none, Side(side, [], m.decimals),
                             BETTER, "up", paper)]
         best = max(inner, key=mean.__getitem__)  # chosen after seeing the means (post hoc)
         ends = (xs[0], xs[-1])
         parts = [compare(points[best], points[e]) for e in ends]
         _, part = combine(parts)
         end = ends[parts.index(part)]  # the weakest part: its verdict is the claim's
-        text = f"SC of @A: ${symbol}$ = {best:g} $>$ ends {xs[0]:g}, {xs[-1]:g} (right: {end:g})"
-        return [_judged(cid, text, Side(label, points[best], sc.decimals), Side(label, points[end], sc.decimals),
+        text = f"{m.header} of @A: {name} = {best:g} $>$ ends {xs[0]:g}, {xs[-1]:g} (right: {end:g})"
+        return [_judged(cid, text, Side(side, points[best], m.decimals), Side(side, points[end], m.decimals),
                         BETTER, "up", paper)]
     return build
 
@@ -376,8 +388,8 @@ CLAIMS = [
           _directional("9", "SC (@arch): @A $>$ @B", ("table5",), "sc", "bayes", "reference")),
     Claim(10, ("figure4a",), "SC rises with D; BayesNCL beats NCL at each D", _widths),
     Claim(11, ("figure4b",), "Inverted U over lambda and rho", at_init=NO_INIT["sweep"], build=lambda runs: [
-        *_inverted_u("11a", "lambda", "\\lambda", "worse for $\\lambda >$ 4e-5")(runs),
-        *_inverted_u("11b", "rho", "\\rho", "inverted U")(runs)]),
+        *_inverted_u("11a", "lambda", "$\\lambda$", "worse for $\\lambda >$ 4e-5")(runs),
+        *_inverted_u("11b", "rho", "$\\rho$", "inverted U")(runs)]),
     Claim(12, ("table7",), "Cost: at most 1% more GFLOPs, at most 6% more training time than NCL",
           at_init=NO_INIT["cost"], build=lambda runs: [
         *_within("12a", "GFLOPs: @A at most 1% more than @B", "table7", "gflops",
@@ -396,7 +408,12 @@ RELATIONS = {">": (BETTER, "up", "$>$"), "<": (BETTER, "down", "$<$"), ">=": (NO
              "≤": (NOT_WORSE, "down", "$\\leq$"), "within": (None, "up", "within"),
              "at most": (None, "up", "at most")}
 _TOLERANT = {"within": within, "at most": at_most}  # relations that take a tolerance
-_DECLARED_KEYS = {"id", "metric", "left", "right", "relation", "tolerance", "relative", "set"}
+# A claim over a sweep (`sweep: <the swept setting>`, its set figure4b unless it names one), of the kinds the paper
+# makes over D, rho and lambda (claims 10-11): the left side's metric rises with the setting (its largest value
+# against its smallest, as 10a), an inverted U over it (as 11), or, with any relation above, at each value left
+# against right (as 10b, a row per value). Neither needs a right side.
+SWEEP_RELATIONS = ("rises with", "inverted U")
+_DECLARED_KEYS = {"id", "metric", "left", "right", "relation", "tolerance", "relative", "set", "sweep"}
 DECLARED: list[Claim] = []  # the claims of the workflow config the report was given (declare)
 PLUGIN_CLAIMS: list[Claim] = []  # claims a plugin module registered (register_claim)
 
@@ -415,7 +432,7 @@ def register_claim(claim: "Claim | dict") -> "Claim":
 
 
 # A declared claim's values by type (parse_claims checks what they name).
-_CLAIM_TEXT = ("metric", "relation", "left", "right", "set")
+_CLAIM_TEXT = ("metric", "relation", "left", "right", "set", "sweep")
 
 
 def check_claim(entry, at: str) -> None:
@@ -460,17 +477,22 @@ def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
         if not isinstance(d, dict):
             raise ConfigError(f"{at}: expected a mapping with metric, left, right and relation, got {d!r}")
         unknown = sorted(set(d) - _DECLARED_KEYS)
-        missing = [k for k in ("metric", "left", "right", "relation") if k not in d]
+        missing = [k for k in ("metric", "left", "right", "relation") if k not in d
+                   and not (k == "right" and d.get("relation") in SWEEP_RELATIONS)]
         if unknown or missing:
             what = f"unknown key {', '.join(unknown)}" if unknown else f"missing {', '.join(missing)}"
             raise ConfigError(f"{at}: {what}; a claim takes {', '.join(sorted(_DECLARED_KEYS))}")
         if d["metric"] not in METRICS:
             raise ConfigError(f"{at}.metric: unknown metric {d['metric']!r}; runs.csv's metrics: {', '.join(METRICS)} "
                               "(a plugin section's: register it in bayesncl.report.cells.METRICS)")
-        if d["relation"] not in RELATIONS:
-            raise ConfigError(f"{at}.relation: {d['relation']!r} is not one of {', '.join(RELATIONS)}")
+        if d["relation"] not in (*RELATIONS, *SWEEP_RELATIONS):
+            raise ConfigError(f"{at}.relation: {d['relation']!r} is not one of "
+                              f"{', '.join((*RELATIONS, *SWEEP_RELATIONS))}")
+        if d["relation"] in SWEEP_RELATIONS and "sweep" not in d:
+            raise ConfigError(f"{at}.sweep: {d['relation']!r} is said over a sweep; name the swept setting, e.g. "
+                              "sweep: lambda")
         for side in ("left", "right"):
-            if variants is not None and d[side] not in variants:
+            if side in d and variants is not None and d[side] not in variants:
                 raise ConfigError(f"{at}.{side}: no variant {d[side]!r}; the variants: {', '.join(variants)}")
         tol = d.get("tolerance")
         if d["relation"] in _TOLERANT and (not isinstance(tol, (int, float)) or isinstance(tol, bool) or tol <= 0):
@@ -488,6 +510,10 @@ def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
 
 def _declared(cid: str, d: dict) -> Claim:
     m = METRICS[d["metric"]]
+    sets = (d["set"],) if d.get("set") else ("figure4b",) if "sweep" in d else (
+        "table1", "table2", "table4", "table5", "table6", "table7", "figure3")
+    if d["relation"] in SWEEP_RELATIONS:
+        return _declared_sweep(cid, d, sets)
     kind, better, rel = RELATIONS[d["relation"]]
     if kind is None:
         kind = _TOLERANT[d["relation"]](float(d["tolerance"]), relative=bool(d.get("relative", False)),
@@ -497,7 +523,8 @@ def _declared(cid: str, d: dict) -> Claim:
     elif kind.name == "not worse":  # its own tolerance where given, else the metric's margin
         kind = (Kind(kind.name, float(d["tolerance"]), bool(d.get("relative", False)), DECLARED_MARGIN)
                 if "tolerance" in d else Kind(kind.name, MARGINS.get(m.key, NOT_WORSE.margin), source=SPEC))
-    sets = (d["set"],) if d.get("set") else ("table1", "table2", "table4", "table5", "table6", "table7", "figure3")
+    if "sweep" in d:
+        return _declared_sweep(cid, d, sets, kind, better, rel)
     text = f"{m.header}: @A {rel} @B"
 
     def build(runs: Runs) -> list[Comparison]:
@@ -510,6 +537,51 @@ def _declared(cid: str, d: dict) -> Claim:
         return any(r["variant"] in (d["left"], d["right"]) for s in sets for g in runs.groups(s) for r in g.rows)
     reason = NO_INIT[_TRAINING_METRICS[m.key]] if m.key in _TRAINING_METRICS else ""
     return Claim(cid, sets, text, build, applies, reason)
+
+
+def _declared_sweep(cid: str, d: dict, sets: tuple[str, ...], kind: Kind = BETTER, better: str = "up",
+                    rel: str = "") -> Claim:
+    """A declared claim over the sweep of d["sweep"], judged as claims 10-11 are: SWEEP_RELATIONS, or left against
+    right at each value by ``kind`` (``better``, ``rel``: its direction and words, as RELATIONS give them)."""
+    from ..grid import INIT_SETS
+
+    m, param = METRICS[d["metric"]], d["sweep"].split(".")[-1]  # `method.lp_weight` or `lp_weight`
+    col = sweep_column(param)
+    of = lambda label: lambda r: r["variant"] == label  # noqa: E731
+    at = lambda label, v: lambda r: (r["variant"] == label and _number(r.get(col)) == v  # noqa: E731
+                                     and param in str(r.get("sweep") or "").split(";"))
+
+    def build(runs: Runs) -> list[Comparison]:
+        if d["relation"] == "inverted U":
+            return _inverted_u(cid, param, param, "declared", sets, of(d["left"]), m.key, d["left"])(runs)
+        xs = sorted(_sweep_points(runs, sets, param, of(d["left"]), m.key)[1])
+        if d["relation"] == "rises with":  # its largest value against its smallest (as 10a)
+            ends = (xs[-1], xs[0]) if len(xs) >= 2 else (math.nan, math.nan)
+            a, b = (runs.side(sets, "any", _column(m.key), m, at(d["left"], x)) for x in ends)
+            a.label = b.label = d["left"]
+            text = (f"{m.header}: @A at {param} = {xs[-1]:g} $>$ at {param} = {xs[0]:g}" if len(xs) >= 2
+                    else f"{m.header}: @A rises with {param}")
+            return [_judged(cid, text, a, b, BETTER, "up", "declared")]
+        out = []
+        for x in xs or [math.nan]:  # one row per value, each its own id (as 10b)
+            a, b = (runs.side(sets, "any", _column(m.key), m, at(label, x)) for label in (d["left"], d["right"]))
+            a.label, b.label = d["left"], d["right"]
+            where = f"at {param} = {x:g}" if math.isfinite(x) else f"at each {param}"
+            out.append(_judged(f"{cid}-{x:g}" if math.isfinite(x) else cid, f"{m.header} {where}: @A {rel} @B", a, b,
+                               kind, better, "declared"))
+        return out
+
+    def applies(runs: Runs) -> bool:
+        return any(r["variant"] in (d["left"], d.get("right")) for s in sets for g in runs.groups(s) for r in g.rows)
+    reason = NO_INIT["sweep"] if not set(sets) & set(INIT_SETS) else NO_INIT.get(_TRAINING_METRICS.get(m.key), "")
+    return Claim(cid, sets, f"{m.header} of {d['left']}: {d['relation']} {param}", build, applies, reason)
+
+
+def _number(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def declare(decls) -> list[Claim]:

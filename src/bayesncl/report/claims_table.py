@@ -136,7 +136,7 @@ DECLARED_NOTE = (" Paper \"declared\": a claim that is not the paper's (the work
                  "plugin's; docs/EXTENDING.md), judged by the same rule.")
 
 
-TEX_ROWS = 9  # rows per LaTeX float (up to four lines each)
+TEX_ROWS = 8  # rows per LaTeX float (up to five lines each: the margin has its own)
 FAMILY_HEADER = "Family (graph)"  # the familywise column (report/reading.py finds it by its first word)
 
 

@@ -8,7 +8,9 @@
 - figure4b: sensitivity of SC and top-1 to rho and to lambda (set ``figure4b``; a run is a point of a
   sweep when its ``sweep`` column names it, as the grid says: ``summary.sweep_rows``). lambda is on a
   log axis with lambda = 0 drawn apart at the left, behind an axis break; the default operating point
-  is marked, and NCL's value at the same dataset, backbone and D is a dashed reference line.
+  is marked, and NCL's value at the same dataset, backbone and D is a dashed reference line. Any other setting the
+  set sweeps (a plugin's declared one, a package key with a runs.csv column) gets a column of panels of its own,
+  drawn alike against its runs.csv column (``summary.sweep_column``).
 - gates: open-gate fraction per training epoch (``gate_curve``) of the BayesNCL runs at the default
   operating point, one line per variant, and of the lambda sweep when there is one: do the gates leave
   their initial state?
@@ -48,7 +50,7 @@ from .drawing import (BAND_ALPHA, RC, arch_text, dataset_name, draw, fmt_value, 
 from .lines import (default_point, gate_points, group_key, line_points, mode, paired, parse_json, row_mask,
                     rows_in_set, saturation_verdict, sc_curve, seed_stats, seeds_text, split_lines)
 from .names import ARCH_NAMES, FIGURE_NAMES
-from .summary import prepare, sweep_rows
+from .summary import prepare, sweep_column, sweep_rows, swept
 
 __all__ = ["render_figures", "saturation_figure"]
 
@@ -194,37 +196,49 @@ def _ncl_reference(df: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
                             for r in df.to_dict("records")])]
 
 
+# How Figure 4b names the paper's swept settings: (symbol, x label); another swept setting is named by its key.
+SWEEP_NAMES = {"rho": ("ρ", "ρ, prior keep rate"), "lambda": ("λ", "λ, KL weight (log scale)")}
+
+
 def _figure4b(df: pd.DataFrame, note: str = "") -> Figure:
+    """One column of panels per swept setting: the paper's rho and lambda, then any other setting the set's runs
+    sweep (a plugin's declared setting, a package key), each drawn alike against its runs.csv column."""
+    rows = rows_in_set(df, "figure4b")
+    params = ["rho", "lambda", *(p for p in swept(rows) if p not in SWEEP_NAMES and sweep_column(p) in rows)]
+    columns = {p: sweep_column(p) for p in params}
+    df = df.assign(**{columns[p]: pd.to_numeric(df[columns[p]], errors="coerce") for p in params[2:]})
     rows = rows_in_set(df, "figure4b")
     datasets = list(dict.fromkeys(rows["dataset"])) or [""]
-    fig = new_figure(6.8, 0.9 + 4.6 * len(datasets))
-    axes = fig.subplots(2 * len(datasets), 2, squeeze=False)
+    fig = new_figure(3.4 * len(params), 0.9 + 4.6 * len(datasets))
+    axes = fig.subplots(2 * len(datasets), len(params), squeeze=False)
     fixed = []
-    label_colors = line_colors([lab for ds in datasets for p in ("rho", "lambda")
-                            for lab, _ in split_lines(sweep_rows(rows[rows["dataset"] == ds], p), p)])
+    label_colors = line_colors([lab for ds in datasets for p in params
+                                for lab, _ in split_lines(sweep_rows(rows[rows["dataset"] == ds], p), columns[p])])
+    others = tuple(columns[p] for p in params[2:])
     for b, ds in enumerate(datasets):
         part = rows[rows["dataset"] == ds]
-        sweeps = {p: sweep_rows(part, p) for p in ("rho", "lambda")}
-        base = default_point(df, ds) if len(part) else {"rho": math.nan, "lambda": math.nan}
+        sweeps = {p: sweep_rows(part, p) for p in params}
+        base = default_point(df, ds, others) if len(part) else dict.fromkeys(["rho", "lambda", *others], math.nan)
         ncl = _ncl_reference(df, part)
         for r, (y, ylabel) in enumerate(SWEEP_AXES):
-            for c, param in enumerate(("rho", "lambda")):
+            for c, param in enumerate(params):
                 ax = axes[2 * b + r][c]
-                other = "lambda" if param == "rho" else "rho"
-                sym = "ρ" if param == "rho" else "λ"
-                ax.set_title(f"{dataset_name(ds)}: {ylabel.split(' (')[0]} vs {sym} "
-                             f"({'λ' if other == 'lambda' else 'ρ'} = {fmt_value(base[other])})")
-                ax.set_xlabel("ρ, prior keep rate" if param == "rho" else "λ, KL weight (log scale)")
+                col = columns[param]
+                sym, xlabel = SWEEP_NAMES.get(param, (param, param))
+                held = {"rho": "λ", "lambda": "ρ"}.get(param)
+                ax.set_title(f"{dataset_name(ds)}: {ylabel.split(' (')[0]} vs {sym}" + (
+                    f" ({held} = {fmt_value(base['lambda' if param == 'rho' else 'rho'])})" if held else ""))
+                ax.set_xlabel(xlabel)
                 ax.set_ylabel(ylabel)
-                xs = sorted({v for v in sweeps[param][param] if math.isfinite(v)})
+                xs = sorted({v for v in pd.to_numeric(sweeps[param][col], errors="coerce") if math.isfinite(v)})
                 if len(xs) < 2:  # one point is no sweep: say so rather than draw it
                     no_runs(ax, f"{sym} is not swept in this grid", note)
                     ax.set_xticks([])
                     ax.set_yticks([])
                     continue
                 xmap = _lambda_axis(ax, xs) if param == "lambda" else (lambda v: v)
-                for label, lp in split_lines(sweeps[param], param):
-                    pts = line_points(lp, param, y)
+                for label, lp in split_lines(sweeps[param], col):
+                    pts = line_points(lp, col, y)
                     if not pts:
                         continue
                     if param == "lambda":
@@ -234,8 +248,8 @@ def _figure4b(df: pd.DataFrame, note: str = "") -> Figure:
                 if not ax.lines:
                     no_runs(ax, note=note)
                     continue
-                if math.isfinite(base[param]):
-                    ax.axvline(xmap(base[param]), color="0.55", linestyle=":", linewidth=1, zorder=0,
+                if math.isfinite(base[col]):
+                    ax.axvline(xmap(base[col]), color="0.55", linestyle=":", linewidth=1, zorder=0,
                                label="default operating point")
                 m, s, n = seed_stats(ncl[y]) if len(ncl) else (math.nan, math.nan, 0)
                 if math.isfinite(m):
@@ -243,9 +257,12 @@ def _figure4b(df: pd.DataFrame, note: str = "") -> Figure:
                                label=f"NCL, same D ({seeds_text([n])})")
         if len(part):
             fixed.append(f"{dataset_name(ds)}: default ρ = {fmt_value(base['rho'])}, λ = {fmt_value(base['lambda'])}, "
-                         f"D = {fmt_value(mode(part['proj_dim']))}")
+                         + "".join(f"{p} = {fmt_value(base[columns[p]])}, " for p in params[2:])
+                         + f"D = {fmt_value(mode(part['proj_dim']))}")
     arch = arch_text(rows)
-    suptitle(fig, "Figure 4b: sensitivity to the prior keep rate ρ and the KL weight λ (BayesNCL, test split"
+    what = "the prior keep rate ρ and the KL weight λ (BayesNCL" if len(params) == 2 else \
+        f"ρ and λ (BayesNCL) and to {', '.join(params[2:])} ("
+    suptitle(fig, f"Figure 4b: sensitivity to {what}{', ' if len(params) == 2 else ''}test split"
               + (f", {arch}" if arch else "") + ")", fixed)
     legend(fig, axes)
     return fig

@@ -43,9 +43,11 @@ def seed_stats(values) -> tuple[float, float, int]:
 
 
 def split_lines(rows: pd.DataFrame, x: str) -> list[tuple[str, pd.DataFrame]]:
-    """Split rows into lines keyed by every config field except ``x`` and the seed."""
-    fields = [f for f in ("dataset", "arch", "method", "gate", "detach", "head_depth",
-                          "rho", "lambda", "proj_dim") if f != x]
+    """Split rows into lines keyed by every config field except ``x`` and the seed (a plugin's settings too)."""
+    from .summary import setting_columns
+
+    fields = [f for f in ("dataset", "arch", "method", "gate", "detach", "head_depth", "rho", "lambda", "proj_dim",
+                          *(c for c, _ in setting_columns().values() if c in rows.columns)) if f != x]
     out: dict[tuple, list[int]] = {}
     for i, rec in zip(rows.index, rows.to_dict("records")):
         out.setdefault(tuple(group_key(rec[f]) for f in fields), []).append(i)
@@ -86,14 +88,15 @@ def mode(values) -> float:
     return max(counts, key=lambda v: (counts[v], -v))
 
 
-def default_point(df: pd.DataFrame, dataset: str) -> dict[str, float]:
+def default_point(df: pd.DataFrame, dataset: str, also: tuple[str, ...] = ()) -> dict[str, float]:
     """The dataset's default operating point: the D of its main comparison (Tables 1-2) and the rho and
-    lambda of its BayesNCL runs there (each sweep moves one value away from it). A value the main runs
+    lambda of its BayesNCL runs there (each sweep moves one value away from it), and the value there of each
+    column of ``also`` (another swept setting's, over the runs that have it). A value the main runs
     do not give is the one most of the dataset's runs use."""
     rows = df[df["dataset"] == dataset]
     main = rows[row_mask(rows, [is_main(s) for s in rows["sets"]])]
     out = {}
-    for key, bayes_only in (("proj_dim", False), ("rho", True), ("lambda", True)):
+    for key, bayes_only in (("proj_dim", False), ("rho", True), ("lambda", True), *((k, False) for k in also)):
         for part in (main, rows):
             if bayes_only:
                 part = part[row_mask(part, [method_traits(m).gated for m in part["method"]])]

@@ -59,8 +59,8 @@ from ..registry import METHODS
 from ..yamlio import json_object, read_text
 from .names import METRICS_JSON, is_main
 
-__all__ = ["COLUMNS", "check_identity", "prepare", "read_summary", "setting_columns", "summarize", "sweep_rows",
-           "write_summary"]
+__all__ = ["COLUMNS", "check_identity", "prepare", "read_summary", "setting_columns", "summarize", "swept",
+           "sweep_column", "sweep_rows", "write_summary"]
 
 ID_COLUMNS = ["run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "init_of", "twin", "pilot_of"]
 # A run's settings (config.RUN_KEYS), then where its weights came from (imported: the sha256 of the released
@@ -432,6 +432,18 @@ def check_identity(df: pd.DataFrame, csv_path) -> None:
                 f" and {len(bad) - 5} more" if len(bad) > 5 else "")
             raise DataError(f"{csv_path}: column {col}, {'row' if len(bad) == 1 else 'rows'} {shown}: expected "
                             f"{want}; run `bayesncl summarize` to write it again")
+
+
+def swept(rows: pd.DataFrame) -> list[str]:
+    """The settings ``rows`` are sweep points of (the names in their ``sweep`` column), sorted."""
+    return sorted({p for s in rows["sweep"] for p in str(s or "").split(";") if p})
+
+
+def sweep_column(param: str) -> str:
+    """The runs.csv column holding the values of the ``param`` sweep (a swept key's last part, as ``sweep`` names
+    it): a plugin method setting's column (setting_columns: method.<name> where a package column has its name, as a
+    metric's), else the package's column of that name."""
+    return setting_columns().get(param, (param, False))[0]
 
 
 def sweep_rows(rows: pd.DataFrame, param: str) -> pd.DataFrame:
