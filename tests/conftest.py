@@ -7,13 +7,6 @@ from helpers import TINY, processes  # tests/ is on sys.path
 
 # Fork servers that the tests' workflow runs start (bayesncl/forkserver/) exit soon after their last job.
 os.environ.setdefault("BAYESNCL_FORKSERVER_IDLE", "10")
-# Unless the caller names one (CI does, and ends them itself), the session's fork servers get a folder of its own
-# (one per xdist worker; a short path: a socket path has at most 107 bytes), ended with the session: no server is
-# left behind, and a workflow run in the checkout (whose own folder is named after the checkout) ends no other
-# worker's servers.
-_SERVERS = None
-if not os.environ.get("BAYESNCL_FORKSERVER_DIR"):
-    _SERVERS = os.environ["BAYESNCL_FORKSERVER_DIR"] = tempfile.mkdtemp(prefix="bncl-t", dir="/tmp")
 # One cache for the synthetic datasets of the whole test session (generated once per parameter set).
 os.environ.setdefault("BAYESNCL_CACHE", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "bayesncl"))
 
@@ -23,15 +16,23 @@ def _session_procs():
     """The processes that session- and module-scoped fixtures start (processes.current() outside a test)."""
     owner = processes.Processes()
     processes._session = owner
+    # Unless the caller names one (CI does, and ends them itself), the session's fork servers get a folder of its
+    # own (one per xdist worker, made where the tests run; short: a socket path has at most 107 bytes), ended with
+    # the session: none is left behind, and a workflow run in the checkout (whose own folder is named after the
+    # checkout) ends no other worker's servers.
+    servers = None
+    if not os.environ.get("BAYESNCL_FORKSERVER_DIR"):
+        servers = os.environ["BAYESNCL_FORKSERVER_DIR"] = tempfile.mkdtemp(prefix="bncl-t", dir="/tmp")
     try:
         yield owner
     finally:
         processes._session = None
         owner.end()
-        if _SERVERS:
+        if servers:
             from bayesncl import forkserver
 
-            forkserver.end_servers(_SERVERS)
+            forkserver.end_servers(servers)
+            del os.environ["BAYESNCL_FORKSERVER_DIR"]
 
 
 @pytest.hookimpl(optionalhook=True)
