@@ -8,7 +8,7 @@
 
 `step` times augmentation (two views), forward + loss, backward and the optimizer step of the real
 training step on a real batch of the demo's set, for NCL and BayesNCL (STE), at each thread count and
-with/without channels_last (which training turns off on the CPU: `runtime.channels_last`). Variants are
+with/without channels_last (which training turns off on the CPU: `training.device.channels_last`). Variants are
 interleaved step by step (A B A B ...) so a drift in the machine's speed hits all alike; medians are
 printed. `eval` runs each section of a pretrained run twice: as the workflow does (`bayesncl evaluate
 --only NAME` in a new process) and in-process after the imports, so the difference is process start-up,
@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def demo_config(method: str, gate: str = "ste", seed: int = 0, extra: list[str] | None = None) -> dict:
     """The resolved run config of one demo run (grid defaults <- dataset <- method)."""
-    from bayesncl.config import resolve
-    from bayesncl.grid import merged
+    from bayesncl.settings.config import resolve
+    from bayesncl.grid.expand import merged
 
     with open(ROOT / "config/config.yaml") as fh:
         wf = yaml.safe_load(fh)
@@ -53,8 +53,8 @@ def bench_step(args) -> None:
     import torch
 
     from bayesncl.data import SimCLRAugment, iter_batches, load_split
-    from bayesncl.methods import build_method
-    from bayesncl.optim import build_optimizer
+    from bayesncl.model.methods import build_method
+    from bayesncl.training.optim import build_optimizer
 
     variants = []
     for method in args.methods:
@@ -134,11 +134,11 @@ def _run(cmd: list[str], env=None) -> tuple[float, float]:
 
 def bench_startup(args) -> None:
     py = sys.executable
-    imports = ["numpy", "torch", "bayesncl.cli", "torch._dynamo", "torchvision", "bayesncl.evaluation.runner",
-               "bayesncl.train", "timm.optim", "scipy.stats", "pandas"]
+    imports = ["numpy", "torch", "bayesncl.cli.main", "torch._dynamo", "torchvision", "bayesncl.evaluation.runner",
+               "bayesncl.training.train", "timm.optim", "scipy.stats", "pandas"]
     cmds = {"python -c pass": [py, "-c", "pass"], **{f"import {m}": [py, "-c", f"import {m}"] for m in imports},
             "import matplotlib.pyplot": [py, "-c", "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot"],
-            "bayesncl --help": [py, "-m", "bayesncl.cli", "--help"],
+            "bayesncl --help": [py, "-m", "bayesncl.cli.main", "--help"],
             "snakemake --version": ["snakemake", "--version"]}
     times = {k: [] for k in cmds}
     for _ in range(args.repeats):  # interleaved
@@ -193,8 +193,8 @@ def bench_eval(args) -> None:
         # features first: the other sections read its cache.
         for _ in range(args.repeats):
             for s in sections:
-                cmd = [sys.executable, "-m", "bayesncl.cli", "evaluate", "--checkpoint", str(model), "--out", str(out),
-                       "--only", s, "--quiet"] + [a for kv in args.set for a in ("--set", kv)]
+                cmd = [sys.executable, "-m", "bayesncl.cli.main", "evaluate", "--checkpoint", str(model), "--out",
+                       str(out), "--only", s, "--quiet"] + [a for kv in args.set for a in ("--set", kv)]
                 whole[s].append(_run(cmd, env))
                 c0 = time.process_time()
                 evaluate(model, out, only=[s], sets=args.set, progress=False)
@@ -218,7 +218,7 @@ def torch_threads() -> int:
 def bench_grid(args) -> None:
     import warnings
 
-    from bayesncl.grid import evaluation_sections, expand_grid
+    from bayesncl.grid.expand import evaluation_sections, expand_grid
 
     with open(ROOT / args.config) as fh:
         wf = yaml.safe_load(fh)

@@ -4,7 +4,7 @@
     PYTHONPATH=src python benchmarks/bench_metrics.py --n 10000 --d 256    # a CIFAR test split of the paper grid
 
 10,000 x 2,048 non-negative features, ~16% non-zero, 100 classes, 2 backgrounds, with the measures the
-tables use (bayesncl.evaluation.arrays, NumPy). Target on one CPU thread: interpretability < 1 s.
+tables use (bayesncl.measures.arrays, NumPy). Target on one CPU thread: interpretability < 1 s.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def main() -> None:
         os.environ[var] = str(args.threads)
     import numpy as np
 
-    from bayesncl.evaluation.arrays import (background_dominance, default_Ks, interpretability, retrieval_curve,
-                                            retrieval_precision)
+    from bayesncl.measures.arrays import (background_dominance, default_Ks, interpretability, retrieval_curve,
+                                          retrieval_precision)
 
     rng = np.random.default_rng(0)
     F = np.maximum(rng.standard_normal((args.n, args.d), dtype=np.float32) - 1.0, 0.0)

@@ -9,7 +9,7 @@ logged sums) with a TorchDispatchMode, after a warm-up step, and prints per phas
   out op by op under autograd (rep_relu as gelu - sg[gelu] + sg[relu], normalize as F.normalize plus a
   dead-row where, the STE as sg[hard - alpha] + alpha, the KL formula, lambda * KL); InfoNCE normalizing its
   input again; timm's Lars (on CPU its per-parameter path); the logged values summed one by one.
-- "after": bayesncl.step.TrainStep.body in eager mode (the same phases, as the trainer runs them).
+- "after": bayesncl.training.step.TrainStep.body in eager mode (the same phases, as the trainer runs them).
 "kernels" leaves out the view operators (view, expand, detach, select, ...), which launch no kernel.
 BayesNCL's extra = BayesNCL's count - NCL's, per phase and in total. The "after" total is checked against one
 whole TrainStep call.
@@ -31,12 +31,12 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from bayesncl import losses  # noqa: E402
-from bayesncl.config import resolve  # noqa: E402
+from bayesncl.model import losses  # noqa: E402
+from bayesncl.settings.config import resolve  # noqa: E402
 from bayesncl.data import SimCLRAugment  # noqa: E402
-from bayesncl.methods import build_method  # noqa: E402
-from bayesncl.optim import build_optimizer, lr_at, peak_lr  # noqa: E402
-from bayesncl.step import TrainStep  # noqa: E402
+from bayesncl.model.methods import build_method  # noqa: E402
+from bayesncl.training.optim import build_optimizer, lr_at, peak_lr  # noqa: E402
+from bayesncl.training.step import TrainStep  # noqa: E402
 
 DEMO = ["model.width=8", "model.proj_hidden=256", "model.proj_dim=64", "train.batch_size=128",
         "data.synthetic.image_size=16"]

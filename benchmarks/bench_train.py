@@ -8,7 +8,7 @@
     python benchmarks/bench_train.py --scaler             # what train.loss_scaler=fp16's check costs a step
     python benchmarks/bench_train.py --deterministic      # what train.deterministic costs a step
 
-Times `bayesncl.step.TrainStep` (on-device augmentation of two views, forward, InfoNCE (+ KL), backward,
+Times `bayesncl.training.step.TrainStep` (on-device augmentation of two views, forward, InfoNCE (+ KL), backward,
 LARS update, the logged sums) on random uint8 images held on the device, after a warm-up.
 
 --phases splits the step into augmentation (both views, with their random draws), forward + loss, backward,
@@ -39,12 +39,12 @@ except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(HERE.parent / "src"))
 sys.path.insert(0, str(HERE))
 
-from bayesncl.config import resolve  # noqa: E402
+from bayesncl.settings.config import resolve  # noqa: E402
 from bayesncl.data import SimCLRAugment  # noqa: E402
-from bayesncl.methods import build_method  # noqa: E402
-from bayesncl.optim import build_optimizer  # noqa: E402
-from bayesncl.runtime import autocast, channels_last  # noqa: E402
-from bayesncl.step import TrainStep  # noqa: E402
+from bayesncl.model.methods import build_method  # noqa: E402
+from bayesncl.training.optim import build_optimizer  # noqa: E402
+from bayesncl.training.device import autocast, channels_last  # noqa: E402
+from bayesncl.training.step import TrainStep  # noqa: E402
 
 PRESETS = {
     "cifar": ["model.width=64", "model.proj_hidden=2048", "model.proj_dim=256", "train.batch_size=256"],
@@ -252,10 +252,10 @@ def scaler_cost(sets: list[str], size: int, device: torch.device, steps: int, wa
 
 
 def deterministic_cost(sets: list[str], size: int, device: torch.device, steps: int, warmup: int) -> None:
-    """Each method's step with train.deterministic off and on (runtime.set_deterministic around the step), one step
-    of each in turn on one batch, each first in every other round; medians of the calling thread's CPU time
+    """Each method's step with train.deterministic off and on (training.device.set_deterministic around the step), one
+    step of each in turn on one batch, each first in every other round; medians of the calling thread's CPU time
     (CUDA: device events)."""
-    from bayesncl.runtime import set_deterministic
+    from bayesncl.training.device import set_deterministic
 
     x = torch.randint(0, 256, (128, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     x = x.to(device)

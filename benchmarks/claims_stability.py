@@ -28,7 +28,7 @@ FIX = "give the claims.md that `bayesncl report` writes (results/tables/claims.m
 def read_claims(path: Path) -> dict[tuple[str, str, str], dict[str, str]]:
     """{(dataset, claim id, statement): {column: cell}} of a claims.md table (columns found by header name).
     DataError naming the file when it is missing, not text, or has no claims table with a Verdict column."""
-    from bayesncl.errors import DataError
+    from bayesncl.core.errors import DataError
     from bayesncl.report.cells import strip_marks
 
     path = Path(path)
@@ -72,7 +72,7 @@ def read_claims(path: Path) -> dict[tuple[str, str, str], dict[str, str]]:
 def compare(a: dict, b: dict) -> tuple[list[tuple], dict[str, int]]:
     """Each shared row's two verdicts and the counts; DataError when the tables share no claim (they are not
     the same grid's, and "0 of 0 agree" would pass the check)."""
-    from bayesncl.errors import DataError
+    from bayesncl.core.errors import DataError
 
     keys = [k for k in a if k in b]
     if not keys:
@@ -99,7 +99,7 @@ def _name(key: tuple[str, str, str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """0: no decisive verdict reversed; 1: one did; 2: an input it cannot use (one line on stderr)."""
-    from bayesncl.errors import BayesNCLError
+    from bayesncl.core.errors import BayesNCLError
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", type=Path, help="claims.md of the first seed list")

@@ -15,8 +15,8 @@ interpretability, fast linear probe) once with eval.bn=batch and once with eval.
 (bayesncl.report.learning), and per eval mode SC, top-1, Act. and the open-gate fraction on the test split.
 A run folder that already has result.json is skipped, so a killed study resumes.
 
-`saturation` marks the runs that collapsed (bayesncl.learning.collapse, from each log) and applies the
-saturation criterion on NCL alone (bayesncl.learning.saturated_budget, read as the report reads it:
+`saturation` marks the runs that collapsed (bayesncl.measures.learning.collapse, from each log) and applies the
+saturation criterion on NCL alone (bayesncl.measures.learning.saturated_budget, read as the report reads it:
 bayesncl.report.lines.saturation_curve; it needs the 0-epoch runs as its start). It prints the curve for both
 methods, NCL's share of the way to the largest budget, and the paired BayesNCL - NCL differences.
 """
@@ -43,8 +43,8 @@ VARIANT = {"ncl": "NCL", "bayesncl": "BayesNCL (STE)"}
 def demo_config(method: str, seed: int, epochs: int, train_bn: str, sets: tuple = ()) -> dict:
     """The demo grid's table1 run of `method` at `seed`, trained for `epochs` with its own warm-up, with the
     `key=value` overrides `sets` (the knob study)."""
-    from bayesncl.config import resolve
-    from bayesncl.grid import expand_grid
+    from bayesncl.settings.config import resolve
+    from bayesncl.grid.expand import expand_grid
 
     wf = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     wf["seeds"] = sorted(set(range(5)) | {seed})
@@ -63,11 +63,11 @@ def run_one(job: tuple) -> str:
         return f"{out.name}: done before"
     import numpy as np
 
-    from bayesncl.atomic import atomic_write_text
+    from bayesncl.core.atomic import atomic_write_text
     from bayesncl.evaluation.runner import evaluate
-    from bayesncl.learning import learning_slope
-    from bayesncl.rundir import read_log
-    from bayesncl.train import pretrain
+    from bayesncl.measures.learning import learning_slope
+    from bayesncl.runs.files import read_log
+    from bayesncl.training.train import pretrain
 
     t0 = time.perf_counter()
     cfg = demo_config(method, seed, epochs, train_bn, sets)
@@ -104,11 +104,11 @@ def cmd_run(args) -> None:
 
 
 def load(folder: str) -> list[dict]:
-    """Each run's result.json, with `collapse` (bayesncl.learning.collapse) from its log. A run folder whose
+    """Each run's result.json, with `collapse` (bayesncl.measures.learning.collapse) from its log. A run folder whose
     files are missing or unreadable is a DataError naming it (before anything is drawn or printed)."""
-    from bayesncl.errors import BayesNCLError, DataError
-    from bayesncl.learning import collapse
-    from bayesncl.rundir import CONFIG, LOG, read_log
+    from bayesncl.core.errors import BayesNCLError, DataError
+    from bayesncl.measures.learning import collapse
+    from bayesncl.runs.files import CONFIG, LOG, read_log
 
     if not Path(folder).is_dir():
         state = "is a file, not a folder" if Path(folder).exists() else "does not exist"
@@ -197,7 +197,7 @@ def study_frame(rows: list[dict]):
 
 
 def cmd_saturation(args) -> None:
-    from bayesncl.errors import DataError
+    from bayesncl.core.errors import DataError
     from bayesncl.report.lines import saturation_curve
 
     every = [r for r in load(args.dir) if r["train_bn"] == "view"]
@@ -232,7 +232,7 @@ def cmd_saturation(args) -> None:
             fell = [f"s{r['seed']} ({r['collapse']['epoch']})" for r in rs if r["collapse"]["collapsed"]]
             print(f"| {VARIANT[m]} | {e} | {len(rs)} | {_ms(vals['infonce'])} | {_ms(vals['sc'])} | "
                   f"{_ms(vals['top1'])} | {learning} of {len(rs)} | {', '.join(fell) or '-'} |")
-    from bayesncl.learning import MEASURES, gain_shares, saturated_budget, saturation_rule
+    from bayesncl.measures.learning import MEASURES, gain_shares, saturated_budget, saturation_rule
 
     top = max(ncl)  # the reference budget the shares are taken to
     print("\n| epochs | share of the way to the largest budget: final InfoNCE | SC | top-1 |")
@@ -276,7 +276,7 @@ def cmd_knobs(args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """0: done; 2: an input it cannot use (one line on stderr)."""
-    from bayesncl.errors import BayesNCLError
+    from bayesncl.core.errors import BayesNCLError
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)

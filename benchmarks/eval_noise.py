@@ -32,13 +32,13 @@ def measure(run: Path, big: int, sizes: list[int]) -> dict:
     """{metric: {"full": value, n: [value per block]}} for one run."""
     import torch
 
-    from bayesncl import checkpoint as ckpt_io
-    from bayesncl.config import merge
+    from bayesncl.runs import checkpoint as ckpt_io
+    from bayesncl.settings.config import merge
     from bayesncl.data import load_split
-    from bayesncl.evaluation import arrays as metrics
-    from bayesncl.evaluation.linear import predict_logits, standardize, train_linear
-    from bayesncl.runtime import embed
-    from bayesncl.yamlio import nest
+    from bayesncl.measures import arrays as metrics
+    from bayesncl.measures.linear import predict_logits, standardize, train_linear
+    from bayesncl.training.embed import embed
+    from bayesncl.core.yamlio import nest
 
     state = ckpt_io.load(run / "model.pt")
     cfg = merge(state["config"], nest({"data.synthetic.test_size": big}))

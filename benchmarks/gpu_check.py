@@ -8,7 +8,8 @@ start, imports included) on one H100 or H200: what the paper grid needs first, t
 Steps, in this order (each timed and guarded: a failing step records its error and the next one runs). What the
 grid needs first:
   cuda_tests      pytest on the tests that skip without CUDA
-  throughput      `bayesncl.train.pretrain` itself in the mode the paper grid trains in (train.graph=eager), each
+  throughput      `bayesncl.training.train.pretrain` itself in the mode the paper grid trains in (train.graph=eager),
+  each
                   of its methods (SimCLR, NCL, Top-k NCL, BayesNCL), on a CIFAR-100-format set of random images:
                   images/s, BayesNCL's overhead, peak memory, achieved FLOP/s (counted forward FLOPs x 3 for
                   forward+backward, x 2 views); the model's stem, padding and GFLOPs per view are recorded with the

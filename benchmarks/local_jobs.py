@@ -3,7 +3,7 @@
     PYTHONPATH=src python benchmarks/local_jobs.py [--repeat 3] [--grid config/config.yaml]
 
 Measures, on this machine, each job's start-up (process start to the start of its work, the record
-bayesncl.startup writes) for a pretraining and an evaluation job of the tiny test run, run (b) through the
+bayesncl.core.startup writes) for a pretraining and an evaluation job of the tiny test run, run (b) through the
 fork server and as plain processes; and the floor any plain process pays, `import torch` alone. Then, from the
 demo grid's plan (`snakemake -n`), the wall time start-up costs the demo on 2 cores:
   (a) plain processes with fewer, coarser local jobs (one evaluation job per run, as the SLURM profile groups
@@ -42,7 +42,7 @@ def _run(args: list[str], env: dict, timing: Path) -> float:
 
 def startups(repeat: int) -> dict[str, dict[str, float]]:
     """Median start-up seconds of a pretraining and an evaluation job, routed and plain, and the import floor."""
-    from bayesncl import forkserver
+    from bayesncl.cli import forkserver
     from conftest import TINY
 
     work = Path(tempfile.mkdtemp(prefix="blj-", dir="/tmp"))

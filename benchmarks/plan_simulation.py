@@ -5,8 +5,8 @@
 
 Each check draws whole grids of per-seed differences (normal, the t-test's own model; sd 1, so that a mean is an
 effect in sds) and judges them with the package's own decision code (verdicts.one_sided, verdicts.two_looks,
-verdicts.family_codes) and planner (plan.seeds_to_add, plan.upper_sd, plan.look_two_power), never a
-reimplementation of either:
+verdicts.family_codes) and planner (planning.plan.seeds_to_add, planning.plan.upper_sd, planning.plan.look_two_power),
+never a reimplementation of either:
 
 1. the two looks under the null (the claim's bound true): the share of false "holds" over both looks stays at
    the design's one-sided ALPHA / 2, with the added seeds chosen after the pilot by the planner, or by a rule that
@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from bayesncl import plan  # noqa: E402
+from bayesncl.planning import plan  # noqa: E402
 from bayesncl.report import verdicts as V  # noqa: E402
 
 KINDS = [("better", V.BETTER), ("not worse (1 sd)", V.Kind("not worse", 1.0)), ("at most (1 sd)", V.at_most(1.0)),

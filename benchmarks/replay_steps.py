@@ -32,15 +32,15 @@ def replay(config: str, from_epoch: int, epochs: int, skip: set[tuple[int, int]]
     step (epoch 1-based, step 0-based, infonce, min_norm, grad_norm, grad_max, moved, moved_by, skipped)."""
     import torch
 
-    from bayesncl.config import resolve
+    from bayesncl.settings.config import resolve
     from bayesncl.data import load_split
-    from bayesncl.methods import build_method
-    from bayesncl.optim import build_optimizer
-    from bayesncl.runtime import resolve_device
-    from bayesncl.step import TrainStep
-    from bayesncl.train import start_epoch, steps_per_epoch, training_augment
+    from bayesncl.model.methods import build_method
+    from bayesncl.training.optim import build_optimizer
+    from bayesncl.training.device import resolve_device
+    from bayesncl.training.step import TrainStep
+    from bayesncl.training.train import start_epoch, steps_per_epoch, training_augment
 
-    from bayesncl.errors import ConfigError
+    from bayesncl.core.errors import ConfigError
 
     cfg = resolve(file=config, recorded=True)  # a run's record: a key it lacks is what that run did
     total = cfg["train"]["epochs"]
@@ -102,8 +102,8 @@ def fp16_headroom(model, train_step, x, views, gate_u) -> tuple[float, float]:
 
     import torch
 
-    from bayesncl.runtime import FP16_MAX
-    from bayesncl.step import snapshot
+    from bayesncl.training.loss_scaler import FP16_MAX
+    from bayesncl.training.step import snapshot
 
     put_back = snapshot(list(model.buffers()))
     params = list(model.parameters())
@@ -130,7 +130,7 @@ def fp16_headroom(model, train_step, x, views, gate_u) -> tuple[float, float]:
 def _diagnosed_step(model, opt, train_step, x, gen, names, skip: bool, fp16: bool = False) -> dict:
     import torch
 
-    from bayesncl.step import snapshot
+    from bayesncl.training.step import snapshot
 
     views, gate_u = train_step.draws(x.shape[0], gen)
     headroom = fp16_headroom(model, train_step, x, views, gate_u) if fp16 else None
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError
     except ValueError:
         p.error("--skip: EPOCH:STEP, e.g. 162:4")
-    from bayesncl.errors import BayesNCLError
+    from bayesncl.core.errors import BayesNCLError
 
     try:
         replay(a.config, a.from_epoch, a.epochs, skip, a.spikes, fp16=a.fp16)

@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_config(method: str, seed: int, epochs: int, every: int, test_size: int, threads: int) -> dict:
-    from bayesncl.config import resolve
-    from bayesncl.grid import merged
+    from bayesncl.settings.config import resolve
+    from bayesncl.grid.expand import merged
 
     with open(ROOT / "config/config.yaml") as fh:
         wf = yaml.safe_load(fh)
@@ -49,10 +49,10 @@ def run_config(method: str, seed: int, epochs: int, every: int, test_size: int, 
 def cmd_run(args) -> None:
     import torch
 
-    import bayesncl.train as train_mod
+    import bayesncl.training.train as train_mod
     from bayesncl.data import load_split
-    from bayesncl.evaluation import arrays as metrics
-    from bayesncl.evaluation.linear import linear_probe_fast  # NumPy; takes CPU tensors
+    from bayesncl.measures import arrays as metrics
+    from bayesncl.measures.linear import linear_probe_fast  # NumPy; takes CPU tensors
 
     cfg = run_config(args.method, args.seed, args.epochs, args.every, args.test_size, args.threads)
     out = Path(args.out)

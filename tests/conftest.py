@@ -5,7 +5,7 @@ import pytest
 
 from helpers import TINY, processes  # tests/ is on sys.path
 
-# Fork servers that the tests' workflow runs start (bayesncl/forkserver/) exit soon after their last job.
+# Fork servers that the tests' workflow runs start (bayesncl/cli/forkserver/) exit soon after their last job.
 os.environ.setdefault("BAYESNCL_FORKSERVER_IDLE", "10")
 # One cache for the synthetic datasets of the whole test session (generated once per parameter set).
 os.environ.setdefault("BAYESNCL_CACHE", os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "bayesncl"))
@@ -29,7 +29,7 @@ def _session_procs():
         processes._session = None
         owner.end()
         if servers:
-            from bayesncl import forkserver
+            from bayesncl.cli import forkserver
 
             forkserver.end_servers(servers)
             del os.environ["BAYESNCL_FORKSERVER_DIR"]
@@ -80,7 +80,8 @@ def procs():
 
 @pytest.fixture(autouse=True)
 def _plugin_environment():
-    """A test that loads plugins (bayesncl.plugins.export_env) must not pass them on to the jobs of later tests."""
+    """A test that loads plugins (bayesncl.settings.plugins.export_env) must not pass them on to the jobs of later
+    tests."""
     names = ("BAYESNCL_PLUGINS", "BAYESNCL_PLUGIN_PATH")
     saved = {k: os.environ.get(k) for k in names}
     yield
@@ -100,10 +101,10 @@ def tiny_sets():
 @pytest.fixture
 def tiny_backbone(monkeypatch):
     """Every method built on helpers.models.TinyBackbone (the training step's structure, cheaply)."""
-    import bayesncl.methods
+    import bayesncl.model.methods
     from helpers.models import TinyBackbone
 
-    monkeypatch.setattr(bayesncl.methods, "build_backbone", TinyBackbone)
+    monkeypatch.setattr(bayesncl.model.methods, "build_backbone", TinyBackbone)
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bayesncl.errors import REQUEUE_EXIT
+from bayesncl.core.errors import REQUEUE_EXIT
 from helpers.processes import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]

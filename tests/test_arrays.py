@@ -1,4 +1,4 @@
-"""The one implementation of the measures (evaluation/arrays.py; tests/test_metrics.py and test_retrieval.py
+"""The one implementation of the measures (measures/arrays.py; tests/test_metrics.py and test_retrieval.py
 compare it with naive loops): its edge cases, its users, and a section job that reads the features cache
 imports no torch."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bayesncl.evaluation import arrays
+from bayesncl.measures import arrays
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,8 +30,8 @@ def test_no_images_gives_nan_not_a_crash():
 
 
 def test_pretraining_dynamics_use_these_measures():
-    """train.py records SC with this module's consistency_per_dim (no second implementation)."""
-    from bayesncl import train
+    """training/train.py records SC with this module's consistency_per_dim (no second implementation)."""
+    from bayesncl.training import train
 
     assert train.consistency_per_dim is arrays.consistency_per_dim
 
@@ -40,9 +40,9 @@ def test_cache_reading_sections_import_no_torch(tmp_path):
     """interpretability and retrieval on a features cache: the job never imports torch (nor reads model.pt)."""
     from helpers import TINY
 
-    from bayesncl import config as C
+    from bayesncl.settings import config as C
     from bayesncl.evaluation.runner import evaluate
-    from bayesncl.train import pretrain
+    from bayesncl.training.train import pretrain
 
     run = tmp_path / "run"
     cfg = C.resolve(sets=TINY + ["method.name=topk_ncl", "train.epochs=1"])
@@ -51,7 +51,7 @@ def test_cache_reading_sections_import_no_torch(tmp_path):
     evaluate(run / "model.pt", out, only=["features"], progress=False)
     recorded = json.loads((out / "features.json").read_text())
     (run / "model.pt").write_bytes(b"not read")  # the cache-reading sections take the run from features.json
-    probe = ("import sys; from bayesncl.cli import main; "
+    probe = ("import sys; from bayesncl.cli.main import main; "
              f"rc = main(['evaluate', '--checkpoint', {str(run / 'model.pt')!r}, '--out', {str(out)!r}, "
              "'--only', 'interpretability', 'retrieval', '--quiet']); "
              "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH'); sys.exit(rc)")
@@ -62,7 +62,7 @@ def test_cache_reading_sections_import_no_torch(tmp_path):
         body = json.loads((out / f"{name}.json").read_text())
         assert body["run"] == recorded["run"] and body[name], name
     # A section that needs torch runs it on train.threads threads (1 here), not on every core
-    probe = ("import sys; from bayesncl.cli import main; "
+    probe = ("import sys; from bayesncl.cli.main import main; "
              f"rc = main(['evaluate', '--checkpoint', {str(run / 'model.pt')!r}, '--out', {str(out)!r}, "
              "'--only', 'linear_probe', '--quiet']); import torch; print(torch.get_num_threads()); sys.exit(rc)")
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,

@@ -9,9 +9,9 @@ import pytest
 import torch
 import yaml
 
-from bayesncl import config as C
-from bayesncl.cli import main
-from bayesncl.evaluation.arrays import EPS
+from bayesncl.settings import config as C
+from bayesncl.cli.main import main
+from bayesncl.measures.arrays import EPS
 from bayesncl.report import atlas
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,7 +204,7 @@ def test_cli_errors_name_the_file_and_the_fix(tmp_path, tiny_sets, capsys):
 def test_a_trained_run_gets_its_atlas(tmp_path, tiny_sets):
     """pretrain -> evaluate (features) -> atlas, the way the workflow runs them."""
     from bayesncl.evaluation.runner import evaluate
-    from bayesncl.train import pretrain
+    from bayesncl.training.train import pretrain
 
     cfg = C.resolve(sets=tiny_sets + ["method.name=bayesncl", "train.epochs=1", "train.max_steps_per_epoch=1"])
     pretrain(cfg, tmp_path / "run", progress=False)
@@ -214,7 +214,7 @@ def test_a_trained_run_gets_its_atlas(tmp_path, tiny_sets):
 
 
 def test_workflow_draws_ncl_and_bayesncl_ste_at_the_lowest_seed():
-    from bayesncl.grid import expand_grid
+    from bayesncl.grid.expand import expand_grid
 
     wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
     wf = copy.deepcopy(wf)

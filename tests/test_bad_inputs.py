@@ -4,7 +4,7 @@ the fix; never a traceback, never exit 0 on nothing, and nothing written (earlie
 One row per case: the entry point and its arguments, the exit code, a phrase the line must contain (so that
 breaking any one message fails its row), and the files each case starts from. Every row snapshots its folder
 before and after: a failing command must leave it byte for byte as it was. The entry points run in this process
-(`bayesncl.cli.main`, the `main` of benchmarks/claims_stability.py, replay_steps.py and demo_runs.py, the
+(`bayesncl.cli.main.main`, the `main` of benchmarks/claims_stability.py, replay_steps.py and demo_runs.py, the
 workflow's config check as common.smk runs it); one row runs
 Snakemake itself, for the wiring. Cases that need a trained run or another user id are tested where their
 fixtures live: ELSEWHERE lists them, and a test checks they still exist.
@@ -42,8 +42,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import bayesncl.cli as cli
-from bayesncl.errors import REQUEUE_EXIT, BayesNCLError
+import bayesncl.cli.main as cli
+from bayesncl.core.errors import REQUEUE_EXIT, BayesNCLError
 from helpers.processes import PATIENCE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,10 +106,10 @@ def checkpoint(content) -> Callable[[Path], None]:
 
 def released(args: dict | None = None, drop: str = "", extra: dict | None = None, width: int = 2,
              arch: str = "resnet18", proj_in: int | None = None) -> Callable[[Path], None]:
-    """A checkpoint in the released code's layout (bayesncl.weights.released) at {tmp}/r.ckpt, a tiny ResNet of
+    """A checkpoint in the released code's layout (bayesncl.runs.released) at {tmp}/r.ckpt, a tiny ResNet of
     this package under its names; `args`: method_kwargs of an args.json beside it; `drop`: a key prefix left out."""
     def setup(tmp: Path) -> None:
-        from bayesncl.backbones import build_backbone
+        from bayesncl.model.backbones import build_backbone
 
         bb = build_backbone(arch, width)
         f = proj_in or bb.out_dim
@@ -126,9 +126,9 @@ def released(args: dict | None = None, drop: str = "", extra: dict | None = None
 
 
 def _model_pt(tmp: Path) -> None:
-    from bayesncl import checkpoint as ckpt_io
-    from bayesncl.config import resolve
-    from bayesncl.methods import build_method
+    from bayesncl.runs import checkpoint as ckpt_io
+    from bayesncl.settings.config import resolve
+    from bayesncl.model.methods import build_method
 
     cfg = resolve(sets=["model.width=4", "model.proj_hidden=8", "model.proj_dim=4"])
     ckpt_io.save({"config": cfg, "model": build_method(cfg).state_dict()}, tmp / "model.pt")
@@ -170,7 +170,7 @@ def _no_bytecode(mp):
 
 def _own_registry(mp):
     """A case's plugin registers into copies of the registries, put back after it (each case's module is its own)."""
-    from bayesncl import plugins, registry
+    from bayesncl.settings import plugins, registry
 
     _no_bytecode(mp)
     mp.setattr(registry.METHODS, "_specs", dict(registry.METHODS._specs))
@@ -180,7 +180,7 @@ def _own_registry(mp):
 def _plugin_method(module: str, settings: str = 'registry.setting(1e-3, "the L1 weight", ge=0)',
                    key: str = "l1_weight") -> str:
     """A plugin module registering method `module`_m with one setting."""
-    return (f"from bayesncl import registry\nfrom bayesncl.methods import NCL\n\n\n"
+    return (f"from bayesncl.settings import registry\nfrom bayesncl.model.methods import NCL\n\n\n"
             f"@registry.method({module + '_m'!r}, reads=('temperature', 'nonneg'), settings={{{key!r}: {settings}}})\n"
             f"class Plug(NCL):\n    pass\n")
 
@@ -663,9 +663,9 @@ def _workflow_check(entries: list[str], edit) -> int:
     """What workflow/rules/common.smk runs on `snakemake --configfile config/tiny.yaml --config ENTRIES`."""
     from snakemake.cli import parse_config
 
-    from bayesncl.errors import ConfigError
-    from bayesncl.grid import expand_grid
-    from bayesncl.wfconfig import check_workflow_config, coerce_switches
+    from bayesncl.core.errors import ConfigError
+    from bayesncl.grid.expand import expand_grid
+    from bayesncl.cli.workflow import check_workflow_config, coerce_switches
 
     config = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
     if edit is not None:
@@ -852,8 +852,8 @@ def test_a_bad_root_no_job_needs_holds_nothing_back(tmp_path):
 def test_a_good_image_folder_passes_the_read_through_once_prepared(tmp_path):
     """verify_images finds nothing in a good folder, and a prepared copy is not read through again."""
     from bayesncl.data.imagefolder import prepare_imagefolder, verify_images
-    from bayesncl.grid import expand_grid
-    from bayesncl.preflight import missing_data
+    from bayesncl.grid.expand import expand_grid
+    from bayesncl.grid.preflight import missing_data
 
     grid = _image_folder_grid(tmp_path)
     wf = yaml.safe_load(grid.read_text())
@@ -916,7 +916,7 @@ def test_good_inputs_still_work(tmp_path, capsys):
 def test_runs_csv_errors_are_the_whole_line(tmp_path):
     """read_summary's message is the file, what is wrong and the fix, nothing around them; at most 5 bad rows are
     listed, the rest counted ("row" for one, "rows" for more)."""
-    from bayesncl.errors import DataError
+    from bayesncl.core.errors import DataError
     from bayesncl.report.summary import read_summary
 
     path = tmp_path / "runs.csv"
@@ -955,7 +955,7 @@ def test_a_switch_reads_the_usual_spellings(entry, value):
     true; 2 or maybe stays what it was, for the schema to refuse."""
     from snakemake.cli import parse_config
 
-    from bayesncl.wfconfig import coerce_switches
+    from bayesncl.cli.workflow import coerce_switches
 
     key = entry.split("=")[0]
     for config in (parse_config([entry]), {key: entry.split("=")[1]}):
@@ -1003,7 +1003,7 @@ def _catches_sigterm(pid: int) -> bool:
 def test_sigterm_right_after_start_exits_75(tmp_path, tiny_sets, procs):
     """A real process, signalled as soon as it catches SIGTERM (before torch is imported, before any data)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    argv = [sys.executable, "-m", "bayesncl.cli", "pretrain", "--out", str(tmp_path / "run"), "--quiet",
+    argv = [sys.executable, "-m", "bayesncl.cli.main", "pretrain", "--out", str(tmp_path / "run"), "--quiet",
             *sum((["--set", s] for s in tiny_sets), [])]
     proc = procs.popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, signals=True)
     deadline = time.monotonic() + PATIENCE
@@ -1149,9 +1149,9 @@ def _replaced(path, value) -> bytes:
 def test_grid_yaml_reader_never_tracebacks(data, tmp_path_factory):
     """`bayesncl summarize --grid FILE` (the YAML reader and the grid's expansion) and the workflow's config check,
     on arbitrary files: exit 2 and one line, or a correct result."""
-    from bayesncl.errors import ConfigError
-    from bayesncl.grid import expand_grid
-    from bayesncl.wfconfig import check_workflow_config
+    from bayesncl.core.errors import ConfigError
+    from bayesncl.grid.expand import expand_grid
+    from bayesncl.cli.workflow import check_workflow_config
 
     tmp = tmp_path_factory.mktemp("grid")
     (tmp / "grid.yaml").write_bytes(data)
@@ -1177,7 +1177,7 @@ def test_grid_yaml_reader_never_tracebacks(data, tmp_path_factory):
 # ------------------------------------------------------------------------------------------------ a property per reader
 # Each reader of a file a command reads, given arbitrary bytes, JSON values or YAML values in that file (or a good
 # file with one value replaced): exit 2 and one line on stderr, or success; never a traceback, and no file
-# changed but the command's own outputs. In this process (bayesncl.cli.main), few examples each: well within a
+# changed but the command's own outputs. In this process (bayesncl.cli.main.main), few examples each: well within a
 # minute for all of them.
 FEW = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES_READERS", 40)), deadline=None, derandomize=True,
                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -1231,7 +1231,7 @@ def _replace(good: bytes, key: str, value) -> bytes:
 
 
 def _one_line_or_success(argv: list[str], root: Path, outputs: tuple[str, ...] = (), codes=(0, 2)) -> tuple[int, str]:
-    """cli.main(argv) leaves every file under root as it was but its outputs, exits 0 or 2 (2: one line on stderr,
+    """cli.main.main(argv) leaves every file under root as it was but its outputs, exits 0 or 2 (2: one line on stderr,
     the command's error), never a traceback."""
     def snap():
         return {k: v for k, v in _snapshot(root).items() if not k.startswith(outputs or ("\0",))}
@@ -1417,8 +1417,8 @@ NUMBER_KEYS = ("loss", "infonce", "kl", "open_gates", "lr", "epoch_seconds", "im
     (b'{"epoch": 1, "loss": 1.0, "epoch_seconds": -1}\n', "{path} line 1: epoch_seconds -1 is not a number of seconds"),
 ])
 def test_the_training_log_reader_names_each_fault_in_one_exact_line(tmp_path, body, fault):
-    from bayesncl.errors import RunFileError
-    from bayesncl.rundir import read_log
+    from bayesncl.core.errors import RunFileError
+    from bayesncl.runs.files import read_log
 
     (tmp_path / "log.jsonl").write_bytes(body)
     with pytest.raises(RunFileError) as e:
@@ -1427,8 +1427,8 @@ def test_the_training_log_reader_names_each_fault_in_one_exact_line(tmp_path, bo
 
 
 def test_the_training_log_reader_names_a_missing_log_and_cuts_a_long_value(tmp_path):
-    from bayesncl.errors import MissingInputError
-    from bayesncl.rundir import read_log, shown
+    from bayesncl.core.errors import MissingInputError
+    from bayesncl.runs.files import read_log, shown
 
     with pytest.raises(MissingInputError) as e:
         read_log(tmp_path)
@@ -1439,7 +1439,7 @@ def test_the_training_log_reader_names_a_missing_log_and_cuts_a_long_value(tmp_p
 
 
 def test_the_training_log_reader_takes_what_the_trainer_writes(tmp_path):
-    from bayesncl.rundir import read_log
+    from bayesncl.runs.files import read_log
 
     (tmp_path / "log.jsonl").write_text(json.dumps({"epoch": 1, "loss": 4, "peak_mem_mb": None, "kl": 0}) + "\n\n"
                                         + json.dumps({"infonce": 3.5, "epoch_seconds": 0}) + "\n"

@@ -14,9 +14,9 @@ import signal
 import pytest
 import torch
 
-import bayesncl.runtime as R
-import bayesncl.train as T
-from bayesncl import config as C
+import bayesncl.training.device as R
+import bayesncl.training.train as T
+from bayesncl.settings import config as C
 
 
 def run(cfg, out, preempt_at=None):
@@ -84,8 +84,8 @@ def test_lars_lists_every_device_tensor_it_holds_as_state():
     """Lars.state_tensors is what compile marks as static addresses on CUDA and what warm-up and capture put
     back: every tensor the optimizer holds besides the parameters must be in it (a tensor missing would be
     copied into the graph, or a changed one not restored)."""
-    from bayesncl.methods import build_method
-    from bayesncl.optim import build_optimizer
+    from bayesncl.model.methods import build_method
+    from bayesncl.training.optim import build_optimizer
 
     cfg = C.resolve(sets=["model.width=4", "model.proj_hidden=32", "model.proj_dim=16", "method.name=bayesncl"])
     opt = build_optimizer(build_method(cfg), cfg)

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason=
 
 
 def _fake_server(socket_path: str) -> subprocess.Popen:
-    """A process whose argv is a fork server's (python ... -m bayesncl.forkserver SOCKET); it only sleeps."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "-m", "bayesncl.forkserver",
+    """A process whose argv is a fork server's (python ... -m bayesncl.cli.forkserver SOCKET); it only sleeps."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "-m", "bayesncl.cli.forkserver",
                              socket_path], start_new_session=True)
 
 

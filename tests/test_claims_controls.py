@@ -2,7 +2,7 @@
 initialisation control (each trained comparison made again on the runs' untrained twins, and the change training
 brought judged by the same rule), the familywise control (the graph over the table, against Bretz et al. 2009's
 Algorithm 1 written out in helpers/family.py), and the planning of
-the untrained twins (bayesncl.grid.plan_init_runs). Fast; the one torch check builds two tiny networks."""
+the untrained twins (bayesncl.grid.expand.plan_init_runs). Fast; the one torch check builds two tiny networks."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 import yaml
 from scipy import stats
 
-from bayesncl import grid
-from bayesncl.config import flatten
+from bayesncl.grid import expand as grid
+from bayesncl.settings.config import flatten
 from bayesncl.report import claims, claims_table, judge, verdicts
 from bayesncl.report.cells import Fmt
 from helpers import family as naive, grids
@@ -370,7 +370,7 @@ def _grid(name: str) -> dict:
 
 def _base(wf: dict, dataset: str, method: str) -> dict:
     """The config a run's id is read against: the grid's defaults for its dataset and method, written out."""
-    from bayesncl.config import resolve
+    from bayesncl.settings.config import resolve
 
     return resolve(base=grid.merged(wf["defaults"], wf["datasets"][dataset], {"method": {"name": method}}))
 
@@ -437,8 +437,8 @@ def test_variants_that_differ_only_in_how_they_train_share_one_twin():
 
 
 def test_a_twin_whose_id_another_config_holds_is_refused_naming_both():
-    from bayesncl.config import resolve
-    from bayesncl.errors import ConfigError
+    from bayesncl.settings.config import resolve
+    from bayesncl.core.errors import ConfigError
 
     base = resolve()
     trained = grid.Run("", copy.deepcopy(base), {"table1": "NCL"}, ["table1"])
@@ -451,7 +451,7 @@ def test_a_twin_whose_id_another_config_holds_is_refused_naming_both():
 
 
 def test_the_grid_plans_twins_for_exactly_the_sets_the_controlled_claims_read():
-    """grid.INIT_SETS and report/claims.py agree: every claim with a control (no at_init note) reads only sets
+    """grid.expand.INIT_SETS and report/claims.py agree: every claim with a control (no at_init note) reads only sets
     whose runs get twins, and every such set is read by one; the others say why they have none."""
     controlled = {s for c in claims.CLAIMS if not c.at_init for s in c.sets}
     assert controlled == set(grid.INIT_SETS)
@@ -474,9 +474,9 @@ def test_a_twin_is_the_runs_own_initialisation(tmp_path):
     """pretrain at 0 epochs saves the network its trained run starts from (same seed, same build)."""
     import torch
 
-    from bayesncl import checkpoint as ckpt_io
-    from bayesncl.methods import build_method
-    from bayesncl.train import pretrain
+    from bayesncl.runs import checkpoint as ckpt_io
+    from bayesncl.model.methods import build_method
+    from bayesncl.training.train import pretrain
 
     runs = grid.expand_grid(_grid("tiny.yaml"))
     run = next(r for r in runs.values() if "table1" in r.sets and r.config["method"]["name"] == "bayesncl")

@@ -15,17 +15,17 @@ from pathlib import Path
 import pytest
 import torch
 
-import bayesncl.config
+import bayesncl.settings.config
 import bayesncl.evaluation.runner
 import bayesncl.report
-import bayesncl.train
-from bayesncl.atomic import atomic_path, atomic_write_text, check_writable_dir
-from bayesncl.cli import build_parser, main
+import bayesncl.training.train
+from bayesncl.core.atomic import atomic_path, atomic_write_text, check_writable_dir
+from bayesncl.cli.main import build_parser, main
 from bayesncl.data import iter_batches, load_split
-from bayesncl.errors import (BayesNCLError, CheckpointError, ConfigError, DataError, MetricsFileError, MissingInputError,
-                             OutputError)
-from bayesncl.registry import METHODS
-from bayesncl.yamlio import parse_set
+from bayesncl.core.errors import (BayesNCLError, CheckpointError, ConfigError, DataError, MetricsFileError,
+                                  MissingInputError, OutputError)
+from bayesncl.settings.registry import METHODS
+from bayesncl.core.yamlio import parse_set
 
 from helpers.datasets import WNIDS, in_cfg, write_imagenet
 
@@ -36,7 +36,7 @@ def no_work(monkeypatch):
     def started(*a, **k):
         raise AssertionError("the command started its work")
 
-    monkeypatch.setattr(bayesncl.train, "pretrain", started)
+    monkeypatch.setattr(bayesncl.training.train, "pretrain", started)
     monkeypatch.setattr(bayesncl.evaluation.runner, "evaluate", started)
     monkeypatch.setattr(bayesncl.report, "write_report", started)
 
@@ -145,7 +145,7 @@ def test_check_writable_dir_creates_nothing(tmp_path):
 # ---------------------------------------------------------------------------------- stale temp files
 def test_killed_writer_leaves_a_temp_that_the_next_write_removes(tmp_path):
     target = tmp_path / "eval" / "vectors.npz"
-    code = ("import os, sys\nfrom bayesncl.atomic import atomic_path\n"
+    code = ("import os, sys\nfrom bayesncl.core.atomic import atomic_path\n"
             "with atomic_path(sys.argv[1]) as tmp:\n"
             "    tmp.write_bytes(b'half')\n"
             "    os.kill(os.getpid(), 9)\n")
@@ -239,7 +239,7 @@ def test_binary_config_file_is_one_line(argv, tmp_path, monkeypatch, capsys, no_
     (tmp_path / "config.bin").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe")
     flag = "--grid" if argv[0] == "summarize" else "--config"
     if argv[0] == "evaluate":
-        monkeypatch.setattr(bayesncl.evaluation.runner, "evaluate", lambda *a, **k: bayesncl.config.resolve(
+        monkeypatch.setattr(bayesncl.evaluation.runner, "evaluate", lambda *a, **k: bayesncl.settings.config.resolve(
             file=k["expect_config"]))  # evaluate reads --config as the run's config
     assert main([*argv, flag, "config.bin"]) == 2
     _one_line_error(capsys, "config.bin", "not a text file", "expected")
@@ -283,7 +283,7 @@ def test_help_describes_every_option_and_hides_internal_ones():
     pretrain = _help("pretrain")
     for name in METHODS:
         assert name in pretrain
-    assert "src/bayesncl/config.py" in pretrain and "docs/METHOD.md" in pretrain
+    assert "src/bayesncl/settings/config.py" in pretrain and "docs/METHOD.md" in pretrain
     assert "--config-json" not in pretrain and "--out DIR" in pretrain
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command").choices
@@ -296,10 +296,10 @@ def test_help_describes_every_option_and_hides_internal_ones():
 
 # ---------------------------------------------------------------------------------- evaluate's default sections
 def test_evaluate_by_default_computes_what_the_run_has(tmp_path, tiny_sets, capsys):
-    from bayesncl.config import resolve
+    from bayesncl.settings.config import resolve
 
     run = tmp_path / "run"
-    bayesncl.train.pretrain(resolve(sets=tiny_sets + ["train.epochs=1", "train.max_steps_per_epoch=1"]), run,
+    bayesncl.training.train.pretrain(resolve(sets=tiny_sets + ["train.epochs=1", "train.max_steps_per_epoch=1"]), run,
                             progress=False)
     assert not (run / "dynamics.pt").exists()
     assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"), "--quiet"]) == 0
@@ -311,7 +311,7 @@ def test_evaluate_by_default_computes_what_the_run_has(tmp_path, tiny_sets, caps
     assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"),
                  "--only", "dynamics"]) == 2
     _one_line_error(capsys, "train.dynamics_every")
-    # the workflow hands each job its rerun trigger, which its one section's file records (bayesncl.stale reads it)
+    # the workflow hands each job its rerun trigger, which its one section's file records (bayesncl.grid.stale reads it)
     trigger = '{"eval": {"probe": "fast"}, "plugin_code": {"section x": "version 1"}}'
     assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"), "--only", "cost",
                  "--trigger-json", trigger, "--quiet"]) == 0
@@ -326,7 +326,7 @@ def test_evaluate_by_default_computes_what_the_run_has(tmp_path, tiny_sets, caps
 def test_summarize_checks_its_inputs_and_output(tmp_path, capsys):
     import yaml
 
-    from bayesncl.config import resolve
+    from bayesncl.settings.config import resolve
 
     grid = {"results": str(tmp_path / "results"), "seeds": [0], "defaults": {"model": {"proj_dim": 16}},
             "datasets": {"synthetic": {"data": {"dataset": "synthetic"}}},
@@ -343,7 +343,7 @@ def test_summarize_checks_its_inputs_and_output(tmp_path, capsys):
     for name, body in bodies.items():
         (evald / f"{name}.json").write_text(json.dumps({"run": run, **body}))
     twin = tmp_path / "results" / "runs" / "synthetic" / "ncl" / "epochs~0" / "seed~0" / "eval"  # the untrained twin
-    twin.mkdir(parents=True)  # (bayesncl.grid.plan_init_runs) table1's runs have
+    twin.mkdir(parents=True)  # (bayesncl.grid.expand.plan_init_runs) table1's runs have
     bodies["features"]["config"] = {**trained, "train": {**trained["train"], "epochs": 0}}
     for name, body in bodies.items():
         (twin / f"{name}.json").write_text(json.dumps({"run": {**run, "weights_sha": "cd"}, **body}))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bayesncl.cli import build_parser
+from bayesncl.cli.main import build_parser
 from bayesncl.evaluation.sections import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,7 +114,7 @@ def test_the_walkthrough_runs_from_a_fresh_clone_to_the_tables_in_order():
 
 
 def test_the_outputs_shown_are_the_commands_own():
-    from bayesncl.status import render
+    from bayesncl.grid.status import render
 
     status = next(b for b in blocks("text") if b.startswith("state "))
     assert status.splitlines()[0] == render([]).splitlines()[0]
@@ -125,7 +125,7 @@ def test_the_outputs_shown_are_the_commands_own():
     planned = next(b for b in blocks("text") if b.startswith("Seeds each claim needs"))
     lines = planned.splitlines()
     assert lines[1].split()[:4] == ["dataset", "claim", "family", "n"] and lines[-1].startswith("The gate")
-    from bayesncl.plan import Plan, render
+    from bayesncl.planning.plan import Plan, render
 
     assert lines[0] == render(Plan([], {})).splitlines()[0]  # the planner's own header
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import bayesncl.data.synthetic as S
-from bayesncl import config as C
-from bayesncl import registry
-from bayesncl.config import DEFAULTS, RULES, resolve, validate
+from bayesncl.settings import config as C
+from bayesncl.settings import registry
+from bayesncl.settings.config import DEFAULTS, RULES, resolve, validate
 from bayesncl.data import load_split
-from bayesncl.errors import ConfigError, DataError
-from bayesncl.yamlio import nest
+from bayesncl.core.errors import ConfigError, DataError
+from bayesncl.core.yamlio import nest
 
 
 def _with(key: str, value) -> dict:
@@ -215,7 +215,7 @@ def test_the_cifar_padding_is_the_cifar_stem_s_only():
 def test_the_runtime_keys_tell_no_runs_apart():
     """Where things run and how they are evaluated (config.RUNTIME_KEYS) never retrain a run: another data.root,
     cache folder, thread count, device or train.deterministic leaves the pretraining trigger as it was."""
-    from bayesncl.grid import trigger_config
+    from bayesncl.grid.expand import trigger_config
 
     base = resolve(sets=["data.root=/a"])
     for key, value in (("data.root", "/b"), ("data.cache_dir", "/c"), ("train.threads", 3), ("train.device", "cpu"),
@@ -230,7 +230,7 @@ EXPECTED = "expected a YAML text file of config keys (data:, model:, method:, tr
 
 
 def test_a_yaml_file_that_is_not_one_is_one_whole_line(tmp_path):
-    from bayesncl.yamlio import load_yaml_file
+    from bayesncl.core.yamlio import load_yaml_file
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("a: 1\nb: [1, 2\nc: 3\n")  # the list's bracket never closed: YAML finds it on line 3
@@ -244,7 +244,7 @@ def test_a_yaml_file_that_is_not_one_is_one_whole_line(tmp_path):
 
 
 def test_a_set_value_that_is_not_yaml_is_one_whole_line_with_its_quoted_form():
-    from bayesncl.yamlio import parse_set
+    from bayesncl.core.yamlio import parse_set
 
     with pytest.raises(ConfigError) as e:
         parse_set("a.b=x: y: z")

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from bayesncl.evaluation.cost import count_flops_per_image, count_params, training_time
-from bayesncl.runtime import peak_memory_mb
+from bayesncl.measures.cost import count_flops_per_image, count_params, training_time
+from bayesncl.training.device import peak_memory_mb
 
 
 def test_linear_flops_per_image():

@@ -12,7 +12,7 @@ import torch
 
 import bayesncl.data.synthetic as S
 from bayesncl.data import ImageSet, check_data, iter_batches, load_split, load_waterbirds
-from bayesncl.errors import DataError
+from bayesncl.core.errors import DataError
 from bayesncl.data.imagenet import imagenet100_classes
 from helpers.datasets import (WNIDS, dump_pickle, in_cfg, jpeg, write_cifar10, write_cifar100, write_imagenet,
                               write_waterbirds)

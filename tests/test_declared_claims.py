@@ -5,8 +5,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bayesncl.errors import ConfigError
-from bayesncl.grid import SETS
+from bayesncl.core.errors import ConfigError
+from bayesncl.grid.expand import SETS
 from bayesncl.report import claims as K, judge
 
 VARIANTS = {"A": {}, "B": {}}
@@ -282,7 +282,7 @@ def test_a_bad_sweep_claim_is_one_line_naming_it(decl, message):
 
 
 def test_a_sweep_claim_reads_its_setting_s_own_column():
-    from bayesncl import registry
+    from bayesncl.settings import registry
     from helpers.grids import plugin_method
 
     with plugin_method(settings={"alive": registry.setting(0.5, "named as a metric's column", ge=0)}):
@@ -296,14 +296,14 @@ def test_a_sweep_claim_without_a_right_side_is_taken_and_reads_figure4b():
     assert c.sets == ("figure4b",) and c.at_init == K.NO_INIT["sweep"]
     (c,) = K.parse_claims([{"metric": "sc", "left": "A", "right": "B", "relation": ">", "sweep": "proj_dim",
                             "set": "figure4a"}], VARIANTS)
-    assert c.sets == ("figure4a",) and c.at_init == ""  # its runs have untrained twins (grid.INIT_SETS)
+    assert c.sets == ("figure4a",) and c.at_init == ""  # its runs have untrained twins (grid.expand.INIT_SETS)
 
 
 def test_bayesncl_report_draws_and_judges_a_swept_setting_from_runs_csv(tmp_path):
     """End to end on a runs.csv of the swept runs (no plugin loaded): `bayesncl report --grid` with the grid's claim."""
     import yaml
 
-    from bayesncl import cli
+    from bayesncl.cli import main as cli
     from bayesncl.report import summary
 
     csv, grid = tmp_path / "runs.csv", tmp_path / "g.yaml"

@@ -6,7 +6,7 @@ import re
 import shlex
 from pathlib import Path
 
-from bayesncl.cli import build_parser
+from bayesncl.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

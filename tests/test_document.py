@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from bayesncl.report import document, judge, names, plots, provenance, summary, tables
+from bayesncl.report import document, judge, names, dvc_plots as plots, provenance, summary, tables
 from bayesncl.report.cells import latex_escape
 from helpers.claims import full_grid
 from helpers.report import figure_row, gate_curve
@@ -226,7 +226,7 @@ def test_write_plots_replaces_stale_lines(tmp_path):
 
 # --------------------------------------------------------------------------- the commands' errors
 def test_document_and_pdf_commands_fail_in_one_line(tmp_path, monkeypatch, capsys):
-    from bayesncl.cli import main
+    from bayesncl.cli.main import main
 
     assert main(["document", "--summary", str(tmp_path / "none.csv"), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from bayesncl.evaluation.dynamics import GradientStats, spearman_table
+from bayesncl.measures.dynamics import GradientStats, spearman_table
 
 
 def test_gradient_stats_vs_numpy():

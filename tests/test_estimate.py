@@ -11,15 +11,15 @@ import pytest
 import torch
 import yaml
 
-from bayesncl.cli import main
-from bayesncl.config import resolve
-from bayesncl.errors import ConfigError
-from bayesncl import estimate as E
-from bayesncl.estimate import MEASURED, estimate, images, measured_rates, render
-from bayesncl.evaluation.cost import count_flops_per_image
+from bayesncl.cli.main import main
+from bayesncl.settings.config import resolve
+from bayesncl.core.errors import ConfigError
+from bayesncl.planning import estimate as E
+from bayesncl.planning.estimate import MEASURED, estimate, images, measured_rates, render
+from bayesncl.measures.cost import count_flops_per_image
 from bayesncl.evaluation.sections import SECTIONS
-from bayesncl.grid import expand_grid
-from bayesncl.methods import build_method
+from bayesncl.grid.expand import expand_grid
+from bayesncl.model.methods import build_method
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = {"arch": "resnet18", "width": 4, "proj_hidden": 32, "proj_dim": 16}
@@ -404,7 +404,7 @@ def test_errors_name_the_input_then_what_to_run(tmp_path):
 def test_run_cost_is_one_runs_share_of_the_table(rates):
     """run_cost and the planner's requests, summed over the grid's runs, are the table's row (estimate is their
     sum)."""
-    from bayesncl.estimate import planner, run_cost
+    from bayesncl.planning.estimate import planner, run_cost
 
     runs = expand_grid(GRID)
     cache: dict = {}
@@ -429,7 +429,7 @@ def test_a_run_s_flops_follow_its_gating_head_s_depth(rates):
     grid["sets"] = {"table4": {"variants": list(grid["variants"])}}
     runs = [r for r in expand_grid(grid).values() if r.config["train"]["epochs"]]
     seconds = 100 * (50_000 // 256) * 256
-    from bayesncl.estimate import run_cost
+    from bayesncl.planning.estimate import run_cost
 
     cache: dict = {}
     for run in runs:
@@ -467,7 +467,7 @@ def test_time_requests_are_the_expected_time_times_the_prior_before_any_job_fini
     them; a retry twice."""
     import math
 
-    from bayesncl import time_requests as T
+    from bayesncl.planning import time_requests as T
 
     (run,) = [r for r in expand_grid({**GRID, "sets": {"figure3": {"variants": ["NCL"]}}}).values()]
     cost = E.run_cost(run, rates)
@@ -511,7 +511,7 @@ def test_the_paper_grid_asks_for_at_most_twice_its_work(paper):
 def test_the_estimate_learns_from_the_grid_s_finished_jobs(tmp_path, capsys):
     """With one of two NCL runs trained in a minute (its benchmark record under the grid's results folder), both
     ask for minutes of pretraining (plus the stop margin), not the prior's 137 each; the table says from what."""
-    from bayesncl.rundir import record_config
+    from bayesncl.runs.files import record_config
     from helpers.report import write_benchmark
 
     grid = {**GRID, "seeds": [0, 1], "results": str(tmp_path), "sets": {"figure3": {"variants": ["NCL"]}}}
@@ -579,7 +579,7 @@ def test_a_plugin_s_section_is_priced_at_the_runtime_it_declares(rates):
     where it runs the network, and needs exactly that (no PRIOR) in its run's evaluation submission."""
     import math
 
-    from bayesncl import time_requests as T
+    from bayesncl.planning import time_requests as T
 
     from bayesncl.evaluation.sections import section
 

@@ -9,16 +9,16 @@ import pytest
 import torch
 import yaml
 
-from bayesncl import checkpoint as ckpt_io
-from bayesncl import config as C
-from bayesncl.cli import main
-from bayesncl.errors import BayesNCLError, ConfigError, DataError, MissingInputError
+from bayesncl.runs import checkpoint as ckpt_io
+from bayesncl.settings import config as C
+from bayesncl.cli.main import main
+from bayesncl.core.errors import BayesNCLError, ConfigError, DataError, MissingInputError
 from bayesncl.evaluation.runner import evaluate
 from bayesncl.evaluation.sections import SECTIONS
 from bayesncl.evaluation.sections import applicable
-from bayesncl.grid import expand_grid
-from bayesncl.methods import build_method
-from bayesncl.train import pretrain
+from bayesncl.grid.expand import expand_grid
+from bayesncl.model.methods import build_method
+from bayesncl.training.train import pretrain
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def test_every_section_writes_its_own_file(trained, evaluated):
 
 def test_cached_features_are_what_the_model_computes(trained, evaluated):
     from bayesncl.data import load_split
-    from bayesncl.runtime import embed
+    from bayesncl.training.embed import embed
 
     run, cfg = trained
     out, _ = evaluated
@@ -113,7 +113,7 @@ def test_closed_gate_rates_follow_from_the_cached_gates(evaluated):
 def test_what_the_report_reads_is_written(trained, evaluated):
     """features.json's counts and training curves, the gate cached as 0/1 bytes, both arrays' per-dim vectors and
     background shares, the closed-gate rates by dominance: each key runs.csv, the tables or the atlas read."""
-    from bayesncl.evaluation import arrays
+    from bayesncl.measures import arrays
 
     run, _ = trained
     out, _ = evaluated
@@ -232,8 +232,8 @@ def test_waterbirds_background_probe_reads_place_from_the_models_h(trained, tmp_
     from helpers.datasets import write_waterbirds
 
     from bayesncl.data import load_waterbirds
-    from bayesncl.evaluation.linear import linear_probe_fast
-    from bayesncl.runtime import embed
+    from bayesncl.measures.linear import linear_probe_fast
+    from bayesncl.training.embed import embed
 
     run, cfg = trained
     root = tmp_path / "waterbirds"
@@ -255,7 +255,7 @@ def test_waterbirds_background_probe_reads_place_from_the_models_h(trained, tmp_
 def test_cost_alone_reads_only_the_checkpoint(trained, tmp_path):
     """The cost job's only input is model.pt: it runs into an empty folder, and reports GFLOPs per image and
     millions of parameters of the model."""
-    from bayesncl.evaluation.cost import count_flops_per_image
+    from bayesncl.measures.cost import count_flops_per_image
 
     run, cfg = trained
     (path,) = evaluate(run / "model.pt", tmp_path, only=["cost"], progress=False)

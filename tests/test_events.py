@@ -1,5 +1,5 @@
-"""TensorBoard event files (bayesncl.events): read back by TensorBoard's own readers, a run's curves are its log.jsonl
-and its sections' numbers, once per step and in order, after a resume too, and live."""
+"""TensorBoard event files (bayesncl.runs.events): read back by TensorBoard's own readers, a run's curves are its
+log.jsonl and its sections' numbers, once per step and in order, after a resume too, and live."""
 
 import gc
 import json
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-import bayesncl.events as E
-import bayesncl.train as T
-from bayesncl import config as C
+import bayesncl.runs.events as E
+import bayesncl.training.train as T
+from bayesncl.settings import config as C
 from bayesncl.evaluation.runner import evaluate
-from bayesncl.train import pretrain
+from bayesncl.training.train import pretrain
 from helpers import events as tb
 
 EPOCHS = 3
@@ -232,7 +232,7 @@ def test_a_file_ahead_of_its_log_or_cut_short_is_followed_by_a_restart(tmp_path,
 def test_the_data_server_shows_a_resumed_run_once_per_epoch_live(tmp_path, tiny_sets, monkeypatch, procs):
     """TensorBoard's data server (what `tensorboard --logdir` reads with) watching the results folder while a run
     trains, is stopped (a preemption mid-epoch) and resumes: it shows the log, each epoch once, in order."""
-    from bayesncl.train import Preempted
+    from bayesncl.training.train import Preempted
 
     logdir = tmp_path / "runs"
     run = logdir / "synthetic" / "seed~0"

@@ -49,37 +49,33 @@ def write_images(root: Path, classes=("circle", "square", "stripes"), train=12, 
 def page_imports() -> dict[str, list[str]]:
     """{module: names} of the page's table "What a plugin imports"."""
     table = PAGE.read_text().split("### What a plugin imports", 1)[1].split("\n## ", 1)[0]
-    out = {}
-    for first, names in re.findall(r"^\| `(from [^`]+)` \| (.*) \|$", table, re.M):
-        module = "bayesncl.registry" if first == "from bayesncl import registry" else first.split()[1]
-        out[module] = [n.split(".")[-1] for n in re.findall(r"`([\w.]+)`", names)]
-    return out
+    return {first.split()[1]: [n.split(".")[-1] for n in re.findall(r"`([\w.]+)`", names)]
+            for first, names in re.findall(r"^\| `(from [^`]+)` \| (.*) \|$", table, re.M)}
 
 
 def test_each_name_a_plugin_imports_has_one_home_the_page_names():
-    """The table's names import from the module it gives, which defines them (bayesncl.data: its own module's
-    ImageSet); the page's own files import nothing else of the package."""
+    """The table's names are the public API's, all of them (bayesncl.api), each the object of the module that
+    defines it; the page's own files import nothing else of the package."""
     import ast
     import importlib
     import inspect
 
+    from bayesncl import api
+
     table = page_imports()
-    assert set(table) == {"bayesncl.registry", "bayesncl.methods", "bayesncl.losses", "bayesncl.data",
-                          "bayesncl.errors", "bayesncl.evaluation.sections", "bayesncl.evaluation.context",
-                          "bayesncl.report.cells"}
-    for module, names in table.items():
-        mod = importlib.import_module(module)
-        for name in names:
-            home = getattr(mod, name)
-            where = getattr(home, "__module__", None) or module  # a constant (METRICS): defined where it is read
-            assert where == module or where.startswith(module + "."), (module, name, where)
-            assert name in inspect.getsource(importlib.import_module(where)), (module, name)
+    assert set(table) == {"bayesncl.api"} and sorted(table["bayesncl.api"]) == sorted(api.NAMES)
+    for name, module in api.NAMES.items():
+        home = importlib.import_module(module)
+        assert getattr(api, name) is getattr(home, name), name
+        where = getattr(getattr(home, name), "__module__", None) or module  # a constant (METRICS): where it is read
+        assert where == module or where.startswith(module + "."), (module, name, where)
+        assert name in inspect.getsource(importlib.import_module(where)), (module, name)
     for text in page_files().values():
         if text.lstrip().startswith(("#", '"""')) and "import" in text:
             for node in ast.walk(ast.parse(text)):
                 if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bayesncl"):
-                    listed = table.get(node.module) or ([] if node.module != "bayesncl" else ["registry"])
-                    assert all(a.name in listed for a in node.names), ast.unparse(node)
+                    assert node.module == "bayesncl.api" and all(a.name in api.NAMES for a in node.names), \
+                        ast.unparse(node)
 
 
 def test_the_page_has_the_files_and_the_command_this_test_runs():
@@ -89,7 +85,7 @@ def test_the_page_has_the_files_and_the_command_this_test_runs():
     assert grid["plugins"] == ["my_method", "my_measure"] and grid["datasets"]["my_images"]["data"]["dataset"] == "imagefolder"
     assert page_command()[:2] == ["snakemake", "--cores"]
     # the method's weight is a declared setting, swept over two values by two variants of Tables 1 and 2
-    assert 'settings={"l1_weight": registry.setting(1e-3,' in files["my_method.py"]
+    assert 'settings={"l1_weight": setting(1e-3,' in files["my_method.py"]
     mine = {v: s["method"].get("l1_weight") for v, s in grid["variants"].items() if s["method"]["name"] == "ncl_l1"}
     assert mine == {"NCL + L1": None, "NCL + L1 (x10)": 1.0e-2}
     assert all(set(mine) <= set(grid["sets"][t]["variants"]) for t in ("table1", "table2"))
@@ -196,7 +192,7 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
     assert _snakemake_and_stale(cmd, env, grid_path) == ([], [])
     method = work / "my_method.py"
     page = method.read_text()
-    method.write_text(page.replace("registry.setting(1e-3,", "registry.setting(2e-3,"))
+    method.write_text(page.replace("setting(1e-3,", "setting(2e-3,"))
     at_default = ["imagefolder/ncl_l1/seed~0"]
     assert _snakemake_and_stale(cmd, env, grid_path) == (at_default, at_default)
     method.write_text(page.replace("sum(dim=1).mean()", "sum(dim=1).mean() * 1.0"))

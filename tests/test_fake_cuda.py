@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-import bayesncl.train as T
-from bayesncl import config as C
+import bayesncl.training.train as T
+from bayesncl.settings import config as C
 from bayesncl.data import SimCLRAugment
-from bayesncl.evaluation.dynamics import GradientStats
-from bayesncl.methods import build_method
-from bayesncl.optim import build_optimizer
+from bayesncl.measures.dynamics import GradientStats
+from bayesncl.model.methods import build_method
+from bayesncl.training.optim import build_optimizer
 from fake_cuda import CudaGenerator, HostSync, NoHostSync, fake_cuda, python_grad
 
 CUDA = torch.device("cuda", 0)
@@ -142,7 +142,7 @@ def test_the_paper_grids_step_with_resnet18(monkeypatch):
 # ---------------------------------------------------------------------------------------- evaluation sections
 # Each section's per-batch (per-step) device work is guarded; what it does once per pass is not: moving the
 # in-memory split to the device (the data feed, once) and reading each batch's results to the host
-# (runtime.embed's .cpu(), what the section exists for; the probe's logits at the end).
+# (training.embed.embed's .cpu(), what the section exists for; the probe's logits at the end).
 
 def eval_setup(sets=()):
     """The config, and its splits loaded on the host (real tensors; their device copies will be fake)."""
@@ -172,9 +172,9 @@ def guarded(monkeypatch, module, name: str) -> list:
 
 @pytest.mark.parametrize("bn", ["batch", "running"])
 def test_feature_batches_never_wait_for_the_host(tiny_backbone, monkeypatch, bn):
-    """The features section's pass (runtime.embed) in both eval.bn modes: each batch's transform and forward
+    """The features section's pass (training.embed.embed) in both eval.bn modes: each batch's transform and forward
     under autocast, channels-last like the weights."""
-    import bayesncl.runtime as R
+    import bayesncl.training.embed as R
 
     cfg, _, test = eval_setup([f"eval.bn={bn}"])
     with fake_cuda(monkeypatch):
@@ -190,7 +190,7 @@ def test_probe_steps_never_wait_for_the_host(tiny_backbone, monkeypatch):
     """The paper probe's step (augmented crops, the frozen backbone with running statistics, the linear layer's
     LARS step), with everything `linear_probe_paper` sets up on the device."""
     import bayesncl.evaluation.probe as P
-    import bayesncl.runtime as R
+    import bayesncl.training.embed as R
 
     class Stop(Exception):
         pass
@@ -212,7 +212,7 @@ def test_probe_steps_never_wait_for_the_host(tiny_backbone, monkeypatch):
 def test_cost_counts_the_same_flops_on_cuda(tiny_backbone, monkeypatch):
     """The cost section counts the training forward's FLOPs (on the CPU model; the GPU check on the meta
     device): on fake CUDA tensors, under autocast and channels-last, the same count and no host sync."""
-    from bayesncl.evaluation.cost import count_flops_per_image
+    from bayesncl.measures.cost import count_flops_per_image
 
     cfg, _, _ = eval_setup()
     torch.manual_seed(0)
@@ -274,8 +274,8 @@ def test_the_training_loop_never_waits_for_the_host_between_its_contacts(tiny_ba
 
 
 def _planted(*plants: tuple[str, str]):
-    """bayesncl.train with each (anchor, line) of `plants` planted: the line after the line holding `anchor` (same
-    indentation). A copy of the module, the package's own untouched."""
+    """bayesncl.training.train with each (anchor, line) of `plants` planted: the line after the line holding `anchor`
+    (same indentation). A copy of the module, the package's own untouched."""
     import importlib.util
     import inspect
     import sys
@@ -286,9 +286,9 @@ def _planted(*plants: tuple[str, str]):
         (i,) = [k for k, text in enumerate(lines) if anchor in text]
         indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
         lines.insert(i + 1, textwrap.indent(line, indent) + "\n")
-    spec = importlib.util.spec_from_loader("bayesncl._planted_train", loader=None)
+    spec = importlib.util.spec_from_loader("bayesncl.training._planted_train", loader=None)
     mod = importlib.util.module_from_spec(spec)
-    mod.__package__ = "bayesncl"
+    mod.__package__ = "bayesncl.training"
     sys.modules[spec.name] = mod
     try:
         exec(compile("".join(lines), T.__file__, "exec"), mod.__dict__)
@@ -376,9 +376,9 @@ def test_every_planted_host_read_fails_in_the_loop(tiny_backbone, monkeypatch, t
 
 
 def test_every_planted_host_read_fails_in_evaluation(tiny_backbone, monkeypatch):
-    """Planted in the evaluation's per-batch work (runtime.embed_batch, on its features), each read of PLANTS
+    """Planted in the evaluation's per-batch work (training.embed.embed_batch, on its features), each read of PLANTS
     is refused in every batch."""
-    import bayesncl.runtime as R
+    import bayesncl.training.embed as R
 
     cfg, _, test = eval_setup()
     caught, real = [], R.embed_batch

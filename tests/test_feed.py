@@ -19,9 +19,9 @@ from PIL import Image
 
 import bayesncl.data.imagenet as I
 from bayesncl.data import prepared
-from bayesncl.cli import main as cli_main
+from bayesncl.cli.main import main as cli_main
 from bayesncl.data import iter_batches, load_split
-from bayesncl.errors import DataError
+from bayesncl.core.errors import DataError
 from bayesncl.data.imagenet import (PreparedImages, decode_image, load_imagenet100, prepare_imagenet100,
                                     prepared_manifests)
 from helpers.processes import current
@@ -222,8 +222,8 @@ def test_load_split_reads_the_copy_from_data_cache_dir(tree, tmp_path):
 
 def test_training_sees_the_same_pixels(tree, tmp_path, tiny_sets):
     """One short pretraining from the JPEGs and one from the prepared copy: the same weights, bit for bit."""
-    from bayesncl.config import resolve
-    from bayesncl.train import pretrain
+    from bayesncl.settings.config import resolve
+    from bayesncl.training.train import pretrain
 
     sets = [s for s in tiny_sets if not s.startswith("data.synthetic")] + [
         "data.dataset=imagenet100", f"data.root={tree}", f"data.classes=[{','.join(WNIDS)}]",
@@ -311,7 +311,7 @@ def test_workflow_prepares_once_before_the_jobs_that_read_images(tree, tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     table = r.stdout.split("Job stats:")[1]
     counts = {m[0]: int(m[1]) for m in (line.split() for line in table.splitlines()) if len(m) == 2 and m[1].isdigit()}
-    # one copy for both runs and their untrained twins (bayesncl.grid.plan_init_runs)
+    # one copy for both runs and their untrained twins (bayesncl.grid.expand.plan_init_runs)
     assert counts["prepare_data"] == 1 and counts["pretrain"] == 4
     marker = re.search(r"rule prepare_data:\n    output: (\S+)", r.stdout).group(1)
     for rule in ("pretrain", "features", "linear_probe"):
@@ -324,7 +324,7 @@ def test_workflow_prepares_once_before_the_jobs_that_read_images(tree, tmp_path)
 def test_workflow_jobs_read_the_copy_and_a_cleared_cache_retrains_nothing(tree, tmp_path):
     import yaml
 
-    from bayesncl.grid import expand_grid
+    from bayesncl.grid.expand import expand_grid
 
     grid = _grid(tmp_path, tree)
     rid = next(rid for rid, run in expand_grid(yaml.safe_load(grid.read_text())).items()

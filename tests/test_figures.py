@@ -13,7 +13,7 @@ import pytest
 import yaml
 from matplotlib.collections import LineCollection, PolyCollection
 
-from bayesncl import registry
+from bayesncl.settings import registry
 from bayesncl.report import drawing, figures, lines, names
 from bayesncl.report import summary as summ
 from helpers.report import figure_row, gate_curve

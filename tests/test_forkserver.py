@@ -1,4 +1,4 @@
-"""The fork server (bayesncl/forkserver/): a command run through it is the command run as a plain process (same
+"""The fork server (bayesncl/cli/forkserver/): a command run through it is the command run as a plain process (same
 files, exit codes, messages, SIGTERM), a killed client stops its command, and each job records its start-up."""
 
 import json
@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bayesncl import forkserver, startup
-from bayesncl.forkserver import protocol, server
+from bayesncl.cli import forkserver
+from bayesncl.core import startup
+from bayesncl.cli.forkserver import protocol, server
 from helpers.events import read as read_events
 from helpers.processes import PATIENCE, current, wait_until
 
@@ -91,7 +92,7 @@ def test_a_run_through_the_server_is_the_plain_run(tmp_path, server_dir, tiny_se
 
     import torch
 
-    from bayesncl.checkpoint import weights_digest
+    from bayesncl.runs.checkpoint import weights_digest
 
     a, b = (torch.load(outs[m] / "model.pt", map_location="cpu", weights_only=False) for m in ("served", "plain"))
     assert weights_digest(a["model"]) == weights_digest(b["model"])
@@ -130,7 +131,7 @@ def _start_long_run(tmp_path, server_dir, tiny_sets):
 
 
 def _forked_children(server_dir) -> set[int]:
-    """The pids of processes forked by this module's server (their parent runs `bayesncl.forkserver <socket>`)."""
+    """The pids of processes forked by this module's server (their parent runs `bayesncl.cli.forkserver <socket>`)."""
     out = set()
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from bayesncl import forkserver
-from bayesncl.cli import main
-from bayesncl.forkserver import client, protocol, server
-from bayesncl.errors import TERMINATED
+from bayesncl.cli import forkserver
+from bayesncl.cli.main import main
+from bayesncl.cli.forkserver import client, protocol, server
+from bayesncl.core.errors import TERMINATED
 from helpers.processes import PATIENCE, current, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def plain_bad():
 
 def _expected_socket(env) -> str:
     """Where a client started with `env` looks for its server."""
-    code = "from bayesncl import forkserver; print(forkserver.socket_path())"
+    code = "from bayesncl.cli import forkserver; print(forkserver.socket_path())"
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           check=True).stdout.strip()
 
@@ -456,7 +456,11 @@ def test_the_server_is_shared_only_within_one_process_context(monkeypatch):
 
 # ------------------------------------------------------------------------------ the sources
 def test_an_editors_lock_file_among_the_sources_is_no_module(monkeypatch):
-    """An editor's `.#train.py` in the package, dangling (emacs) or not: the same server, no traceback."""
+    """An editor's `.#train.py` in the package, dangling (emacs) or not: the same server, no traceback. The sources
+    are every module of the package, whichever layer it is in."""
+    import bayesncl
+
+    assert {name for name, _ in protocol._sources()} == {str(p) for p in Path(bayesncl.__file__).parent.rglob("*.py")}
     monkeypatch.setenv(forkserver.DIR_ENV, "/tmp/x")
     base = forkserver.socket_path()
     lock = Path(forkserver.__file__).parent / ".#train.py"
@@ -472,7 +476,7 @@ def test_an_editors_lock_file_among_the_sources_is_no_module(monkeypatch):
 # ------------------------------------------------------------------------------ ending servers
 def _serve(folder) -> subprocess.Popen:
     path = os.path.join(folder, "a.sock")
-    proc = current().popen([sys.executable, "-m", "bayesncl.forkserver", path],
+    proc = current().popen([sys.executable, "-m", "bayesncl.cli.forkserver", path],
                            env=_env(folder, False, BAYESNCL_FORKSERVER_IDLE="600"),
                            cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_until(lambda: os.path.exists(path + ".pid"), "the server listens", proc)
@@ -542,7 +546,7 @@ def own_server(tmp_path):
         if pid == 0:
             try:
                 server.PRELOAD, server.REQUEST_TIMEOUT, server.IDLE_SECONDS = (), request_timeout, 600
-                from bayesncl import startup
+                from bayesncl.core import startup
 
                 startup._ready_marked = False  # as in a server process (an earlier test here may have marked it)
                 # the streams a server process has (pytest's capture objects write to no descriptor)
@@ -696,7 +700,7 @@ def test_sigterm_while_the_server_is_starting_is_the_plain_75(monkeypatch, tmp_p
 
 
 def test_the_rerun_line_is_the_clis(capsys):
-    import bayesncl.cli as cli
+    import bayesncl.cli.main as cli
 
     with pytest.raises(SystemExit) as e:
         cli._terminated(signal.SIGTERM, None)
@@ -736,14 +740,14 @@ def test_a_relative_socket_folder_is_made_absolute(monkeypatch, tmp_path):
     pid = _fork_client(str(tmp_path / "err"), BAD, before=lambda: setattr(sys, "executable", exe))
     code = _wait(pid)
     argv = (base / "argv").read_text().split()
-    assert argv[1:3] == ["-m", "bayesncl.forkserver"] and argv[3].startswith(f"{base}/rel/")  # absolute
+    assert argv[1:3] == ["-m", "bayesncl.cli.forkserver"] and argv[3].startswith(f"{base}/rel/")  # absolute
     assert code == 2
 
 
 def test_an_unwritable_socket_folder_is_one_line_and_a_plain_run(tmp_path):
     """A folder of the user's they may not write (mode 500): one line, then the command in the client's process
     (once a PermissionError traceback, the command never run). Run as nobody where the tests run as root."""
-    import bayesncl.cli  # noqa: F401 - imported before the client drops root (root's site-packages)
+    import bayesncl.cli.main  # noqa: F401 - imported before the client drops root (root's site-packages)
     import bayesncl.report.jobs  # noqa: F401
 
     folder = _short_dir()
@@ -784,7 +788,7 @@ def test_the_client_checks_the_servers_uid_not_its_gid(monkeypatch):
 
 
 def test_the_timeouts_are_read_from_the_environment():
-    code = "from bayesncl.forkserver import client, server; print(client.HELLO_TIMEOUT, server.REQUEST_TIMEOUT)"
+    code = "from bayesncl.cli.forkserver import client, server; print(client.HELLO_TIMEOUT, server.REQUEST_TIMEOUT)"
     env = dict(_env(_short_dir(), False), BAYESNCL_FORKSERVER_HELLO="2.5", BAYESNCL_FORKSERVER_REQUEST="0.5")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.split() == ["2.5", "0.5"], out.stderr

@@ -1,6 +1,6 @@
 """A fork-server job as a plain process: the child's exit code as a plain process would give it
-(bayesncl.forkserver.server._child_main, run in a real fork with the command replaced), and the client
-(bayesncl.forkserver.client.run_command, in a fork, against a fake server) passing on SIGINT, SIGHUP and SIGTERM
+(bayesncl.cli.forkserver.server._child_main, run in a real fork with the command replaced), and the client
+(bayesncl.cli.forkserver.client.run_command, in a fork, against a fake server) passing on SIGINT, SIGHUP and SIGTERM
 and reading a command that ended without a status as a failure. Forks and processes are the test's own (conftest's `procs`);
 the client gets default signal dispositions in its fork, as a job on a terminal, whatever the test run ignores."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bayesncl.cli import main
-from bayesncl.forkserver import client, protocol, server
+from bayesncl.cli.main import main
+from bayesncl.cli.forkserver import client, protocol, server
 from helpers.processes import PATIENCE, current, default_signals
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc/self/stat").exists(),

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bayesncl.config import resolve
-from bayesncl.evaluation.cost import count_flops_per_image
-from bayesncl.methods import build_method
+from bayesncl.settings.config import resolve
+from bayesncl.measures.cost import count_flops_per_image
+from bayesncl.model.methods import build_method
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
@@ -119,7 +119,7 @@ def test_estimate_grid_matches_hand_computation(gc):
 def test_estimate_grid_reads_gating_and_the_family_from_the_registry(gc):
     """A plugin method declared gated is priced as BayesNCL is (its gating head's FLOPs, the gated family's rate),
     one that is not at the reference's rate: the registry's traits, not the name "bayesncl"."""
-    from bayesncl import registry
+    from bayesncl.settings import registry
 
     small = ["model.width=4", "model.proj_hidden=32", "model.proj_dim=16", "train.epochs=1", "data.dataset=cifar10",
              "data.root=/x"]
@@ -128,9 +128,9 @@ def test_estimate_grid_reads_gating_and_the_family_from_the_registry(gc):
     from helpers.plugins import registered
 
     with registered():
-        registry.register_method("gated_plug", "G", impl="bayesncl.methods:BayesNCL", gated=True, module="plug_g",
+        registry.register_method("gated_plug", "G", impl="bayesncl.model.methods:BayesNCL", gated=True, module="plug_g",
                                  reads=registry.METHODS["bayesncl"].reads)
-        registry.register_method("plain_plug", "P", impl="bayesncl.methods:NCL", module="plug_g")
+        registry.register_method("plain_plug", "P", impl="bayesncl.model.methods:NCL", module="plug_g")
         hours = {m: gc.estimate_grid([resolve(sets=small + [f"method.name={m}"])], tput)["pretrain_gpu_hours"]
                  for m in ("bayesncl", "gated_plug", "ncl", "plain_plug")}
     assert hours["gated_plug"] == hours["bayesncl"] and hours["plain_plug"] == hours["ncl"]

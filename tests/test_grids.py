@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bayesncl.grid import evaluation_sections, expand_grid
-from bayesncl.wfconfig import SCHEMA, check_workflow_config
+from bayesncl.grid.expand import evaluation_sections, expand_grid
+from bayesncl.cli.workflow import SCHEMA, check_workflow_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

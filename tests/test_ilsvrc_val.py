@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import scipy.io
 
-from bayesncl.cli import main
+from bayesncl.cli.main import main
 from bayesncl.data.ilsvrc_val import arrange_val, read_val_labels
 from bayesncl.data.imagenet import check_imagenet100
-from bayesncl.errors import DataError
+from bayesncl.core.errors import DataError
 
 # ILSVRC2012_ID -> wnid as in the devkit (1: tench, 2: goldfish, 3: great white shark); the images' classes
 IDS = {1: "n01440764", 2: "n01443537", 3: "n01484850"}

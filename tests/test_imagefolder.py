@@ -16,7 +16,7 @@ from PIL import Image
 import bayesncl.data.imagefolder as IF
 import bayesncl.data.imagenet as I
 from bayesncl.data import iter_batches
-from bayesncl.errors import DataError
+from bayesncl.core.errors import DataError
 from bayesncl.data.imagefolder import (check_imagefolder, imagefolder_manifests, load_imagefolder,
                                        prepare_imagefolder)
 from bayesncl.data.imagenet import ImageFileDataset, PreparedImages, decode_image
@@ -341,7 +341,7 @@ def _cli(argv) -> tuple[int, str]:
     import io
     from contextlib import redirect_stderr, redirect_stdout
 
-    from bayesncl.cli import main
+    from bayesncl.cli.main import main
 
     err = io.StringIO()
     with redirect_stderr(err), redirect_stdout(io.StringIO()):
@@ -459,7 +459,7 @@ def test_an_unreadable_file_or_folder_is_one_line_naming_it(what):
     import shutil
     import tempfile
 
-    import bayesncl.cli  # noqa: F401 - imported before the child drops root (root's site-packages)
+    import bayesncl.cli.main  # noqa: F401 - imported before the child drops root (root's site-packages)
     import bayesncl.data.prepared  # noqa: F401
 
     top = Path(tempfile.mkdtemp(prefix="bif-", dir="/tmp"))

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from bayesncl.cli import main
+from bayesncl.cli.main import main
 from bayesncl.report.jobs import WALL_STEP, collect, render, startup_bound, startup_share, totals
-from bayesncl.startup import DECIMALS, clock_tick
+from bayesncl.core.startup import DECIMALS, clock_tick
 from helpers.report import write_benchmark
 
 
@@ -136,7 +136,7 @@ def test_a_recorded_startup_never_exceeds_its_bound_whatever_the_job_length(upti
                                                                             startup, work):
     """A job's process starts `after_clock` s after Snakemake's clock, `tick_part` of a clock tick into tick
     `uptime_ticks`, spends `startup` s before its work and `work` s in it. What each side writes, computed as
-    each writes it (Snakemake's own record; bayesncl.startup's /proc start and rounding), stays within the bound
+    each writes it (Snakemake's own record; bayesncl.core.startup's /proc start and rounding), stays within the bound
     for every length, jobs shorter than the wall time's resolution included."""
     created = (uptime_ticks + tick_part) / HZ  # boot clock
     recorded_start = uptime_ticks / HZ  # process_started: whole ticks

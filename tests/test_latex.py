@@ -55,7 +55,7 @@ def _sources():
                               bg_protocol="paper", arch="resnet50"),
                           row("BayesNCL (STE)", 1, "table1;table2", sc=3.0, probe_protocol="paper")])
     yield "empty", frame([])
-    # the initialisation control's cells filled (untrained twins of every run, as grid.plan_init_runs plans them)
+    # the initialisation control's cells filled (untrained twins of every run, as grid.expand.plan_init_runs plans them)
     yield "twins", with_twins(_long_names(), lambda r: {"sc": -50.5 + r["seed"], "se_sum": 2.5 - r["seed"] / 10,
                                                         "probe_top1": 12.25 * (1 + r["seed"]), "ret_p10": 10.0,
                                                         "bg_acc": 50.0 + r["seed"]})

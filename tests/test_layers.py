@@ -1,5 +1,7 @@
-"""The package's layers (docs/DESIGN.md): every import, at module level or inside a function, runs from a
-higher layer to a lower one or within a layer, and the module import graph has no cycle."""
+"""The package's layers (docs/DESIGN.md, "Layers"): each top-level folder of src/bayesncl is one layer, and beside
+them only the package's own modules. Every import, at module level or inside a function, and every module named
+to importlib.import_module, runs from a higher layer to a lower one or within a layer; it names a module that
+exists; and the module import graph has no cycle."""
 
 import ast
 from pathlib import Path
@@ -8,95 +10,115 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-# Lowest first. A package name stands for all its modules unless a module is listed on its own.
-LAYERS = [
-    ["bayesncl", "bayesncl.errors", "bayesncl.atomic", "bayesncl.startup", "bayesncl.evaluation",
-     "bayesncl.registry", "bayesncl.plugins", "bayesncl.learning",
-     "bayesncl.forkserver",  # the fork server's protocol, client and server: standard library only
-     "bayesncl.keyrules", "bayesncl.yamlio"],
-    ["bayesncl.config"],
-    ["bayesncl.data", "bayesncl.losses", "bayesncl.backbones", "bayesncl.rundir", "bayesncl.events"],
-    ["bayesncl.methods", "bayesncl.optim", "bayesncl.checkpoint", "bayesncl.runtime", "bayesncl.outdir"],
-    ["bayesncl.evaluation.arrays", "bayesncl.evaluation.probe", "bayesncl.evaluation.dynamics",
-     "bayesncl.evaluation.cost", "bayesncl.evaluation.linear"],
-    ["bayesncl.train", "bayesncl.step", "bayesncl.weights"],
-    ["bayesncl.evaluation.sections", "bayesncl.evaluation.runner", "bayesncl.evaluation.context"],
-    ["bayesncl.grid", "bayesncl.preflight", "bayesncl.stale", "bayesncl.status"],
-    # estimate: the atlas submissions (report.atlas); wfconfig: a grid's declared claims parsed (report.claims);
-    # catalog: `bayesncl list`, every registry, the claims among them; time_requests: the finished jobs
-    # (report.jobs) it learns from
-    ["bayesncl.report", "bayesncl.estimate", "bayesncl.plan", "bayesncl.wfconfig", "bayesncl.catalog",
-     "bayesncl.time_requests"],
-    ["bayesncl.commands"],  # each command's handler
-    ["bayesncl.cli"],  # the parser, main and the `bayesncl` script's entry (routes a command through the fork server)
-    ["bayesncl.__main__", "bayesncl.forkserver.__main__"],  # `python -m bayesncl`; a fork server's process
-]
+# The layers, lowest first: a folder each. A new folder, or a module loose beside them, must be placed here (and in
+# docs/DESIGN.md) before the tests pass.
+LAYERS = ["core", "settings", "data", "model", "measures", "runs", "training", "evaluation", "grid", "report",
+          "planning", "cli"]
+# The package's own modules, above every layer: its name (installs the public API's old module paths), `python -m
+# bayesncl`, and the public API for plugins.
+TOP = ["__init__", "__main__", "api"]
+# Folders whose __init__ is an API of its own (data: its loaders' front; report: summarize and write_report); every
+# other layer's __init__ is a docstring and imports nothing when imported.
+INIT_WITH_IMPORTS = {"data", "report"}
 
 
-def modules() -> dict[str, Path]:
+def modules(root: Path = SRC) -> dict[str, Path]:
     out = {}
-    for path in (SRC / "bayesncl").rglob("*.py"):
-        parts = path.relative_to(SRC).with_suffix("").parts
+    for path in (root / "bayesncl").rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
 
 
 def layer(module: str) -> int:
-    best = None
-    for i, names in enumerate(LAYERS):
-        for name in names:
-            prefix = name != "bayesncl" and module.startswith(name + ".")  # the package's own name is its __init__ alone
-            if (module == name or prefix) and (best is None or len(name) > best[1]):
-                best = (i, len(name))
-    assert best is not None, f"{module} is in no layer of tests/test_layers.py; add it (and to docs/DESIGN.md)"
-    return best[0]
+    """The layer of a module: its top-level folder's index; the package's own modules are above every layer."""
+    parts = module.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and parts[1] in TOP):
+        return len(LAYERS)
+    assert parts[1] in LAYERS, f"{module} is in no layer: add its folder to tests/test_layers.py's LAYERS (and to " \
+                               "docs/DESIGN.md), or move it into a layer's folder"
+    return LAYERS.index(parts[1])
 
 
-def imports(module: str, path: Path, known: set[str]) -> set[str]:
-    """The bayesncl modules `module` imports anywhere in its file (TYPE_CHECKING blocks excluded)."""
+def _type_checking(tree: ast.AST) -> set[int]:
+    return {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+            and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+
+
+def imports(module: str, path: Path, known: set[str]) -> tuple[set[str], set[str]]:
+    """(the bayesncl modules `module` imports anywhere in its file, at module level, inside functions or through
+    importlib.import_module; the bayesncl names it imports that are no module), TYPE_CHECKING blocks excluded."""
     tree = ast.parse(path.read_text())
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-            and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
-    found = set()
+    skip = _type_checking(tree)
+    found, missing = set(), set()
     for node in ast.walk(tree):
         if id(node) in skip:
             continue
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("bayesncl")}
+            for a in node.names:
+                if a.name.split(".")[0] == "bayesncl":
+                    (found if a.name in known else missing).add(a.name)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
                 base = base[: len(base) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
-            elif node.module and node.module.startswith("bayesncl"):
+            elif node.module and node.module.split(".")[0] == "bayesncl":
                 target = node.module
             else:
                 continue
-            for a in node.names:  # `from . import metrics` names a module
+            if target not in known:
+                missing.add(target)
+                continue
+            for a in node.names:  # `from . import arrays` names a module
                 found.add(f"{target}.{a.name}" if f"{target}.{a.name}" in known else target)
-    return {m for m in found if m in known and m != module}
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "import_module" and node.args:
+            name = node.args[0].value if isinstance(node.args[0], ast.Constant) else None
+            if isinstance(name, str) and name.split(".")[0] == "bayesncl":
+                (found if name in known else missing).add(name)
+    return {m for m in found if m != module}, missing
 
 
 def graph() -> dict[str, set[str]]:
     mods = modules()
-    return {m: imports(m, p, set(mods)) for m, p in mods.items()}
+    return {m: imports(m, p, set(mods))[0] for m, p in mods.items()}
 
 
-def test_every_module_is_in_a_layer_of_its_own_name():
-    """A new module must be placed: the package's own name covers its __init__ only, never every module."""
-    import pytest
-
+def test_the_package_is_its_layers_folders_and_its_own_modules():
+    """Nothing loose at the top but the package's own modules; every folder is a listed layer and every layer is
+    a folder; every module is in a layer."""
+    top = sorted(p.name for p in (SRC / "bayesncl").iterdir() if p.name != "__pycache__" and p.suffix != ".typed")
+    folders = [n for n in top if (SRC / "bayesncl" / n).is_dir()]
+    loose = [n[:-3] for n in top if n.endswith(".py")]
+    assert sorted(folders) == sorted(LAYERS), "a folder of src/bayesncl is no layer, or a layer has no folder"
+    assert sorted(loose) == sorted(TOP), f"modules loose at the top of src/bayesncl: {sorted(set(loose) - set(TOP))}"
+    assert [p for p in top if p not in folders and not p.endswith(".py")] == []
     for m in modules():
         layer(m)
+
+
+def test_the_layer_check_refuses_an_unlisted_folder_or_a_loose_module():
     with pytest.raises(AssertionError, match="is in no layer"):
-        layer("bayesncl.newly_added")
+        layer("bayesncl.newfolder.thing")
+    with pytest.raises(AssertionError, match="is in no layer"):
+        layer("bayesncl.loose_module")
+    assert layer("bayesncl.api") == layer("bayesncl") == len(LAYERS) > layer("bayesncl.cli.main")
 
 
 def test_every_import_runs_down_the_layers():
-    upward = [f"{m} (layer {layer(m)}) imports {t} (layer {layer(t)})"
+    upward = [f"{m} ({LAYERS[layer(m)] if layer(m) < len(LAYERS) else 'top'}) imports {t} "
+              f"({LAYERS[layer(t)] if layer(t) < len(LAYERS) else 'top'})"
               for m, targets in graph().items() for t in sorted(targets) if layer(t) > layer(m)]
     assert not upward, "\n".join(upward)
+
+
+def test_every_import_names_a_module_that_exists():
+    """The package's code imports no module path that does not exist: in particular none of the public API's old
+    paths (bayesncl.api.OLD_PATHS), which only plugins written against the earlier docs may use."""
+    mods = modules()
+    missing = {m: sorted(imports(m, p, set(mods))[1]) for m, p in mods.items()}
+    assert {m: t for m, t in missing.items() if t} == {}
 
 
 def test_no_import_cycle_between_modules():
@@ -116,30 +138,48 @@ def test_no_import_cycle_between_modules():
             visit(m, [m])
 
 
-def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
-    known = {"bayesncl.train", "bayesncl.evaluation", "bayesncl.evaluation.arrays", "bayesncl.runtime"}
+def test_a_layer_s_init_imports_nothing():
+    """Importing a layer's module loads that module's imports only, not its siblings (`from bayesncl.training
+    import embed` does not import the training loop)."""
+    for name in LAYERS:
+        if name in INIT_WITH_IMPORTS:
+            continue
+        tree = ast.parse((SRC / "bayesncl" / name / "__init__.py").read_text())
+        assert not [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))], name
+
+
+def test_the_checker_sees_function_level_relative_and_importlib_imports(tmp_path):
+    known = {"bayesncl.training.train", "bayesncl.measures", "bayesncl.measures.arrays", "bayesncl.training.device",
+             "bayesncl.cli.main", "bayesncl.training"}
     mod = tmp_path / "x.py"
-    mod.write_text("def f():\n    from ..train import pretrain\n    from . import arrays\n"
-                   "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..runtime import embed\n")
-    assert imports("bayesncl.evaluation.x", mod, known) == {"bayesncl.train", "bayesncl.evaluation.arrays"}
-    assert layer("bayesncl.train") > layer("bayesncl.evaluation.arrays")
+    mod.write_text("import importlib\n"
+                   "def f():\n    from ..training.train import pretrain\n    from . import arrays\n"
+                   "    importlib.import_module('bayesncl.cli.main')\n    from ..nowhere import gone\n"
+                   "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..training.device import autocast\n")
+    assert imports("bayesncl.measures.x", mod, known) == (
+        {"bayesncl.training.train", "bayesncl.measures.arrays", "bayesncl.cli.main"}, {"bayesncl.nowhere"})
+    assert layer("bayesncl.training.train") > layer("bayesncl.measures.arrays")
+    assert layer("bayesncl.cli.main") > layer("bayesncl.measures.x")
 
 
 def test_the_bayesncl_script_enters_at_the_cli():
-    """The `bayesncl` script is cli.entry, which calls the fork server's client a layer below; a script installed
-    before it moved (bayesncl.forkserver:entry, kept until `pip install -e .` runs again) reaches the same entry."""
+    """The `bayesncl` script is bayesncl.cli:entry (a name an installed script keeps), which imports the CLI's main
+    only when called; main hands a routed command to the fork server's client, in the same layer. Building the
+    parser imports no torch (`export --format`'s choices are read from runs.export, which imports it when it
+    writes)."""
     import subprocess
     import sys
     import tomllib
 
     scripts = tomllib.loads((SRC.parent / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"bayesncl": "bayesncl.cli:entry"}
-    assert "bayesncl.forkserver.client" in graph()["bayesncl.cli"]
-    for module in ("bayesncl.cli", "bayesncl.forkserver"):
-        code = f"import sys; from {module} import entry; sys.argv = ['bayesncl', 'status', '--help']; sys.exit(entry())"
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                           env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
-        assert r.returncode == 0 and r.stdout.startswith("usage: bayesncl status"), r.stderr
+    assert "bayesncl.cli.forkserver.client" in graph()["bayesncl.cli.main"]
+    code = ("import atexit, sys; atexit.register(lambda: print('torch imported:', 'torch' in sys.modules)); "
+            "from bayesncl.cli import entry; sys.argv = ['bayesncl', 'status', '--help']; sys.exit(entry())")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0 and r.stdout.startswith("usage: bayesncl status"), r.stderr
+    assert r.stdout.endswith("torch imported: False\n")
 
 
 def test_no_test_file_imports_another():
@@ -168,9 +208,16 @@ def _top_names(path: Path) -> tuple[set[str], dict[str, ast.ImportFrom]]:
     return defined, imported
 
 
+# The public API (bayesncl.api): the one module that answers for names defined elsewhere, each looked up where it
+# lives on first use, so that a dataset plugin does not import the networks. Only plugins (and the API's own tests)
+# import from it.
+PUBLIC = "bayesncl.api"
+
+
 def homeless_imports(files, mods: dict[str, Path]) -> list[str]:
     """`from M import name` where M neither defines `name` nor is the package whose own module does (bayesncl.data's
-    interface, say): an import from an old home, or from a module that imported the name for its own use."""
+    interface, say): an import from an old home, or from a module that imported the name for its own use. The
+    public API is the home of the names it lists."""
     tops = {m: _top_names(p) for m, p in mods.items()}
     packages = {m for m, p in mods.items() if p.name == "__init__.py"}
     found = []
@@ -183,7 +230,7 @@ def homeless_imports(files, mods: dict[str, Path]) -> list[str]:
                 continue
             source = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [node.module or ""]
                               ).rstrip(".") if node.level else node.module or ""
-            if source not in mods:
+            if source not in mods or source == PUBLIC:
                 continue
             defined, imported = tops[source]
             for a in node.names:
@@ -196,8 +243,8 @@ def homeless_imports(files, mods: dict[str, Path]) -> list[str]:
 
 @pytest.mark.xdist_group("tests_folder")  # reads every file in tests/ (a probe below writes one)
 def test_each_name_is_imported_from_its_home():
-    """One import path per name, in the package, its tests and benchmarks: ConfigError from bayesncl.errors, never
-    from bayesncl.config, which imports it for its own use."""
+    """One import path per name, in the package, its tests and benchmarks: ConfigError from bayesncl.core.errors,
+    never from bayesncl.settings.config, which imports it for its own use."""
     mods = modules()
     files = [*(SRC / "bayesncl").rglob("*.py"), *(SRC.parent / "tests").rglob("*.py"),
              *(SRC.parent / "benchmarks").rglob("*.py")]
@@ -206,20 +253,24 @@ def test_each_name_is_imported_from_its_home():
 
 @pytest.mark.xdist_group("tests_folder")  # writes a file in tests/, which the home check reads
 def test_the_home_checker_finds_an_old_home(tmp_path):
-    (tmp_path / "t.py").write_text("from bayesncl.config import ConfigError, resolve\nfrom bayesncl.data import ImageSet\n"
-                                   "from bayesncl.report.claims import compare\nfrom bayesncl import config\n")
+    (tmp_path / "t.py").write_text("from bayesncl.settings.config import ConfigError, resolve\n"
+                                   "from bayesncl.data import ImageSet\nfrom bayesncl.report.claims import compare\n"
+                                   "from bayesncl.settings import config\nfrom bayesncl.api import NCL\n")
     tmp = SRC.parent / "tests" / "_home_probe.py"  # where a test file lies, so its path reads as one
     tmp.write_text((tmp_path / "t.py").read_text())
     try:
         found = homeless_imports([tmp], modules())
     finally:
         tmp.unlink()
-    assert [f.split(": ", 1)[1] for f in found] == ["ConfigError from bayesncl.config",
+    assert [f.split(": ", 1)[1] for f in found] == ["ConfigError from bayesncl.settings.config",
                                                     "compare from bayesncl.report.claims"]
 
 
 def test_no_module_answers_for_names_it_does_not_define():
-    """No module-level __getattr__ (a view computed on access): each name is defined where a reader looks for it."""
-    found = [m for m, p in modules().items()
-             if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in ast.parse(p.read_text()).body)]
+    """No module-level __getattr__ (a view computed on access): each name is defined where a reader looks for it.
+    The public API alone answers for the names it lists (PUBLIC), and the package's code never imports it."""
+    found = [m for m, p in modules().items() if m != PUBLIC
+             and any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in ast.parse(p.read_text()).body)]
     assert not found, found
+    users = [m for m, targets in graph().items() if PUBLIC in targets and m not in ("bayesncl", PUBLIC)]
+    assert not users, users

@@ -1,5 +1,5 @@
-"""Whether a run was still learning (bayesncl.learning), carried into runs.csv, the tables and the claims table;
-the evaluation BatchNorm mode named in the captions."""
+"""Whether a run was still learning (bayesncl.measures.learning), carried into runs.csv, the tables and the claims
+table; the evaluation BatchNorm mode named in the captions."""
 
 import json
 import math
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from bayesncl.learning import learning_slope
+from bayesncl.measures.learning import learning_slope
 from bayesncl.report import summary as summ
 from bayesncl.report.claims_table import render_claims
 from bayesncl.report.tables import render_table
@@ -159,7 +159,7 @@ START = {"infonce": math.log(255), "sc": 15.0, "top1": 35.0}
 
 
 def test_saturated_budget_is_the_smallest_from_which_every_budget_covered_95_percent_of_the_way():
-    from bayesncl.learning import SATURATION_SHARE, saturated_budget
+    from bayesncl.measures.learning import SATURATION_SHARE, saturated_budget
 
     assert SATURATION_SHARE == 0.95
     # the way to 256: InfoNCE 5.541 -> 4.50 (1.04), SC 15 -> 75 (60), top-1 35 -> 95 (60)
@@ -181,7 +181,7 @@ def test_saturated_budget_is_the_smallest_from_which_every_budget_covered_95_per
 @given(st.lists(st.tuples(st.floats(4.0, 5.6), st.floats(10, 90), st.floats(30, 99)), min_size=1, max_size=6),
        st.floats(10, 30), st.floats(30, 50))
 def test_saturated_budget_equals_the_written_out_criterion(points, sc0, top0):
-    from bayesncl.learning import saturated_budget
+    from bayesncl.measures.learning import saturated_budget
 
     means = {16 * 2 ** i: m(*p) for i, p in enumerate(points)}
     start = {"infonce": math.log(255), "sc": sc0, "top1": top0}
@@ -189,7 +189,7 @@ def test_saturated_budget_equals_the_written_out_criterion(points, sc0, top0):
 
 
 def test_gain_shares_are_the_share_of_the_way_to_the_largest_budget():
-    from bayesncl.learning import gain_shares
+    from bayesncl.measures.learning import gain_shares
 
     shares = gain_shares({64: m(4.55, 72, 92), 256: m(4.50, 75, 95)}, START)
     assert shares[256] == {"infonce": 1.0, "sc": 1.0, "top1": 1.0}
@@ -223,7 +223,7 @@ def naive_collapse(losses, batch):
     ([5.0, 4.0, float("nan"), 4.9], 64, 4),  # a NaN epoch is skipped, not a best
 ])
 def test_collapse_is_the_first_epoch_that_gives_back_half_the_gain(losses, batch, epoch):
-    from bayesncl.learning import collapse
+    from bayesncl.measures.learning import collapse
 
     got = collapse(losses, batch)
     assert got["chance"] == pytest.approx(math.log(2 * batch - 1))
@@ -254,7 +254,7 @@ def test_the_still_learning_slope_and_the_collapse_read_infonce_alone():
 def test_collapse_thresholds_at_equality():
     """A gain of exactly COLLAPSE_MIN_GAIN counts (at least 0.5); a climb of exactly half the way back does not
     (more than half); the next float past each boundary decides the other way."""
-    from bayesncl.learning import COLLAPSE_MIN_GAIN, collapse
+    from bayesncl.measures.learning import COLLAPSE_MIN_GAIN, collapse
 
     batch = 64
     chance = math.log(2 * batch - 1)
@@ -275,7 +275,7 @@ def test_collapse_thresholds_at_equality():
 
 
 def test_collapse_undecided_without_a_finite_epoch():
-    from bayesncl.learning import collapse
+    from bayesncl.measures.learning import collapse
 
     assert collapse([], 128)["collapsed"] is None  # the random-init reference (0 epochs)
     assert collapse([float("nan")], 128)["collapsed"] is None

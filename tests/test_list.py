@@ -1,4 +1,4 @@
-"""`bayesncl list` (bayesncl.catalog): every method, dataset, evaluation section, measure and claim, each with its
+"""`bayesncl list` (bayesncl.cli.catalog): every method, dataset, evaluation section, measure and claim, each with its
 settings (type, bounds, default, doc), read from the registries as they are, plugins loaded by hand (--plugin, a
 module's file in $BAYESNCL_PLUGINS) or by a grid (--grid); and the line that refuses a plugin's method by name when
 the plugin is not loaded."""
@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bayesncl import plugins, registry
-from bayesncl.catalog import entries, render
-from bayesncl.config import DEFAULTS, RULES, flatten
+from bayesncl.settings import plugins, registry
+from bayesncl.cli.catalog import entries, render
+from bayesncl.settings.config import DEFAULTS, RULES, flatten
 from helpers.plugins import registered
 
 ROOT = Path(__file__).resolve().parents[1]
 
 METHOD = textwrap.dedent('''
-    from bayesncl import registry
-    from bayesncl.methods import NCL
+    from bayesncl.settings import registry
+    from bayesncl.model.methods import NCL
 
 
     @registry.method("ncl_lp", label="NCL + Lp", reads=("temperature", "nonneg"),
@@ -37,7 +37,7 @@ METHOD = textwrap.dedent('''
 MEASURE = textwrap.dedent('''
     import numpy as np
 
-    from bayesncl import registry
+    from bayesncl.settings import registry
     from bayesncl.evaluation.sections import section
     from bayesncl.report.cells import METRICS, Metric
 
@@ -175,7 +175,7 @@ def test_what_registers_now_is_listed_and_what_unregisters_is_not():
     assert before["methods"] == list(registry.METHODS) and before["datasets"] == list(registry.DATASETS)
     assert before["sections"] == list(SECTIONS) and before["measures"] == list(METRICS)
     with registered():
-        registry.register_method("listed_m", "Listed", impl="bayesncl.methods:NCL",
+        registry.register_method("listed_m", "Listed", impl="bayesncl.model.methods:NCL",
                                  settings={"w": registry.setting(2, "a weight", ge=1, kind=float)})
         registry.register_dataset("listed_d", "Listed data", load="x:y", check="x:z", crop=8,
                                   settings={"n": registry.setting("a", "a name", choices=("a", "b"))})

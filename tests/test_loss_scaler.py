@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from bayesncl import config as C
-from bayesncl import train as T
-from bayesncl.optim import Lars
-from bayesncl.runtime import FP16_MAX, LossScaler
-from bayesncl.errors import ConfigError
+from bayesncl.settings import config as C
+from bayesncl.training import train as T
+from bayesncl.training.optim import Lars
+from bayesncl.training.loss_scaler import FP16_MAX, LossScaler
+from bayesncl.core.errors import ConfigError
 
 
 def _grad_sequence(n=4200, overflow_at=(0, 1, 7, 2300)):
@@ -176,7 +176,7 @@ def test_fp16_without_the_scaler_is_refused_by_name():
 
 
 def test_a_checkpoint_from_before_the_scaler_reads_as_none():
-    from bayesncl.checkpoint import stored_config
+    from bayesncl.runs.checkpoint import stored_config
 
     cfg = C.resolve(sets=[])
     del cfg["train"]["loss_scaler"]

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bayesncl import losses
+from bayesncl.model import losses
 
 
 def naive_info_nce(f1, f2, T):

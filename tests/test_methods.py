@@ -5,11 +5,11 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
-from bayesncl import config as C
-from bayesncl import losses
-from bayesncl.backbones import ScaledResNet
-from bayesncl.methods import build_method
-from bayesncl.registry import METHODS
+from bayesncl.settings import config as C
+from bayesncl.model import losses
+from bayesncl.model.backbones import ScaledResNet
+from bayesncl.model.methods import build_method
+from bayesncl.settings.registry import METHODS
 
 
 def tiny(method="bayesncl", **over):
@@ -102,8 +102,8 @@ def test_bayesncl_param_groups_split_gate_head():
 
 
 def test_topk_k_is_explicit_or_a_tenth_of_d():
-    from bayesncl.config import resolve
-    from bayesncl.errors import ConfigError
+    from bayesncl.settings.config import resolve
+    from bayesncl.core.errors import ConfigError
 
     assert build_method(resolve(sets=["method.name=topk_ncl", "model.proj_dim=256"])).k == 26
     assert build_method(resolve(sets=["method.name=topk_ncl", "model.proj_dim=2048"])).k == 205

@@ -4,14 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from bayesncl.evaluation.arrays import (
-    background_dominance,
-    closed_gate_rate,
-    topk_binding,
-    class_dim_matrices,
-    consistency_per_dim,
-    interpretability,
-)
+from bayesncl.measures.arrays import (background_dominance, closed_gate_rate, topk_binding, class_dim_matrices,
+                                      consistency_per_dim, interpretability)
 
 EPS = 1e-5
 
@@ -231,7 +225,7 @@ def test_closed_gate_rate_matches_naive_loop():
 
 def test_topk_binding_counts_removed_positive_entries():
     zp = torch.tensor([[3.0, 2.0, 1.0, 0.0], [0.0, 0.0, 5.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
-    from bayesncl.losses import topk_mask
+    from bayesncl.model.losses import topk_mask
 
     mask = topk_mask(zp, 2)
     r = topk_binding(zp.numpy(), mask.numpy())

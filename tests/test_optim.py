@@ -9,9 +9,9 @@ import torch
 from timm.optim import Lars as TimmLars
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from bayesncl import config as C
-from bayesncl.methods import build_method
-from bayesncl.optim import Lars, build_optimizer, group_peaks, lr_at, lr_schedule, peak_lr, set_lr
+from bayesncl.settings import config as C
+from bayesncl.model.methods import build_method
+from bayesncl.training.optim import Lars, build_optimizer, group_peaks, lr_at, lr_schedule, peak_lr, set_lr
 
 SHAPES = [(16, 8), (16,), (4, 3, 3, 3), (4,), (4,), (32, 16), (32,), (8, 32), (8,)]
 
@@ -319,7 +319,7 @@ def test_every_1d_parameter_gets_no_weight_decay(method):
 
 def test_peak_lr_scales_base_lr_with_the_batch():
     """docs/METHOD.md section 2: peak = base_lr x batch / 256."""
-    from bayesncl.optim import peak_lr
+    from bayesncl.training.optim import peak_lr
 
     assert peak_lr({"base_lr": 0.4, "batch_size": 512}) == pytest.approx(0.8)
     assert peak_lr({"base_lr": 0.3, "batch_size": 128}) == pytest.approx(0.15)

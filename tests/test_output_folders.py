@@ -1,7 +1,7 @@
 """No command overwrites a run it did not make: `bayesncl import`, `export`, `pretrain` and
 `evaluate` given a folder that holds another run refuse in one line naming what is there and leave every file as it
 was; their own run (a resumed pretraining, the workflow's eval/ folder, the same import or export again) is theirs
-to write; with --replace the other run is replaced whole, atomically, nothing of it kept (bayesncl.outdir)."""
+to write; with --replace the other run is replaced whole, atomically, nothing of it kept (bayesncl.runs.ownership)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from bayesncl import outdir
-from bayesncl.cli import main
-from bayesncl.errors import OutputError
+from bayesncl.runs import ownership as outdir
+from bayesncl.cli.main import main
+from bayesncl.core.errors import OutputError
 
 
 def _sets(items):
@@ -39,7 +39,7 @@ def _digests(root: Path) -> dict[str, str]:
 
 
 def _released(model_pt: Path, path: Path) -> Path:
-    """A checkpoint in the released code's layout (bayesncl.weights.released) of a model.pt's weights."""
+    """A checkpoint in the released code's layout (bayesncl.runs.released) of a model.pt's weights."""
     state = torch.load(model_pt, weights_only=True)
     sd = {f"{'gating_head' if k.startswith('gate_head.') else k.split('.')[0]}.{k.split('.', 1)[1]}": v
           for k, v in state["model"].items()}
@@ -176,8 +176,8 @@ def test_an_import_refuses_another_checkpoint_s_import_and_another_config(runs, 
 
 
 def test_pretrain_refuses_imported_weights_and_resumes_its_own_replacement(runs, tiny_sets_module, monkeypatch):
-    from bayesncl import train
-    from bayesncl.train import Preempted
+    from bayesncl.training import train
+    from bayesncl.training.train import Preempted
 
     tiny = _sets(t for t in tiny_sets_module if t.startswith(("data.", "eval.")))
     assert _run(["import", "--checkpoint", str(runs / "rel" / "b.ckpt"), "--out", str(runs / "imp"), "--set",
@@ -249,7 +249,7 @@ def test_the_swap_is_one_exchange_where_the_system_has_it(tmp_path, monkeypatch)
 
 def test_what_another_run_is(tmp_path):
     """other_run's cases, each in words."""
-    from bayesncl.config import resolve
+    from bayesncl.settings.config import resolve
 
     cfg = resolve(sets=["model.width=4", "seed=0"])
     d = tmp_path / "r"

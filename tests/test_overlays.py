@@ -15,12 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from snakemake.utils import update_config
 
-from bayesncl.cli import main
-from bayesncl.errors import ConfigError
-from bayesncl.grid import merged
+from bayesncl.cli.main import main
+from bayesncl.core.errors import ConfigError
+from bayesncl.grid.expand import merged
 from bayesncl.report import declare_from, document, provenance
 from bayesncl.report.claims import DECLARED
-from bayesncl.wfconfig import read_grid_files
+from bayesncl.grid.expand import read_grid_files
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO, SWEEPS = ROOT / "config" / "config.yaml", ROOT / "config" / "sweeps.yaml"
@@ -150,7 +150,7 @@ def test_every_grid_option_takes_overlays_and_says_so(command, capsys):
 @pytest.fixture
 def overlay_plugin(tmp_path, monkeypatch):
     """An overlay in a folder of its own that names a plugin module lying beside it (not beside the grid)."""
-    from bayesncl import plugins
+    from bayesncl.settings import plugins
 
     monkeypatch.delenv(plugins.ENV, raising=False)
     monkeypatch.delenv(plugins.PATH_ENV, raising=False)
@@ -172,7 +172,7 @@ def overlay_plugin(tmp_path, monkeypatch):
 def test_a_plugin_named_in_an_overlay_is_found_beside_it_and_passed_to_the_jobs(tmp_path, overlay_plugin, capsys):
     import os
 
-    from bayesncl import plugins
+    from bayesncl.settings import plugins
 
     assert main(["stale", "--grid", str(DEMO), str(overlay_plugin), "--results", str(tmp_path)]) == 0
     assert capsys.readouterr().err.startswith(f"0 job(s) to run under {tmp_path}; ")
@@ -182,15 +182,15 @@ def test_a_plugin_named_in_an_overlay_is_found_beside_it_and_passed_to_the_jobs(
 
 
 def test_the_report_reads_a_plugin_named_in_an_overlay(tmp_path, overlay_plugin):
-    from bayesncl import plugins
-    from bayesncl.commands import _read_grid
+    from bayesncl.settings import plugins
+    from bayesncl.cli.commands import _read_grid
 
     _read_grid([str(DEMO), str(overlay_plugin)])
     assert [p["module"] for p in plugins.loaded()] == ["plug_overlay"]
 
 
 def test_the_stale_runs_hint_names_every_file(tmp_path, capsys):
-    from bayesncl.grid import expand_grid
+    from bayesncl.grid.expand import expand_grid
 
     wf = read_grid_files([DEMO, SWEEPS])
     rid, run = next((r, run) for r, run in expand_grid(wf).items() if "figure4b" in run.sets and "rho~0.5" in r)

@@ -1,6 +1,6 @@
-"""Planning (docs/METHOD.md section 9, "Planning"; bayesncl.plan, `bayesncl plan`): the two looks' combination test
-against its written-out form (helpers/family.py: scipy's bivariate normal, not Owen's T) and by simulation under the
-null; the power of look 2 given the pilot against the noncentral t written out and against simulated grids; the
+"""Planning (docs/METHOD.md section 9, "Planning"; bayesncl.planning.plan, `bayesncl plan`): the two looks' combination
+test against its written-out form (helpers/family.py: scipy's bivariate normal, not Owen's T) and by simulation under
+the null; the power of look 2 given the pilot against the noncentral t written out and against simulated grids; the
 power the plans keep over their pilots, the family's error and the primary claims' joint power
 (benchmarks/plan_simulation.py at a small seeded size); the planner's levels, margins and sds, its overlay (seeds no
 pilot run used) and price, the grown grid's two looks, and the command."""
@@ -18,10 +18,11 @@ import pytest
 import yaml
 from scipy import special, stats
 
-from bayesncl import grid, plan
-from bayesncl.cli import main
-from bayesncl.errors import ConfigError
-from bayesncl.plan import Need, Plan
+from bayesncl.grid import expand as grid
+from bayesncl.planning import plan
+from bayesncl.cli.main import main
+from bayesncl.core.errors import ConfigError
+from bayesncl.planning.plan import Need, Plan
 from bayesncl.report import claims, claims_table, judge, verdicts as V
 from helpers import family as naive
 from helpers.claims import HOLDS, MAIN, frame, row
@@ -512,7 +513,7 @@ def two_datasets() -> dict:
 def test_the_price_is_each_rows_own_datasets_added_runs_with_their_start_up():
     """A grid of two datasets: each row's GPU-hours are its own dataset's added runs, each as its jobs hold the GPU
     (pretraining, its start-up and the evaluation's sections with theirs); the overlay's are every added run's."""
-    from bayesncl.estimate import PRETRAIN_START_S, measured_rates, run_cost
+    from bayesncl.planning.estimate import PRETRAIN_START_S, measured_rates, run_cost
 
     wf = two_datasets()
     df = frame([*pilot_frame().to_dict("records"),

@@ -1,6 +1,6 @@
-"""A plugin's own settings (bayesncl.registry.setting), declared as bayesncl.config declares the package's
-keys: set under the method's, dataset's or section's block, validated in one line, named in run ids, swept, part of
-the rerun trigger, recorded; what identifies a plugin's code in its runs' records and rerun triggers; and the
+"""A plugin's own settings (bayesncl.settings.registry.setting), declared as bayesncl.settings.config declares the
+package's keys: set under the method's, dataset's or section's block, validated in one line, named in run ids, swept,
+part of the rerun trigger, recorded; what identifies a plugin's code in its runs' records and rerun triggers; and the
 registry's behaviours no test pinned before (a dataset without background labels, a second spec of one module)."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bayesncl import config as C
-from bayesncl import plugins, registry
-from bayesncl.errors import ConfigError, RunFileError
-from bayesncl.grid import GridWarning, expand_grid, job_trigger, read_by, trigger_config, trigger_diff
+from bayesncl.settings import config as C
+from bayesncl.settings import plugins, registry
+from bayesncl.core.errors import ConfigError, RunFileError
+from bayesncl.grid.expand import GridWarning, expand_grid, job_trigger, read_by, trigger_config, trigger_diff
 from helpers import grids
 from helpers.grids import WEIGHT, plugin_method
 from helpers.grids import tiny_with as _grid
@@ -112,9 +112,10 @@ def test_a_declaration_that_contradicts_itself_is_one_line():
     assert s(1, "w", kind=float).default == 1.0 and isinstance(s(1, "w", kind=float).default, float)
     assert s(1, "w").kind is int and s(True, "w").kind is bool and s(1e-3, "w").kind is float
     with pytest.raises(ConfigError, match=r"^method 'x': setting name 'a.b' is not a key"):
-        registry.register_method("x", impl="bayesncl.methods:NCL", settings={"a.b": s(1, "w")})
-    with pytest.raises(ConfigError, match=r"^method 'x': setting 'w' is 0.001; declare it with bayesncl.registry"):
-        registry.register_method("x", impl="bayesncl.methods:NCL", settings={"w": 1e-3})
+        registry.register_method("x", impl="bayesncl.model.methods:NCL", settings={"a.b": s(1, "w")})
+    with pytest.raises(ConfigError,
+                       match=r"^method 'x': setting 'w' is 0.001; declare it with bayesncl.api.setting"):
+        registry.register_method("x", impl="bayesncl.model.methods:NCL", settings={"w": 1e-3})
     with pytest.raises(ConfigError, match=r"^dataset 'y': setting name 3 is not a key"):
         registry.register_dataset("y", load=len, check=len, crop=8, settings={3: s(1, "w")})
     assert "x" not in registry.METHODS and "y" not in registry.DATASETS
@@ -241,8 +242,8 @@ def test_the_demo_grid_s_ids_and_triggers_are_as_before_plugins_had_settings_or_
     untrained network), so the three twins it had are written back here as that grid planned them."""
     import hashlib
 
-    from bayesncl.config import resolve
-    from bayesncl.grid import merged, run_id
+    from bayesncl.settings.config import resolve
+    from bayesncl.grid.expand import merged, run_id
 
     wf = grids.demo_with_old_sweeps()
     with plugin_method():
@@ -364,7 +365,7 @@ def test_a_section_without_a_version_is_identified_by_its_source_and_its_declara
     """section()'s defaults: no version, so the code's SHA-256 identifies the section (a declared version
     replaces it); a bad settings declaration names the section."""
     from bayesncl.evaluation.sections import SECTIONS, section
-    from bayesncl.grid import section_code
+    from bayesncl.grid.expand import section_code
 
     def measure(ctx):
         """A plugin's measure."""
@@ -387,8 +388,8 @@ def test_a_section_without_a_version_is_identified_by_its_source_and_its_declara
 
 # ------------------------------------------------------------------------------------------ the plugin's code
 PLUGIN = '''
-from bayesncl import registry
-from bayesncl.methods import NCL
+from bayesncl.settings import registry
+from bayesncl.model.methods import NCL
 
 
 @registry.method("{name}", label="NCL + L1", reads=("temperature", "nonneg"){version},
@@ -453,11 +454,11 @@ def test_the_source_digest_cuts_only_setting_declarations(tmp_path):
         path.write_text(text, encoding="utf-8")
         return plugins.source_digest(str(path))
 
-    a = digest('from bayesncl import registry\nS = {"w": registry.setting(1e-3, "é", ge=0)}\nX = 1\n')
-    assert a == digest('from bayesncl import registry\nS = {"w": registry.setting(2e-3, "é",\n ge=1)}\nX = 1\n')
-    assert a == digest('from bayesncl import registry\nS = {"w": registry.Setting(1, "x")}\nX = 1\n')
-    assert a != digest('from bayesncl import registry\nS = {"w": registry.setting(1e-3, "é", ge=0)}\nX = 2\n')
-    assert a != digest('from bayesncl import registry\nS = {"v": registry.setting(1e-3, "é", ge=0)}\nX = 1\n')
+    a = digest('from bayesncl.api import setting\nS = {"w": setting(1e-3, "é", ge=0)}\nX = 1\n')
+    assert a == digest('from bayesncl.api import setting\nS = {"w": setting(2e-3, "é",\n ge=1)}\nX = 1\n')
+    assert a == digest('from bayesncl.api import setting\nS = {"w": Setting(1, "x")}\nX = 1\n')
+    assert a != digest('from bayesncl.api import setting\nS = {"w": setting(1e-3, "é", ge=0)}\nX = 2\n')
+    assert a != digest('from bayesncl.settings import registry\nS = {"v": registry.setting(1e-3, "é", ge=0)}\nX = 1\n')
     # nested calls are cut with the outer one; a file that does not parse is digested whole
     assert digest("x = setting(setting(1), 2)\ny = 1\n") == digest("x = setting(3)\ny = 1\n")
     import hashlib
@@ -474,7 +475,7 @@ def test_the_source_digest_cuts_only_setting_declarations(tmp_path):
 
 def _recorded_run(tmp_path: Path) -> tuple[dict, Path]:
     """plug_code's run config, and a run folder holding its record (config.resolved.yaml, plugin_code.json)."""
-    from bayesncl.rundir import record_config
+    from bayesncl.runs.files import record_config
 
     cfg = _cfg("method.name=plug_code")
     run = tmp_path / "run"
@@ -484,8 +485,8 @@ def _recorded_run(tmp_path: Path) -> tuple[dict, Path]:
 
 
 def test_a_run_records_its_plugin_code_and_stale_compares_it(tmp_path, monkeypatch):
-    from bayesncl.rundir import CODE, read_code, record_config
-    from bayesncl.stale import describe, run_staleness
+    from bayesncl.runs.files import CODE, read_code, record_config
+    from bayesncl.grid.stale import describe, run_staleness
 
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     with plugin_file(tmp_path / "..") as reload:
@@ -527,7 +528,7 @@ def test_a_run_records_its_plugin_code_and_stale_compares_it(tmp_path, monkeypat
 
 
 def test_the_code_record_is_written_sorted_one_entry_a_line(tmp_path, monkeypatch):
-    from bayesncl.rundir import CODE, record_config
+    from bayesncl.runs.files import CODE, record_config
 
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     with plugin_file(tmp_path / ".."), plugin_dataset({}):
@@ -541,8 +542,8 @@ def test_the_code_record_is_written_sorted_one_entry_a_line(tmp_path, monkeypatc
 def test_a_folder_trained_with_other_plugin_code_holds_another_run(tmp_path, monkeypatch):
     """What makes the workflow's rerun of a changed plugin train anew (its pretraining job replaces the folder): the
     same config under other code is another run, never resumed (a resume would keep the old code's weights)."""
-    from bayesncl.outdir import other_run
-    from bayesncl.rundir import CODE, record_config
+    from bayesncl.runs.ownership import other_run
+    from bayesncl.runs.files import CODE, record_config
 
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     with plugin_file(tmp_path / "..") as reload:
@@ -584,7 +585,7 @@ def test_a_dataset_without_background_labels_gets_no_background_section(form):
         wf = _grid({}, {"table1": {"variants": ["NCL"]}})
         wf["datasets"] = {"plug": {"data": {"dataset": "plugds"}}}
         assert all("background_probe" not in s for s in map(
-            __import__("bayesncl.grid", fromlist=["x"]).evaluation_sections, expand_grid(wf).values()))
+            __import__("bayesncl.grid.expand", fromlist=["x"]).evaluation_sections, expand_grid(wf).values()))
         wf["sets"]["table6"] = {"variants": ["NCL"]}
         with pytest.raises(ConfigError, match=r"^sets.table6: run plugds/ncl/seed~0 needs the background_probe "
                                               r"section, but dataset 'plugds' has no background labels"):
@@ -607,7 +608,7 @@ def test_the_same_module_registering_another_spec_under_its_name_is_refused():
     with plugin_method(module="my_l1") as spec:
         assert registry.METHODS.register(spec) is spec  # the same spec again (a module imported twice): kept
         with pytest.raises(ConfigError) as e:
-            registry.register_method("l1m", "NCL + L1", "bayesncl.methods:NCL", reads=("temperature",),
+            registry.register_method("l1m", "NCL + L1", "bayesncl.model.methods:NCL", reads=("temperature",),
                                      settings=WEIGHT, module="my_l1")
         assert str(e.value) == ("method.name: method 'l1m' is registered twice (first by my_l1); give the new one "
                                 "another name")
@@ -631,7 +632,7 @@ def test_declared_finds_each_plugin_key_and_nothing_else():
         assert set(registry.settings_of(_cfg("method.name=l1m", "data.dataset=plugds"))) == {
             "method.l1_weight", "data.plugds.size"}
         assert registry.settings_of({"method": ["l1m"], "data": None}) == {}
-    assert registry.is_plugin("my_l1") and not registry.is_plugin("bayesncl.methods")
+    assert registry.is_plugin("my_l1") and not registry.is_plugin("bayesncl.model.methods")
     assert not registry.is_plugin("bayesncl") and not registry.is_plugin("") and registry.is_plugin("bayesncl_x")
 
 

@@ -1,4 +1,4 @@
-"""The workflow's pre-flight (bayesncl.preflight): which dataset roots the jobs still to be done read, and the one
+"""The workflow's pre-flight (bayesncl.grid.preflight): which dataset roots the jobs still to be done read, and the one
 line per bad root. On the paper grid's runs (config/paper.yaml), with the roots pointed at folders made here."""
 
 from pathlib import Path
@@ -8,8 +8,8 @@ import yaml
 
 from bayesncl.data.imagenet import imagenet100_classes
 from bayesncl.evaluation.sections import SECTIONS
-from bayesncl.grid import evaluation_sections, expand_grid
-from bayesncl.preflight import missing_data, todo_from_files
+from bayesncl.grid.expand import evaluation_sections, expand_grid
+from bayesncl.grid.preflight import missing_data, todo_from_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,7 +109,7 @@ def test_todo_from_files(grid):
     run_dir = results / "runs" / rid
     (run_dir / "eval").mkdir(parents=True)
     (run_dir / "model.pt").write_bytes(b"trained")
-    from bayesncl.grid import prepared_copies
+    from bayesncl.grid.expand import prepared_copies
 
     for tag in prepared_copies(runs)[0]:  # ImageNet-100's prepared copy made (else what reads it runs again)
         (results / "prepared").mkdir(exist_ok=True)
@@ -168,8 +168,8 @@ def test_a_synthetic_grid_is_checked_without_torch(tmp_path):
 
     code = f"""
 import sys, yaml
-from bayesncl.grid import expand_grid
-from bayesncl.preflight import missing_data
+from bayesncl.grid.expand import expand_grid
+from bayesncl.grid.preflight import missing_data
 wf = yaml.safe_load(open({str(ROOT / "config" / "tiny.yaml")!r}))
 runs = expand_grid(wf)
 assert missing_data(wf, runs, {{rid: {{"pretrain", "features", "atlas"}} for rid in runs}}) == []
@@ -180,12 +180,12 @@ assert "torch" not in sys.modules, "torch imported"
 
 
 def test_a_prepared_copy_still_to_be_made_is_a_job_of_its_own(grid):
-    """The prepared copy of ImageNet-100 (grid.prepared_copies: the workflow's prepare_data markers) is one job,
+    """The prepared copy of ImageNet-100 (grid.expand.prepared_copies: the workflow's prepare_data markers) is one job,
     named by the hash of its folder, for every run that reads it; once its marker exists, nothing."""
     import hashlib
 
-    from bayesncl.grid import prepared_copies
-    from bayesncl.stale import planned_jobs
+    from bayesncl.grid.expand import prepared_copies
+    from bayesncl.grid.stale import planned_jobs
 
     wf, runs, rid = grid
     copies, of = prepared_copies(runs)
@@ -210,7 +210,7 @@ def test_a_prepared_copy_still_to_be_made_is_a_job_of_its_own(grid):
 def test_a_root_is_checked_once_however_often_it_is_asked(grid, monkeypatch):
     """The workflow asks when it reads the grid (every root) and again once the DAG is built (the roots its jobs
     read): what a root's check found is kept (`checked`), so an image folder is read through once."""
-    import bayesncl.preflight as P
+    import bayesncl.grid.preflight as P
 
     wf, runs, rid = grid
     calls, real = [], P._check
@@ -223,3 +223,23 @@ def test_a_root_is_checked_once_however_often_it_is_asked(grid, monkeypatch):
     assert missing_data(wf2, runs2, todo, checked=checked) != [] and calls[2:] == ["imagenet100"]  # another root
     assert missing_data(wf, runs, todo, checked=checked) == [] and len(calls) == 3  # both known: read once
     assert missing_data(wf, runs, todo) == [] and len(calls) == 5  # no memory given: checked again
+
+
+def test_todo_from_jobs():
+    """What the DAG plans, per run: each job of a run by its rule; an atlas job for both runs its figure reads; a
+    job of no run (the report's) for none."""
+    from types import SimpleNamespace
+
+    from snakemake.iocontainers import Wildcards
+
+    from bayesncl.grid.preflight import todo_from_jobs
+
+    def job(rule, **wildcards):
+        return SimpleNamespace(rule=SimpleNamespace(name=rule), wildcards=Wildcards(fromdict=wildcards))
+
+    runs = {"cifar10/ncl/seed~0": None, "cifar10/bayesncl/seed~0": None, "cifar100/ncl/seed~0": None}
+    atlas = {"cifar10": ["cifar10/ncl/seed~0", "cifar10/bayesncl/seed~0"]}
+    jobs = [job("pretrain", run="cifar10/ncl/seed~0"), job("features", run="cifar10/ncl/seed~0"),
+            job("atlas", dataset="cifar10"), job("summarize"), job("pretrain", run="elsewhere/seed~0")]
+    assert todo_from_jobs(jobs, runs, atlas) == {"cifar10/ncl/seed~0": {"pretrain", "features", "atlas"},
+                                                 "cifar10/bayesncl/seed~0": {"atlas"}, "cifar100/ncl/seed~0": set()}

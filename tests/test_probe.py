@@ -1,4 +1,4 @@
-"""The fast linear probe (bayesncl.evaluation.linear, NumPy): torch's AdamW + CosineAnnealingLR step for step,
+"""The fast linear probe (bayesncl.measures.linear, NumPy): torch's AdamW + CosineAnnealingLR step for step,
 its accuracies, and the evaluation jobs that run it without importing torch."""
 
 import json
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from bayesncl.evaluation.linear import (batch_orders, linear_probe_fast, predict_logits, standardize,
-                                        topk_accuracy, train_linear)
+from bayesncl.measures.linear import (batch_orders, linear_probe_fast, predict_logits, standardize, topk_accuracy,
+                                      train_linear)
 
 
 def blobs(n_per, C, D, seed, scale=1.0, offset=5.0):
@@ -173,9 +173,9 @@ def cached_run(tmp_path_factory):
     """A tiny synthetic run with its features cache (test and train h)."""
     from helpers import TINY
 
-    from bayesncl import config as C
+    from bayesncl.settings import config as C
     from bayesncl.evaluation.runner import evaluate
-    from bayesncl.train import pretrain
+    from bayesncl.training.train import pretrain
 
     run = tmp_path_factory.mktemp("run")
     pretrain(C.resolve(sets=TINY + ["train.epochs=1"]), run, progress=False)
@@ -190,7 +190,7 @@ def test_fast_probe_jobs_import_no_torch(cached_run):
     weights = (run / "model.pt").read_bytes()
     (run / "model.pt").write_bytes(b"not read")  # the jobs take the run from features.json
     try:
-        probe = ("import sys; from bayesncl.cli import main; "
+        probe = ("import sys; from bayesncl.cli.main import main; "
                  f"rc = main(['evaluate', '--checkpoint', {str(run / 'model.pt')!r}, '--out', {str(out)!r}, "
                  "'--only', 'linear_probe', 'background_probe', '--quiet']); "
                  "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH'); sys.exit(rc)")

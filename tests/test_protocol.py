@@ -8,12 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bayesncl import config as C
-from bayesncl import losses
-from bayesncl.grid import expand_grid
-from bayesncl.methods import build_method
-from bayesncl.runtime import bn_mode, embed
-from bayesncl.errors import ConfigError
+from bayesncl.settings import config as C
+from bayesncl.model import losses
+from bayesncl.grid.expand import expand_grid
+from bayesncl.model.methods import build_method
+from bayesncl.training.embed import bn_mode, embed
+from bayesncl.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,7 +142,7 @@ def test_evaluation_files_record_the_batchnorm_mode(tmp_path, tiny_sets):
     import json
 
     from bayesncl.evaluation.runner import evaluate
-    from bayesncl.train import pretrain
+    from bayesncl.training.train import pretrain
 
     cfg = C.resolve(sets=tiny_sets + ["method.name=bayesncl", "train.epochs=1"])
     run = tmp_path / "run"
@@ -221,7 +221,7 @@ def _paper_runs():
 
 
 def _get(cfg, key):
-    from bayesncl.optim import peak_lr
+    from bayesncl.training.optim import peak_lr
 
     if key == "peak_lr":
         return peak_lr(cfg["train"])
@@ -255,7 +255,7 @@ def test_paper_grid_uses_the_released_values(dataset):
         assert cfg["train"]["precision"] == DEPARTURES["all"]["train.precision"][1]
         assert cfg["eval"]["bn"] == "batch"  # Tables 1, 4, 5 as the released evaluation computed them
     # the exclusions from weight decay and LARS (optimizer.kwargs.exclude_bias_n_norm: True): every 1-D tensor
-    from bayesncl.optim import build_optimizer
+    from bayesncl.training.optim import build_optimizer
 
     small = copy.deepcopy(runs[-1].config)
     small["model"].update(width=4, proj_hidden=16, proj_dim=8)
@@ -270,7 +270,7 @@ def test_every_cifar_run_of_the_paper_grid_has_the_released_stem_and_the_demo_ke
     triggers are those of before the key (config.KEYS_ADDED)."""
     import yaml
 
-    from bayesncl.grid import trigger_config
+    from bayesncl.grid.expand import trigger_config
 
     pads = {(r.config["data"]["dataset"], r.config["model"]["arch"], r.config["model"]["cifar_padding"])
             for r in _paper_runs()}

@@ -1,4 +1,4 @@
-"""bayesncl.registry: the one list of method and dataset names, and plugins that add to it."""
+"""bayesncl.settings.registry: the one list of method and dataset names, and plugins that add to it."""
 
 import ast
 import os
@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from bayesncl import config as C
-from bayesncl import plugins, registry
-from bayesncl.errors import ConfigError
+from bayesncl.settings import config as C
+from bayesncl.settings import plugins, registry
+from bayesncl.core.errors import ConfigError
 from helpers.plugins import registered
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "bayesncl"
 # Where a name may be written: the registry itself and each dataset's own module (its name in its messages and cache
 # folders). The paper's claims find their sides by the registry's traits (report/claims.py).
-ALLOWED = {SRC / "registry.py", *(SRC / "data").glob("*.py")}
+ALLOWED = {SRC / "settings" / "registry.py", *(SRC / "data").glob("*.py")}
 
 
 def _names() -> set[str]:
@@ -104,7 +104,7 @@ def test_config_validation_reads_the_registry_as_it_is_now():
                             "name its module with --plugin FILE.py (or $BAYESNCL_PLUGINS) by hand, or in the workflow "
                             "config's plugins: list; `bayesncl list` shows what is loaded")
     with registered():
-        registry.register_method("extra", "Extra", impl="bayesncl.methods:NCL", reads=("temperature", "nonneg"))
+        registry.register_method("extra", "Extra", impl="bayesncl.model.methods:NCL", reads=("temperature", "nonneg"))
         assert C.resolve(sets=["method.name=extra"])["method"]["name"] == "extra"
         assert "extra" in registry.METHODS
     assert "extra" not in registry.METHODS
@@ -112,8 +112,8 @@ def test_config_validation_reads_the_registry_as_it_is_now():
 
 def test_a_plugin_module_registers_its_method_and_is_recorded(tmp_path, monkeypatch):
     (tmp_path / "plug_l1.py").write_text(textwrap.dedent("""
-        from bayesncl import registry
-        from bayesncl.methods import NCL
+        from bayesncl.settings import registry
+        from bayesncl.model.methods import NCL
 
         @registry.method("plug_l1", label="NCL + L1", reads=("temperature", "nonneg"))
         class PlugL1(NCL):
@@ -129,7 +129,7 @@ def test_a_plugin_module_registers_its_method_and_is_recorded(tmp_path, monkeypa
             assert info["module"] == "plug_l1" and info["file"] == str(tmp_path / "plug_l1.py")
             assert len(info["sha256"]) == 64
             cfg = C.resolve(sets=["method.name=plug_l1", "model.width=4", "model.proj_hidden=8", "model.proj_dim=8"])
-            from bayesncl.methods import build_method
+            from bayesncl.model.methods import build_method
 
             import torch
 
@@ -161,8 +161,8 @@ def _what_it_does(cfg):
     """A method's loss, gradients, evaluation outputs and lr peaks on fixed inputs: what a setting can change."""
     import torch
 
-    from bayesncl.methods import build_method
-    from bayesncl.optim import build_optimizer, group_peaks
+    from bayesncl.model.methods import build_method
+    from bayesncl.training.optim import build_optimizer, group_peaks
 
     torch.manual_seed(0)
     model = build_method(cfg)
@@ -319,7 +319,7 @@ def test_plugins_edge_cases_each_give_one_line_or_a_record(tmp_path, monkeypatch
     with pytest.raises(ConfigError, match=r"^plugins: no plugin module 'plug_pkg.missing' \(looked for"):
         plugins.load(["plug_pkg.missing"], [tmp_path])  # the package is there, its module is not
     assert sys.path[0] == str(tmp_path.resolve())  # the workflow config's folder first
-    (tmp_path / "plug_bad.py").write_text("from bayesncl.errors import ConfigError\nraise ConfigError('x: y')\n")
+    (tmp_path / "plug_bad.py").write_text("from bayesncl.core.errors import ConfigError\nraise ConfigError('x: y')\n")
     with pytest.raises(ConfigError, match=r"^plugins: plugin 'plug_bad': x: y$"):
         plugins.load(["plug_bad"], [tmp_path])
     (info,) = plugins.load(["itertools"])  # a module with no file: recorded without one
@@ -367,8 +367,9 @@ def test_the_paper_s_claim_sides_are_found_by_the_registry_s_traits():
     from bayesncl.report import claims as C, judge as K
 
     with registered():
-        registry.register_method("gated_x", "Gated X", impl="bayesncl.methods:BayesNCL", gated=True, module="plug_x")
-        registry.register_method("ref_x", "Ref X", impl="bayesncl.methods:NCL", module="plug_x")
+        registry.register_method("gated_x", "Gated X", impl="bayesncl.model.methods:BayesNCL", gated=True,
+                                 module="plug_x")
+        registry.register_method("ref_x", "Ref X", impl="bayesncl.model.methods:NCL", module="plug_x")
         rows = [{"run_id": f"synthetic/{m}/seed~{s}", "dataset": "synthetic", "arch": "resnet18", "method": m,
                  "variant": v, "sets": "table1", "seed": s, "sc": sc + s, "gate": "ste", "detach": True,
                  "head_depth": 2}
@@ -400,7 +401,8 @@ def test_datasets_and_methods_each_mean_the_registry_s_specs():
 
 def test_every_public_name_of_the_registry_is_used():
     """registry.dataset, dataset_label (and report.names.METHOD_LABELS) were never called: dead, removed."""
-    texts = [p.read_text() for p in [*SRC.rglob("*.py"), *(ROOT / "tests").glob("*.py")] if p != SRC / "registry.py"]
+    texts = [p.read_text() for p in [*SRC.rglob("*.py"), *(ROOT / "tests").glob("*.py")]
+             if p != SRC / "settings" / "registry.py"]
     texts += [p.read_text() for p in (ROOT / "workflow").rglob("*.smk")] + [(ROOT / "docs" / "EXTENDING.md").read_text()]
 
     def used(n: str) -> bool:  # a function: called, or imported by name, or reached as registry.<name>

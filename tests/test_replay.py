@@ -5,9 +5,9 @@ import importlib.util
 import json
 from pathlib import Path
 
-from bayesncl import config as C
-from bayesncl.config import dump_yaml
-from bayesncl.train import pretrain
+from bayesncl.settings import config as C
+from bayesncl.settings.config import dump_yaml
+from bayesncl.training.train import pretrain
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("replay_steps", ROOT / "benchmarks" / "replay_steps.py")
@@ -68,9 +68,9 @@ def test_fp16_headroom_is_the_largest_finite_power_of_two_and_the_steps_own_over
     import torch
 
     from bayesncl.data import SimCLRAugment
-    from bayesncl.methods import build_method
-    from bayesncl.optim import build_optimizer
-    from bayesncl.step import TrainStep
+    from bayesncl.model.methods import build_method
+    from bayesncl.training.optim import build_optimizer
+    from bayesncl.training.step import TrainStep
 
     cfg = C.resolve(sets=tiny_sets + ["method.name=bayesncl", "train.batch_size=16"])
     torch.manual_seed(0)

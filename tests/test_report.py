@@ -1,4 +1,4 @@
-"""Tests for bayesncl.atomic and bayesncl.report (fast; no torch)."""
+"""Tests for bayesncl.core.atomic and bayesncl.report (fast; no torch)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from bayesncl.atomic import atomic_path, atomic_write_bytes, atomic_write_text
+from bayesncl.core.atomic import atomic_path, atomic_write_bytes, atomic_write_text
 
 
 # --------------------------------------------------------------------------- atomic writes
@@ -71,8 +71,8 @@ import pandas as pd  # noqa: E402
 
 import yaml  # noqa: E402
 
-from bayesncl import grid  # noqa: E402
-from bayesncl.errors import ConfigError, MetricsFileError  # noqa: E402
+from bayesncl.grid import expand as grid  # noqa: E402
+from bayesncl.core.errors import ConfigError, MetricsFileError  # noqa: E402
 from bayesncl.report import summary as summ  # noqa: E402
 from bayesncl.report import cells, tables  # noqa: E402
 from bayesncl.report.names import FIGURE_NAMES  # noqa: E402
@@ -660,8 +660,8 @@ def test_report_writes_tables_and_nonempty_figures(tmp_path):
 
 
 def test_every_set_the_grid_accepts_is_rendered():
-    """grid.SETS is the one list of set names; each is a table spec's set or a figure of the report."""
-    from bayesncl.grid import SETS
+    """grid.expand.SETS is the one list of set names; each is a table spec's set or a figure of the report."""
+    from bayesncl.grid.expand import SETS
     from bayesncl.report.tables import TABLES
 
     rendered = {spec.set_name for spec in TABLES} | set(FIGURE_NAMES)

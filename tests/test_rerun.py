@@ -1,8 +1,9 @@
 """What reruns a finished grid (docs/USAGE.md, "Upgrading"): a pretraining or evaluation job's trigger is what
-decides its outputs (bayesncl.grid.trigger_config), not every key the code knows.
+decides its outputs (bayesncl.grid.expand.trigger_config), not every key the code knows.
 
 The workflow tests run `snakemake -n` over the finished tiny grid (conftest's tiny_grid) with a copy of the
-package in which one line of config.py was changed, as a `git pull` would change it: a new key, a changed default.
+package in which one line of settings/config.py was changed, as a `git pull` would change it: a new key, a changed
+default.
 """
 
 import json
@@ -17,9 +18,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from bayesncl import config as C
-from bayesncl.grid import expand_grid, trigger_config, trigger_diff
-from bayesncl.stale import REPORT_JOBS, describe, run_staleness
+from bayesncl.settings import config as C
+from bayesncl.grid.expand import expand_grid, trigger_config, trigger_diff
+from bayesncl.grid.stale import REPORT_JOBS, describe, run_staleness
 from helpers.grids import dry_jobs, pretrained
 from helpers.processes import current
 
@@ -86,8 +87,8 @@ def test_a_run_recorded_before_a_key_existed_is_stale_only_where_it_did_otherwis
 
 
 # ------------------------------------------------------------------------------------ on a finished grid
-def _package_copy(tmp_path, old: str, new: str, module: str = "config.py") -> Path:
-    """src/ copied with one change to one of its modules, config.py unless named (exactly one occurrence of
+def _package_copy(tmp_path, old: str, new: str, module: str = "settings/config.py") -> Path:
+    """src/ copied with one change to one of its modules, settings/config.py unless named (exactly one occurrence of
     `old`)."""
     src = tmp_path / "src"
     shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
@@ -236,10 +237,10 @@ def test_the_report_names_the_stale_runs_in_its_captions(tiny_grid, tmp_path):
 
 
 def test_stale_compares_each_recorded_config_with_today_s(tmp_path):
-    """bayesncl.stale on run folders written by hand: a run recorded as today, one recorded under another
+    """bayesncl.grid.stale on run folders written by hand: a run recorded as today, one recorded under another
     default, one recorded before a key existed (each with its model.pt), one never trained."""
-    from bayesncl.config import dump_yaml
-    from bayesncl.stale import planned_jobs
+    from bayesncl.settings.config import dump_yaml
+    from bayesncl.grid.stale import planned_jobs
 
     wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
     runs = expand_grid(wf)
@@ -282,9 +283,9 @@ def test_a_run_of_a_plugin_no_longer_used_is_stale():
 def _made(tmp_path, wf: dict) -> tuple[dict, dict, dict]:
     """Every run of `wf` made by hand under tmp_path as the workflow makes it (config.resolved.yaml, model.pt, each
     section's file recording its job's trigger), the atlas and the report: (runs, the atlas's runs, sections)."""
-    from bayesncl.config import dump_yaml
+    from bayesncl.settings.config import dump_yaml
     from bayesncl.evaluation.sections import SECTIONS
-    from bayesncl.grid import evaluation_sections, job_trigger
+    from bayesncl.grid.expand import evaluation_sections, job_trigger
     from bayesncl.report.atlas import atlas_runs
 
     runs = expand_grid(wf)
@@ -314,7 +315,7 @@ def test_stale_plans_from_the_records_what_follows_and_what_is_not_made(tmp_path
     trigger that differs, its job alone and the report's after it; a features file missing, the sections that read
     it, the atlas and the report after it; a recorded config that differs, the run's every job after it."""
     from bayesncl.evaluation.sections import SECTIONS
-    from bayesncl.stale import planned_jobs
+    from bayesncl.grid.stale import planned_jobs
 
     wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
     wf["variants"] = {k: wf["variants"][k] for k in ("NCL", "BayesNCL (STE)")}
@@ -377,7 +378,7 @@ def test_stale_plans_from_the_records_what_follows_and_what_is_not_made(tmp_path
 
 
 def test_stale_names_what_it_cannot_compare_and_lists_what_it_can(tmp_path, capsys):
-    from bayesncl.stale import NOT_COMPARED, print_stale
+    from bayesncl.grid.stale import NOT_COMPARED, print_stale
 
     wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
     wf["variants"] = {"NCL": wf["variants"]["NCL"]}
@@ -419,8 +420,8 @@ def test_stale_names_what_it_cannot_compare_and_lists_what_it_can(tmp_path, caps
 
 # ----------------------------------------------------------------------- a finished grid with plugin methods
 PLUGIN = """
-from bayesncl import registry
-from bayesncl.methods import NCL
+from bayesncl.settings import registry
+from bayesncl.model.methods import NCL
 
 
 @registry.method("{name}", label="{name}", reads=("temperature", "nonneg"){version},
@@ -579,7 +580,7 @@ def test_snakemake_retrains_the_stale_runs_and_then_nothing_is_stale(plugins_as_
 MEASURE = """
 import numpy as np
 
-from bayesncl import registry
+from bayesncl.settings import registry
 from bayesncl.evaluation.sections import section
 from bayesncl.report.cells import METRICS, Metric
 
@@ -680,7 +681,7 @@ def test_a_package_measure_s_code_plans_nothing_and_its_settings_every_evaluatio
     evaluation job (each reads eval.*), the atlas and the report, in both."""
     sections = made_sections(measure_grid)
     src = _package_copy(tmp_path, "def interpretability(", "def _edited():\n    return 0\n\n\ndef interpretability(",
-                        "evaluation/arrays.py")
+                        "measures/arrays.py")
     assert _agree(measure_grid, src)[0] == []
     shutil.rmtree(src)
     src = _package_copy(tmp_path, 'probe_epochs: int = _field(50,', 'probe_epochs: int = _field(60,')

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from bayesncl.evaluation.arrays import default_Ks, retrieval_curve, retrieval_precision, select_dims
+from bayesncl.measures.arrays import default_Ks, retrieval_curve, retrieval_precision, select_dims
 
 
 def naive_precision(F, y, ks, K=None):

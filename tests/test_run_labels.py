@@ -1,5 +1,5 @@
-"""A run's name in each set, decided once when the grid is expanded (grid.Run.labels), and its settings, read from
-its own record: runs.csv, the tables and the claims take both from there, whatever the order of the grid's keys or
+"""A run's name in each set, decided once when the grid is expanded (grid.expand.Run.labels), and its settings, read
+from its own record: runs.csv, the tables and the claims take both from there, whatever the order of the grid's keys or
 of its files. The case: a plugin setting swept by one set, whose point is another variant of a table."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from bayesncl import registry
-from bayesncl.grid import GridWarning, expand_grid, merged
+from bayesncl.settings import registry
+from bayesncl.grid.expand import GridWarning, expand_grid, merged
 from bayesncl.report import claims as K
 from bayesncl.report import groups, judge, summary
 from helpers.plugins import registered
@@ -27,7 +27,8 @@ CLAIMS = [{"metric": "sc", "left": "NCL + Lp (x10)", "right": "NCL + Lp", "relat
 
 
 def _plugin():
-    registry.register_method("lpm", "NCL + Lp", "bayesncl.methods:NCL", reads=("temperature", "nonneg"), module="my_lp",
+    registry.register_method("lpm", "NCL + Lp", "bayesncl.model.methods:NCL", reads=("temperature", "nonneg"),
+                             module="my_lp",
                              settings={"lp_weight": registry.setting(1e-3, "the penalty's weight", ge=0, le=1),
                                        "lp_power": registry.setting(1, "the norm's power", ge=1, le=2)})
 
@@ -178,9 +179,9 @@ def test_a_plugin_setting_named_as_another_column_takes_its_dotted_key():
     """A method setting named as a runs.csv column already is (a measure's `sc`) is the column method.sc, numbers or
     text as its kind; a name two methods declare is one column."""
     with registered():
-        registry.register_method("scm", "SC", "bayesncl.methods:NCL", module="my_sc",
+        registry.register_method("scm", "SC", "bayesncl.model.methods:NCL", module="my_sc",
                                  settings={"sc": registry.setting(0.5, "a weight"), "tag": registry.setting("a", "a tag")})
-        registry.register_method("scm2", "SC2", "bayesncl.methods:NCL", module="my_sc",
+        registry.register_method("scm2", "SC2", "bayesncl.model.methods:NCL", module="my_sc",
                                  settings={"tag": registry.setting(1, "a number")})
         assert summary.setting_columns() == {"sc": ("method.sc", False), "tag": ("tag", True)}
         df = summary.prepare(pd.DataFrame({"method.sc": ["0.5"], "tag": ["a"], "other": ["1"]}))

@@ -1,11 +1,11 @@
-"""bayesncl.runtime's choices, each against what it must pick (mutation survivors of runtime.py, docs/DESIGN.md):
-the autocast for each precision, the device `auto` resolves to, peak memory on a CPU."""
+"""bayesncl.training.device's choices, each against what it must pick (mutation survivors of training/device.py,
+docs/DESIGN.md): the autocast for each precision, the device `auto` resolves to, peak memory on a CPU."""
 
 import pytest
 import torch
 
-from bayesncl.errors import ConfigError
-from bayesncl.runtime import autocast, peak_memory_mb, resolve_device
+from bayesncl.core.errors import ConfigError
+from bayesncl.training.device import autocast, peak_memory_mb, resolve_device
 
 
 @pytest.mark.parametrize("precision,dtype", [("fp32", None), ("auto", None), ("bf16", torch.bfloat16),

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from bayesncl import config as C
-from bayesncl.evaluation import arrays as measures
+from bayesncl.settings import config as C
+from bayesncl.measures import arrays as measures
 from bayesncl.evaluation.runner import evaluate
-from bayesncl.train import pretrain
+from bayesncl.training.train import pretrain
 
 
 @pytest.fixture(scope="module")

@@ -178,7 +178,7 @@ def test_real_tiny_workflow(tmp_path, cluster_state):
     """
     import yaml
 
-    from bayesncl.grid import evaluation_sections, expand_grid
+    from bayesncl.grid.expand import evaluation_sections, expand_grid
 
     results = tmp_path / "results"
     runs = expand_grid(yaml.safe_load((REPO / "config" / "tiny.yaml").read_text()))
@@ -223,9 +223,9 @@ def test_real_tiny_workflow(tmp_path, cluster_state):
     first, retry = kinds[f"eval {victim}"]
     assert "JobState=FAILED" in jobs[first] and "JobState=COMPLETED" in jobs[retry], (jobs[first], jobs[retry])
     # The sections of a submission run in series: it asks for one request shared among them
-    # (bayesncl.time_requests, at least FLOOR_MIN, learned from the jobs that had ended by then); the retry is
+    # (bayesncl.planning.time_requests, at least FLOOR_MIN, learned from the jobs that had ended by then); the retry is
     # attempt 2: twice what the first attempt asked.
-    from bayesncl.time_requests import FLOOR_MIN
+    from bayesncl.planning.time_requests import FLOOR_MIN
 
     limit = re.search(r"\bTimeLimit=(\S+)", jobs[retry]).group(1)
     first_limit = re.search(r"\bTimeLimit=(\S+)", jobs[first]).group(1)

@@ -53,7 +53,7 @@ sets:
 
 
 def _grid(tmp_path: Path, epochs: int) -> tuple[Path, str, dict]:
-    from bayesncl.grid import expand_grid
+    from bayesncl.grid.expand import expand_grid
 
     path = tmp_path / "grid.yaml"
     path.write_text(GRID.format(epochs=epochs, cache=tmp_path / "cache"))

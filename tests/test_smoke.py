@@ -96,7 +96,7 @@ def test_smoke_run_of_the_paper_grid_on_real_format_files(tmp_path):
     for name in ("figure3", "figure4a", "figure4b", "gates", "atlas_cifar10", "atlas_cifar100", "atlas_imagenet100"):
         assert (smoke / "figures" / f"{name}.png").stat().st_size > 0, name
 
-    from bayesncl.grid import expand_grid
+    from bayesncl.grid.expand import expand_grid
 
     runs = expand_grid({**cfg, "smoke": True})
     rows = pd.read_csv(smoke / "summary" / "runs.csv")
@@ -126,7 +126,7 @@ def test_a_bad_dataset_root_stops_the_run_before_any_job(tmp_path):
     cfg["sets"]["table1"]["datasets"] = ["synthetic", "cifar10"]
     path = tmp_path / "grid.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    from bayesncl.grid import expand_grid
+    from bayesncl.grid.expand import expand_grid
 
     runs = sorted(expand_grid(cfg))
     cifar = next(rid for rid in runs if rid.startswith("cifar10/"))
@@ -153,7 +153,7 @@ def test_a_bad_dataset_root_stops_the_run_before_any_job(tmp_path):
 def test_smoke_switch_plans_every_output_beside_the_results(tmp_path):
     """`--config smoke=true` (a string on the command line) moves every planned output to <results>-smoke;
     nothing is planned into the real results folder. A dry run: no job runs."""
-    from bayesncl.grid import smoke_results
+    from bayesncl.grid.expand import smoke_results
 
     assert smoke_results("out/results/") == "out/results-smoke" == smoke_results("out/results-smoke")
     results = tmp_path / "results"
@@ -170,8 +170,8 @@ def test_the_smoke_run_reads_a_subset_of_imagenet100(tmp_path):
     """The smoke run's ImageNet-100 runs read (and prepare) the first SMOKE_CLASSES classes of their list, never the
     100; CIFAR runs are left as they are; run ids are the real grid's. Its preparation decodes that subset only."""
     from bayesncl.data.imagenet import SMOKE_CLASSES, prepared_manifests
-    from bayesncl.grid import expand_grid
-    from bayesncl.registry import DATASETS
+    from bayesncl.grid.expand import expand_grid
+    from bayesncl.settings.registry import DATASETS
     from helpers.datasets import write_imagenet
 
     cfg = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bayesncl.cli import main
-from bayesncl.grid import evaluation_sections, expand_grid
-from bayesncl.stale import NOT_COMPARED
-from bayesncl.status import grid_status, render, run_status, totals
+from bayesncl.cli.main import main
+from bayesncl.grid.expand import evaluation_sections, expand_grid
+from bayesncl.grid.stale import NOT_COMPARED
+from bayesncl.grid.status import grid_status, render, run_status, totals
 from helpers.processes import current
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -421,9 +421,9 @@ def test_a_bad_run_folder_is_a_row_saying_what_is_wrong(tmp_path, capsys, files,
 @pytest.mark.parametrize("line", ['{"epoch": 1, "loss": null}', '{"epoch": "1", "loss": 4.0}', '{"loss": 4.0, "kl": "x"}',
                                   '{"loss": 4.0, "epoch_seconds": -1}', '{"loss": true}', '[4.0]', '{"lr": [1]}'])
 def test_status_refuses_a_log_as_its_evaluation_does(tmp_path, line):
-    """One reader of the training log (bayesncl.rundir.read_log): what the evaluation refuses is the row's note,
+    """One reader of the training log (bayesncl.runs.files.read_log): what the evaluation refuses is the row's note,
     in the same words; what it takes, status takes."""
-    from bayesncl.rundir import LogError, read_log
+    from bayesncl.runs.files import LogError, read_log
 
     write_log(tmp_path / "r", [4.7])
     (tmp_path / "r" / "log.jsonl").write_text(line + "\n")
@@ -456,7 +456,7 @@ def _as_another_user(argv: list[str], cwd: Path) -> tuple[int, str, str]:
 
     import scipy.stats  # noqa: F401 - imported before the child drops root: it cannot read root's site-packages
 
-    import bayesncl.stale  # noqa: F401
+    import bayesncl.grid.stale  # noqa: F401
     r, w = os.pipe()
     sys.stdout.flush(), sys.stderr.flush()
     pid = os.fork()
@@ -596,7 +596,7 @@ def test_a_results_folder_without_runs_is_no_run_and_an_epoch_of_no_seconds_is_o
 
 
 def test_stale_lists_every_stale_run_after_runs_not_started_and_reads_old_records_as_recorded(tmp_path, capsys):
-    from bayesncl.stale import REPORT_JOBS, planned_jobs, print_stale
+    from bayesncl.grid.stale import REPORT_JOBS, planned_jobs, print_stale
 
     runs = list(expand_grid(GRID).items())
     res = tmp_path / "results"

@@ -12,12 +12,13 @@ of these bugs, planted alone, once passed the whole default suite):
 import pytest
 import torch
 
-import bayesncl.train as T
-from bayesncl import config as C
+import bayesncl.training.train as T
+from bayesncl.settings import config as C
 from bayesncl.data import SimCLRAugment
-from bayesncl.methods import build_method
-from bayesncl.optim import build_optimizer, lr_at
-from bayesncl.runtime import LossScaler, bn_mode
+from bayesncl.model.methods import build_method
+from bayesncl.training.optim import build_optimizer, lr_at
+from bayesncl.training.loss_scaler import LossScaler
+from bayesncl.training.embed import bn_mode
 
 CPU = torch.device("cpu")
 SETS = ["data.synthetic.image_size=16", "model.width=4", "model.proj_hidden=32", "model.proj_dim=16",
@@ -139,7 +140,7 @@ def test_the_probes_h_uses_running_statistics_whatever_eval_bn_says(tmp_path, mo
     test h: BatchNorm in eval mode (the released linear probe), even with eval.bn=batch; the other cached
     arrays with eval.bn."""
     import bayesncl.evaluation.probe as P
-    import bayesncl.runtime as R
+    import bayesncl.training.embed as R
     from bayesncl.data import load_split
     from bayesncl.evaluation import sections
 

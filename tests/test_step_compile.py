@@ -14,12 +14,12 @@ import signal
 import pytest
 import torch
 
-import bayesncl.methods as methods_mod
-import bayesncl.step as S
-import bayesncl.train as T
-from bayesncl import config as C
+import bayesncl.model.methods as methods_mod
+import bayesncl.training.step as S
+import bayesncl.training.train as T
+from bayesncl.settings import config as C
 from bayesncl.data import SimCLRAugment
-from bayesncl.optim import build_optimizer
+from bayesncl.training.optim import build_optimizer
 
 STEPS = 5
 
@@ -161,7 +161,7 @@ def test_compile_time_is_logged_apart_from_epoch_seconds(tiny_backbone, monkeypa
     the steps only, compile_seconds the compile; the cost section reports both apart. A resumed process
     compiles again, and that time is logged apart too: in the epoch it resumes, beside the compile before the
     preemption when that epoch compiled already (its checkpoint carries it)."""
-    from bayesncl.evaluation.cost import training_time
+    from bayesncl.measures.cost import training_time
 
     monkeypatch.setattr(S, "COMPILE_BACKEND", "aot_eager")
     torch._dynamo.reset()

@@ -1,5 +1,5 @@
-"""bayesncl.time_requests: what each job asks the scheduler for, before any job of its kind has finished and after,
-each evaluation submission's one request shared among its jobs, and what the grid's finished jobs teach."""
+"""bayesncl.planning.time_requests: what each job asks the scheduler for, before any job of its kind has finished and
+after, each evaluation submission's one request shared among its jobs, and what the grid's finished jobs teach."""
 
 import json
 import math
@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from bayesncl import time_requests as T
-from bayesncl.grid import expand_grid
-from bayesncl.rundir import record_config
+from bayesncl.planning import time_requests as T
+from bayesncl.grid.expand import expand_grid
+from bayesncl.runs.files import record_config
 from helpers.report import write_benchmark
 
 SECTIONS = {"features": 21.7, "interpretability": 30.0, "retrieval": 30.0, "linear_probe": 103.3}

@@ -10,14 +10,14 @@ import time
 import pytest
 import torch
 
-import bayesncl.train as T
-from bayesncl import config as C
-from bayesncl import losses
-from bayesncl.cli import main
+import bayesncl.training.train as T
+from bayesncl.settings import config as C
+from bayesncl.model import losses
+from bayesncl.cli.main import main
 from bayesncl.data import SimCLRAugment, load_split
-from bayesncl.errors import REQUEUE_EXIT, ConfigError, OutputError
-from bayesncl.methods import build_method
-from bayesncl.train import TrainingDiverged, pretrain
+from bayesncl.core.errors import REQUEUE_EXIT, ConfigError, OutputError
+from bayesncl.model.methods import build_method
+from bayesncl.training.train import TrainingDiverged, pretrain
 from helpers.processes import PATIENCE, wait_until
 
 
@@ -81,7 +81,7 @@ def test_same_seed_same_weights_and_different_seed_differs(tmp_path, tiny_sets):
 
 
 def _cli(out, sets):
-    cmd = [sys.executable, "-m", "bayesncl.cli", "pretrain", "--out", str(out), "--quiet"]
+    cmd = [sys.executable, "-m", "bayesncl.cli.main", "pretrain", "--out", str(out), "--quiet"]
     for s in sets:
         cmd += ["--set", s]
     return cmd
@@ -185,7 +185,7 @@ def test_checkpoint_from_another_config_is_refused(tmp_path, tiny_sets):
 def _timed_run(monkeypatch, sigterm_at_call=None):
     """pretrain with an injected clock that advances exactly 1 s per training step (and nowhere else), and
     optionally a SIGTERM to itself during step call number `sigterm_at_call` (counted over the run)."""
-    import bayesncl.train as T
+    import bayesncl.training.train as T
 
     now = {"t": 1000.0, "calls": 0}
     monkeypatch.setattr(T, "_clock", lambda: now["t"])
@@ -203,7 +203,7 @@ def _timed_run(monkeypatch, sigterm_at_call=None):
 
 
 def test_preempted_epoch_keeps_the_seconds_spent_before_the_preemption(tmp_path, tiny_sets, monkeypatch):
-    from bayesncl.train import Preempted
+    from bayesncl.training.train import Preempted
 
     cfg = C.resolve(sets=tiny_sets + ["train.max_steps_per_epoch=6", "train.epochs=2"])
     _timed_run(monkeypatch)
@@ -220,7 +220,7 @@ def test_preempted_epoch_keeps_the_seconds_spent_before_the_preemption(tmp_path,
     assert (state["epoch"], state["step"]) == (1, 3) and state["partial"]["seconds"] == 3.0
     assert state["partial"]["compile_seconds"] == 0.0  # eager: nothing compiled (carried over in graph modes)
     now["t"] += 500.0  # the time between the two jobs is not training time
-    monkeypatch.setattr("bayesncl.train._clock", lambda: now["t"])
+    monkeypatch.setattr("bayesncl.training.train._clock", lambda: now["t"])
     pretrain(cfg, run, progress=False)
     log = [json.loads(l) for l in (run / "log.jsonl").read_text().splitlines()]
     # 3 s before the preemption + 3 s after: the epoch's time as in the uninterrupted run, and so its rate;
@@ -242,7 +242,7 @@ def test_graph_switch_is_validated(tiny_sets, bad):
 
 def test_steps_per_epoch_drops_the_last_partial_batch_and_refuses_an_empty_epoch():
     """n // batch_size steps, capped by train.max_steps_per_epoch; a batch larger than the set is a config error."""
-    from bayesncl.train import steps_per_epoch
+    from bayesncl.training.train import steps_per_epoch
 
     cfg = {"train": {"batch_size": 64, "max_steps_per_epoch": 0}}
     assert [steps_per_epoch(n, cfg) for n in (64, 127, 128, 1024)] == [1, 1, 2, 16]
@@ -254,7 +254,7 @@ def test_steps_per_epoch_drops_the_last_partial_batch_and_refuses_an_empty_epoch
 
 def test_the_compiled_step_uses_cuda_graphs_on_a_gpu_only(monkeypatch):
     """inductor's "reduce-overhead" (CUDA graphs) on cuda; no mode on the CPU or with another backend."""
-    from bayesncl import step
+    from bayesncl.training import step
 
     assert step.compile_mode(torch.device("cuda")) == "reduce-overhead"
     assert step.compile_mode(torch.device("cpu")) is None
@@ -267,7 +267,7 @@ def test_deterministic_kernels_are_on_for_the_steps_only_and_change_no_run(tmp_p
     fixed workspace while the run trains, the process's settings back afterwards (also when training fails); off,
     nothing is touched. On the CPU the weights are the same either way, and the key is a runtime key: no run id or
     rerun trigger changes, and a checkpoint resumes under the other value."""
-    from bayesncl.grid import trigger_config
+    from bayesncl.grid.expand import trigger_config
 
     seen = []
     real = T.TrainStep.__call__

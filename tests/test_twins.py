@@ -1,4 +1,4 @@
-"""One untrained twin per distinct untrained network (bayesncl.grid.init_config, plan_init_runs): a method's
+"""One untrained twin per distinct untrained network (bayesncl.grid.expand.init_config, plan_init_runs): a method's
 settings that change only how it trains (MethodSpec.loss_only) are left at the grid's defaults in its twin, and a
 method that only changes another's loss (MethodSpec.init_as) takes that one's twin, without its settings or code.
 What justifies each declaration is checked on the networks themselves; the claims' initialisation control reads a
@@ -12,9 +12,10 @@ import pytest
 import torch
 import yaml
 
-from bayesncl import grid, registry
-from bayesncl.config import flatten, resolve
-from bayesncl.errors import ConfigError
+from bayesncl.grid import expand as grid
+from bayesncl.settings import registry
+from bayesncl.settings.config import flatten, resolve
+from bayesncl.core.errors import ConfigError
 from bayesncl.report import claims, claims_table, judge
 from bayesncl.report.cells import Fmt
 from helpers.claims import MAIN, frame, row, with_twins
@@ -28,8 +29,8 @@ SMALL = {"model": {"arch": "resnet18", "width": 4, "proj_hidden": 32, "proj_dim"
 
 
 def _network(cfg: dict):
-    """The untrained network of a run config, as train.py builds it, and its evaluated outputs on one batch."""
-    from bayesncl.methods import build_method
+    """The untrained network of a run config, as training/train.py builds it, and its evaluated outputs on one batch."""
+    from bayesncl.model.methods import build_method
 
     torch.manual_seed(cfg["seed"])
     model = build_method(cfg).eval()
@@ -236,9 +237,9 @@ def test_twin_records_are_the_runs_with_their_twins_numbers_in_the_sets_it_initi
 def test_the_demo_s_shared_twin_is_the_one_its_trained_runs_start_from(tmp_path):
     """pretrain at 0 epochs of the twin w/o detach shares with BayesNCL (STE) saves the network w/o detach's own
     training starts from (same seed, same build), bit for bit."""
-    from bayesncl import checkpoint as ckpt_io
-    from bayesncl.methods import build_method
-    from bayesncl.train import pretrain
+    from bayesncl.runs import checkpoint as ckpt_io
+    from bayesncl.model.methods import build_method
+    from bayesncl.training.train import pretrain
     from helpers import grids
 
     wf = grids.demo()

@@ -1,4 +1,4 @@
-"""Weights in and out (bayesncl.weights): a checkpoint in the released code's layout, written here from a model of
+"""Weights in and out (bayesncl.runs): a checkpoint in the released code's layout, written here from a model of
 this package, imported and evaluated gives the numbers of the original model.pt; an exported backbone loads with
 strict=True into torchvision's and timm's ResNets and computes the same features."""
 
@@ -16,16 +16,16 @@ import pytest
 import torch
 import yaml
 
-from bayesncl import checkpoint as ckpt_io
-from bayesncl import config as C
-from bayesncl.cli import main
-from bayesncl.errors import CheckpointError, ConfigError
+from bayesncl.runs import checkpoint as ckpt_io
+from bayesncl.settings import config as C
+from bayesncl.cli.main import main
+from bayesncl.core.errors import CheckpointError, ConfigError
 from bayesncl.evaluation.runner import evaluate
-from bayesncl.methods import build_method
-from bayesncl.registry import METHODS
-from bayesncl.train import pretrain
-from bayesncl.weights import released
-from bayesncl.weights.export import BUILD, export
+from bayesncl.model.methods import build_method
+from bayesncl.settings.registry import METHODS
+from bayesncl.training.train import pretrain
+from bayesncl.runs import released
+from bayesncl.runs.export import BUILD, export
 from helpers.processes import current
 
 RELEASED_GATES = {v: k for k, v in released.GATES.items()}
@@ -395,7 +395,7 @@ def test_a_released_backbone_imports_to_the_released_network_s_features(tmp_path
     released layout and imported: this package's backbone gives its features within float rounding, with the
     released padding 2 (what an import builds) and with 1 (--set model.cifar_padding=1); the other padding
     does not."""
-    from bayesncl.backbones import build_backbone
+    from bayesncl.model.backbones import build_backbone
 
     torch.manual_seed(padding)
     net = _released_resnet18(padding)
@@ -727,8 +727,8 @@ def _grid_with_import(tmp_path: Path, model_pt: Path, sets=("table1", "table2"))
 
 
 def test_an_imported_checkpoint_is_a_run_of_the_grid_that_is_never_trained(trained, tmp_path):
-    from bayesncl.errors import ConfigError
-    from bayesncl.grid import expand_grid, trigger_config
+    from bayesncl.core.errors import ConfigError
+    from bayesncl.grid.expand import expand_grid, trigger_config
 
     run, cfg = trained
     wf = _grid_with_import(tmp_path, run / "model.pt")
@@ -744,7 +744,7 @@ def test_an_imported_checkpoint_is_a_run_of_the_grid_that_is_never_trained(train
     assert trigger_config(imp.config, "evaluate")["eval"]["probe"] == "fast"
     assert len([r for r in runs.values() if not r.imported and not r.init_of]) == 2  # the grid's own two
     assert not any(r.init_of and r.imported for r in runs.values())  # imported weights get no untrained twin
-    from bayesncl.grid import variant_names
+    from bayesncl.grid.expand import variant_names
     from bayesncl.report.claims import parse_claims
 
     claim = {"metric": "sc", "left": "BayesNCL (released)", "right": "NCL", "relation": ">"}

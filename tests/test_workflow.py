@@ -36,7 +36,7 @@ def test_paper_dag_builds_without_data(tmp_path):
     # CIFAR-100 (12); Table 5 ResNet-50 x 3 methods (9); Figure 4a on ImageNet-100, 3 more widths than the
     # default D = 2048 x 2 methods (18); Figure 4b 4 more rho and 4 more lambda values (24). Tables 3, 6, 7
     # and Figure 3 reuse runs already counted.
-    # The initialisation control (bayesncl.grid.plan_init_runs): an untrained twin of every distinct untrained
+    # The initialisation control (bayesncl.grid.expand.plan_init_runs): an untrained twin of every distinct untrained
     # network of Tables 1, 2, 4, 5, 6 and Figure 4a (45 + 9 + 9 + 18; w/o detach starts from BayesNCL (STE)'s
     # network), evaluation only.
     twins = 45 + 9 + 9 + 18
@@ -133,11 +133,12 @@ def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
     """`snakemake --profile slurm all` as the README types it (dry run): per run that trains one pretraining job,
     per run one evaluation submission (group eval_<run>) holding all its sections, run in series on one GPU node,
     and an untrained twin's initialisation (it asks for no pretraining submission of its own). Every job asks what
-    bayesncl.time_requests decides, and the dry run's requests add up to `bayesncl estimate`'s, to the minute."""
+    bayesncl.planning.time_requests decides, and the dry run's requests add up to `bayesncl estimate`'s, to the
+    minute."""
     import yaml
 
-    from bayesncl.estimate import estimate, measured_rates, planner
-    from bayesncl.grid import evaluation_sections, expand_grid
+    from bayesncl.planning.estimate import estimate, measured_rates, planner
+    from bayesncl.grid.expand import evaluation_sections, expand_grid
 
     out, groups = plan("--profile", "slurm", "all", "--config", f"results={tmp_path}")
     grid = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
@@ -220,7 +221,7 @@ def test_smoke_run_on_a_gres_cluster_asks_minutes_and_gres(tmp_path):
     SMOKE_MINUTES a job (an evaluation submission: the sum over its sections), whatever the profile's limit; GPUs
     are asked as --gres=gpu:1, never --gpus; the ImageNet-100 preparation decodes a subset of the classes."""
     from bayesncl.data.imagenet import SMOKE_CLASSES, imagenet100_classes
-    from bayesncl.grid import SMOKE_MINUTES
+    from bayesncl.grid.expand import SMOKE_MINUTES
 
     out, groups = plan("--profile", "slurm", "all", "--config", f"results={tmp_path}", "smoke=true",
                        "gpu_request=gres", "-p")
@@ -246,7 +247,7 @@ def test_smoke_run_on_a_gres_cluster_asks_minutes_and_gres(tmp_path):
 
 def test_a_failed_section_is_planned_alone(tmp_path):
     """The sections of a run that ended stay; the next plan submits only the missing one, without pretraining."""
-    from bayesncl.grid import evaluation_sections, expand_grid
+    from bayesncl.grid.expand import evaluation_sections, expand_grid
 
     runs = expand_grid(yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text()))
     rid = next(r for r in runs if "/ncl/" in r and "table6" in runs[r].sets)
@@ -332,11 +333,11 @@ def test_a_bad_plugin_or_claim_stops_the_dag_in_one_line(tmp_path, edit, message
 
 @pytest.mark.parametrize("edit,message", BAD)
 def test_bad_config_is_reported_with_its_key(tmp_path, edit, message):
-    """What common.smk runs (schema, then bayesncl.grid), without a Snakemake process per case."""
+    """What common.smk runs (schema, then bayesncl.grid.expand), without a Snakemake process per case."""
     import jsonschema
 
-    from bayesncl.errors import ConfigError
-    from bayesncl.grid import expand_grid
+    from bayesncl.core.errors import ConfigError
+    from bayesncl.grid.expand import expand_grid
 
     cfg = yaml.safe_load(_bad_config(tmp_path, edit).read_text())
     schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
@@ -396,7 +397,7 @@ def test_tiny_grid_end_to_end(tiny_grid):
     assert cells["7a"] == claims.NO_INIT["dyn"] and "Family (graph)" in md
     assert "Claims (docs/METHOD.md section 9" in r.stdout + r.stderr  # the outcome, on the terminal
     # What each job cost: every job of every rule but the last (jobs itself), GPUs as held (none here)
-    from bayesncl.grid import expand_grid
+    from bayesncl.grid.expand import expand_grid
 
     jobs = pd.read_csv(out / "summary" / "jobs.csv")
     n_runs = len(expand_grid(cfg))
@@ -413,7 +414,7 @@ def test_tiny_grid_end_to_end(tiny_grid):
     records = [json.loads(p.read_text()) for p in (out / "benchmarks").rglob("*.start.json")]
     assert len(records) == len(jobs) and all(rec["forkserver"] is True for rec in records)
     assert all(rec["max_rss_mb"] > 50 for rec in records)  # the child's own memory, not its client's
-    from bayesncl import forkserver  # the run ended the servers it started, and removed their folder
+    from bayesncl.cli import forkserver  # the run ended the servers it started, and removed their folder
 
     assert not Path(forkserver.run_folder(str(ROOT))).exists()
     assert "Start-up (process start, imports, loading;" in (out / "summary" / "jobs.md").read_text()
@@ -430,7 +431,7 @@ def test_tiny_grid_end_to_end(tiny_grid):
 
 
 def test_shared_run_is_one_readable_run():
-    from bayesncl.grid import expand_grid
+    from bayesncl.grid.expand import expand_grid
 
     runs = expand_grid(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
     # Table 3 records dynamics in the run Tables 1, 2, 4 and 7 share: trained once, and its id says so
@@ -444,7 +445,7 @@ def test_shared_run_is_one_readable_run():
 
 
 def test_two_variants_that_are_one_run_are_reported():
-    from bayesncl.grid import GridWarning, expand_grid
+    from bayesncl.grid.expand import GridWarning, expand_grid
 
     cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
     cfg["variants"]["Also STE"] = {"method": {"name": "bayesncl", "gate": "ste"}}
@@ -466,8 +467,8 @@ def test_the_dag_build_prints_the_grid_notes(tmp_path):
 
 
 def test_sets_asking_different_dynamics_for_one_run_fail():
-    from bayesncl.errors import ConfigError
-    from bayesncl.grid import expand_grid
+    from bayesncl.core.errors import ConfigError
+    from bayesncl.grid.expand import expand_grid
 
     cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
     cfg["sets"]["table7"]["dynamics_every"] = 2
@@ -484,7 +485,7 @@ def _seeds_by_set(runs) -> dict[str, set[int]]:
 
 
 def test_n_seeds_takes_a_prefix_of_the_global_seed_list():
-    from bayesncl.grid import expand_grid
+    from bayesncl.grid.expand import expand_grid
 
     cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
     cfg["seeds"] = [0, 1, 2]
@@ -503,14 +504,14 @@ def test_n_seeds_takes_a_prefix_of_the_global_seed_list():
 
 def test_seeds_from_the_snakemake_command_line_are_integers():
     """`snakemake --config seeds=[5,6]` hands the items over as strings; the run ids and configs hold ints."""
-    from bayesncl.grid import expand_grid
+    from bayesncl.grid.expand import expand_grid
 
     cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
     as_ints = expand_grid({**cfg, "seeds": [5, 6]})
     as_text = expand_grid({**cfg, "seeds": ["5", "6"]})
     assert list(as_text) == list(as_ints) and any(rid.endswith("seed~6") for rid in as_text)
     assert {type(r.config["seed"]) for r in as_text.values()} == {int}
-    from bayesncl.errors import ConfigError
+    from bayesncl.core.errors import ConfigError
 
     for bad, message in ((["5", "x"], "seeds: 'x' is not a seed"), ([5, "5"], "repeats a seed")):
         with pytest.raises(ConfigError, match=message):
@@ -522,7 +523,7 @@ def test_demo_grid_seeds(sweeps):
     """Every set of the demo (and of its overlay config/sweeps.yaml) rests on at least 3 seeds, the main comparison
     on at least 5, and no set pins its own seed list, so `--config seeds=[...]` moves the whole grid (the stability
     check)."""
-    from bayesncl.grid import expand_grid
+    from bayesncl.grid.expand import expand_grid
     from helpers import grids
 
     cfg = grids.demo(sweeps)
@@ -543,7 +544,7 @@ def test_demo_grid_seeds(sweeps):
 
 
 def test_evaluation_sections_follow_the_sets():
-    from bayesncl.grid import evaluation_sections, expand_grid
+    from bayesncl.grid.expand import evaluation_sections, expand_grid
 
     runs = expand_grid(yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text()))
     by_id = {rid: evaluation_sections(run) for rid, run in runs.items()}
@@ -574,7 +575,7 @@ open(os.path.join(out, "model.pt"), "w").close()
 
 def _gpu_grid(tmp_path):
     """The tiny grid with its runs on `device: auto` (GPU jobs), a stub `bayesncl`, and 6 model targets."""
-    from bayesncl.grid import expand_grid
+    from bayesncl.grid.expand import expand_grid
 
     cfg = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
     cfg["defaults"]["train"]["device"] = "auto"

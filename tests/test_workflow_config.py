@@ -1,4 +1,4 @@
-"""A grid is read one way (bayesncl.wfconfig.load_workflow): Snakemake and every command that takes --grid see the
+"""A grid is read one way (bayesncl.cli.workflow.load_workflow): Snakemake and every command that takes --grid see the
 same config, defaults included, and refuse the same grids with the same line."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bayesncl.cli import main
-from bayesncl.errors import ConfigError
-from bayesncl.wfconfig import SCHEMA, load_workflow
+from bayesncl.cli.main import main
+from bayesncl.core.errors import ConfigError
+from bayesncl.cli.workflow import SCHEMA, load_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "config" / "tiny.yaml"

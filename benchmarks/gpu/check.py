@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from bayesncl.atomic import atomic_write_text
+from bayesncl.core.atomic import atomic_write_text
 
 from . import estimate, steps_cli, steps_feed, steps_train
 from .common import (FULL, NEEDS, PLANNED_S, RESERVE_S, ROOT, SRC, STEPS, TINY, StepFailed, _version, cpu_count, fits,
@@ -115,7 +115,7 @@ class Check:
         return self._cifar
 
     def cli(self, *args: str, sets=(), log: Path, timeout: int | None = None, wait=True):
-        cmd = [sys.executable, "-m", "bayesncl.cli", *args, "--quiet"]
+        cmd = [sys.executable, "-m", "bayesncl.cli.main", *args, "--quiet"]
         for s in sets:
             cmd += ["--set", s]
         fh = open(log, "ab")
@@ -227,7 +227,7 @@ class Check:
 
     def step_config(self, method: str, graph: str = "eager") -> dict:
         """The throughput model on the generated CIFAR-100 set, for a training step outside `pretrain`."""
-        from bayesncl.config import resolve
+        from bayesncl.settings.config import resolve
 
         return resolve(sets=self.s.tput_model + self.device_sets() + [
             f"method.name={method}", f"train.batch_size={self.s.batch}", f"train.precision={self.precision()}",
@@ -235,9 +235,9 @@ class Check:
 
     def step_model(self, cfg: dict):
         """(model in train mode on the device, its LARS optimizer, whether inputs go channels_last)."""
-        from bayesncl.methods import build_method
-        from bayesncl.optim import build_optimizer
-        from bayesncl.runtime import channels_last
+        from bayesncl.model.methods import build_method
+        from bayesncl.training.optim import build_optimizer
+        from bayesncl.training.device import channels_last
 
         torch.manual_seed(0)
         model = build_method(cfg).to(self.device)

@@ -6,8 +6,8 @@ import json
 import math
 from typing import TYPE_CHECKING
 
-from bayesncl import config, registry
-from bayesncl.estimate import forward_flops  # noqa: F401 - the one count, also steps_train's (via this module)
+from bayesncl.settings import config, registry
+from bayesncl.planning.estimate import forward_flops  # noqa: F401 - the one count, also steps_train's (via this module)
 
 from .common import CAPTURED, PAPER_MINUTES, ROOT, TRAIN_IMAGES, StepFailed
 
@@ -61,7 +61,8 @@ def estimate_grid(configs: list[dict], tput: dict) -> dict:
 
 
 def _family_rate(tput: dict, gated: bool) -> dict:
-    """The measured rate of a method's family (bayesncl.registry's traits): a gated method's, else the reference's."""
+    """The measured rate of a method's family (bayesncl.settings.registry's traits): a gated method's, else the
+    reference's."""
     family = [m for m in tput if m in registry.METHODS and (registry.METHODS[m].gated if gated
                                                             else registry.METHODS[m].reference)]
     if not family:
@@ -72,7 +73,7 @@ def _family_rate(tput: dict, gated: bool) -> dict:
 def grid_estimate(check: Check) -> dict:
     import yaml
 
-    from bayesncl.grid import expand_grid
+    from bayesncl.grid.expand import expand_grid
 
     tput = check.step_result("throughput")
     if not tput:

@@ -66,7 +66,7 @@ def captured_resume(check: Check) -> dict:
 
 
 def _sigterm_resume_once(check: Check, sets: list[str], base: Path) -> dict:
-    from bayesncl.errors import REQUEUE_EXIT
+    from bayesncl.core.errors import REQUEUE_EXIT
 
     base.mkdir()
     t0 = time.perf_counter()

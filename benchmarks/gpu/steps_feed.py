@@ -21,8 +21,8 @@ def official_feed(check: Check) -> dict:
     from torch.utils.data import DataLoader, RandomSampler
 
     from bayesncl.data import load_split
-    from bayesncl.optim import lr_at, set_lr
-    from bayesncl.runtime import autocast
+    from bayesncl.training.optim import lr_at, set_lr
+    from bayesncl.training.device import autocast
 
     bs, dev = check.s.batch, check.device
     cfg = check.step_config("ncl")

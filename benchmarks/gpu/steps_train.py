@@ -53,10 +53,10 @@ def captured_step(check: Check) -> dict:
 
 
 def _rates(check: Check, methods, mode: str) -> dict:
-    """`bayesncl.train.pretrain` on the generated CIFAR-100 set, each method in train.graph `mode`: a warm-up run
-    sizes the timed run; the rate is the median of its epochs after the first (which holds a capture)."""
-    from bayesncl.config import resolve
-    from bayesncl.train import pretrain
+    """`bayesncl.training.train.pretrain` on the generated CIFAR-100 set, each method in train.graph `mode`: a warm-up
+    run sizes the timed run; the rate is the median of its epochs after the first (which holds a capture)."""
+    from bayesncl.settings.config import resolve
+    from bayesncl.training.train import pretrain
 
     bs = check.s.batch
     data = ["data.dataset=cifar100", f"data.root={check.cifar_root}", f"train.batch_size={bs}",
@@ -97,7 +97,7 @@ def _rates(check: Check, methods, mode: str) -> dict:
 def _train_step(check: Check, method: str, graph: str = "eager"):
     """(a started TrainStep of the throughput model, its train split), as `pretrain` builds them."""
     from bayesncl.data import SimCLRAugment, load_split
-    from bayesncl.step import TrainStep
+    from bayesncl.training.step import TrainStep
 
     cfg = check.step_config(method, graph)
     train = load_split(cfg["data"], "train")
@@ -172,8 +172,8 @@ def compiled_step(check: Check) -> dict:
     if check.device.type != "cuda":
         return {"note": "measured on CUDA only (on CPU the compile takes minutes; tests/test_step_compile.py "
                         "checks the compiled step against eager)"}
-    from bayesncl.config import resolve
-    from bayesncl.train import pretrain
+    from bayesncl.settings.config import resolve
+    from bayesncl.training.train import pretrain
 
     bs = check.s.batch
     tput = check.step_result("throughput") or {}

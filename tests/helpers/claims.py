@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from bayesncl import grid
+from bayesncl.grid import expand as grid
 from bayesncl.report import summary
 
 MAIN = "table1;table2;figure3"
@@ -147,7 +147,7 @@ B, N = "BayesNCL (STE)", "NCL"
 
 
 def with_twins(df: pd.DataFrame, at_init) -> pd.DataFrame:
-    """``df`` and, as grid.plan_init_runs plans them, one untrained twin per run of an INIT_SETS set: in no set,
+    """``df`` and, as grid.expand.plan_init_runs plans them, one untrained twin per run of an INIT_SETS set: in no set,
     ``init_of`` naming the sets it initialises, epochs 0, its values ``at_init(row)`` (the others NaN); the run
     names it in ``twin``."""
     twins, rows = [], df.to_dict("records")

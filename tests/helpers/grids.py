@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from bayesncl import registry
+from bayesncl.settings import registry
 
 from .plugins import registered
 
@@ -47,7 +47,7 @@ WEIGHT = {"l1_weight": registry.setting(1e-3, "the L1 penalty's weight", ge=0)}
 def plugin_method(name="l1m", settings=None, module="my_l1", **traits):
     """NCL registered as a plugin method `name` (its settings WEIGHT unless given), unregistered after."""
     with registered():
-        yield registry.register_method(name, "NCL + L1", "bayesncl.methods:NCL", reads=("temperature", "nonneg"),
+        yield registry.register_method(name, "NCL + L1", "bayesncl.model.methods:NCL", reads=("temperature", "nonneg"),
                                        settings=WEIGHT if settings is None else settings, module=module, **traits)
 
 

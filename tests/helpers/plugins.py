@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
-from bayesncl import registry
+from bayesncl.settings import registry
 from bayesncl.evaluation.sections import SECTIONS
 
 

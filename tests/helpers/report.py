@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from bayesncl import grid
+from bayesncl.grid import expand as grid
 
 
 GOLDEN = Path(__file__).parents[1] / "golden"

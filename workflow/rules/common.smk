@@ -1,5 +1,5 @@
-# Everything the workflow's files share, defined here only: the grid expanded into distinct runs (bayesncl.grid), the
-# results paths and target lists, the grid config's name, the GPU resources, the prepared ImageNet-100 copies
+# Everything the workflow's files share, defined here only: the grid expanded into distinct runs (bayesncl.grid.expand),
+# the results paths and target lists, the grid config's name, the GPU resources, the prepared ImageNet-100 copies
 # and the pages of the HTML report. The Snakefile includes this file first. Each rule file defines or imports
 # everything else it uses and names on its first line what it takes from here (`from_common(...)`, checked when
 # it is included; tests/test_workflow_rules.py checks that the list is exact).
@@ -8,23 +8,21 @@ import logging
 import os
 import shlex
 import shutil
-import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 from snakemake.common import NOTHING_TO_BE_DONE_MSG
 from snakemake.logging import LogEvent, logger as snakemake_logger
 
-from bayesncl import forkserver
+from bayesncl.cli.local_jobs import end_forkservers, own_forkserver_folder, script_folder, visible_gpus
 
-from bayesncl.errors import BayesNCLError, ConfigError
-from bayesncl.grid import evaluation_sections, job_trigger, prepared_copies
+from bayesncl.core.errors import BayesNCLError, ConfigError
+from bayesncl.grid.expand import evaluation_sections, job_trigger, prepared_copies
 from bayesncl.report import names as report_names
 from bayesncl.report.atlas import atlas_runs
 from bayesncl.report.document import PDFLATEX_HINT, builds_pdf, report_pages
-from bayesncl.time_requests import STOP_MARGIN_S, trains
-from bayesncl.wfconfig import load_workflow
+from bayesncl.planning.time_requests import STOP_MARGIN_S, trains
+from bayesncl.cli.workflow import load_workflow
 
 
 def from_common(*names):
@@ -41,11 +39,11 @@ def config_error(e):
     sys.exit(2)
 
 
-# The grid read as every command reads it (bayesncl.wfconfig.load_workflow): the switches' spellings, its plugins
+# The grid read as every command reads it (bayesncl.cli.workflow.load_workflow): the switches' spellings, its plugins
 # (docs/EXTENDING.md: modules beside the workflow config, imported here and, through the environment, by every job),
 # the schema in one line and its defaults set, a smoke run's results folder (`--config smoke=true`: every job shrunk,
-# bayesncl.grid.SMOKE, into <results>-smoke), the runs and the declared claims. `config` is changed in place, so the
-# rules (summarize is handed it) read the same.
+# bayesncl.grid.expand.SMOKE, into <results>-smoke), the runs and the declared claims. `config` is changed in place, so
+# the rules (summarize is handed it) read the same.
 try:
     WF = load_workflow(workflow.configfiles, config,
                        plugin_dirs=[os.path.dirname(os.path.abspath(f)) for f in workflow.configfiles],
@@ -60,8 +58,9 @@ RUNS = WF.runs
 EVAL_SECTIONS = {rid: evaluation_sections(run) for rid, run in RUNS.items()}
 
 RESULTS = config["results"]
-# The runs of imported weights (the workflow config's `imported:`; bayesncl.grid.imported_runs): rules/imported.smk
-# makes their model.pt from the checkpoint instead of training it. {run id: {checkpoint, args, sha256, config}}
+# The runs of imported weights (the workflow config's `imported:`; bayesncl.grid.expand.imported_runs):
+# rules/imported.smk makes their model.pt from the checkpoint instead of training it. {run id: {checkpoint, args,
+# sha256, config}}
 IMPORTED = {rid: {**run.imported, "config": run.config} for rid, run in RUNS.items() if run.imported}
 BENCHMARKS = f"{RESULTS}/benchmarks"  # each job's wall time and memory (`benchmark:`), summary/jobs.csv
 # The extended benchmark record also names the rule, the wildcards and the resources a job was given (its GPUs,
@@ -78,7 +77,8 @@ ATLAS_RUNS = atlas_runs(RUNS)  # {dataset: [NCL run, BayesNCL (STE) run]}, for r
 ATLAS = expand(f"{RESULTS}/figures/atlas_{{ds}}.{{ext}}", ds=list(ATLAS_RUNS), ext=["pdf", "png"])
 EVAL_OUTPUTS = [f"{RESULTS}/runs/{rid}/eval/{name}.json" for rid, names in EVAL_SECTIONS.items() for name in names]
 JOBS = [f"{RESULTS}/summary/jobs.csv", f"{RESULTS}/summary/jobs.md"]
-# The seeds each claim needs from this grid's runs, and the overlay that adds them (bayesncl.plan; rules/report.smk).
+# The seeds each claim needs from this grid's runs, and the overlay that adds them (bayesncl.planning.plan;
+# rules/report.smk).
 PLAN = [f"{RESULTS}/summary/plan.md", f"{RESULTS}/summary/plan.yaml"]
 # The grid config file(s) this run read, a grid and its overlays in order: named, with their hash, in every generated
 # file (`--grid` takes them all).
@@ -91,24 +91,6 @@ GRID_FILES = [os.path.relpath(f) for f in workflow.configfiles] or ["config/conf
 # `gpu` resource only against a limit, so the limit is set here to the GPUs this machine shows
 # (`--resources gpu=N` overrides it; with none, every job's need is capped to 0 and it runs on the CPU),
 # and each GPU job takes a free GPU of its own through workflow/scripts/gpu_slot.py (CUDA_VISIBLE_DEVICES).
-
-
-def visible_gpus() -> list[str]:
-    """GPU ids as CUDA_VISIBLE_DEVICES lists them (ids before the first negative one), else nvidia-smi's."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        ids = []
-        for gpu in (g.strip() for g in env.split(",")):
-            if not gpu or gpu.startswith("-"):
-                break
-            ids.append(gpu)
-        return ids
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return out.stdout.split() if out.returncode == 0 else []
 
 
 GPU_SLOT_SCRIPT = os.path.normpath(os.path.join(str(workflow.current_basedir), "..", "scripts", "gpu_slot.py"))
@@ -152,7 +134,7 @@ def gpu_slot(wildcards, resources):
 
 
 # --------------------------------------------------------------------------- time requests (SLURM's --time)
-# On a cluster each job asks for the time bayesncl.time_requests decides (its docstring says how; `bayesncl
+# On a cluster each job asks for the time bayesncl.planning.time_requests decides (its docstring says how; `bayesncl
 # estimate` prints the sums): priced at the measured rate of the workflow config's `requests: {gpu: NAME}` (default
 # h200) or `requests: {measured: gpu_check.json}`, learned from the grid's finished jobs (RESULTS/benchmarks), with
 # the profile's `time_limit` and `stop_margin_s` under set-resources: pretrain. `runtime` under set-resources still
@@ -170,8 +152,8 @@ def profile_resource(rule, name, default=None):
 
 
 def planner():
-    """The grid's bayesncl.time_requests.Planner, made on first use (a dry run or a cluster run only)."""
-    from bayesncl.estimate import measured_rates, planner as grid_planner
+    """The grid's bayesncl.planning.time_requests.Planner, made on first use (a dry run or a cluster run only)."""
+    from bayesncl.planning.estimate import measured_rates, planner as grid_planner
 
     if not _PLANNER:
         want = config.get("requests") or {}
@@ -210,21 +192,15 @@ def pretrain_group(wildcards):
 # --------------------------------------------------------------------------- how a job starts
 # Every `bayesncl` job writes its start-up seconds (process start to the start of its work: interpreter, imports,
 # loading) beside its benchmark record, as <benchmark>.start.json; `bayesncl jobs` reads them into jobs.csv.
-# Locally, CPU jobs run in children of the fork server (bayesncl/forkserver/), which imports torch once for the
+# Locally, CPU jobs run in children of the fork server (bayesncl/cli/forkserver/), which imports torch once for the
 # whole run instead of once per job (about 3 s of a 5-15 s job); `--config forkserver=false`: a plain process each.
 FORKSERVER = LOCAL and config.get("forkserver", True) is True and sys.platform.startswith("linux")  # fork + /proc
 # The run's servers are its own: started by its first job in a folder of this workflow's (unless
 # BAYESNCL_FORKSERVER_DIR names one) and ended with the run (onsuccess/onerror below); a killed run's idle out.
-FORKSERVER_RUN_DIR = None
-if FORKSERVER and workflow.is_main_process and not os.environ.get(forkserver.DIR_ENV):
-    FORKSERVER_RUN_DIR = forkserver.run_folder(os.getcwd())
-    os.environ[forkserver.DIR_ENV] = FORKSERVER_RUN_DIR  # every job's shell inherits it
+FORKSERVER_RUN_DIR = own_forkserver_folder(FORKSERVER and workflow.is_main_process)
 # Locally, where PATH finds a version manager's shim for `bayesncl` (pyenv's, asdf's: a shell script under
 # .../shims/, a tenth of a second per job), the script this interpreter installed goes first on PATH instead.
-_FOUND = shutil.which("bayesncl") or ""
-LOCAL_BIN = sysconfig.get_path("scripts") if LOCAL and f"{os.sep}shims{os.sep}" in _FOUND else None
-if LOCAL_BIN and not os.path.isfile(os.path.join(LOCAL_BIN, "bayesncl")):
-    LOCAL_BIN = None
+LOCAL_BIN = script_folder() if LOCAL else None
 
 
 ALLOCATION_SCRIPT = os.path.normpath(os.path.join(str(workflow.current_basedir), "..", "scripts",
@@ -310,7 +286,7 @@ wildcard_constraints:
 
 # Rerun triggers. Snakemake reruns a job when a param changes, except params whose function takes `output` (or
 # input, threads, resources): those are "derived" and never compared. So each rule's command carries the whole
-# config through a derived param, and its trigger is a param of its own: bayesncl.grid.job_trigger, what
+# config through a derived param, and its trigger is a param of its own: bayesncl.grid.expand.job_trigger, what
 # decides the job's outputs (a new key at its old behaviour, a location, an unread method setting: none of them;
 # the code of a plugin the job runs: yes).
 def pretrain_trigger(wildcards):
@@ -348,20 +324,20 @@ def evaluate_command(section):
 
 
 # --------------------------------------------------------------------------- the pre-flight
-# Before any job, every dataset root that a job to be done reads must pass its check (bayesncl.preflight): one line
+# Before any job, every dataset root that a job to be done reads must pass its check (bayesncl.grid.preflight): one line
 # per bad root, and Snakemake ends (exit 2) before any job is queued; a dry run reports and still plans. A refusal
 # is the only thing printed: Snakemake prints its banner, "Building DAG of jobs..." and the job table after it has
 # read this file and before `onstart`, where the DAG says which jobs are to be done. So where a root of the grid
 # fails its check now, Snakemake's lines are held back (HeldLines) until `onstart` has judged: refused, they are
 # dropped; else they are printed as they came. (Its "Using workflow specific profile ..." line comes before this
 # file is read, from the command line; nothing quiets it but dropping the profile, which picks the scheduler.)
-PREFLIGHT_CHECKED = {}  # the roots checked in this process, each read through once (bayesncl.preflight)
+PREFLIGHT_CHECKED = {}  # the roots checked in this process, each read through once (bayesncl.grid.preflight)
 
 
 def preflight(todo, dry_run):
     """Every dataset root a run still to be done reads must pass its check: one line per bad root; it ends
     Snakemake (exit 2) before any job is queued, Snakemake's held lines dropped; a dry run reports and still plans."""
-    from bayesncl.preflight import missing_data
+    from bayesncl.grid.preflight import missing_data
 
     problems = missing_data(config, RUNS, todo, PREFLIGHT_WHERE, PREFLIGHT_CHECKED)
     if problems and not dry_run:
@@ -414,14 +390,14 @@ class HeldLines(logging.Filter):
 
 PREFLIGHT_WHERE = " or ".join(map(str, workflow.overwrite_configfiles or [])) or "the workflow config"
 if workflow.is_main_process and workflow.output_settings.dryrun:  # no DAG to ask yet: judge by the files
-    from bayesncl.preflight import todo_from_files
+    from bayesncl.grid.preflight import todo_from_files
 
     HELD = HeldLines(False)
     preflight(todo_from_files(RUNS, RESULTS, ATLAS_RUNS), dry_run=True)
     if not builds_pdf():
         print(PDFLATEX_HINT, file=sys.stderr)
 else:  # a root of the grid that fails its check holds Snakemake's lines until `onstart` judges (above)
-    from bayesncl.preflight import missing_data
+    from bayesncl.grid.preflight import missing_data
 
     _EVERY_JOB = {rid: {"pretrain", "atlas", *names} for rid, names in EVAL_SECTIONS.items()}
     HELD = HeldLines(workflow.is_main_process and bool(
@@ -430,27 +406,20 @@ else:  # a root of the grid that fails its check holds Snakemake's lines until `
 
 onsuccess:
     HELD.release()
-    if FORKSERVER_RUN_DIR:
-        forkserver.end_servers(FORKSERVER_RUN_DIR)
+    end_forkservers(FORKSERVER_RUN_DIR)
 
 
 onerror:
     HELD.release()
-    if FORKSERVER_RUN_DIR:
-        forkserver.end_servers(FORKSERVER_RUN_DIR)
+    end_forkservers(FORKSERVER_RUN_DIR)
 
 
 onstart:
     # The DAG is built and nothing is queued yet: what it plans to run is what needs data.
     if not workflow.touch:
-        todo = {rid: set() for rid in RUNS}
-        for job in workflow.dag.needrun_jobs():
-            if "run" in job.wildcards.keys() and job.wildcards.run in todo:
-                todo[job.wildcards.run].add(job.rule.name)
-            elif job.rule.name == "atlas":
-                for rid in ATLAS_RUNS[job.wildcards.dataset]:
-                    todo[rid].add("atlas")
-        preflight(todo, dry_run=False)
+        from bayesncl.grid.preflight import todo_from_jobs
+
+        preflight(todo_from_jobs(workflow.dag.needrun_jobs(), RUNS, ATLAS_RUNS), dry_run=False)
     HELD.release()
     if not builds_pdf():
         print(PDFLATEX_HINT, file=sys.stderr)

@@ -1,15 +1,15 @@
 # Evaluation: one rule per section of bayesncl.evaluation.sections.SECTIONS (a plugin's too), each writing
 # eval/<section>.json, all made by the loop at the end from what each section registered: the files it reads, the
 # files it writes beside its JSON and one job's resources. `features` embeds the test (and, where needed, train) split
-# once on the GPU; the CPU sections read its cache. Which sections a run gets: bayesncl.grid.evaluation_sections
+# once on the GPU; the CPU sections read its cache. Which sections a run gets: bayesncl.grid.expand.evaluation_sections
 # (common.smk, EVAL_OUTPUTS).
 #
 # On a cluster, a run's sections are one submission: they share the group eval_{run}, whose pieces (the
 # sections that read features, and dynamics and cost, which read only model.pt) the SLURM profile joins with
 # --group-components (an untrained twin's initialisation, its pretrain job, joins them). Inside the submission they
 # run one after another (the `serial` resource below), so it asks for the largest of its jobs' GPUs, CPUs and memory
-# and the sum of their runtimes: bayesncl.time_requests shares the submission's one request among them. Locally,
-# groups are ignored: every section is a job of its own, as before.
+# and the sum of their runtimes: bayesncl.planning.time_requests shares the submission's one request among them.
+# Locally, groups are ignored: every section is a job of its own, as before.
 #
 # A failed or preempted section reruns alone, without retraining and without redoing the sections that ended:
 # - within one Snakemake invocation, a retried submission restores the sections that ended in an earlier attempt
@@ -30,7 +30,7 @@ EVAL_DIR = f"{RESULTS}/runs/{{run}}/eval"
 FEATURES = f"{EVAL_DIR}/features.json"
 
 from bayesncl.evaluation.sections import SECTIONS  # noqa: E402 - after the declaration above, as every rule file
-from bayesncl.time_requests import RESTORED  # noqa: E402 - a restored section's log line, not counted as measured
+from bayesncl.planning.time_requests import RESTORED  # noqa: E402 - a restored section: not measured
 
 # What a section reads (Section.reads), as the rule's inputs.
 READS = {"model": MODEL, "features": FEATURES, "prepared": PREPARED_INPUT}

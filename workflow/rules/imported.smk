@@ -1,5 +1,5 @@
-# The workflow config's `imported:` checkpoints (bayesncl.grid.imported_runs): their model.pt is imported from the
-# released code's checkpoint, never trained; evaluation and the report then read it as any run's.
+# The workflow config's `imported:` checkpoints (bayesncl.grid.expand.imported_runs): their model.pt is imported from
+# the released code's checkpoint, never trained; evaluation and the report then read it as any run's.
 import json
 import os
 import re

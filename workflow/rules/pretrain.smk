@@ -23,15 +23,15 @@ rule pretrain:
         config=run_config_text,  # derived (takes output): not a rerun trigger
         trigger=pretrain_trigger,
         # derived (takes output): the run's own folder, replaced whole where it holds a run of another config or
-        # plugin code (what reran this job: bayesncl.outdir), resumed where it holds this run's checkpoint
+        # plugin code (what reran this job: bayesncl.runs.ownership), resumed where it holds this run's checkpoint
         out=lambda wc, output: f"{shlex.quote(os.path.dirname(output[0]))} --replace",
         launch=launch("pretrain", "run"),
         allocation=within_allocation,
     threads: 1
     # What one job of the paper grid needs (SLURM reads these; locally only `gpu` is enforced, see
-    # common.smk). Its time request comes from bayesncl.time_requests, at most the partition's limit (common.smk,
-    # pretrain_minutes), its CPUs per GPU from the profile (slurm/config.yaml); a run longer than one allocation
-    # stops stop_margin_s before its end, checkpoints and requeues its job (common.smk, within_allocation); a
+    # common.smk). Its time request comes from bayesncl.planning.time_requests, at most the partition's limit
+    # (common.smk, pretrain_minutes), its CPUs per GPU from the profile (slurm/config.yaml); a run longer than one
+    # allocation stops stop_margin_s before its end, checkpoints and requeues its job (common.smk, within_allocation); a
     # preempted one resumes from its checkpoint.
     resources:
         gpu=run_gpus,

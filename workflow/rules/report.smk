@@ -17,7 +17,7 @@ rule summarize:
     benchmark:
         benchmark_file("summarize")
     params:
-        grid=json.dumps(config, sort_keys=True),  # summarize expands the same grid (bayesncl.grid)
+        grid=json.dumps(config, sort_keys=True),  # summarize expands the same grid (bayesncl.grid.expand)
         launch=launch("summarize"),
     localrule: True
     conda:

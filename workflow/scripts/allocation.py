@@ -27,7 +27,7 @@ import sys
 import time
 from datetime import datetime
 
-REQUEUE_EXIT = 75  # bayesncl.errors.REQUEUE_EXIT: stopped by SIGTERM with a checkpoint; rerun to resume
+REQUEUE_EXIT = 75  # bayesncl.core.errors.REQUEUE_EXIT: stopped by SIGTERM with a checkpoint; rerun to resume
 RECHECK_S = 300  # how often the job's end time is read again
 REQUEUE_WAIT_S = 120  # after `scontrol requeue`, SLURM ends this job; if it has not by then, exit 75
 

@@ -11,14 +11,14 @@ inputs (the set: imageset.py; the feed: feed.py; the registry's loader adapters:
   from its prepared copy under ``cache_dir`` when ``bayesncl prepare-imagenet`` has made one.
 - ``waterbirds`` (also :func:`load_waterbirds`): ``root/metadata.csv`` + images, file-backed.
 
-Errors about missing or malformed data are bayesncl.errors.DataError and name the path, the expected layout
+Errors about missing or malformed data are bayesncl.core.errors.DataError and name the path, the expected layout
 and the fix.
 """
 
 from __future__ import annotations
 
-from ..errors import ConfigError, DataError
-from ..registry import DATASETS
+from ..core.errors import ConfigError, DataError
+from ..settings.registry import DATASETS
 from .augment import SimCLRAugment, eval_transform
 from .feed import iter_batches
 from .imageset import IMAGENET_MEAN, IMAGENET_STD, ImageSet
@@ -38,7 +38,7 @@ __all__ = [
 
 
 def _spec(data_cfg: dict):
-    """The dataset's spec in bayesncl.registry.DATASETS (every dataset load_split reads: Waterbirds too)."""
+    """The dataset's spec in bayesncl.settings.registry.DATASETS (every dataset load_split reads: Waterbirds too)."""
     try:
         return DATASETS[data_cfg.get("dataset", "synthetic")]
     except ConfigError as e:
@@ -47,7 +47,7 @@ def _spec(data_cfg: dict):
 
 def load_split(data_cfg: dict, split: str) -> ImageSet:
     """Load ``split`` ("train" or "test"; Waterbirds also "val") of ``data_cfg["dataset"]``, by its loader in
-    bayesncl.registry.DATASETS.
+    bayesncl.settings.registry.DATASETS.
 
     ImageNet-100 reads ``train/`` for "train" and ``val/`` for "test".  Optional keys: ``classes`` (a
     list of wnids or a path to a one-wnid-per-line file) overrides the shipped 100-class list;

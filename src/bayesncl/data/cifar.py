@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import DataError
+from ..core.errors import DataError
 from .imageset import CIFAR10_MEAN, CIFAR10_STD, CIFAR100_MEAN, CIFAR100_STD, ImageSet
 
 __all__ = ["CIFAR_LAYOUT", "cifar_files", "check_cifar", "load_cifar"]

@@ -7,7 +7,7 @@ from typing import Iterator
 
 import torch
 
-from ..errors import DataError
+from ..core.errors import DataError
 from .imageset import ImageSet
 
 

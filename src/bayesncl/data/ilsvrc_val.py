@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .imagenet import imagenet100_classes
-from ..errors import DataError
+from ..core.errors import DataError
 
 __all__ = ["arrange_val", "read_val_labels"]
 

@@ -45,12 +45,12 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..errors import DataError, LayoutError
+from ..core.errors import DataError, LayoutError
 from .imageset import ImageSet
 from . import imagenet as I
 from . import prepared as P
 
-NAME = "imagefolder"  # its name in bayesncl.registry
+NAME = "imagefolder"  # its name in bayesncl.settings.registry
 
 __all__ = [
     "NAME",
@@ -364,7 +364,7 @@ def _read_mean_std(path: Path, key: str):
 
 def _mean_std(root_p: Path, classes, train: _Listing, train_set, stored_size: int, cache_dir):
     """The train split's mean and std: recorded ones when their key matches, else computed once and recorded."""
-    from ..atomic import atomic_write_text
+    from ..core.atomic import atomic_write_text
 
     key = _key(root_p, "train", classes, train, stored_size)
     folder = prepared_dir(root_p, stored_size, cache_dir)

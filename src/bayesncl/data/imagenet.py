@@ -41,11 +41,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..errors import DataError
+from ..core.errors import DataError
 from .imageset import IMAGENET_MEAN, IMAGENET_STD, ImageSet
 from . import prepared as P
 
-NAME = "imagenet100"  # its name in bayesncl.registry
+NAME = "imagenet100"  # its name in bayesncl.settings.registry
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -292,7 +292,7 @@ def _listing_key(split_dir: Path, wnids: list[str], paths: list[str], labels: li
     return P.listing_key(header, split_dir, paths, labels)
 
 
-make_prepared_dir = P.make_dir  # its old name and home (cli.py, tests)
+make_prepared_dir = P.make_dir  # its old name and home (cli/main.py, tests)
 
 
 def prepare_imagenet100(

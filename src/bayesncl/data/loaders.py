@@ -1,4 +1,4 @@
-"""The built-in datasets' loaders, checks and prepared copies on a data config: the adapters bayesncl.registry
+"""The built-in datasets' loaders, checks and prepared copies on a data config: the adapters bayesncl.settings.registry
 names by string (`bayesncl.data.loaders:_load_synthetic`, ...), each calling its dataset's module."""
 
 from __future__ import annotations

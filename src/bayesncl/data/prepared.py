@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from ..errors import DataError
+from ..core.errors import DataError
 
 __all__ = ["BLOCK_BYTES", "SAMPLE_BLOCKS", "BlockHasher", "bad_blocks", "check_copy", "data_name", "file_blocks",
            "listing_key", "make_dir", "open_copy", "prepare_copy", "read_manifest", "repair_blocks"]
@@ -163,8 +163,8 @@ def read_manifest(path: Path, fmt: str) -> dict | None:
 
 def make_dir(folder: Path) -> None:
     """Create the prepared copy's folder, or fail in one line naming it and the fix."""
-    from ..atomic import check_writable_dir
-    from ..errors import OutputError
+    from ..core.atomic import check_writable_dir
+    from ..core.errors import OutputError
 
     try:
         check_writable_dir(folder, what=f"data.cache_dir: the prepared copy's folder {folder}")
@@ -205,7 +205,7 @@ def prepare_copy(folder: Path, split: str, *, fmt: str, decode_version: int, key
     """
     import torch
 
-    from ..atomic import atomic_path, atomic_write_text
+    from ..core.atomic import atomic_path, atomic_write_text
     from .feed import iter_batches
     from .imageset import ImageSet
 

@@ -36,11 +36,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..config import DEFAULTS, SYNTHETIC_SHAPES, SYNTHETIC_TEXTURES, synthetic_params
-from ..errors import ConfigError, DataError
+from ..settings.config import DEFAULTS, SYNTHETIC_SHAPES, SYNTHETIC_TEXTURES, synthetic_params
+from ..core.errors import ConfigError, DataError
 from .imageset import ImageSet
 
-NAME = "synthetic"  # its name in bayesncl.registry
+NAME = "synthetic"  # its name in bayesncl.settings.registry
 
 __all__ = [
     "SHAPES",
@@ -58,7 +58,7 @@ __all__ = [
 # Bump when the drawing code changes: the cache key includes it, so stale caches are not reused.
 GENERATOR_VERSION = 2
 
-# One set of defaults: the run config's (bayesncl.config imports no torch, so this costs nothing).
+# One set of defaults: the run config's (bayesncl.settings.config imports no torch, so this costs nothing).
 DEFAULT_SYNTHETIC: dict[str, Any] = DEFAULTS["data"]["synthetic"]
 
 _CHUNK = 256  # images drawn per vectorised step (fixed: the rng stream must not depend on machine)
@@ -270,7 +270,7 @@ TEXTURES: dict[str, Callable[..., np.ndarray]] = {
 
 # The config's limits on num_classes / num_backgrounds are these counts.
 assert (len(SHAPES), len(TEXTURES)) == (SYNTHETIC_SHAPES, SYNTHETIC_TEXTURES), \
-    "bayesncl.config.SYNTHETIC_SHAPES / SYNTHETIC_TEXTURES must count SHAPES / TEXTURES"
+    "bayesncl.settings.config.SYNTHETIC_SHAPES / SYNTHETIC_TEXTURES must count SHAPES / TEXTURES"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ assert (len(SHAPES), len(TEXTURES)) == (SYNTHETIC_SHAPES, SYNTHETIC_TEXTURES), \
 
 def resolve_params(params: dict | None) -> dict[str, Any]:
     """Fill defaults, coerce types and validate, by the run config's definition of ``data.synthetic``
-    (bayesncl.config: the one set of limits); errors are :class:`DataError` naming ``data.synthetic.<key>``."""
+    (bayesncl.settings.config: the one set of limits); errors are :class:`DataError` naming ``data.synthetic.<key>``."""
     try:
         return synthetic_params(params)
     except ConfigError as e:
@@ -422,7 +422,7 @@ _REQUIRED_KEYS = tuple(f"{s}_{k}" for s in ("train", "test") for k in ("images",
 
 def get_synthetic(params: dict | None = None, cache_dir: str | os.PathLike | None = None) -> dict[str, torch.Tensor]:
     """The dataset tensors, from the on-disk cache when present, else generated and cached."""
-    from ..atomic import atomic_path
+    from ..core.atomic import atomic_path
 
     path = synthetic_cache_path(params, cache_dir)
     if path.is_file():

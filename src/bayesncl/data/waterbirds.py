@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import DataError
+from ..core.errors import DataError
 from .imageset import IMAGENET_MEAN, IMAGENET_STD, ImageSet
 from .imagenet import ImageFileDataset
 

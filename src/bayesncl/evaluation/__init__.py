@@ -1,11 +1,7 @@
-"""Evaluation: the measures of docs/METHOD.md sections 4-7 and the sections that apply them to a run.
+"""Evaluation: the jobs that apply the measures (bayesncl.measures) to a trained run, one workflow job per section.
 
-    arrays                    the interpretability and retrieval measures, on NumPy arrays (the one
-                              implementation: sections, pretraining's dynamics and the atlas use it)
-    linear                    the fast linear probe in NumPy
-    probe, dynamics, cost     the torch probe, the gradient-dynamics recorder pretraining uses, cost counts
-    sections                                    the registry SECTIONS: one workflow job per section
-    runner                                      evaluate(checkpoint, out, only=...): runs sections, writes JSON
-
-This file imports nothing, so pretraining can use the measures without loading the sections above them.
+    sections      the registry SECTIONS (`@section`): what each section computes, reads and needs
+    context       Context: what a section reads (the run's config, model, cached features)
+    probe         the paper protocol's linear probe, in torch
+    runner        evaluate(checkpoint, out, only=...): runs sections, writes JSON
 """

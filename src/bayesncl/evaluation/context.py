@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic import atomic_path
-from ..config import run_settings
-from ..errors import DataError, MissingInputError
+from ..core.atomic import atomic_path
+from ..settings.config import run_settings
+from ..core.errors import DataError, MissingInputError
 
 __all__ = ["FEATURE_FILES", "Context", "clean", "run_info", "subset"]
 
@@ -94,7 +94,7 @@ class Context:
 
     @cached_property
     def cpu_model(self):
-        from .. import checkpoint as ckpt_io
+        from ..runs import checkpoint as ckpt_io
 
         if self._state is None:
             self._state = ckpt_io.load(self.checkpoint)
@@ -102,7 +102,7 @@ class Context:
 
     @cached_property
     def device(self):
-        from ..runtime import resolve_device
+        from ..training.device import resolve_device
 
         return resolve_device(self.cfg)
 
@@ -111,7 +111,7 @@ class Context:
         """The model on the evaluation device (a copy: `cpu_model` stays on the CPU)."""
         import torch
 
-        from ..runtime import channels_last
+        from ..training.device import channels_last
 
         model = copy.deepcopy(self.cpu_model).to(self.device)
         if channels_last(self.cfg, self.device):
@@ -132,8 +132,8 @@ class Context:
         return self._splits[name]
 
     def embed(self, ds, keys: tuple[str, ...], bn: str):
-        """The model's outputs `keys` over `ds` with BatchNorm mode `bn` (runtime.bn_mode)."""
-        from ..runtime import embed
+        """The model's outputs `keys` over `ds` with BatchNorm mode `bn` (training.embed.bn_mode)."""
+        from ..training.embed import embed
 
         return embed(self.model, ds, self.cfg, self.device, key=keys, bn=bn)
 

@@ -1,5 +1,5 @@
 """The paper protocol of the linear probe (docs/METHOD.md section 5): augmented crops through the frozen
-backbone, LARS/SGD. The "fast" protocol on cached features is bayesncl.evaluation.linear (NumPy, no torch).
+backbone, LARS/SGD. The "fast" protocol on cached features is bayesncl.measures.linear (NumPy, no torch).
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .linear import topk_accuracy
+from ..measures.linear import topk_accuracy
 
 __all__ = ["linear_probe_paper"]
 
@@ -21,10 +21,11 @@ def linear_probe_paper(model, train, test, cfg: dict, device, *, progress: bool 
     from tqdm.auto import tqdm
 
     from ..data import SimCLRAugment, iter_batches
-    from ..optim import lr_at
-    from ..runtime import channels_last, embed
+    from ..training.optim import lr_at
+    from ..training.device import channels_last
+    from ..training.embed import embed
 
-    from ..registry import DATASETS
+    from ..settings.registry import DATASETS
 
     imagenet = DATASETS[cfg["data"]["dataset"]].probe == "imagenet"
     bs, epochs, seed = 256, cfg["eval"]["probe_epochs"], cfg["seed"]
@@ -63,7 +64,7 @@ def probe_step(model, layer: nn.Linear, opt, aug, x: torch.Tensor, y: torch.Tens
                device) -> None:
     """One probe step on a batch on the device: augmented crops, h of the frozen backbone (the model in eval
     mode: BatchNorm's running statistics), the linear layer's update."""
-    from ..runtime import autocast
+    from ..training.device import autocast
 
     with torch.no_grad(), autocast(device, cfg["train"]["precision"]):
         h = model.backbone(aug(x, gen)).float()

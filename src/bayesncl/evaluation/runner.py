@@ -15,13 +15,13 @@ import os
 import sys
 from pathlib import Path
 
-from ..atomic import atomic_write_text
-from ..config import RUNTIME_KEYS, merge, resolve, validate
-from ..errors import ConfigError
-from ..events import write_section
-from ..rundir import EVAL
-from ..startup import mark_ready
-from ..yamlio import nest, parse_set
+from ..core.atomic import atomic_write_text
+from ..settings.config import RUNTIME_KEYS, merge, resolve, validate
+from ..core.errors import ConfigError
+from ..runs.events import write_section
+from ..runs.files import EVAL
+from ..core.startup import mark_ready
+from ..core.yamlio import nest, parse_set
 from .context import Context, clean, run_info
 from .sections import SECTIONS, applicable, check_applies
 
@@ -32,7 +32,7 @@ def _config(stored: dict, checkpoint: Path, sets, overrides: dict | None, expect
     """The stored training config with this call's eval.* and data.* settings."""
     cfg = copy.deepcopy(stored)
     if expect_config is not None:
-        from ..checkpoint import config_diff
+        from ..runs.checkpoint import config_diff
 
         want = resolve(file=expect_config)
         diff = config_diff(cfg, want, ignore=RUNTIME_KEYS)
@@ -77,15 +77,15 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
     """Run the sections `only` (default: every section that applies to the run, features first) and return
     the JSON files written. `sets` are `key=value` overrides and `overrides` a nested dict of eval.* and
     data.* keys. A folder holding a run or another run's evaluation is refused, or with `replace` replaced
-    whole (bayesncl.outdir); the run's own eval/ folder is always its own. `trigger`: the rerun trigger the
-    workflow gave the job of the one section in `only` (bayesncl.grid.job_trigger), recorded in its file's run
+    whole (bayesncl.runs.ownership); the run's own eval/ folder is always its own. `trigger`: the rerun trigger the
+    workflow gave the job of the one section in `only` (bayesncl.grid.expand.job_trigger), recorded in its file's run
     block, where `bayesncl stale` compares it with today's."""
     if trigger is not None and len(only or ()) != 1:
         raise ConfigError("--trigger-json: a job's trigger is one section's; give exactly one section with --only")
-    from ..outdir import into, other_evaluation
+    from ..runs.ownership import into, other_evaluation
 
     out = Path(out_dir)
-    # the run's own evaluation: its numbers go to the run's TensorBoard curves too (bayesncl.events)
+    # the run's own evaluation: its numbers go to the run's TensorBoard curves too (bayesncl.runs.events)
     own = out.resolve() == (Path(checkpoint).parent / EVAL).resolve()
     with into(out, other_evaluation(out, checkpoint, lambda: _digest(checkpoint)), replace) as where:
         written = _evaluate(Path(checkpoint), where, only, sets, overrides, expect_config, progress, own, trigger)
@@ -93,7 +93,7 @@ def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(),
 
 
 def _digest(checkpoint) -> str:
-    from .. import checkpoint as ckpt_io
+    from ..runs import checkpoint as ckpt_io
 
     return ckpt_io.weights_digest(ckpt_io.load(checkpoint)["model"])
 
@@ -111,13 +111,13 @@ def _evaluate(checkpoint: Path, out: Path, only, sets, overrides, expect_config,
         if any(SECTIONS[n].model(cfg) for n in only):
             cfg = None  # a section that runs the model reads the checkpoint itself
     if cfg is None:
-        from .. import checkpoint as ckpt_io
+        from ..runs import checkpoint as ckpt_io
 
         state = ckpt_io.load(checkpoint)
         stored = ckpt_io.stored_config(state, checkpoint)
         cfg = _config(stored, checkpoint, sets, overrides, expect_config)
         weights_sha = ckpt_io.weights_digest(state["model"])
-        imported = state.get("imported")  # weights of the released code (bayesncl.weights.released)
+        imported = state.get("imported")  # weights of the released code (bayesncl.runs.released)
     else:
         weights_sha = recorded["run"]["weights_sha"]
         imported = recorded["run"].get("imported")
@@ -130,7 +130,7 @@ def _evaluate(checkpoint: Path, out: Path, only, sets, overrides, expect_config,
     run = {**run_info(cfg), "checkpoint": str(checkpoint), "weights_sha": weights_sha,
            **({"imported": imported} if imported else {}), **({"trigger": trigger} if trigger is not None else {})}
     written = []
-    mark_ready()  # imports, config and checkpoint loaded: the work begins (bayesncl.startup)
+    mark_ready()  # imports, config and checkpoint loaded: the work begins (bayesncl.core.startup)
     for name in names:
         result = SECTIONS[name].compute(ctx)
         path = out / f"{name}.json"

@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ..config import crop_size
-from ..errors import ConfigError
-from ..registry import DATASETS, METHODS, SECTION_SETTINGS, as_settings
+from ..settings.config import crop_size
+from ..core.errors import ConfigError
+from ..settings.registry import DATASETS, METHODS, SECTION_SETTINGS, as_settings
 from .context import FEATURE_FILES
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class Section:
     cpus: int = 1
     mem_mb: int = 4000
     runtime: int = 15                           # minutes
-    every_run: bool = False                     # every run it applies to gets it (else the sets ask: grid.py)
+    every_run: bool = False                     # every run it applies to gets it (else the sets ask: grid/expand.py)
     columns: tuple[tuple[str, str], ...] = ()   # (key of its body, runs.csv column) for a plugin's numbers
     module: str = ""                            # where `compute` is defined (a plugin's: its code's identity)
     version: str = ""                           # what identifies its code ("": its module file's SHA-256)
@@ -73,7 +73,8 @@ def section(name: str, *, gpu: Callable[[dict], bool] = lambda cfg: False,
             runtime: int = 15, every_run: bool = False, columns: dict[str, str] | None = None,
             settings: dict | None = None, version: str = ""):
     """Register `compute` as section `name`; `model` defaults to `gpu` (running the network reads the model).
-    `settings` ({name: bayesncl.registry.setting(...)}): the section's own, eval.<name>.* of every run config."""
+    `settings` ({name: bayesncl.settings.registry.setting(...)}): the section's own, eval.<name>.* of every run
+    config."""
     def register(fn):
         if name in SECTIONS and SECTIONS[name].compute is not fn:
             raise ConfigError(f"evaluation section {name!r} is registered twice; give the new one another name")
@@ -106,7 +107,7 @@ def training_record(log: list[dict], batch: int) -> dict:
     """features.json's training block from the run's log. The still-learning slope, the collapse and the final
     value read InfoNCE alone (docs/METHOD.md section 10): BayesNCL's loss adds its KL term, which moves on its
     own; a log older than the infonce column gives its loss."""
-    from ..learning import collapse, learning_slope
+    from ..measures.learning import collapse, learning_slope
 
     infonce = [r.get("infonce", r["loss"]) for r in log]
     training = {"epochs": [r["epoch"] for r in log], "loss": [r["loss"] for r in log],
@@ -123,7 +124,7 @@ def training_record(log: list[dict], batch: int) -> dict:
          mem_mb=64000, runtime=60)
 def features(ctx) -> dict:
     """Embed the test split (and the train split where needed) once; cache what the CPU sections read."""
-    from ..rundir import read_log
+    from ..runs.files import read_log
 
     cfg = ctx.cfg
     spec = METHODS[cfg["method"]["name"]]
@@ -166,7 +167,7 @@ def _cached_bn(ctx, f: dict) -> str:
 @section("interpretability", outputs={"vectors": "vectors.npz"}, cpus=4, mem_mb=16000, runtime=30)
 def interpretability(ctx) -> dict:
     """SC, SE-Sum/Mean/Freq and Act. on the evaluation feature and z+; background dominance; gate/mask binding."""
-    from . import arrays as metrics
+    from ..measures import arrays as metrics
 
     f = ctx.features("test")
     bn = _cached_bn(ctx, f)
@@ -214,7 +215,7 @@ def interpretability(ctx) -> dict:
          cpus=8, mem_mb=32000, runtime=60)  # all-pairs similarities over the test split, at every K of the curve
 def retrieval(ctx) -> dict:
     """P@k (k = 1, 3, 5, 10) with the top-K dims by activation frequency, and P@10 over K."""
-    from . import arrays as ret
+    from ..measures import arrays as ret
 
     f = ctx.features("test")
     bn = _cached_bn(ctx, f)
@@ -239,7 +240,7 @@ def linear_probe(ctx) -> dict:
         r = probe.linear_probe_paper(ctx.model, ctx.split("train"), ctx.split("test"), cfg, ctx.device,
                                      progress=ctx.progress)
     else:  # NumPy on the features cache: the job imports no torch
-        from .linear import linear_probe_fast
+        from ..measures.linear import linear_probe_fast
 
         tr, te = ctx.features("train"), ctx.features("test")
         r = linear_probe_fast(tr["h"], tr["labels"], te["h"], te["labels"], int(te["num_classes"]), seed=cfg["seed"])
@@ -259,7 +260,7 @@ def _background_skip(cfg: dict) -> str | None:
          reads=("features", "model"), cpus=8, mem_mb=32000, runtime=60)
 def background_probe(ctx) -> dict:
     """Accuracy of predicting the background from frozen h: Waterbirds `place`, else the synthetic set's label."""
-    from .linear import linear_probe_fast
+    from ..measures.linear import linear_probe_fast
 
     cfg = ctx.cfg
     root = cfg["eval"]["waterbirds_root"]
@@ -284,10 +285,10 @@ def background_probe(ctx) -> dict:
          reads=("model",), cpus=1, mem_mb=4000, runtime=15)  # dynamics.pt, written before model.pt
 def dynamics(ctx) -> dict:
     """Spearman rho(AF, GV), rho(GV, SC), rho(AF, SC) per recorded epoch (Table 3)."""
-    from .. import checkpoint as ckpt_io
-    from ..errors import MissingInputError
-    from ..rundir import DYNAMICS
-    from .dynamics import spearman_table
+    from ..runs import checkpoint as ckpt_io
+    from ..core.errors import MissingInputError
+    from ..runs.files import DYNAMICS
+    from ..measures.dynamics import spearman_table
 
     path = ctx.run_dir / DYNAMICS
     if not path.is_file():
@@ -315,8 +316,8 @@ def cost(ctx) -> dict:
 
     import torch
 
-    from ..rundir import read_log
-    from . import cost as c
+    from ..runs.files import read_log
+    from ..measures import cost as c
 
     size = crop_size(ctx.cfg)
     model = copy.deepcopy(ctx.cpu_model).train()  # the training forward (Gumbel noise and all); BN stats change

@@ -62,7 +62,7 @@ def _grid_config(grid: Grid) -> dict:
     files = grid_files(grid)
     if not files:
         return {}
-    from ..wfconfig import read_grid_files
+    from ..grid.expand import read_grid_files
 
     return read_grid_files(files)
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BayesNCLError
-from ..evaluation import arrays as measures
-from ..evaluation.arrays import EPS
-from ..registry import method_traits
+from ..core.errors import BayesNCLError
+from ..measures import arrays as measures
+from ..measures.arrays import EPS
+from ..settings.registry import method_traits
 from .names import DATASET_NAMES, is_main
 
 __all__ = ["AtlasError", "AtlasRun", "DimStats", "Sheet", "SheetRow", "atlas_runs", "build_sheets",
@@ -140,10 +140,10 @@ def run_name(cfg: dict) -> str:
 def load_run(run_dir: str | os.PathLike, data_sets: list[str] | tuple = (), load_images: bool = True) -> AtlasRun:
     """A run folder's features.npz and test images; ``data_sets`` are ``data.*=value`` overrides (e.g. a
     dataset root that moved since training)."""
-    from ..config import merge, resolve, validate
+    from ..settings.config import merge, resolve, validate
     from ..data import load_split
-    from ..errors import ConfigError
-    from ..yamlio import nest, parse_set
+    from ..core.errors import ConfigError
+    from ..core.yamlio import nest, parse_set
 
     run = Path(run_dir)
     cfg_path, feat_path = run / "config.resolved.yaml", run / "eval" / "features.npz"

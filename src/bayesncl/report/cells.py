@@ -57,7 +57,7 @@ METRICS = {m.key: m for m in [
 
 # ----------------------------------------------------------------------------- formatting
 # The footnote marks of tables and the claims table, with their LaTeX: † another protocol, ‡ a repeated
-# result, § runs still learning, ¶ runs that collapsed (bayesncl.learning). Fmt.mark writes only these, so a
+# result, § runs still learning, ¶ runs that collapsed (bayesncl.measures.learning). Fmt.mark writes only these, so a
 # new mark is added here and strip_marks knows it.
 MARKS = {"†": r"\dagger", "‡": r"\ddagger", "§": r"\S", "¶": r"\P"}
 

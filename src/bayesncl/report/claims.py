@@ -15,7 +15,7 @@ it holds only when both parts hold and does not hold when either does not. Runs 
 dagger.
 
 Controls (docs/METHOD.md section 9; made in judge.py): each comparison of trained networks on a metric that exists
-before training is made again on the runs' untrained twins (bayesncl.grid.plan_init_runs; runs.csv's ``twin``
+before training is made again on the runs' untrained twins (bayesncl.grid.expand.plan_init_runs; runs.csv's ``twin``
 names a run's twin, ``init_of`` the sets a twin initialises: twin_records), giving Delta at initialisation, and
 the change training brought (each seed's Delta minus its Delta at initialisation) is judged by the same rule; a claim without such a metric
 (``Claim.at_init``) says why, and where both sides' twins are the same network (Delta at init 0 by construction) the
@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .cells import METRICS, Metric, Stat, stat
-from ..registry import METHODS, method_traits
+from ..settings.registry import METHODS, method_traits
 from .groups import Group, flag_repeats, group_rows, in_set, parse_list
 from .names import set_names
 from .summary import METRIC_COLUMNS, prepare, section_columns, sweep_column, sweep_rows
@@ -50,7 +50,7 @@ __all__ = ["CLAIMS", "PRIMARY", "SAME_INIT", "Claim", "Comparison", "Side"]  # t
 PRIMARY = ("1a", "2a")
 # The margin of a "not worse" claim, per metric, in its runs.csv unit (docs/METHOD.md section 9): the spec's 1 point
 # each (SPEC: the paper reports no seed spread to set one from). A margin says what difference does not matter; the
-# seeds a claim needs follow from its spread (bayesncl.plan), not the other way round.
+# seeds a claim needs follow from its spread (bayesncl.planning.plan), not the other way round.
 MARGINS = {"probe_top1": 1.0, "ret_p10": 1.0, "sc": 1.0}
 PAPER = "paper"  # a margin from the paper's own words or numbers
 DECLARED_MARGIN = "declared"  # a declared claim's own tolerance
@@ -69,7 +69,7 @@ def _bayes(gate: str = "ste", detach: bool = True, depth: int = 2) -> Callable[[
     return pick
 
 
-# The paper's methods as the registry's traits tell them (bayesncl.registry.MethodSpec): BayesNCL is the gated
+# The paper's methods as the registry's traits tell them (bayesncl.settings.registry.MethodSpec): BayesNCL is the gated
 # method, NCL the reference, Top-k NCL the masked one, SimCLR the one whose feature is not built on z+.
 TRAITS: dict[str, Callable] = {"bayes": lambda s: s.gated, "reference": lambda s: s.reference,
                                "topk": lambda s: s.masked, "simclr": lambda s: not s.nonnegative}
@@ -105,8 +105,8 @@ class Side:
     decimals: int = 2
     sig: int | None = None
     repeats: str = ""  # flag note (the group repeats another result)
-    learning: int = 0  # runs still learning when they stopped (bayesncl.learning)
-    collapsed: int = 0  # runs that collapsed (bayesncl.learning.collapse)
+    learning: int = 0  # runs still learning when they stopped (bayesncl.measures.learning)
+    collapsed: int = 0  # runs that collapsed (bayesncl.measures.learning.collapse)
     stat: Stat = field(default_factory=lambda: Stat(math.nan, math.nan, 0, 2))
     set_name: str = ""  # the set its runs came from (what `bayesncl plan` grows)
     run_ids: tuple[str, ...] = ()
@@ -161,7 +161,7 @@ def twin_records(records: list[dict]) -> list[dict]:
     """The initialisation control's records: each run that names an untrained twin (runs.csv's ``twin``) with that
     twin's numbers, in the sets the twin initialises. A side is then found among them as among the trained runs, by
     the trained run's variant and settings, also where one twin serves several variants (settings that change only
-    how a method trains leave its untrained network as it is: bayesncl.grid.init_config)."""
+    how a method trains leave its untrained network as it is: bayesncl.grid.expand.init_config)."""
     by_id = {r["run_id"]: r for r in records}
     measured = ("run_id", "weights_sha", "epochs", *METRIC_COLUMNS, *section_columns())
     out = []
@@ -351,7 +351,7 @@ class Claim:
     title: str  # what the paper states (docs/METHOD.md section 9), in short
     build: Callable[[Runs], list[Comparison]]
     applies: Callable[[Runs], bool] | None = None  # judged only where this holds (declared: a side has runs)
-    at_init: str = ""  # why it has no initialisation control ("": it has one; grid.INIT_SETS plans its runs)
+    at_init: str = ""  # why it has no initialisation control ("": it has one; grid.expand.INIT_SETS plans its runs)
 
 
 CLAIMS = [
@@ -424,7 +424,7 @@ def register_claim(claim: "Claim | dict") -> "Claim":
     if isinstance(claim, dict):
         (claim,) = parse_claims([claim], where=f"claim {claim.get('id', '?')}")
     if any(c.number == claim.number for c in [*CLAIMS, *PLUGIN_CLAIMS]):
-        from ..errors import ConfigError
+        from ..core.errors import ConfigError
 
         raise ConfigError(f"claim {claim.number!r} is registered twice; give it another id")
     PLUGIN_CLAIMS.append(claim)
@@ -439,7 +439,7 @@ def check_claim(entry, at: str) -> None:
     """Raise ConfigError for a claim entry (`claims[i]` of the workflow config) whose value has the wrong type:
     a name that is not text (a list or a mapping), a tolerance that is not a finite positive number, a
     `relative` that is not true or false. Entries that are not mappings are left to parse_claims."""
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
 
     if not isinstance(entry, dict):
         return
@@ -465,8 +465,8 @@ def _shown(value) -> str:
 
 def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
     """The workflow config's `claims` list as Claim objects; a bad entry is one ConfigError naming it."""
-    from ..errors import ConfigError
-    from ..grid import SETS
+    from ..core.errors import ConfigError
+    from ..grid.expand import SETS
 
     if not isinstance(decls, list):
         raise ConfigError(f"{where}: expected a list of claims (metric, left, right, relation), got {decls!r}")
@@ -543,7 +543,7 @@ def _declared_sweep(cid: str, d: dict, sets: tuple[str, ...], kind: Kind = BETTE
                     rel: str = "") -> Claim:
     """A declared claim over the sweep of d["sweep"], judged as claims 10-11 are: SWEEP_RELATIONS, or left against
     right at each value by ``kind`` (``better``, ``rel``: its direction and words, as RELATIONS give them)."""
-    from ..grid import INIT_SETS
+    from ..grid.expand import INIT_SETS
 
     m, param = METRICS[d["metric"]], d["sweep"].split(".")[-1]  # `method.lp_weight` or `lp_weight`
     col = sweep_column(param)

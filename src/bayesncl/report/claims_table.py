@@ -13,12 +13,12 @@ from typing import TextIO
 import pandas as pd
 from tabulate import tabulate
 
-from ..registry import method_traits
+from ..settings.registry import method_traits
 from .cells import METRICS, Fmt, Stat
 from .claims import PRIMARY, SAME_INIT, Comparison, Side
 from .judge import Judged, judge
 from .groups import flag_repeats, group_rows
-from .layout import render_context, table_context, write_table
+from .table_files import render_context, table_context, write_table
 from .lines import rows_in_set, saturation_verdict
 from .names import ARCH_NAMES, DATASET_NAMES, HEADLINE, is_main
 from .reading import reading, rows_of
@@ -212,7 +212,7 @@ def still_learning(c: Comparison) -> int:
 
 
 def collapsed(c: Comparison) -> int:
-    """How many of the comparison's runs collapsed (bayesncl.learning.collapse; docs/METHOD.md section 10)."""
+    """How many of the comparison's runs collapsed (bayesncl.measures.learning.collapse; docs/METHOD.md section 10)."""
     return c.left.collapsed + c.right.collapsed
 
 

@@ -25,16 +25,16 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..atomic import atomic_path, atomic_write_text
-from ..errors import BayesNCLError, MissingInputError
-from ..learning import saturation_rule
+from ..core.atomic import atomic_path, atomic_write_text
+from ..core.errors import BayesNCLError, MissingInputError
+from ..measures.learning import saturation_rule
 from . import provenance
 from .cells import Fmt, caption_text, latex_escape
 from .claims import Comparison
 from .claims_table import build_claims, claim_cells, dataset_title, family_tally
 from .judge import claims_rows
 from .reading import reading, rows_of
-from .layout import environment
+from .table_files import environment
 from .names import DATASET_NAMES
 from .tables import TABLES, build_table
 from .verdicts import VERDICTS
@@ -403,7 +403,7 @@ def write_document(summary_csv: str | Path, results: str | Path, grid: str | Pat
                    figures: list[str] | tuple[str, ...] = (), overrides: dict | None = None) -> list[Path]:
     """Write report.tex, the HTML pages, their captions, the provenance files and the DVC plot data (see
     the module docstring); returns the paths written. ``figures``: the figure stems to show, in order."""
-    from .plots import write_plots  # matplotlib: not needed when the workflow lists the pages
+    from .dvc_plots import write_plots  # matplotlib: not needed when the workflow lists the pages
     from .summary import prepare, read_summary
     summary_csv, results = Path(summary_csv), Path(results)
     if not summary_csv.is_file():

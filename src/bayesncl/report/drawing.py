@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..atomic import atomic_path
+from ..core.atomic import atomic_path
 from .lines import seeds_text
 from .names import ARCH_NAMES, DATASET_NAMES
 

@@ -20,7 +20,7 @@
   it, BayesNCL - NCL paired by seed with its 95% t-interval: does claim 1a depend on when training stops?
 - saturation: final InfoNCE, SC and top-1 of complete runs against their training budget (``epochs``, set
   ``saturation``: each budget its own warm-up and cosine; 0 epochs is the random-init network), one line
-  per variant; the title gives the criterion's verdict on NCL alone (``bayesncl.learning.saturated_budget``):
+  per variant; the title gives the criterion's verdict on NCL alone (``bayesncl.measures.learning.saturated_budget``):
   the budget where NCL stops improving, or that none up to the largest does.
 
 Every figure names its dataset and the values held fixed in its title and has one legend. Lines are
@@ -43,8 +43,8 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..grid import SETS
-from ..registry import method_traits
+from ..grid.expand import SETS
+from ..settings.registry import method_traits
 from .drawing import (BAND_ALPHA, RC, arch_text, dataset_name, draw, fmt_value, legend, line_colors, new_figure,
                       no_runs, save_figure, suptitle)
 from .lines import (default_point, gate_points, group_key, line_points, mode, paired, parse_json, row_mask,

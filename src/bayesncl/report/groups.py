@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..registry import method_traits
+from ..settings.registry import method_traits
 from .names import set_names
 
 __all__ = ["Group", "blocks", "flag_repeats", "group_rows", "in_set", "parse_list"]

@@ -7,7 +7,7 @@ resources the job was given. `summary/jobs.csv` has one row per job:
     rule, run, seconds (wall), max_rss_mb (peak resident memory; NA when the job ended before Snakemake's
     first sample), gpus (the GPUs the job held: its `gpu` resource; NA where the file does not say),
     cpu_seconds (NA like max_rss_mb), startup_seconds (process start to the start of the job's work:
-    interpreter, imports, loading; from <run>.start.json beside the record, which bayesncl.startup.mark_ready
+    interpreter, imports, loading; from <run>.start.json beside the record, which bayesncl.core.startup.mark_ready
     writes; NA where the job wrote none; a job run by the fork server also records its own peak memory and CPU
     seconds there, which replace the benchmark's, measured on the client), benchmark (the file)
 
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..atomic import atomic_write_text
-from ..errors import DataError
-from ..startup import DECIMALS, clock_tick
+from ..core.atomic import atomic_write_text
+from ..core.errors import DataError
+from ..core.startup import DECIMALS, clock_tick
 
 __all__ = ["COLUMNS", "WALL_STEP", "collect", "read_jobs", "read_row", "startup_bound", "startup_share", "totals",
            "write_jobs"]
@@ -44,7 +44,7 @@ def startup_bound(seconds):
     after reading its command), but each is written at its own resolution: `s` up to half a WALL_STEP short, the
     process's start read in whole clock ticks (up to a tick early: the start-up up to a tick long), and one
     millisecond for the start-up's rounding to 10**-DECIMALS s, `s`'s first rounding to 0.1 ms and float error
-    (bayesncl.startup)."""
+    (bayesncl.core.startup)."""
     return seconds + WALL_STEP / 2 + clock_tick() + 10.0 ** -DECIMALS
 
 
@@ -101,7 +101,7 @@ def _record(path: Path) -> dict:
 
 
 def _own_record(path: Path) -> dict:
-    """The job's own record, <run>.start.json beside its benchmark file (bayesncl.forkserver): start-up seconds,
+    """The job's own record, <run>.start.json beside its benchmark file (bayesncl.cli.forkserver): start-up seconds,
     and for a job run by the fork server its process's peak memory and CPU seconds; {} when absent or
     unreadable (a measurement, never a reason to fail the table)."""
     try:

@@ -1,6 +1,6 @@
 """The rows behind each figure line: runs selected by set, split into lines (every config field but the swept
 one and the seed), and per point the mean, sample std and n over the seeds whose value is finite (the tables'
-cell statistic, so a NaN seed is missing, not counted). No matplotlib: plots.py writes the same points as
+cell statistic, so a NaN seed is missing, not counted). No matplotlib: dvc_plots.py writes the same points as
 DVC plot data.
 """
 
@@ -12,7 +12,7 @@ from collections import Counter
 
 import pandas as pd
 
-from ..registry import method_label, method_traits
+from ..settings.registry import method_label, method_traits
 from .cells import stat
 from .names import ARCH_NAMES, is_main
 from .verdicts import mean_interval
@@ -171,9 +171,9 @@ def saturation_curve(rows: pd.DataFrame) -> tuple[dict | None, dict | None, str]
 
 
 def saturation_verdict(rows: pd.DataFrame) -> tuple[bool | None, str]:
-    """The saturation criterion (``bayesncl.learning.saturated_budget``) on ``saturation_curve(rows)``:
+    """The saturation criterion (``bayesncl.measures.learning.saturated_budget``) on ``saturation_curve(rows)``:
     (saturated, in words); saturated is None when the curve lacks what the criterion reads."""
-    from ..learning import saturated_budget, saturation_rule
+    from ..measures.learning import saturated_budget, saturation_rule
 
     means, start, missing = saturation_curve(rows)
     if means is None:

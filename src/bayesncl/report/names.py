@@ -1,6 +1,6 @@
 """Names the report shares, each defined once: display labels, the main comparison and its headline metrics.
 
-Methods and datasets are named by bayesncl.registry (the config's names and their labels); ``DATASET_NAMES``
+Methods and datasets are named by bayesncl.settings.registry (the config's names and their labels); ``DATASET_NAMES``
 reads it, plugins' entries included (a method's label: registry.method_label).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Iterable
 
-from .. import registry
+from ..settings import registry
 
 __all__ = ["ARCH_NAMES", "DATASET_NAMES", "FIGURE_NAMES", "HEADLINE", "MAIN_SETS", "METRICS_JSON", "is_main",
            "set_names"]

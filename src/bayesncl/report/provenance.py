@@ -199,7 +199,7 @@ class Provenance:
     jobs_csv: str
     date: str
     command: str = field(default="")
-    plugins: list = field(default_factory=list)  # bayesncl.plugins.loaded(): {module, file, sha256} each
+    plugins: list = field(default_factory=list)  # bayesncl.settings.plugins.loaded(): {module, file, sha256} each
     imported: list = field(default_factory=list)  # runs of imported weights: {run_id, variant, checkpoint, sha256}
 
     def stamp(self) -> str:
@@ -237,9 +237,9 @@ def imported_runs(df) -> list[dict]:
 def _plugins() -> list[dict]:
     """Each plugin this process loaded ({module, file, sha256}) with what it registered: each method, dataset and
     evaluation section, its code's identity (plugins.code_identity) and its settings' defaults."""
-    from .. import registry
+    from ..settings import registry
     from ..evaluation.sections import SECTIONS
-    from ..plugins import code_identity, loaded
+    from ..settings.plugins import code_identity, loaded
 
     found = [("method", s.name, s.module, s.version, {f"method.{k}": v.default for k, v in s.settings})
              for s in map(registry.METHODS.__getitem__, registry.METHODS)]

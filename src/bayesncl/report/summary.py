@@ -1,20 +1,20 @@
 """Collect evaluated runs into one flat table (``results/summary/runs.csv``).
 
-The workflow config says which runs exist: ``summarize`` expands it with ``bayesncl.grid.expand_grid``
+The workflow config says which runs exist: ``summarize`` expands it with ``bayesncl.grid.expand.expand_grid``
 and gives one row per run and name, in the grid's order, with the columns of ``COLUMNS``. A run's rows
 (``run_id``, ``variant``: the name it takes in the sets of ``sets``, joined with ";", as the grid decided set by
-set, grid.Run.labels; a run that two sets name differently, as the sweep point of one variant that is another
+set, grid.expand.Run.labels; a run that two sets name differently, as the sweep point of one variant that is another
 variant of a table, has a row per name, each with the same numbers) say where it belongs: ``sweep``, ``init_of``
-(the sets an untrained twin serves, under that name, grid.plan_init_runs), ``twin`` (the id of the run's untrained
-twin, which may serve several variants), ``pilot_of`` (a grid grown by `bayesncl
-plan`: those of the row's sets whose pilot seeds the run is, grid.pilot_sets; empty otherwise). Its settings
+(the sets an untrained twin serves, under that name, grid.expand.plan_init_runs), ``twin`` (the id of the run's
+untrained twin, which may serve several variants), ``pilot_of`` (a grid grown by `bayesncl
+plan`: those of the row's sets whose pilot seeds the run is, grid.expand.pilot_sets; empty otherwise). Its settings
 (``dataset``, ``arch``, ``method``, ``width`` ... ``seed``: config.RUN_KEYS, and a column for each setting a plugin
 method declares, under its name) are those it was trained with, from its own record (features.json's config); its
 numbers come from its evaluation folder ``<results>/runs/<run_id>/eval/``:
 
 - ``features.json``: ``{"run": {...}, "training": {...}, "config": {...}}``, every run has it; ``weights_sha``,
   the settings and the training curves come from here;
-- ``<section>.json`` for each other section of ``grid.evaluation_sections(run)``: ``{"run": {...},
+- ``<section>.json`` for each other section of ``grid.expand.evaluation_sections(run)``: ``{"run": {...},
   "<section>": {...}}`` (interpretability, linear_probe, retrieval, background_probe, dynamics, cost).
 
 A missing or malformed file raises ``MetricsFileError`` naming it and the command that writes it, and so
@@ -29,12 +29,12 @@ JSON lists. ``weights_sha`` is the trained weights' hash: equal hashes mean bit-
 ``eval_bn`` is the BatchNorm mode of the evaluation features (features.json's run block, docs/METHOD.md
 section 4); ``learning_slope``/``learning_hi`` are the InfoNCE slope per epoch over the last 20% of
 training and its interval's upper end, ``still_learning`` 1 when that interval lies below 0
-(``bayesncl.learning``; NaN when too few epochs); ``collapsed`` 1 when the run's InfoNCE climbed back more
-than half the way to chance after falling (``bayesncl.learning.collapse``), ``collapse_epoch`` the first such
+(``bayesncl.measures.learning``; NaN when too few epochs); ``collapsed`` 1 when the run's InfoNCE climbed back more
+than half the way to chance after falling (``bayesncl.measures.learning.collapse``), ``collapse_epoch`` the first such
 epoch; ``infonce_final`` is the last epoch's mean InfoNCE, ``infonce_chance`` its chance level ln(2N - 1) and
 ``epochs`` the run's training budget (0: the random-init reference; the saturation figure's x axis).
 ``stale`` is "" for a run trained with the settings the grid gives it today, else a JSON object {key: [the
-recorded value, today's]} (bayesncl.stale; features.json's config against the grid's).
+recorded value, today's]} (bayesncl.grid.stale; features.json's config against the grid's).
 
 Units: the retrieval section stores precision as a fraction; runs.csv holds it in percent (``ret_p*``
 and ``ret_curve``), like every accuracy. The shares ``bg_dominated_*``, ``closed_*``, ``topk_*`` and
@@ -51,12 +51,12 @@ from typing import Any
 
 import pandas as pd
 
-from ..atomic import atomic_path, atomic_write_text
-from ..config import DEFAULTS, RUN_KEYS, as_recorded, flatten, run_settings
-from ..errors import ConfigError, MetricsFileError
-from ..grid import Run, evaluation_sections, expand_grid
-from ..registry import METHODS
-from ..yamlio import json_object, read_text
+from ..core.atomic import atomic_path, atomic_write_text
+from ..settings.config import DEFAULTS, RUN_KEYS, as_recorded, flatten, run_settings
+from ..core.errors import ConfigError, MetricsFileError
+from ..grid.expand import Run, evaluation_sections, expand_grid
+from ..settings.registry import METHODS
+from ..core.yamlio import json_object, read_text
 from .names import METRICS_JSON, is_main
 
 __all__ = ["COLUMNS", "check_identity", "prepare", "read_summary", "setting_columns", "summarize", "swept",
@@ -207,8 +207,8 @@ def _settings(recorded: dict) -> dict[str, Any]:
 
 
 def _rows(run: Run, metrics: dict[str, dict], code: dict[str, str] | None = None) -> list[dict]:
-    """The run's rows: one per name it takes (grid.Run.labels), each listing the sets (and the sets it initialises)
-    where it takes that name, with the same settings and numbers."""
+    """The run's rows: one per name it takes (grid.expand.Run.labels), each listing the sets (and the sets it
+    initialises) where it takes that name, with the same settings and numbers."""
     row = _flatten(run, metrics, code)
     out = []
     for label in dict.fromkeys(run.labels.values()):
@@ -239,11 +239,11 @@ def _flatten(run: Run, metrics: dict[str, dict], code: dict[str, str] | None = N
         if isinstance(values, list):
             row[col] = json.dumps([_json_num(v) for v in values])
     row["eval_bn"] = str(metrics["run"].get("eval_bn") or "")  # the features' BatchNorm mode
-    learning = (metrics.get("training") or {}).get("learning")  # bayesncl.learning, from the run's log
+    learning = (metrics.get("training") or {}).get("learning")  # bayesncl.measures.learning, from the run's log
     if isinstance(learning, dict):
         row["learning_slope"], row["learning_hi"] = _num(learning.get("slope")), _num(learning.get("hi"))
         row["still_learning"] = _num(learning.get("still_learning"))
-    fall = (metrics.get("training") or {}).get("collapse")  # bayesncl.learning.collapse, from the run's log
+    fall = (metrics.get("training") or {}).get("collapse")  # bayesncl.measures.learning.collapse, from the run's log
     if isinstance(fall, dict):
         row["collapsed"], row["collapse_epoch"] = _num(fall.get("collapsed")), _num(fall.get("epoch"))
         row["infonce_chance"] = _num(fall.get("chance"))
@@ -253,7 +253,7 @@ def _flatten(run: Run, metrics: dict[str, dict], code: dict[str, str] | None = N
     for name, body in metrics.items():  # a plugin section's numbers, in the columns it named
         for key, col in getattr(SECTIONS.get(name), "columns", ()):
             row[col] = _num((body or {}).get(key))
-    from ..stale import run_staleness
+    from ..grid.stale import run_staleness
 
     diff = run_staleness(metrics["config"], run, code)  # against today's grid; the plugin code it recorded too
     row["stale"] = json.dumps(diff, sort_keys=True) if diff else ""
@@ -271,7 +271,7 @@ def summarize(grid_config: dict, base_dir: str | os.PathLike | None = None) -> p
     results = Path(grid_config["results"])
     if not results.is_absolute():
         results = (Path(base_dir) if base_dir is not None else Path.cwd()) / results
-    from ..rundir import read_code
+    from ..runs.files import read_code
 
     rows = [row for run_id, run in expand_grid(grid_config).items()
             for row in _rows(run, _read_run(run, results / "runs" / run_id / "eval"), read_code(results / "runs" / run_id))]
@@ -346,7 +346,7 @@ def _same_width(csv_path, text: str, fix: str) -> None:
     import csv
     import io
 
-    from ..errors import DataError
+    from ..core.errors import DataError
 
     try:
         widths = [len(row) for row in csv.reader(io.StringIO(text)) if row]
@@ -368,7 +368,7 @@ def read_summary(csv_path: str | os.PathLike) -> pd.DataFrame:
     naming it: read before anything is written, so a bad runs.csv leaves earlier tables as they were."""
     import io
 
-    from ..errors import DataError
+    from ..core.errors import DataError
 
     fix = "run `bayesncl summarize` to write it again"
     try:
@@ -408,8 +408,8 @@ def check_identity(df: pd.DataFrame, csv_path) -> None:
     value: a run without its seed, method, ... would be dropped from, or pooled wrongly into, a comparison
     and change a verdict in silence. One DataError naming the file, the rows (the header is row 1) and the
     first bad column; every reader of runs.csv calls it (read_summary) before anything is written."""
-    from ..errors import DataError
-    from ..registry import training_datasets
+    from ..core.errors import DataError
+    from ..settings.registry import training_datasets
 
     DATASETS, METHOD_NAMES = training_datasets(), METHODS.names()
 

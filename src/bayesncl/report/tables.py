@@ -43,10 +43,10 @@ from typing import Callable
 
 import pandas as pd
 
-from ..registry import method_traits
+from ..settings.registry import method_traits
 from .cells import MARKS, METRICS, Fmt, Stat, bold_best, stat
 from .groups import Group, blocks, parse_list
-from .layout import render_context, table_context, write_table
+from .table_files import render_context, table_context, write_table
 from .names import ARCH_NAMES, DATASET_NAMES
 from .summary import prepare
 
@@ -132,13 +132,14 @@ def learning_note(groups: list[Group]) -> str:
 
 
 def collapse_note(groups: list[Group]) -> str:
-    """Runs that collapsed (¶; bayesncl.learning.collapse): their numbers stay in the row's mean and interval."""
+    """Runs that collapsed (¶; bayesncl.measures.learning.collapse): their numbers stay in the row's mean and
+    interval."""
     return _run_flag_note(groups, "collapsed", "¶", "collapsed (their InfoNCE loss climbed back more than half the "
                           "way to chance, ln(2N-1), after falling; docs/METHOD.md section 10); they stay in the means.")
 
 
 def stale_note(groups: list[Group]) -> str:
-    """Runs trained under other settings than the grid gives them today (runs.csv's ``stale``; bayesncl.stale):
+    """Runs trained under other settings than the grid gives them today (runs.csv's ``stale``; bayesncl.grid.stale):
     each differing key, its recorded values, how many of the table's runs have each, and today's value."""
     runs = [r for g in groups for r in g.rows]
     seen: dict[str, Counter] = {}

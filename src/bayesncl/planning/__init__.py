@@ -1,0 +1,1 @@
+"""Before a grid runs: its GPU-hours and submissions (`estimate`) and the seeds each claim needs (`plan`)."""
