@@ -124,7 +124,7 @@ def test_the_outputs_shown_are_the_commands_own():
     # the paper grid's estimate itself is checked, line by line, in tests/test_estimate.py (-m grid: a minute)
     planned = next(b for b in blocks("text") if b.startswith("Seeds each claim needs"))
     lines = planned.splitlines()
-    assert lines[1].split()[:4] == ["dataset", "claim", "family", "n"] and lines[-1].startswith("The gate")
+    assert lines[1].split()[:4] == ["dataset", "claim", "family", "n"] and lines[-1].startswith("The primary claims")
     from bayesncl.planning.plan import Plan, render
 
     assert lines[0] == render(Plan([], {})).splitlines()[0]  # the planner's own header

@@ -629,3 +629,22 @@ def test_the_family_line_without_a_stuck_primary_claim():
         "4 (synthetic).")
     assert plan.family_line(Plan([], {})) == ("No primary claim ran: the comparisons are one family. No secondary "
                                               "claim is planned.")
+
+
+def test_a_set_grows_by_the_most_any_of_its_comparisons_needs():
+    """1a, declared at a small effect, needs the most seeds of Table 1's comparisons and comes first: the ones after
+    it need fewer and must not shrink the set's growth."""
+    wf = {**demo_grid(), "plan": {"effects": {"1a": 2.0}}}
+    p = plan.make_plan(pilot_frame(), wf)
+    adds = [n.add for n in p.needs if n.add and "table1" in n.sets]
+    assert len(set(adds)) > 1 and adds[0] == max(adds)
+    assert p.grow["table1"] == max(adds)
+
+
+def test_a_difference_on_the_claims_bound_cannot_hold_there():
+    """A "not worse" claim planned at exactly its margin (a distance of 0 from its bound) is no seed count: no
+    number of seeds gives it power there."""
+    wf = {**demo_grid(), "plan": {"effects": {"2a": -1.0}}}
+    need = {n.claim: n for n in plan.make_plan(pilot_frame(), wf).needs}["2a"]
+    assert need.add is None and need.why.startswith("cannot hold at its margin: the declared effect -1 lies beyond "
+                                                    "its bound -1")
