@@ -648,3 +648,12 @@ def test_a_difference_on_the_claims_bound_cannot_hold_there():
     need = {n.claim: n for n in plan.make_plan(pilot_frame(), wf).needs}["2a"]
     assert need.add is None and need.why.startswith("cannot hold at its margin: the declared effect -1 lies beyond "
                                                     "its bound -1")
+
+
+def test_with_no_primary_claim_to_pass_level_on_a_secondary_one_gets_none():
+    """1a against its direction and 2a beyond its margin: no primary claim holds or is planned, so the secondary
+    comparisons have no level to be planned at, and say so (not "more than 100 seeds")."""
+    p = plan.make_plan(pilot_frame(d1a=exact(-2.0, 3.0), d2a=exact(-4.0, 3.0)), demo_grid())
+    tested = [n for n in p.needs if n.family == "secondary" and n.sd == n.sd and n.sd_plan == n.sd_plan]
+    assert tested and {n.why for n in tested} == {"no level: no primary claim holds or is planned to pass level on"}
+    assert not p.grow
