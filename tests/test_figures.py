@@ -415,6 +415,17 @@ def test_figure4b_leaves_out_a_sweep_runs_csv_has_no_column_for():
     assert len(fig.axes) == 4 and "lr" not in _title(fig)
 
 
+def test_figure4b_leaves_out_a_setting_another_set_sweeps_through_the_shared_default():
+    """The demo's default run is a point of Figure 4a's D sweep too (its `sweep` says "proj_dim;lambda"): inside
+    Figure 4b it is one value of D, no sweep, and gets no panels."""
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4a;figure4b", "proj_dim;lambda", sc=36.0,
+                       probe_top1=61.0) for s in range(3)]
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0)
+             for lam in (0.0, 1e-4)]
+    fig = figures._figure4b(summ.prepare(pd.DataFrame(rows)))
+    assert len(fig.axes) == 4 and "proj_dim" not in _title(fig)
+
+
 def test_a_sweep_is_read_from_the_column_its_setting_has():
     from helpers.grids import plugin_method
 

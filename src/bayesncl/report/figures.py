@@ -200,11 +200,17 @@ def _ncl_reference(df: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
 SWEEP_NAMES = {"rho": ("ρ", "ρ, prior keep rate"), "lambda": ("λ", "λ, KL weight (log scale)")}
 
 
+def _values(rows: pd.DataFrame, column: str) -> int:
+    return pd.to_numeric(rows[column], errors="coerce").nunique()
+
+
 def _figure4b(df: pd.DataFrame, note: str = "") -> Figure:
     """One column of panels per swept setting: the paper's rho and lambda, then any other setting the set's runs
     sweep (a plugin's declared setting, a package key), each drawn alike against its runs.csv column."""
     rows = rows_in_set(df, "figure4b")
-    params = ["rho", "lambda", *(p for p in swept(rows) if p not in SWEEP_NAMES and sweep_column(p) in rows)]
+    # a setting other sets sweep reaches this set's rows only through its one shared default point: not swept here
+    params = ["rho", "lambda", *(p for p in swept(rows) if p not in SWEEP_NAMES and sweep_column(p) in rows
+                                 and _values(sweep_rows(rows, p), sweep_column(p)) > 1)]
     columns = {p: sweep_column(p) for p in params}
     df = df.assign(**{columns[p]: pd.to_numeric(df[columns[p]], errors="coerce") for p in params[2:]})
     rows = rows_in_set(df, "figure4b")
