@@ -18,7 +18,7 @@ import yaml
 
 from bayesncl.cli.main import main
 from bayesncl.grid.expand import evaluation_sections, expand_grid
-from bayesncl.grid.stale import NOT_COMPARED
+from bayesncl.grid.stale import NOT_COMPARED, trigger_change
 from bayesncl.grid.status import grid_status, render, run_status, totals
 from helpers.processes import current
 
@@ -633,3 +633,13 @@ def test_stale_lists_every_stale_run_after_runs_not_started_and_reads_old_record
     print_stale(GRID, res, "g.yaml", all_jobs=True)
     assert f"pretrain {b}: not made yet; its folder holds a run of other settings, replaced: seed 9 (today " \
            f"{dict(runs)[b].config['seed']})" in capsys.readouterr().out.splitlines()
+
+
+def test_an_evaluation_trigger_s_change_names_keys_either_side_lacks():
+    """A key only the recorded trigger has, or only today's, reads "absent" on the other side; plugin code compared
+    entry by entry, an entry only the record names included."""
+    was = {"eval": {"k": 1, "gone": 2}, "plugin_code": {"m": "sha256 " + "a" * 64, "old": "v1"}}
+    today = {"eval": {"k": 1, "new": 3}, "plugin_code": {"m": "sha256 " + "a" * 64}}
+    assert trigger_change(was, today) == {"eval.gone": [2, "absent"], "eval.new": ["absent", 3],
+                                          "code of old": ["v1", "absent"]}
+    assert trigger_change(was, was) == {}
