@@ -1,10 +1,11 @@
 """How a local workflow run starts its jobs (bayesncl.cli.local_jobs, read by workflow/rules/common.smk): the GPUs it
-sees, its fork servers' folder and their end, the `bayesncl` script PATH finds first."""
+sees, its fork servers' folder and their end, the `bayesncl` script PATH finds first, Snakemake's one wake-up timer."""
 
 import os
 import stat
 import subprocess
 import sysconfig
+import threading
 
 import pytest
 
@@ -76,3 +77,39 @@ def test_the_interpreter_s_own_script_goes_before_a_version_manager_s_shim(tmp_p
     monkeypatch.setattr(local_jobs.shutil, "which", lambda name: found if name == "bayesncl" else None)
     monkeypatch.setattr(sysconfig, "get_path", lambda name: str(tmp_path) if name == "scripts" else None)
     assert local_jobs.script_folder() == (str(tmp_path) if first else None)
+
+
+def _timers() -> set:
+    return {t for t in threading.enumerate() if isinstance(t, threading.Timer)}
+
+
+def test_the_scheduler_keeps_one_wakeup_timer_however_often_its_loop_passes():
+    """Snakemake's loop asks for a wake-up at every pass (one more per finished job); one pending timer serves them
+    all, wakes the loop once, and the next pass after it fires gets a new one."""
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    class Scheduler(JobScheduler):  # the real method, patched on a subclass: the test leaves Snakemake's as it is
+        def __init__(self):
+            self._open_jobs = threading.Semaphore(0)
+
+    assert local_jobs.one_wakeup_timer(Scheduler)
+    assert JobScheduler._schedule_reevalutation is not Scheduler._schedule_reevalutation
+    s = Scheduler()
+    before = _timers()
+    for _ in range(50):
+        s._schedule_reevalutation(0.3)
+    assert _timers() - before == {s._bayesncl_wakeup} and s._bayesncl_wakeup.daemon
+    timer = s._bayesncl_wakeup
+    assert s._open_jobs.acquire(timeout=5)  # it wakes the loop
+    s._schedule_reevalutation(0.05)  # the pass it woke asks for the next wake-up at once, and gets it
+    assert s._bayesncl_wakeup not in (None, timer)
+    assert s._open_jobs.acquire(timeout=5)
+    timer.join(5)
+    assert not s._open_jobs.acquire(timeout=0.5)  # each timer woke it once
+
+
+def test_a_snakemake_without_the_timer_method_is_left_as_it_is():
+    class Scheduler:
+        pass
+
+    assert not local_jobs.one_wakeup_timer(Scheduler) and not hasattr(Scheduler, "_schedule_reevalutation")

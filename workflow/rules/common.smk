@@ -14,7 +14,7 @@ from pathlib import Path
 from snakemake.common import NOTHING_TO_BE_DONE_MSG
 from snakemake.logging import LogEvent, logger as snakemake_logger
 
-from bayesncl.cli.local_jobs import end_forkservers, own_forkserver_folder, script_folder, visible_gpus
+from bayesncl.cli.local_jobs import end_forkservers, one_wakeup_timer, own_forkserver_folder, script_folder, visible_gpus
 
 from bayesncl.core.errors import BayesNCLError, ConfigError
 from bayesncl.grid.expand import evaluation_sections, job_trigger, prepared_copies
@@ -201,6 +201,9 @@ FORKSERVER_RUN_DIR = own_forkserver_folder(FORKSERVER and workflow.is_main_proce
 # Locally, where PATH finds a version manager's shim for `bayesncl` (pyenv's, asdf's: a shell script under
 # .../shims/, a tenth of a second per job), the script this interpreter installed goes first on PATH instead.
 LOCAL_BIN = script_folder() if LOCAL else None
+# Snakemake's scheduler wakes on one timer, not one more per finished job (local_jobs.one_wakeup_timer).
+if workflow.is_main_process:
+    one_wakeup_timer()
 
 
 ALLOCATION_SCRIPT = os.path.normpath(os.path.join(str(workflow.current_basedir), "..", "scripts",

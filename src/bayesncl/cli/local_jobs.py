@@ -1,6 +1,6 @@
 """How a local workflow run starts its jobs (workflow/rules/common.smk reads these; a cluster's scheduler does this
-work there): the GPUs this machine shows, the fork server's folder of this run, and the `bayesncl` script PATH
-should find first."""
+work there): the GPUs this machine shows, the fork server's folder of this run, the `bayesncl` script PATH
+should find first, and Snakemake's scheduler kept to one wake-up timer."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import os
 import shutil
 import subprocess
 import sysconfig
+import threading
 
-__all__ = ["end_forkservers", "own_forkserver_folder", "script_folder", "visible_gpus"]
+__all__ = ["end_forkservers", "one_wakeup_timer", "own_forkserver_folder", "script_folder", "visible_gpus"]
 
 
 def visible_gpus() -> list[str]:
@@ -61,3 +62,33 @@ def script_folder() -> str | None:
         return None
     scripts = sysconfig.get_path("scripts")
     return scripts if os.path.isfile(os.path.join(scripts, "bayesncl")) else None
+
+
+def one_wakeup_timer(scheduler_class=None) -> bool:
+    """Keep Snakemake's job scheduler to one pending wake-up timer; True where it was patched.
+
+    Snakemake 9 (scheduling/job_scheduler.py) starts a timer thread that wakes the scheduler after the job-rate
+    timespan at every pass of its loop, and every finished job starts a pass: the timers chain, one more per
+    finished job, each waking the loop once a second. In the demo's 573 jobs that grew to hundreds of threads and a
+    fifth of a core taken from the jobs. One pending timer wakes it as well (a finished job wakes it by itself).
+    A Snakemake without the method is left as it is."""
+    if scheduler_class is None:
+        from snakemake.scheduling.job_scheduler import JobScheduler as scheduler_class
+    if not hasattr(scheduler_class, "_schedule_reevalutation"):
+        return False
+
+    def schedule_reevaluation(self, delay) -> None:
+        if getattr(self, "_bayesncl_wakeup", None) is not None:
+            return
+
+        def wake():
+            self._bayesncl_wakeup = None  # before the release: the pass it wakes may ask for the next one
+            self._open_jobs.release()
+
+        timer = threading.Timer(delay, wake)
+        timer.daemon = True  # a wake-up left pending never holds the finished workflow's exit
+        self._bayesncl_wakeup = timer
+        timer.start()
+
+    scheduler_class._schedule_reevalutation = schedule_reevaluation
+    return True
