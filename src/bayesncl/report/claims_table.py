@@ -18,7 +18,7 @@ from .cells import METRICS, Fmt, Stat
 from .claims import PRIMARY, SAME_INIT, Comparison, Side
 from .judge import Judged, judge
 from .groups import flag_repeats, group_rows
-from .table_files import render_context, table_context, write_table
+from .tables import render_context, table_context, write_table
 from .lines import rows_in_set, saturation_verdict
 from .names import ARCH_NAMES, DATASET_NAMES, HEADLINE, is_main
 from .reading import reading, rows_of
