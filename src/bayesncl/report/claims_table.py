@@ -306,7 +306,7 @@ def render_claims(df: pd.DataFrame, kind: str = "tex") -> str:
 
 def write_claims(df: pd.DataFrame, out_dir: str | os.PathLike, stamp: str | None = None,
                  smoke: bool = False) -> list[Path]:
-    """Write claims.tex and claims.md into ``out_dir``, each once (``layout.write_table``)."""
+    """Write claims.tex and claims.md into ``out_dir``, each once (``tables.write_table``)."""
     out = Path(out_dir)
     return [write_table(out / f"claims.{kind}", render_claims(df, kind), stamp, smoke) for kind in ("tex", "md")]
 
