@@ -32,7 +32,7 @@ def measure(run: Path, big: int, sizes: list[int]) -> dict:
     """{metric: {"full": value, n: [value per block]}} for one run."""
     import torch
 
-    from bayesncl.runs import checkpoint as ckpt_io
+    from bayesncl.runs import files
     from bayesncl.settings.config import merge
     from bayesncl.data import load_split
     from bayesncl.measures import arrays as metrics
@@ -40,9 +40,9 @@ def measure(run: Path, big: int, sizes: list[int]) -> dict:
     from bayesncl.training.embed import embed
     from bayesncl.core.yamlio import nest
 
-    state = ckpt_io.load(run / "model.pt")
+    state = files.load(run / "model.pt")
     cfg = merge(state["config"], nest({"data.synthetic.test_size": big}))
-    model = ckpt_io.model_from_state(state, run / "model.pt")
+    model = files.model_from_state(state, run / "model.pt")
     device = torch.device("cpu")
     test, train = load_split(cfg["data"], "test"), load_split(cfg["data"], "train")
     feat, h = embed(model, test, cfg, device, key=("feature", "h"))

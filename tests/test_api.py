@@ -73,6 +73,9 @@ def test_a_plugin_written_against_the_old_docs_still_loads(tmp_path):
         from bayesncl.model import losses, methods
         from bayesncl.settings import registry
         from bayesncl.evaluation.sections import SECTIONS
+        from bayesncl.evaluation.context import Context
+        from bayesncl.evaluation import runner
+        assert Context is runner.Context and bayesncl.evaluation.context is runner
         assert bayesncl.registry is registry and bayesncl.methods is methods and bayesncl.losses is losses
         assert DataError is errors.DataError
         assert registry.METHODS["ncl_old"].label == "NCL (old imports)" and "old_share" in SECTIONS

@@ -126,12 +126,12 @@ def released(args: dict | None = None, drop: str = "", extra: dict | None = None
 
 
 def _model_pt(tmp: Path) -> None:
-    from bayesncl.runs import checkpoint as ckpt_io
+    from bayesncl.runs.files import save
     from bayesncl.settings.config import resolve
     from bayesncl.model.methods import build_method
 
     cfg = resolve(sets=["model.width=4", "model.proj_hidden=8", "model.proj_dim=4"])
-    ckpt_io.save({"config": cfg, "model": build_method(cfg).state_dict()}, tmp / "model.pt")
+    save({"config": cfg, "model": build_method(cfg).state_dict()}, tmp / "model.pt")
 
 
 IMPORT = ["import", "--checkpoint", "{tmp}/r.ckpt", "--out", "{tmp}/run"]

@@ -474,7 +474,7 @@ def test_a_twin_is_the_runs_own_initialisation(tmp_path):
     """pretrain at 0 epochs saves the network its trained run starts from (same seed, same build)."""
     import torch
 
-    from bayesncl.runs import checkpoint as ckpt_io
+    from bayesncl.runs import files
     from bayesncl.model.methods import build_method
     from bayesncl.training.train import pretrain
 
@@ -483,7 +483,7 @@ def test_a_twin_is_the_runs_own_initialisation(tmp_path):
     twin = next(r for r in runs.values() if "table1" in r.init_of and r.labels["table1"] == run.labels["table1"])
     cfg = copy.deepcopy(twin.config)
     cfg["seed"] = run.config["seed"]
-    saved = ckpt_io.load(pretrain(cfg, tmp_path, progress=False))["model"]
+    saved = files.load(pretrain(cfg, tmp_path, progress=False))["model"]
     torch.manual_seed(run.config["seed"])
     fresh = build_method(run.config).state_dict()
     assert saved.keys() == fresh.keys() and all(torch.equal(saved[k], fresh[k]) for k in fresh)

@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from bayesncl.runs import checkpoint as ckpt_io
+from bayesncl.runs import files
 from bayesncl.settings import config as C
 from bayesncl.cli.main import main
 from bayesncl.core.errors import BayesNCLError, ConfigError, DataError, MissingInputError
@@ -52,7 +52,7 @@ def test_every_section_writes_its_own_file(trained, evaluated):
     for name, body in m.items():  # each file says which run it measured
         assert body["run"]["method"] == "bayesncl" and body["run"]["rho"] == 0.8, name
         assert body["run"]["checkpoint"].endswith("model.pt")
-    assert m["features"]["run"]["weights_sha"] == ckpt_io.weights_digest(ckpt_io.load_model(run / "model.pt")[0])
+    assert m["features"]["run"]["weights_sha"] == files.weights_digest(files.load_model(run / "model.pt")[0])
     it = m["interpretability"]["interpretability"]
     assert 0 < it["sc"] <= 100 and 0 <= it["act"] <= 100 and it["alive"] <= 16
     assert 0 <= it["bg_dominated_zplus"] <= 1 and "zplus" in it
@@ -81,7 +81,7 @@ def test_cached_features_are_what_the_model_computes(trained, evaluated):
 
     run, cfg = trained
     out, _ = evaluated
-    model, _ = ckpt_io.load_model(run / "model.pt")
+    model, _ = files.load_model(run / "model.pt")
     test = load_split(cfg["data"], "test")
     feature, zplus, gate = embed(model, test, cfg, torch.device("cpu"), key=("feature", "zplus", "gate"))
     with np.load(out / "features.npz") as f:
@@ -242,7 +242,7 @@ def test_waterbirds_background_probe_reads_place_from_the_models_h(trained, tmp_
                        sets=[f"eval.waterbirds_root={root}"])
     bg = _read(path)["background_probe"]
     assert (bg["target"], bg["protocol"]) == ("waterbirds_place", "fast")
-    model, _ = ckpt_io.load_model(run / "model.pt")
+    model, _ = files.load_model(run / "model.pt")
     split = {s: load_waterbirds(root, s) for s in ("train", "test")}
     # the probe's h with running statistics, as the released linear probe (docs/METHOD.md section 4)
     (htr,), (hte,) = (embed(model, split[s], cfg, torch.device("cpu"), key=("h",), bn="running")
@@ -260,7 +260,7 @@ def test_cost_alone_reads_only_the_checkpoint(trained, tmp_path):
     run, cfg = trained
     (path,) = evaluate(run / "model.pt", tmp_path, only=["cost"], progress=False)
     c = _read(path)["cost"]
-    model, _ = ckpt_io.load_model(run / "model.pt")
+    model, _ = files.load_model(run / "model.pt")
     assert c["params_m"] == pytest.approx(sum(p.numel() for p in model.parameters()) / 1e6)
     size = cfg["data"]["synthetic"]["image_size"]
     flops = count_flops_per_image(model.train(), torch.randn(2, 3, size, size))
@@ -277,7 +277,7 @@ def test_trained_probe_beats_chance_and_random_init(tmp_path):
     cfg = C.resolve(base=run.config, sets=["train.dynamics_every=0"])
     pretrain(cfg, tmp_path / "trained", progress=False)
     torch.manual_seed(cfg["seed"])
-    ckpt_io.save({"config": cfg, "model": build_method(cfg).state_dict(), "epoch": 0}, tmp_path / "rand" / "model.pt")
+    files.save({"config": cfg, "model": build_method(cfg).state_dict(), "epoch": 0}, tmp_path / "rand" / "model.pt")
     (tmp_path / "rand" / "log.jsonl").write_text("")  # trained for zero epochs
     acc = {}
     for name in ("trained", "rand"):

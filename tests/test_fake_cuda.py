@@ -254,7 +254,7 @@ def dry_run(monkeypatch, out, module=T, sets=()):
         monkeypatch.setattr(module, "host_contact", guard.permitted)
         monkeypatch.setattr(module, "mark_ready", lambda: stack.enter_context(guard))
         # fake tensors have no bytes to write: a checkpoint is recorded, not written
-        monkeypatch.setattr(module.ckpt_io, "save", lambda obj, path: saved.append(Path(path).name))
+        monkeypatch.setattr(module.files, "save", lambda obj, path: saved.append(Path(path).name))
         module.pretrain(cfg, out, progress=False)
     return guard, saved
 

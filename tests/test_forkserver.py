@@ -92,7 +92,7 @@ def test_a_run_through_the_server_is_the_plain_run(tmp_path, server_dir, tiny_se
 
     import torch
 
-    from bayesncl.runs.checkpoint import weights_digest
+    from bayesncl.runs.files import weights_digest
 
     a, b = (torch.load(outs[m] / "model.pt", map_location="cpu", weights_only=False) for m in ("served", "plain"))
     assert weights_digest(a["model"]) == weights_digest(b["model"])

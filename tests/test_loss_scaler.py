@@ -176,7 +176,7 @@ def test_fp16_without_the_scaler_is_refused_by_name():
 
 
 def test_a_checkpoint_from_before_the_scaler_reads_as_none():
-    from bayesncl.runs.checkpoint import stored_config
+    from bayesncl.runs.files import stored_config
 
     cfg = C.resolve(sets=[])
     del cfg["train"]["loss_scaler"]

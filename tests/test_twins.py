@@ -237,7 +237,7 @@ def test_twin_records_are_the_runs_with_their_twins_numbers_in_the_sets_it_initi
 def test_the_demo_s_shared_twin_is_the_one_its_trained_runs_start_from(tmp_path):
     """pretrain at 0 epochs of the twin w/o detach shares with BayesNCL (STE) saves the network w/o detach's own
     training starts from (same seed, same build), bit for bit."""
-    from bayesncl.runs import checkpoint as ckpt_io
+    from bayesncl.runs import files
     from bayesncl.model.methods import build_method
     from bayesncl.training.train import pretrain
     from helpers import grids
@@ -250,7 +250,7 @@ def test_the_demo_s_shared_twin_is_the_one_its_trained_runs_start_from(tmp_path)
     assert twin.config["method"]["detach"] is True and run.config["method"]["detach"] is False
     cfg = copy.deepcopy(twin.config)
     cfg["data"]["cache_dir"] = str(tmp_path / "cache")
-    saved = ckpt_io.load(pretrain(cfg, tmp_path / "run", progress=False))["model"]
+    saved = files.load(pretrain(cfg, tmp_path / "run", progress=False))["model"]
     torch.manual_seed(run.config["seed"])
     assert _same(saved, build_method(run.config).state_dict())
     assert yaml.safe_load((tmp_path / "run" / "config.resolved.yaml").read_text())["train"]["epochs"] == 0

@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from bayesncl.runs import checkpoint as ckpt_io
+from bayesncl.runs import files
 from bayesncl.settings import config as C
 from bayesncl.cli.main import main
 from bayesncl.core.errors import CheckpointError, ConfigError
@@ -69,7 +69,7 @@ def lightning_checkpoint(state: OrderedDict, **extra) -> dict:
 
 
 def write_released(model_pt: Path, where: Path, args: bool = True) -> Path:
-    state = ckpt_io.load(model_pt)
+    state = files.load(model_pt)
     where.mkdir(parents=True, exist_ok=True)
     path = where / "released-ep=1.ckpt"
     torch.save(lightning_checkpoint(released_state(state["model"])), path)
@@ -129,14 +129,14 @@ def test_a_released_checkpoint_imports_to_the_same_model_and_every_section_gives
     settings = [a for s in TINY if not s.startswith("model.") for a in ("--set", s)]  # data, train, eval
     assert main(["import", "--checkpoint", str(ckpt), "--out", str(tmp_path / "imported"), *settings]) == 0
     model_pt = tmp_path / "imported" / "model.pt"
-    state = ckpt_io.load(model_pt)
+    state = files.load(model_pt)
     got = state["config"]
     # every model and method setting the released run fixed came over from its args.json and shapes
     assert got["model"] == cfg["model"]
     assert got["method"] == cfg["method"]
     assert state["imported"]["sha256"] == released.sha256_file(ckpt)
     assert any("classifier" in f for f in state["imported"]["flags"])
-    assert ckpt_io.weights_digest(state["model"]) == ckpt_io.weights_digest(ckpt_io.load(run / "model.pt")["model"])
+    assert files.weights_digest(state["model"]) == files.weights_digest(files.load(run / "model.pt")["model"])
     assert yaml.safe_load((tmp_path / "imported" / "config.resolved.yaml").read_text()) == got
 
     a = evaluate(run / "model.pt", tmp_path / "eval_a", progress=False)
@@ -166,7 +166,7 @@ def test_without_hyper_parameters_the_keys_give_the_model_and_the_rest_is_flagge
 
 def test_lightning_s_attribute_dict_is_read_without_lightning_and_other_objects_are_refused(trained, tmp_path):
     run, cfg = trained
-    state = released_state(ckpt_io.load(run / "model.pt")["model"])
+    state = released_state(files.load(run / "model.pt")["model"])
     # A stand-in for Lightning's AttributeDict, pickled under its real name; Lightning is never imported.
     name = "pytorch_lightning.utilities.parsing"
     fake = types.ModuleType(name)
@@ -583,17 +583,17 @@ def test_an_import_written_as_a_run_records_its_source_epochs_and_config(tmp_pat
     assert imp.config["eval"]["probe"] == "paper" and imp.config["model"] == cfg["model"]
     assert imp.epoch == 2  # Lightning's epoch counts from 0: a checkpoint at epoch 1 has 2 epochs behind it
     final = released.write_run(imp, path, tmp_path / "run")
-    state = ckpt_io.load(final)
+    state = files.load(final)
     assert state["epoch"] == 2 and state["config"] == imp.config
     assert state["imported"] == {"source": str(path), "sha256": released.sha256_file(path), "flags": imp.flags,
                                  "epochs": 2}
-    assert ckpt_io.weights_digest(state["model"]) == ckpt_io.weights_digest(imp.state)
+    assert files.weights_digest(state["model"]) == files.weights_digest(imp.state)
     assert (tmp_path / "run" / "config.resolved.yaml").read_text() == C.dump_yaml(imp.config)  # as pretrain's
     assert (tmp_path / "run" / "log.jsonl").read_text() == ""
     bare = {k: v for k, v in torch.load(path)["state_dict"].items()}  # a bare state dict: no epoch, no Lightning
     torch.save(bare, tmp_path / "r" / "bare.ckpt")
     imp = released.import_checkpoint(tmp_path / "r" / "bare.ckpt")
-    assert imp.epoch is None and ckpt_io.weights_digest(imp.state) == ckpt_io.weights_digest(state["model"])
+    assert imp.epoch is None and files.weights_digest(imp.state) == files.weights_digest(state["model"])
     torch.save({"state_dict": [1, 2]}, tmp_path / "list.ckpt")
     with pytest.raises(CheckpointError, match="its state_dict is a list, not a dict"):
         released.import_checkpoint(tmp_path / "list.ckpt")
@@ -614,7 +614,7 @@ def _model_pt(tmp_path: Path, arch: str, stem: str, padding: int = 1) -> tuple[P
             m.running_var.uniform_(0.5, 2.0)
             m.bias.data.normal_(0, 0.1)
     path = tmp_path / "model.pt"
-    ckpt_io.save({"config": cfg, "model": model.state_dict()}, path)
+    files.save({"config": cfg, "model": model.state_dict()}, path)
     return path, model.eval()
 
 
@@ -643,7 +643,7 @@ def test_an_exported_backbone_loads_strictly_and_gives_the_same_features(tmp_pat
     path, model = _model_pt(tmp_path, arch, stem, padding)
     assert main(["export", "--checkpoint", str(path), "--format", fmt, "--out", str(tmp_path / "x"), "--heads"]) == 0
     info = json.loads((tmp_path / "x" / "config.json").read_text())
-    assert info["config"] == ckpt_io.load(path)["config"]
+    assert info["config"] == files.load(path)["config"]
     assert info["export"]["build"][lib] == BUILD[lib, stem].format(arch=arch, padding=padding)
     assert f"padding={padding}," in info["export"]["build"][lib] or stem == "imagenet"
     assert info["export"]["cifar_padding"] == (padding if stem == "cifar" else None)
@@ -672,7 +672,7 @@ def test_an_exported_backbone_loads_strictly_and_gives_the_same_features(tmp_pat
 
 def test_an_export_of_an_other_width_is_safetensors_only(tmp_path):
     cfg = C.resolve(sets=["model.width=4", "model.proj_hidden=8", "model.proj_dim=8"])
-    ckpt_io.save({"config": cfg, "model": build_method(cfg).state_dict()}, tmp_path / "model.pt")
+    files.save({"config": cfg, "model": build_method(cfg).state_dict()}, tmp_path / "model.pt")
     with pytest.raises(CheckpointError, match="model.width is 4"):
         export(tmp_path / "model.pt", tmp_path / "x", "timm")
     assert not (tmp_path / "x").exists()
@@ -685,13 +685,13 @@ def test_an_export_s_config_json_and_safetensors_metadata_say_what_was_exported_
     cfg = C.resolve(sets=[*SMALL, "method.name=ncl"])
     torch.manual_seed(0)
     model = build_method(cfg)
-    ckpt_io.save({"config": cfg, "model": model.state_dict()}, tmp_path / "model.pt")
+    files.save({"config": cfg, "model": model.state_dict()}, tmp_path / "model.pt")
     with pytest.raises(CheckpointError, match=re.escape("--format 'onnx': allowed torchvision, timm, safetensors")):
         export(tmp_path / "model.pt", tmp_path / "x", "onnx")
     written = export(tmp_path / "model.pt", tmp_path / "x", "safetensors")  # the heads only when asked for
     assert written == [tmp_path / "x" / "backbone.safetensors", tmp_path / "x" / "config.json"]
     info = {"format": "safetensors", "arch": "resnet18", "width": 4, "stem": "cifar", "cifar_padding": 1,
-            "source": str(tmp_path / "model.pt"), "weights_sha": ckpt_io.weights_digest(model),
+            "source": str(tmp_path / "model.pt"), "weights_sha": files.weights_digest(model),
             "backbone": "backbone.safetensors", "heads": None,
             "build": None}  # width 4: no network of torchvision's or timm's loads it
     assert json.loads((tmp_path / "x" / "config.json").read_text()) == {"config": cfg, "export": info}
@@ -963,6 +963,6 @@ def test_an_import_s_set_wins_over_the_checkpoint_s_settings(tmp_path):
     out = tmp_path / "run"
     assert main(["import", "--checkpoint", str(path), "--out", str(out), "--set", "method.temperature=0.5",
                  "--set", "method.rho=0.7"]) == 0
-    got = ckpt_io.load(out / "model.pt")["config"]["method"]
+    got = files.load(out / "model.pt")["config"]["method"]
     assert (got["temperature"], got["rho"]) == (0.5, 0.7)
     assert released.import_checkpoint(path).config["method"]["temperature"] == 0.3  # without the --set: carried

@@ -26,13 +26,13 @@ Claims (section 5):
 Each name is looked up where it lives when first used: importing this module imports nothing of the package, so a
 dataset plugin does not load the networks, nor a method plugin the report.
 
-Old names. Plugins written before the package was laid out in layers import these names from their modules
+Old names. Plugins written against the earlier docs import these names from their modules
 (`from bayesncl import registry`, `from bayesncl.methods import NCL`, `bayesncl.losses.normalize`,
-`from bayesncl.errors import DataError`). OLD_PATHS maps
+`from bayesncl.errors import DataError`, `from bayesncl.evaluation.context import Context`). OLD_PATHS maps
 each such module path to the module that holds it now; bayesncl/__init__.py installs OldPaths, the import hook that
 makes each old path import that module (the same module object), so those plugins still load. The paths the
-earlier docs named that did not move (`bayesncl.data`, `bayesncl.evaluation.sections`, `bayesncl.evaluation.context`,
-`bayesncl.report.cells`) need no hook. The package's own code never uses the old paths (tests/test_layers.py).
+earlier docs named that did not move (`bayesncl.data`, `bayesncl.evaluation.sections`, `bayesncl.report.cells`)
+need no hook. The package's own code never uses the old paths (tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ NAMES = {
     "normalize": "bayesncl.model.losses", "nonneg": "bayesncl.model.losses",
     "ImageSet": "bayesncl.data", "DataError": "bayesncl.core.errors", "LayoutError": "bayesncl.core.errors",
     "ConfigError": "bayesncl.core.errors",
-    "section": "bayesncl.evaluation.sections", "Context": "bayesncl.evaluation.context",
+    "section": "bayesncl.evaluation.sections", "Context": "bayesncl.evaluation.runner",
     "METRICS": "bayesncl.report.cells", "Metric": "bayesncl.report.cells",
     "register_claim": "bayesncl.report.claims", "Claim": "bayesncl.report.claims",
 }
@@ -60,6 +60,7 @@ OLD_PATHS = {
     "bayesncl.methods": "bayesncl.model.methods",
     "bayesncl.losses": "bayesncl.model.losses",
     "bayesncl.errors": "bayesncl.core.errors",
+    "bayesncl.evaluation.context": "bayesncl.evaluation.runner",
 }
 
 __all__ = sorted(NAMES)

@@ -31,10 +31,10 @@ import numpy as np
 from ..settings.config import crop_size
 from ..core.errors import ConfigError
 from ..settings.registry import DATASETS, METHODS, SECTION_SETTINGS, as_settings
-from .context import FEATURE_FILES
+from ..runs.files import FEATURE_FILES
 
 if TYPE_CHECKING:
-    from .context import Context
+    from .runner import Context
 
 __all__ = ["SECTIONS", "Section", "applicable", "section"]
 
@@ -285,15 +285,14 @@ def background_probe(ctx) -> dict:
          reads=("model",), cpus=1, mem_mb=4000, runtime=15)  # dynamics.pt, written before model.pt
 def dynamics(ctx) -> dict:
     """Spearman rho(AF, GV), rho(GV, SC), rho(AF, SC) per recorded epoch (Table 3)."""
-    from ..runs import checkpoint as ckpt_io
     from ..core.errors import MissingInputError
-    from ..runs.files import DYNAMICS
+    from ..runs.files import DYNAMICS, load
     from ..measures.dynamics import spearman_table
 
     path = ctx.run_dir / DYNAMICS
     if not path.is_file():
         raise MissingInputError(f"dynamics: {path} does not exist; pretraining with train.dynamics_every > 0 writes it")
-    dyn = ckpt_io.load(path)
+    dyn = load(path)
     epochs = sorted(dyn, key=int)
     rows = [spearman_table(dyn[e]["af"], dyn[e]["gv"], dyn[e]["sc"]) for e in epochs]
 

@@ -8,8 +8,8 @@ API:
     render_tables(df, out_dir)                  table1..7 .tex/.md
     write_claims(df, out_dir)                   claims.tex/.md (docs/METHOD.md section 9)
 Modules: names (shared labels and sets), cells (metrics, cell statistic, formats), groups (runs grouped per
-table row / claim side), verdicts (the claims' statistics), tables, claims (the comparisons), claims_table
-(their table and the terminal's outcome), layout (context -> text, the one writer of table files), figures
+table row / claim side), verdicts (the claims' statistics), tables (Tables 1-7, a table's context as text, the one
+writer of table files), claims (the comparisons), claims_table (their table and the terminal's outcome), figures
 (with lines: the rows behind each line), plots, document, provenance, jobs, atlas, smoke.
     render_figures(df, out_dir)                 figure3, figure4a, figure4b, gates .pdf/.png
     write_report(summary_csv, out_root)         out_root/tables/* and out_root/figures/*, then prints the

@@ -18,7 +18,7 @@ from .cells import METRICS, Fmt, Stat
 from .claims import PRIMARY, SAME_INIT, Comparison, Side
 from .judge import Judged, judge
 from .groups import flag_repeats, group_rows
-from .table_files import render_context, table_context, write_table
+from .tables import render_context, table_context, write_table
 from .lines import rows_in_set, saturation_verdict
 from .names import ARCH_NAMES, DATASET_NAMES, HEADLINE, is_main
 from .reading import reading, rows_of
@@ -306,7 +306,7 @@ def render_claims(df: pd.DataFrame, kind: str = "tex") -> str:
 
 def write_claims(df: pd.DataFrame, out_dir: str | os.PathLike, stamp: str | None = None,
                  smoke: bool = False) -> list[Path]:
-    """Write claims.tex and claims.md into ``out_dir``, each once (``layout.write_table``)."""
+    """Write claims.tex and claims.md into ``out_dir``, each once (``tables.write_table``)."""
     out = Path(out_dir)
     return [write_table(out / f"claims.{kind}", render_claims(df, kind), stamp, smoke) for kind in ("tex", "md")]
 

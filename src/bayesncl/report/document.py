@@ -34,7 +34,7 @@ from .claims import Comparison
 from .claims_table import build_claims, claim_cells, dataset_title, family_tally
 from .judge import claims_rows
 from .reading import reading, rows_of
-from .table_files import environment
+from .tables import environment
 from .names import DATASET_NAMES
 from .tables import TABLES, build_table
 from .verdicts import VERDICTS

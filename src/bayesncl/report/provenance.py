@@ -3,7 +3,7 @@
 - ``stamp(grid)``: the one line every generated table, figure and document carries: the commit of the
   checkout that holds the bayesncl code (with "+ uncommitted changes" when tracked files differ from it)
   and the grid config file(s) with their SHA-256 (a grid and its overlays: each, in order). Tables and
-  Markdown get it as a comment under their "do not edit" line (``stamp_text``, when layout.write_table writes
+  Markdown get it as a comment under their "do not edit" line (``stamp_text``, when tables.write_table writes
   them); figures in their metadata (PDF Subject, PNG Comment).
 - ``collect(...)``: the report's provenance page: the stamp's parts, seeds and runs, package versions,
   the machine, the date, and wall time / GPU-hours per rule from ``summary/jobs.csv`` when the workflow

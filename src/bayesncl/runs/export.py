@@ -68,7 +68,7 @@ def export(checkpoint: str | Path, out: str | Path, fmt: str, heads: bool = Fals
     folder holding a run, an export of other weights or files no export wrote is refused, or with `replace`
     replaced whole (bayesncl.runs.ownership)."""
     from ..core.atomic import atomic_write_text
-    from .checkpoint import load_model, weights_digest
+    from .files import load_model, weights_digest
     from .ownership import into, other_export
 
     if fmt not in FORMATS:

@@ -39,7 +39,7 @@ def replace_help(what: str) -> str:
 
 def _diff(recorded, cfg: dict) -> list[str]:
     """What differs between a recorded config and `cfg` on what was trained (not locations, not eval.*)."""
-    from .checkpoint import config_diff
+    from .files import config_diff
     from ..settings.config import RUNTIME_KEYS, as_recorded
 
     if not isinstance(recorded, dict):
@@ -62,7 +62,7 @@ def _yaml_config(path: Path):
 
 def _load(path: Path) -> dict | None:
     """A checkpoint's dict, None where it is no bayesncl file."""
-    from .checkpoint import load
+    from .files import load
 
     try:
         return load(path)

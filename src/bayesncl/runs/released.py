@@ -440,9 +440,8 @@ def write_run(imp: Imported, path: str | Path, out: str | Path, replace: bool = 
     import yaml
 
     from ..core.atomic import atomic_write_text
-    from .checkpoint import save
     from .ownership import into, other_run
-    from .files import CONFIG, FINAL, LOG
+    from .files import CONFIG, FINAL, LOG, save
 
     out = Path(out)
     with into(out, other_run(out, imp.config, imported=imp.sha256), replace) as where:

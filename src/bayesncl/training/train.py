@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..runs import checkpoint as ckpt_io
+from ..runs import files
 from ..core.atomic import atomic_write_text
 from ..settings.config import RUNTIME_KEYS
 from ..core.errors import ConfigError
@@ -186,8 +186,8 @@ def _pretrain(cfg: dict, out_dir: str | Path, progress: bool) -> Path:
 
     ckpt_path = out / CHECKPOINT
     if ckpt_path.exists():
-        saved = ckpt_io.load(ckpt_path, map_location="cpu")
-        diff = ckpt_io.config_diff(saved["config"], cfg, ignore=RUNTIME_KEYS)
+        saved = files.load(ckpt_path, map_location="cpu")
+        diff = files.config_diff(saved["config"], cfg, ignore=RUNTIME_KEYS)
         if diff:
             raise ConfigError(f"{ckpt_path} was written with a different config; remove the folder or restore "
                               "the config. Differences: " + "; ".join(diff))
@@ -209,10 +209,10 @@ def _pretrain(cfg: dict, out_dir: str | Path, progress: bool) -> Path:
     previous = signal.signal(signal.SIGTERM, lambda s, f: stop.update(signal=s))
 
     def save(epoch: int, step: int, rng=None, partial=None):
-        ckpt_io.save({"config": cfg, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                      "epoch": epoch, "step": step, "log": state["log"], "dynamics": state["dynamics"],
-                      "rng": rng, "partial": partial,
-                      "scaler": train_step.scaler.state_dict() if train_step.scaler else None}, ckpt_path)
+        files.save({"config": cfg, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                    "epoch": epoch, "step": step, "log": state["log"], "dynamics": state["dynamics"],
+                    "rng": rng, "partial": partial,
+                    "scaler": train_step.scaler.state_dict() if train_step.scaler else None}, ckpt_path)
 
     def finite(mean_loss: float, epoch: int, step: int) -> None:
         if not math.isfinite(mean_loss):  # before any save: NaN weights are never checkpointed
@@ -305,8 +305,8 @@ def _pretrain(cfg: dict, out_dir: str | Path, progress: bool) -> Path:
 
     with host_contact("run end"):
         if state["dynamics"]:
-            ckpt_io.save(state["dynamics"], out / DYNAMICS)
+            files.save(state["dynamics"], out / DYNAMICS)
         if not epochs:  # the random-init reference: its (empty) log, which evaluation reads like any run's
             atomic_write_text(out / LOG, "")
-        ckpt_io.save({"config": cfg, "model": model.state_dict(), "epoch": epochs, "log": state["log"]}, final)
+        files.save({"config": cfg, "model": model.state_dict(), "epoch": epochs, "log": state["log"]}, final)
     return final
