@@ -484,7 +484,7 @@ def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
             raise ConfigError(f"{at}: {what}; a claim takes {', '.join(sorted(_DECLARED_KEYS))}")
         if d["metric"] not in METRICS:
             raise ConfigError(f"{at}.metric: unknown metric {d['metric']!r}; runs.csv's metrics: {', '.join(METRICS)} "
-                              "(a plugin section's: register it in bayesncl.report.cells.METRICS)")
+                              "(a plugin section's: register it with bayesncl.api.register_measure)")
         if d["relation"] not in (*RELATIONS, *SWEEP_RELATIONS):
             raise ConfigError(f"{at}.relation: {d['relation']!r} is not one of "
                               f"{', '.join((*RELATIONS, *SWEEP_RELATIONS))}")
