@@ -1,5 +1,7 @@
 """The workflow config's own claims (claims:), judged by the paper's claims' rule (report/claims.py)."""
 
+import io
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -19,11 +21,7 @@ def _rows(a, b, metric="sc", sets="table1"):
 
 
 def _judge(decl, df):
-    K.declare([decl])
-    try:
-        blocks = dict(judge.claims_rows(df))
-    finally:
-        K.declare([])
+    blocks = dict(judge.claims_rows(df, K.parse_claims([decl])))
     (c,) = [c for c in blocks.get("synthetic", []) + blocks.get("", []) if c.claim == decl.get("id", "D1")]
     return c
 
@@ -75,11 +73,8 @@ def test_the_claims_caption_explains_declared_only_when_the_table_has_one():
     from bayesncl.report.summary import prepare
 
     df = prepare(_rows([30, 31, 29], [10, 10, 10]))
-    K.declare([{"metric": "sc", "left": "A", "right": "B", "relation": ">"}])
-    try:
-        with_decl = claims_table.render_claims(df, "md")
-    finally:
-        K.declare([])
+    with_decl = claims_table.render_claims(df, "md", K.parse_claims([{"metric": "sc", "left": "A", "right": "B",
+                                                                       "relation": ">"}]))
     note = claims_table.DECLARED_NOTE.strip()
     assert note in with_decl.splitlines()[1] and note not in claims_table.render_claims(df, "md")
 
@@ -260,11 +255,9 @@ def test_rises_with_and_at_each_value_over_a_plugin_setting():
         assert c.verdict == "holds" and c.result.diff == pytest.approx(6.0)
         assert _judge({"id": "R", "metric": "sc", "left": "L2", "relation": "rises with", "sweep": "l1_weight"},
                       df).verdict == "does not hold"
-        K.declare([{"id": "E", "metric": "sc", "left": "L2", "right": "L1", "relation": ">", "sweep": "l1_weight"}])
-        try:
-            each = {c.claim: c for _, comps in judge.claims_rows(df) for c in comps if c.claim.startswith("E")}
-        finally:
-            K.declare([])
+        decl = K.parse_claims([{"id": "E", "metric": "sc", "left": "L2", "right": "L1", "relation": ">",
+                                "sweep": "l1_weight"}])
+        each = {c.claim: c for _, comps in judge.claims_rows(df, decl) for c in comps if c.claim.startswith("E")}
         assert sorted(each) == ["E-0", "E-0.01", "E-0.1"]
         assert each["E-0.01"].verdict == "holds" and each["E-0.1"].verdict == "does not hold"
         assert each["E-0.01"].result.diff == pytest.approx(_paired_t(U[0.01], rising[0.01])[0])
@@ -318,3 +311,46 @@ def test_bayesncl_report_draws_and_judges_a_swept_setting_from_runs_csv(tmp_path
                if line.startswith("| U "))
     assert "SC of L1: l1_weight = 0.01 > ends 0, 0.1 (right: 0)" in row and "| holds" in row, row
     assert (tmp_path / "r" / "figures" / "figure4b.png").stat().st_size > 0
+
+
+def test_two_reports_with_different_declared_claims_in_one_process_keep_each_its_own(tmp_path, monkeypatch):
+    """A report's declared claims are its workflow config's, parsed for it and given to the judge: the next report,
+    of another config, in the same process, shows its own and none of the first's."""
+    import yaml
+
+    from bayesncl import report
+
+    monkeypatch.setattr(report, "render_figures", lambda *a, **k: [])  # the claims alone are looked at here
+    csv = tmp_path / "runs.csv"
+    _rows([30, 31, 29], [10, 10, 10]).to_csv(csv, index=False)
+    grids = {}
+    for name, ids in (("one", ["X1"]), ("two", ["Y1", "Y2"]), ("none", [])):
+        grids[name] = tmp_path / f"{name}.yaml"
+        grids[name].write_text(yaml.safe_dump({"claims": [{"id": i, "metric": "sc", "left": "A", "right": "B",
+                                                           "relation": ">"} for i in ids]}))
+    shown = {}
+    for name in ("one", "two", "none", "one"):
+        out = io.StringIO()
+        report.write_report(csv, tmp_path / name, stream=out, grid=grids[name])
+        table = (tmp_path / name / "tables" / "claims.md").read_text()
+        shown[name] = [i for i in ("X1", "Y1", "Y2") if f"| {i} " in table]
+        assert [i for i in ("X1", "Y1", "Y2") if re.search(rf"\b{i}\b", out.getvalue())] == shown[name], name
+    assert shown == {"one": ["X1"], "two": ["Y1", "Y2"], "none": []}
+
+
+def test_a_claim_registered_twice_is_one_line_and_a_plugin_s_claim_is_never_primary():
+    from helpers.plugins import registered
+
+    with registered():
+        mine = K.register_claim({"id": "1a", "metric": "sc", "left": "A", "right": "B", "relation": ">"})
+        assert mine.module == __name__ and K.CLAIMS["1a"] is mine and K.register_claim(mine) == mine
+        with pytest.raises(ConfigError) as e:
+            K.register_claim({"id": "1a", "metric": "sc", "left": "A", "right": "B", "relation": "<"})
+        assert str(e.value) == (f"claims: claim '1a' is registered twice (first by {__name__}); give the new one "
+                                "another name")
+        with pytest.raises(ConfigError, match=r"^claims: claim '1' is registered twice \(first by bayesncl\); "):
+            K.register_claim(K.Claim(1, ("table1",), "mine", lambda runs: []))
+        df = _rows([30, 31, 29], [10, 10, 10])
+        ones = [c for _, cs in judge.claims_rows(df) for c in cs if c.claim == "1a"]
+        assert [c.primary for c in ones] == [True, False] and ones[1].left.label == "A"
+    assert "1a" not in K.CLAIMS and list(K.CLAIMS)[:3] == ["1", "2", "3"]

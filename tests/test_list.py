@@ -166,7 +166,7 @@ def test_what_registers_now_is_listed_and_what_unregisters_is_not():
     """The registries as they are when asked: no list of names of its own."""
     from bayesncl.evaluation.sections import SECTIONS, section
     from bayesncl.report.cells import METRICS, register_measure
-    from bayesncl.report.claims import PLUGIN_CLAIMS, register_claim
+    from bayesncl.report.claims import CLAIMS, register_claim
 
     def names():
         return {kind: [e.name for e in found] for kind, found in entries().items()}
@@ -198,7 +198,7 @@ def test_what_registers_now_is_listed_and_what_unregisters_is_not():
             assert found["claims"][-1].label == "Listed: A < B" and found["claims"][-1].source == "a plugin"
         finally:
             METRICS._specs.pop("listed_c")
-            PLUGIN_CLAIMS.remove(claim)
+            CLAIMS._specs.pop(claim.name)
     assert names() == before
 
 

@@ -261,7 +261,7 @@ def test_a_plugin_claim_is_judged_beside_the_paper_s():
         assert mine.result.diff == pytest.approx(20.0)
         assert claim.number == "P1"
     finally:
-        K.PLUGIN_CLAIMS.remove(claim)
+        K.CLAIMS._specs.pop(claim.name)
 
 
 def test_plugins_travel_to_every_job_through_the_environment(tmp_path, monkeypatch):
@@ -471,3 +471,23 @@ def test_a_measure_set_as_in_a_dict_is_registered_under_its_own_name():
             METRICS["other"] = Metric("dict_n", "Dict", 1, None)
         assert "other" not in METRICS and "dict_n" not in METRICS
 
+
+
+def test_a_plugin_measure_registered_through_the_api_is_usable_in_a_declared_claim():
+    import pandas as pd
+
+    from bayesncl import api
+    from bayesncl.report import claims as K, judge
+
+    rows = [{"run_id": f"synthetic/{v}/seed~{s}", "dataset": "synthetic", "arch": "resnet18", "method": "ncl",
+             "variant": v, "sets": "table1", "seed": s, "zeros": z + 0.5 * s}
+            for v, z in (("A", 10.0), ("B", 40.0)) for s in range(3)]
+    decl = [{"id": "Z", "metric": "zeros", "left": "A", "right": "B", "relation": "<"}]
+    with pytest.raises(ConfigError, match=r"^claims\[0\].metric: unknown metric 'zeros'; .*register_measure\)$"):
+        K.parse_claims(decl)
+    with registered():
+        api.register_measure("zeros", "Zeros", 1, "down")
+        (mine,) = [c for c in dict(judge.claims_rows(pd.DataFrame(rows), K.parse_claims(decl)))["synthetic"]
+                   if c.claim == "Z"]
+        assert (mine.left.label, mine.right.label, mine.verdict, mine.text) == ("A", "B", "holds", "Zeros: @A $<$ @B")
+        assert mine.result.diff == pytest.approx(30.0) and mine.left.decimals == 1

@@ -39,9 +39,9 @@ def render_tables(df, out_dir, stamp=None, smoke=False):  # lazy: jinja2 is only
     return _render(df, out_dir, stamp, smoke)
 
 
-def write_claims(df, out_dir, stamp=None, smoke=False):
+def write_claims(df, out_dir, stamp=None, smoke=False, declared=()):
     from .claims_table import write_claims as _write
-    return _write(df, out_dir, stamp, smoke)
+    return _write(df, out_dir, stamp, smoke, declared)
 
 
 def render_figures(df, out_dir, formats=("pdf", "png"), stamp=None, notes=None):  # lazy: matplotlib is slow to import
@@ -51,7 +51,6 @@ def render_figures(df, out_dir, formats=("pdf", "png"), stamp=None, notes=None):
 
 def write_document(summary_csv, results, grid=None, figures=(), overrides=None):
     from .document import write_document as _write
-    declare_from(grid)
     return _write(summary_csv, results, grid, figures, overrides)
 
 
@@ -67,11 +66,11 @@ def _grid_config(grid: Grid) -> dict:
     return read_grid_files(files)
 
 
-def declare_from(grid: Grid) -> None:
-    """The claims a workflow config declares (claims:), judged beside the paper's (claims.DECLARED)."""
-    from .claims import declare
+def declared_claims(grid: Grid) -> list:
+    """The claims a workflow config declares (claims:), parsed for one report: judged beside the registered ones."""
+    from .claims import declared_claims as parse
 
-    declare(_grid_config(grid).get("claims") or [])
+    return parse(_grid_config(grid))
 
 
 def set_notes(grid: Grid) -> dict[str, str]:
@@ -92,11 +91,12 @@ def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike, *,
     from .provenance import stamp
 
     df = read_summary(summary_csv)
-    declare_from(grid)
+    declared = declared_claims(grid)
     root = Path(out_root)
     made_by = stamp(grid)
-    tables = render_tables(df, root / "tables", made_by, smoke) + write_claims(df, root / "tables", made_by, smoke)
+    tables = (render_tables(df, root / "tables", made_by, smoke)
+              + write_claims(df, root / "tables", made_by, smoke, declared))
     written = tables + render_figures(df, root / "figures", stamp=made_by, notes=set_notes(grid))
     if echo:
-        print_outcome(df, stream)
+        print_outcome(df, stream, declared)
     return written

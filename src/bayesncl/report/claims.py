@@ -30,20 +30,20 @@ combined with the added seeds' own (docs/METHOD.md section 9, "Planning"). Each 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .cells import METRICS, Metric, Stat, stat
-from ..settings.registry import METHODS, method_traits
+from ..settings.registry import METHODS, Registry, method_traits
 from .groups import Group, flag_repeats, group_rows, in_set, parse_list
 from .names import set_names
 from .summary import METRIC_COLUMNS, prepare, section_columns, sweep_column, sweep_rows
 from .verdicts import BETTER, NOT_WORSE, SPEC, UNSIGNED, Kind, Outcome, at_most, combine, compare, finite, within
 
-__all__ = ["CLAIMS", "PRIMARY", "SAME_INIT", "Claim", "Comparison", "Side"]  # the judged table: report/judge.py
+__all__ = ["CLAIMS", "PRIMARY", "SAME_INIT", "Claim", "Comparison", "Side", "declared_claims", "register_claim"]  # the judged table: report/judge.py
 
 # The paper's headline on each dataset (docs/METHOD.md section 9, "Controls"): interpretability up (1a) and accuracy
 # kept (2a). They share the familywise level first; each that holds passes part of it on to the other comparisons.
@@ -352,9 +352,19 @@ class Claim:
     build: Callable[[Runs], list[Comparison]]
     applies: Callable[[Runs], bool] | None = None  # judged only where this holds (declared: a side has runs)
     at_init: str = ""  # why it has no initialisation control ("": it has one; grid.expand.INIT_SETS plans its runs)
+    # who declared it: "" the paper (this module; only its comparisons can be primary), else the plugin module that
+    # registered it (register_claim) or the workflow config (declared_claims)
+    module: str = ""
+
+    @property
+    def name(self) -> str:  # its name in the registry, CLAIMS
+        return str(self.number)
 
 
-CLAIMS = [
+# The paper's claims, then a plugin's (register_claim), by id; a workflow config's own are parsed per report
+# (declared_claims) and given to the judge beside these.
+CLAIMS: Registry[Claim] = Registry("claim", "claims")
+for _claim in [
     Claim(1, ("table1",), "BayesNCL SC above NCL and Top-k NCL; SE lower", lambda runs: [
         *_directional("1a", "SC: @A $>$ @B", ("table1",), "sc", "bayes", "reference", "36.14 vs 14.93")(runs),
         *_directional("1b", "SC: @A $>$ @B", ("table1",), "sc", "bayes", "topk")(runs),
@@ -396,7 +406,8 @@ CLAIMS = [
                  at_most(0.01, relative=True, source=PAPER), "1.419 vs 1.416")(runs),
         *_within("12b", "Train time: @A at most 6% more than @B", "table7", "train_minutes",
                  at_most(0.06, relative=True, source=PAPER), "75.12 vs 70.95 min")(runs)]),
-]
+]:
+    CLAIMS.register(_claim)
 
 
 # ----------------------------------------------------------------------------- declared claims
@@ -414,21 +425,23 @@ _TOLERANT = {"within": within, "at most": at_most}  # relations that take a tole
 # against right (as 10b, a row per value). Neither needs a right side.
 SWEEP_RELATIONS = ("rises with", "inverted U")
 _DECLARED_KEYS = {"id", "metric", "left", "right", "relation", "tolerance", "relative", "set", "sweep"}
-DECLARED: list[Claim] = []  # the claims of the workflow config the report was given (declare)
-PLUGIN_CLAIMS: list[Claim] = []  # claims a plugin module registered (register_claim)
+WORKFLOW = "the workflow config"  # the module of a workflow config's own claims
 
 
 def register_claim(claim: "Claim | dict") -> "Claim":
-    """A plugin's claim: a Claim (its own build function), or a declaration as in the workflow config's claims:
-    list (an `id` is needed). Judged and shown like the workflow config's."""
+    """A plugin's claim into CLAIMS: a Claim (its own build function), or a declaration as in the workflow config's
+    claims: list (an `id` is needed). Judged and shown like the workflow config's, never primary."""
+    import sys
+
     if isinstance(claim, dict):
         (claim,) = parse_claims([claim], where=f"claim {claim.get('id', '?')}")
-    if any(c.number == claim.number for c in [*CLAIMS, *PLUGIN_CLAIMS]):
-        from ..core.errors import ConfigError
+    module = sys._getframe(1).f_globals.get("__name__") or "a plugin"  # the registering module, for its messages
+    return CLAIMS.register(replace(claim, module=module))
 
-        raise ConfigError(f"claim {claim.number!r} is registered twice; give it another id")
-    PLUGIN_CLAIMS.append(claim)
-    return claim
+
+def declared_claims(config: dict) -> list[Claim]:
+    """A workflow config's own claims (its `claims:` list), parsed for one report: the judge is given them."""
+    return parse_claims(config.get("claims") or [])
 
 
 # A declared claim's values by type (parse_claims checks what they name).
@@ -463,7 +476,7 @@ def _shown(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
+def parse_claims(decls, variants=None, where: str = "claims", module: str = WORKFLOW) -> list[Claim]:
     """The workflow config's `claims` list as Claim objects; a bad entry is one ConfigError naming it."""
     from ..core.errors import ConfigError
     from ..grid.expand import SETS
@@ -504,7 +517,7 @@ def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
         if cid in ids:
             raise ConfigError(f"{at}.id: {cid!r} is used twice; give each claim its own id")
         ids.add(cid)
-        out.append(_declared(cid, d))
+        out.append(replace(_declared(cid, d), module=module))
     return out
 
 
@@ -583,8 +596,3 @@ def _number(v) -> float:
     except (TypeError, ValueError):
         return math.nan
 
-
-def declare(decls) -> list[Claim]:
-    """Set the declared claims (DECLARED) from a workflow config's `claims` list."""
-    DECLARED[:] = parse_claims(decls or [])
-    return list(DECLARED)
