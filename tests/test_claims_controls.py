@@ -453,9 +453,9 @@ def test_a_twin_whose_id_another_config_holds_is_refused_naming_both():
 def test_the_grid_plans_twins_for_exactly_the_sets_the_controlled_claims_read():
     """grid.expand.INIT_SETS and report/claims.py agree: every claim with a control (no at_init note) reads only sets
     whose runs get twins, and every such set is read by one; the others say why they have none."""
-    controlled = {s for c in claims.CLAIMS if not c.at_init for s in c.sets}
+    controlled = {s for c in claims.CLAIMS.values() if not c.at_init for s in c.sets}
     assert controlled == set(grid.INIT_SETS)
-    assert all(not set(c.sets) & set(grid.INIT_SETS) for c in claims.CLAIMS if c.at_init)
+    assert all(not set(c.sets) & set(grid.INIT_SETS) for c in claims.CLAIMS.values() if c.at_init)
 
 
 @pytest.mark.parametrize("sweeps", [False, True])

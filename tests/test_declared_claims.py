@@ -162,9 +162,17 @@ def test_an_at_most_claim_is_one_sided():
 @pytest.mark.parametrize("key,value,message", [
     ("metric", ["sc"], "claims[0].metric: ['sc'] is not a name; give it as text, e.g. metric: sc"),
     ("relation", {"a": 1}, "claims[0].relation: {'a': 1} is not a name; give it as text, e.g. relation: >"),
-    ("left", ["A"], "claims[0].left: ['A'] is not a name; give it as text, e.g. left: NCL"),
-    ("right", 3, "claims[0].right: 3 is not a name; give it as text, e.g. right: NCL"),
-    ("set", ["table1"], "claims[0].set: ['table1'] is not a name; give it as text, e.g. set: NCL"),
+    ("left", ["A"], "claims[0].left: ['A'] is not a name; give it as text, e.g. left: NCL, or a role, e.g. left: "
+                    "{role: reference}"),
+    ("right", 3, "claims[0].right: 3 is not a name; give it as text, e.g. right: NCL, or a role, e.g. right: "
+                 "{role: reference}"),
+    ("set", ["table1", 4], "claims[0].set: ['table1', 4] is not a name; give it as text, e.g. set: NCL"),
+    ("set", [], "claims[0].set: [] is not a name; give it as text, e.g. set: NCL"),
+    ("left", {"role": "any"}, "claims[0].left: {'role': 'any'} is not a name; give it as text, e.g. left: NCL, or a "
+                              "role, e.g. left: {role: reference}"),
+    ("right", {"role": "bayes", "gate": "ste"}, "claims[0].right: {'role': 'bayes', 'gate': 'ste'} is not a name; "
+                                                "give it as text, e.g. right: NCL, or a role, e.g. right: "
+                                                "{role: reference}"),
     ("id", {"x": 1}, "claims[0].id: {'x': 1} is not a name; give it as text, e.g. id: D1"),
     ("id", True, "claims[0].id: True is not a name; give it as text, e.g. id: D1"),
     ("tolerance", 0, "claims[0].tolerance: 0 is not a finite positive number; give the margin in the metric's unit "
@@ -354,3 +362,41 @@ def test_a_claim_registered_twice_is_one_line_and_a_plugin_s_claim_is_never_prim
         ones = [c for _, cs in judge.claims_rows(df) for c in cs if c.claim == "1a"]
         assert [c.primary for c in ones] == [True, False] and ones[1].left.label == "A"
     assert "1a" not in K.CLAIMS and list(K.CLAIMS)[:3] == ["1", "2", "3"]
+
+
+def test_a_side_given_as_a_role_is_found_by_its_settings_as_the_paper_s_sides_are():
+    """{role: bayes} finds the paper's BayesNCL by its settings whatever its label: the declared claim is claim 1a's
+    comparison, with the variant's own label; a list of sets reads the first that has runs."""
+    from helpers.claims import MAIN, frame, row
+
+    rows = [row(v, s, MAIN, sc=x + s) for v, x in (("NCL", 20.0), ("BayesNCL (STE)", 30.0)) for s in range(3)]
+    rows += [row("Soft gate", s, "table4", sc=5.0 + s) for s in range(3)]
+    df = frame(rows)
+    decl = K.parse_claims([{"id": "R", "metric": "sc", "left": {"role": "bayes"}, "right": {"role": "reference"},
+                            "relation": ">", "set": ["table4", "table1"]},
+                           {"id": "S", "metric": "sc", "left": "BayesNCL (STE)", "right": {"role": "soft"},
+                            "relation": ">", "set": ["table1", "table4"]}])
+    got = {c.claim: c for _, cs in judge.claims_rows(df, decl) for c in cs}
+    mine, paper = got["R"], got["1a"]
+    assert (mine.left.label, mine.right.label, mine.left.set_name) == ("BayesNCL (STE)", "NCL", "table1")
+    assert (mine.result.diff, mine.verdict, mine.paper, mine.primary) == (paper.result.diff, paper.verdict,
+                                                                          "declared", False)
+    assert (got["S"].left.set_name, got["S"].right.set_name, got["S"].right.label) == ("table1", "table4",
+                                                                                      "Soft gate")
+    none = dict(judge.claims_rows(df.iloc[:0], decl))[""]
+    assert [(c.left.label, c.right.label) for c in none if c.claim in ("R", "S")] == [
+        ("BayesNCL", "NCL"), ("BayesNCL (STE)", "Soft gate")]
+
+
+def test_the_paper_s_own_keys_and_a_role_in_a_sweep_are_refused_in_a_workflow_config():
+    base = {"metric": "sc", "left": "A", "right": "B", "relation": ">"}
+    with pytest.raises(ConfigError, match=r"^claims\[0\]: unknown key paper; a claim takes id, left, metric"):
+        K.parse_claims([{**base, "paper": "36.14"}])
+    with pytest.raises(ConfigError, match=r"^claims\[0\]: unknown key text; "):
+        K.parse_claims([{**base, "text": "mine"}])
+    with pytest.raises(ConfigError, match=r"^claims\[0\]: a claim over a sweep compares variants; give left and "):
+        K.parse_claims([{**base, "left": {"role": "bayes"}, "sweep": "lambda"}])
+    with pytest.raises(ConfigError, match=r"^claims\[0\].set: unknown set 'table9'; the sets: "):
+        K.parse_claims([{**base, "set": ["table1", "table9"]}])
+    (c,) = K.parse_claims([{**base, "left": {"role": "bayes"}}], variants=["A", "B"])  # a role is no variant's label
+    assert c.module == K.WORKFLOW

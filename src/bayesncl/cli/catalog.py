@@ -100,10 +100,10 @@ def entries(kinds=DEFAULT_KINDS, claims: list | None = None) -> dict[str, list[E
                          for m in METRICS.values()]
         elif kind == "claims":
             from ..report.cells import caption_text
-            from ..report.claims import CLAIMS, parse_claims
+            from ..report.claims import CLAIMS, parse_claims, side_name
 
-            def text(c, d=None):  # a declared claim's sides are the variants it names
-                sides = (str(d["left"]), str(d["right"])) if d else ("A", "B")
+            def text(c, d=None):  # a declared claim's sides are the variants (or roles) it names
+                sides = (side_name(d["left"]), side_name(d.get("right", ""))) if d else ("A", "B")
                 return caption_text(c.title.replace("@A", sides[0]).replace("@B", sides[1]), "txt")
 
             declared = list(zip(parse_claims(claims), claims)) if claims else []
