@@ -371,18 +371,21 @@ def test_a_side_given_as_a_role_is_found_by_its_settings_as_the_paper_s_sides_ar
 
     rows = [row(v, s, MAIN, sc=x + s) for v, x in (("NCL", 20.0), ("BayesNCL (STE)", 30.0)) for s in range(3)]
     rows += [row("Soft gate", s, "table4", sc=5.0 + s) for s in range(3)]
+    rows += [row("Soft gate", s, "table4", dataset="cifar10", sc=5.0 + s) for s in range(3)]  # no BayesNCL, no NCL
     df = frame(rows)
     decl = K.parse_claims([{"id": "R", "metric": "sc", "left": {"role": "bayes"}, "right": {"role": "reference"},
                             "relation": ">", "set": ["table4", "table1"]},
                            {"id": "S", "metric": "sc", "left": "BayesNCL (STE)", "right": {"role": "soft"},
                             "relation": ">", "set": ["table1", "table4"]}])
-    got = {c.claim: c for _, cs in judge.claims_rows(df, decl) for c in cs}
+    got = {c.claim: c for c in dict(judge.claims_rows(df, decl))["synthetic"]}
     mine, paper = got["R"], got["1a"]
     assert (mine.left.label, mine.right.label, mine.left.set_name) == ("BayesNCL (STE)", "NCL", "table1")
     assert (mine.result.diff, mine.verdict, mine.paper, mine.primary) == (paper.result.diff, paper.verdict,
                                                                           "declared", False)
     assert (got["S"].left.set_name, got["S"].right.set_name, got["S"].right.label) == ("table1", "table4",
                                                                                       "Soft gate")
+    other = [c.claim for c in dict(judge.claims_rows(df, decl))["cifar10"]]
+    assert "S" in other and "R" not in other  # judged where a side's role or label has runs, there only
     none = dict(judge.claims_rows(df.iloc[:0], decl))[""]
     assert [(c.left.label, c.right.label) for c in none if c.claim in ("R", "S")] == [
         ("BayesNCL", "NCL"), ("BayesNCL (STE)", "Soft gate")]

@@ -219,3 +219,13 @@ def test_load_given_reads_files_and_names(tmp_path, monkeypatch):
         plugins._LOADED.pop("given_plugin", None)
         while str(tmp_path.resolve()) in sys.path:
             sys.path.remove(str(tmp_path.resolve()))
+
+
+def test_a_declared_claim_s_sides_are_listed_by_their_labels_or_their_roles():
+    """A role side is listed as the paper's label of the role; a claim over a sweep, without a right side, too."""
+    found = entries(["claims"], claims=[
+        {"id": "R1", "metric": "sc", "left": {"role": "bayes"}, "right": {"role": "reference"}, "relation": ">"},
+        {"id": "R2", "metric": "sc", "left": "NCL", "relation": "rises with", "sweep": "lambda"}])["claims"]
+    mine = {e.name: (e.label, e.source) for e in found if e.name in ("R1", "R2")}
+    assert mine == {"R1": ("SC: BayesNCL > NCL", "the workflow config"),
+                    "R2": ("SC of NCL: rises with lambda", "the workflow config")}

@@ -491,3 +491,10 @@ def test_a_plugin_measure_registered_through_the_api_is_usable_in_a_declared_cla
                    if c.claim == "Z"]
         assert (mine.left.label, mine.right.label, mine.verdict, mine.text) == ("A", "B", "holds", "Zeros: @A $<$ @B")
         assert mine.result.diff == pytest.approx(30.0) and mine.left.decimals == 1
+
+
+def test_an_evaluation_of_an_unknown_section_is_the_registry_s_line_before_any_work(tmp_path):
+    from bayesncl.evaluation import runner
+
+    with pytest.raises(ConfigError, match=r"^evaluate --only: unknown evaluation section 'nope'; allowed: features, "):
+        runner._evaluate(tmp_path / "none.pt", tmp_path, ["features", "nope"], (), None, None, False, False, None)
