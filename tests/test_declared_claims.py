@@ -361,6 +361,8 @@ def test_a_claim_registered_twice_is_one_line_and_a_plugin_s_claim_is_never_prim
         df = _rows([30, 31, 29], [10, 10, 10])
         ones = [c for _, cs in judge.claims_rows(df) for c in cs if c.claim == "1a"]
         assert [c.primary for c in ones] == [True, False] and ones[1].left.label == "A"
+        idle = [c for _, cs in judge.claims_rows(df.iloc[:0]) for c in cs if c.claim == "1a"]  # the not-run block
+        assert [c.primary for c in idle] == [True, False] and idle[1].left.label == "A"
     assert "1a" not in K.CLAIMS and list(K.CLAIMS)[:3] == ["1", "2", "3"]
 
 
