@@ -43,7 +43,8 @@ from .names import set_names
 from .summary import METRIC_COLUMNS, prepare, section_columns, sweep_column, sweep_rows
 from .verdicts import BETTER, NOT_WORSE, SPEC, UNSIGNED, Kind, Outcome, at_most, combine, compare, finite, within
 
-__all__ = ["CLAIMS", "PRIMARY", "SAME_INIT", "Claim", "Comparison", "Side", "declared_claims", "register_claim"]  # the judged table: report/judge.py
+# the judged table: report/judge.py
+__all__ = ["CLAIMS", "PRIMARY", "SAME_INIT", "Claim", "Comparison", "Side", "declared_claims", "register_claim"]
 
 # The paper's headline on each dataset (docs/METHOD.md section 9, "Controls"): interpretability up (1a) and accuracy
 # kept (2a). They share the familywise level first; each that holds passes part of it on to the other comparisons.
