@@ -54,28 +54,20 @@ def write_document(summary_csv, results, grid=None, figures=(), overrides=None):
     return _write(summary_csv, results, grid, figures, overrides)
 
 
-def _grid_config(grid: Grid) -> dict:
-    """The workflow config a report came from (its files merged, provenance.grid_files); {} for none."""
-    from .provenance import grid_files
+def grid_claims(grid: Grid) -> list:
+    """The claims a report's workflow config declares (claims:), parsed for this report: judged beside the
+    registered ones."""
+    from .claims import declared_claims
+    from .provenance import grid_config
 
-    files = grid_files(grid)
-    if not files:
-        return {}
-    from ..grid.expand import read_grid_files
-
-    return read_grid_files(files)
-
-
-def declared_claims(grid: Grid) -> list:
-    """The claims a workflow config declares (claims:), parsed for one report: judged beside the registered ones."""
-    from .claims import declared_claims as parse
-
-    return parse(_grid_config(grid))
+    return declared_claims(grid_config(grid))
 
 
 def set_notes(grid: Grid) -> dict[str, str]:
     """{set: its note} of a workflow config's sets (`sets.<name>.note`: why its figure has a panel without runs)."""
-    sets = _grid_config(grid).get("sets")
+    from .provenance import grid_config
+
+    sets = grid_config(grid).get("sets")
     return {name: str(spec["note"]) for name, spec in (sets if isinstance(sets, dict) else {}).items()
             if isinstance(spec, dict) and spec.get("note")}
 
@@ -91,7 +83,7 @@ def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike, *,
     from .provenance import stamp
 
     df = read_summary(summary_csv)
-    declared = declared_claims(grid)
+    declared = grid_claims(grid)
     root = Path(out_root)
     made_by = stamp(grid)
     tables = (render_tables(df, root / "tables", made_by, smoke)

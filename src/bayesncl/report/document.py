@@ -403,7 +403,7 @@ def write_document(summary_csv: str | Path, results: str | Path, grid: str | Pat
                    figures: list[str] | tuple[str, ...] = (), overrides: dict | None = None) -> list[Path]:
     """Write report.tex, the HTML pages, their captions, the provenance files and the DVC plot data (see
     the module docstring); returns the paths written. ``figures``: the figure stems to show, in order."""
-    from . import declared_claims
+    from .claims import declared_claims
     from .dvc_plots import write_plots  # matplotlib: not needed when the workflow lists the pages
     from .summary import prepare, read_summary
     summary_csv, results = Path(summary_csv), Path(results)
@@ -418,7 +418,7 @@ def write_document(summary_csv: str | Path, results: str | Path, grid: str | Pat
     stamp = prov.stamp()
     out = results / "report"
     written = []
-    declared = declared_claims(grid)  # the workflow config's own claims, beside the registered ones
+    declared = declared_claims(provenance.grid_config(grid))  # the workflow config's own, beside the registered
 
     runs = list(zip(df["dataset"], df["sets"]))
     pages = report_pages(runs, list(figures))
