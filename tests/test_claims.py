@@ -698,13 +698,13 @@ def test_each_claim_is_run_exactly_when_its_sets_have_runs():
     grid = full_grid(datasets=("synthetic",), seeds=(0, 1))
     number = lambda cid: int(re.match(r"\d+", cid).group())  # noqa: E731
     every = {c.claim for _, comps in judge.claims_rows(frame([])) for c in comps}
-    for claim in claims.CLAIMS:
+    for claim in claims.CLAIMS.values():
         keep = set(claim.sets)
         df = grid.assign(sets=[";".join(s for s in x.split(";") if s in keep) for x in grid["sets"]])
         blocks = dict(judge.claims_rows(df[df["sets"] != ""]))
-        idle = {d.number for d in claims.CLAIMS if not keep & set(d.sets)}
+        idle = {d.number for d in claims.CLAIMS.values() if not keep & set(d.sets)}
         assert {c.claim for c in blocks.get("", [])} == {cid for cid in every if number(cid) in idle}, claim.number
-        assert {number(c.claim) for c in blocks["synthetic"]} == {d.number for d in claims.CLAIMS} - idle
+        assert {number(c.claim) for c in blocks["synthetic"]} == {d.number for d in claims.CLAIMS.values()} - idle
 
 
 def test_caption_says_when_the_runs_stop_before_saturation():

@@ -453,9 +453,9 @@ def test_a_twin_whose_id_another_config_holds_is_refused_naming_both():
 def test_the_grid_plans_twins_for_exactly_the_sets_the_controlled_claims_read():
     """grid.expand.INIT_SETS and report/claims.py agree: every claim with a control (no at_init note) reads only sets
     whose runs get twins, and every such set is read by one; the others say why they have none."""
-    controlled = {s for c in claims.CLAIMS if not c.at_init for s in c.sets}
+    controlled = {s for c in claims.CLAIMS.values() if not c.at_init for s in c.sets}
     assert controlled == set(grid.INIT_SETS)
-    assert all(not set(c.sets) & set(grid.INIT_SETS) for c in claims.CLAIMS if c.at_init)
+    assert all(not set(c.sets) & set(grid.INIT_SETS) for c in claims.CLAIMS.values() if c.at_init)
 
 
 @pytest.mark.parametrize("sweeps", [False, True])
@@ -527,12 +527,9 @@ def test_the_training_verdict_of_a_relative_claim_reads_the_trained_claims_unit(
     init = {B: [20.0, 20.1, 19.9, 20.2, 19.8], N: [15.0, 15.1, 14.9, 15.2, 14.8]}  # B gains 6.0, NCL 5.0
     df = frame([row(v, s, MAIN, sc=trained[v][s]) for v in (B, N) for s in range(5)])
     df = with_twins(df, lambda r: {"sc": init[r["variant"]][int(r["seed"])]})
-    claims.declare([{"id": "rel", "metric": "sc", "left": B, "right": N, "relation": "within", "tolerance": 0.1,
-                     "relative": True, "set": "table1"}])
-    try:
-        c = next(c for _, cs in judge.claims_rows(df) for c in cs if c.claim == "rel")
-    finally:
-        claims.declare([])
+    decl = claims.parse_claims([{"id": "rel", "metric": "sc", "left": B, "right": N, "relation": "within",
+                                 "tolerance": 0.1, "relative": True, "set": "table1"}])
+    c = next(c for _, cs in judge.claims_rows(df, decl) for c in cs if c.claim == "rel")
     assert c.result.tol == pytest.approx(2.0) and c.change.tol == pytest.approx(2.0)
     assert c.change.diff == pytest.approx(1.0) and c.change.verdict == HOLDS
     assert c.change.ref != pytest.approx(20.0)  # the gains' side was never the unit
@@ -561,14 +558,12 @@ def test_each_margin_is_its_claims_and_metrics_with_its_source():
             for v in (B, N, "SimCLR", "BayesNCL (Gumbel)", "Top-k NCL") for s in range(3)]
     rows += [row(v, s, "table7", gflops=1.0, train_minutes=10.0 + s) for v in (B, N) for s in range(3)]
     rows += [row(v, s, "table6", bg_acc=90.0 + s) for v in (B, N) for s in range(3)]
-    claims.declare([{"id": "D1", "metric": "probe_top1", "left": B, "right": N, "relation": ">=", "tolerance": 0.25},
-                    {"id": "D2", "metric": "bg_acc", "left": B, "right": N, "relation": ">="}])
-    try:
-        df = frame(rows)
-        comps = {c.claim: c for _, cs in judge.claims_rows(df) for c in cs}
-        md = claims_table.render_claims(df, "md")
-    finally:
-        claims.declare([])
+    decl = claims.parse_claims([{"id": "D1", "metric": "probe_top1", "left": B, "right": N, "relation": ">=",
+                                 "tolerance": 0.25}, {"id": "D2", "metric": "bg_acc", "left": B, "right": N,
+                                                      "relation": ">="}])
+    df = frame(rows)
+    comps = {c.claim: c for _, cs in judge.claims_rows(df, decl) for c in cs}
+    md = claims_table.render_claims(df, "md", decl)
     header = next(x for x in md.splitlines() if x.startswith("|  ")).split("|")
     at = [h.strip() for h in header].index("Margin")
     cell = {cid: next(x for x in md.splitlines() if x.startswith(f"| {cid} ")).split("|")[at].strip()

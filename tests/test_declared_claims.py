@@ -1,5 +1,7 @@
 """The workflow config's own claims (claims:), judged by the paper's claims' rule (report/claims.py)."""
 
+import io
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -19,11 +21,7 @@ def _rows(a, b, metric="sc", sets="table1"):
 
 
 def _judge(decl, df):
-    K.declare([decl])
-    try:
-        blocks = dict(judge.claims_rows(df))
-    finally:
-        K.declare([])
+    blocks = dict(judge.claims_rows(df, K.parse_claims([decl])))
     (c,) = [c for c in blocks.get("synthetic", []) + blocks.get("", []) if c.claim == decl.get("id", "D1")]
     return c
 
@@ -75,11 +73,8 @@ def test_the_claims_caption_explains_declared_only_when_the_table_has_one():
     from bayesncl.report.summary import prepare
 
     df = prepare(_rows([30, 31, 29], [10, 10, 10]))
-    K.declare([{"metric": "sc", "left": "A", "right": "B", "relation": ">"}])
-    try:
-        with_decl = claims_table.render_claims(df, "md")
-    finally:
-        K.declare([])
+    with_decl = claims_table.render_claims(df, "md", K.parse_claims([{"metric": "sc", "left": "A", "right": "B",
+                                                                       "relation": ">"}]))
     note = claims_table.DECLARED_NOTE.strip()
     assert note in with_decl.splitlines()[1] and note not in claims_table.render_claims(df, "md")
 
@@ -167,9 +162,17 @@ def test_an_at_most_claim_is_one_sided():
 @pytest.mark.parametrize("key,value,message", [
     ("metric", ["sc"], "claims[0].metric: ['sc'] is not a name; give it as text, e.g. metric: sc"),
     ("relation", {"a": 1}, "claims[0].relation: {'a': 1} is not a name; give it as text, e.g. relation: >"),
-    ("left", ["A"], "claims[0].left: ['A'] is not a name; give it as text, e.g. left: NCL"),
-    ("right", 3, "claims[0].right: 3 is not a name; give it as text, e.g. right: NCL"),
-    ("set", ["table1"], "claims[0].set: ['table1'] is not a name; give it as text, e.g. set: NCL"),
+    ("left", ["A"], "claims[0].left: ['A'] is not a name; give it as text, e.g. left: NCL, or a role, e.g. left: "
+                    "{role: reference}"),
+    ("right", 3, "claims[0].right: 3 is not a name; give it as text, e.g. right: NCL, or a role, e.g. right: "
+                 "{role: reference}"),
+    ("set", ["table1", 4], "claims[0].set: ['table1', 4] is not a name; give it as text, e.g. set: NCL"),
+    ("set", [], "claims[0].set: [] is not a name; give it as text, e.g. set: NCL"),
+    ("left", {"role": "any"}, "claims[0].left: {'role': 'any'} is not a name; give it as text, e.g. left: NCL, or a "
+                              "role, e.g. left: {role: reference}"),
+    ("right", {"role": "bayes", "gate": "ste"}, "claims[0].right: {'role': 'bayes', 'gate': 'ste'} is not a name; "
+                                                "give it as text, e.g. right: NCL, or a role, e.g. right: "
+                                                "{role: reference}"),
     ("id", {"x": 1}, "claims[0].id: {'x': 1} is not a name; give it as text, e.g. id: D1"),
     ("id", True, "claims[0].id: True is not a name; give it as text, e.g. id: D1"),
     ("tolerance", 0, "claims[0].tolerance: 0 is not a finite positive number; give the margin in the metric's unit "
@@ -260,11 +263,9 @@ def test_rises_with_and_at_each_value_over_a_plugin_setting():
         assert c.verdict == "holds" and c.result.diff == pytest.approx(6.0)
         assert _judge({"id": "R", "metric": "sc", "left": "L2", "relation": "rises with", "sweep": "l1_weight"},
                       df).verdict == "does not hold"
-        K.declare([{"id": "E", "metric": "sc", "left": "L2", "right": "L1", "relation": ">", "sweep": "l1_weight"}])
-        try:
-            each = {c.claim: c for _, comps in judge.claims_rows(df) for c in comps if c.claim.startswith("E")}
-        finally:
-            K.declare([])
+        decl = K.parse_claims([{"id": "E", "metric": "sc", "left": "L2", "right": "L1", "relation": ">",
+                                "sweep": "l1_weight"}])
+        each = {c.claim: c for _, comps in judge.claims_rows(df, decl) for c in comps if c.claim.startswith("E")}
         assert sorted(each) == ["E-0", "E-0.01", "E-0.1"]
         assert each["E-0.01"].verdict == "holds" and each["E-0.1"].verdict == "does not hold"
         assert each["E-0.01"].result.diff == pytest.approx(_paired_t(U[0.01], rising[0.01])[0])
@@ -318,3 +319,89 @@ def test_bayesncl_report_draws_and_judges_a_swept_setting_from_runs_csv(tmp_path
                if line.startswith("| U "))
     assert "SC of L1: l1_weight = 0.01 > ends 0, 0.1 (right: 0)" in row and "| holds" in row, row
     assert (tmp_path / "r" / "figures" / "figure4b.png").stat().st_size > 0
+
+
+def test_two_reports_with_different_declared_claims_in_one_process_keep_each_its_own(tmp_path, monkeypatch):
+    """A report's declared claims are its workflow config's, parsed for it and given to the judge: the next report,
+    of another config, in the same process, shows its own and none of the first's."""
+    import yaml
+
+    from bayesncl import report
+
+    monkeypatch.setattr(report, "render_figures", lambda *a, **k: [])  # the claims alone are looked at here
+    csv = tmp_path / "runs.csv"
+    _rows([30, 31, 29], [10, 10, 10]).to_csv(csv, index=False)
+    grids = {}
+    for name, ids in (("one", ["X1"]), ("two", ["Y1", "Y2"]), ("none", [])):
+        grids[name] = tmp_path / f"{name}.yaml"
+        grids[name].write_text(yaml.safe_dump({"claims": [{"id": i, "metric": "sc", "left": "A", "right": "B",
+                                                           "relation": ">"} for i in ids]}))
+    shown = {}
+    for name in ("one", "two", "none", "one"):
+        out = io.StringIO()
+        report.write_report(csv, tmp_path / name, stream=out, grid=grids[name])
+        table = (tmp_path / name / "tables" / "claims.md").read_text()
+        shown[name] = [i for i in ("X1", "Y1", "Y2") if f"| {i} " in table]
+        assert [i for i in ("X1", "Y1", "Y2") if re.search(rf"\b{i}\b", out.getvalue())] == shown[name], name
+    assert shown == {"one": ["X1"], "two": ["Y1", "Y2"], "none": []}
+
+
+def test_a_claim_registered_twice_is_one_line_and_a_plugin_s_claim_is_never_primary():
+    from helpers.plugins import registered
+
+    with registered():
+        mine = K.register_claim({"id": "1a", "metric": "sc", "left": "A", "right": "B", "relation": ">"})
+        assert mine.module == __name__ and K.CLAIMS["1a"] is mine and K.register_claim(mine) == mine
+        with pytest.raises(ConfigError) as e:
+            K.register_claim({"id": "1a", "metric": "sc", "left": "A", "right": "B", "relation": "<"})
+        assert str(e.value) == (f"claims: claim '1a' is registered twice (first by {__name__}); give the new one "
+                                "another name")
+        with pytest.raises(ConfigError, match=r"^claims: claim '1' is registered twice \(first by bayesncl\); "):
+            K.register_claim(K.Claim(1, ("table1",), "mine", lambda runs: []))
+        df = _rows([30, 31, 29], [10, 10, 10])
+        ones = [c for _, cs in judge.claims_rows(df) for c in cs if c.claim == "1a"]
+        assert [c.primary for c in ones] == [True, False] and ones[1].left.label == "A"
+        idle = [c for _, cs in judge.claims_rows(df.iloc[:0]) for c in cs if c.claim == "1a"]  # the not-run block
+        assert [c.primary for c in idle] == [True, False] and idle[1].left.label == "A"
+    assert "1a" not in K.CLAIMS and list(K.CLAIMS)[:3] == ["1", "2", "3"]
+
+
+def test_a_side_given_as_a_role_is_found_by_its_settings_as_the_paper_s_sides_are():
+    """{role: bayes} finds the paper's BayesNCL by its settings whatever its label: the declared claim is claim 1a's
+    comparison, with the variant's own label; a list of sets reads the first that has runs."""
+    from helpers.claims import MAIN, frame, row
+
+    rows = [row(v, s, MAIN, sc=x + s) for v, x in (("NCL", 20.0), ("BayesNCL (STE)", 30.0)) for s in range(3)]
+    rows += [row("Soft gate", s, "table4", sc=5.0 + s) for s in range(3)]
+    rows += [row("Soft gate", s, "table4", dataset="cifar10", sc=5.0 + s) for s in range(3)]  # no BayesNCL, no NCL
+    df = frame(rows)
+    decl = K.parse_claims([{"id": "R", "metric": "sc", "left": {"role": "bayes"}, "right": {"role": "reference"},
+                            "relation": ">", "set": ["table4", "table1"]},
+                           {"id": "S", "metric": "sc", "left": "BayesNCL (STE)", "right": {"role": "soft"},
+                            "relation": ">", "set": ["table1", "table4"]}])
+    got = {c.claim: c for c in dict(judge.claims_rows(df, decl))["synthetic"]}
+    mine, paper = got["R"], got["1a"]
+    assert (mine.left.label, mine.right.label, mine.left.set_name) == ("BayesNCL (STE)", "NCL", "table1")
+    assert (mine.result.diff, mine.verdict, mine.paper, mine.primary) == (paper.result.diff, paper.verdict,
+                                                                          "declared", False)
+    assert (got["S"].left.set_name, got["S"].right.set_name, got["S"].right.label) == ("table1", "table4",
+                                                                                      "Soft gate")
+    other = [c.claim for c in dict(judge.claims_rows(df, decl))["cifar10"]]
+    assert "S" in other and "R" not in other  # judged where a side's role or label has runs, there only
+    none = dict(judge.claims_rows(df.iloc[:0], decl))[""]
+    assert [(c.left.label, c.right.label) for c in none if c.claim in ("R", "S")] == [
+        ("BayesNCL", "NCL"), ("BayesNCL (STE)", "Soft gate")]
+
+
+def test_the_paper_s_own_keys_and_a_role_in_a_sweep_are_refused_in_a_workflow_config():
+    base = {"metric": "sc", "left": "A", "right": "B", "relation": ">"}
+    with pytest.raises(ConfigError, match=r"^claims\[0\]: unknown key paper; a claim takes id, left, metric"):
+        K.parse_claims([{**base, "paper": "36.14"}])
+    with pytest.raises(ConfigError, match=r"^claims\[0\]: unknown key text; "):
+        K.parse_claims([{**base, "text": "mine"}])
+    with pytest.raises(ConfigError, match=r"^claims\[0\]: a claim over a sweep compares variants; give left and "):
+        K.parse_claims([{**base, "left": {"role": "bayes"}, "sweep": "lambda"}])
+    with pytest.raises(ConfigError, match=r"^claims\[0\].set: unknown set 'table9'; the sets: "):
+        K.parse_claims([{**base, "set": ["table1", "table9"]}])
+    (c,) = K.parse_claims([{**base, "left": {"role": "bayes"}}], variants=["A", "B"])  # a role is no variant's label
+    assert c.module == K.WORKFLOW

@@ -395,3 +395,20 @@ def test_build_pdf_reads_a_pdflatex_output_with_a_split_utf8_character(tmp_path,
     tex.write_text("\\documentclass{article}\\begin{document}x\\end{document}\n")
     out = build_pdf(tex, tmp_path / "report.pdf")
     assert out.read_bytes().startswith(b"%PDF")
+
+
+def test_the_document_judges_the_claims_its_own_grid_declares(tmp_path):
+    import yaml
+
+    csv = tmp_path / "runs.csv"
+    full_grid().to_csv(csv, index=False)
+    grid = tmp_path / "mine.yaml"
+    grid.write_text(yaml.safe_dump({"claims": [{"id": "Q7", "metric": "sc", "left": "NCL", "right": "SimCLR",
+                                                "relation": ">"}]}))
+    shown = {}
+    for name, given in (("with", grid), ("without", None)):
+        document.write_document(csv, tmp_path / name, grid=given)
+        page = (tmp_path / name / "report" / "html" / "claims.html").read_text()
+        tex = (tmp_path / name / "report" / "report.tex").read_text()
+        shown[name] = ("Q7" in page, "Q7" in tex)
+    assert shown == {"with": (True, True), "without": (False, False)}

@@ -595,4 +595,4 @@ def test_a_plugin_s_section_is_priced_at_the_runtime_it_declares(rates):
         assert sum(asked.evaluation.values()) == total and asked.evaluation["zz_probe"] >= 50
         assert cost["eval_h"] == pytest.approx(sum(w for _, w in cost["sections"].values()) / 3600)
     finally:
-        SECTIONS.pop("zz_probe")
+        SECTIONS._specs.pop("zz_probe")

@@ -39,7 +39,7 @@ MEASURE = textwrap.dedent('''
 
     from bayesncl.settings import registry
     from bayesncl.evaluation.sections import section
-    from bayesncl.report.cells import METRICS, Metric
+    from bayesncl.report.cells import register_measure
 
 
     @section("zero_share", every_run=True, columns={"percent": "zero_share"},
@@ -49,7 +49,7 @@ MEASURE = textwrap.dedent('''
         return {"zero_share": {"percent": float(np.mean(ctx.features("test")["feature"] == 0))}}
 
 
-    METRICS["zero_share"] = Metric("zero_share", "Zeros (%)", 2, "up")
+    register_measure("zero_share", "Zeros (%)", 2, "up")
 ''')
 LP_WEIGHT = "    method.lp_weight (float; a number in [0, 1]; default 0.5): the Lp penalty's weight"
 LP_POWER = "    method.lp_power (int; an integer in [1, 2]; default 1): the penalty's power p"
@@ -165,8 +165,8 @@ def test_the_package_s_keys_are_read_from_its_config_definition():
 def test_what_registers_now_is_listed_and_what_unregisters_is_not():
     """The registries as they are when asked: no list of names of its own."""
     from bayesncl.evaluation.sections import SECTIONS, section
-    from bayesncl.report.cells import METRICS, Metric
-    from bayesncl.report.claims import PLUGIN_CLAIMS, register_claim
+    from bayesncl.report.cells import METRICS, register_measure
+    from bayesncl.report.claims import CLAIMS, register_claim
 
     def names():
         return {kind: [e.name for e in found] for kind, found in entries().items()}
@@ -180,7 +180,7 @@ def test_what_registers_now_is_listed_and_what_unregisters_is_not():
         registry.register_dataset("listed_d", "Listed data", load="x:y", check="x:z", crop=8,
                                   settings={"n": registry.setting("a", "a name", choices=("a", "b"))})
         section("listed_s", settings={"k": registry.setting(True, "a switch")})(lambda ctx: {})
-        METRICS["listed_c"] = Metric("listed_c", "Listed", 1, "down")
+        register_measure("listed_c", "Listed", 1, "down")
         claim = register_claim({"id": "L1", "metric": "listed_c", "left": "A", "right": "B", "relation": "<"})
         try:
             found = entries()
@@ -197,8 +197,8 @@ def test_what_registers_now_is_listed_and_what_unregisters_is_not():
                 ("eval.listed_s.k", "bool", "true or false", True)]
             assert found["claims"][-1].label == "Listed: A < B" and found["claims"][-1].source == "a plugin"
         finally:
-            METRICS.pop("listed_c")
-            PLUGIN_CLAIMS.remove(claim)
+            METRICS._specs.pop("listed_c")
+            CLAIMS._specs.pop(claim.name)
     assert names() == before
 
 
@@ -219,3 +219,13 @@ def test_load_given_reads_files_and_names(tmp_path, monkeypatch):
         plugins._LOADED.pop("given_plugin", None)
         while str(tmp_path.resolve()) in sys.path:
             sys.path.remove(str(tmp_path.resolve()))
+
+
+def test_a_declared_claim_s_sides_are_listed_by_their_labels_or_their_roles():
+    """A role side is listed as the paper's label of the role; a claim over a sweep, without a right side, too."""
+    found = entries(["claims"], claims=[
+        {"id": "R1", "metric": "sc", "left": {"role": "bayes"}, "right": {"role": "reference"}, "relation": ">"},
+        {"id": "R2", "metric": "sc", "left": "NCL", "relation": "rises with", "sweep": "lambda"}])["claims"]
+    mine = {e.name: (e.label, e.source) for e in found if e.name in ("R1", "R2")}
+    assert mine == {"R1": ("SC: BayesNCL > NCL", "the workflow config"),
+                    "R2": ("SC of NCL: rises with lambda", "the workflow config")}

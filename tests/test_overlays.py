@@ -18,8 +18,7 @@ from snakemake.utils import update_config
 from bayesncl.cli.main import main
 from bayesncl.core.errors import ConfigError
 from bayesncl.grid.expand import merged
-from bayesncl.report import declare_from, document, provenance
-from bayesncl.report.claims import DECLARED
+from bayesncl.report import document, grid_claims, provenance
 from bayesncl.grid.expand import read_grid_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,13 +113,8 @@ def test_a_claim_declared_in_an_overlay_is_judged(tmp_path):
     grid.write_text("seeds: [0]\n")
     extra.write_text(yaml.safe_dump({"claims": [{"id": "x1", "metric": "sc", "relation": ">", "left": "NCL",
                                                  "right": "SimCLR"}]}))
-    try:
-        declare_from([grid, extra])
-        assert [c.number for c in DECLARED] == ["x1"]
-        declare_from([grid])
-        assert DECLARED == []
-    finally:
-        declare_from(None)
+    assert [c.number for c in grid_claims([grid, extra])] == ["x1"]
+    assert grid_claims([grid]) == [] and grid_claims(None) == []
 
 
 @pytest.mark.parametrize("command", [["report", "--out", "{out}"], ["document", "--out", "{out}"],

@@ -334,13 +334,10 @@ def test_a_declared_effect_is_planned_for_and_checked():
 
 def test_a_declared_claim_reusing_a_paper_id_is_secondary():
     """A declared claim with id "1a" is not the paper's 1a: it takes no primary share and gates nothing."""
-    claims.declare([{"id": "1a", "metric": "sc", "left": "Top-k NCL", "right": "SimCLR", "relation": ">"}])
-    try:
-        df = pilot_frame()
-        comps = [c for _, cs in judge.claims_rows(df) for c in cs if c.claim == "1a"]
-        p = plan.make_plan(df, demo_grid())
-    finally:
-        claims.declare([])
+    decl = [{"id": "1a", "metric": "sc", "left": "Top-k NCL", "right": "SimCLR", "relation": ">"}]
+    df = pilot_frame()
+    comps = [c for _, cs in judge.claims_rows(df, claims.parse_claims(decl)) for c in cs if c.claim == "1a"]
+    p = plan.make_plan(df, {**demo_grid(), "claims": decl})
     assert [c.primary for c in comps] == [True, False] and comps[1].paper == "declared"
     assert [n.family for n in p.needs if n.claim == "1a"] == ["primary", "secondary"]
 
@@ -574,10 +571,7 @@ def test_the_plan_command_plans_the_grids_declared_claims(tmp_path, capsys):
     wf = demo_grid()
     wf["claims"] = [{"id": "D1", "metric": "sc", "left": B, "right": "SimCLR", "relation": ">"}]
     (tmp_path / "g.yaml").write_text(yaml.safe_dump(wf))
-    try:
-        assert main(["plan", "--grid", str(tmp_path / "g.yaml"), "--pilot", str(csv)]) == 0
-    finally:
-        claims.declare([])
+    assert main(["plan", "--grid", str(tmp_path / "g.yaml"), "--pilot", str(csv)]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.split()[1:2] == ["D1"])
     assert line.split()[2] == "secondary" and line.split()[3] == "5"
 

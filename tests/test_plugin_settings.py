@@ -355,7 +355,7 @@ def test_a_section_s_settings_are_every_run_s_and_rerun_that_section_alone():
         assert "plug_sec" in trigger_config(a, "evaluate")["eval"]  # by some section: the default
         assert SECTIONS["plug_sec"].module == __name__
     finally:
-        SECTIONS.pop("plug_sec")
+        SECTIONS._specs.pop("plug_sec")
         registry.SECTION_SETTINGS.pop("plug_sec")
     assert "plug_sec" not in _cfg()["eval"]
 
@@ -376,11 +376,11 @@ def test_a_section_without_a_version_is_identified_by_its_source_and_its_declara
         section("plug_plain")(measure)
         assert section_code("plug_plain") == {"section plug_plain": f"sha256 {plugins.source_digest(__file__)}"}
         section("plug_versioned", version="2")(lambda ctx: {})
-        SECTIONS["plug_versioned"] = dataclasses.replace(SECTIONS["plug_versioned"], module=__name__)
+        SECTIONS._specs["plug_versioned"] = dataclasses.replace(SECTIONS["plug_versioned"], module=__name__)
         assert section_code("plug_versioned") == {"section plug_versioned": "version 2"}
     finally:
-        SECTIONS.pop("plug_plain", None)
-        SECTIONS.pop("plug_versioned", None)
+        SECTIONS._specs.pop("plug_plain", None)
+        SECTIONS._specs.pop("plug_versioned", None)
     with pytest.raises(ConfigError, match=r"^evaluation section 'plug_bad': setting name 'a.b' is not a key"):
         section("plug_bad", settings={"a.b": registry.setting(1, "w")})(measure)
     assert "plug_bad" not in SECTIONS

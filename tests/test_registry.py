@@ -261,7 +261,7 @@ def test_a_plugin_claim_is_judged_beside_the_paper_s():
         assert mine.result.diff == pytest.approx(20.0)
         assert claim.number == "P1"
     finally:
-        K.PLUGIN_CLAIMS.remove(claim)
+        K.CLAIMS._specs.pop(claim.name)
 
 
 def test_plugins_travel_to_every_job_through_the_environment(tmp_path, monkeypatch):
@@ -414,3 +414,87 @@ def test_every_public_name_of_the_registry_is_used():
 
     assert not hasattr(names, "METHOD_LABELS") and not hasattr(registry, "dataset_label")
 
+
+
+def test_a_section_or_a_measure_registered_twice_is_one_line_and_the_same_again_is_not():
+    """Sections and measures are registered as methods are (one Registry): a second entry under a taken name is one
+    ConfigError line naming the kind, the name and who registered it first; the same entry again is no error."""
+    from bayesncl.evaluation.sections import SECTIONS, section
+    from bayesncl.report.cells import METRICS, register_measure
+
+    with registered():
+        def mine(ctx):
+            return {}
+
+        assert section("twice_s")(mine) is mine and section("twice_s")(mine) is mine
+        with pytest.raises(ConfigError) as e:
+            section("twice_s")(lambda ctx: {})
+        assert str(e.value) == (f"evaluate --only: evaluation section 'twice_s' is registered twice (first by "
+                                f"{__name__}); give the new one another name")
+        with pytest.raises(ConfigError) as e:
+            section("features")(mine)
+        assert str(e.value).startswith("evaluate --only: evaluation section 'features' is registered twice (first "
+                                       "by bayesncl.evaluation.sections)")
+        assert register_measure("twice_m", "Twice", 1, "up") is METRICS["twice_m"]
+        assert register_measure("twice_m", "Twice", 1, "up") == METRICS["twice_m"]
+        with pytest.raises(ConfigError) as e:
+            register_measure("sc", "Mine", 2, "up")
+        assert str(e.value) == ("metric: measure 'sc' is registered twice (first by bayesncl); give the new one "
+                                "another name")
+        with pytest.raises(ConfigError, match=r"^metric: measure 'x' has better='higher'; give 'up', 'down' or None$"):
+            register_measure("x", "X", 1, "higher")
+    assert "twice_s" not in SECTIONS and "twice_m" not in METRICS and "x" not in METRICS
+
+
+def test_an_unknown_section_or_measure_is_one_line_listing_what_is_registered():
+    from bayesncl.evaluation.sections import SECTIONS
+    from bayesncl.report.cells import METRICS
+
+    with pytest.raises(ConfigError) as e:
+        SECTIONS["nope"]
+    assert str(e.value).startswith(f"evaluate --only: unknown evaluation section 'nope'; allowed: "
+                                   f"{', '.join(SECTIONS)} (a plugin's evaluation section: ")
+    with pytest.raises(ConfigError, match=rf"^metric: unknown measure 'nope'; allowed: {', '.join(METRICS)} \("):
+        METRICS["nope"]
+    assert list(SECTIONS)[0] == "features" and [n for n, _ in SECTIONS.items()] == [s.name for s in SECTIONS.values()]
+
+
+def test_a_measure_set_as_in_a_dict_is_registered_under_its_own_name():
+    """`METRICS[key] = Metric(...)`, as plugins wrote before register_measure, registers it; under another name it is
+    one line, not a measure two names reach."""
+    from bayesncl.report.cells import METRICS, Metric
+
+    with registered():
+        METRICS["dict_m"] = Metric("dict_m", "Dict", 1, None)
+        assert METRICS["dict_m"].header == "Dict" and list(METRICS)[-1] == "dict_m"
+        with pytest.raises(ConfigError, match=r"^metric: measure 'dict_n' given as 'other'; register it under its "):
+            METRICS["other"] = Metric("dict_n", "Dict", 1, None)
+        assert "other" not in METRICS and "dict_n" not in METRICS
+
+
+
+def test_a_plugin_measure_registered_through_the_api_is_usable_in_a_declared_claim():
+    import pandas as pd
+
+    from bayesncl import api
+    from bayesncl.report import claims as K, judge
+
+    rows = [{"run_id": f"synthetic/{v}/seed~{s}", "dataset": "synthetic", "arch": "resnet18", "method": "ncl",
+             "variant": v, "sets": "table1", "seed": s, "zeros": z + 0.5 * s}
+            for v, z in (("A", 10.0), ("B", 40.0)) for s in range(3)]
+    decl = [{"id": "Z", "metric": "zeros", "left": "A", "right": "B", "relation": "<"}]
+    with pytest.raises(ConfigError, match=r"^claims\[0\].metric: unknown metric 'zeros'; .*register_measure\)$"):
+        K.parse_claims(decl)
+    with registered():
+        api.register_measure("zeros", "Zeros", 1, "down")
+        (mine,) = [c for c in dict(judge.claims_rows(pd.DataFrame(rows), K.parse_claims(decl)))["synthetic"]
+                   if c.claim == "Z"]
+        assert (mine.left.label, mine.right.label, mine.verdict, mine.text) == ("A", "B", "holds", "Zeros: @A $<$ @B")
+        assert mine.result.diff == pytest.approx(30.0) and mine.left.decimals == 1
+
+
+def test_an_evaluation_of_an_unknown_section_is_the_registry_s_line_before_any_work(tmp_path):
+    from bayesncl.evaluation import runner
+
+    with pytest.raises(ConfigError, match=r"^evaluate --only: unknown evaluation section 'nope'; allowed: features, "):
+        runner._evaluate(tmp_path / "none.pt", tmp_path, ["features", "nope"], (), None, None, False, False, None)

@@ -314,7 +314,7 @@ def test_a_plugin_sections_columns_follow_the_grids_and_are_numbers(monkeypatch)
     from bayesncl.evaluation.sections import SECTIONS
 
     plugin = dataclasses.replace(SECTIONS["cost"], name="zeros", columns=(("share", "zero_share"), ("sc", "sc")))
-    monkeypatch.setitem(SECTIONS, "zeros", plugin)
+    monkeypatch.setitem(SECTIONS._specs, "zeros", plugin)
     assert summ.section_columns() == ["zero_share"]  # sc is one of COLUMNS already
     df = summ.prepare(pd.DataFrame({"run_id": ["a", "b"], "zero_share": ["12.5", "n/a"], "note": ["7", "x"]}))
     assert list(df.columns) == summ.COLUMNS + ["zero_share", "note"]

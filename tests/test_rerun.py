@@ -582,7 +582,7 @@ import numpy as np
 
 from bayesncl.settings import registry
 from bayesncl.evaluation.sections import section
-from bayesncl.report.cells import METRICS, Metric
+from bayesncl.report.cells import register_measure
 
 
 @section("zero_share", every_run=True, columns={{"percent": "zero_share"}},
@@ -593,7 +593,7 @@ def zero_share(ctx):
     return {{"zero_share": {{"percent": float({share}) * ctx.cfg["eval"]["zero_share"]["scale"]}}}}
 
 
-METRICS["zero_share"] = Metric("zero_share", "Zeros (%)", 2, "up")
+register_measure("zero_share", "Zeros (%)", 2, "up")
 """
 
 

@@ -100,11 +100,7 @@ def test_a_run_shared_by_two_sets_takes_each_set_s_own_name(tmp_path):
         assert set(fig["variant"]) == {"NCL + Lp"}
         assert sorted(summary.sweep_rows(fig, "lp_weight")["lp_weight"]) == [0.0] * 6 + [1e-3] * 6 + [1e-2] * 6
         assert sorted(summary.sweep_rows(fig, "lp_power")["lp_power"]) == [1.0] * 6 + [2.0] * 6
-        K.declare(CLAIMS)
-        try:
-            judged = {c.claim: c for c in judge.judge(df).comparisons if c.claim.startswith("D")}
-        finally:
-            K.declare([])
+        judged = {c.claim: c for c in judge.judge(df, K.parse_claims(CLAIMS)).comparisons if c.claim.startswith("D")}
         assert sorted(judged) == ["D1", "D2"] and all(c.verdict == "holds" for c in judged.values()), judged
         d1 = judged["D1"]
         assert (d1.left.label, d1.left.runs, d1.right.label, d1.right.runs) == ("NCL + Lp (x10)", 3, "NCL + Lp", 3)

@@ -206,11 +206,8 @@ def test_a_declared_claim_finds_a_shared_twin_by_its_variant():
     df = with_twins(frame(rows[:3]), lambda r: {"sc": 15.0 + r["seed"] / 3})
     twin = {r["seed"]: r["twin"] for r in df.to_dict("records") if r["twin"]}
     df = frame(df.to_dict("records") + [dict(r, twin=twin[r["seed"]]) for r in rows[3:]])
-    claims.declare([{"metric": "sc", "left": "NCL + L1", "right": N, "relation": ">", "set": "table1"}])
-    try:
-        c = next(c for _, cs in judge.claims_rows(df) for c in cs if c.claim == "D1")
-    finally:
-        claims.declare([])
+    decl = claims.parse_claims([{"metric": "sc", "left": "NCL + L1", "right": N, "relation": ">", "set": "table1"}])
+    c = next(c for _, cs in judge.claims_rows(df, decl) for c in cs if c.claim == "D1")
     assert c.same_init and c.init.diff == 0.0 and [v for _, v in c.left.values] == [22.0, 23.0, 24.0]
 
 

@@ -18,7 +18,9 @@ Datasets (section 2):
 Measures (section 3):
     section(name, ...)                  register an evaluation section (a function of a Context)
     Context                             what a section reads: ctx.features(split), ctx.model, ctx.cfg
-    METRICS, Metric                     the metrics the tables and claims read, by runs.csv column
+    register_measure(key, header, decimals, better)  register a measure (a section's runs.csv column) that
+                                        tables and claims read
+    METRICS, Metric                     the registry of measures, by runs.csv column; a measure's traits
 Claims (section 5):
     register_claim(claim)               a plugin's claim: a Claim, or an entry as in the config's `claims:`
     Claim
@@ -52,6 +54,7 @@ NAMES = {
     "ConfigError": "bayesncl.core.errors",
     "section": "bayesncl.evaluation.sections", "Context": "bayesncl.evaluation.runner",
     "METRICS": "bayesncl.report.cells", "Metric": "bayesncl.report.cells",
+    "register_measure": "bayesncl.report.cells",
     "register_claim": "bayesncl.report.claims", "Claim": "bayesncl.report.claims",
 }
 # the public API's module paths in the docs before the layers -> the module that holds them now

@@ -2,8 +2,8 @@
 (the runs.csv columns tables and claims read) and claims, each with its settings: key, type, what it allows,
 default and doc. Read from the registries as they are when asked, by `entries` alone: bayesncl.settings.registry's
 METHODS and DATASETS and the settings declared with registry.setting (SECTION_SETTINGS for sections), the package's keys
-(bayesncl.settings.config's definition), evaluation.sections.SECTIONS, report.cells.METRICS, and report.claims' CLAIMS,
-PLUGIN_CLAIMS and a workflow config's own claims.
+(bayesncl.settings.config's definition), evaluation.sections.SECTIONS, report.cells.METRICS, report.claims.CLAIMS (the
+paper's and a plugin's) and a workflow config's own claims.
 """
 
 from __future__ import annotations
@@ -100,15 +100,15 @@ def entries(kinds=DEFAULT_KINDS, claims: list | None = None) -> dict[str, list[E
                          for m in METRICS.values()]
         elif kind == "claims":
             from ..report.cells import caption_text
-            from ..report.claims import CLAIMS, PLUGIN_CLAIMS, parse_claims
+            from ..report.claims import CLAIMS, parse_claims, side_name
 
-            def text(c, d=None):  # a declared claim's sides are the variants it names
-                sides = (str(d["left"]), str(d["right"])) if d else ("A", "B")
+            def text(c, d=None):  # a declared claim's sides are the variants (or roles) it names
+                sides = (side_name(d["left"]), side_name(d.get("right", ""))) if d else ("A", "B")
                 return caption_text(c.title.replace("@A", sides[0]).replace("@B", sides[1]), "txt")
 
             declared = list(zip(parse_claims(claims), claims)) if claims else []
-            out[kind] = ([Entry(str(c.number), text(c), "the paper", _sets(c)) for c in CLAIMS]
-                         + [Entry(str(c.number), text(c), "a plugin", _sets(c)) for c in PLUGIN_CLAIMS]
+            out[kind] = ([Entry(c.name, text(c), "a plugin" if c.module else "the paper", _sets(c))
+                          for c in CLAIMS.values()]
                          + [Entry(str(c.number), text(c, d), "the workflow config", _sets(c)) for c, d in declared])
         elif kind == "settings":
             out[kind] = [Entry(key, row.doc, settings=(row,)) for key, row in package.items()]

@@ -147,9 +147,6 @@ def cmd_document(args) -> int:
     _report_inputs(args)
     overrides = _json_object(args.overrides_json, "--overrides-json") if args.overrides_json else None
     check_writable_dir(args.out)
-    from ..report import declare_from
-
-    declare_from(args.grid)  # the workflow config's own claims, on the claims page
     written = write_document(args.summary, args.out, grid=args.grid, figures=args.figures, overrides=overrides)
     print(f"report sources: {Path(args.out) / 'report' / 'report.tex'} and {len(written) - 1} more files")
     return 0

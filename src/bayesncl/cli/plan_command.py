@@ -37,12 +37,10 @@ def add_command(sub) -> None:
 
 def read_workflow(grid_files: list[str] | None, grid_json: str | None = None) -> dict:
     """The workflow config as Snakemake reads it, with the same one-line refusals (cli.workflow.load_workflow: the files
-    merged, or the JSON the workflow passes; its schema, plugins, every run of its grid and its declared claims),
-    the claims declared (claims.DECLARED) for the table the plan is made from."""
+    merged, or the JSON the workflow passes; its schema, plugins, every run of its grid and its declared claims)."""
     import json
     from pathlib import Path
 
-    from ..report.claims import DECLARED
     from .workflow import load_workflow
 
     if grid_files is not None:
@@ -59,7 +57,6 @@ def read_workflow(grid_files: list[str] | None, grid_json: str | None = None) ->
         if not isinstance(wf, dict):
             raise ConfigError(f"--grid-json: expected the workflow config as a JSON object, got {grid_json[:40]!r}")
         flow = load_workflow(config=wf, where="--grid-json", export=False)
-    DECLARED[:] = flow.claims
     return flow.config
 
 

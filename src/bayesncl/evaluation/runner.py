@@ -102,8 +102,7 @@ def _digest(checkpoint) -> str:
 def _evaluate(checkpoint: Path, out: Path, only, sets, overrides, expect_config, progress, own: bool,
               trigger) -> list[Path]:
     for name in only or ():
-        if name not in SECTIONS:
-            raise ConfigError(f"evaluate --only {name}: unknown section; known: {', '.join(SECTIONS)}")
+        SECTIONS[name]  # an unknown name: the registry's one line, naming the sections allowed
     state, cfg = None, None
     recorded = _recorded(out) if only and "features" not in only else None
     if recorded is not None:

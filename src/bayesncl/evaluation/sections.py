@@ -30,7 +30,7 @@ import numpy as np
 
 from ..settings.config import crop_size
 from ..core.errors import ConfigError
-from ..settings.registry import DATASETS, METHODS, SECTION_SETTINGS, as_settings
+from ..settings.registry import DATASETS, METHODS, SECTION_SETTINGS, Registry, as_settings
 from ..runs.files import FEATURE_FILES
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class Section:
         return next(iter((self.compute.__doc__ or "").strip().splitlines()), "")
 
 
-SECTIONS: dict[str, Section] = {}
+SECTIONS: Registry[Section] = Registry("evaluation section", "evaluate --only")
 
 
 def section(name: str, *, gpu: Callable[[dict], bool] = lambda cfg: False,
@@ -76,12 +76,10 @@ def section(name: str, *, gpu: Callable[[dict], bool] = lambda cfg: False,
     `settings` ({name: bayesncl.settings.registry.setting(...)}): the section's own, eval.<name>.* of every run
     config."""
     def register(fn):
-        if name in SECTIONS and SECTIONS[name].compute is not fn:
-            raise ConfigError(f"evaluation section {name!r} is registered twice; give the new one another name")
         declared = as_settings(f"evaluation section {name!r}", settings)
-        SECTIONS[name] = Section(name, fn, gpu, skip, model or gpu, tuple(reads), tuple((outputs or {}).items()),
-                                 cpus, mem_mb, runtime, every_run, tuple((columns or {}).items()), fn.__module__,
-                                 version)
+        SECTIONS.register(Section(name, fn, gpu, skip, model or gpu, tuple(reads), tuple((outputs or {}).items()),
+                                  cpus, mem_mb, runtime, every_run, tuple((columns or {}).items()), fn.__module__,
+                                  version))
         if declared:
             SECTION_SETTINGS[name] = declared
         return fn

@@ -218,10 +218,11 @@ def _unreadable(every, df, pilot: str) -> None:
 def make_plan(df, wf: dict, rates: dict | None = None, sizes: dict[str, int] | None = None,
               pilot: str = "the pilot") -> Plan:
     """The plan for the grid ``wf`` from its pilot runs.csv ``df`` (rates: bayesncl.planning.estimate.measured_rates;
-    None: no GPU-hours). The claims declared (claims.DECLARED) are the grid's: ``read_workflow`` declares them."""
+    None: no GPU-hours), judging the registered claims and the grid's own (its `claims:`)."""
     import numpy as np
 
     from ..grid.expand import pilot_seeds, set_seeds
+    from ..report.claims import declared_claims
     from ..report.judge import judge
     from ..report.verdicts import ALPHA, HOLDS, LOOK_ALPHAS, NOT_RUN, decision, family_verdicts, passed_on, stage_p
 
@@ -229,7 +230,7 @@ def make_plan(df, wf: dict, rates: dict | None = None, sizes: dict[str, int] | N
         raise ConfigError("this grid is already a second look (its `plan:` names the pilot's seeds): the rule spends "
                           "its error over two looks, and a third is not planned; read its claims table")
     effects = _effects(wf)
-    judged = judge(df)
+    judged = judge(df, declared_claims(wf))
     every = [(d, c) for d, comps in judged.blocks for c in comps]
     _unreadable(every, df, pilot)
     unknown = sorted(set(effects) - {c.claim for _, c in every})

@@ -39,9 +39,9 @@ def render_tables(df, out_dir, stamp=None, smoke=False):  # lazy: jinja2 is only
     return _render(df, out_dir, stamp, smoke)
 
 
-def write_claims(df, out_dir, stamp=None, smoke=False):
+def write_claims(df, out_dir, stamp=None, smoke=False, declared=()):
     from .claims_table import write_claims as _write
-    return _write(df, out_dir, stamp, smoke)
+    return _write(df, out_dir, stamp, smoke, declared)
 
 
 def render_figures(df, out_dir, formats=("pdf", "png"), stamp=None, notes=None):  # lazy: matplotlib is slow to import
@@ -51,32 +51,23 @@ def render_figures(df, out_dir, formats=("pdf", "png"), stamp=None, notes=None):
 
 def write_document(summary_csv, results, grid=None, figures=(), overrides=None):
     from .document import write_document as _write
-    declare_from(grid)
     return _write(summary_csv, results, grid, figures, overrides)
 
 
-def _grid_config(grid: Grid) -> dict:
-    """The workflow config a report came from (its files merged, provenance.grid_files); {} for none."""
-    from .provenance import grid_files
+def grid_claims(grid: Grid) -> list:
+    """The claims a report's workflow config declares (claims:), parsed for this report: judged beside the
+    registered ones."""
+    from .claims import declared_claims
+    from .provenance import grid_config
 
-    files = grid_files(grid)
-    if not files:
-        return {}
-    from ..grid.expand import read_grid_files
-
-    return read_grid_files(files)
-
-
-def declare_from(grid: Grid) -> None:
-    """The claims a workflow config declares (claims:), judged beside the paper's (claims.DECLARED)."""
-    from .claims import declare
-
-    declare(_grid_config(grid).get("claims") or [])
+    return declared_claims(grid_config(grid))
 
 
 def set_notes(grid: Grid) -> dict[str, str]:
     """{set: its note} of a workflow config's sets (`sets.<name>.note`: why its figure has a panel without runs)."""
-    sets = _grid_config(grid).get("sets")
+    from .provenance import grid_config
+
+    sets = grid_config(grid).get("sets")
     return {name: str(spec["note"]) for name, spec in (sets if isinstance(sets, dict) else {}).items()
             if isinstance(spec, dict) and spec.get("note")}
 
@@ -92,11 +83,12 @@ def write_report(summary_csv: str | os.PathLike, out_root: str | os.PathLike, *,
     from .provenance import stamp
 
     df = read_summary(summary_csv)
-    declare_from(grid)
+    declared = grid_claims(grid)
     root = Path(out_root)
     made_by = stamp(grid)
-    tables = render_tables(df, root / "tables", made_by, smoke) + write_claims(df, root / "tables", made_by, smoke)
+    tables = (render_tables(df, root / "tables", made_by, smoke)
+              + write_claims(df, root / "tables", made_by, smoke, declared))
     written = tables + render_figures(df, root / "figures", stamp=made_by, notes=set_notes(grid))
     if echo:
-        print_outcome(df, stream)
+        print_outcome(df, stream, declared)
     return written

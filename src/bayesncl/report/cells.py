@@ -1,4 +1,4 @@
-"""How a table cell is computed and written: the metrics (``Metric``, ``METRICS``), the cell statistic
+"""How a table cell is computed and written: the measures (``Metric``, the registry ``METRICS``), the cell statistic
 (``stat``: mean and sample std over the finite values, n of them), the bold rule and the three output formats
 (``Fmt``: LaTeX, Markdown, the terminal). The conventions: see tables.py.
 """
@@ -11,8 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["METRICS", "Fmt", "Metric", "Stat", "bold_best", "caption_text", "latex_escape", "stat",
-           "strip_marks"]
+from ..core.errors import ConfigError
+from ..settings.registry import Registry
+
+__all__ = ["METRICS", "Fmt", "Metric", "Stat", "bold_best", "caption_text", "latex_escape", "register_measure",
+           "stat", "strip_marks"]
 
 
 @dataclass(frozen=True)
@@ -24,11 +27,28 @@ class Metric:
     scale: float = 1.0  # printed value = scale x column value (100: a 0-1 fraction shown in percent)
     sig: int | None = None  # significant digits instead of fixed decimals (costs span many magnitudes)
 
+    @property
+    def name(self) -> str:  # its name in the registry, METRICS
+        return self.key
+
     def stat(self, values) -> "Stat":
         return stat(values, self.decimals, self.scale, self.sig)
 
 
-METRICS = {m.key: m for m in [
+# The measures the tables and claims read, by runs.csv column; a plugin's: register_measure.
+METRICS: Registry[Metric] = Registry("measure", "metric")
+
+
+def register_measure(key: str, header: str, decimals: int = 2, better: str | None = None, scale: float = 1.0,
+                     sig: int | None = None) -> Metric:
+    """Register a measure (a plugin section's runs.csv column, docs/EXTENDING.md): its column, header, decimals
+    and which way is better ("up", "down" or None); then tables and declared claims read it."""
+    if better not in ("up", "down", None):
+        raise ConfigError(f"metric: measure {key!r} has better={better!r}; give 'up', 'down' or None")
+    return METRICS.register(Metric(key, header, decimals, better, scale, sig))
+
+
+for _m in [
     Metric("sc", "SC", 2, "up"),
     Metric("se_sum", "SE-Sum", 3, "down"),
     Metric("se_mean", "SE-Mean", 3, "down"),
@@ -52,7 +72,8 @@ METRICS = {m.key: m for m in [
     Metric("img_per_s", "img/s", 0, "up"),  # a rate: higher is better
     Metric("peak_mem_mb", "Mem. (MB)", 0, "down"),
     Metric("train_minutes", "Total (min)", 1, "down", sig=4),
-]}
+]:
+    METRICS.register(_m)
 
 
 # ----------------------------------------------------------------------------- formatting

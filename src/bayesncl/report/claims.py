@@ -30,20 +30,21 @@ combined with the added seeds' own (docs/METHOD.md section 9, "Planning"). Each 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .cells import METRICS, Metric, Stat, stat
-from ..settings.registry import METHODS, method_traits
+from ..settings.registry import METHODS, Registry, method_traits
 from .groups import Group, flag_repeats, group_rows, in_set, parse_list
 from .names import set_names
 from .summary import METRIC_COLUMNS, prepare, section_columns, sweep_column, sweep_rows
 from .verdicts import BETTER, NOT_WORSE, SPEC, UNSIGNED, Kind, Outcome, at_most, combine, compare, finite, within
 
-__all__ = ["CLAIMS", "PRIMARY", "SAME_INIT", "Claim", "Comparison", "Side"]  # the judged table: report/judge.py
+# the judged table: report/judge.py
+__all__ = ["CLAIMS", "PRIMARY", "SAME_INIT", "Claim", "Comparison", "Side", "declared_claims", "register_claim"]
 
 # The paper's headline on each dataset (docs/METHOD.md section 9, "Controls"): interpretability up (1a) and accuracy
 # kept (2a). They share the familywise level first; each that holds passes part of it on to the other comparisons.
@@ -232,19 +233,6 @@ def _judged(cid: str, text: str, left: Side, right: "Side | float", kind: Kind, 
                       better=better)
 
 
-def _directional(cid: str, text: str, sets: tuple[str, ...], metric: str, left: str, right: str,
-                 paper: str = "", kind: Kind = BETTER) -> Callable[["Runs"], list[Comparison]]:
-    m = METRICS[metric]
-    if kind.name == "not worse":
-        kind = Kind(kind.name, MARGINS[metric], source=SPEC)
-
-    def build(runs: Runs) -> list[Comparison]:
-        get = _column(metric)
-        a, b = runs.side(sets, left, get, m), runs.side(sets, right, get, m)
-        return [_judged(cid, text, a, b, kind, m.better, paper)]
-    return build
-
-
 def _sign(cid: str, text: str, key: str, better: str) -> Callable:
     def build(runs: Runs) -> list[Comparison]:
         a = runs.side(("table3",), "reference", _last(key), RHO)
@@ -257,16 +245,6 @@ def _weakens(cid: str, text: str, key: str) -> Callable:
         a = runs.side(("table3",), "bayes", _last(key, absolute=True), RHO)
         b = runs.side(("table3",), "reference", _last(key, absolute=True), RHO)
         return [_judged(cid, text, a, b, BETTER, "down")]
-    return build
-
-
-def _within(cid: str, text: str, set_name: str, metric: str, kind: Kind, paper: str) -> Callable:
-    m = METRICS[metric]
-
-    def build(runs: Runs) -> list[Comparison]:
-        a = runs.side((set_name,), "bayes", _column(metric), m)
-        b = runs.side((set_name,), "reference", _column(metric), m)
-        return [_judged(cid, text, a, b, kind, "up", paper)]
     return build
 
 
@@ -352,57 +330,22 @@ class Claim:
     build: Callable[[Runs], list[Comparison]]
     applies: Callable[[Runs], bool] | None = None  # judged only where this holds (declared: a side has runs)
     at_init: str = ""  # why it has no initialisation control ("": it has one; grid.expand.INIT_SETS plans its runs)
+    # who declared it: "" the paper (this module; only its comparisons can be primary), else the plugin module that
+    # registered it (register_claim) or the workflow config (declared_claims)
+    module: str = ""
+
+    @property
+    def name(self) -> str:  # its name in the registry, CLAIMS
+        return str(self.number)
 
 
-CLAIMS = [
-    Claim(1, ("table1",), "BayesNCL SC above NCL and Top-k NCL; SE lower", lambda runs: [
-        *_directional("1a", "SC: @A $>$ @B", ("table1",), "sc", "bayes", "reference", "36.14 vs 14.93")(runs),
-        *_directional("1b", "SC: @A $>$ @B", ("table1",), "sc", "bayes", "topk")(runs),
-        *_directional("1c", "SE-Sum: @A $<$ @B", ("table1",), "se_sum", "bayes", "reference")(runs)]),
-    Claim(2, ("table2",), "BayesNCL linear probe at least NCL's and SimCLR's", lambda runs: [
-        *_directional("2a", "Top-1: @A $\\geq$ @B", ("table2",), "probe_top1", "bayes", "reference",
-                      "70.44 vs 69.63", NOT_WORSE)(runs),
-        *_directional("2b", "Top-1: @A $\\geq$ @B", ("table2",), "probe_top1", "bayes", "simclr",
-                      "70.44 vs 68.31", NOT_WORSE)(runs)]),
-    Claim(3, ("table2",), "BayesNCL retrieval with the top-K dims at least NCL's",
-          _directional("3", "P@10 (top-$K$ dims): @A $\\geq$ @B", ("table2",), "ret_p10", "bayes", "reference",
-                       kind=NOT_WORSE)),
-    Claim(4, ("table1", "table4"), "STE gate SC at least Gumbel's",
-          _directional("4", "SC: @A $\\geq$ @B", ("table1", "table4"), "sc", "bayes", "gumbel", kind=NOT_WORSE)),
-    Claim(5, ("table4",), "Hard gate SC above soft gate, by a wide margin",
-          _directional("5", "SC: @A $>$ @B", ("table4",), "sc", "bayes", "soft", "22.0 vs 8.5 (CIFAR-100)")),
-    Claim(6, ("table4",), "Gradient isolation helps; the 2-layer head is best", lambda runs: [
-        *_directional("6a", "SC: @A $\\geq$ @B", ("table4",), "sc", "bayes", "nodetach", kind=NOT_WORSE)(runs),
-        *_directional("6b", "SC: @A $>$ @B", ("table4",), "sc", "bayes", "head1")(runs),
-        *_directional("6c", "SC: @A $>$ @B", ("table4",), "sc", "bayes", "head3")(runs)]),
-    Claim(7, ("table3",), "NCL couples AF with GV and GV against SC; BayesNCL weakens both", at_init=NO_INIT["dyn"],
-          build=lambda runs: [
-        *_sign("7a", "$\\rho$(AF, GV) of @A $>$ 0", "dyn_af_gv", "up")(runs),
-        *_sign("7b", "$\\rho$(GV, SC) of @A $<$ 0", "dyn_gv_sc", "down")(runs),
-        *_weakens("7c", "$|\\rho(\\mathrm{AF}, \\mathrm{GV})|$: @A $<$ @B", "dyn_af_gv")(runs),
-        *_weakens("7d", "$|\\rho(\\mathrm{GV}, \\mathrm{SC})|$: @A $<$ @B", "dyn_gv_sc")(runs)]),
-    Claim(8, ("table6",), "Background probe within about 1 point of NCL",
-          _within("8", "BG acc.: @A within 1 point of @B", "table6", "bg_acc", within(1.0, source=PAPER),
-                  "93.38 vs 93.33")),
-    Claim(9, ("table5",), "BayesNCL SC above NCL on ResNet-50",
-          _directional("9", "SC (@arch): @A $>$ @B", ("table5",), "sc", "bayes", "reference")),
-    Claim(10, ("figure4a",), "SC rises with D; BayesNCL beats NCL at each D", _widths),
-    Claim(11, ("figure4b",), "Inverted U over lambda and rho", at_init=NO_INIT["sweep"], build=lambda runs: [
-        *_inverted_u("11a", "lambda", "$\\lambda$", "worse for $\\lambda >$ 4e-5")(runs),
-        *_inverted_u("11b", "rho", "$\\rho$", "inverted U")(runs)]),
-    Claim(12, ("table7",), "Cost: at most 1% more GFLOPs, at most 6% more training time than NCL",
-          at_init=NO_INIT["cost"], build=lambda runs: [
-        *_within("12a", "GFLOPs: @A at most 1% more than @B", "table7", "gflops",
-                 at_most(0.01, relative=True, source=PAPER), "1.419 vs 1.416")(runs),
-        *_within("12b", "Train time: @A at most 6% more than @B", "table7", "train_minutes",
-                 at_most(0.06, relative=True, source=PAPER), "75.12 vs 70.95 min")(runs)]),
-]
 
 
 # ----------------------------------------------------------------------------- declared claims
 # A workflow config's own claims (`claims:`, docs/EXTENDING.md), judged by the same rule as the paper's and shown
-# after them: {id, metric, left, right, relation, tolerance, relative, set}. Sides are variant labels. A tolerance is
-# the margin of >=, <= (else the metric's, MARGINS), within and at most.
+# after them: {id, metric, left, right, relation, tolerance, relative, set}. A side is a variant's label, or a role
+# ({role: bayes}: ROLES, the runs found by their settings, as the paper's sides are); `set` one set or a list (the
+# first with runs of a side). A tolerance is the margin of >=, <= (else the metric's, MARGINS), within and at most.
 RELATIONS = {">": (BETTER, "up", "$>$"), "<": (BETTER, "down", "$<$"), ">=": (NOT_WORSE, "up", "$\\geq$"),
              "≥": (NOT_WORSE, "up", "$\\geq$"), "<=": (NOT_WORSE, "down", "$\\leq$"),
              "≤": (NOT_WORSE, "down", "$\\leq$"), "within": (None, "up", "within"),
@@ -414,21 +357,26 @@ _TOLERANT = {"within": within, "at most": at_most}  # relations that take a tole
 # against right (as 10b, a row per value). Neither needs a right side.
 SWEEP_RELATIONS = ("rises with", "inverted U")
 _DECLARED_KEYS = {"id", "metric", "left", "right", "relation", "tolerance", "relative", "set", "sweep"}
-DECLARED: list[Claim] = []  # the claims of the workflow config the report was given (declare)
-PLUGIN_CLAIMS: list[Claim] = []  # claims a plugin module registered (register_claim)
+WORKFLOW = "the workflow config"  # the module of a workflow config's own claims
+# The paper's own entries (module ""), besides: its values (the Paper cell) and a statement other than "metric: @A
+# relation @B"; their tolerances are the paper's (PAPER), not declared.
+_PAPER_KEYS = {"paper", "text"}
 
 
 def register_claim(claim: "Claim | dict") -> "Claim":
-    """A plugin's claim: a Claim (its own build function), or a declaration as in the workflow config's claims:
-    list (an `id` is needed). Judged and shown like the workflow config's."""
+    """A plugin's claim into CLAIMS: a Claim (its own build function), or a declaration as in the workflow config's
+    claims: list (an `id` is needed). Judged and shown like the workflow config's, never primary."""
+    import sys
+
     if isinstance(claim, dict):
         (claim,) = parse_claims([claim], where=f"claim {claim.get('id', '?')}")
-    if any(c.number == claim.number for c in [*CLAIMS, *PLUGIN_CLAIMS]):
-        from ..core.errors import ConfigError
+    module = sys._getframe(1).f_globals.get("__name__") or "a plugin"  # the registering module, for its messages
+    return CLAIMS.register(replace(claim, module=module))
 
-        raise ConfigError(f"claim {claim.number!r} is registered twice; give it another id")
-    PLUGIN_CLAIMS.append(claim)
-    return claim
+
+def declared_claims(config: dict) -> list[Claim]:
+    """A workflow config's own claims (its `claims:` list), parsed for one report: the judge is given them."""
+    return parse_claims(config.get("claims") or [])
 
 
 # A declared claim's values by type (parse_claims checks what they name).
@@ -444,9 +392,10 @@ def check_claim(entry, at: str) -> None:
     if not isinstance(entry, dict):
         return
     for key in _CLAIM_TEXT:
-        if key in entry and not isinstance(entry[key], str):
+        if key in entry and not isinstance(entry[key], str) and not _role_or_sets(key, entry[key]):
+            role = f", or a role, e.g. {key}: {{role: reference}}" if key in ("left", "right") else ""
             raise ConfigError(f"{at}.{key}: {_shown(entry[key])} is not a name; give it as text, e.g. "
-                              f"{key}: {'sc' if key == 'metric' else '>' if key == 'relation' else 'NCL'}")
+                              f"{key}: {'sc' if key == 'metric' else '>' if key == 'relation' else 'NCL'}{role}")
     if "id" in entry and (isinstance(entry["id"], bool) or not isinstance(entry["id"], (str, int))):
         raise ConfigError(f"{at}.id: {_shown(entry['id'])} is not a name; give it as text, e.g. id: D1")
     if "tolerance" in entry:
@@ -458,12 +407,40 @@ def check_claim(entry, at: str) -> None:
         raise ConfigError(f"{at}.relative: {_shown(entry['relative'])} is not true or false")
 
 
+def _role_or_sets(key: str, value) -> bool:
+    """A side given as a role ({role: NAME}, NAME one of ROLES), or the sets given as a list of names."""
+    if key in ("left", "right"):
+        return isinstance(value, dict) and set(value) == {"role"} and value["role"] in ROLES and value["role"] != "any"
+    return key == "set" and isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
+
+
+def side_name(side) -> str:
+    """A side as the table names it where it has no runs: its label, or its role's (default_label)."""
+    return side if isinstance(side, str) else default_label(side["role"])
+
+
+def _pick(side) -> tuple[str, Callable[[dict], bool]]:
+    """(role, filter) that find a side's runs (Runs.side): a label's variant, or a role's settings."""
+    if isinstance(side, str):
+        return "any", lambda r: r["variant"] == side
+    return side["role"], lambda r: True
+
+
+def _side(runs: Runs, sets: tuple[str, ...], m: Metric, spec) -> Side:
+    """A declared side's runs in the first of ``sets`` that has some; a label's side is named by it, runs or not."""
+    role, where = _pick(spec)
+    side = runs.side(sets, role, _column(m.key), m, where)
+    if isinstance(spec, str):
+        side.label = spec
+    return side
+
+
 def _shown(value) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
+def parse_claims(decls, variants=None, where: str = "claims", module: str = WORKFLOW) -> list[Claim]:
     """The workflow config's `claims` list as Claim objects; a bad entry is one ConfigError naming it."""
     from ..core.errors import ConfigError
     from ..grid.expand import SETS
@@ -476,7 +453,7 @@ def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
         at = f"{where}[{i}]"
         if not isinstance(d, dict):
             raise ConfigError(f"{at}: expected a mapping with metric, left, right and relation, got {d!r}")
-        unknown = sorted(set(d) - _DECLARED_KEYS)
+        unknown = sorted(set(d) - _DECLARED_KEYS - (_PAPER_KEYS if not module else set()))
         missing = [k for k in ("metric", "left", "right", "relation") if k not in d
                    and not (k == "right" and d.get("relation") in SWEEP_RELATIONS)]
         if unknown or missing:
@@ -484,40 +461,45 @@ def parse_claims(decls, variants=None, where: str = "claims") -> list[Claim]:
             raise ConfigError(f"{at}: {what}; a claim takes {', '.join(sorted(_DECLARED_KEYS))}")
         if d["metric"] not in METRICS:
             raise ConfigError(f"{at}.metric: unknown metric {d['metric']!r}; runs.csv's metrics: {', '.join(METRICS)} "
-                              "(a plugin section's: register it in bayesncl.report.cells.METRICS)")
+                              "(a plugin section's: register it with bayesncl.api.register_measure)")
         if d["relation"] not in (*RELATIONS, *SWEEP_RELATIONS):
             raise ConfigError(f"{at}.relation: {d['relation']!r} is not one of "
                               f"{', '.join((*RELATIONS, *SWEEP_RELATIONS))}")
+        if "sweep" in d and not all(isinstance(d.get(k, ""), str) for k in ("left", "right")):
+            raise ConfigError(f"{at}: a claim over a sweep compares variants; give left and right as variants' "
+                              "labels, not roles")
         if d["relation"] in SWEEP_RELATIONS and "sweep" not in d:
             raise ConfigError(f"{at}.sweep: {d['relation']!r} is said over a sweep; name the swept setting, e.g. "
                               "sweep: lambda")
         for side in ("left", "right"):
-            if side in d and variants is not None and d[side] not in variants:
+            if side in d and variants is not None and isinstance(d[side], str) and d[side] not in variants:
                 raise ConfigError(f"{at}.{side}: no variant {d[side]!r}; the variants: {', '.join(variants)}")
         tol = d.get("tolerance")
         if d["relation"] in _TOLERANT and (not isinstance(tol, (int, float)) or isinstance(tol, bool) or tol <= 0):
             raise ConfigError(f"{at}.tolerance: {d['relation']!r} needs a positive tolerance (in the metric's unit, "
                               f"or a fraction of the right side with relative: true), got {tol!r}")
-        if "set" in d and d["set"] not in SETS:
-            raise ConfigError(f"{at}.set: unknown set {d['set']!r}; the sets: {', '.join(SETS)}")
+        for name in ([d["set"]] if isinstance(d.get("set"), str) else d.get("set", [])):
+            if name not in SETS:
+                raise ConfigError(f"{at}.set: unknown set {name!r}; the sets: {', '.join(SETS)}")
         cid = str(d.get("id") or f"D{i + 1}")
         if cid in ids:
             raise ConfigError(f"{at}.id: {cid!r} is used twice; give each claim its own id")
         ids.add(cid)
-        out.append(_declared(cid, d))
+        out.append(replace(_declared(cid, d, module), module=module))
     return out
 
 
-def _declared(cid: str, d: dict) -> Claim:
+def _declared(cid: str, d: dict, module: str = WORKFLOW) -> Claim:
     m = METRICS[d["metric"]]
-    sets = (d["set"],) if d.get("set") else ("figure4b",) if "sweep" in d else (
+    given = d.get("set")
+    sets = ((given,) if isinstance(given, str) else tuple(given)) if given else ("figure4b",) if "sweep" in d else (
         "table1", "table2", "table4", "table5", "table6", "table7", "figure3")
     if d["relation"] in SWEEP_RELATIONS:
         return _declared_sweep(cid, d, sets)
     kind, better, rel = RELATIONS[d["relation"]]
     if kind is None:
         kind = _TOLERANT[d["relation"]](float(d["tolerance"]), relative=bool(d.get("relative", False)),
-                                        source=DECLARED_MARGIN)
+                                        source=DECLARED_MARGIN if module else PAPER)
         unit = f"{d['tolerance'] * 100:g}%" if d.get("relative") else f"{d['tolerance']:g}"
         rel = f"within {unit} of" if d["relation"] == "within" else f"at most {unit} more than"
     elif kind.name == "not worse":  # its own tolerance where given, else the metric's margin
@@ -525,16 +507,17 @@ def _declared(cid: str, d: dict) -> Claim:
                 if "tolerance" in d else Kind(kind.name, MARGINS.get(m.key, NOT_WORSE.margin), source=SPEC))
     if "sweep" in d:
         return _declared_sweep(cid, d, sets, kind, better, rel)
-    text = f"{m.header}: @A {rel} @B"
+    text = d.get("text") or f"{m.header}: @A {rel} @B"
+    paper = "declared" if module else d.get("paper", "")
 
     def build(runs: Runs) -> list[Comparison]:
-        def side(label):
-            return runs.side(sets, "any", _column(m.key), m, lambda r: r["variant"] == label)
-        a, b = side(d["left"]), side(d["right"])
-        a.label, b.label = d["left"], d["right"]
-        return [_judged(cid, text, a, b, kind, better, "declared")]
+        a, b = (_side(runs, sets, m, d[k]) for k in ("left", "right"))
+        return [_judged(cid, text, a, b, kind, better, paper)]
+
     def applies(runs: Runs) -> bool:
-        return any(r["variant"] in (d["left"], d["right"]) for s in sets for g in runs.groups(s) for r in g.rows)
+        picks = [_pick(d[k]) for k in ("left", "right")]
+        return any(ROLES[role](r) and where(r) for role, where in picks for s in sets for g in runs.groups(s)
+                   for r in g.rows)
     reason = NO_INIT[_TRAINING_METRICS[m.key]] if m.key in _TRAINING_METRICS else ""
     return Claim(cid, sets, text, build, applies, reason)
 
@@ -584,7 +567,67 @@ def _number(v) -> float:
         return math.nan
 
 
-def declare(decls) -> list[Claim]:
-    """Set the declared claims (DECLARED) from a workflow config's `claims` list."""
-    DECLARED[:] = parse_claims(decls or [])
-    return list(DECLARED)
+# ----------------------------------------------------------------------------- the paper's claims
+# Each comparison the declared form can say is a `claims:` entry, parsed by parse_claims as a workflow config's are;
+# its sides are roles (ROLES: found by their settings, e.g. BayesNCL = the gated method with an STE gate, detach and
+# a 2-layer head), its tolerances the paper's. Built by hand: claim 7 (a sign against 0, and absolute values, of the
+# correlations at each run's last recorded epoch), 10 (the sweep over D that figure4a's runs make by their proj_dim,
+# and BayesNCL against NCL at each D, with no `sweep` column) and 11 (an inverted U of the paper's BayesNCL, the
+# setting named in its math): the form reads a metric's column of variants swept by a `sweep:` setting.
+BAYES, NCL = {"role": "bayes"}, {"role": "reference"}
+
+
+def _entries(*entries: dict) -> Callable[[Runs], list[Comparison]]:
+    """A paper claim's comparisons: its entries parsed (the paper's: module ""), built in order."""
+    parts = parse_claims(list(entries), where="the paper's claims", module="")
+    return lambda runs: [c for part in parts for c in part.build(runs)]
+
+
+def _versus(cid: str, metric: str, right: str, relation: str, sets, **more) -> dict:
+    """An entry: BayesNCL (left) against the side of role ``right``."""
+    return {"id": cid, "metric": metric, "left": BAYES, "right": {"role": right}, "relation": relation,
+            "set": sets, **more}
+
+
+CLAIMS: Registry[Claim] = Registry("claim", "claims")
+for _claim in [
+    Claim(1, ("table1",), "BayesNCL SC above NCL and Top-k NCL; SE lower", _entries(
+        _versus("1a", "sc", "reference", ">", "table1", paper="36.14 vs 14.93"),
+        _versus("1b", "sc", "topk", ">", "table1"),
+        _versus("1c", "se_sum", "reference", "<", "table1"))),
+    Claim(2, ("table2",), "BayesNCL linear probe at least NCL's and SimCLR's", _entries(
+        _versus("2a", "probe_top1", "reference", ">=", "table2", paper="70.44 vs 69.63"),
+        _versus("2b", "probe_top1", "simclr", ">=", "table2", paper="70.44 vs 68.31"))),
+    Claim(3, ("table2",), "BayesNCL retrieval with the top-K dims at least NCL's", _entries(
+        _versus("3", "ret_p10", "reference", ">=", "table2", text="P@10 (top-$K$ dims): @A $\\geq$ @B"))),
+    Claim(4, ("table1", "table4"), "STE gate SC at least Gumbel's", _entries(
+        _versus("4", "sc", "gumbel", ">=", ["table1", "table4"]))),
+    Claim(5, ("table4",), "Hard gate SC above soft gate, by a wide margin", _entries(
+        _versus("5", "sc", "soft", ">", "table4", paper="22.0 vs 8.5 (CIFAR-100)"))),
+    Claim(6, ("table4",), "Gradient isolation helps; the 2-layer head is best", _entries(
+        _versus("6a", "sc", "nodetach", ">=", "table4"),
+        _versus("6b", "sc", "head1", ">", "table4"),
+        _versus("6c", "sc", "head3", ">", "table4"))),
+    Claim(7, ("table3",), "NCL couples AF with GV and GV against SC; BayesNCL weakens both", at_init=NO_INIT["dyn"],
+          build=lambda runs: [
+        *_sign("7a", "$\\rho$(AF, GV) of @A $>$ 0", "dyn_af_gv", "up")(runs),
+        *_sign("7b", "$\\rho$(GV, SC) of @A $<$ 0", "dyn_gv_sc", "down")(runs),
+        *_weakens("7c", "$|\\rho(\\mathrm{AF}, \\mathrm{GV})|$: @A $<$ @B", "dyn_af_gv")(runs),
+        *_weakens("7d", "$|\\rho(\\mathrm{GV}, \\mathrm{SC})|$: @A $<$ @B", "dyn_gv_sc")(runs)]),
+    Claim(8, ("table6",), "Background probe within about 1 point of NCL", _entries(
+        _versus("8", "bg_acc", "reference", "within", "table6", tolerance=1.0,
+                text="BG acc.: @A within 1 point of @B", paper="93.38 vs 93.33"))),
+    Claim(9, ("table5",), "BayesNCL SC above NCL on ResNet-50", _entries(
+        _versus("9", "sc", "reference", ">", "table5", text="SC (@arch): @A $>$ @B"))),
+    Claim(10, ("figure4a",), "SC rises with D; BayesNCL beats NCL at each D", _widths),
+    Claim(11, ("figure4b",), "Inverted U over lambda and rho", at_init=NO_INIT["sweep"], build=lambda runs: [
+        *_inverted_u("11a", "lambda", "$\\lambda$", "worse for $\\lambda >$ 4e-5")(runs),
+        *_inverted_u("11b", "rho", "$\\rho$", "inverted U")(runs)]),
+    Claim(12, ("table7",), "Cost: at most 1% more GFLOPs, at most 6% more training time than NCL",
+          at_init=NO_INIT["cost"], build=_entries(
+        _versus("12a", "gflops", "reference", "at most", "table7", tolerance=0.01, relative=True,
+                paper="1.419 vs 1.416"),
+        _versus("12b", "train_minutes", "reference", "at most", "table7", tolerance=0.06, relative=True,
+                text="Train time: @A at most 6% more than @B", paper="75.12 vs 70.95 min"))),
+]:
+    CLAIMS.register(_claim)

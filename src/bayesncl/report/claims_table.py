@@ -8,14 +8,14 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Sequence, TextIO
 
 import pandas as pd
 from tabulate import tabulate
 
 from ..settings.registry import method_traits
 from .cells import METRICS, Fmt, Stat
-from .claims import PRIMARY, SAME_INIT, Comparison, Side
+from .claims import PRIMARY, SAME_INIT, Claim, Comparison, Side
 from .judge import Judged, judge
 from .groups import flag_repeats, group_rows
 from .tables import render_context, table_context, write_table
@@ -236,16 +236,17 @@ def dataset_title(dataset: str) -> str:
     return DATASET_NAMES.get(dataset, dataset) if dataset else "Not run on any dataset"
 
 
-def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
-    """The claims table's context (``kind`` "tex", "md" or "txt"). LaTeX puts the test under the interval,
-    so that every row is two lines of a page-wide table."""
+def build_claims(df: pd.DataFrame, kind: str = "tex", declared: Sequence[Claim] = ()) -> dict:
+    """The claims table's context (``kind`` "tex", "md" or "txt"), the workflow config's own claims ``declared``
+    after the registered ones. LaTeX puts the test under the interval, so that every row is two lines of a
+    page-wide table."""
     fmt = Fmt(kind)
-    blocks, flags, learning, fell, declared, every = [], [], [], [], False, []
-    judged = judge(df)
+    blocks, flags, learning, fell, shows_declared, every = [], [], [], [], False, []
+    judged = judge(df, declared)
     for dataset, comps in judged.blocks:
         rows = []
         for c in comps:
-            declared |= c.paper == "declared"
+            shows_declared |= c.paper == "declared"
             learning.append(still_learning(c))
             fell.append(collapsed(c))
             cell = claim_cells(c, fmt)
@@ -272,7 +273,7 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
         step = TEX_ROWS if fmt.tex else len(rows)  # a LaTeX float must fit a page: long blocks continue
         for i in range(0, len(rows), step):
             blocks.append({"title": fmt.esc(title + (" (continued)" if i else "")), "rows": rows[i:i + step]})
-    caption = (CAPTION + looks_sentence(judged) + (DECLARED_NOTE if declared else "")
+    caption = (CAPTION + looks_sentence(judged) + (DECLARED_NOTE if shows_declared else "")
                + f" Family: {gate_sentence(judged)}; {family_tally(every)}.")
     if any(learning):
         caption += (f" § {sum(map(bool, learning))} of the {len(learning)} rows compare runs of which some were "
@@ -300,15 +301,16 @@ def build_claims(df: pd.DataFrame, kind: str = "tex") -> dict:
                          colspec=colspec, align=align, size="footnotesize")
 
 
-def render_claims(df: pd.DataFrame, kind: str = "tex") -> str:
-    return render_context(build_claims(df, kind), kind)
+def render_claims(df: pd.DataFrame, kind: str = "tex", declared: Sequence[Claim] = ()) -> str:
+    return render_context(build_claims(df, kind, declared), kind)
 
 
 def write_claims(df: pd.DataFrame, out_dir: str | os.PathLike, stamp: str | None = None,
-                 smoke: bool = False) -> list[Path]:
+                 smoke: bool = False, declared: Sequence[Claim] = ()) -> list[Path]:
     """Write claims.tex and claims.md into ``out_dir``, each once (``tables.write_table``)."""
     out = Path(out_dir)
-    return [write_table(out / f"claims.{kind}", render_claims(df, kind), stamp, smoke) for kind in ("tex", "md")]
+    return [write_table(out / f"claims.{kind}", render_claims(df, kind, declared), stamp, smoke)
+            for kind in ("tex", "md")]
 
 
 # ----------------------------------------------------------------------------- the terminal
@@ -333,10 +335,11 @@ def _headline(df: pd.DataFrame, fmt: Fmt) -> str:
     return tabulate(rows, headers=header, tablefmt="simple", disable_numparse=True)
 
 
-def outcome(df: pd.DataFrame) -> str:
-    """What the run showed, for the terminal: the claims and the headline rows of Tables 1 and 2."""
+def outcome(df: pd.DataFrame, declared: Sequence[Claim] = ()) -> str:
+    """What the run showed, for the terminal: the claims (``declared``: the workflow config's own, after the
+    registered ones) and the headline rows of Tables 1 and 2."""
     fmt = Fmt("txt")
-    lines, judged = [], judge(df)
+    lines, judged = [], judge(df, declared)
     blocks = judged.blocks
     for dataset, comps in blocks:
         for i, c in enumerate(comps):
@@ -360,5 +363,5 @@ def outcome(df: pd.DataFrame) -> str:
             f"{_headline(df, fmt)}\n")
 
 
-def print_outcome(df: pd.DataFrame, stream: TextIO | None = None) -> None:
-    print(outcome(df), file=stream or sys.stdout, flush=True)
+def print_outcome(df: pd.DataFrame, stream: TextIO | None = None, declared: Sequence[Claim] = ()) -> None:
+    print(outcome(df, declared), file=stream or sys.stdout, flush=True)

@@ -403,6 +403,7 @@ def write_document(summary_csv: str | Path, results: str | Path, grid: str | Pat
                    figures: list[str] | tuple[str, ...] = (), overrides: dict | None = None) -> list[Path]:
     """Write report.tex, the HTML pages, their captions, the provenance files and the DVC plot data (see
     the module docstring); returns the paths written. ``figures``: the figure stems to show, in order."""
+    from .claims import declared_claims
     from .dvc_plots import write_plots  # matplotlib: not needed when the workflow lists the pages
     from .summary import prepare, read_summary
     summary_csv, results = Path(summary_csv), Path(results)
@@ -417,11 +418,12 @@ def write_document(summary_csv: str | Path, results: str | Path, grid: str | Pat
     stamp = prov.stamp()
     out = results / "report"
     written = []
+    declared = declared_claims(provenance.grid_config(grid))  # the workflow config's own, beside the registered
 
     runs = list(zip(df["dataset"], df["sets"]))
     pages = report_pages(runs, list(figures))
     contexts = {spec.name: build_table(df, spec.name, "md") for spec in TABLES}
-    contexts["claims"] = build_claims(df, "md")
+    contexts["claims"] = build_claims(df, "md", declared)
     for page in pages:
         if page.category in ("Claims", "Tables"):
             ctx = contexts[page.source]
@@ -435,7 +437,7 @@ def write_document(summary_csv: str | Path, results: str | Path, grid: str | Pat
             title, caption = figure_caption(page.source)
         written.append(atomic_write_text(out / "captions" / f"{page.name}.rst", caption_rst(title, caption, stamp)))
 
-    judged = [(d, c) for d, comps in claims_rows(df) for c in comps]
+    judged = [(d, c) for d, comps in claims_rows(df, declared) for c in comps]
     outcome = outcome_text([c.verdict for _, c in judged], family_tally([c for _, c in judged]))
     written.append(atomic_write_text(out / "provenance.rst", provenance_rst(prov, outcome, results)))
     written.append(atomic_write_text(out / "provenance.json", prov.to_json()))

@@ -6,10 +6,11 @@ verdicts, in one look or, for a grid grown by `bayesncl plan`, two (docs/METHOD.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import pandas as pd
 
-from .claims import CLAIMS, DECLARED, NO_TWINS, PLUGIN_CLAIMS, PRIMARY, Claim, Comparison, Runs, Side, twin_records
+from .claims import CLAIMS, NO_TWINS, PRIMARY, Claim, Comparison, Runs, Side, twin_records
 from .names import ARCH_NAMES
 from .summary import prepare
 from .verdicts import ALPHA, NOT_RUN, Family, Kind, Outcome, compare, family_verdicts, finite, label, make_family, \
@@ -22,11 +23,11 @@ def _arch_name(arch: str) -> str:
     return ARCH_NAMES.get(arch, arch) if arch else "ResNet-50"
 
 
-def claims_rows(df: pd.DataFrame) -> list[tuple[str, list[Comparison]]]:
+def claims_rows(df: pd.DataFrame, declared: Sequence[Claim] = ()) -> list[tuple[str, list[Comparison]]]:
     """[(dataset, comparisons), ...]: per dataset, the claims whose sets it has runs in, each judged within
     one architecture (a claim whose sets hold runs of several architectures gets one row per architecture,
     which its text and id name); a last block ("") holds the claims no dataset ran, as "not run"."""
-    return judge(df).blocks
+    return judge(df, declared).blocks
 
 
 @dataclass
@@ -42,9 +43,11 @@ class Judged:
         return [c for _, comps in self.blocks for c in comps]
 
 
-def judge(df: pd.DataFrame) -> Judged:
+def judge(df: pd.DataFrame, declared: Sequence[Claim] = ()) -> Judged:
     """Every comparison of the claims table, judged plainly (all seeds), against its initialisation control
-    and familywise (claims_rows)."""
+    and familywise (claims_rows): the registered claims (CLAIMS: the paper's, a plugin's), then ``declared``
+    (a workflow config's own: claims.declared_claims)."""
+    every_claim = [*CLAIMS.values(), *declared]
     df = prepare(df)
     records = df.to_dict("records")
     pilot = any(str(r.get("pilot_of") or "") for r in records)
@@ -58,7 +61,7 @@ def judge(df: pd.DataFrame) -> Judged:
         mine = [r for r in records if r["dataset"] == d]
         parts = [Runs([r for r in mine if r["arch"] == a], a) for a in dict.fromkeys(r["arch"] for r in mine)]
         comps = []
-        for claim in [*CLAIMS, *PLUGIN_CLAIMS, *DECLARED]:
+        for claim in every_claim:
             where = [runs for runs in parts
                      if runs.has(*claim.sets) and (claim.applies is None or claim.applies(runs))]
             for runs in where:
@@ -68,7 +71,7 @@ def judge(df: pd.DataFrame) -> Judged:
                     _looked(claim, runs, built)
                 for c in built:
                     c.sets = claim.sets
-                    c.primary = claim in CLAIMS and c.claim in PRIMARY
+                    c.primary = not claim.module and c.claim in PRIMARY
                     c.text = c.text.replace("@arch", _arch_name(runs.arch))
                     if len(where) > 1 and claim.number != 9:
                         c.text += f" ({_arch_name(runs.arch)})"
@@ -78,11 +81,11 @@ def judge(df: pd.DataFrame) -> Judged:
             blocks.append((d, comps))
     empty = Runs([])
     missing = []
-    for claim in [*CLAIMS, *PLUGIN_CLAIMS, *DECLARED]:
+    for claim in every_claim:
         if claim.number not in ran:
             for c in claim.build(empty):
                 c.sets, c.init_note = claim.sets, claim.at_init
-                c.primary = claim in CLAIMS and c.claim in PRIMARY
+                c.primary = not claim.module and c.claim in PRIMARY
                 c.text = c.text.replace("@arch", _arch_name(""))
                 missing.append(c)
     if missing:

@@ -82,6 +82,16 @@ def grid_files(grid) -> list[str]:
     return [str(g) for g in grid]
 
 
+def grid_config(grid) -> dict:
+    """The workflow config a report came from (its files merged as the workflow merges them); {} for none."""
+    files = grid_files(grid)
+    if not files:
+        return {}
+    from ..grid.expand import read_grid_files
+
+    return read_grid_files(files)
+
+
 def _grid_text(grid) -> str:
     files = grid_files(grid)
     if not files:

@@ -109,8 +109,9 @@ def as_settings(owner: str, given) -> tuple[tuple[str, Setting], ...]:
 
 
 class Registry(Generic[T]):
-    """Specs by name, in registration order. `registry[name]` for an unknown name is one ConfigError line naming
-    the config key and the names allowed."""
+    """Specs by name (a spec's `name`), in registration order: the package's one way of registering methods,
+    datasets, evaluation sections, measures and claims. `registry[name]` for an unknown name is one ConfigError
+    line naming the config key and the names allowed; a second spec under a registered name is another."""
 
     def __init__(self, kind: str, key: str):
         self.kind, self.key = kind, key
@@ -135,6 +136,13 @@ class Registry(Generic[T]):
             raise ConfigError(f"{self.key}: unknown {self.kind} {name!r}; allowed: {', '.join(self._specs)} "
                               f"({how_to_load(self.kind)})") from None
 
+    def __setitem__(self, name: str, spec: T) -> None:
+        """`registry[name] = spec`, as plugins once filled a dict: registered, under the spec's own name."""
+        own = spec.name  # type: ignore[attr-defined]
+        if name != own:
+            raise ConfigError(f"{self.key}: {self.kind} {own!r} given as {name!r}; register it under its own name")
+        self.register(spec)
+
     def __contains__(self, name: object) -> bool:
         return name in self._specs
 
@@ -143,6 +151,12 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._specs)
+
+    def items(self) -> list[tuple[str, T]]:
+        return list(self._specs.items())
+
+    def values(self) -> list[T]:
+        return list(self._specs.values())
 
     def names(self, where: Callable[[T], bool] = lambda s: True) -> tuple[str, ...]:
         return tuple(n for n, s in self._specs.items() if where(s))
@@ -406,7 +420,7 @@ def declared(key: str) -> "Setting | dict[str, Setting] | None":
     blocks = {"data": lambda n: dict(d.settings) or None if (d := _named(DATASETS, n)) else None,
               "eval": lambda n: dict(SECTION_SETTINGS.get(n, ())) or None}
     if len(part) == 2 and part[0] == "method":
-        return next((s for m in METHODS._specs.values() for k, s in m.settings if k == part[1]), None)
+        return next((s for m in METHODS.values() for k, s in m.settings if k == part[1]), None)
     if part[0] in blocks and len(part) in (2, 3):
         block = blocks[part[0]](part[1])
         return block if len(part) == 2 or not block else block.get(part[2])
@@ -416,8 +430,8 @@ def declared(key: str) -> "Setting | dict[str, Setting] | None":
 def declared_names(prefix: str) -> set[str]:
     """The names registered entries declare right under the dotted `prefix` ("method.": every method's settings;
     "data.": the datasets with settings of their own), for an unknown key's message."""
-    keys = [f"method.{k}" for m in METHODS._specs.values() for k, _ in m.settings]
-    keys += [f"data.{d.name}.{k}" for d in DATASETS._specs.values() for k, _ in d.settings]
+    keys = [f"method.{k}" for m in METHODS.values() for k, _ in m.settings]
+    keys += [f"data.{d.name}.{k}" for d in DATASETS.values() for k, _ in d.settings]
     keys += [f"eval.{n}.{k}" for n, pairs in SECTION_SETTINGS.items() for k, _ in pairs]
     return {k[len(prefix):].split(".")[0] for k in keys if k.startswith(prefix)}
 
