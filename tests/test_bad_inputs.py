@@ -444,7 +444,7 @@ CASES = [
     Case("pretrain --config missing", ["pretrain", "--config", "{tmp}/c.yaml", "--out", "{tmp}/run"],
          "{tmp}/c.yaml does not exist"),
     Case("pretrain --config-json not an object", ["pretrain", "--config-json", "[1]", "--out", "{tmp}/run"],
-         "--config-json: expected a JSON object"),
+         "--config-json: expected a JSON object of config keys, got [1]"),
     Case("evaluate truncated checkpoint", ["evaluate", "--checkpoint", "{tmp}/model.pt", "--out", "{tmp}/e"],
          "{tmp}/model.pt could not be read", setup=files(model__pt="truncated")),
     Case("evaluate junk checkpoint", ["evaluate", "--checkpoint", "{tmp}/model.pt", "--out", "{tmp}/e"],
@@ -624,8 +624,9 @@ CASES = [
           ("a rate of 0", json.dumps({"steps": {"throughput": {"status": "ok", "result": {"ncl": {
               "img_per_s": 0, "gflops_fwd_per_view": 1.1}}}}}), "--measured {tmp}/m.bin: its throughput step did "
                                                                   "not end ok"))],
-    Case("plan --grid-json a list", ["plan", "--grid-json", "[1, 2]", "--pilot", "{tmp}/runs.csv"],
-         "--grid-json: expected the workflow config as a JSON object", setup=files(runs__csv=PILOT)),
+    *[Case(f"{cmd} --grid-json a list", [cmd, "--grid-json", "[1, 2]", *extra],
+           "--grid-json: expected the workflow config as a JSON object, got [1, 2]", setup=files(runs__csv=PILOT))
+      for cmd, extra in (("plan", ["--pilot", "{tmp}/runs.csv"]), ("summarize", ["--out", "{tmp}/s.csv"]))],
     *[Case(f"plan pilot sc {what}", ["plan", "--grid", "{tmp}/g.yaml", "--pilot", "{tmp}/runs.csv", "--out",
                                      "{tmp}/plan.yaml"],
            "--pilot {tmp}/runs.csv: column 'sc' holds no number in any of its 55 runs (text or empty), though claim "
@@ -1428,7 +1429,8 @@ def test_the_training_log_reader_names_each_fault_in_one_exact_line(tmp_path, bo
 
 def test_the_training_log_reader_names_a_missing_log_and_cuts_a_long_value(tmp_path):
     from bayesncl.core.errors import MissingInputError
-    from bayesncl.runs.files import read_log, shown
+    from bayesncl.core.yamlio import shown
+    from bayesncl.runs.files import read_log
 
     with pytest.raises(MissingInputError) as e:
         read_log(tmp_path)

@@ -39,11 +39,10 @@ def read_workflow(grid_files: list[str] | None, grid_json: str | None = None) ->
     """The workflow config as Snakemake reads it, with the same one-line refusals (cli.workflow.load_workflow: the files
     merged, or the JSON the workflow passes; its schema, plugins, every run of its grid and its declared claims),
     the claims declared (claims.DECLARED) for the table the plan is made from."""
-    import json
     from pathlib import Path
 
     from ..report.claims import DECLARED
-    from .workflow import load_workflow
+    from .workflow import load_workflow, load_workflow_json
 
     if grid_files is not None:
         for path in grid_files:
@@ -52,13 +51,7 @@ def read_workflow(grid_files: list[str] | None, grid_json: str | None = None) ->
                                   "config/paper.yaml")
         flow = load_workflow(grid_files)
     else:
-        try:
-            wf = json.loads(grid_json)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"--grid-json: not valid JSON ({e})") from None
-        if not isinstance(wf, dict):
-            raise ConfigError(f"--grid-json: expected the workflow config as a JSON object, got {grid_json[:40]!r}")
-        flow = load_workflow(config=wf, where="--grid-json", export=False)
+        flow = load_workflow_json(grid_json)
     DECLARED[:] = flow.claims
     return flow.config
 

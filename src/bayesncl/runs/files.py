@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 from ..core.errors import MissingInputError, RunFileError
-from ..core.yamlio import read_text
+from ..core.yamlio import read_text, shown
 
 CONFIG = "config.resolved.yaml"
 CODE = "plugin_code.json"
@@ -73,12 +73,6 @@ class LogError(RunFileError):
     def __init__(self, path: Path, fault: str):
         super().__init__(f"{path}{fault}; it is the trainer's: restore it, or train the run again")
         self.fault = fault
-
-
-def shown(value) -> str:
-    """A value as a one-line message shows it: its repr, cut at 40 characters."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def read_log(run_dir: str | Path, needed: tuple[str, ...] = ()) -> list[dict]:
