@@ -416,12 +416,12 @@ def test_figure4b_leaves_out_a_sweep_runs_csv_has_no_column_for():
 
 
 def test_figure4b_leaves_out_a_setting_another_set_sweeps_through_the_shared_default():
-    """The demo's default run is a point of Figure 4a's D sweep too (its `sweep` says "proj_dim;lambda"): inside
-    Figure 4b it is one value of D, no sweep, and gets no panels."""
-    rows = [figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4a;figure4b", "proj_dim;lambda", sc=36.0,
-                       probe_top1=61.0) for s in range(3)]
-    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0)
-             for lam in (0.0, 1e-4)]
+    """The demo's default run is a point of Figure 4a's D sweep too (its `sweep` says
+    "figure4a:proj_dim;figure4b:lambda"): Figure 4b does not sweep D, and gets no panels of it."""
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4a;figure4b", "figure4a:proj_dim;figure4b:lambda",
+                       sc=36.0, probe_top1=61.0) for s in range(3)]
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "figure4b:lambda", lam=lam, sc=33.0,
+                        probe_top1=60.0) for lam in (0.0, 1e-4)]
     fig = figures._figure4b(summ.prepare(pd.DataFrame(rows)))
     assert len(fig.axes) == 4 and "proj_dim" not in _title(fig)
 
@@ -429,7 +429,10 @@ def test_figure4b_leaves_out_a_setting_another_set_sweeps_through_the_shared_def
 def test_a_sweep_is_read_from_the_column_its_setting_has():
     from helpers.grids import plugin_method
 
-    assert summ.swept(pd.DataFrame({"sweep": ["", "rho;lambda", "rho"]})) == ["lambda", "rho"]
+    sweeps = pd.DataFrame({"sweep": ["", "figure4b:rho;figure4b:lambda", "figure4a:proj_dim;figure4b:rho"]})
+    assert summ.swept(sweeps, "figure4b") == ["lambda", "rho"] and summ.swept(sweeps, "figure4a") == ["proj_dim"]
+    older = pd.DataFrame({"sweep": ["rho;lambda"]})  # a runs.csv from before the sweep was recorded set by set
+    assert summ.swept(older, "figure4b") == summ.swept(older, "table1") == ["lambda", "rho"]
     with plugin_method(settings={"alive": registry.setting(0.5, "named as a metric's column", ge=0)}):
         assert [summ.sweep_column(p) for p in ("rho", "proj_dim", "alive", "l1_weight")] == [
             "rho", "proj_dim", "method.alive", "l1_weight"]

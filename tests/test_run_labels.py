@@ -98,8 +98,8 @@ def test_a_run_shared_by_two_sets_takes_each_set_s_own_name(tmp_path):
         # Figure 4b: the sweep's points, its own variant's name
         fig = df[[groups.in_set(s, "figure4b") for s in df["sets"]]]
         assert set(fig["variant"]) == {"NCL + Lp"}
-        assert sorted(summary.sweep_rows(fig, "lp_weight")["lp_weight"]) == [0.0] * 6 + [1e-3] * 6 + [1e-2] * 6
-        assert sorted(summary.sweep_rows(fig, "lp_power")["lp_power"]) == [1.0] * 6 + [2.0] * 6
+        assert sorted(summary.sweep_rows(fig, "lp_weight", "figure4b")["lp_weight"]) == [0.0] * 6 + [1e-3] * 6 + [1e-2] * 6
+        assert sorted(summary.sweep_rows(fig, "lp_power", "figure4b")["lp_power"]) == [1.0] * 6 + [2.0] * 6
         K.declare(CLAIMS)
         try:
             judged = {c.claim: c for c in judge.judge(df).comparisons if c.claim.startswith("D")}
