@@ -259,6 +259,11 @@ def test_a_run_two_sets_sweep_over_different_settings_is_each_set_s_own_point(tm
     assert rows["synthetic/bayesncl/D~8/rho~0.8/lambda~3e-05/seed~0"]["sweep"] == "figure4a:proj_dim"
     assert rows["synthetic/bayesncl/rho~0.8/lambda~0/seed~0"]["sweep"] == "figure4b:lambda"
     assert rows["synthetic/ncl/seed~0"]["sweep"] == ""
+    wf["variants"]["Same"] = wf["variants"]["BayesNCL (STE)"]  # two variants of the set, one run: its point once
+    with pytest.warns(grid.GridWarning):
+        again = grid.expand_grid({**wf, "sets": {**SHARED_SETS, "figure4b": {**SHARED_SETS["figure4b"],
+                                                                             "variants": ["BayesNCL (STE)", "Same"]}}})
+    assert again[SHARED].sweeps == runs[SHARED].sweeps
     fig4a, fig4b = (df[[s in v.split(";") for v in df["sets"]]] for s in ("figure4a", "figure4b"))
     assert sorted(summ.sweep_rows(fig4a, "proj_dim", "figure4a")["proj_dim"]) == [8, 16]
     assert sorted(summ.sweep_rows(fig4b, "lambda", "figure4b")["lambda"]) == [0.0, 3e-5]

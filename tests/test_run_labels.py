@@ -89,8 +89,8 @@ def test_a_run_shared_by_two_sets_takes_each_set_s_own_name(tmp_path):
         _runs_csv(merged(grid, sweep), tmp_path)
         df = summary.read_summary(tmp_path / "runs.csv")
         shared = df[df["run_id"] == SHARED]
-        assert list(zip(shared["variant"], shared["sets"], shared["lp_weight"])) == [
-            ("NCL + Lp", "figure4b", 1e-2), ("NCL + Lp (x10)", "table1", 1e-2)]
+        assert list(zip(shared["variant"], shared["sets"], shared["lp_weight"], shared["sweep"])) == [
+            ("NCL + Lp", "figure4b", 1e-2, "figure4b:lp_weight"), ("NCL + Lp (x10)", "table1", 1e-2, "")]
         # Table 1: three rows of three seeds each, per dataset, none mixing two settings
         for dataset, gs in groups.blocks(df, "table1"):
             rows = {g.variant: (g.n, sorted({x for x in g.values("lp_weight") if x == x})) for g in gs}  # NaN: NCL's
