@@ -433,8 +433,10 @@ CASES = [
          "--grid {tmp}/none.yaml does not exist"),
     Case("summarize --grid-json not JSON", ["summarize", "--grid-json", "{", "--out", "{tmp}/runs.csv"],
          "--grid-json: not valid JSON"),
-    Case("summarize --grid-json without defaults", ["summarize", "--grid-json", '{"results": "r", "seeds": [0]}',
-                                                    "--out", "{tmp}/runs.csv"], "defaults"),
+    *[Case(f"{cmd} --grid-json without defaults", [cmd, "--grid-json", '{"results": "r", "seeds": [0]}', *extra],
+           "the config: the keys defaults, datasets, variants, sets are missing; fix it in --grid-json",
+           setup=files(runs__csv=PILOT))
+      for cmd, extra in (("plan", ["--pilot", "{tmp}/runs.csv"]), ("summarize", ["--out", "{tmp}/s.csv"]))],
     Case("summarize --grid binary", ["summarize", "--grid", "{tmp}/g.bin", "--out", "{tmp}/runs.csv"],
          "--grid {tmp}/g.bin: not a text file", setup=files(g__bin=PNG)),
     Case("summarize --grid not a mapping", ["summarize", "--grid", "{tmp}/g.yaml", "--out", "{tmp}/runs.csv"],
@@ -444,7 +446,7 @@ CASES = [
     Case("pretrain --config missing", ["pretrain", "--config", "{tmp}/c.yaml", "--out", "{tmp}/run"],
          "{tmp}/c.yaml does not exist"),
     Case("pretrain --config-json not an object", ["pretrain", "--config-json", "[1]", "--out", "{tmp}/run"],
-         "--config-json: expected a JSON object"),
+         "--config-json: expected a JSON object of config keys, got [1]"),
     Case("evaluate truncated checkpoint", ["evaluate", "--checkpoint", "{tmp}/model.pt", "--out", "{tmp}/e"],
          "{tmp}/model.pt could not be read", setup=files(model__pt="truncated")),
     Case("evaluate junk checkpoint", ["evaluate", "--checkpoint", "{tmp}/model.pt", "--out", "{tmp}/e"],
@@ -624,8 +626,9 @@ CASES = [
           ("a rate of 0", json.dumps({"steps": {"throughput": {"status": "ok", "result": {"ncl": {
               "img_per_s": 0, "gflops_fwd_per_view": 1.1}}}}}), "--measured {tmp}/m.bin: its throughput step did "
                                                                   "not end ok"))],
-    Case("plan --grid-json a list", ["plan", "--grid-json", "[1, 2]", "--pilot", "{tmp}/runs.csv"],
-         "--grid-json: expected the workflow config as a JSON object", setup=files(runs__csv=PILOT)),
+    *[Case(f"{cmd} --grid-json a list", [cmd, "--grid-json", "[1, 2]", *extra],
+           "--grid-json: expected the workflow config as a JSON object, got [1, 2]", setup=files(runs__csv=PILOT))
+      for cmd, extra in (("plan", ["--pilot", "{tmp}/runs.csv"]), ("summarize", ["--out", "{tmp}/s.csv"]))],
     *[Case(f"plan pilot sc {what}", ["plan", "--grid", "{tmp}/g.yaml", "--pilot", "{tmp}/runs.csv", "--out",
                                      "{tmp}/plan.yaml"],
            "--pilot {tmp}/runs.csv: column 'sc' holds no number in any of its 55 runs (text or empty), though claim "
@@ -733,6 +736,20 @@ def test_bad_input_is_one_line_and_writes_nothing(case: Case, tmp_path, monkeypa
     assert "error" in err.split(":", 2)[1] or err.startswith("invalid workflow config: ")
     assert out == "" or case.run == "snakemake", out  # nothing claimed done ("cached in", "0 jobs", ...)
     assert _snapshot(tmp_path) == before  # nothing written, earlier outputs as they were
+
+
+@pytest.mark.parametrize("text, given", [("[1, 2]", "[1, 2]"), ("3", "3"), ('"x"', "'x'"), ("null", "None"),
+                                         ("[" + "1, " * 20 + "1]", "[" + "1, " * 12 + "..."), ("{", None)])
+def test_a_json_flag_is_an_object_or_one_line_naming_the_flag_what_was_expected_and_given(text, given):
+    from bayesncl.core.errors import ConfigError
+    from bayesncl.core.yamlio import json_flag
+
+    assert json_flag('{"a": 1}', "--config-json") == {"a": 1}
+    with pytest.raises(ConfigError) as e:
+        json_flag(text, "--config-json")
+    assert str(e.value) == (f"--config-json: expected a JSON object of config keys, got {given}" if given else
+                            "--config-json: not valid JSON (Expecting property name enclosed in double quotes: line 1 "
+                            "column 2 (char 1))")
 
 
 def test_the_table_has_every_case_once():
@@ -1428,7 +1445,8 @@ def test_the_training_log_reader_names_each_fault_in_one_exact_line(tmp_path, bo
 
 def test_the_training_log_reader_names_a_missing_log_and_cuts_a_long_value(tmp_path):
     from bayesncl.core.errors import MissingInputError
-    from bayesncl.runs.files import read_log, shown
+    from bayesncl.core.yamlio import shown
+    from bayesncl.runs.files import read_log
 
     with pytest.raises(MissingInputError) as e:
         read_log(tmp_path)

@@ -200,7 +200,8 @@ def test_a_claim_with_an_integer_id_and_a_boolean_relative_is_taken():
 def _swept(values: dict, variant="L1", method="l1m", param="l1_weight", column="l1_weight", sets="figure4b"):
     """Runs of one variant in ``sets``, points of the ``param`` sweep: {setting value: its seeds' SC}."""
     return [{"run_id": f"synthetic/{method}/{param}~{x}/seed~{s}", "dataset": "synthetic", "arch": "resnet18",
-             "method": method, "variant": variant, "sets": sets, "sweep": param, "seed": s, column: x, "sc": v}
+             "method": method, "variant": variant, "sets": sets, "sweep": f"figure4b:{param}", "seed": s, column: x,
+             "sc": v}
             for x, vs in values.items() for s, v in enumerate(vs)]
 
 

@@ -194,11 +194,12 @@ def test_figures_carry_the_stamp_in_their_metadata(tmp_path):
 
 # --------------------------------------------------------------------------- DVC plot data
 def test_plot_data_is_the_figures_means_one_file_per_line():
-    rows = [figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4a;figure4b", "proj_dim;rho;lambda",
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4a;figure4b", "figure4a:proj_dim;figure4b:lambda",
                  sc=36.0 + s, probe_top1=61.0 + s, gate_curve=gate_curve(0.5, s)) for s in range(3)]
-    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=30.0, probe_top1=50.0,
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "figure4b:lambda", lam=lam, sc=30.0, probe_top1=50.0,
                   gate_curve=gate_curve(0.9, 0)) for lam in (0.0, 1e-3)]
-    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4a", "proj_dim", D=512, sc=40.0, probe_top1=62.0)]
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4a", "figure4a:proj_dim", D=512, sc=40.0,
+                        probe_top1=62.0)]
     data = plots.plot_data(summary.prepare(pd.DataFrame(rows)))
     gates = dict(data["gates"])
     assert len(gates) == 3  # the default point and two lambda values: three lines, three names

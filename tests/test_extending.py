@@ -159,7 +159,7 @@ def test_a_plugin_method_and_a_folder_dataset_reach_the_tables_and_the_claims(tm
     from bayesncl.report import figures, summary
 
     table = pd.read_csv(out / "summary" / "runs.csv")
-    points = table[(table["sweep"] == "l1_weight") & (table["variant"] == "NCL + L1")]  # the setting's column
+    points = table[(table["sweep"] == "figure4b:l1_weight") & (table["variant"] == "NCL + L1")]  # the setting's column
     assert sorted(points["l1_weight"]) == [0.0, 0.01, 0.1] and set(points["sets"]) == {"figure4b"}
     assert (out / "figures" / "figure4b.png").is_file()
     panel = figures._figure4b(summary.prepare(pd.read_csv(out / "summary" / "runs.csv"))).axes[2]

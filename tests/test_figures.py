@@ -25,19 +25,21 @@ ROOT = Path(__file__).resolve().parents[1]
 def frame():
     rows = []
     for s in range(3):  # main comparison: 3 seeds, also the base point of every sweep
-        rows.append(figure_row("NCL", "ncl", s, "table1;figure3;figure4a", "proj_dim", sc=30.0 + s, probe_top1=60.0 + s,
-                         ret_curve=json.dumps({"32": 40.0 + s, "64": 45.0}), ret_K=64))
-        rows.append(figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure3;figure4a;figure4b", "proj_dim;rho;lambda",
-                         sc=36.0 + s, probe_top1=61.0, ret_curve=json.dumps({"32": 42.0, "64": 47.0 + s}), ret_K=64,
-                         gate_curve=gate_curve(0.5, s)))
+        rows.append(figure_row("NCL", "ncl", s, "table1;figure3;figure4a", "figure4a:proj_dim", sc=30.0 + s,
+                               probe_top1=60.0 + s, ret_curve=json.dumps({"32": 40.0 + s, "64": 45.0}), ret_K=64))
+        rows.append(figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure3;figure4a;figure4b",
+                               "figure4a:proj_dim;figure4b:rho;figure4b:lambda", sc=36.0 + s, probe_top1=61.0,
+                               ret_curve=json.dumps({"32": 42.0, "64": 47.0 + s}), ret_K=64,
+                               gate_curve=gate_curve(0.5, s)))
     for D in (512, 1024):
         for v, m in (("NCL", "ncl"), ("BayesNCL (STE)", "bayesncl")):
-            rows.append(figure_row(v, m, 0, "figure4a", "proj_dim", D=D, sc=40.0, probe_top1=62.0))
+            rows.append(figure_row(v, m, 0, "figure4a", "figure4a:proj_dim", D=D, sc=40.0, probe_top1=62.0))
     for rho in (0.5, 0.95):
-        rows.append(figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "rho", rho=rho, sc=30.0, probe_top1=59.0))
+        rows.append(figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "figure4b:rho", rho=rho, sc=30.0,
+                               probe_top1=59.0))
     for lam in (0.0, 1e-5, 1e-3):
-        rows.append(figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0,
-                         gate_curve=gate_curve(0.3 if lam == 0 else 0.9, 0)))
+        rows.append(figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "figure4b:lambda", lam=lam, sc=33.0,
+                               probe_top1=60.0, gate_curve=gate_curve(0.3 if lam == 0 else 0.9, 0)))
     rows.append(figure_row("Soft gate", "bayesncl", 0, "table4", gate_curve=gate_curve(0.7, 0)))
     return summ.prepare(pd.DataFrame(rows))
 
@@ -416,12 +418,12 @@ def test_figure4b_leaves_out_a_sweep_runs_csv_has_no_column_for():
 
 
 def test_figure4b_leaves_out_a_setting_another_set_sweeps_through_the_shared_default():
-    """The demo's default run is a point of Figure 4a's D sweep too (its `sweep` says "proj_dim;lambda"): inside
-    Figure 4b it is one value of D, no sweep, and gets no panels."""
-    rows = [figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4a;figure4b", "proj_dim;lambda", sc=36.0,
-                       probe_top1=61.0) for s in range(3)]
-    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0)
-             for lam in (0.0, 1e-4)]
+    """The demo's default run is a point of Figure 4a's D sweep too (its `sweep` says
+    "figure4a:proj_dim;figure4b:lambda"): Figure 4b does not sweep D, and gets no panels of it."""
+    rows = [figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4a;figure4b", "figure4a:proj_dim;figure4b:lambda",
+                       sc=36.0, probe_top1=61.0) for s in range(3)]
+    rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "figure4b:lambda", lam=lam, sc=33.0,
+                        probe_top1=60.0) for lam in (0.0, 1e-4)]
     fig = figures._figure4b(summ.prepare(pd.DataFrame(rows)))
     assert len(fig.axes) == 4 and "proj_dim" not in _title(fig)
 
@@ -429,7 +431,10 @@ def test_figure4b_leaves_out_a_setting_another_set_sweeps_through_the_shared_def
 def test_a_sweep_is_read_from_the_column_its_setting_has():
     from helpers.grids import plugin_method
 
-    assert summ.swept(pd.DataFrame({"sweep": ["", "rho;lambda", "rho"]})) == ["lambda", "rho"]
+    sweeps = pd.DataFrame({"sweep": ["", "figure4b:rho;figure4b:lambda", "figure4a:proj_dim;figure4b:rho"]})
+    assert summ.swept(sweeps, "figure4b") == ["lambda", "rho"] and summ.swept(sweeps, "figure4a") == ["proj_dim"]
+    older = pd.DataFrame({"sweep": ["rho;lambda"]})  # a runs.csv from before the sweep was recorded set by set
+    assert summ.swept(older, "figure4b") == summ.swept(older, "table1") == ["lambda", "rho"]
     with plugin_method(settings={"alive": registry.setting(0.5, "named as a metric's column", ge=0)}):
         assert [summ.sweep_column(p) for p in ("rho", "proj_dim", "alive", "l1_weight")] == [
             "rho", "proj_dim", "method.alive", "l1_weight"]

@@ -191,7 +191,7 @@ def test_run_ids_name_it_off_its_default_and_a_variant_or_a_sweep_gives_one_run_
         assert ids == ["synthetic/l1m/l1_weight~0.01/seed~0", "synthetic/l1m/l1_weight~0/seed~0",
                        "synthetic/l1m/seed~0"]
         swept = runs["synthetic/l1m/l1_weight~0/seed~0"]
-        assert swept.config["method"]["l1_weight"] == 0.0 and swept.sweeps == ["l1_weight"]
+        assert swept.config["method"]["l1_weight"] == 0.0 and swept.sweeps == {"figure4b": ["l1_weight"]}
         shared = runs["synthetic/l1m/l1_weight~0.01/seed~0"]  # one run, two sets, a name in each
         assert shared.sets == ["figure4b", "table1"] and shared.labels == {"figure4b": "L1", "table1": "L1 x10"}
         # a value stated in the grid's defaults is the base the ids are read against (as for a package key), and

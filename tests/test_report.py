@@ -128,11 +128,11 @@ def test_summarize_one_row_per_grid_run_identity_from_the_grid(tmp_path):
     assert (r["dataset"], r["arch"], r["method"], r["variant"], r["gate"]) == (
         "synthetic", "resnet18", "bayesncl", "BayesNCL (STE)", "ste")
     assert r["sets"] == "figure3;figure4a;figure4b;table1;table2;table3;table4;table6;table7"  # by name
-    assert r["sweep"] == "proj_dim;rho"  # the default D and rho 0.8 are sweep points; lambda 3e-5 is not
+    assert r["sweep"] == "figure4a:proj_dim;figure4b:rho"  # the default D and rho 0.8 are points; lambda 3e-5 is not
     assert (r["rho"], r["lambda"], r["proj_dim"], r["seed"], r["head_depth"], r["detach"]) == (
         0.8, 3e-5, 16, 0, 2, 1.0)
     narrow = rows["synthetic/bayesncl/D~8/rho~0.8/lambda~3e-05/seed~0"]
-    assert (narrow["proj_dim"], narrow["sets"], narrow["sweep"]) == (8, "figure4a", "proj_dim")
+    assert (narrow["proj_dim"], narrow["sets"], narrow["sweep"]) == (8, "figure4a", "figure4a:proj_dim")
     r50 = rows["synthetic/ncl/arch~resnet50/width~2/seed~0"]
     assert (r50["arch"], r50["variant"], r50["sets"], r50["sweep"]) == ("resnet50", "NCL", "table5", "")
     soft = rows["synthetic/bayesncl/gate~soft/rho~0.8/lambda~3e-05/seed~0"]
@@ -215,23 +215,100 @@ def test_sweep_membership_is_the_grids(tmp_path):
     write_eval(wf)
     df = summ.summarize(wf)
     fig4b = df[[("figure4b" in s.split(";")) for s in df["sets"]]]
-    assert sorted(summ.sweep_rows(fig4b, "rho")["rho"]) == [0.5, 0.8]
+    assert sorted(summ.sweep_rows(fig4b, "rho", "figure4b")["rho"]) == [0.5, 0.8]
     # The main run (lambda 3e-5) is not a point of tiny's lambda sweep [0, 3e-3]: it is left out.
-    assert sorted(summ.sweep_rows(fig4b, "lambda")["lambda"]) == [0.0, 3e-3]
+    assert sorted(summ.sweep_rows(fig4b, "lambda", "figure4b")["lambda"]) == [0.0, 3e-3]
     # With the default lambda among the sweep's values, the main run is a point of both sweeps.
     wf = tiny_config(tmp_path / "both", figure4b={"variants": ["BayesNCL (STE)"],
                                             "sweep": {"method.rho": [0.5, 0.8], "method.lambda": [0.0, 3e-5]}})
     write_eval(wf)
     df = summ.summarize(wf)
-    assert _by_id(df)[MAIN_BAYES]["sweep"] == "proj_dim;lambda;rho"  # a set's swept keys by name
+    assert _by_id(df)[MAIN_BAYES]["sweep"] == "figure4a:proj_dim;figure4b:lambda;figure4b:rho"  # set by set, by name
     fig4b = df[[("figure4b" in s.split(";")) for s in df["sets"]]]
-    lam = summ.sweep_rows(fig4b, "lambda")
+    lam = summ.sweep_rows(fig4b, "lambda", "figure4b")
     assert sorted(lam["lambda"]) == [0.0, 3e-5] and set(lam["rho"]) == {0.8}
-    assert sorted(summ.sweep_rows(fig4b, "rho")["rho"]) == [0.5, 0.8]
-    assert summ.sweep_rows(df, "proj_dim")["proj_dim"].tolist() == [16.0, 8.0]
+    assert sorted(summ.sweep_rows(fig4b, "rho", "figure4b")["rho"]) == [0.5, 0.8]
+    assert summ.sweep_rows(df, "proj_dim", "figure4a")["proj_dim"].tolist() == [16.0, 8.0]
+    assert summ.sweep_rows(df, "proj_dim", "figure4b").empty  # figure4b sweeps no D: its runs are one D
     # A run of no sweep (table1/table2 only) is in none.
-    assert "synthetic/cl/seed~0" not in {*summ.sweep_rows(df, "rho")["run_id"],
-                                         *summ.sweep_rows(df, "lambda")["run_id"]}
+    assert "synthetic/cl/seed~0" not in {*summ.sweep_rows(df, "rho", "figure4b")["run_id"],
+                                         *summ.sweep_rows(df, "lambda", "figure4b")["run_id"]}
+
+
+SHARED_SETS = {"table1": {"variants": ["NCL", "BayesNCL (STE)"]},
+               "figure4a": {"variants": ["BayesNCL (STE)"], "sweep": {"model.proj_dim": [8, 16]}},
+               "figure4b": {"variants": ["BayesNCL (STE)"], "sweep": {"method.lambda": [0.0, 3e-5]}}}
+SHARED = "synthetic/bayesncl/rho~0.8/lambda~3e-05/seed~0"  # D 16, lambda 3e-5: a point of both sweeps
+
+
+def test_a_run_two_sets_sweep_over_different_settings_is_each_set_s_own_point(tmp_path):
+    """The main run is Figure 4a's D = 16 point and Figure 4b's lambda = 3e-5 point: runs.csv says which setting
+    each set sweeps with it, and each set's sweep (its figure, its claims) has it as a point of its own setting
+    only."""
+    from bayesncl.report import claims, figures
+
+    wf = tiny_config(tmp_path / "results")
+    wf["sets"] = SHARED_SETS
+    runs = write_eval(wf)
+    assert runs[SHARED].sweeps == {"figure4a": ["proj_dim"], "figure4b": ["lambda"]}
+    summ.write_summary(wf, tmp_path / "runs.csv")
+    df = summ.read_summary(tmp_path / "runs.csv")
+    rows = _by_id(df)
+    assert (rows[SHARED]["sets"], rows[SHARED]["sweep"]) == ("figure4a;figure4b;table1",
+                                                             "figure4a:proj_dim;figure4b:lambda")
+    assert rows["synthetic/bayesncl/D~8/rho~0.8/lambda~3e-05/seed~0"]["sweep"] == "figure4a:proj_dim"
+    assert rows["synthetic/bayesncl/rho~0.8/lambda~0/seed~0"]["sweep"] == "figure4b:lambda"
+    assert rows["synthetic/ncl/seed~0"]["sweep"] == ""
+    wf["variants"]["Same"] = wf["variants"]["BayesNCL (STE)"]  # two variants of the set, one run: its point once
+    with pytest.warns(grid.GridWarning):
+        again = grid.expand_grid({**wf, "sets": {**SHARED_SETS, "figure4b": {**SHARED_SETS["figure4b"],
+                                                                             "variants": ["BayesNCL (STE)", "Same"]}}})
+    assert again[SHARED].sweeps == runs[SHARED].sweeps
+    fig4a, fig4b = (df[[s in v.split(";") for v in df["sets"]]] for s in ("figure4a", "figure4b"))
+    assert sorted(summ.sweep_rows(fig4a, "proj_dim", "figure4a")["proj_dim"]) == [8, 16]
+    assert sorted(summ.sweep_rows(fig4b, "lambda", "figure4b")["lambda"]) == [0.0, 3e-5]
+    assert summ.sweep_rows(fig4b, "proj_dim", "figure4b").empty and summ.sweep_rows(fig4a, "lambda", "figure4a").empty
+    assert summ.swept(fig4b, "figure4b") == ["lambda"] and summ.swept(fig4a, "figure4a") == ["proj_dim"]
+    fig = figures._figure4b(df)  # rho and lambda only: D is not swept in this set
+    titles = [ax.get_title() for ax in fig.axes]
+    assert len(fig.axes) == 4 and not any("proj_dim" in t for t in titles), titles
+    lam = next(ax for ax in fig.axes if ax.get_title() == "Synthetic: SC vs λ (ρ = 0.8)")
+    assert any(line.get_label().startswith("BayesNCL (STE)") for line in lam.lines)  # drawn: two points
+    records = claims.Runs(df.to_dict("records"))
+    bayes = claims.ROLES["bayes"]
+    assert sorted(claims._sweep_points(records, ("figure4b",), "lambda", bayes, "sc")[1]) == [0.0, 3e-5]
+    assert claims._sweep_points(records, ("figure4b",), "proj_dim", bayes, "sc")[1] == {}
+
+
+def test_runs_csv_is_the_same_whatever_the_order_of_the_sets_and_the_overlays(tmp_path):
+    """The grid given as a file and two overlays, in either order, with its sets' keys in either order, and as the
+    JSON the workflow hands over (keys sorted): the same runs.csv, byte for byte."""
+    import itertools
+
+    from bayesncl.cli.workflow import load_workflow, load_workflow_json
+
+    wf = tiny_config(tmp_path / "results")
+    wf["sets"] = SHARED_SETS
+    write_eval(wf)
+    base = {k: v for k, v in wf.items() if k != "sets"}
+    parts = {"base": {**base, "sets": {"table1": SHARED_SETS["table1"]}},
+             "a": {"sets": {"figure4a": SHARED_SETS["figure4a"]}}, "b": {"sets": {"figure4b": SHARED_SETS["figure4b"]}}}
+    texts = set()
+    for i, order in enumerate(itertools.permutations(["a", "b"])):
+        for flip in (False, True):
+            files = []
+            for name in ("base", *order):
+                part = parts[name] if not flip else {k: dict(reversed(v.items())) if k == "sets" else v
+                                                     for k, v in reversed(parts[name].items())}
+                files.append(tmp_path / f"{name}{i}{flip}.yaml")
+                files[-1].write_text(yaml.safe_dump(part, sort_keys=False))
+            out = tmp_path / f"runs{i}{flip}.csv"
+            summ.write_summary(load_workflow(files, export=False).config, out)
+            texts.add(out.read_text())
+    summ.write_summary(load_workflow_json(json.dumps(wf, sort_keys=True)).config, tmp_path / "json.csv")
+    texts.add((tmp_path / "json.csv").read_text())
+    assert len(texts) == 1
+    assert "figure4a:proj_dim;figure4b:lambda" in texts.pop()
 
 
 def test_summarize_relative_results_against_base_dir(tmp_path):

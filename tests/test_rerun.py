@@ -306,6 +306,15 @@ def _made(tmp_path, wf: dict) -> tuple[dict, dict, dict]:
     return runs, atlas_runs(runs), sections
 
 
+def _one_run(tmp_path) -> tuple[dict, str, Path]:
+    """The tiny grid cut to one NCL run (no twin, no atlas), made by hand: (the grid, the run's id, its folder)."""
+    wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    wf["variants"] = {"NCL": wf["variants"]["NCL"]}
+    wf["sets"] = {"table7": {"variants": ["NCL"]}}
+    (rid,) = _made(tmp_path, wf)[0]
+    return wf, rid, tmp_path / "runs" / rid
+
+
 def _lines(jobs) -> list[str]:
     return [j.line() for j in jobs]
 
@@ -380,12 +389,7 @@ def test_stale_plans_from_the_records_what_follows_and_what_is_not_made(tmp_path
 def test_stale_names_what_it_cannot_compare_and_lists_what_it_can(tmp_path, capsys):
     from bayesncl.grid.stale import NOT_COMPARED, print_stale
 
-    wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
-    wf["variants"] = {"NCL": wf["variants"]["NCL"]}
-    wf["sets"] = {"table7": {"variants": ["NCL"]}}  # one run, no twin, no atlas
-    runs, _, sections = _made(tmp_path, wf)
-    (rid, run), = runs.items()
-    folder = tmp_path / "runs" / rid
+    wf, rid, folder = _one_run(tmp_path)
     (folder / "eval" / "cost.json").write_text(json.dumps({"run": {}, "cost": {}}))  # older: no trigger recorded
     (folder / "eval" / "retrieval.json").write_text("[1]")
     (folder / "eval" / "linear_probe.json").unlink()
@@ -416,6 +420,30 @@ def test_stale_names_what_it_cannot_compare_and_lists_what_it_can(tmp_path, caps
         "before: --forcerun $(bayesncl stale --grid g.yaml --targets))")
     print_stale(wf, tmp_path, "g.yaml", targets_only=True)
     assert capsys.readouterr().out == f"{path}\n"  # the others follow, or are made for the first time
+
+
+def test_stale_notes_a_missing_record_as_not_compared(tmp_path, capsys):
+    """A trained run whose config.resolved.yaml is gone, and an evaluation file written before files recorded their
+    trigger: neither is compared (as Snakemake compares a missing record of its own: not at all), and each is named
+    as not compared, never left out in silence."""
+    from bayesncl.grid.stale import planned_jobs, print_stale
+
+    wf, rid, folder = _one_run(tmp_path)
+    (folder / "config.resolved.yaml").unlink()  # beside its model.pt
+    (folder / "eval" / "cost.json").write_text(json.dumps({"run": {}, "cost": {}}))  # no trigger recorded
+    unread: dict[str, str] = {}
+    assert planned_jobs(wf, tmp_path, unread=unread) == []
+    missing = f"{folder / 'config.resolved.yaml'} is missing (snakemake compares its own record)"
+    assert unread == {rid: missing, f"{rid} cost": ""}
+    print_stale(wf, tmp_path, "g.yaml")
+    err = capsys.readouterr().err.splitlines()
+    assert err[:2] == [f"{rid}: not compared: {missing}",
+                       f"1 evaluation job(s) not compared: their files record no trigger (made before bayesncl "
+                       f"recorded it; evaluate them again to compare them), e.g. {rid} cost"]
+    (folder / "model.pt").unlink()  # not trained: nothing recorded to compare, the run is to be made
+    unread.clear()
+    assert [j.line() for j in planned_jobs(wf, tmp_path, unread=unread)][0] == f"pretrain {rid}: not made yet"
+    assert rid not in unread
 
 
 # ----------------------------------------------------------------------- a finished grid with plugin methods

@@ -89,8 +89,8 @@ def test_a_run_shared_by_two_sets_takes_each_set_s_own_name(tmp_path):
         _runs_csv(merged(grid, sweep), tmp_path)
         df = summary.read_summary(tmp_path / "runs.csv")
         shared = df[df["run_id"] == SHARED]
-        assert list(zip(shared["variant"], shared["sets"], shared["lp_weight"])) == [
-            ("NCL + Lp", "figure4b", 1e-2), ("NCL + Lp (x10)", "table1", 1e-2)]
+        assert list(zip(shared["variant"], shared["sets"], shared["lp_weight"], shared["sweep"])) == [
+            ("NCL + Lp", "figure4b", 1e-2, "figure4b:lp_weight"), ("NCL + Lp (x10)", "table1", 1e-2, "")]
         # Table 1: three rows of three seeds each, per dataset, none mixing two settings
         for dataset, gs in groups.blocks(df, "table1"):
             rows = {g.variant: (g.n, sorted({x for x in g.values("lp_weight") if x == x})) for g in gs}  # NaN: NCL's
@@ -98,8 +98,8 @@ def test_a_run_shared_by_two_sets_takes_each_set_s_own_name(tmp_path):
         # Figure 4b: the sweep's points, its own variant's name
         fig = df[[groups.in_set(s, "figure4b") for s in df["sets"]]]
         assert set(fig["variant"]) == {"NCL + Lp"}
-        assert sorted(summary.sweep_rows(fig, "lp_weight")["lp_weight"]) == [0.0] * 6 + [1e-3] * 6 + [1e-2] * 6
-        assert sorted(summary.sweep_rows(fig, "lp_power")["lp_power"]) == [1.0] * 6 + [2.0] * 6
+        assert sorted(summary.sweep_rows(fig, "lp_weight", "figure4b")["lp_weight"]) == [0.0] * 6 + [1e-3] * 6 + [1e-2] * 6
+        assert sorted(summary.sweep_rows(fig, "lp_power", "figure4b")["lp_power"]) == [1.0] * 6 + [2.0] * 6
         judged = {c.claim: c for c in judge.judge(df, K.parse_claims(CLAIMS)).comparisons if c.claim.startswith("D")}
         assert sorted(judged) == ["D1", "D2"] and all(c.verdict == "holds" for c in judged.values()), judged
         d1 = judged["D1"]

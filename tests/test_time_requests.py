@@ -182,6 +182,29 @@ def test_after_jobs_of_a_kind_took_a_minute_the_next_asks_for_a_few_minutes(tmp_
     assert sum(whole.evaluation.values()) == T.FLOOR_MIN and whole == asked
 
 
+def test_what_a_run_folder_leaves_to_do_is_decided_in_one_place(tmp_path, runs, monkeypatch):
+    """The workflow's time requests and the plan of `bayesncl stale` and the pre-flight's dry run read what a run
+    folder leaves to do from one function, grid.stale.run_todo: what it says reaches both."""
+    from pathlib import Path
+
+    from bayesncl.grid import stale
+    from bayesncl.grid.preflight import todo_from_files
+
+    done = rid(runs, "cifar10", 0)
+    finish(tmp_path, runs, done, 60.0)  # every output there
+    assert stale.run_todo(tmp_path / "runs" / done, list(SECTIONS)) == set()
+    assert todo_from_files(runs, tmp_path, {})[done] == set()
+    decide = stale.run_todo
+    planted = {"retrieval", "linear_probe"}  # one submission shares one floor: not what each asks alone
+    monkeypatch.setattr(stale, "run_todo", lambda d, sections: planted if Path(d) == tmp_path / "runs" / done
+                        else decide(d, sections))
+    assert todo_from_files(runs, tmp_path, {})[done] == planted
+    plan = T.Planner(runs, price, tmp_path, remaining=True)
+    asked = plan.asked(done)
+    assert asked == T.run_requests(runs[done], price(runs[done])["expected"], plan.learned(), todo=planted)
+    assert asked != T.run_requests(runs[done], price(runs[done])["expected"], plan.learned(), todo=set())
+
+
 def test_what_the_finished_jobs_do_not_tell(tmp_path, runs):
     """Not counted: a section restored on a retry (it ran in an earlier attempt), a run folder that records another
     config, a run that is not the grid's, a benchmark file being written. A pretraining job resumed in another

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..core.atomic import check_writable_dir
 from ..core.errors import REQUEUE_EXIT, BayesNCLError, ConfigError, OutputError
 from ..core.startup import mark_ready
-from ..core.yamlio import json_object
+from ..core.yamlio import json_flag
 
 
 def _input_file(path: str, what: str, fix: str, error=BayesNCLError) -> None:
@@ -23,17 +23,12 @@ def _input_file(path: str, what: str, fix: str, error=BayesNCLError) -> None:
         raise error(f"{what} {p} {state}; {fix}")
 
 
-def _json_object(text: str, flag: str) -> dict:
-    """The JSON object of config keys a --*-json flag gives."""
-    return json_object(text, lambda why: ConfigError(f"{flag}: {why}"))
-
-
 def cmd_pretrain(args) -> int:
     from ..settings.config import resolve
     from ..data import check_data
     from ..training.train import Preempted, TrainingDiverged, pretrain
 
-    base = _json_object(args.config_json, "--config-json") if args.config_json else None
+    base = json_flag(args.config_json, "--config-json") if args.config_json else None
     cfg = resolve(file=args.config, base=base, sets=args.set)
     check_data(cfg["data"])
     check_writable_dir(args.out)
@@ -55,8 +50,8 @@ def cmd_evaluate(args) -> int:
 
     for item in args.set:  # a bad value fails before the checkpoint is loaded
         parse_set(item)
-    overrides = _json_object(args.config_json, "--config-json") if args.config_json else None
-    trigger = _json_object(args.trigger_json, "--trigger-json") if args.trigger_json else None
+    overrides = json_flag(args.config_json, "--config-json") if args.config_json else None
+    trigger = json_flag(args.trigger_json, "--trigger-json") if args.trigger_json else None
     _input_file(args.checkpoint, "--checkpoint", "give the model.pt that `bayesncl pretrain` wrote")
     check_writable_dir(args.out)
     for path in evaluate(args.checkpoint, args.out, only=args.only, sets=args.set, overrides=overrides,
@@ -76,10 +71,9 @@ def cmd_summarize(args) -> int:
     if args.grid is not None:
         grid = _read_grid(args.grid).config
     else:  # the workflow's merged config (its plugins in the environment)
-        from .workflow import load_workflow
+        from .workflow import load_workflow_json
 
-        grid = load_workflow(config=_json_object(args.grid_json, "--grid-json"), where="--grid-json",
-                             export=False).config
+        grid = load_workflow_json(args.grid_json).config
     write_summary(grid, args.out)
     print(f"summary: {args.out}")
     return 0
@@ -145,7 +139,7 @@ def cmd_document(args) -> int:
     mark_ready()  # imports done: the work begins (bayesncl.core.startup)
 
     _report_inputs(args)
-    overrides = _json_object(args.overrides_json, "--overrides-json") if args.overrides_json else None
+    overrides = json_flag(args.overrides_json, "--overrides-json") if args.overrides_json else None
     check_writable_dir(args.out)
     written = write_document(args.summary, args.out, grid=args.grid, figures=args.figures, overrides=overrides)
     print(f"report sources: {Path(args.out) / 'report' / 'report.tex'} and {len(written) - 1} more files")
@@ -214,7 +208,7 @@ def cmd_prepare(args) -> int:
     if args.workers is not None and args.workers < 0:
         raise ConfigError(f"--workers: {args.workers} is negative; give 0 (decode in this process) or a number of "
                           "decoding processes")
-    base = _json_object(args.config_json, "--config-json") if args.config_json else None
+    base = json_flag(args.config_json, "--config-json") if args.config_json else None
     cfg = resolve(file=args.config, base=base, sets=args.set)
     d = cfg["data"]
     spec = DATASETS[d["dataset"]]
@@ -297,7 +291,7 @@ def cmd_import(args) -> int:
     from ..runs.released import import_checkpoint, write_run
 
     check_writable_dir(args.out)
-    overrides = _json_object(args.config_json, "--config-json") if args.config_json else None
+    overrides = json_flag(args.config_json, "--config-json") if args.config_json else None
     imp = import_checkpoint(args.checkpoint, file=args.config, sets=args.set, args=args.args, overrides=overrides)
     path = write_run(imp, args.checkpoint, args.out, replace=args.replace)
     for flag in imp.flags:

@@ -38,10 +38,9 @@ def add_command(sub) -> None:
 def read_workflow(grid_files: list[str] | None, grid_json: str | None = None) -> dict:
     """The workflow config as Snakemake reads it, with the same one-line refusals (cli.workflow.load_workflow: the files
     merged, or the JSON the workflow passes; its schema, plugins, every run of its grid and its declared claims)."""
-    import json
     from pathlib import Path
 
-    from .workflow import load_workflow
+    from .workflow import load_workflow, load_workflow_json
 
     if grid_files is not None:
         for path in grid_files:
@@ -50,13 +49,7 @@ def read_workflow(grid_files: list[str] | None, grid_json: str | None = None) ->
                                   "config/paper.yaml")
         flow = load_workflow(grid_files)
     else:
-        try:
-            wf = json.loads(grid_json)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"--grid-json: not valid JSON ({e})") from None
-        if not isinstance(wf, dict):
-            raise ConfigError(f"--grid-json: expected the workflow config as a JSON object, got {grid_json[:40]!r}")
-        flow = load_workflow(config=wf, where="--grid-json", export=False)
+        flow = load_workflow_json(grid_json)
     return flow.config
 
 

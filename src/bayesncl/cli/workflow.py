@@ -25,7 +25,7 @@ from ..core.errors import ConfigError
 from ..grid.expand import read_grid_files
 
 __all__ = ["EXAMPLES", "SCHEMA", "Workflow", "check_grid", "check_workflow_config", "coerce_switches", "grid_argument",
-           "load_workflow"]
+           "load_workflow", "load_workflow_json"]
 
 
 # The workflow's schema, beside the package in a checkout (src/ layout); absent from an installed wheel.
@@ -223,3 +223,12 @@ def load_workflow(files: Sequence[str | os.PathLike] = (), config: dict | None =
     claims = parse_claims(config.get("claims") or [], variant_names(config))
     notes = list(dict.fromkeys(n for run in runs.values() for n in run.notes))
     return Workflow(config, files, runs, claims, notes)
+
+
+def load_workflow_json(text: str) -> Workflow:
+    """The workflow config a workflow job hands over (`--grid-json`: Snakemake's merged config, its plugins named in
+    the environment), read as load_workflow reads it; text that is not a JSON object is one line naming the flag."""
+    from ..core.yamlio import json_flag
+
+    return load_workflow(config=json_flag(text, "--grid-json", "the workflow config as a JSON object"),
+                         where="--grid-json", export=False)

@@ -72,12 +72,23 @@ def read_text(path: Path, fault: Callable[[str], Exception]) -> str:
         raise fault("not a text file (not UTF-8)") from None
 
 
-def json_object(text: str, fault: Callable[[str], Exception]) -> dict:
-    """The JSON object `text` holds; anything else raises `fault(what is wrong)`."""
+def json_object(text: str, fault: Callable[[str], Exception], what: str = "a JSON object") -> dict:
+    """The JSON object `text` holds; anything else raises `fault(what is wrong)`, naming `what` was expected."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
         raise fault(f"not valid JSON ({e})") from None
     if not isinstance(value, dict):
-        raise fault(f"expected a JSON object, got {type(value).__name__}")
+        raise fault(f"expected {what}, got {shown(value)}")
     return value
+
+
+def json_flag(text: str, flag: str, what: str = "a JSON object of config keys") -> dict:
+    """The JSON object a --*-json flag gives; anything else is one ConfigError line naming the flag."""
+    return json_object(text, lambda why: ConfigError(f"{flag}: {why}"), what)
+
+
+def shown(value) -> str:
+    """A value as a one-line message shows it: its repr, cut at 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

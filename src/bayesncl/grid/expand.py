@@ -64,7 +64,9 @@ class Run:
     # every reader (runs.csv, the tables, claims and figures) takes it from here.
     labels: dict[str, str] = field(default_factory=dict)
     sets: list[str] = field(default_factory=list)
-    sweeps: list[str] = field(default_factory=list)
+    # {set: the settings (a swept key's last part) that set sweeps with this run as one of its points}: decided here,
+    # set by set, as labels are; a run shared by two sets may be a point of one's sweep and the default of another's.
+    sweeps: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the grid should hear about this run (GridWarning)
     imported: dict = field(default_factory=dict)  # weights imported, not trained: {checkpoint, args, sha256}
     init_of: list[str] = field(default_factory=list)  # the sets whose runs' initialisation this run is (plan_init_runs)
@@ -310,7 +312,7 @@ def expand_grid(wf: dict) -> dict[str, Run]:
         refuse_undeclared(nest({key: value}) if key else {}, cfg["method"]["name"],
                           lambda k: f"sets.{set_name}.sweep.{k}")
         ident = _identity({**cfg, "train": {**cfg["train"], "dynamics_every": 0}})
-        p = points.setdefault(ident, {"cfg": cfg, "ds": ds, "labels": {}, "sets": [], "sweeps": [],
+        p = points.setdefault(ident, {"cfg": cfg, "ds": ds, "labels": {}, "sets": [], "sweeps": {},
                                       "dyn": 0, "where": where, "notes": []})
         label = p["labels"].setdefault(set_name, variant)  # a set's rows show one name per run: its first variant
         if variant != label:
@@ -324,8 +326,10 @@ def expand_grid(wf: dict) -> dict[str, Run]:
         p["dyn"] = p["dyn"] or dyn
         if set_name not in p["sets"]:
             p["sets"].append(set_name)
-        if key and key.split(".")[-1] not in p["sweeps"]:
-            p["sweeps"].append(key.split(".")[-1])
+        if key:  # the run is a point of this set's sweep of the key
+            swept = p["sweeps"].setdefault(set_name, [])
+            if key.split(".")[-1] not in swept:
+                swept.append(key.split(".")[-1])
     runs: dict[str, Run] = {}
     bases: dict[str, dict] = {}  # run id -> the base its id is read against
     for p in points.values():
@@ -414,7 +418,7 @@ def imported_runs(wf: dict, grid_runs: dict[str, Run]) -> dict[str, Run]:
         rid = f"{cfg['data']['dataset']}/{cfg['method']['name']}/imported~{slug}/seed~{cfg['seed']}"
         if rid in runs or rid in grid_runs:
             raise ConfigError(f"{where}: run {rid!r} already exists; give each imported checkpoint its own name")
-        runs[rid] = Run(rid, cfg, dict.fromkeys(entry["sets"], entry["name"]), list(entry["sets"]), [],
+        runs[rid] = Run(rid, cfg, dict.fromkeys(entry["sets"], entry["name"]), list(entry["sets"]), {},
                         [f"{where}: {flag}" for flag in imp.flags],
                         {"checkpoint": str(entry["checkpoint"]), "args": entry.get("args"), "sha256": imp.sha256})
     return runs

@@ -23,7 +23,7 @@ from ..core.errors import DataError, LayoutError
 from ..evaluation.sections import SECTIONS
 from .expand import Run
 
-__all__ = ["missing_data", "run_todo", "todo_from_files", "todo_from_jobs"]
+__all__ = ["missing_data", "todo_from_files", "todo_from_jobs"]
 
 
 def _key(wf: dict, section: str, field: str, value) -> str:
@@ -42,16 +42,6 @@ def _reads(run: Run, todo: set[str]) -> tuple[bool, bool]:
         SECTIONS[s].gpu(cfg) for s in todo if s in SECTIONS and s != "background_probe")
     waterbirds = "background_probe" in todo and bool(cfg["eval"]["waterbirds_root"])
     return dataset, waterbirds
-
-
-def run_todo(run_dir: str | Path, sections: list[str]) -> set[str]:
-    """What is still to be done in one run folder, judged by its files: "pretrain" where it has no model.pt, and
-    each evaluation section of `sections` without its JSON."""
-    d = Path(run_dir)
-    todo = {s for s in sections if not (d / "eval" / f"{s}.json").is_file()}
-    if not (d / "model.pt").is_file():
-        todo.add("pretrain")
-    return todo
 
 
 def todo_from_files(runs: dict[str, Run], results: str | Path, atlas: dict[str, list[str]]) -> dict[str, set[str]]:

@@ -35,7 +35,7 @@ from ..settings.registry import plugin_code
 from ..runs.files import CODE, CONFIG, EVAL, FINAL, read_code
 
 __all__ = ["NOT_COMPARED", "REPORT_JOBS", "Job", "describe", "planned_jobs", "print_stale", "run_staleness",
-           "trigger_change"]
+           "run_todo", "trigger_change"]
 
 # The report's jobs (workflow/rules/report.smk, document.smk) in the order they run; `pdf` only where the workflow
 # builds the PDF (report.document.builds_pdf).
@@ -161,6 +161,16 @@ def _section_why(run: Run, name: str, path: Path, unread: dict[str, str]) -> str
     return describe(diff) if diff else None
 
 
+def run_todo(run_dir: str | Path, sections: list[str]) -> set[str]:
+    """The jobs of one run folder whose output is missing, judged by its files alone: "pretrain" (or the import)
+    where it has no model.pt, and each evaluation section of `sections` without its JSON. Every reader of what a
+    run's files leave to do asks here: the plan below, the pre-flight's dry run (through it) and the evaluation
+    submission's time request (planning.time_requests)."""
+    d = Path(run_dir)
+    todo = set() if (d / FINAL).is_file() else {"pretrain"}
+    return todo | {s for s in sections if not (d / EVAL / f"{s}.json").is_file()}
+
+
 def _run_nodes(run: Run, folder: Path, marks: list[Path], compare: bool, unread: dict[str, str]) -> list[_Node]:
     """The run's pretraining (or import) and evaluation jobs, each with what it reads (the workflow's rules: the
     prepared copy's marker `marks`, ancient; model.pt; features.json) and why it runs by its record."""
@@ -169,13 +179,15 @@ def _run_nodes(run: Run, folder: Path, marks: list[Path], compare: bool, unread:
     model = folder / FINAL
     rule = "import_weights" if run.imported else "pretrain"
     differs = _pretrain_why(run, folder, unread) if compare else None  # its record first: named where unreadable
-    made = model.is_file()
+    sections = evaluation_sections(run)
+    todo = run_todo(folder, sections)
+    made = "pretrain" not in todo
     trained = _Node((rule, run.run_id), [model], made, differs if made else None,
                     [(("prepare_data", m.stem), [m], True) for m in marks], "" if made else differs or "")
     out = [trained]
-    for name in evaluation_sections(run):
+    for name in sections:
         path = folder / EVAL / f"{name}.json"
-        made = path.is_file()
+        made = name not in todo
         s = SECTIONS[name]
         reads = {"model": [(trained.job, [model], False)],
                  "features": [(("features", run.run_id), [folder / EVAL / "features.json"], False)],

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from ..core.errors import MissingInputError
 from .expand import evaluation_sections, expand_grid, smoke_results
-from ..runs.files import CHECKPOINT, CONFIG, EVAL, FINAL, LOG, LogError, read_log, shown
-from ..core.yamlio import read_text
+from ..runs.files import CHECKPOINT, CONFIG, EVAL, FINAL, LOG, LogError, read_log
+from ..core.yamlio import read_text, shown
 
 __all__ = ["STATES", "RunStatus", "Unreadable", "grid_status", "render", "run_status", "totals"]
 

@@ -188,7 +188,7 @@ class Planner:
         if held is None or (attempt == 1 and now - held[0] >= HOLD_S):
             todo = None
             if self.remaining and self.results is not None:
-                from ..grid.preflight import run_todo
+                from ..grid.stale import run_todo
 
                 todo = run_todo(self.results / "runs" / rid, [j for j in cost["expected"] if j != PRETRAIN])
             held = self._asked[rid] = (now, run_requests(

@@ -40,7 +40,7 @@ from .cells import METRICS, Metric, Stat, stat
 from ..settings.registry import METHODS, Registry, method_traits
 from .groups import Group, flag_repeats, group_rows, in_set, parse_list
 from .names import set_names
-from .summary import METRIC_COLUMNS, prepare, section_columns, sweep_column, sweep_rows
+from .summary import METRIC_COLUMNS, prepare, section_columns, swept_in, sweep_column, sweep_rows
 from .verdicts import BETTER, NOT_WORSE, SPEC, UNSIGNED, Kind, Outcome, at_most, combine, compare, finite, within
 
 # the judged table: report/judge.py
@@ -277,10 +277,11 @@ def _sweep_points(runs: Runs, sets: tuple[str, ...], param: str, pick: Callable[
                   metric: str) -> tuple[list[dict], dict[float, list[tuple[float, float]]]]:
     """(the runs of the first of ``sets`` that has runs ``pick`` takes, {value of the ``param`` sweep: its runs'
     (seed, ``metric``)}): the points of a sweep (summary.sweep_rows) as claims 10-11 read them."""
-    rows = next((rs for s in sets if (rs := [r for g in runs.groups(s) for r in g.rows if pick(r)])), [])
+    s, rows = next(((s, rs) for s in sets if (rs := [r for g in runs.groups(s) for r in g.rows if pick(r)])),
+                   ("", []))
     points: dict[float, list[tuple[float, float]]] = {}
     if rows:
-        sweep = sweep_rows(prepare(pd.DataFrame(rows)), param)
+        sweep = sweep_rows(prepare(pd.DataFrame(rows)), param, s)
         for value, part in sweep.groupby(pd.to_numeric(sweep[sweep_column(param)], errors="coerce")):
             points[float(value)] = list(zip(part["seed"], part[metric]))
     return rows, points
@@ -532,7 +533,7 @@ def _declared_sweep(cid: str, d: dict, sets: tuple[str, ...], kind: Kind = BETTE
     col = sweep_column(param)
     of = lambda label: lambda r: r["variant"] == label  # noqa: E731
     at = lambda label, v: lambda r: (r["variant"] == label and _number(r.get(col)) == v  # noqa: E731
-                                     and param in str(r.get("sweep") or "").split(";"))
+                                     and param in swept_in(r.get("sweep"), sets[0]))
 
     def build(runs: Runs) -> list[Comparison]:
         if d["relation"] == "inverted U":

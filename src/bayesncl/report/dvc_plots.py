@@ -89,7 +89,7 @@ def plot_data(df: pd.DataFrame) -> dict[str, list[tuple[str, list[dict]]]]:
     data["figure4a"] = _sweep(rows_in_set(df, "figure4a"), "proj_dim")
     fig4b = rows_in_set(df, "figure4b")
     for param in ("rho", "lambda"):
-        data[f"figure4b_{param}"] = _sweep(sweep_rows(fig4b, param), param)
+        data[f"figure4b_{param}"] = _sweep(sweep_rows(fig4b, param, "figure4b"), param)
     return data
 
 

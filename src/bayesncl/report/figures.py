@@ -6,7 +6,7 @@
 - figure4a: latent width D (``proj_dim``) against SC and linear-probe top-1 (set ``figure4a``), one row
   of panels per dataset; the default D (the main comparison's, Tables 1-2) is marked.
 - figure4b: sensitivity of SC and top-1 to rho and to lambda (set ``figure4b``; a run is a point of a
-  sweep when its ``sweep`` column names it, as the grid says: ``summary.sweep_rows``). lambda is on a
+  sweep when its ``sweep`` column names it for this set, as the grid says: ``summary.sweep_rows``). lambda is on a
   log axis with lambda = 0 drawn apart at the left, behind an axis break; the default operating point
   is marked, and NCL's value at the same dataset, backbone and D is a dashed reference line. Any other setting the
   set sweeps (a plugin's declared one, a package key with a runs.csv column) gets a column of panels of its own,
@@ -200,17 +200,12 @@ def _ncl_reference(df: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
 SWEEP_NAMES = {"rho": ("ρ", "ρ, prior keep rate"), "lambda": ("λ", "λ, KL weight (log scale)")}
 
 
-def _values(rows: pd.DataFrame, column: str) -> int:
-    return pd.to_numeric(rows[column], errors="coerce").nunique()
-
-
 def _figure4b(df: pd.DataFrame, note: str = "") -> Figure:
     """One column of panels per swept setting: the paper's rho and lambda, then any other setting the set's runs
     sweep (a plugin's declared setting, a package key), each drawn alike against its runs.csv column."""
     rows = rows_in_set(df, "figure4b")
-    # a setting other sets sweep reaches this set's rows only through its one shared default point: not swept here
-    params = ["rho", "lambda", *(p for p in swept(rows) if p not in SWEEP_NAMES and sweep_column(p) in rows
-                                 and _values(sweep_rows(rows, p), sweep_column(p)) > 1)]
+    params = ["rho", "lambda", *(p for p in swept(rows, "figure4b")
+                                 if p not in SWEEP_NAMES and sweep_column(p) in rows)]
     columns = {p: sweep_column(p) for p in params}
     df = df.assign(**{columns[p]: pd.to_numeric(df[columns[p]], errors="coerce") for p in params[2:]})
     rows = rows_in_set(df, "figure4b")
@@ -219,11 +214,12 @@ def _figure4b(df: pd.DataFrame, note: str = "") -> Figure:
     axes = fig.subplots(2 * len(datasets), len(params), squeeze=False)
     fixed = []
     label_colors = line_colors([lab for ds in datasets for p in params
-                                for lab, _ in split_lines(sweep_rows(rows[rows["dataset"] == ds], p), columns[p])])
+                                for lab, _ in split_lines(sweep_rows(rows[rows["dataset"] == ds], p, "figure4b"),
+                                                          columns[p])])
     others = tuple(columns[p] for p in params[2:])
     for b, ds in enumerate(datasets):
         part = rows[rows["dataset"] == ds]
-        sweeps = {p: sweep_rows(part, p) for p in params}
+        sweeps = {p: sweep_rows(part, p, "figure4b") for p in params}
         base = default_point(df, ds, others) if len(part) else dict.fromkeys(["rho", "lambda", *others], math.nan)
         ncl = _ncl_reference(df, part)
         for r, (y, ylabel) in enumerate(SWEEP_AXES):
@@ -298,7 +294,7 @@ def _gates(df: pd.DataFrame) -> Figure:
                  for (a, v), idx in variants.items()]
         panels.append((ds, f"{dataset_name(ds)}: BayesNCL variants", lines))
         fixed.append(f"{dataset_name(ds)}: ρ = {fmt_value(d['rho'])}, λ = {fmt_value(d['lambda'])}, D = {fmt_value(d['proj_dim'])}")
-        lam = sweep_rows(rows_in_set(part, "figure4b"), "lambda")
+        lam = sweep_rows(rows_in_set(part, "figure4b"), "lambda", "figure4b")
         lam_values = sorted({v for v in lam["lambda"] if math.isfinite(v)})
         if len(lam_values) > 1:
             panels.append((ds, f"{dataset_name(ds)}: λ sweep ({lam['variant'].iloc[0]}, ρ = {fmt_value(mode(lam['rho']))})",

@@ -20,10 +20,12 @@ numbers come from its evaluation folder ``<results>/runs/<run_id>/eval/``:
 A missing or malformed file raises ``MetricsFileError`` naming it and the command that writes it, and so
 does a file without ``weights_sha`` or with another one than features.json's (stale: evaluated on other
 weights), and a features.json without its run config; a section the run does not have gives NaN (numbers) or ""
-(text), as does a setting its method does not have. ``sweep`` lists the swept keys (their last component: "rho",
-"lambda", "proj_dim") the run is a point of, ";"-joined: the default point of several sweeps is in each, exactly
-as the grid says. ``ret_curve`` is a JSON object {K: P@10} sorted by K and ``dyn_*`` (``dyn_sc``: SC of the
-evaluation feature at each recorded epoch), ``gate_curve`` (open-gate fraction per epoch) and ``loss_curve`` are
+(text), as does a setting its method does not have. ``sweep`` says, for each of the row's sets that sweeps a
+setting with the run as one of its points, "<set>:<setting>" (the swept key's last component: "rho", "lambda",
+"proj_dim"), ";"-joined, as the grid decided set by set (grid.expand.Run.sweeps): the default point of several
+sweeps is in each, and a run shared by two sets may be a point of one's sweep and another's default
+("figure4a:proj_dim;figure4b:lambda"). ``ret_curve`` is a JSON object {K: P@10} sorted by K and ``dyn_*``
+(``dyn_sc``: SC of the evaluation feature at each recorded epoch), ``gate_curve`` (open-gate fraction per epoch) and ``loss_curve`` are
 JSON lists. ``weights_sha`` is the trained weights' hash: equal hashes mean bit-identical training.
 
 ``eval_bn`` is the BatchNorm mode of the evaluation features (features.json's run block, docs/METHOD.md
@@ -60,7 +62,7 @@ from ..core.yamlio import json_object, read_text
 from .names import METRICS_JSON, is_main
 
 __all__ = ["COLUMNS", "check_identity", "prepare", "read_summary", "setting_columns", "summarize", "swept",
-           "sweep_column", "sweep_rows", "write_summary"]
+           "swept_in", "sweep_column", "sweep_rows", "write_summary"]
 
 ID_COLUMNS = ["run_id", "dataset", "arch", "method", "variant", "sets", "sweep", "init_of", "twin", "pilot_of"]
 # A run's settings (config.RUN_KEYS), then where its weights came from (imported: the sha256 of the released
@@ -213,7 +215,9 @@ def _rows(run: Run, metrics: dict[str, dict], code: dict[str, str] | None = None
     out = []
     for label in dict.fromkeys(run.labels.values()):
         named = [s for s, v in run.labels.items() if v == label]
-        out.append({**row, "variant": label, "sets": ";".join(s for s in run.sets if s in named),
+        sets = [s for s in run.sets if s in named]
+        out.append({**row, "variant": label, "sets": ";".join(sets),
+                    "sweep": ";".join(f"{s}:{param}" for s in sets for param in run.sweeps.get(s, ())),
                     "init_of": ";".join(s for s in run.init_of if s in named),
                     "pilot_of": ";".join(s for s in run.pilot_of if s in named)})
     return out
@@ -221,7 +225,7 @@ def _rows(run: Run, metrics: dict[str, dict], code: dict[str, str] | None = None
 
 def _flatten(run: Run, metrics: dict[str, dict], code: dict[str, str] | None = None) -> dict:
     row: dict[str, Any] = {c: ("" if c in TEXT_COLUMNS else math.nan) for c in COLUMNS}
-    row.update(run_id=run.run_id, sweep=";".join(run.sweeps), twin=run.twin, **_settings(metrics["config"]),
+    row.update(run_id=run.run_id, twin=run.twin, **_settings(metrics["config"]),
                weights_sha=str(metrics["run"].get("weights_sha") or ""),
                imported=str(run.imported.get("sha256") or ""), imported_from=str(run.imported.get("checkpoint") or ""))
     for section, key, col in _SCALARS:
@@ -434,9 +438,21 @@ def check_identity(df: pd.DataFrame, csv_path) -> None:
                             f"{want}; run `bayesncl summarize` to write it again")
 
 
-def swept(rows: pd.DataFrame) -> list[str]:
-    """The settings ``rows`` are sweep points of (the names in their ``sweep`` column), sorted."""
-    return sorted({p for s in rows["sweep"] for p in str(s or "").split(";") if p})
+def swept_in(sweep: str, set_name: str) -> list[str]:
+    """The settings a row's ``sweep`` says its run is a sweep point of in the set ``set_name``: its entries
+    "<set>:<setting>" of that set; a bare "<setting>" (a runs.csv written before the sweep was recorded set by set)
+    in every set."""
+    out = []
+    for entry in str(sweep or "").split(";"):
+        where, _, param = entry.rpartition(":")
+        if param and where in ("", set_name):
+            out.append(param)
+    return out
+
+
+def swept(rows: pd.DataFrame, set_name: str) -> list[str]:
+    """The settings the set ``set_name`` sweeps with ``rows`` as its points (swept_in), sorted."""
+    return sorted({p for s in rows["sweep"] for p in swept_in(s, set_name)})
 
 
 def sweep_column(param: str) -> str:
@@ -446,9 +462,9 @@ def sweep_column(param: str) -> str:
     return setting_columns().get(param, (param, False))[0]
 
 
-def sweep_rows(rows: pd.DataFrame, param: str) -> pd.DataFrame:
-    """The rows that are points of the ``param`` sweep ("rho", "lambda", "proj_dim"): those whose
-    ``sweep`` names it. The grid fills ``sweep`` exactly, so a run at the default point is in every
-    sweep whose values include that point. Callers pass the rows of one set (figure4b)."""
-    keep = [param in str(s or "").split(";") for s in rows["sweep"]]
+def sweep_rows(rows: pd.DataFrame, param: str, set_name: str) -> pd.DataFrame:
+    """The rows that are points of the set ``set_name``'s ``param`` sweep ("rho", "lambda", "proj_dim"): those whose
+    ``sweep`` names it for that set (swept_in). The grid fills ``sweep`` exactly, set by set, so a run at the default
+    point is in every sweep of the set whose values include that point, and in no other set's."""
+    keep = [param in swept_in(s, set_name) for s in rows["sweep"]]
     return rows[pd.Series(keep, index=rows.index, dtype=bool)]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from ..core.atomic import atomic_path, atomic_write_text
 from ..core.errors import CheckpointError, ConfigError, MissingInputError, RunFileError
-from ..core.yamlio import read_text
+from ..core.yamlio import read_text, shown
 from ..settings.config import as_recorded, dump_yaml, flatten, validate
 
 if TYPE_CHECKING:
@@ -89,12 +89,6 @@ class LogError(RunFileError):
     def __init__(self, path: Path, fault: str):
         super().__init__(f"{path}{fault}; it is the trainer's: restore it, or train the run again")
         self.fault = fault
-
-
-def shown(value) -> str:
-    """A value as a one-line message shows it: its repr, cut at 40 characters."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def read_log(run_dir: str | Path, needed: tuple[str, ...] = ()) -> list[dict]:
