@@ -124,7 +124,8 @@ def tiny_grid(tmp_path_factory):
     args = ("--configfile", "config/tiny.yaml", "--config", f"results={out}")
     env = dict(os.environ, PYTHONPATH=str(root / "src"), OMP_NUM_THREADS="1")
     env.pop("BAYESNCL_FORKSERVER_DIR", None)  # the run's servers in a folder of its own, ended with it
-    r = processes.current().run([exe, "--cores", "2", *args], cwd=root, env=env, capture_output=True, text=True,
+    # --nolock: other workers run Snakemake in the checkout at once (own temp outputs); its lock files race
+    r = processes.current().run([exe, "--cores", "2", "--nolock", *args], cwd=root, env=env, capture_output=True, text=True,
                                 timeout=4 * processes.PATIENCE)
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
     return out, args, r

@@ -793,7 +793,9 @@ def _run_grid(grid: Path, *targets: str) -> subprocess.CompletedProcess:
     if exe is None:
         pytest.skip("snakemake not installed")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
-    return subprocess.run([exe, *targets, "--cores", "2", "--configfile", str(grid)], cwd=ROOT, env=env,
+    # --nolock: other test workers run Snakemake in the checkout at once (each into a temp folder of its own), and
+    # Snakemake's lock files there race between processes
+    return subprocess.run([exe, *targets, "--cores", "2", "--nolock", "--configfile", str(grid)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -301,7 +301,8 @@ def _grid(tmp_path: Path, tree: Path) -> Path:
 
 def _snakemake(*args, timeout=600):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return current().run([SNAKEMAKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    return current().run([SNAKEMAKE, "--nolock", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                         env=env)  # --nolock: other workers run Snakemake in the checkout too (own temp outputs)
 
 
 @pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed")

@@ -64,6 +64,7 @@ def _without_timing(obj):
     return obj
 
 
+@pytest.mark.long
 def test_a_run_through_the_server_is_the_plain_run(tmp_path, server_dir, tiny_sets):
     """Pretrain and evaluate twice, through the server and as plain processes: the same weights, log, features,
     section results and TensorBoard curves (a forked child's event files whole); each job's record says how it

@@ -146,7 +146,7 @@ def _train(targets: list[str], grid: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     env.pop("BAYESNCL_FORKSERVER_DIR", None)
     env.pop("BAYESNCL_PLUGINS", None)
-    r = current().run([SNAKEMAKE, *targets, "--cores", "2", "--configfile", str(grid)], cwd=ROOT, env=env,
+    r = current().run([SNAKEMAKE, *targets, "--cores", "2", "--nolock", "--configfile", str(grid)], cwd=ROOT, env=env,
                       capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
 
@@ -542,6 +542,7 @@ def test_a_plugin_s_code_plans_exactly_the_runs_that_use_it(plugins_as_trained):
                             r"sha256 [0-9a-f]{12}\)", line) for line in lines), lines
 
 
+@pytest.mark.long
 @pytestmark_wf
 def test_a_plugin_with_a_version_reruns_when_the_version_changes(plugins_as_trained):
     work = plugins_as_trained[0]
@@ -579,6 +580,7 @@ def test_a_run_whose_plugin_code_record_is_gone_is_named_not_compared_and_not_re
         record.write_bytes(kept)
 
 
+@pytest.mark.long
 @pytestmark_wf
 def test_snakemake_retrains_the_stale_runs_and_then_nothing_is_stale(plugins_as_trained):
     """The plan is carried out: a run whose setting's default changed (another config in its folder) and one whose

@@ -776,7 +776,7 @@ def test_the_tiny_grid_with_an_imported_checkpoint_evaluates_and_reports_it(trai
     out = Path(wf["results"])
     env = dict(__import__("os").environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
     targets = [str(out / "tables" / f"{t}.md") for t in ("table1", "table2")]
-    r = current().run([exe, "--cores", "2", *targets, "--configfile", str(tmp_path / "grid.yaml")], cwd=ROOT,
+    r = current().run([exe, "--cores", "2", "--nolock", *targets, "--configfile", str(tmp_path / "grid.yaml")], cwd=ROOT,
                       env=env, capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, (r.stdout + r.stderr)[-5000:]
     runs = pd.read_csv(out / "summary" / "runs.csv")

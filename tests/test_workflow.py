@@ -20,7 +20,9 @@ pytestmark = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not install
 
 
 def snakemake(*args, cwd=ROOT, timeout=600):
-    return current().run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    # --nolock: other test workers run Snakemake in the checkout at once (each into a temp folder of its own), and
+    # Snakemake's lock files there race between processes
+    return current().run([SNAKEMAKE, "--nolock", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -129,6 +131,7 @@ def plan(*args, cwd=ROOT):
     return r.stdout, groups
 
 
+@pytest.mark.long
 def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
     """`snakemake --profile slurm all` as the README types it (dry run): per run that trains one pretraining job,
     per run one evaluation submission (group eval_<run>) holding all its sections, run in series on one GPU node,
