@@ -88,7 +88,7 @@ def json_flag(text: str, flag: str, what: str = "a JSON object of config keys") 
     return json_object(text, lambda why: ConfigError(f"{flag}: {why}"), what)
 
 
-def shown(value) -> str:
-    """A value as a one-line message shows it: its repr, cut at 40 characters."""
+def shown(value, width: int = 40) -> str:
+    """A value as a one-line message shows it: its repr, cut at `width` characters."""
     text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return text if len(text) <= width else text[:width - 3] + "..."

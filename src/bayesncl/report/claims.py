@@ -36,6 +36,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from ..core.yamlio import shown
 from .cells import METRICS, Metric, Stat, stat
 from ..settings.registry import METHODS, Registry, method_traits
 from .groups import Group, flag_repeats, group_rows, in_set, parse_list
@@ -436,9 +437,8 @@ def _side(runs: Runs, sets: tuple[str, ...], m: Metric, spec) -> Side:
     return side
 
 
-def _shown(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _shown(value) -> str:  # a claim entry's values are shown longer than a file's (core.yamlio.shown)
+    return shown(value, 60)
 
 
 def parse_claims(decls, variants=None, where: str = "claims", module: str = WORKFLOW) -> list[Claim]:
@@ -572,9 +572,9 @@ def _number(v) -> float:
 # Each comparison the declared form can say is a `claims:` entry, parsed by parse_claims as a workflow config's are;
 # its sides are roles (ROLES: found by their settings, e.g. BayesNCL = the gated method with an STE gate, detach and
 # a 2-layer head), its tolerances the paper's. Built by hand: claim 7 (a sign against 0, and absolute values, of the
-# correlations at each run's last recorded epoch), 10 (the sweep over D that figure4a's runs make by their proj_dim,
-# and BayesNCL against NCL at each D, with no `sweep` column) and 11 (an inverted U of the paper's BayesNCL, the
-# setting named in its math): the form reads a metric's column of variants swept by a `sweep:` setting.
+# correlations at each run's last recorded epoch), 10 (SC rising with D, and BayesNCL against NCL at each D) and 11
+# (an inverted U of the paper's BayesNCL, the setting named in its math): a declared claim over a sweep compares
+# variants by their labels, and these read the paper's sides by their roles.
 BAYES, NCL = {"role": "bayes"}, {"role": "reference"}
 
 
