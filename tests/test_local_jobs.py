@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from bayesncl.cli import local_jobs
+from helpers.processes import PATIENCE
 from bayesncl.cli.forkserver import DIR_ENV
 
 
@@ -94,17 +95,20 @@ def test_the_scheduler_keeps_one_wakeup_timer_however_often_its_loop_passes():
 
     assert local_jobs.one_wakeup_timer(Scheduler)
     assert JobScheduler._schedule_reevalutation is not Scheduler._schedule_reevalutation
-    s = Scheduler()
+    pending = Scheduler()
     before = _timers()
     for _ in range(50):
-        s._schedule_reevalutation(0.3)
-    assert _timers() - before == {s._bayesncl_wakeup} and s._bayesncl_wakeup.daemon
+        pending._schedule_reevalutation(600)  # pending at every pass: one timer, however often the loop asks
+    assert _timers() - before == {pending._bayesncl_wakeup} and pending._bayesncl_wakeup.daemon
+    pending._bayesncl_wakeup.cancel()
+    s = Scheduler()
+    s._schedule_reevalutation(0.05)
     timer = s._bayesncl_wakeup
-    assert s._open_jobs.acquire(timeout=5)  # it wakes the loop
+    assert s._open_jobs.acquire(timeout=PATIENCE)  # it wakes the loop
     s._schedule_reevalutation(0.05)  # the pass it woke asks for the next wake-up at once, and gets it
     assert s._bayesncl_wakeup not in (None, timer)
-    assert s._open_jobs.acquire(timeout=5)
-    timer.join(5)
+    assert s._open_jobs.acquire(timeout=PATIENCE)
+    timer.join(PATIENCE)
     assert not s._open_jobs.acquire(timeout=0.5)  # each timer woke it once
 
 
