@@ -251,3 +251,12 @@ def test_a_set_value_that_is_not_yaml_is_one_whole_line_with_its_quoted_form():
     assert str(e.value) == ("--set a.b: value 'x: y: z' is not valid YAML (mapping values are not allowed here); give "
                             "a number, true/false, a closed [list], or quote a string: --set 'a.b=\"x: y: z\"'")
     assert parse_set('a.b="x: y: z"') == ("a.b", "x: y: z")  # the quoted form it offers is read as the string
+
+
+def test_a_value_is_shown_whole_up_to_its_width_and_cut_to_it_beyond():
+    from bayesncl.core.yamlio import shown
+
+    exact, longer = "x" * 38, "x" * 39  # repr adds the two quotes: 40 and 41 characters
+    assert shown(exact) == repr(exact) and len(shown(exact)) == 40
+    assert shown(longer) == repr(longer)[:37] + "..." and len(shown(longer)) == 40
+    assert shown("y" * 70, 60) == repr("y" * 70)[:57] + "..."
