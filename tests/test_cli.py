@@ -311,16 +311,24 @@ def test_evaluate_by_default_computes_what_the_run_has(tmp_path, tiny_sets, caps
     assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"),
                  "--only", "dynamics"]) == 2
     _one_line_error(capsys, "train.dynamics_every")
-    # the workflow hands each job its rerun trigger, which its one section's file records (bayesncl.grid.stale reads it)
-    trigger = '{"eval": {"probe": "fast"}, "plugin_code": {"section x": "version 1"}}'
+    # the workflow hands each job its sections' rerun triggers, each recorded by its own section's file (bayesncl.grid.stale
+    # reads them); one job may run several sections (a run's evaluation on one machine)
+    t_cost = {"eval": {"probe": "fast"}, "plugin_code": {"section x": "version 1"}}
+    t_ret = {"eval": {"probe": "fast"}}
     assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"), "--only", "cost",
-                 "--trigger-json", trigger, "--quiet"]) == 0
-    assert json.loads((run / "eval" / "cost.json").read_text())["run"]["trigger"] == json.loads(trigger)
+                 "--trigger-json", json.dumps({"cost": t_cost}), "--quiet"]) == 0
+    assert json.loads((run / "eval" / "cost.json").read_text())["run"]["trigger"] == t_cost
     assert "trigger" not in json.loads((run / "eval" / "retrieval.json").read_text())["run"]
-    capsys.readouterr()
     assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"), "--only", "cost",
-                 "retrieval", "--trigger-json", trigger]) == 2
-    _one_line_error(capsys, "--trigger-json: a job's trigger is one section's; give exactly one section with --only")
+                 "retrieval", "--trigger-json", json.dumps({"retrieval": t_ret, "cost": t_cost}), "--quiet"]) == 0
+    assert json.loads((run / "eval" / "cost.json").read_text())["run"]["trigger"] == t_cost
+    assert json.loads((run / "eval" / "retrieval.json").read_text())["run"]["trigger"] == t_ret
+    for bad in ({"cost": t_cost}, {"cost": t_cost, "retrieval": t_ret, "features": t_ret}):
+        capsys.readouterr()
+        assert main(["evaluate", "--checkpoint", str(run / "model.pt"), "--out", str(run / "eval"), "--only", "cost",
+                     "retrieval", "--trigger-json", json.dumps(bad)]) == 2
+        _one_line_error(capsys, "--trigger-json: expected {section: trigger} for exactly the sections of --only "
+                                "(cost, retrieval)")
 
 
 def test_summarize_checks_its_inputs_and_output(tmp_path, capsys):

@@ -37,3 +37,21 @@ def test_the_miniature_is_the_demo_trained_longer():
                                        "dynamics_every": 64}}
         assert cfg == same, key
     assert mini["results"] != demo["results"]  # never writes into the demo's results
+
+
+def test_one_evaluation_job_per_run_named_for_its_sections():
+    """On a machine without a GPU a run's evaluation is one job: one rule per distinct list of sections, named for how
+    it differs from the sections every plain run gets; every run in exactly one."""
+    from bayesncl.grid.expand import PLAIN_RUN, evaluation_jobs
+
+    sections = {"a": list(PLAIN_RUN), "b": [*PLAIN_RUN, "background_probe", "cost"], "c": list(PLAIN_RUN),
+                "d": ["features", "interpretability", "linear_probe", "cost"], "e": ["features"]}
+    assert evaluation_jobs(sections) == {
+        "evaluate": (list(PLAIN_RUN), ["a", "c"]),
+        "evaluate_with_background_probe_cost": ([*PLAIN_RUN, "background_probe", "cost"], ["b"]),
+        "evaluate_with_cost_without_retrieval": (["features", "interpretability", "linear_probe", "cost"], ["d"]),
+        "evaluate_without_interpretability_retrieval_linear_probe": (["features"], ["e"])}
+    runs = expand_grid(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
+    jobs = evaluation_jobs({rid: evaluation_sections(run) for rid, run in runs.items()})
+    assert sorted(rid for _, rids in jobs.values() for rid in rids) == sorted(runs)
+    assert all(evaluation_sections(runs[rid]) == names for names, rids in jobs.values() for rid in rids)

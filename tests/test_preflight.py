@@ -243,3 +243,9 @@ def test_todo_from_jobs():
             job("atlas", dataset="cifar10"), job("summarize"), job("pretrain", run="elsewhere/seed~0")]
     assert todo_from_jobs(jobs, runs, atlas) == {"cifar10/ncl/seed~0": {"pretrain", "features", "atlas"},
                                                  "cifar10/bayesncl/seed~0": {"atlas"}, "cifar100/ncl/seed~0": set()}
+    # a run's evaluation as one job (a machine without a GPU): its sections, read from its eval/<section>.json outputs
+    one = job("evaluate_with_cost", run="cifar100/ncl/seed~0")
+    one.output = ["r/runs/cifar100/ncl/seed~0/eval/features.json", "r/runs/cifar100/ncl/seed~0/eval/features.npz",
+                  "r/runs/cifar100/ncl/seed~0/eval/cost.json", "r/runs/cifar100/ncl/seed~0/other/linear_probe.json",
+                  "r/runs/cifar100/ncl/seed~0/eval/not_a_section.json"]
+    assert todo_from_jobs([one], runs, atlas)["cifar100/ncl/seed~0"] == {"evaluate_with_cost", "features", "cost"}

@@ -147,6 +147,15 @@ def test_requeued_stalled_collapsed_and_a_failed_section(tmp_path):
     (d / "eval" / "retrieval.log").write_text("")
     r = run_status(d, "r", {"train": {"epochs": 5, "batch_size": 64}}, ["features", "retrieval"], now=NOW)
     assert r.state == "evaluating" and "still learning" not in r.flags
+    # the run's one evaluation job (a machine without a GPU) failed in a section: its log says so
+    from bayesncl.grid.status import EVALUATE_LOG
+
+    (d / "eval" / EVALUATE_LOG).write_text("wrote x/features.json\nbayesncl evaluate: error: no memory\n")
+    r = run_status(d, "r", {"train": {"epochs": 5, "batch_size": 64}}, ["features", "retrieval"], now=NOW)
+    assert (r.state, r.note) == ("failed", "retrieval: bayesncl evaluate: error: no memory")
+    (d / "eval" / EVALUATE_LOG).write_text("wrote x/features.json\n")
+    assert run_status(d, "r", {"train": {"epochs": 5, "batch_size": 64}}, ["features", "retrieval"],
+                      now=NOW).state == "evaluating"
 
 
 def test_the_smoke_results_folder_reads_the_smoke_plan(tmp_path):

@@ -99,6 +99,10 @@ LOCAL = workflow.is_main_process and workflow.nodes is None
 LOCAL_GPUS = visible_gpus() if LOCAL else []
 if LOCAL and "gpu" not in workflow.resource_settings.resources:
     workflow.register_resource("gpu", len(LOCAL_GPUS))
+# On one machine without a GPU, a run's evaluation is one job (rules/evaluate.smk: a job per section would spend more
+# on starting than on its work); with a GPU, or on a cluster, a section is a job of its own, so that one run's CPU
+# sections overlap the next run's embedding on the GPU.
+ONE_EVALUATION_JOB = LOCAL and not LOCAL_GPUS
 
 
 # On a cluster that does not take --gpus (`--config gpu_request=gres`), a GPU job asks --gres=gpu:N instead: the
@@ -305,23 +309,34 @@ def evaluate_trigger(section):
     return trigger
 
 
+def evaluate_triggers(sections):
+    """Params function: the triggers of a job that runs several of the run's `sections`, by section."""
+
+    def triggers(wildcards):
+        return {s: evaluate_trigger(s)(wildcards) for s in sections}
+
+    return triggers
+
+
 def run_config_text(wildcards, output):
     """What pretraining needs: the run config without eval.* (evaluation options never retrain a run)."""
     cfg = {k: v for k, v in RUNS[wildcards.run].config.items() if k != "eval"}
     return json.dumps(cfg, sort_keys=True)
 
 
-def evaluate_command(section):
-    """`bayesncl evaluate --only <section>` on a run, with the grid's eval.* and data.* settings and the job's
+def evaluate_command(sections):
+    """`bayesncl evaluate --only <sections>` on a run, with the grid's eval.* and data.* settings and each section's
     trigger, which its file records (what `bayesncl stale` compares with today's)."""
 
     def command(wildcards, output):
         cfg = RUNS[wildcards.run].config
         model, out = f"{RESULTS}/runs/{wildcards.run}/model.pt", f"{RESULTS}/runs/{wildcards.run}/eval"
         settings = json.dumps({"eval": cfg["eval"], "data": cfg["data"]}, sort_keys=True)
-        trigger = evaluate_trigger(section)(wildcards)
-        return (f"bayesncl evaluate --checkpoint {shlex.quote(model)} --out {shlex.quote(out)} --only {section} "
-                f"--config-json {shlex.quote(settings)} --trigger-json {shlex.quote(trigger)} --quiet")
+        triggers = json.dumps({s: json.loads(t) for s, t in evaluate_triggers(sections)(wildcards).items()},
+                              sort_keys=True)
+        return (f"bayesncl evaluate --checkpoint {shlex.quote(model)} --out {shlex.quote(out)} "
+                f"--only {' '.join(sections)} --config-json {shlex.quote(settings)} "
+                f"--trigger-json {shlex.quote(triggers)} --quiet")
 
     return command
 

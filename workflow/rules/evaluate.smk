@@ -1,27 +1,34 @@
-# Evaluation: one rule per section of bayesncl.evaluation.sections.SECTIONS (a plugin's too), each writing
-# eval/<section>.json, all made by the loop at the end from what each section registered: the files it reads, the
-# files it writes beside its JSON and one job's resources. `features` embeds the test (and, where needed, train) split
-# once on the GPU; the CPU sections read its cache. Which sections a run gets: bayesncl.grid.expand.evaluation_sections
-# (common.smk, EVAL_OUTPUTS).
+# Evaluation: the sections of bayesncl.evaluation.sections.SECTIONS (a plugin's too), each writing eval/<section>.json,
+# rules made by the loops at the end from what each section registered: the files it reads, the files it writes beside
+# its JSON and one job's resources. `features` embeds the test (and, where needed, train) split once on the GPU; the
+# CPU sections read its cache. Which sections a run gets: bayesncl.grid.expand.evaluation_sections (common.smk,
+# EVAL_OUTPUTS).
 #
-# On a cluster, a run's sections are one submission: they share the group eval_{run}, whose pieces (the
-# sections that read features, and dynamics and cost, which read only model.pt) the SLURM profile joins with
-# --group-components (an untrained twin's initialisation, its pretrain job, joins them). Inside the submission they
-# run one after another (the `serial` resource below), so it asks for the largest of its jobs' GPUs, CPUs and memory
-# and the sum of their runtimes: bayesncl.planning.time_requests shares the submission's one request among them.
-# Locally, groups are ignored: every section is a job of its own, as before.
+# On one machine without a GPU, a run's evaluation is one job (bayesncl.grid.expand.evaluation_jobs: one rule per
+# distinct list of sections, e.g. `evaluate`, `evaluate_with_cost`): its sections run one after another in one
+# process, which loads the model and the splits once; a job of its own per section would start a process for a
+# fraction of a second's work. Each section's file still records its own trigger; the job reruns where any of its
+# sections' does. With a GPU, each section is a job of its own (the CPU sections overlap the GPU's next features).
 #
-# A failed or preempted section reruns alone, without retraining and without redoing the sections that ended:
+# On a cluster every section is a job of its own, and a run's sections are one submission: they share the group
+# eval_{run}, whose pieces (the sections that read features, and dynamics and cost, which read only model.pt) the
+# SLURM profile joins with --group-components (an untrained twin's initialisation, its pretrain job, joins them).
+# Inside the submission they run one after another (the `serial` resource below), so it asks for the largest of its
+# jobs' GPUs, CPUs and memory and the sum of their runtimes: bayesncl.planning.time_requests shares the submission's
+# one request among them. A failed or preempted section reruns alone, without retraining and without redoing the
+# sections that ended:
 # - within one Snakemake invocation, a retried submission restores the sections that ended in an earlier attempt
 #   (hard links kept under eval/.attempt/, written only after a section succeeded) instead of running them again;
 # - in the next invocation, only the sections whose output is missing are planned (slurm/config.yaml keeps the
 #   outputs of a failed submission's finished sections: keep-incomplete; every output here is written atomically,
 #   so a section that failed has none).
 import os
+import re
 import shlex
 
-from_common("LOCAL", "PREPARED_OF", "RESULTS", "benchmark_file", "evaluate_command", "evaluate_trigger", "launch",
-            "run_gres", "section_gpus", "section_minutes")
+from_common("EVAL_SECTIONS", "LOCAL", "ONE_EVALUATION_JOB", "PREPARED_OF", "RESULTS", "benchmark_file",
+            "evaluate_command", "evaluate_trigger", "evaluate_triggers", "launch", "run_gres", "section_gpus",
+            "section_minutes")
 
 
 MODEL = f"{RESULTS}/runs/{{run}}/model.pt"
@@ -31,6 +38,8 @@ FEATURES = f"{EVAL_DIR}/features.json"
 
 from bayesncl.evaluation.sections import SECTIONS  # noqa: E402 - after the declaration above, as every rule file
 from bayesncl.planning.time_requests import RESTORED  # noqa: E402 - a restored section: not measured
+from bayesncl.grid.expand import evaluation_jobs  # noqa: E402
+from bayesncl.grid.status import EVALUATE_LOG  # noqa: E402
 
 # What a section reads (Section.reads), as the rule's inputs.
 READS = {"model": MODEL, "features": FEATURES, "prepared": PREPARED_INPUT}
@@ -44,7 +53,7 @@ EVAL_RULES = {
 
 # On a cluster, members of a group may not share a layer: where it is submitted, the group asks for its largest
 # member, not the sum; inside the submission, its members run one at a time. `local`: counted per submission,
-# not across the queue. Locally (no groups) every section is a job of its own and nothing changes.
+# not across the queue. Locally (no groups) it does not apply.
 if not LOCAL and "serial" not in workflow.global_resources:
     workflow.register_resource("serial", 1)
 
@@ -78,39 +87,79 @@ def attempt_guard(section, outputs):
     return before, after
 
 
-for _section, _spec in EVAL_RULES.items():
-    _outputs = [f"{EVAL_DIR}/{_section}.json", *(f"{EVAL_DIR}/{f}" for f in _spec.get("output", {}).values())]
-    _before, _after = attempt_guard(_section, _outputs)
+def section_outputs(section):
+    """The files a section writes: eval/<section>.json and those beside it."""
+    return [f"{EVAL_DIR}/{section}.json", *(f"{EVAL_DIR}/{f}" for f in EVAL_RULES[section].get("output", {}).values())]
 
-    rule:
-        name:
-            _section
-        input:
-            **_spec["input"],
-        output:
-            json=_outputs[0],
-            **{k: f"{EVAL_DIR}/{f}" for k, f in _spec.get("output", {}).items()},
-        log:
-            f"{EVAL_DIR}/{_section}.log",
-        benchmark:
-            benchmark_file(_section, "run")
-        group:
-            "eval_{run}"
-        params:
-            cmd=evaluate_command(_section),  # derived (takes output): not a rerun trigger
-            trigger=evaluate_trigger(_section),
-            launch=launch(_section, "run"),
-            before=_before,
-            after=_after,
-        resources:
-            gpu=section_gpus(_section),
-            gres=run_gres,
-            cpus_per_task=_spec["cpus"],
-            mem_mb=_spec["mem_mb"],
-            runtime=section_minutes(_section, _spec["runtime"]),  # on a cluster: from the estimate (common.smk)
-            serial=1,
-            attempt=lambda wc, attempt: attempt,
-        conda:
-            "../envs/bayesncl.yaml"
-        shell:
-            "{params.before}{params.launch}{params.cmd} > {log} 2>&1{params.after}"
+
+def most_gpus(sections):
+    """Resource function: the GPUs of the most demanding of `sections` (one job runs them all)."""
+    return lambda wildcards: max(section_gpus(s)(wildcards) for s in sections)
+
+
+if ONE_EVALUATION_JOB:
+    for _name, (_sections, _runs) in evaluation_jobs(EVAL_SECTIONS).items():
+
+        rule:
+            name:
+                _name
+            input:
+                # what the sections read, but the features the job computes itself
+                **{r: READS[r] for s in _sections for r in SECTIONS[s].reads
+                   if not (r == "features" and "features" in _sections)},
+            output:
+                [f for s in _sections for f in section_outputs(s)],
+            log:
+                f"{EVAL_DIR}/{EVALUATE_LOG}",
+            benchmark:
+                benchmark_file(_name, "run")
+            wildcard_constraints:
+                run="|".join(map(re.escape, _runs)),  # the runs with exactly these sections
+            params:
+                cmd=evaluate_command(_sections),  # derived (takes output): not a rerun trigger
+                trigger=evaluate_triggers(_sections),
+                launch=launch(_name, "run"),
+            resources:
+                gpu=most_gpus(_sections),
+            conda:
+                "../envs/bayesncl.yaml"
+            shell:
+                "{params.launch}{params.cmd} > {log} 2>&1"
+
+else:
+    for _section, _spec in EVAL_RULES.items():
+        _outputs = section_outputs(_section)
+        _before, _after = attempt_guard(_section, _outputs)
+
+        rule:
+            name:
+                _section
+            input:
+                **_spec["input"],
+            output:
+                json=_outputs[0],
+                **{k: f"{EVAL_DIR}/{f}" for k, f in _spec.get("output", {}).items()},
+            log:
+                f"{EVAL_DIR}/{_section}.log",
+            benchmark:
+                benchmark_file(_section, "run")
+            group:
+                "eval_{run}"
+            params:
+                cmd=evaluate_command([_section]),  # derived (takes output): not a rerun trigger
+                trigger=evaluate_trigger(_section),
+                launch=launch(_section, "run"),
+                before=_before,
+                after=_after,
+            resources:
+                gpu=section_gpus(_section),
+                gres=run_gres,
+                cpus_per_task=_spec["cpus"],
+                mem_mb=_spec["mem_mb"],
+                runtime=section_minutes(_section, _spec["runtime"]),  # on a cluster: from the estimate (common.smk)
+                serial=1,
+                attempt=lambda wc, attempt: attempt,
+            conda:
+                "../envs/bayesncl.yaml"
+            shell:
+                "{params.before}{params.launch}{params.cmd} > {log} 2>&1{params.after}"

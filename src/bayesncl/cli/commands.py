@@ -51,11 +51,11 @@ def cmd_evaluate(args) -> int:
     for item in args.set:  # a bad value fails before the checkpoint is loaded
         parse_set(item)
     overrides = json_flag(args.config_json, "--config-json") if args.config_json else None
-    trigger = json_flag(args.trigger_json, "--trigger-json") if args.trigger_json else None
+    triggers = json_flag(args.trigger_json, "--trigger-json") if args.trigger_json else None
     _input_file(args.checkpoint, "--checkpoint", "give the model.pt that `bayesncl pretrain` wrote")
     check_writable_dir(args.out)
     for path in evaluate(args.checkpoint, args.out, only=args.only, sets=args.set, overrides=overrides,
-                         expect_config=args.config, progress=not args.quiet, replace=args.replace, trigger=trigger):
+                         expect_config=args.config, progress=not args.quiet, replace=args.replace, triggers=triggers):
         print(f"wrote {path}")
     return 0
 

@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override an eval.* or data.* key (e.g. data.root, eval.waterbirds_root)")
     sp.add_argument("--config-json", help=argparse.SUPPRESS)  # the workflow's eval.*/data.* settings
-    sp.add_argument("--trigger-json", help=argparse.SUPPRESS)  # the job's rerun trigger, recorded (bayesncl.grid.stale)
+    sp.add_argument("--trigger-json", help=argparse.SUPPRESS)  # {section: its rerun trigger}, recorded (grid.stale)
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
     sp.add_argument("--replace", action="store_true", help=replace_help("the evaluation"))
     sp.set_defaults(func=commands.cmd_evaluate)

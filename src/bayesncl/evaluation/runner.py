@@ -76,22 +76,24 @@ def _torch_threads(cfg: dict) -> None:
 
 
 def evaluate(checkpoint: str | Path, out_dir: str | Path, *, only=None, sets=(), overrides: dict | None = None,
-             expect_config=None, progress: bool = True, replace: bool = False, trigger: dict | None = None) -> list[Path]:
+             expect_config=None, progress: bool = True, replace: bool = False,
+             triggers: dict | None = None) -> list[Path]:
     """Run the sections `only` (default: every section that applies to the run, features first) and return
     the JSON files written. `sets` are `key=value` overrides and `overrides` a nested dict of eval.* and
     data.* keys. A folder holding a run or another run's evaluation is refused, or with `replace` replaced
-    whole (bayesncl.runs.ownership); the run's own eval/ folder is always its own. `trigger`: the rerun trigger the
-    workflow gave the job of the one section in `only` (bayesncl.grid.expand.job_trigger), recorded in its file's run
-    block, where `bayesncl stale` compares it with today's."""
-    if trigger is not None and len(only or ()) != 1:
-        raise ConfigError("--trigger-json: a job's trigger is one section's; give exactly one section with --only")
+    whole (bayesncl.runs.ownership); the run's own eval/ folder is always its own. `triggers`: {section: the rerun
+    trigger the workflow gave it (bayesncl.grid.expand.job_trigger)} for each section in `only`, recorded in its
+    file's run block, where `bayesncl stale` compares it with today's."""
+    if triggers is not None and (not isinstance(triggers, dict) or sorted(triggers) != sorted(only or ())):
+        raise ConfigError("--trigger-json: expected {section: trigger} for exactly the sections of --only "
+                          f"({', '.join(only or ()) or 'none given'})")
     from ..runs.ownership import into, other_evaluation
 
     out = Path(out_dir)
     # the run's own evaluation: its numbers go to the run's TensorBoard curves too (bayesncl.runs.events)
     own = out.resolve() == (Path(checkpoint).parent / EVAL).resolve()
     with into(out, other_evaluation(out, checkpoint, lambda: _digest(checkpoint)), replace) as where:
-        written = _evaluate(Path(checkpoint), where, only, sets, overrides, expect_config, progress, own, trigger)
+        written = _evaluate(Path(checkpoint), where, only, sets, overrides, expect_config, progress, own, triggers)
     return [out / p.name for p in written]
 
 
@@ -100,7 +102,7 @@ def _digest(checkpoint) -> str:
 
 
 def _evaluate(checkpoint: Path, out: Path, only, sets, overrides, expect_config, progress, own: bool,
-              trigger) -> list[Path]:
+              triggers) -> list[Path]:
     for name in only or ():
         SECTIONS[name]  # an unknown name: the registry's one line, naming the sections allowed
     state, cfg = None, None
@@ -126,13 +128,14 @@ def _evaluate(checkpoint: Path, out: Path, only, sets, overrides, expect_config,
     names = [n for n in SECTIONS if n in names]  # features before the sections that read it
     ctx = Context(checkpoint, out, cfg, progress, state=state, weights_sha=weights_sha, stored_config=stored)
     run = {**run_info(cfg), "checkpoint": str(checkpoint), "weights_sha": weights_sha,
-           **({"imported": imported} if imported else {}), **({"trigger": trigger} if trigger is not None else {})}
+           **({"imported": imported} if imported else {})}
     written = []
     mark_ready()  # imports, config and checkpoint loaded: the work begins (bayesncl.core.startup)
     for name in names:
         result = SECTIONS[name].compute(ctx)
         path = out / f"{name}.json"
-        record = clean({"run": run, **result})
+        trigger = {"trigger": triggers[name]} if triggers is not None else {}
+        record = clean({"run": {**run, **trigger}, **result})
         atomic_write_text(path, json.dumps(record, indent=2) + "\n")
         if own:
             write_section(ctx.run_dir, name, record)

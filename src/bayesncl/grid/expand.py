@@ -485,7 +485,8 @@ def plan_init_runs(runs: dict[str, Run], bases: dict[str, dict]) -> None:
 # The evaluation sections a set's rows read beyond the ones every run gets (features, interpretability,
 # retrieval, linear_probe); dynamics follow from train.dynamics_every, which the set turns on.
 SET_SECTIONS = {"table6": ("background_probe",), "table7": ("cost",)}
-EVERY_RUN = ("features", "interpretability", "retrieval", "linear_probe", "dynamics")
+PLAIN_RUN = ("features", "interpretability", "retrieval", "linear_probe")  # what no set or setting adds
+EVERY_RUN = (*PLAIN_RUN, "dynamics")
 
 
 def evaluation_sections(run: Run) -> list[str]:
@@ -501,3 +502,18 @@ def evaluation_sections(run: Run) -> list[str]:
                 raise ConfigError(f"sets.{set_name}: run {run.run_id} needs the {name} section, but {why}")
             out.append(name)
     return [name for name in SECTIONS if name in out]
+
+
+def evaluation_jobs(sections: dict[str, list[str]]) -> dict[str, tuple[list[str], list[str]]]:
+    """Run on one machine, a run's evaluation is one job (its sections one after another in one process, the model
+    and splits loaded once): {rule name: (its sections, the runs that have exactly those)}, one rule per distinct
+    list of sections (`sections`: run id -> evaluation_sections). A rule is named for how its list differs from
+    PLAIN_RUN: `evaluate`, `evaluate_with_cost`, `evaluate_without_retrieval`, ... On a cluster every section is a
+    job of its own (workflow/rules/evaluate.smk)."""
+    jobs: dict[str, tuple[list[str], list[str]]] = {}
+    for rid, names in sections.items():
+        extra = [s for s in names if s not in PLAIN_RUN]
+        lacking = [s for s in PLAIN_RUN if s not in names]
+        name = "_".join(["evaluate", *(["with", *extra] if extra else []), *(["without", *lacking] if lacking else [])])
+        jobs.setdefault(name, (list(names), []))[1].append(rid)
+    return jobs

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..settings.registry import BACKGROUND_PROBE, DATASETS
 from ..core.errors import DataError, LayoutError
 from ..evaluation.sections import SECTIONS
+from ..runs.files import EVAL
 from .expand import Run
 
 __all__ = ["missing_data", "todo_from_files", "todo_from_jobs"]
@@ -110,13 +111,16 @@ def _check(what: str, data: dict) -> DataError | None:
 
 
 def todo_from_jobs(jobs, runs: dict[str, Run], atlas: dict[str, list[str]]) -> dict[str, set[str]]:
-    """What is still to be done per run, from the jobs Snakemake's DAG plans (each with `.rule.name` and
-    `.wildcards`): a run's own jobs by their rule, and an atlas job for each run its figure reads."""
+    """What is still to be done per run, from the jobs Snakemake's DAG plans (each with `.rule.name`, `.wildcards` and
+    `.output`): a run's own jobs by their rule, and the sections of a job that runs several (its eval/<section>.json
+    outputs: a run's evaluation on one machine); an atlas job for each run its figure reads."""
     todo: dict[str, set[str]] = {rid: set() for rid in runs}
     for job in jobs:
         wildcards = dict(job.wildcards.items())
         if wildcards.get("run") in todo:
             todo[wildcards["run"]].add(job.rule.name)
+            todo[wildcards["run"]].update(p.stem for p in map(Path, getattr(job, "output", ()))
+                                          if p.parent.name == EVAL and p.suffix == ".json" and p.stem in SECTIONS)
         elif job.rule.name == "atlas":
             for rid in atlas[wildcards["dataset"]]:
                 todo[rid].add("atlas")

@@ -10,7 +10,8 @@ results folder. A run's state:
   epoch k of E, the last epoch's loss, an ETA from the median epoch time; "stalled" when nothing was written
   for three epoch times (and at least STALL_MIN_S): its job may have been killed without a word;
 - requeued: pretraining stopped by SIGTERM (exit 75, a time limit or preemption) and resumes when resubmitted;
-- failed: pretrain.log, or a missing section's <section>.log, ends in an error line (shown);
+- failed: pretrain.log, or for a missing section its <section>.log or the run's eval/evaluate.log, ends in an error
+  line (shown);
 - waiting: nothing written yet;
 - unreadable: the folder, or a file in it, is not as the trainer and the evaluation write it (a log that is not
   text or whose lines are not JSON objects of numbers, a config that is not a mapping, a folder or file this user
@@ -42,6 +43,7 @@ STATES = ("unreadable", "failed", "running", "requeued", "evaluating", "waiting"
 STALL_EPOCHS = 3
 STALL_MIN_S = 900.0
 PRETRAIN_LOG = "pretrain.log"  # Snakemake's log of the pretrain rule (workflow/rules/pretrain.smk)
+EVALUATE_LOG = "evaluate.log"  # in eval/: the log of a run's evaluation job on one machine (workflow/rules/evaluate.smk)
 # The last line of a command that stopped: SIGTERM's exit 75 (bayesncl.cli.main), else an error or a traceback's end.
 _REQUEUED = re.compile(r"\bexit 75\b")
 _FAILED = re.compile(r"\berror\b|diverged|^Traceback|^\w+(Error|Exception)\b|^Killed|out of memory|CANCELLED",
@@ -188,8 +190,9 @@ def _run_status(d: Path, run_id: str, cfg: dict | None, sections: list[str] | No
         names = sections if sections is not None else written
         done = [s for s in names if s in written]
         st.sections = (len(done), len(names))
+        # a section's own job (a cluster's), or the run's evaluation job (one machine's) that ran it
         failed = [(s, line) for s in names if s not in done
-                  for line in [_last_line(ev / f"{s}.log")] if _FAILED.search(line)]
+                  for line in [_last_line(ev / f"{s}.log"), _last_line(ev / EVALUATE_LOG)] if _FAILED.search(line)]
         if failed:
             st.state, st.note = "failed", f"{failed[0][0]}: {failed[0][1]}"
         else:
