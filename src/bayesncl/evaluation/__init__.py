@@ -1,7 +1,7 @@
-"""Evaluation: the jobs that apply the measures (bayesncl.measures) to a trained run, one workflow job per section.
+"""Evaluation: the sections that apply the measures (bayesncl.measures) to a trained run (workflow jobs: one per section,
+or one per run on a machine without a GPU; workflow/rules/evaluate.smk).
 
     sections      the registry SECTIONS (`@section`): what each section computes, reads and needs
-    context       Context: what a section reads (the run's config, model, cached features)
     probe         the paper protocol's linear probe, in torch
-    runner        evaluate(checkpoint, out, only=...): runs sections, writes JSON
+    runner        evaluate(checkpoint, out, only=...): runs sections, writes JSON; Context: what a section reads
 """
