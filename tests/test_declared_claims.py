@@ -518,7 +518,8 @@ def test_a_sweep_claim_names_its_setting_and_values_as_given():
     df["sweep"] = "figure4a:proj_dim"
     ncl = df.assign(method="ncl", variant="NCL", sc=df["sc"] - 5.0,
                     run_id=[r.replace("bayesncl", "ncl") for r in df["run_id"]])
-    both = pd.concat([df, ncl[ncl["proj_dim"] == 64]])
+    both = pd.concat([df, ncl[ncl["proj_dim"] == 64], ncl[ncl["proj_dim"] == 64].assign(
+        proj_dim=1024, run_id=lambda f: f["run_id"] + "-1024")])
     rises = {"id": "R", "metric": "sc", "left": {"role": "bayes"}, "relation": "rises with", "sweep": "proj_dim",
              "set": "figure4a", "name": "$D$", "point": "$D = @$"}
     c = _judge(rises, both)
@@ -528,8 +529,16 @@ def test_a_sweep_claim_names_its_setting_and_values_as_given():
                             "relation": ">", "sweep": "proj_dim", "set": "figure4a", "name": "$D$",
                             "paper": {256: "x at 256"}}], module="")
     got = {c.claim: c for _, cs in judge.claims_rows(both, each) for c in cs if c.claim.startswith("E")}
-    # a row at each value either side ran: NCL has no run at 256, so that row is not run
-    assert sorted(got) == ["E-256", "E-64"] and got["E-256"].verdict == "not run" and got["E-64"].verdict == "holds"
+    # a row at each value either side ran: NCL has no run at 256, BayesNCL none at 1024, so those rows are not run
+    assert sorted(got) == ["E-1024", "E-256", "E-64"] and got["E-64"].verdict == "holds"
+    assert got["E-256"].verdict == got["E-1024"].verdict == "not run"
+    assert each[0].title == "SC of BayesNCL: > proj_dim"  # a role named as `bayesncl list` shows it
+    const = K.parse_claims([{"id": "C", "metric": "sc", "left": {"role": "bayes"}, "right": -15, "absolute": True,
+                             "relation": ">", "sweep": "proj_dim", "set": ["table1", "figure4a"]}])
+    tagged = pd.concat([both, pd.DataFrame(_rows([1.0], [])).assign(sweep="figure4a:proj_dim")])  # an NCL run in table1
+    at = {c.claim: c for _, cs in judge.claims_rows(tagged, const) for c in cs if c.claim.startswith("C")}
+    # the points of the set the side's runs are in (figure4a), each against |-15|
+    assert (at["C-64"].right_text, at["C-64"].verdict, at["C-256"].verdict) == ("15", "does not hold", "holds")
     assert (got["E-64"].text, got["E-64"].paper, got["E-256"].paper) == ("SC at $D$ = 64: @A $>$ @B", "", "x at 256")
     idle = [c for _, cs in judge.claims_rows(both.iloc[:0], each) for c in cs if c.claim.startswith("E")]
     assert [(c.claim, c.text) for c in idle] == [("E", "SC at each $D$: @A $>$ @B")]
@@ -544,6 +553,9 @@ def test_a_set_whose_runs_record_no_sweep_has_every_run_with_a_value_as_a_point(
     decl = {"id": "R", "metric": "sc", "left": "BayesNCL (STE)", "relation": "rises with", "sweep": "proj_dim",
             "set": "figure4b"}
     assert _judge(decl, pd.DataFrame(rows)).verdict == "holds"
+    unset = {**rows[0], "proj_dim": float("nan"), "sc": 99.0, "seed": 5}  # a run without a value: no point
+    c = _judge(decl, pd.DataFrame(rows + [unset]))
+    assert c.text == "SC: @A at proj_dim = 256 $>$ at proj_dim = 64" and c.left.runs == 3
     tagged = [{**r, "sweep": "figure4b:proj_dim" if r["proj_dim"] == 64 else ""} for r in rows]
     assert _judge(decl, pd.DataFrame(tagged)).text == "SC: @A rises with proj_dim"
 

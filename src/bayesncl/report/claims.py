@@ -232,7 +232,7 @@ def _sweep_points(runs: Runs, sets: tuple[str, ...], param: str, pick: Callable[
     for r in rows:
         if point(r):
             points.setdefault(_number(r.get(sweep_column(param))), []).append((r["seed"], value(r)))
-    return rows, dict(sorted(points.items()))
+    return rows, points
 
 
 def _is_point(runs: Runs, s: str, param: str) -> Callable[[dict], bool]:
