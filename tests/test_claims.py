@@ -375,6 +375,8 @@ def test_inverted_u_and_widths():
     assert [c.verdict for c in comps["10a"]] == [HOLDS]
     assert [c.verdict for c in comps["10b-32"] + comps["10b-64"]] == [HOLDS, HOLDS]  # one id per width
     assert comps["10a"][0].left.stat.mean == pytest.approx(41.64) and comps["10a"][0].right.stat.mean == pytest.approx(21.32)
+    assert comps["10a"][0].text == "SC: @A at $D = 64$ $>$ at $D = 32$"  # the setting in its math, as the paper
+    assert comps["10b-32"][0].text == "SC at $D = 32$: @A $>$ @B" and comps["10b-32"][0].paper == ""
 
 
 # --------------------------------------------------------------------------- every claim's wiring

@@ -27,7 +27,7 @@ def _judge(decl, df):
 
 
 @pytest.mark.parametrize("decl, message", [
-    ({"metric": "sc", "left": "A", "right": "B"}, "claims[0]: missing relation; a claim takes id, left, metric,"),
+    ({"metric": "sc", "left": "A", "right": "B"}, "claims[0]: missing relation; a claim takes absolute, id, left,"),
     ({"metric": "sc", "left": "A", "right": "B", "relation": ">", "colour": 1}, "claims[0]: unknown key colour;"),
     ({"metric": "nope", "left": "A", "right": "B", "relation": ">"}, "claims[0].metric: unknown metric 'nope';"),
     ({"metric": "sc", "left": "A", "right": "B", "relation": "=>"}, "claims[0].relation: '=>' is not one of >, <,"),
@@ -164,15 +164,28 @@ def test_an_at_most_claim_is_one_sided():
     ("relation", {"a": 1}, "claims[0].relation: {'a': 1} is not a name; give it as text, e.g. relation: >"),
     ("left", ["A"], "claims[0].left: ['A'] is not a name; give it as text, e.g. left: NCL, or a role, e.g. left: "
                     "{role: reference}"),
-    ("right", 3, "claims[0].right: 3 is not a name; give it as text, e.g. right: NCL, or a role, e.g. right: "
-                 "{role: reference}"),
-    ("set", ["table1", 4], "claims[0].set: ['table1', 4] is not a name; give it as text, e.g. set: NCL"),
-    ("set", [], "claims[0].set: [] is not a name; give it as text, e.g. set: NCL"),
+    ("right", True, "claims[0].right: True is not a name; give it as text, e.g. right: NCL, or a role, e.g. right: "
+                    "{role: reference}, or a number, e.g. right: 0"),
+    ("right", float("inf"), "claims[0].right: inf is not a name; give it as text, e.g. right: NCL, or a role, e.g. "
+                            "right: {role: reference}, or a number, e.g. right: 0"),
+    ("left", 0, "claims[0].left: 0 is not a name; give it as text, e.g. left: NCL, or a role, e.g. left: "
+                "{role: reference}"),
+    ("set", ["table1", 4], "claims[0].set: ['table1', 4] is not a name; give it as text, e.g. set: table1"),
+    ("set", [], "claims[0].set: [] is not a name; give it as text, e.g. set: table1"),
+    ("name", ["D"], "claims[0].name: ['D'] is not a name; give it as text, e.g. name: \"$\\lambda$\""),
+    ("point", 2048, "claims[0].point: 2048 is not a name; give it as text, e.g. point: \"$D = @$\""),
+    ("absolute", "yes", "claims[0].absolute: 'yes' is not true or false"),
+    ("paper", ["36.14"], "claims[0].paper: ['36.14'] is not text, nor {value of the sweep: text}; give it as text, "
+                         "e.g. paper: 36.14 vs 14.93"),
+    ("paper", {"D": "x"}, "claims[0].paper: {'D': 'x'} is not text, nor {value of the sweep: text}; give it as "
+                          "text, e.g. paper: 36.14 vs 14.93"),
+    ("paper", {2048: 2}, "claims[0].paper: {2048: 2} is not text, nor {value of the sweep: text}; give it as "
+                         "text, e.g. paper: 36.14 vs 14.93"),
     ("left", {"role": "any"}, "claims[0].left: {'role': 'any'} is not a name; give it as text, e.g. left: NCL, or a "
                               "role, e.g. left: {role: reference}"),
     ("right", {"role": "bayes", "gate": "ste"}, "claims[0].right: {'role': 'bayes', 'gate': 'ste'} is not a name; "
                                                 "give it as text, e.g. right: NCL, or a role, e.g. right: "
-                                                "{role: reference}"),
+                                                "{role: reference}, or a number, e.g. right: 0"),
     ("id", {"x": 1}, "claims[0].id: {'x': 1} is not a name; give it as text, e.g. id: D1"),
     ("id", True, "claims[0].id: True is not a name; give it as text, e.g. id: D1"),
     ("tolerance", 0, "claims[0].tolerance: 0 is not a finite positive number; give the margin in the metric's unit "
@@ -276,6 +289,12 @@ def test_rises_with_and_at_each_value_over_a_plugin_setting():
     ({"metric": "sc", "left": "A", "relation": "inverted U"}, "claims[0].sweep: 'inverted U' is said over a sweep;"),
     ({"metric": "sc", "left": "A", "relation": ">", "sweep": "x"}, "claims[0]: missing right;"),
     ({"metric": "sc", "left": "A", "relation": "rises with", "sweep": ["x"]}, "claims[0].sweep: ['x'] is not a name"),
+    ({"metric": "sc", "left": "A", "right": "B", "relation": ">", "name": "$D$"},
+     "claims[0].name: names the swept setting in the text; give sweep too, or remove name"),
+    ({"metric": "sc", "left": "A", "right": "B", "relation": ">", "point": "D = @"},
+     "claims[0].point: names the swept setting in the text; give sweep too, or remove point"),
+    ({"metric": "sc", "left": "A", "relation": "rises with", "sweep": "x", "point": "$D$"},
+     "claims[0].point: '$D$' has no @ for the value; e.g. point: \"$D = @$\""),
 ])
 def test_a_bad_sweep_claim_is_one_line_naming_it(decl, message):
     with pytest.raises(ConfigError) as e:
@@ -394,15 +413,159 @@ def test_a_side_given_as_a_role_is_found_by_its_settings_as_the_paper_s_sides_ar
         ("BayesNCL", "NCL"), ("BayesNCL (STE)", "Soft gate")]
 
 
-def test_the_paper_s_own_keys_and_a_role_in_a_sweep_are_refused_in_a_workflow_config():
+def test_the_paper_s_own_keys_are_refused_in_a_workflow_config():
     base = {"metric": "sc", "left": "A", "right": "B", "relation": ">"}
-    with pytest.raises(ConfigError, match=r"^claims\[0\]: unknown key paper; a claim takes id, left, metric"):
+    with pytest.raises(ConfigError, match=r"^claims\[0\]: unknown key paper; a claim takes absolute, id, left, "):
         K.parse_claims([{**base, "paper": "36.14"}])
     with pytest.raises(ConfigError, match=r"^claims\[0\]: unknown key text; "):
         K.parse_claims([{**base, "text": "mine"}])
-    with pytest.raises(ConfigError, match=r"^claims\[0\]: a claim over a sweep compares variants; give left and "):
-        K.parse_claims([{**base, "left": {"role": "bayes"}, "sweep": "lambda"}])
     with pytest.raises(ConfigError, match=r"^claims\[0\].set: unknown set 'table9'; the sets: "):
         K.parse_claims([{**base, "set": ["table1", "table9"]}])
     (c,) = K.parse_claims([{**base, "left": {"role": "bayes"}}], variants=["A", "B"])  # a role is no variant's label
     assert c.module == K.WORKFLOW
+
+
+def _dyn(a, b, key="dyn_af_gv"):
+    """Runs of A (NCL) and B (BayesNCL) in table3 recording ``key`` at three epochs: {seed: its list}."""
+    import json
+
+    return _rows([json.dumps(v) for v in a], [json.dumps(v) for v in b], metric=key, sets="table3")
+
+
+def _one_sample_t(values, const):
+    """(mean, low, high) of values - const with the 95% t interval, from the textbook formula."""
+    return _paired_t(values, [const] * len(values))
+
+
+def test_a_right_side_may_be_a_number_tested_one_sample():
+    c = _judge({"metric": "sc", "left": "A", "right": 25, "relation": ">"}, _rows([30, 31, 29.5], [10, 10, 10]))
+    assert (c.result.test, c.right.label, c.right_text, c.right.runs) == ("one-sample", "25", "25", 0)
+    assert (c.result.diff, c.result.low, c.result.high) == pytest.approx(_one_sample_t([30, 31, 29.5], 25))
+    assert c.verdict == "holds" and c.text == "SC: @A $>$ @B"
+    below = _judge({"metric": "sc", "left": "A", "right": 35.5, "relation": "<"}, _rows([30, 31, 29.5], [10] * 3))
+    mean, low, high = _one_sample_t([30, 31, 29.5], 35.5)
+    assert (below.result.diff, below.result.low, below.result.high) == pytest.approx((-mean, -high, -low))
+    assert below.verdict == "holds" and below.delta == "$-$left"
+    # judged where its one side has runs: B's runs alone do not make it apply
+    assert _judge({"metric": "sc", "left": "A", "right": 0, "relation": ">", "set": "table2"},
+                  _rows([30, 31, 29.5], [10] * 3)).verdict == "not run"
+
+
+def test_a_dynamics_metric_is_read_at_the_last_recorded_epoch_and_absolute_compares_magnitudes():
+    """Metric.value: the last recorded epoch's correlation, never an earlier one's (an empty list is NaN); with
+    absolute: true each value's magnitude, a constant's too."""
+    a = [[0.9, 0.1, -0.6], [0.9, 0.2, -0.5], [0.9, 0.1, -0.7]]
+    b = [[-0.9, 0.5, 0.2], [-0.9, 0.6, 0.1], [-0.9, 0.4, 0.15]]
+    decl = {"metric": "dyn_af_gv", "left": "A", "right": "B", "relation": "<", "set": "table3"}
+    plain = _judge(decl, _dyn(a, b))
+    assert plain.left.values == [(0, -0.6), (1, -0.5), (2, -0.7)] and plain.verdict == "holds"
+    mags = _judge({**decl, "absolute": True}, _dyn(a, b))
+    assert mags.left.values == [(0, 0.6), (1, 0.5), (2, 0.7)] and mags.right.values == [(0, 0.2), (1, 0.1), (2, 0.15)]
+    assert mags.verdict == "does not hold" and mags.delta == "right $-$ left"
+    assert mags.init_note == K.NO_INIT["dyn"]
+    const = _judge({**decl, "right": -0.55, "absolute": True, "relation": ">"}, _dyn(a, b))
+    assert const.right_text == "0.55" and const.result.diff == pytest.approx(0.6 - 0.55)
+    empty = _judge(decl, _dyn([[], [0.3], [0.1, 0.2]], b))
+    assert [v for _, v in empty.left.values][1:] == [0.3, 0.2] and empty.left.nan == 1
+
+
+def test_claim_7_is_the_declared_form_s_comparison():
+    """7a against 0 and 7c on magnitudes, as a workflow config's entries with the same roles give them."""
+    from helpers.claims import frame, row
+
+    a = [[0.2, 0.4, 0.6], [0.1, 0.5, 0.55], [0.3, 0.2, 0.65]]
+    b = [[0.2, -0.1, 0.2], [0.1, 0.1, -0.1], [0.3, 0.4, 0.15]]
+    rows = [row(v, s, "table3", dyn_epochs="[1, 2, 3]", dyn_af_gv=str(xs[s]))
+            for v, xs in (("NCL", a), ("BayesNCL (STE)", b)) for s in range(3)]
+    df = frame(rows)
+    mine = K.parse_claims([{"id": "S", "metric": "dyn_af_gv", "left": {"role": "reference"}, "right": 0,
+                            "relation": ">", "set": "table3"},
+                           {"id": "W", "metric": "dyn_af_gv", "left": {"role": "bayes"},
+                            "right": {"role": "reference"}, "relation": "<", "absolute": True, "set": "table3"}])
+    got = {c.claim: c for c in dict(judge.claims_rows(df, mine))["synthetic"]}
+    for paper, declared in (("7a", "S"), ("7c", "W")):
+        p, d = got[paper], got[declared]
+        assert (p.left.values, p.right.values, p.result, p.kind, p.delta, p.right_text) == (
+            d.left.values, d.right.values, d.result, d.kind, d.delta, d.right_text), paper
+    assert got["7a"].left.values == [(0, 0.6), (1, 0.55), (2, 0.65)] and got["7a"].verdict == "holds"
+    assert got["7c"].left.values == [(0, 0.2), (1, 0.1), (2, 0.15)] and got["7c"].verdict == "holds"
+
+
+def _bayes_swept(values: dict, param="lambda", variant="BayesNCL (STE)", sweep=None):
+    rows = _swept(values, variant, "bayesncl", param, param)
+    return [{**r, "gate": "ste", "detach": 1.0, "head_depth": 2.0,
+             **({"sweep": sweep} if sweep is not None else {})} for r in rows]
+
+
+def test_a_role_in_a_sweep_claim_finds_its_runs_by_their_settings():
+    """{role: bayes} in an inverted U is claim 11a's own comparison whatever the variant's label; named by the
+    runs' label, or by the role's where it has none."""
+    df = pd.DataFrame(_bayes_swept({0.0: U[0.0], 3e-5: U[0.01], 1e-4: U[0.1]}, variant="Mine"))
+    decl = {"id": "U", "metric": "sc", "left": {"role": "bayes"}, "relation": "inverted U", "sweep": "lambda"}
+    c = _judge(decl, df)
+    (paper,) = [p for _, comps in judge.claims_rows(df) for p in comps if p.claim == "11a"]
+    assert (c.result, c.left.label, c.text) == (paper.result, "Mine", "SC of @A: lambda = 3e-05 $>$ ends 0, 0.0001 "
+                                                                     "(right: 0)")
+    assert c.verdict == "holds" and c.paper == "declared"
+    ncl = df.assign(method="ncl")  # no gated run: the role's label
+    none = _judge(decl, pd.concat([ncl, pd.DataFrame(_rows([1], [1]))]))
+    assert none.verdict == "not run" and none.left.label == "BayesNCL"
+
+
+def test_a_sweep_claim_names_its_setting_and_values_as_given():
+    df = pd.DataFrame(_bayes_swept({64: [10.0, 11.0, 10.5], 256: [20.0, 21.0, 20.2]}, "proj_dim",
+                                   sweep="figure4a:proj_dim")).assign(sets="figure4a")
+    df["sweep"] = "figure4a:proj_dim"
+    ncl = df.assign(method="ncl", variant="NCL", sc=df["sc"] - 5.0,
+                    run_id=[r.replace("bayesncl", "ncl") for r in df["run_id"]])
+    both = pd.concat([df, ncl[ncl["proj_dim"] == 64], ncl[ncl["proj_dim"] == 64].assign(
+        proj_dim=1024, run_id=lambda f: f["run_id"] + "-1024")])
+    rises = {"id": "R", "metric": "sc", "left": {"role": "bayes"}, "relation": "rises with", "sweep": "proj_dim",
+             "set": "figure4a", "name": "$D$", "point": "$D = @$"}
+    c = _judge(rises, both)
+    assert c.text == "SC: @A at $D = 256$ $>$ at $D = 64$" and c.verdict == "holds"
+    assert _judge(rises, both.iloc[:0]).text == "SC: @A rises with $D$"
+    each = K.parse_claims([{"id": "E", "metric": "sc", "left": {"role": "bayes"}, "right": {"role": "reference"},
+                            "relation": ">", "sweep": "proj_dim", "set": "figure4a", "name": "$D$",
+                            "paper": {256: "x at 256"}}], module="")
+    got = {c.claim: c for _, cs in judge.claims_rows(both, each) for c in cs if c.claim.startswith("E")}
+    # a row at each value either side ran: NCL has no run at 256, BayesNCL none at 1024, so those rows are not run
+    assert sorted(got) == ["E-1024", "E-256", "E-64"] and got["E-64"].verdict == "holds"
+    assert got["E-256"].verdict == got["E-1024"].verdict == "not run"
+    assert each[0].title == "SC of BayesNCL: > proj_dim"  # a role named as `bayesncl list` shows it
+    const = K.parse_claims([{"id": "C", "metric": "sc", "left": {"role": "bayes"}, "right": -15, "absolute": True,
+                             "relation": ">", "sweep": "proj_dim", "set": ["table1", "figure4a"]}])
+    tagged = pd.concat([both, pd.DataFrame(_rows([1.0], [])).assign(sweep="figure4a:proj_dim")])  # an NCL run in table1
+    at = {c.claim: c for _, cs in judge.claims_rows(tagged, const) for c in cs if c.claim.startswith("C")}
+    # the points of the set the side's runs are in (figure4a), each against |-15|
+    assert (at["C-64"].right_text, at["C-64"].verdict, at["C-256"].verdict) == ("15", "does not hold", "holds")
+    assert (got["E-64"].text, got["E-64"].paper, got["E-256"].paper) == ("SC at $D$ = 64: @A $>$ @B", "", "x at 256")
+    idle = [c for _, cs in judge.claims_rows(both.iloc[:0], each) for c in cs if c.claim.startswith("E")]
+    assert [(c.claim, c.text) for c in idle] == [("E", "SC at each $D$: @A $>$ @B")]
+    with pytest.raises(ConfigError, match=r"^claims\[0\].paper: paper values by value are for a claim at each "):
+        K.parse_claims([{**rises, "paper": {64: "x"}}], module="")
+
+
+def test_a_set_whose_runs_record_no_sweep_has_every_run_with_a_value_as_a_point():
+    """Rows made by hand, with no `sweep`: each run with a value of the setting is a point (as claim 10 reads
+    figure4a); once a run of the set records a sweep, only the runs it names are."""
+    rows = _bayes_swept({64: [10.0, 11.0, 10.5], 256: [20.0, 21.0, 20.2]}, "proj_dim", sweep="")
+    decl = {"id": "R", "metric": "sc", "left": "BayesNCL (STE)", "relation": "rises with", "sweep": "proj_dim",
+            "set": "figure4b"}
+    assert _judge(decl, pd.DataFrame(rows)).verdict == "holds"
+    unset = {**rows[0], "proj_dim": float("nan"), "sc": 99.0, "seed": 5}  # a run without a value: no point
+    c = _judge(decl, pd.DataFrame(rows + [unset]))
+    assert c.text == "SC: @A at proj_dim = 256 $>$ at proj_dim = 64" and c.left.runs == 3
+    tagged = [{**r, "sweep": "figure4b:proj_dim" if r["proj_dim"] == 64 else ""} for r in rows]
+    assert _judge(decl, pd.DataFrame(tagged)).text == "SC: @A rises with proj_dim"
+
+
+def test_what_training_changed_against_a_constant_is_the_left_side_s_gain():
+    """Delta - Delta at init = (left - k) - (left at init - k): the left side's gain per seed against 0."""
+    from bayesncl.report import verdicts
+
+    left, init = [(0, 30.0), (1, 31.0), (2, 29.0)], [(0, 10.0), (1, 12.0), (2, 10.5)]
+    trained = K._judged("x", "", K.Side("A", list(left)), 25.0, verdicts.BETTER, "up")
+    untrained = K._judged("x", "", K.Side("A", list(init)), 25.0, verdicts.BETTER, "up")
+    got = judge.training_change(trained, untrained)
+    assert (got.test, got.diff) == ("one-sample", pytest.approx(_one_sample_t([20.0, 19.0, 18.5], 0.0)[0]))

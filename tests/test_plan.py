@@ -352,6 +352,23 @@ def test_an_unreadable_pilot_column_is_refused_in_one_line():
                                        "empty), though claim 1a reads it from table1's runs")
 
 
+
+def test_a_per_epoch_column_is_read_as_the_claim_reads_it():
+    """A dynamics column is a list per run: readable where some run recorded an epoch (a side whose runs recorded none
+    is only not run), refused where no run did."""
+    from helpers.claims import frame, row
+
+    rows = [row(v, s, "table3", dyn_epochs="[1]", dyn_gv_sc="[-0.4]", dyn_af_gv="[0.5]" if v == "NCL" else "[]")
+            for v in ("NCL", "BayesNCL (STE)") for s in range(2)]
+    judged = judge.judge(frame(rows))
+    every = [(d, c) for d, comps in judged.blocks for c in comps]
+    assert {c.claim: c.verdict for _, c in every}["7c"] == "not run"
+    plan._unreadable(every, frame(rows), "the pilot")  # NCL's runs hold numbers
+    nothing = frame([{**r, "dyn_af_gv": "[]"} for r in rows])
+    with pytest.raises(plan.DataError, match=r"^the pilot: column 'dyn_af_gv' holds no number in any of its 4 runs"):
+        plan._unreadable([(d, c) for d, comps in judge.judge(nothing).blocks for c in comps], nothing, "the pilot")
+
+
 # --------------------------------------------------------------------------- the overlay and the grown grid
 def test_the_overlay_grows_each_set_on_seeds_no_pilot_run_used():
     """table1 (the global list) and table4 (its first 3) grown: table4's added seeds are 5, 6, ..., never 3-4, whose

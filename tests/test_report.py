@@ -276,8 +276,9 @@ def test_a_run_two_sets_sweep_over_different_settings_is_each_set_s_own_point(tm
     assert any(line.get_label().startswith("BayesNCL (STE)") for line in lam.lines)  # drawn: two points
     records = claims.Runs(df.to_dict("records"))
     bayes = claims.ROLES["bayes"]
-    assert sorted(claims._sweep_points(records, ("figure4b",), "lambda", bayes, "sc")[1]) == [0.0, 3e-5]
-    assert claims._sweep_points(records, ("figure4b",), "proj_dim", bayes, "sc")[1] == {}
+    sc = claims.METRICS["sc"].value
+    assert sorted(claims._sweep_points(records, ("figure4b",), "lambda", bayes, sc)[1]) == [0.0, 3e-5]
+    assert claims._sweep_points(records, ("figure4b",), "proj_dim", bayes, sc)[1] == {}
 
 
 def test_runs_csv_is_the_same_whatever_the_order_of_the_sets_and_the_overlays(tmp_path):

@@ -202,14 +202,18 @@ def _unreadable(every, df, pilot: str) -> None:
     of the pilot: the column cannot be read (text, or empty), and planning on it would say "not run"."""
     import pandas as pd
 
+    from ..report.cells import METRICS
+    from ..report.summary import prepare
     from ..report.verdicts import NOT_RUN
 
+    records = prepare(df).to_dict("records")
     for _, c in every:
         if c.verdict != NOT_RUN or not (c.left.runs and c.right.runs):
             continue
         for side in (c.left, c.right):
             col = side.metric
-            if side.nan == side.runs and col in df.columns and pd.to_numeric(df[col], errors="coerce").isna().all():
+            if side.nan == side.runs and col in df.columns and pd.to_numeric(  # read as the claim reads it
+                    pd.Series([METRICS[col].value(r) for r in records], dtype=object), errors="coerce").isna().all():
                 raise DataError(f"{pilot}: column {col!r} holds no number in any of its {len(df)} runs (text or "
                                 f"empty), though claim {c.claim} reads it from {side.set_name}'s runs; give the "
                                 "runs.csv that `bayesncl summarize` wrote from the pilot's finished runs")

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..settings.registry import Registry
+from .groups import parse_list
 
 __all__ = ["METRICS", "Fmt", "Metric", "Stat", "bold_best", "caption_text", "latex_escape", "register_measure",
            "stat", "strip_marks"]
@@ -26,10 +27,19 @@ class Metric:
     better: str | None  # "up", "down" or None (no arrow, never bold)
     scale: float = 1.0  # printed value = scale x column value (100: a 0-1 fraction shown in percent)
     sig: int | None = None  # significant digits instead of fixed decimals (costs span many magnitudes)
+    per_epoch: bool = False  # the column is a JSON list, a value per recorded epoch (the gradient dynamics)
 
     @property
     def name(self) -> str:  # its name in the registry, METRICS
         return self.key
+
+    def value(self, record: dict) -> float:
+        """A run's one value of the measure (what claims compare): its column, or for a per-epoch measure the last
+        recorded epoch's (NaN when none; never an earlier epoch's)."""
+        if not self.per_epoch:
+            return record[self.key]
+        values = parse_list(record[self.key])
+        return values[-1] if values else math.nan
 
     def stat(self, values) -> "Stat":
         return stat(values, self.decimals, self.scale, self.sig)
@@ -58,9 +68,9 @@ for _m in [
     Metric("probe_top1", "Top-1", 2, "up"),
     Metric("probe_top5", "Top-5", 2, "up"),
     *[Metric(f"ret_p{k}", f"P@{k}", 2, "up") for k in (1, 3, 5, 10)],  # percent in runs.csv
-    Metric("dyn_af_gv", r"$\rho$(AF, GV)", 3, None),
-    Metric("dyn_gv_sc", r"$\rho$(GV, SC)", 3, None),
-    Metric("dyn_af_sc", r"$\rho$(AF, SC)", 3, None),
+    Metric("dyn_af_gv", r"$\rho$(AF, GV)", 3, None, per_epoch=True),
+    Metric("dyn_gv_sc", r"$\rho$(GV, SC)", 3, None, per_epoch=True),
+    Metric("dyn_af_sc", r"$\rho$(AF, SC)", 3, None, per_epoch=True),
     Metric("bg_acc", "BG acc.", 2, None),  # the claim is that it stays comparable, not that it rises
     Metric("bg_dominated_zplus", "BG-dom. $z^+$", 1, None, 100.0),
     Metric("bg_dominated_feature", "BG-dom. feat.", 1, None, 100.0),

@@ -34,14 +34,13 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
-import pandas as pd
 
 from ..core.yamlio import shown
 from .cells import METRICS, Metric, Stat, stat
 from ..settings.registry import METHODS, Registry, method_traits
-from .groups import Group, flag_repeats, group_rows, in_set, parse_list
+from .groups import Group, flag_repeats, group_rows, in_set
 from .names import set_names
-from .summary import METRIC_COLUMNS, prepare, section_columns, swept_in, sweep_column, sweep_rows
+from .summary import METRIC_COLUMNS, section_columns, swept_in, sweep_column
 from .verdicts import BETTER, NOT_WORSE, SPEC, UNSIGNED, Kind, Outcome, at_most, combine, compare, finite, within
 
 # the judged table: report/judge.py
@@ -175,22 +174,10 @@ def twin_records(records: list[dict]) -> list[dict]:
     return out
 
 
-RHO = Metric("rho", "$\\rho$", 3, None)  # claim 7's correlations (the last recorded epoch's)
-
-
-def _column(key: str) -> Callable[[dict], float]:
-    # Every metric a claim reads is printed in its runs.csv unit (Metric.scale 1).
-    return lambda r: r[key]
-
-
-def _last(key: str, absolute: bool = False) -> Callable[[dict], float]:
-    """A run's value at its last recorded dynamics epoch (claim 7); NaN when missing (never an earlier
-    epoch's)."""
-    def value(r: dict) -> float:
-        vals = parse_list(r[key])
-        v = vals[-1] if vals else math.nan
-        return abs(v) if absolute else v
-    return value
+def _reader(m: Metric, absolute: bool = False) -> Callable[[dict], float]:
+    """A run's value as a claim reads it (Metric.value: a per-epoch measure's last recorded epoch), or its absolute
+    value. Every metric a claim reads is printed in its runs.csv unit (Metric.scale 1)."""
+    return (lambda r: abs(m.value(r))) if absolute else m.value
 
 
 # ----------------------------------------------------------------------------- comparisons
@@ -234,69 +221,38 @@ def _judged(cid: str, text: str, left: Side, right: "Side | float", kind: Kind, 
                       better=better)
 
 
-def _sign(cid: str, text: str, key: str, better: str) -> Callable:
-    def build(runs: Runs) -> list[Comparison]:
-        a = runs.side(("table3",), "reference", _last(key), RHO)
-        return [_judged(cid, text, a, 0.0, BETTER, better)]
-    return build
-
-
-def _weakens(cid: str, text: str, key: str) -> Callable:
-    def build(runs: Runs) -> list[Comparison]:
-        a = runs.side(("table3",), "bayes", _last(key, absolute=True), RHO)
-        b = runs.side(("table3",), "reference", _last(key, absolute=True), RHO)
-        return [_judged(cid, text, a, b, BETTER, "down")]
-    return build
-
-
-def _widths(runs: Runs) -> list[Comparison]:
-    """Claim 10: SC rises with D (BayesNCL, largest vs smallest D); BayesNCL beats NCL at each D."""
-    get, sc = _column("sc"), METRICS["sc"]
-    dims = sorted({r["proj_dim"] for g in runs.groups("figure4a") for r in g.rows if math.isfinite(r["proj_dim"])})
-    at = lambda d: (lambda r: r["proj_dim"] == d)  # noqa: E731
-    out = []
-    if len(dims) >= 2:
-        a = runs.side(("figure4a",), "bayes", get, sc, at(dims[-1]))
-        b = runs.side(("figure4a",), "bayes", get, sc, at(dims[0]))
-        out.append(_judged("10a", f"SC: @A at $D = {dims[-1]:g}$ $>$ at $D = {dims[0]:g}$", a, b, BETTER, "up",
-                           "36.14 at $D = 2048$"))
-    else:
-        none = Side(default_label("bayes"), [], sc.decimals)
-        out.append(_judged("10a", "SC: @A rises with $D$", none, Side(none.label, [], sc.decimals), BETTER, "up",
-                           "36.14 at $D = 2048$"))
-    for d in dims or [math.nan]:
-        a = runs.side(("figure4a",), "bayes", get, sc, at(d))
-        b = runs.side(("figure4a",), "reference", get, sc, at(d))
-        where = f"at $D = {d:g}$" if math.isfinite(d) else "at each $D$"
-        cid = f"10b-{d:g}" if math.isfinite(d) else "10b"  # one row per D, each its own id
-        out.append(_judged(cid, f"SC {where}: @A $>$ @B", a, b, BETTER, "up",
-                           "$2\\times$ NCL at $D = 2048$" if d == 2048 else ""))
-    return out
-
-
 def _sweep_points(runs: Runs, sets: tuple[str, ...], param: str, pick: Callable[[dict], bool],
-                  metric: str) -> tuple[list[dict], dict[float, list[tuple[float, float]]]]:
-    """(the runs of the first of ``sets`` that has runs ``pick`` takes, {value of the ``param`` sweep: its runs'
-    (seed, ``metric``)}): the points of a sweep (summary.sweep_rows) as claims 10-11 read them."""
+                  value: Callable[[dict], float]) -> tuple[list[dict], dict[float, list[tuple[float, float]]]]:
+    """(the runs of the first of ``sets`` that has runs ``pick`` takes, {value of the ``param`` sweep: its points'
+    (seed, ``value``)}): the points of a sweep as the sweep claims read them (_is_point)."""
     s, rows = next(((s, rs) for s in sets if (rs := [r for g in runs.groups(s) for r in g.rows if pick(r)])),
                    ("", []))
     points: dict[float, list[tuple[float, float]]] = {}
-    if rows:
-        sweep = sweep_rows(prepare(pd.DataFrame(rows)), param, s)
-        for value, part in sweep.groupby(pd.to_numeric(sweep[sweep_column(param)], errors="coerce")):
-            points[float(value)] = list(zip(part["seed"], part[metric]))
+    point = _is_point(runs, s, param)
+    for r in rows:
+        if point(r):
+            points.setdefault(_number(r.get(sweep_column(param))), []).append((r["seed"], value(r)))
     return rows, points
 
 
-def _inverted_u(cid: str, param: str, name: str, paper: str, sets: tuple[str, ...] = ("figure4b",),
-                pick: Callable[[dict], bool] = ROLES["bayes"], metric: str = "sc", label: str = "") -> Callable:
-    """The best inner point of the ``param`` sweep (chosen after seeing the means) against each end, on ``metric``;
-    ``name``: the setting as the claim's text names it; ``label``: the side's name where it has no runs."""
-    m = METRICS[metric]
+def _is_point(runs: Runs, s: str, param: str) -> Callable[[dict], bool]:
+    """Whether a run of the set ``s`` is a point of its ``param`` sweep: its ``sweep`` names the setting there
+    (summary.sweep_rows) and it has a value of it; in a set none of whose runs records a sweep (runs.csv rows made by
+    hand), every run with a value of the setting."""
+    col = sweep_column(param)
+    tagged = any(r.get("sweep") for g in runs.groups(s) for r in g.rows) if s else True
+    return lambda r: (math.isfinite(_number(r.get(col)))
+                      and (not tagged or param in swept_in(r.get("sweep"), s)))
+
+
+def _inverted_u(cid: str, d: dict, sets: tuple[str, ...], value: Callable[[dict], float], paper: str) -> Callable:
+    """The best inner point of the sweep of ``d``'s left side (chosen after seeing the means) against each end."""
+    m, param, (role, where) = METRICS[d["metric"]], _param(d), _pick(d["left"])
+    name, at = _sweep_words(d)
 
     def build(runs: Runs) -> list[Comparison]:
-        rows, points = _sweep_points(runs, sets, param, pick, metric)
-        side = label or (rows[0]["variant"] if rows else default_label("bayes"))
+        rows, points = _sweep_points(runs, sets, param, lambda r: ROLES[role](r) and where(r), value)
+        side = d["left"] if isinstance(d["left"], str) else rows[0]["variant"] if rows else default_label(role)
         xs = sorted(points)
         mean = {x: np.mean(f) if (f := [v for _, v in finite(points[x])]) else -math.inf for x in xs}
         inner = [x for x in xs[1:-1] if math.isfinite(mean[x])]
@@ -309,7 +265,7 @@ def _inverted_u(cid: str, param: str, name: str, paper: str, sets: tuple[str, ..
         parts = [compare(points[best], points[e]) for e in ends]
         _, part = combine(parts)
         end = ends[parts.index(part)]  # the weakest part: its verdict is the claim's
-        text = f"{m.header} of @A: {name} = {best:g} $>$ ends {xs[0]:g}, {xs[-1]:g} (right: {end:g})"
+        text = f"{m.header} of @A: {at(best)} $>$ ends {xs[0]:g}, {xs[-1]:g} (right: {end:g})"
         return [_judged(cid, text, Side(side, points[best], m.decimals), Side(side, points[end], m.decimals),
                         BETTER, "up", paper)]
     return build
@@ -345,9 +301,11 @@ class Claim:
 
 # ----------------------------------------------------------------------------- declared claims
 # A workflow config's own claims (`claims:`, docs/EXTENDING.md), judged by the same rule as the paper's and shown
-# after them: {id, metric, left, right, relation, tolerance, relative, set}. A side is a variant's label, or a role
-# ({role: bayes}: ROLES, the runs found by their settings, as the paper's sides are); `set` one set or a list (the
-# first with runs of a side). A tolerance is the margin of >=, <= (else the metric's, MARGINS), within and at most.
+# after them: {id, metric, left, right, relation, tolerance, relative, absolute, set}. A side is a variant's label, or
+# a role ({role: bayes}: ROLES, the runs found by their settings, as the paper's sides are); a right side may be a
+# number (a constant the left side's runs are tested against); `absolute: true` compares the values' absolute
+# values; `set` one set or a list (the first with runs of a side). A tolerance is the margin of >=, <= (else the
+# metric's, MARGINS), within and at most.
 RELATIONS = {">": (BETTER, "up", "$>$"), "<": (BETTER, "down", "$<$"), ">=": (NOT_WORSE, "up", "$\\geq$"),
              "≥": (NOT_WORSE, "up", "$\\geq$"), "<=": (NOT_WORSE, "down", "$\\leq$"),
              "≤": (NOT_WORSE, "down", "$\\leq$"), "within": (None, "up", "within"),
@@ -356,12 +314,15 @@ _TOLERANT = {"within": within, "at most": at_most}  # relations that take a tole
 # A claim over a sweep (`sweep: <the swept setting>`, its set figure4b unless it names one), of the kinds the paper
 # makes over D, rho and lambda (claims 10-11): the left side's metric rises with the setting (its largest value
 # against its smallest, as 10a), an inverted U over it (as 11), or, with any relation above, at each value left
-# against right (as 10b, a row per value). Neither needs a right side.
+# against right (as 10b, a row per value either side ran). Neither needs a right side. The text names the setting
+# `name` (default: its key) and a value of it `point` (default: "<name> = @", @ standing for the value).
 SWEEP_RELATIONS = ("rises with", "inverted U")
-_DECLARED_KEYS = {"id", "metric", "left", "right", "relation", "tolerance", "relative", "set", "sweep"}
+_DECLARED_KEYS = {"id", "metric", "left", "right", "relation", "tolerance", "relative", "absolute", "set", "sweep",
+                  "name", "point"}
 WORKFLOW = "the workflow config"  # the module of a workflow config's own claims
-# The paper's own entries (module ""), besides: its values (the Paper cell) and a statement other than "metric: @A
-# relation @B"; their tolerances are the paper's (PAPER), not declared.
+# The paper's own entries (module ""), besides: its values (the Paper cell; in a claim at each value of a sweep,
+# {value: its paper values} for the values it has) and a statement other than "metric: @A relation @B"; their
+# tolerances are the paper's (PAPER), not declared.
 _PAPER_KEYS = {"paper", "text"}
 
 
@@ -381,23 +342,27 @@ def declared_claims(config: dict) -> list[Claim]:
     return parse_claims(config.get("claims") or [])
 
 
-# A declared claim's values by type (parse_claims checks what they name).
-_CLAIM_TEXT = ("metric", "relation", "left", "right", "set", "sweep")
+# A declared claim's values by type (parse_claims checks what they name), each with an example of its fix.
+_CLAIM_TEXT = {"metric": "sc", "relation": ">", "left": "NCL", "right": "NCL", "set": "table1", "sweep": "lambda",
+               "name": '"$\\lambda$"', "point": '"$D = @$"'}
 
 
 def check_claim(entry, at: str) -> None:
     """Raise ConfigError for a claim entry (`claims[i]` of the workflow config) whose value has the wrong type:
     a name that is not text (a list or a mapping), a tolerance that is not a finite positive number, a
-    `relative` that is not true or false. Entries that are not mappings are left to parse_claims."""
+    `relative` or `absolute` that is not true or false, a right side that is no name, role or finite number, a Paper
+    cell that is no text (or, at each value of a sweep, {value: text}). Entries that are not mappings are left to
+    parse_claims."""
     from ..core.errors import ConfigError
 
     if not isinstance(entry, dict):
         return
-    for key in _CLAIM_TEXT:
+    for key, example in _CLAIM_TEXT.items():
         if key in entry and not isinstance(entry[key], str) and not _role_or_sets(key, entry[key]):
             role = f", or a role, e.g. {key}: {{role: reference}}" if key in ("left", "right") else ""
+            number = ", or a number, e.g. right: 0" if key == "right" else ""
             raise ConfigError(f"{at}.{key}: {_shown(entry[key])} is not a name; give it as text, e.g. "
-                              f"{key}: {'sc' if key == 'metric' else '>' if key == 'relation' else 'NCL'}{role}")
+                              f"{key}: {example}{role}{number}")
     if "id" in entry and (isinstance(entry["id"], bool) or not isinstance(entry["id"], (str, int))):
         raise ConfigError(f"{at}.id: {_shown(entry['id'])} is not a name; give it as text, e.g. id: D1")
     if "tolerance" in entry:
@@ -405,14 +370,26 @@ def check_claim(entry, at: str) -> None:
         if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol <= 0:
             raise ConfigError(f"{at}.tolerance: {_shown(tol)} is not a finite positive number; give the margin in "
                               "the metric's unit (or a fraction of the right side with relative: true), e.g. 1.0")
-    if "relative" in entry and not isinstance(entry["relative"], bool):
-        raise ConfigError(f"{at}.relative: {_shown(entry['relative'])} is not true or false")
+    for key in ("relative", "absolute"):
+        if key in entry and not isinstance(entry[key], bool):
+            raise ConfigError(f"{at}.{key}: {_shown(entry[key])} is not true or false")
+    paper = entry.get("paper", "")
+    if not isinstance(paper, str) and not (isinstance(paper, dict) and all(
+            _is_number(k) and isinstance(v, str) for k, v in paper.items())):
+        raise ConfigError(f"{at}.paper: {_shown(paper)} is not text, nor {{value of the sweep: text}}; give it as "
+                          "text, e.g. paper: 36.14 vs 14.93")
+
+
+def _is_number(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def _role_or_sets(key: str, value) -> bool:
-    """A side given as a role ({role: NAME}, NAME one of ROLES), or the sets given as a list of names."""
+    """A side given as a role ({role: NAME}, NAME one of ROLES), a right side as a number, or the sets given as a
+    list of names."""
     if key in ("left", "right"):
-        return isinstance(value, dict) and set(value) == {"role"} and value["role"] in ROLES and value["role"] != "any"
+        return (isinstance(value, dict) and set(value) == {"role"} and value["role"] in ROLES
+                and value["role"] != "any") or (key == "right" and _is_number(value))
     return key == "set" and isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
 
 
@@ -428,10 +405,12 @@ def _pick(side) -> tuple[str, Callable[[dict], bool]]:
     return side["role"], lambda r: True
 
 
-def _side(runs: Runs, sets: tuple[str, ...], m: Metric, spec) -> Side:
-    """A declared side's runs in the first of ``sets`` that has some; a label's side is named by it, runs or not."""
-    role, where = _pick(spec)
-    side = runs.side(sets, role, _column(m.key), m, where)
+def _side(runs: Runs, sets: tuple[str, ...], m: Metric, spec, value: Callable[[dict], float],
+          where: Callable[[dict], bool] = lambda r: True) -> Side:
+    """A declared side's runs (``where`` of them) in the first of ``sets`` that has some; a label's side is named
+    by it, runs or not."""
+    role, pick = _pick(spec)
+    side = runs.side(sets, role, value, m, lambda r: pick(r) and where(r))
     if isinstance(spec, str):
         side.label = spec
     return side
@@ -466,12 +445,17 @@ def parse_claims(decls, variants=None, where: str = "claims", module: str = WORK
         if d["relation"] not in (*RELATIONS, *SWEEP_RELATIONS):
             raise ConfigError(f"{at}.relation: {d['relation']!r} is not one of "
                               f"{', '.join((*RELATIONS, *SWEEP_RELATIONS))}")
-        if "sweep" in d and not all(isinstance(d.get(k, ""), str) for k in ("left", "right")):
-            raise ConfigError(f"{at}: a claim over a sweep compares variants; give left and right as variants' "
-                              "labels, not roles")
         if d["relation"] in SWEEP_RELATIONS and "sweep" not in d:
             raise ConfigError(f"{at}.sweep: {d['relation']!r} is said over a sweep; name the swept setting, e.g. "
                               "sweep: lambda")
+        for key in ("name", "point"):
+            if key in d and "sweep" not in d:
+                raise ConfigError(f"{at}.{key}: names the swept setting in the text; give sweep too, or remove {key}")
+        if "point" in d and "@" not in d["point"]:
+            raise ConfigError(f"{at}.point: {d['point']!r} has no @ for the value; e.g. point: \"$D = @$\"")
+        if isinstance(d.get("paper"), dict) and ("sweep" not in d or d["relation"] in SWEEP_RELATIONS):
+            raise ConfigError(f"{at}.paper: paper values by value are for a claim at each value of a sweep; give "
+                              "one text")
         for side in ("left", "right"):
             if side in d and variants is not None and isinstance(d[side], str) and d[side] not in variants:
                 raise ConfigError(f"{at}.{side}: no variant {d[side]!r}; the variants: {', '.join(variants)}")
@@ -492,11 +476,15 @@ def parse_claims(decls, variants=None, where: str = "claims", module: str = WORK
 
 def _declared(cid: str, d: dict, module: str = WORKFLOW) -> Claim:
     m = METRICS[d["metric"]]
+    value = _reader(m, bool(d.get("absolute", False)))
+    right = d.get("right")
+    const = abs(float(right)) if d.get("absolute") and _is_number(right) else right  # a constant right side
     given = d.get("set")
     sets = ((given,) if isinstance(given, str) else tuple(given)) if given else ("figure4b",) if "sweep" in d else (
         "table1", "table2", "table4", "table5", "table6", "table7", "figure3")
+    paper = "declared" if module else d.get("paper", "")
     if d["relation"] in SWEEP_RELATIONS:
-        return _declared_sweep(cid, d, sets)
+        return _declared_sweep(cid, d, sets, value, paper)
     kind, better, rel = RELATIONS[d["relation"]]
     if kind is None:
         kind = _TOLERANT[d["relation"]](float(d["tolerance"]), relative=bool(d.get("relative", False)),
@@ -507,58 +495,86 @@ def _declared(cid: str, d: dict, module: str = WORKFLOW) -> Claim:
         kind = (Kind(kind.name, float(d["tolerance"]), bool(d.get("relative", False)), DECLARED_MARGIN)
                 if "tolerance" in d else Kind(kind.name, MARGINS.get(m.key, NOT_WORSE.margin), source=SPEC))
     if "sweep" in d:
-        return _declared_sweep(cid, d, sets, kind, better, rel)
+        return _declared_sweep(cid, d, sets, value, paper, kind, better, rel)
     text = d.get("text") or f"{m.header}: @A {rel} @B"
-    paper = "declared" if module else d.get("paper", "")
 
     def build(runs: Runs) -> list[Comparison]:
-        a, b = (_side(runs, sets, m, d[k]) for k in ("left", "right"))
+        a = _side(runs, sets, m, d["left"], value)
+        b = const if _is_number(const) else _side(runs, sets, m, right, value)
         return [_judged(cid, text, a, b, kind, better, paper)]
 
+    reason = NO_INIT[_TRAINING_METRICS[m.key]] if m.key in _TRAINING_METRICS else ""
+    return Claim(cid, sets, text, build, _applies(d, sets), reason)
+
+
+def _applies(d: dict, sets: tuple[str, ...]) -> Callable[[Runs], bool]:
+    """Whether a declared claim is judged on ``runs``: a side of it (a label's or a role's, not a constant) has runs
+    in its sets."""
+    picks = [_pick(d[k]) for k in ("left", "right") if k in d and not _is_number(d[k])]
+
     def applies(runs: Runs) -> bool:
-        picks = [_pick(d[k]) for k in ("left", "right")]
         return any(ROLES[role](r) and where(r) for role, where in picks for s in sets for g in runs.groups(s)
                    for r in g.rows)
-    reason = NO_INIT[_TRAINING_METRICS[m.key]] if m.key in _TRAINING_METRICS else ""
-    return Claim(cid, sets, text, build, applies, reason)
+    return applies
 
 
-def _declared_sweep(cid: str, d: dict, sets: tuple[str, ...], kind: Kind = BETTER, better: str = "up",
-                    rel: str = "") -> Claim:
+def _param(d: dict) -> str:
+    return d["sweep"].split(".")[-1]  # `method.lp_weight` or `lp_weight`
+
+
+def _sweep_words(d: dict) -> tuple[str, Callable[[float], str]]:
+    """How a sweep claim's text names its setting and a value of it (`name`, `point`)."""
+    name = d.get("name", _param(d))
+    return name, lambda x: d["point"].replace("@", f"{x:g}") if "point" in d else f"{name} = {x:g}"
+
+
+def _declared_sweep(cid: str, d: dict, sets: tuple[str, ...], value: Callable[[dict], float], paper: "str | dict",
+                    kind: Kind = BETTER, better: str = "up", rel: str = "") -> Claim:
     """A declared claim over the sweep of d["sweep"], judged as claims 10-11 are: SWEEP_RELATIONS, or left against
     right at each value by ``kind`` (``better``, ``rel``: its direction and words, as RELATIONS give them)."""
     from ..grid.expand import INIT_SETS
 
-    m, param = METRICS[d["metric"]], d["sweep"].split(".")[-1]  # `method.lp_weight` or `lp_weight`
+    m, param = METRICS[d["metric"]], _param(d)
     col = sweep_column(param)
-    of = lambda label: lambda r: r["variant"] == label  # noqa: E731
-    at = lambda label, v: lambda r: (r["variant"] == label and _number(r.get(col)) == v  # noqa: E731
-                                     and param in swept_in(r.get("sweep"), sets[0]))
+    name, at = _sweep_words(d)
+    sides = [d[k] for k in ("left", "right") if k in d and not _is_number(d[k])]
+
+    def values(runs: Runs, *specs) -> list[float]:  # the sweep's values where a side ran
+        picks = [_pick(spec) for spec in specs]
+        pts = [_sweep_points(runs, sets, param, lambda r, rw=rw: ROLES[rw[0]](r) and rw[1](r), value)[1]
+               for rw in picks]
+        return sorted({x for p in pts for x in p})
+
+    def side(runs: Runs, spec, x: float) -> "Side | float":
+        if _is_number(spec):
+            return abs(float(spec)) if d.get("absolute") else float(spec)
+        s = next((s for s in sets if any(_pick(spec)[1](r) and ROLES[_pick(spec)[0]](r)
+                                         for g in runs.groups(s) for r in g.rows)), sets[0])
+        point = _is_point(runs, s, param)
+        return _side(runs, sets, m, spec, value, lambda r: point(r) and _number(r.get(col)) == x)
 
     def build(runs: Runs) -> list[Comparison]:
         if d["relation"] == "inverted U":
-            return _inverted_u(cid, param, param, "declared", sets, of(d["left"]), m.key, d["left"])(runs)
-        xs = sorted(_sweep_points(runs, sets, param, of(d["left"]), m.key)[1])
+            return _inverted_u(cid, d, sets, value, paper)(runs)
         if d["relation"] == "rises with":  # its largest value against its smallest (as 10a)
+            xs = values(runs, d["left"])
             ends = (xs[-1], xs[0]) if len(xs) >= 2 else (math.nan, math.nan)
-            a, b = (runs.side(sets, "any", _column(m.key), m, at(d["left"], x)) for x in ends)
-            a.label = b.label = d["left"]
-            text = (f"{m.header}: @A at {param} = {xs[-1]:g} $>$ at {param} = {xs[0]:g}" if len(xs) >= 2
-                    else f"{m.header}: @A rises with {param}")
-            return [_judged(cid, text, a, b, BETTER, "up", "declared")]
+            a, b = (side(runs, d["left"], x) for x in ends)
+            text = (f"{m.header}: @A at {at(xs[-1])} $>$ at {at(xs[0])}" if len(xs) >= 2
+                    else f"{m.header}: @A rises with {name}")
+            return [_judged(cid, text, a, b, BETTER, "up", paper)]
         out = []
-        for x in xs or [math.nan]:  # one row per value, each its own id (as 10b)
-            a, b = (runs.side(sets, "any", _column(m.key), m, at(label, x)) for label in (d["left"], d["right"]))
-            a.label, b.label = d["left"], d["right"]
-            where = f"at {param} = {x:g}" if math.isfinite(x) else f"at each {param}"
+        for x in values(runs, *sides) or [math.nan]:  # one row per value, each its own id (as 10b)
+            a, b = side(runs, d["left"], x), side(runs, d["right"], x)
+            where = f"at {at(x)}" if math.isfinite(x) else f"at each {name}"
+            cell = paper.get(x, "") if isinstance(paper, dict) else paper
             out.append(_judged(f"{cid}-{x:g}" if math.isfinite(x) else cid, f"{m.header} {where}: @A {rel} @B", a, b,
-                               kind, better, "declared"))
+                               kind, better, cell))
         return out
 
-    def applies(runs: Runs) -> bool:
-        return any(r["variant"] in (d["left"], d.get("right")) for s in sets for g in runs.groups(s) for r in g.rows)
     reason = NO_INIT["sweep"] if not set(sets) & set(INIT_SETS) else NO_INIT.get(_TRAINING_METRICS.get(m.key), "")
-    return Claim(cid, sets, f"{m.header} of {d['left']}: {d['relation']} {param}", build, applies, reason)
+    return Claim(cid, sets, f"{m.header} of {side_name(d['left'])}: {d['relation']} {param}", build,
+                 _applies(d, sets), reason)
 
 
 def _number(v) -> float:
@@ -569,12 +585,9 @@ def _number(v) -> float:
 
 
 # ----------------------------------------------------------------------------- the paper's claims
-# Each comparison the declared form can say is a `claims:` entry, parsed by parse_claims as a workflow config's are;
-# its sides are roles (ROLES: found by their settings, e.g. BayesNCL = the gated method with an STE gate, detach and
-# a 2-layer head), its tolerances the paper's. Built by hand: claim 7 (a sign against 0, and absolute values, of the
-# correlations at each run's last recorded epoch), 10 (SC rising with D, and BayesNCL against NCL at each D) and 11
-# (an inverted U of the paper's BayesNCL, the setting named in its math): a declared claim over a sweep compares
-# variants by their labels, and these read the paper's sides by their roles.
+# Each comparison is a `claims:` entry, parsed by parse_claims as a workflow config's are; its sides are roles (ROLES:
+# found by their settings, e.g. BayesNCL = the gated method with an STE gate, detach and a 2-layer head), its
+# tolerances the paper's.
 BAYES, NCL = {"role": "bayes"}, {"role": "reference"}
 
 
@@ -610,20 +623,30 @@ for _claim in [
         _versus("6b", "sc", "head1", ">", "table4"),
         _versus("6c", "sc", "head3", ">", "table4"))),
     Claim(7, ("table3",), "NCL couples AF with GV and GV against SC; BayesNCL weakens both", at_init=NO_INIT["dyn"],
-          build=lambda runs: [
-        *_sign("7a", "$\\rho$(AF, GV) of @A $>$ 0", "dyn_af_gv", "up")(runs),
-        *_sign("7b", "$\\rho$(GV, SC) of @A $<$ 0", "dyn_gv_sc", "down")(runs),
-        *_weakens("7c", "$|\\rho(\\mathrm{AF}, \\mathrm{GV})|$: @A $<$ @B", "dyn_af_gv")(runs),
-        *_weakens("7d", "$|\\rho(\\mathrm{GV}, \\mathrm{SC})|$: @A $<$ @B", "dyn_gv_sc")(runs)]),
+          build=_entries(  # the correlations at each run's last recorded epoch (Metric.value)
+        {"id": "7a", "metric": "dyn_af_gv", "left": NCL, "right": 0, "relation": ">", "set": "table3",
+         "text": "$\\rho$(AF, GV) of @A $>$ 0"},
+        {"id": "7b", "metric": "dyn_gv_sc", "left": NCL, "right": 0, "relation": "<", "set": "table3",
+         "text": "$\\rho$(GV, SC) of @A $<$ 0"},
+        _versus("7c", "dyn_af_gv", "reference", "<", "table3", absolute=True,
+                text="$|\\rho(\\mathrm{AF}, \\mathrm{GV})|$: @A $<$ @B"),
+        _versus("7d", "dyn_gv_sc", "reference", "<", "table3", absolute=True,
+                text="$|\\rho(\\mathrm{GV}, \\mathrm{SC})|$: @A $<$ @B"))),
     Claim(8, ("table6",), "Background probe within about 1 point of NCL", _entries(
         _versus("8", "bg_acc", "reference", "within", "table6", tolerance=1.0,
                 text="BG acc.: @A within 1 point of @B", paper="93.38 vs 93.33"))),
     Claim(9, ("table5",), "BayesNCL SC above NCL on ResNet-50", _entries(
         _versus("9", "sc", "reference", ">", "table5", text="SC (@arch): @A $>$ @B"))),
-    Claim(10, ("figure4a",), "SC rises with D; BayesNCL beats NCL at each D", _widths),
-    Claim(11, ("figure4b",), "Inverted U over lambda and rho", at_init=NO_INIT["sweep"], build=lambda runs: [
-        *_inverted_u("11a", "lambda", "$\\lambda$", "worse for $\\lambda >$ 4e-5")(runs),
-        *_inverted_u("11b", "rho", "$\\rho$", "inverted U")(runs)]),
+    Claim(10, ("figure4a",), "SC rises with D; BayesNCL beats NCL at each D", _entries(
+        {"id": "10a", "metric": "sc", "left": BAYES, "relation": "rises with", "sweep": "proj_dim", "set": "figure4a",
+         "name": "$D$", "point": "$D = @$", "paper": "36.14 at $D = 2048$"},
+        _versus("10b", "sc", "reference", ">", "figure4a", sweep="proj_dim", name="$D$", point="$D = @$",
+                paper={2048: "$2\\times$ NCL at $D = 2048$"}))),
+    Claim(11, ("figure4b",), "Inverted U over lambda and rho", at_init=NO_INIT["sweep"], build=_entries(
+        {"id": "11a", "metric": "sc", "left": BAYES, "relation": "inverted U", "sweep": "lambda", "set": "figure4b",
+         "name": "$\\lambda$", "paper": "worse for $\\lambda >$ 4e-5"},
+        {"id": "11b", "metric": "sc", "left": BAYES, "relation": "inverted U", "sweep": "rho", "set": "figure4b",
+         "name": "$\\rho$", "paper": "inverted U"})),
     Claim(12, ("table7",), "Cost: at most 1% more GFLOPs, at most 6% more training time than NCL",
           at_init=NO_INIT["cost"], build=_entries(
         _versus("12a", "gflops", "reference", "at most", "table7", tolerance=0.01, relative=True,

@@ -163,4 +163,5 @@ def training_change(c: Comparison, c0: Comparison) -> Outcome:
         return [(s, v - at[s]) for s, v in finite(side.values) if s in at]
 
     kind = Kind(c.kind.name, c.result.tol) if c.kind.relative else c.kind
-    return compare(gain(c.left, c0.left), gain(c.right, c0.right), kind, c.better)
+    right = 0.0 if c.right_text is not None else gain(c.right, c0.right)  # a constant gains nothing
+    return compare(gain(c.left, c0.left), right, kind, c.better)
