@@ -247,5 +247,6 @@ def test_todo_from_jobs():
     one = job("evaluate_with_cost", run="cifar100/ncl/seed~0")
     one.output = ["r/runs/cifar100/ncl/seed~0/eval/features.json", "r/runs/cifar100/ncl/seed~0/eval/features.npz",
                   "r/runs/cifar100/ncl/seed~0/eval/cost.json", "r/runs/cifar100/ncl/seed~0/other/linear_probe.json",
-                  "r/runs/cifar100/ncl/seed~0/eval/not_a_section.json"]
+                  "r/runs/cifar100/ncl/seed~0/eval/not_a_section.json",
+                  "r/runs/cifar100/ncl/seed~0/eval/retrieval.npz"]
     assert todo_from_jobs([one], runs, atlas)["cifar100/ncl/seed~0"] == {"evaluate_with_cost", "features", "cost"}

@@ -760,3 +760,36 @@ def test_stale_and_snakemake_agree_where_a_record_is_missing_or_damaged(measure_
     finally:
         for name in kept:
             put(name)
+
+
+@pytestmark_wf
+def test_a_run_s_evaluation_as_one_job_reruns_whole_and_stale_names_it(tmp_path):
+    """`evaluation_jobs: per_run`: a run's sections are one job, each section's file records its own trigger, and a
+    changed setting that one section reads makes that run's one job again: `snakemake -n` and `bayesncl stale` name the
+    same jobs, stale with the section and why."""
+    wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    wf.update(results=str(tmp_path / "results"), evaluation_jobs="per_run",
+              sets={"table6": {"variants": ["NCL", "BayesNCL (STE)"]}})
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump(wf))
+    runs = expand_grid(wf)
+    targets = [str(tmp_path / "results" / "runs" / rid / "eval" / "features.json") for rid in runs]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    r = current().run([SNAKEMAKE, *targets, "--nolock", "--cores", "2", "--configfile", str(grid)], cwd=ROOT, env=env,
+                      capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    from bayesncl.grid.expand import evaluation_job, evaluation_sections, job_trigger
+
+    for rid, run in runs.items():  # every section written, each with its own trigger
+        for name in evaluation_sections(run):
+            record = json.loads((tmp_path / "results" / "runs" / rid / "eval" / f"{name}.json").read_text())
+            assert record["run"]["trigger"] == json.loads(job_trigger(run.config, "evaluate", name)), (rid, name)
+    src = _package_copy(tmp_path, 'probe_epochs: int = _field(50,', 'probe_epochs: int = _field(60,')
+    dry = current().run([SNAKEMAKE, *targets, "-n", "--nolock", "--cores", "1", "--configfile", str(grid)], cwd=ROOT,
+                        env=dict(env, PYTHONPATH=str(src)), capture_output=True, text=True, timeout=600)
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-4000:]
+    want = sorted(f"{evaluation_job(evaluation_sections(run))} {rid}" for rid, run in runs.items())
+    assert dry_jobs(dry.stdout) == want
+    listed, lines, _ = _stale(grid, src)
+    assert [job for job in listed if " " in job] == want  # and the report's jobs after them
+    assert all("linear_probe: eval.probe_epochs 50 (today 60)" in line for line in lines if line.startswith("eval"))

@@ -19,11 +19,10 @@ LOCAL = {"all", "summarize", "report", "plan", "jobs", "document", "pdf"}  # run
 pytestmark = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake not installed (pip install -e '.[workflow]')")
 
 
-def snakemake(*args, cwd=ROOT, timeout=600, env=None):
+def snakemake(*args, cwd=ROOT, timeout=600):
     # --nolock: other test workers run Snakemake in the checkout at once (each into a temp folder of its own), and
     # Snakemake's lock files there race between processes
-    return current().run([SNAKEMAKE, "--nolock", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                         env=env)
+    return current().run([SNAKEMAKE, "--nolock", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -32,14 +31,7 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 def test_paper_dag_builds_without_data(tmp_path):
-    import os
-
-    from bayesncl.cli.workflow import load_workflow
-    from bayesncl.grid.expand import evaluation_jobs, evaluation_sections
-
-    # a machine without a GPU (CUDA_VISIBLE_DEVICES empty), as this one may not be
-    r = snakemake("-n", "--configfile", "config/paper.yaml", "--config", f"results={tmp_path}",
-                  env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    r = snakemake("-n", "--configfile", "config/paper.yaml", "--config", f"results={tmp_path}")
     assert r.returncode == 0, r.stderr + r.stdout
     counts = job_counts(r.stdout)
     # Distinct runs, 3 seeds each: Tables 1-2: 3 datasets x 5 methods (45); Table 4 adds 4 ablations on
@@ -52,38 +44,27 @@ def test_paper_dag_builds_without_data(tmp_path):
     twins = 45 + 9 + 9 + 18
     runs = 45 + 12 + 9 + 18 + 24 + twins
     assert counts["pretrain"] == runs
-    # On a machine without a GPU, one evaluation job per run, by the list of its sections
-    assert sum(v for k, v in counts.items() if k.startswith("evaluate")) == runs
-    assert counts["evaluate"] == runs - 24 - 12 - 18 + 6  # all sections but those runs that add or lack one
-    assert counts["evaluate_without_retrieval"] == 24
-    assert not set(counts) & {"features", "interpretability", "linear_probe", "retrieval"}
-    assert counts["summarize"] == 1 and counts["report"] == 1
-    # Elsewhere (a cluster, a GPU) one job per section and run: every run gets features, interpretability and the
-    # linear probe; retrieval all but the 12 SimCLR runs (Tables 1-2 and 5) and their 12 twins; the background probe
-    # Table 6's NCL and BayesNCL runs on ImageNet-100 (6) and their twins (6); dynamics Table 3's (6, CIFAR-100); cost
+    # One evaluation job per section and run: every run gets features, interpretability and the linear probe;
+    # retrieval all but the 12 SimCLR runs (Tables 1-2 and 5) and their 12 twins; the background probe Table 6's
+    # NCL and BayesNCL runs on ImageNet-100 (6) and their twins (6); dynamics Table 3's (6, CIFAR-100); cost
     # Table 7's (2 methods x 3 datasets x 3).
-    wf = load_workflow([ROOT / "config" / "paper.yaml"], export=False)
-    per_run = {rid: evaluation_sections(run) for rid, run in wf.runs.items()}
-    jobs = {s: sum(s in names for names in per_run.values()) for s in
-            ("features", "interpretability", "linear_probe", "retrieval", "cost", "background_probe", "dynamics")}
-    assert jobs["features"] == jobs["interpretability"] == jobs["linear_probe"] == runs
-    assert jobs["retrieval"] == runs - 24
-    assert jobs["background_probe"] == 12 and jobs["dynamics"] == 6 and jobs["cost"] == 18
-    assert {k: len(v[1]) for k, v in evaluation_jobs(per_run).items()} == {
-        k: v for k, v in counts.items() if k.startswith("evaluate")}
+    assert counts["features"] == counts["interpretability"] == counts["linear_probe"] == runs
+    assert counts["retrieval"] == runs - 24
+    assert counts["background_probe"] == 12 and counts["dynamics"] == 6 and counts["cost"] == 18
+    assert "evaluate" not in counts
+    assert counts["summarize"] == 1 and counts["report"] == 1
     # docs/CLUSTER.md says so
+    sections = ("features", "interpretability", "linear_probe", "retrieval", "cost", "background_probe", "dynamics")
     intro = " ".join((ROOT / "docs" / "CLUSTER.md").read_text().split())
     assert (f"lists its {runs} pretraining jobs ({runs - twins} that train: CIFAR-10 15, CIFAR-100 60, ImageNet-100 "
-            f"33; {twins} untrained twins that only save their initialisation) and their evaluation: "
-            f"{sum(jobs.values())} jobs on a cluster or a GPU machine ({jobs['features']} each of `features`, "
-            f"`interpretability`, `linear_probe`; {jobs['retrieval']} `retrieval`; {jobs['cost']} `cost`; "
-            f"{jobs['background_probe']} `background_probe`; {jobs['dynamics']} `dynamics`), one per run on a machine "
-            f"without a GPU") in intro
+            f"33; {twins} untrained twins that only save their initialisation) and their "
+            f"{sum(counts[s] for s in sections)} evaluation jobs ({counts['features']} each of `features`, "
+            f"`interpretability`, `linear_probe`; {counts['retrieval']} `retrieval`; {counts['cost']} `cost`; "
+            f"{counts['background_probe']} `background_probe`; {counts['dynamics']} `dynamics`)") in intro
 
 
 def test_demo_dag_trains_each_config_once(tmp_path):
-    no_gpu = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # one evaluation job per run (rules/evaluate.smk)
-    r = snakemake("-n", "--config", f"results={tmp_path}", env=no_gpu)
+    r = snakemake("-n", "--config", f"results={tmp_path}")
     assert r.returncode == 0, r.stderr + r.stdout
     # Tables 1-2: 5 methods x 5 seeds (25); Table 4: 4 ablations x 3 seeds (12); Table 5: 2 ResNet-50 runs x 3
     # (6); the saturation figure: NCL at 4 and 8 epochs x 3 (6; 16 is Table 1's run, 0 its twin); Figure 4a: 1 more
@@ -92,18 +73,25 @@ def test_demo_dag_trains_each_config_once(tmp_path):
     # The initialisation control: an untrained twin of each distinct untrained network of Tables 1-2, 4, 5, 6 and
     # Figure 4a (25 + 9 + 6 + 6; w/o detach starts from BayesNCL (STE)'s): 46.
     assert counts["pretrain"] == 25 + 12 + 6 + 6 + 6 + 6 + 46
-    # One evaluation job per run: Table 3's dynamics and Table 7's cost on NCL and BayesNCL x 5 seeds, with Table 6's
-    # background probe; their 10 twins with the background probe alone; SimCLR's 5 runs and 5 twins without retrieval.
+    # One evaluation job per run (the demo's `evaluation_jobs: per_run`): Table 3's dynamics and Table 7's cost on NCL
+    # and BayesNCL x 5 seeds, with Table 6's background probe; their 10 twins with the background probe alone;
+    # SimCLR's 5 runs and 5 twins without retrieval.
     assert counts["evaluate_with_background_probe_dynamics_cost"] == 10
     assert counts["evaluate_with_background_probe"] == counts["evaluate_without_retrieval"] == 10
     assert counts["evaluate"] == counts["pretrain"] - 30
+    # `evaluation_jobs: per_section` (the schema's default): a job per section, as on a cluster
+    r = snakemake("-n", "--config", f"results={tmp_path}", "evaluation_jobs=per_section")
+    assert r.returncode == 0, r.stderr + r.stdout
+    apart = job_counts(r.stdout)
+    assert apart["features"] == apart["interpretability"] == apart["pretrain"] == counts["pretrain"]
+    assert not any(k.startswith("evaluate") for k in apart)
     # With the overlay config/sweeps.yaml (merged key by key after the demo, as the README types it) and one
     # override of the global seed list, as typed on a shell (the stability check): Figure 4a's 5 seeds add the
     # larger width x 2 methods x 2 (4) and their twins (4), Figure 4b 2 more lambda values x 2 (4) and 2 rho values
     # x 5 (10), the saturation figure BayesNCL (STE) at 4 and 8 epochs x 3 (6); every other job is the demo's, on
     # seeds 5-9.
     r = snakemake("-n", "--configfile", "config/config.yaml", "config/sweeps.yaml",
-                  "--config", f"results={tmp_path}", "seeds=[5,6,7,8,9]", env=no_gpu)
+                  "--config", f"results={tmp_path}", "seeds=[5,6,7,8,9]")
     assert r.returncode == 0, r.stderr + r.stdout
     grown = job_counts(r.stdout)
     assert grown["pretrain"] - counts["pretrain"] == 4 + 4 + 4 + 10 + 6
@@ -425,11 +413,9 @@ def test_tiny_grid_end_to_end(tiny_grid):
 
     jobs = pd.read_csv(out / "summary" / "jobs.csv")
     n_runs = len(expand_grid(cfg))
-    # one evaluation job per run (no GPU here: rules/evaluate.smk), each named for its list of sections
-    evaluations = jobs[jobs["rule"].str.startswith("evaluate")]
-    assert (jobs["rule"] == "pretrain").sum() == len(evaluations) == evaluations["run"].nunique() == n_runs
-    assert {"evaluate", "evaluate_with_background_probe_dynamics_cost", "atlas", "summarize", "report"} <= set(
-        jobs["rule"])
+    assert (jobs["rule"] == "pretrain").sum() == (jobs["rule"] == "features").sum() == n_runs
+    assert {"interpretability", "retrieval", "linear_probe", "background_probe", "dynamics", "cost", "atlas",
+            "summarize", "report"} <= set(jobs["rule"])
     assert (jobs["seconds"] > 0).all() and (jobs["gpus"] == 0).all()
     assert "GPU-hours of the grid as run: 0.00" in (out / "summary" / "jobs.md").read_text()
     # Every job recorded its start-up, part of its wall time as far as the two records' resolution tells (a 0.08 s

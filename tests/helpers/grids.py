@@ -63,19 +63,15 @@ def tiny_with(variants: dict, sets: dict, **defaults) -> dict:
 
 def dry_jobs(stdout: str) -> list[str]:
     """Every job a `snakemake -n` listing plans, as "rule target" (the value of its wildcard; the rule alone where it
-    has none), sorted: what `bayesncl stale` lists, a run's evaluation job on a machine without a GPU as the sections
-    it runs (its eval/<section>.json outputs). The target rules (default, all) make nothing: left out."""
-    jobs: list[list] = []
+    has none), sorted: what `bayesncl stale` lists. The target rules (default, all) make nothing: left out."""
+    jobs: list[list[str]] = []
     for line in stdout.splitlines():
         rule = re.match(r"\s*(?:local)?rule (\w+):$", line)
         if rule:
-            jobs.append([rule.group(1), "", []])
+            jobs.append([rule.group(1), ""])
         elif jobs and (wildcard := re.match(r"\s*wildcards: \w+=(.*)$", line)):
             jobs[-1][1] = wildcard.group(1)
-        elif jobs and (output := re.match(r"\s*output: (.*)$", line)):
-            jobs[-1][2] = re.findall(r"/eval/(\w+)\.json(?:,|$)", output.group(1))
-    return sorted(f"{name} {target}".strip() for rule, target, sections in jobs if rule not in ("default", "all")
-                  for name in (sections if rule.startswith("evaluate") else [rule]))
+    return sorted(f"{rule} {target}".strip() for rule, target in jobs if rule not in ("default", "all"))
 
 
 def pretrained(jobs: list[str]) -> list[str]:

@@ -99,10 +99,12 @@ LOCAL = workflow.is_main_process and workflow.nodes is None
 LOCAL_GPUS = visible_gpus() if LOCAL else []
 if LOCAL and "gpu" not in workflow.resource_settings.resources:
     workflow.register_resource("gpu", len(LOCAL_GPUS))
-# On one machine without a GPU, a run's evaluation is one job (rules/evaluate.smk: a job per section would spend more
-# on starting than on its work); with a GPU, or on a cluster, a section is a job of its own, so that one run's CPU
-# sections overlap the next run's embedding on the GPU.
-ONE_EVALUATION_JOB = LOCAL and not LOCAL_GPUS
+# A run's evaluation as one job (the grid's `evaluation_jobs: per_run`, rules/evaluate.smk): on one machine only; a
+# cluster's submission already joins a run's sections (group eval_<run>) and asks time for each.
+ONE_EVALUATION_JOB = config["evaluation_jobs"] == "per_run"
+if ONE_EVALUATION_JOB and not LOCAL and workflow.is_main_process:
+    config_error("evaluation_jobs: per_run runs a run's evaluation as one job on one machine; on a cluster a run's "
+                 "sections are already one submission: set it to per_section")
 
 
 # On a cluster that does not take --gpus (`--config gpu_request=gres`), a GPU job asks --gres=gpu:N instead: the

@@ -4,11 +4,11 @@
 # CPU sections read its cache. Which sections a run gets: bayesncl.grid.expand.evaluation_sections (common.smk,
 # EVAL_OUTPUTS).
 #
-# On one machine without a GPU, a run's evaluation is one job (bayesncl.grid.expand.evaluation_jobs: one rule per
-# distinct list of sections, e.g. `evaluate`, `evaluate_with_cost`): its sections run one after another in one
-# process, which loads the model and the splits once; a job of its own per section would start a process for a
-# fraction of a second's work. Each section's file still records its own trigger; the job reruns where any of its
-# sections' does. With a GPU, each section is a job of its own (the CPU sections overlap the GPU's next features).
+# With the grid's `evaluation_jobs: per_run` (one machine; the demo's), a run's evaluation is one job
+# (bayesncl.grid.expand.evaluation_jobs: one rule per distinct list of sections, e.g. `evaluate`, `evaluate_with_cost`):
+# its sections run one after another in one process, which loads the model and the splits once; for small runs a job
+# of its own per section starts a process for a fraction of a second's work. Each section's file still records its own
+# trigger; the job runs again where any of its sections' would (bayesncl.grid.stale lists it so).
 #
 # On a cluster every section is a job of its own, and a run's sections are one submission: they share the group
 # eval_{run}, whose pieces (the sections that read features, and dynamics and cost, which read only model.pt) the

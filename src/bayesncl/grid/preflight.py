@@ -54,7 +54,7 @@ def todo_from_files(runs: dict[str, Run], results: str | Path, atlas: dict[str, 
     todo: dict[str, set[str]] = {rid: set() for rid in runs}
     for job in planned_jobs({}, results, atlas=atlas, compare=False, runs=runs):  # by the files: all planned
         if job.target in todo:
-            todo[job.target].add(job.rule)
+            todo[job.target].update((job.rule, *job.sections))
         elif job.rule == "atlas":
             for rid in atlas[job.target]:
                 todo[rid].add("atlas")

@@ -30,7 +30,8 @@ from pathlib import Path
 from ..settings.config import as_recorded, flatten, resolve
 from ..core.errors import BayesNCLError, RunFileError
 from ..core.yamlio import load_yaml_file
-from .expand import Run, evaluation_sections, expand_grid, job_trigger, prepared_copies, trigger_diff
+from .expand import (Run, evaluation_job, evaluation_sections, expand_grid, job_trigger, prepared_copies,
+                     trigger_diff)
 from ..settings.registry import plugin_code
 from ..runs.files import CODE, CONFIG, EVAL, FINAL, read_code
 
@@ -58,6 +59,7 @@ class Job:
     why: str = ""
     planned: bool = True
     output: str = ""
+    sections: tuple[str, ...] = ()  # a run's evaluation as one job (evaluation_jobs: per_run): the sections it runs
 
     def line(self) -> str:
         return f"{self.rule}{' ' + self.target if self.target else ''}: {self.why}"
@@ -171,9 +173,11 @@ def run_todo(run_dir: str | Path, sections: list[str]) -> set[str]:
     return todo | {s for s in sections if not (d / EVAL / f"{s}.json").is_file()}
 
 
-def _run_nodes(run: Run, folder: Path, marks: list[Path], compare: bool, unread: dict[str, str]) -> list[_Node]:
+def _run_nodes(run: Run, folder: Path, marks: list[Path], compare: bool, unread: dict[str, str],
+               per_run: bool = False) -> list[_Node]:
     """The run's pretraining (or import) and evaluation jobs, each with what it reads (the workflow's rules: the
-    prepared copy's marker `marks`, ancient; model.pt; features.json) and why it runs by its record."""
+    prepared copy's marker `marks`, ancient; model.pt; features.json) and why it runs by its record; `per_run`: its
+    sections as one job (the grid's evaluation_jobs: per_run), which runs where any of them would, and says why each."""
     from ..evaluation.sections import SECTIONS
 
     model = folder / FINAL
@@ -195,7 +199,13 @@ def _run_nodes(run: Run, folder: Path, marks: list[Path], compare: bool, unread:
         out.append(_Node((name, run.run_id), [path, *(folder / EVAL / f for _, f in s.outputs)], made,
                          _section_why(run, name, path, unread) if compare and made else None,
                          [r for kind in s.reads for r in reads[kind]]))
-    return out
+    if not per_run or len(out) == 1:
+        return out
+    parts, own = out[1:], {n.job for n in out[1:]}
+    why = "; ".join(f"{n.job[0]}: {n.why}" for n in parts if n.why is not None)
+    reads = [r for n in parts for r in n.reads if r[0] not in own]
+    return [trained, _Node((evaluation_job(sections), run.run_id), [f for n in parts for f in n.outputs],
+                           all(n.made for n in parts), why or None, list({repr(r): r for r in reads}.values()))]
 
 
 def planned_jobs(wf: dict, results: str | Path, *, atlas: dict[str, list[str]] | None = None, pdf: bool = False,
@@ -216,21 +226,25 @@ def planned_jobs(wf: dict, results: str | Path, *, atlas: dict[str, list[str]] |
     copies, of = prepared_copies(runs)
     marks = {tag: results / "prepared" / f"{tag}.txt" for tag in copies}
     nodes = {("prepare_data", tag): _Node(("prepare_data", tag), [m], m.is_file()) for tag, m in marks.items()}
+    per_run = wf.get("evaluation_jobs") == "per_run"
     for rid, run in runs.items():
         try:
-            built = _run_nodes(run, results / "runs" / rid, [marks[t] for t in of[rid]], compare, unread)
+            built = _run_nodes(run, results / "runs" / rid, [marks[t] for t in of[rid]], compare, unread, per_run)
         except OSError as e:  # the run's folder, or results/runs, may not be read: its jobs are not known
             unread[rid] = f"{e.filename}: cannot be read ({e.strerror})"
             continue
         nodes.update((n.job, n) for n in built)
     evaluation = [n.job for n in nodes.values() if n.job[0] not in ("prepare_data", "pretrain", "import_weights")]
+    features = {rid: n.job for n in nodes.values() for rid in [n.job[1]] if n.job in evaluation
+                and any(f.name == "features.npz" for f in n.outputs)}  # the job that embeds a run (per_run: its one)
     for ds, rids in (atlas or {}).items():
         files = [results / "figures" / f"atlas_{ds}.{ext}" for ext in ("pdf", "png")]
         nodes[("atlas", ds)] = _Node(("atlas", ds), files, all(f.is_file() for f in files), None, [
-            (("features", rid), [results / "runs" / rid / EVAL / "features.npz"], False) for rid in rids])
+            (features.get(rid, ("features", rid)), [results / "runs" / rid / EVAL / "features.npz"], False)
+            for rid in rids])
     # the report's jobs (workflow/rules/report.smk, document.smk), their outputs not known here: summarize reads every
     # evaluation file; the others, each after the jobs whose outputs it reads
-    after = {"summarize": [(job, nodes[job].outputs[:1], False) for job in evaluation],
+    after = {"summarize": [(job, [f for f in nodes[job].outputs if f.suffix == ".json"], False) for job in evaluation],
              "report": [(("summarize", ""), [], False)],
              "plan": [(("summarize", ""), [], False)],
              "jobs": [(("report", ""), [], False), (("plan", ""), [], False)], "document": [(("jobs", ""), [], False)],
@@ -243,9 +257,15 @@ def planned_jobs(wf: dict, results: str | Path, *, atlas: dict[str, list[str]] |
     planned = [n for n in nodes.values() if n.why is not None]
     n_eval = sum(n.job in evaluation for n in planned)
     out = [Job(n.job[0], n.job[1], (f"after {n_eval} evaluation job(s)" if n_eval else "after the atlas")
-               if n.job[0] in REPORT_JOBS else n.why, True, str(n.outputs[0]) if n.outputs else "") for n in planned]
-    return out + [Job(n.job[0], n.job[1], n.missing(), False, str(n.outputs[0]))
+               if n.job[0] in REPORT_JOBS else n.why, True, str(n.outputs[0]) if n.outputs else "", _parts(n))
+           for n in planned]
+    return out + [Job(n.job[0], n.job[1], n.missing(), False, str(n.outputs[0]), _parts(n))
                   for n in nodes.values() if n.why is None and not n.made]
+
+
+def _parts(n: _Node) -> tuple[str, ...]:
+    """The sections a run's one evaluation job runs (its eval/<section>.json outputs); () for any other job."""
+    return tuple(f.stem for f in n.outputs if f.suffix == ".json") if n.job[0].startswith("evaluate") else ()
 
 
 def _plan(nodes: dict[tuple, _Node], compare: bool) -> None:
