@@ -4,9 +4,9 @@
 # CPU sections read its cache. Which sections a run gets: bayesncl.grid.expand.evaluation_sections (common.smk,
 # EVAL_OUTPUTS).
 #
-# With the grid's `evaluation_jobs: per_run` (one machine; the demo's), a run's evaluation is one job
-# (bayesncl.grid.expand.evaluation_jobs: one rule per distinct list of sections, e.g. `evaluate`, `evaluate_with_cost`):
-# its sections run one after another in one process, which loads the model and the splits once; for small runs a job
+# With the grid's `evaluation_jobs: per_run` (one machine; the demo's), a run's evaluation is one job, made by one
+# rule per distinct list of sections (bayesncl.grid.expand.evaluation_jobs names them `evaluate`, `evaluate_with_cost`,
+# ...). Its sections run one after another in one process, which loads the model and the splits once; for small runs a job
 # of its own per section starts a process for a fraction of a second's work. Each section's file still records its own
 # trigger; the job runs again where any of its sections' would (bayesncl.grid.stale lists it so).
 #
@@ -50,6 +50,9 @@ EVAL_RULES = {
                runtime=s.runtime)
     for name, s in SECTIONS.items()
 }
+# section: the files it writes, eval/<section>.json first
+SECTION_OUTPUTS = {name: [f"{EVAL_DIR}/{name}.json", *(f"{EVAL_DIR}/{f}" for f in spec["output"].values())]
+                   for name, spec in EVAL_RULES.items()}
 
 # On a cluster, members of a group may not share a layer: where it is submitted, the group asks for its largest
 # member, not the sum; inside the submission, its members run one at a time. `local`: counted per submission,
@@ -87,16 +90,6 @@ def attempt_guard(section, outputs):
     return before, after
 
 
-def section_outputs(section):
-    """The files a section writes: eval/<section>.json and those beside it."""
-    return [f"{EVAL_DIR}/{section}.json", *(f"{EVAL_DIR}/{f}" for f in EVAL_RULES[section].get("output", {}).values())]
-
-
-def most_gpus(sections):
-    """Resource function: the GPUs of the most demanding of `sections` (one job runs them all)."""
-    return lambda wildcards: max(section_gpus(s)(wildcards) for s in sections)
-
-
 if ONE_EVALUATION_JOB:
     for _name, (_sections, _runs) in evaluation_jobs(EVAL_SECTIONS).items():
 
@@ -108,7 +101,7 @@ if ONE_EVALUATION_JOB:
                 **{r: READS[r] for s in _sections for r in SECTIONS[s].reads
                    if not (r == "features" and "features" in _sections)},
             output:
-                [f for s in _sections for f in section_outputs(s)],
+                [f for s in _sections for f in SECTION_OUTPUTS[s]],
             log:
                 f"{EVAL_DIR}/{EVALUATE_LOG}",
             benchmark:
@@ -120,7 +113,7 @@ if ONE_EVALUATION_JOB:
                 trigger=evaluate_triggers(_sections),
                 launch=launch(_name, "run"),
             resources:
-                gpu=most_gpus(_sections),
+                gpu=lambda wc, sections=_sections: max(section_gpus(s)(wc) for s in sections),  # the most any needs
             conda:
                 "../envs/bayesncl.yaml"
             shell:
@@ -128,7 +121,7 @@ if ONE_EVALUATION_JOB:
 
 else:
     for _section, _spec in EVAL_RULES.items():
-        _outputs = section_outputs(_section)
+        _outputs = SECTION_OUTPUTS[_section]
         _before, _after = attempt_guard(_section, _outputs)
 
         rule:
