@@ -765,15 +765,16 @@ def test_stale_and_snakemake_agree_where_a_record_is_missing_or_damaged(measure_
 @pytestmark_wf
 def test_a_run_s_evaluation_as_one_job_reruns_whole_and_stale_names_it(tmp_path):
     """`evaluation_jobs: per_run`: a run's sections are one job, each section's file records its own trigger, and a
-    changed setting that one section reads makes that run's one job again: `snakemake -n` and `bayesncl stale` name the
-    same jobs, stale with the section and why."""
+    changed setting that one section reads makes that run's one job again, and the atlas after it (the job writes its
+    features again): `snakemake -n` and `bayesncl stale` name the same jobs, stale with the section and why."""
     wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
     wf.update(results=str(tmp_path / "results"), evaluation_jobs="per_run",
-              sets={"table6": {"variants": ["NCL", "BayesNCL (STE)"]}})
+              sets={name: {"variants": ["NCL", "BayesNCL (STE)"]} for name in ("table1", "table6")})
     grid = tmp_path / "grid.yaml"
     grid.write_text(yaml.safe_dump(wf))
     runs = expand_grid(wf)
-    targets = [str(tmp_path / "results" / "runs" / rid / "eval" / "features.json") for rid in runs]
+    targets = [str(tmp_path / "results" / "runs" / rid / "eval" / "features.json") for rid in runs] + [
+        str(tmp_path / "results" / "figures" / "atlas_synthetic.pdf")]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
     r = current().run([SNAKEMAKE, *targets, "--nolock", "--cores", "2", "--configfile", str(grid)], cwd=ROOT, env=env,
                       capture_output=True, text=True, timeout=600)
@@ -788,7 +789,8 @@ def test_a_run_s_evaluation_as_one_job_reruns_whole_and_stale_names_it(tmp_path)
     dry = current().run([SNAKEMAKE, *targets, "-n", "--nolock", "--cores", "1", "--configfile", str(grid)], cwd=ROOT,
                         env=dict(env, PYTHONPATH=str(src)), capture_output=True, text=True, timeout=600)
     assert dry.returncode == 0, (dry.stdout + dry.stderr)[-4000:]
-    want = sorted(f"{evaluation_job(evaluation_sections(run))} {rid}" for rid, run in runs.items())
+    want = sorted([f"{evaluation_job(evaluation_sections(run))} {rid}" for rid, run in runs.items()]
+                  + ["atlas synthetic"])
     assert dry_jobs(dry.stdout) == want
     listed, lines, _ = _stale(grid, src)
     assert [job for job in listed if " " in job] == want  # and the report's jobs after them
