@@ -250,3 +250,44 @@ def test_todo_from_jobs():
                   "r/runs/cifar100/ncl/seed~0/eval/not_a_section.json",
                   "r/runs/cifar100/ncl/seed~0/eval/retrieval.npz"]
     assert todo_from_jobs([one], runs, atlas)["cifar100/ncl/seed~0"] == {"evaluate_with_cost", "features", "cost"}
+
+
+def test_a_per_run_grid_plans_a_run_s_evaluation_as_one_job(tmp_path):
+    """`evaluation_jobs: per_run`: a run's sections are one job, to be made where any of its outputs is missing (the
+    pre-flight reads the sections it runs: features reads the dataset), planned after the report's jobs read it, and
+    run again where one section's recorded trigger differs from today's."""
+    import json
+
+    from bayesncl.grid.expand import evaluation_job, job_trigger
+    from bayesncl.grid.stale import planned_jobs
+
+    wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    wf.update(results=str(tmp_path / "results"), evaluation_jobs="per_run",
+              sets={"table1": {"variants": ["NCL", "BayesNCL (STE)"]}})
+    runs = expand_grid(wf)
+    results = tmp_path / "results"
+    sections = {rid: evaluation_sections(run) for rid, run in runs.items()}
+    for rid, run in runs.items():  # every run made, each file with its trigger
+        d = results / "runs" / rid
+        (d / "eval").mkdir(parents=True)
+        (d / "model.pt").write_bytes(b"trained")
+        for s in sections[rid]:
+            trigger = json.loads(job_trigger(run.config, "evaluate", s))
+            (d / "eval" / f"{s}.json").write_text(json.dumps({"run": {"trigger": trigger}}))
+    a, b = sorted(r for r in runs if "epochs~0" not in r)
+    job = {rid: evaluation_job(sections[rid]) for rid in runs}
+    assert todo_from_files(runs, results, {}, wf) == {rid: set() for rid in runs}
+    (results / "runs" / b / "eval" / "retrieval.json").unlink()  # one output of b's job missing
+    assert todo_from_files(runs, results, {}, wf)[b] == {job[b], *sections[b]}
+    assert todo_from_files(runs, results, {})[b] == {"retrieval"}  # a job per section
+    planned = planned_jobs(wf, results)
+    assert [(j.rule, j.target, j.planned, j.sections) for j in planned] == [
+        (job[b], b, False, tuple(sections[b]))]  # nothing to run reads it yet
+    record = results / "runs" / a / "eval" / "linear_probe.json"
+    stale = json.loads(record.read_text())
+    stale["run"]["trigger"]["eval"]["probe_epochs"] = 7
+    record.write_text(json.dumps(stale))
+    lines = {(j.rule, j.target): j.why for j in planned_jobs(wf, results) if j.planned}
+    assert lines[(job[a], a)] == "linear_probe: eval.probe_epochs 7 (today 50)"
+    assert lines[(job[b], b)] == "not made yet"  # the report's jobs after a's read all of b's files
+    assert ("summarize", "") in lines and not any(rule in SECTIONS for rule, _ in lines)

@@ -413,7 +413,7 @@ if workflow.is_main_process and workflow.output_settings.dryrun:  # no DAG to as
     from bayesncl.grid.preflight import todo_from_files
 
     HELD = HeldLines(False)
-    preflight(todo_from_files(RUNS, RESULTS, ATLAS_RUNS), dry_run=True)
+    preflight(todo_from_files(RUNS, RESULTS, ATLAS_RUNS, config), dry_run=True)
     if not builds_pdf():
         print(PDFLATEX_HINT, file=sys.stderr)
 else:  # a root of the grid that fails its check holds Snakemake's lines until `onstart` judges (above)

@@ -45,14 +45,16 @@ def _reads(run: Run, todo: set[str]) -> tuple[bool, bool]:
     return dataset, waterbirds
 
 
-def todo_from_files(runs: dict[str, Run], results: str | Path, atlas: dict[str, list[str]]) -> dict[str, set[str]]:
+def todo_from_files(runs: dict[str, Run], results: str | Path, atlas: dict[str, list[str]],
+                    wf: dict | None = None) -> dict[str, set[str]]:
     """What is still to be done per run, judged by which outputs exist (a dry run has no DAG to ask): the jobs
     bayesncl.grid.stale plans from the files alone ("pretrain", the evaluation sections, the jobs after them), and
     "atlas" for the runs of each dataset's atlas to be drawn."""
     from .stale import planned_jobs
 
     todo: dict[str, set[str]] = {rid: set() for rid in runs}
-    for job in planned_jobs({}, results, atlas=atlas, compare=False, runs=runs):  # by the files: all planned
+    # by the files: all planned; a run's evaluation as the grid (`wf`) runs it, one job per section or per run
+    for job in planned_jobs(wf or {}, results, atlas=atlas, compare=False, runs=runs):
         if job.target in todo:
             todo[job.target].update((job.rule, *job.sections))
         elif job.rule == "atlas":

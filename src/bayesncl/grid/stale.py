@@ -199,7 +199,7 @@ def _run_nodes(run: Run, folder: Path, marks: list[Path], compare: bool, unread:
         out.append(_Node((name, run.run_id), [path, *(folder / EVAL / f for _, f in s.outputs)], made,
                          _section_why(run, name, path, unread) if compare and made else None,
                          [r for kind in s.reads for r in reads[kind]]))
-    if not per_run or len(out) == 1:
+    if not per_run:
         return out
     parts, own = out[1:], {n.job for n in out[1:]}
     why = "; ".join(f"{n.job[0]}: {n.why}" for n in parts if n.why is not None)
