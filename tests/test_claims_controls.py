@@ -463,10 +463,10 @@ def test_the_demo_plans_its_twins_and_reuses_the_saturation_set_random_inits(swe
     """Tables 1-2 and 6: 5 methods x 5 seeds, less the seeds 0-2 of the saturation set's variants (NCL; with
     config/sweeps.yaml also BayesNCL (STE)), whose runs at 0 epochs are the twins (22; 19); Table 4: 3 ablations
     x 3 seeds (9; w/o detach starts from BayesNCL (STE)'s network); Table 5: 2 x 3 (6); Figure 4a at D = 256:
-    2 x 3 (6; the overlay's 5 seeds: 10)."""
+    2 x 2 (4; the overlay's 5 seeds: 10)."""
     runs = grid.expand_grid(grids.demo(sweeps))
     new = [r for r in runs.values() if not r.sets]
-    assert len(new) == (19 + 9 + 6 + 10 if sweeps else 22 + 9 + 6 + 6)
+    assert len(new) == (19 + 9 + 6 + 10 if sweeps else 22 + 9 + 6 + 4)
     assert sum(1 for r in runs.values() if r.sets == ["saturation"] and r.init_of) == (6 if sweeps else 3)
 
 

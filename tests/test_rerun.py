@@ -795,3 +795,27 @@ def test_a_run_s_evaluation_as_one_job_reruns_whole_and_stale_names_it(tmp_path)
     listed, lines, _ = _stale(grid, src)
     assert [job for job in listed if " " in job] == want  # and the report's jobs after them
     assert all("linear_probe: eval.probe_epochs 50 (today 60)" in line for line in lines if line.startswith("eval"))
+
+
+@pytestmark_wf
+def test_a_per_run_job_records_each_section_s_own_trigger_a_plugin_s_with_its_code(tmp_path):
+    """A run's one evaluation job hands each section its own trigger: a plugin section's names its code, the
+    package's sections' do not."""
+    write_measure(tmp_path)
+    wf = yaml.safe_load((ROOT / "config" / "tiny.yaml").read_text())
+    wf.update(results=str(tmp_path / "results"), evaluation_jobs="per_run", plugins=["my_measure"],
+              sets={"figure3": {"variants": ["NCL"]}})  # one run, no twin
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump(wf, sort_keys=False))
+    (rid,) = expand_grid({**wf, "plugins": []})
+    evaluation = tmp_path / "results" / "runs" / rid / "eval"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
+    env.pop("BAYESNCL_PLUGINS", None)
+    r = current().run([SNAKEMAKE, str(evaluation / "features.json"), "--nolock", "--cores", "2", "--configfile",
+                       str(grid)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert "rule evaluate_with_zero_share:" in r.stdout + r.stderr
+    trigger = {name: json.loads((evaluation / f"{name}.json").read_text())["run"]["trigger"]
+               for name in ("features", "interpretability", "zero_share")}
+    assert list(trigger["zero_share"]["plugin_code"]) == ["section zero_share"]
+    assert "plugin_code" not in trigger["features"] and trigger["features"] == trigger["interpretability"]

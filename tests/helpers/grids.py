@@ -33,9 +33,12 @@ def demo(sweeps: bool = False) -> dict:
 
 def demo_with_old_sweeps() -> dict:
     """The demo grid with its overlay config/sweeps.yaml as they were before the D and lambda sweeps moved into the
-    demo: today's demo with BayesNCL (STE)'s line in the saturation figure (the overlay now adds seeds and rho)."""
+    demo: today's demo with BayesNCL (STE)'s line in the saturation figure and the sweeps on 3 seeds (the overlay now
+    adds seeds and rho; the demo's sweeps take 2)."""
     wf = demo()
     wf["sets"]["saturation"]["variants"] = ["NCL", "BayesNCL (STE)"]
+    for name in ("figure4a", "figure4b"):
+        wf["sets"][name]["n_seeds"] = 3
     return wf
 
 
