@@ -155,7 +155,7 @@ def test_an_at_most_claim_is_one_sided():
     assert c.verdict == "holds" and c.kind.name == "at most" and "at most 5% more than" in c.text
     c = _judge({**decl, "left": "A", "right": "B"}, rows)  # A 25% dearer than B
     assert c.verdict == "does not hold"
-    with pytest.raises(ConfigError, match="claims\[0\].tolerance: 0 is not a finite positive number"):
+    with pytest.raises(ConfigError, match=r"claims\[0\].tolerance: 0 is not a finite positive number"):
         K.parse_claims([{**decl, "tolerance": 0}], VARIANTS)
 
 
