@@ -507,9 +507,8 @@ def evaluation_sections(run: Run) -> list[str]:
 def evaluation_jobs(sections: dict[str, list[str]]) -> dict[str, tuple[list[str], list[str]]]:
     """With the grid's `evaluation_jobs: per_run` (one machine), a run's evaluation is one job (its sections one after
     another in one process, the model and splits loaded once): {rule name: (its sections, the runs that have exactly
-    those)}, one rule per distinct list of sections (`sections`: run id -> evaluation_sections). A rule is named for how its list differs from
-    PLAIN_RUN: `evaluate`, `evaluate_with_cost`, `evaluate_without_retrieval`, ... Else every section is a job of its
-    own (workflow/rules/evaluate.smk)."""
+    those)}, one rule per distinct list of sections (`sections`: run id -> evaluation_sections), named by
+    evaluation_job. Else every section is a job of its own (workflow/rules/evaluate.smk)."""
     jobs: dict[str, tuple[list[str], list[str]]] = {}
     for rid, names in sections.items():
         jobs.setdefault(evaluation_job(names), (list(names), []))[1].append(rid)
@@ -517,7 +516,8 @@ def evaluation_jobs(sections: dict[str, list[str]]) -> dict[str, tuple[list[str]
 
 
 def evaluation_job(names: list[str]) -> str:
-    """The rule that runs the sections `names` of a run as one job (evaluation_jobs)."""
+    """The rule that runs the sections `names` of a run as one job (evaluation_jobs), named for how the list differs
+    from PLAIN_RUN: `evaluate`, `evaluate_with_cost`, `evaluate_without_retrieval`, ..."""
     extra = [s for s in names if s not in PLAIN_RUN]
     lacking = [s for s in PLAIN_RUN if s not in names]
     return "_".join(["evaluate", *(["with", *extra] if extra else []), *(["without", *lacking] if lacking else [])])

@@ -121,6 +121,7 @@ class _Node:
     why: str | None = None
     reads: list = field(default_factory=list)
     note: str = ""  # a run not made whose folder holds one of other settings: what differs
+    sections: tuple[str, ...] = ()  # a run's evaluation as one job (evaluation_jobs: per_run): the sections it runs
 
     def missing(self) -> str:
         return "not made yet" + (f"; its folder holds a run of other settings, replaced: {self.note}" if self.note
@@ -205,7 +206,8 @@ def _run_nodes(run: Run, folder: Path, marks: list[Path], compare: bool, unread:
     why = "; ".join(f"{n.job[0]}: {n.why}" for n in parts if n.why is not None)
     reads = [r for n in parts for r in n.reads if r[0] not in own]
     return [trained, _Node((evaluation_job(sections), run.run_id), [f for n in parts for f in n.outputs],
-                           all(n.made for n in parts), why or None, list({repr(r): r for r in reads}.values()))]
+                           all(n.made for n in parts), why or None, list({repr(r): r for r in reads}.values()),
+                           sections=tuple(sections))]
 
 
 def planned_jobs(wf: dict, results: str | Path, *, atlas: dict[str, list[str]] | None = None, pdf: bool = False,
@@ -257,15 +259,11 @@ def planned_jobs(wf: dict, results: str | Path, *, atlas: dict[str, list[str]] |
     planned = [n for n in nodes.values() if n.why is not None]
     n_eval = sum(n.job in evaluation for n in planned)
     out = [Job(n.job[0], n.job[1], (f"after {n_eval} evaluation job(s)" if n_eval else "after the atlas")
-               if n.job[0] in REPORT_JOBS else n.why, True, str(n.outputs[0]) if n.outputs else "", _parts(n))
+               if n.job[0] in REPORT_JOBS else n.why, True, str(n.outputs[0]) if n.outputs else "", n.sections)
            for n in planned]
-    return out + [Job(n.job[0], n.job[1], n.missing(), False, str(n.outputs[0]), _parts(n))
+    return out + [Job(n.job[0], n.job[1], n.missing(), False, str(n.outputs[0]), n.sections)
                   for n in nodes.values() if n.why is None and not n.made]
 
-
-def _parts(n: _Node) -> tuple[str, ...]:
-    """The sections a run's one evaluation job runs (its eval/<section>.json outputs); () for any other job."""
-    return tuple(f.stem for f in n.outputs if f.suffix == ".json") if n.job[0].startswith("evaluate") else ()
 
 
 def _plan(nodes: dict[tuple, _Node], compare: bool) -> None:

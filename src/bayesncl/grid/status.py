@@ -43,7 +43,7 @@ STATES = ("unreadable", "failed", "running", "requeued", "evaluating", "waiting"
 STALL_EPOCHS = 3
 STALL_MIN_S = 900.0
 PRETRAIN_LOG = "pretrain.log"  # Snakemake's log of the pretrain rule (workflow/rules/pretrain.smk)
-EVALUATE_LOG = "evaluate.log"  # in eval/: the log of a run's evaluation job on one machine (workflow/rules/evaluate.smk)
+EVALUATE_LOG = "evaluate.log"  # in eval/: the log of a run's one evaluation job (per_run, workflow/rules/evaluate.smk)
 # The last line of a command that stopped: SIGTERM's exit 75 (bayesncl.cli.main), else an error or a traceback's end.
 _REQUEUED = re.compile(r"\bexit 75\b")
 _FAILED = re.compile(r"\berror\b|diverged|^Traceback|^\w+(Error|Exception)\b|^Killed|out of memory|CANCELLED",
@@ -190,9 +190,10 @@ def _run_status(d: Path, run_id: str, cfg: dict | None, sections: list[str] | No
         names = sections if sections is not None else written
         done = [s for s in names if s in written]
         st.sections = (len(done), len(names))
-        # a section's own job (a cluster's), or the run's evaluation job (one machine's) that ran it
-        failed = [(s, line) for s in names if s not in done
-                  for line in [_last_line(ev / f"{s}.log"), _last_line(ev / EVALUATE_LOG)] if _FAILED.search(line)]
+        # a section's own job (a cluster's), or the run's evaluation job (per_run) that ran it
+        missing = [s for s in names if s not in done]
+        whole = _last_line(ev / EVALUATE_LOG) if missing else ""
+        failed = [(s, line) for s in missing for line in [_last_line(ev / f"{s}.log"), whole] if _FAILED.search(line)]
         if failed:
             st.state, st.note = "failed", f"{failed[0][0]}: {failed[0][1]}"
         else:
