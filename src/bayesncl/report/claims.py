@@ -384,6 +384,11 @@ def _is_number(value) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
+def _constant(d: dict, value) -> float:
+    """A declared claim's constant right side as its runs' values are compared (`absolute`: its absolute value)."""
+    return abs(float(value)) if d.get("absolute") else float(value)
+
+
 def _role_or_sets(key: str, value) -> bool:
     """A side given as a role ({role: NAME}, NAME one of ROLES), a right side as a number, or the sets given as a
     list of names."""
@@ -478,7 +483,6 @@ def _declared(cid: str, d: dict, module: str = WORKFLOW) -> Claim:
     m = METRICS[d["metric"]]
     value = _reader(m, bool(d.get("absolute", False)))
     right = d.get("right")
-    const = abs(float(right)) if d.get("absolute") and _is_number(right) else right  # a constant right side
     given = d.get("set")
     sets = ((given,) if isinstance(given, str) else tuple(given)) if given else ("figure4b",) if "sweep" in d else (
         "table1", "table2", "table4", "table5", "table6", "table7", "figure3")
@@ -500,7 +504,7 @@ def _declared(cid: str, d: dict, module: str = WORKFLOW) -> Claim:
 
     def build(runs: Runs) -> list[Comparison]:
         a = _side(runs, sets, m, d["left"], value)
-        b = const if _is_number(const) else _side(runs, sets, m, right, value)
+        b = _constant(d, right) if _is_number(right) else _side(runs, sets, m, right, value)
         return [_judged(cid, text, a, b, kind, better, paper)]
 
     reason = NO_INIT[_TRAINING_METRICS[m.key]] if m.key in _TRAINING_METRICS else ""
@@ -547,9 +551,9 @@ def _declared_sweep(cid: str, d: dict, sets: tuple[str, ...], value: Callable[[d
 
     def side(runs: Runs, spec, x: float) -> "Side | float":
         if _is_number(spec):
-            return abs(float(spec)) if d.get("absolute") else float(spec)
-        s = next((s for s in sets if any(_pick(spec)[1](r) and ROLES[_pick(spec)[0]](r)
-                                         for g in runs.groups(s) for r in g.rows)), sets[0])
+            return _constant(d, spec)
+        role, pick = _pick(spec)
+        s = next((s for s in sets if any(pick(r) and ROLES[role](r) for g in runs.groups(s) for r in g.rows)), sets[0])
         point = _is_point(runs, s, param)
         return _side(runs, sets, m, spec, value, lambda r: point(r) and _number(r.get(col)) == x)
 
