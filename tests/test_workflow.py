@@ -91,7 +91,8 @@ def test_demo_dag_trains_each_config_once(tmp_path):
                       text=True, timeout=600, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
     assert r.returncode == 0, r.stderr + r.stdout
     jobs = re.findall(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    resources: ([^\n]*)", r.stdout, re.M)
-    assert {rule for rule, res in jobs if "gpu=1" in res} == {"pretrain", *(k for k in counts if k.startswith("evaluate"))}
+    evaluations = {k for k in counts if k.startswith("evaluate")}
+    assert {rule for rule, res in jobs if "gpu=1" in res} == {"pretrain", *evaluations}
     # With the overlay config/sweeps.yaml (merged key by key after the demo, as the README types it) and one
     # override of the global seed list, as typed on a shell (the stability check): Figure 4a's 5 seeds add the
     # larger width x 2 methods x 3 (6) and their twins (6), Figure 4b 2 more lambda values x 3 (6) and 2 rho values

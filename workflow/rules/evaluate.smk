@@ -6,9 +6,9 @@
 #
 # With the grid's `evaluation_jobs: per_run` (one machine; the demo's), a run's evaluation is one job, made by one
 # rule per distinct list of sections (bayesncl.grid.expand.evaluation_jobs names them `evaluate`, `evaluate_with_cost`,
-# ...). Its sections run one after another in one process, which loads the model and the splits once; for small runs a job
-# of its own per section starts a process for a fraction of a second's work. Each section's file still records its own
-# trigger; the job runs again where any of its sections' would (bayesncl.grid.stale lists it so).
+# ...). Its sections run one after another in one process, which loads the model and the splits once; for small runs a
+# job of its own per section starts a process for a fraction of a second's work. Each section's file still records its
+# own trigger; the job runs again where any of its sections' would (bayesncl.grid.stale lists it so).
 #
 # On a cluster every section is a job of its own, and a run's sections are one submission: they share the group
 # eval_{run}, whose pieces (the sections that read features, and dynamics and cost, which read only model.pt) the
