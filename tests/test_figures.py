@@ -175,8 +175,9 @@ def test_figure4b_lambda_only_sweep_keeps_the_main_default_and_says_rho_is_not_s
 
 
 def test_a_panel_without_runs_says_why_in_its_set_s_note(tmp_path, monkeypatch):
-    """The demo sweeps lambda, not rho: Figure 4b's rho panels say so and why (config/config.yaml's
-    sets.figure4b.note, read by the report from the grid files); the panels with runs carry no note."""
+    """A grid that sweeps lambda, not rho: Figure 4b's rho panels say so and why (the grid file's
+    sets.figure4b.note, read by the report from the grid files); the panels with runs carry no note. The demo
+    sweeps both, so it has no note to show."""
     import bayesncl.report as report
 
     rows = [figure_row("BayesNCL (STE)", "bayesncl", s, "table1;figure4b", "lambda", sc=36.0, probe_top1=61.0)
@@ -184,10 +185,12 @@ def test_a_panel_without_runs_says_why_in_its_set_s_note(tmp_path, monkeypatch):
     rows += [figure_row("BayesNCL (STE)", "bayesncl", 0, "figure4b", "lambda", lam=lam, sc=33.0, probe_top1=60.0)
              for lam in (0.0, 1e-4)]
     df = summ.prepare(pd.DataFrame(rows))
-    demo = ROOT / "config" / "config.yaml"
-    notes = report.set_notes([demo])
-    assert notes == {"figure4b": yaml.safe_load(demo.read_text())["sets"]["figure4b"]["note"]}
-    assert "12 minutes" in notes["figure4b"] and report.set_notes(None) == {}
+    assert report.set_notes([ROOT / "config" / "config.yaml"]) == {}
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"sets": {"figure4b": {"variants": ["A"], "note": "its runs would not fit"},
+                                             "table1": {"variants": ["A"]}}}))
+    notes = report.set_notes([grid])
+    assert notes == {"figure4b": "its runs would not fit"} and report.set_notes(None) == {}
     fig = figures._figure4b(df, notes["figure4b"])
     sc_rho, sc_lam, top_rho, top_lam = fig.axes[:4]
     for ax in (sc_rho, top_rho):

@@ -68,11 +68,11 @@ def test_demo_dag_trains_each_config_once(tmp_path):
     assert r.returncode == 0, r.stderr + r.stdout
     # Tables 1-2: 5 methods x 5 seeds (25); Table 4: 4 ablations x 3 seeds (12); Table 5: 2 ResNet-50 runs x 3
     # (6); the saturation figure: NCL at 4 and 8 epochs x 3 (6; 16 is Table 1's run, 0 its twin); Figure 4a: 1 more
-    # width x 2 methods x 2 (4); Figure 4b: 2 more lambda values x 2 (4).
+    # width x 2 methods x 2 (4); Figure 4b: 2 more lambda values and 2 more rho values x 2 (8).
     counts = job_counts(r.stdout)
     # The initialisation control: an untrained twin of each distinct untrained network of Tables 1-2, 4, 5, 6 and
     # Figure 4a (25 + 9 + 6 + 4; w/o detach starts from BayesNCL (STE)'s): 44.
-    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 4 + 4 + 44
+    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 4 + 8 + 44
     # One evaluation job per run (the demo's `evaluation_jobs: per_run`): Table 3's dynamics and Table 7's cost on NCL
     # and BayesNCL x 5 seeds, with Table 6's background probe; their 10 twins with the background probe alone;
     # SimCLR's 5 runs and 5 twins without retrieval.
@@ -95,16 +95,16 @@ def test_demo_dag_trains_each_config_once(tmp_path):
     assert {rule for rule, res in jobs if "gpu=1" in res} == {"pretrain", *evaluations}
     # With the overlay config/sweeps.yaml (merged key by key after the demo, as the README types it) and one
     # override of the global seed list, as typed on a shell (the stability check): Figure 4a's 5 seeds add the
-    # larger width x 2 methods x 3 (6) and their twins (6), Figure 4b 2 more lambda values x 3 (6) and 2 rho values
-    # x 5 (10), the saturation figure BayesNCL (STE) at 4 and 8 epochs x 3 (6); every other job is the demo's, on
-    # seeds 5-9.
+    # larger width x 2 methods x 3 (6) and their twins (6), Figure 4b 2 more lambda values and 2 more rho values x 3
+    # (12), the saturation figure BayesNCL (STE) at 4 and 8 epochs x 3 (6); every other job is the demo's, on seeds
+    # 5-9.
     r = snakemake("-n", "--configfile", "config/config.yaml", "config/sweeps.yaml",
                   "--config", f"results={tmp_path}", "seeds=[5,6,7,8,9]")
     assert r.returncode == 0, r.stderr + r.stdout
     grown = job_counts(r.stdout)
-    assert grown["pretrain"] - counts["pretrain"] == 6 + 6 + 6 + 10 + 6
+    assert grown["pretrain"] - counts["pretrain"] == 6 + 6 + 12 + 6
     every_run = ("pretrain", "evaluate")  # no SimCLR added
-    assert all(grown[job] == counts[job] + 34 for job in every_run)
+    assert all(grown[job] == counts[job] + 30 for job in every_run)
     assert {k: v for k, v in grown.items() if k not in every_run + ("total",)} == {
         k: v for k, v in counts.items() if k not in every_run + ("total",)}
     assert "seed~9" in r.stdout and "seed~0" not in r.stdout
