@@ -400,8 +400,11 @@ def test_every_run_of_an_init_set_gets_its_untrained_twin_and_nothing_else_chang
         flat, flat_twin = grid.flatten(run.config), grid.flatten(twin.config)
         base = grid.flatten(_base(wf, run.config["data"]["dataset"], method))
         loss_only = {f"method.{k}" for k in grid.METHODS[method].loss_only}
-        assert {k for k in flat if flat[k] != flat_twin[k]} <= {"train.epochs", "train.dynamics_every", *loss_only}
+        same = {f"method.{k}": values for k, values in grid.METHODS[method].init_same}
+        assert {k for k in flat if flat[k] != flat_twin[k]} <= {"train.epochs", "train.dynamics_every", *loss_only,
+                                                                  *same}
         assert all(flat_twin[k] == base[k] for k in loss_only), run.run_id
+        assert all(flat_twin[k] == flat[k] or {flat[k], flat_twin[k], base[k]} <= set(v) for k, v in same.items())
         if "table6" in wanted:
             assert "background_probe" in grid.evaluation_sections(twin)
     for r in runs.values():  # a twin serves exactly the sets of the runs it initialises
@@ -417,15 +420,17 @@ def test_every_run_of_an_init_set_gets_its_untrained_twin_and_nothing_else_chang
 
 
 def test_variants_that_differ_only_in_how_they_train_share_one_twin():
-    """The demo's w/o detach (BayesNCL with the gate head's gradient reaching the backbone) starts from BayesNCL
-    (STE)'s network: one twin per seed serves both, and a sweep of lambda on Table 1 would add no twin; the soft
-    gate, whose alpha is the evaluated gate, keeps its own."""
+    """The demo's w/o detach (BayesNCL with the gate head's gradient reaching the backbone) and BayesNCL (Gumbel)
+    (whose gate evaluates noise-free, as STE's) start from BayesNCL (STE)'s network: one twin per seed serves the
+    three, and a sweep of lambda on Table 1 would add no twin; the soft gate, whose alpha is the evaluated gate, keeps
+    its own."""
     runs = grid.expand_grid(grids.demo())
     trained = [r for r in runs.values() if "table4" in r.sets]
     twin_of = {(r.labels["table4"], r.config["seed"]): r.twin for r in trained}
     for seed in range(3):
-        assert twin_of[("w/o detach", seed)] == twin_of[(B, seed)] != twin_of[("Soft gate", seed)]
-        assert len({twin_of[(v, seed)] for v, _ in twin_of}) == 5  # 6 variants, 5 networks at init
+        assert twin_of[("w/o detach", seed)] == twin_of[(B, seed)] == twin_of[("BayesNCL (Gumbel)", seed)]
+        assert twin_of[(B, seed)] != twin_of[("Soft gate", seed)]
+        assert len({twin_of[(v, seed)] for v, _ in twin_of}) == 4  # 6 variants, 4 networks at init
     shared = runs[twin_of[(B, 0)]]
     assert shared.run_id == "synthetic/bayesncl/rho~0.8/lambda~3e-05/epochs~0/seed~0"
     assert shared.config["method"]["detach"] is True
@@ -460,13 +465,13 @@ def test_the_grid_plans_twins_for_exactly_the_sets_the_controlled_claims_read():
 
 @pytest.mark.parametrize("sweeps", [False, True])
 def test_the_demo_plans_its_twins_and_reuses_the_saturation_set_random_inits(sweeps):
-    """Tables 1-2 and 6: 5 methods x 5 seeds, less the seeds 0-2 of the saturation set's variants (NCL; with
-    config/sweeps.yaml also BayesNCL (STE)), whose runs at 0 epochs are the twins (22; 19); Table 4: 3 ablations
-    x 3 seeds (9; w/o detach starts from BayesNCL (STE)'s network); Table 5: 2 x 3 (6); Figure 4a at D = 256:
-    2 x 2 (4; the overlay's 5 seeds: 10)."""
+    """Tables 1-2 and 6: 4 networks x 5 seeds (BayesNCL (Gumbel) starts from BayesNCL (STE)'s), less the seeds 0-2
+    of the saturation set's variants (NCL; with config/sweeps.yaml also BayesNCL (STE)), whose runs at 0 epochs are
+    the twins (17; 14); Table 4: 3 ablations x 3 seeds (9; w/o detach starts from BayesNCL (STE)'s network); Table 5:
+    2 x 3 (6); Figure 4a at D = 256: 2 x 2 (4; the overlay's 5 seeds: 10)."""
     runs = grid.expand_grid(grids.demo(sweeps))
     new = [r for r in runs.values() if not r.sets]
-    assert len(new) == (19 + 9 + 6 + 10 if sweeps else 22 + 9 + 6 + 4)
+    assert len(new) == (14 + 9 + 6 + 10 if sweeps else 17 + 9 + 6 + 4)
     assert sum(1 for r in runs.values() if r.sets == ["saturation"] and r.init_of) == (6 if sweeps else 3)
 
 

@@ -81,15 +81,15 @@ def test_the_smoke_grid_and_a_dataset_of_unknown_size(rates):
     assert sized.rows["imagefolder"].runs == 4  # two runs, two untrained twins
 
 
-@pytest.mark.grid  # the paper grid's 189 runs (108 trained, 81 untrained twins) expanded and their models counted
+@pytest.mark.grid  # the paper grid's 180 runs (108 trained, 72 untrained twins) expanded and their models counted
 def test_the_paper_grid_as_docs_cluster_and_the_profile_print_it(capsys, tmp_path):
     """docs/CLUSTER.md shows the command's output as it is, and every figure it and slurm/config.yaml quote of the
     paper grid's cost and requests is the estimate's (before any job has finished)."""
     assert main(["estimate", "--grid", "config/paper.yaml", "--gpu", "H200", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out.replace(str(tmp_path), "results")
     total = next(line for line in out.splitlines() if line.startswith("all "))
-    assert total.split() == ["all", "189", "70.5", "8.7", "15.4", "85.9", "154.7", "301"]  # twins: no training
-    assert "108 pretraining, 189 evaluation, 3 atlas, 1 prepare_data" in out
+    assert total.split() == ["all", "180", "70.5", "8.3", "14.6", "85.1", "153.4", "292"]  # twins: no training
+    assert "108 pretraining, 180 evaluation, 3 atlas, 1 prepare_data" in out
     doc = (ROOT / "docs" / "CLUSTER.md").read_text()
     assert f"```text\n{out}```" in doc  # the page shows the command's output as it is
     grid = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
@@ -500,7 +500,7 @@ def paper():
 def test_the_paper_grid_asks_for_at_most_twice_its_work(paper):
     """Before any job has finished: what the evaluation submissions are expected to hold is within 2x of their GPU
     work, and what the pretraining and the evaluation submissions ask for each within 2x of what they are expected
-    to take (the 81 untrained twins ask for no pretraining submission of their own)."""
+    to take (the 72 untrained twins ask for no pretraining submission of their own)."""
     t = paper.total()
     assert t.eval_h < t.eval_held_h <= 2 * t.eval_h
     assert t.pretrain_h < t.pretrain_request_h <= 2 * t.pretrain_h

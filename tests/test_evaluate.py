@@ -75,6 +75,34 @@ def test_every_section_writes_its_own_file(trained, evaluated):
     assert not [p for p in out.iterdir() if ".tmp" in p.name]
 
 
+def test_a_loaded_model_is_the_saved_one_built_without_drawing_an_initialisation(trained, monkeypatch):
+    """load_model builds the network on the meta device and takes the checkpoint's tensors: every parameter and
+    buffer equal to the trained model's, the global generator untouched; a tensor the model needs that the state
+    does not hold (a buffer kept out of it) is a CheckpointError naming it, not a model left unset."""
+    from bayesncl.core.errors import CheckpointError
+    from bayesncl.model import methods
+
+    run, cfg = trained
+    state = files.load(run / "model.pt")
+    before = torch.get_rng_state()
+    model, _ = files.load_model(run / "model.pt")
+    assert torch.equal(torch.get_rng_state(), before)
+    saved = state["model"]
+    assert model.state_dict().keys() == saved.keys() and not model.training
+    assert all(torch.equal(t, saved[k]) for k, t in model.state_dict().items())
+    assert not any(t.is_meta for t in (*model.parameters(), *model.buffers()))
+    build = methods.build_method
+
+    def with_a_buffer(c):
+        m = build(c)
+        m.register_buffer("scale", torch.ones(3), persistent=False)
+        return m
+
+    monkeypatch.setattr(methods, "build_method", with_a_buffer)
+    with pytest.raises(CheckpointError, match="model.pt: holds no 'scale', which the model its config describes needs"):
+        files.load_model(run / "model.pt")
+
+
 def test_cached_features_are_what_the_model_computes(trained, evaluated):
     from bayesncl.data import load_split
     from bayesncl.training.embed import embed

@@ -121,6 +121,18 @@ def test_exit_codes_and_messages_pass_through(tmp_path, server_dir):
     assert not (tmp_path / "j.csv").exists()
 
 
+@pytest.mark.long
+def test_a_routed_command_s_client_imports_neither_the_cli_nor_torch(server_dir):
+    """Each local job's client is a process of its own: it hands the command over having imported only the client
+    (the CLI's parser and what it imports, a tenth of a second a job, run only where no server can run it)."""
+    probe = ("import sys\nfrom bayesncl.cli import entry\nsys.argv = ['bayesncl', '--help']\n"
+             "try:\n    rc = entry()\nexcept SystemExit as e:\n    rc = e.code\n"
+             "print(rc, *(m in sys.modules for m in ('bayesncl.cli.main', 'yaml', 'torch')), file=sys.stderr)")
+    for routed, loaded in ((True, "False False False"), (False, "True True False")):
+        r = current().run([sys.executable, "-c", probe], env=_env(server_dir, routed), capture_output=True, text=True)
+        assert "pretrain" in r.stdout and r.stderr.strip().splitlines()[-1] == f"0 {loaded}", r.stderr
+
+
 def _start_long_run(tmp_path, server_dir, tiny_sets):
     run = tmp_path / "run"
     argv = [sys.executable, "-m", "bayesncl", "pretrain", "--out", str(run), "--quiet",

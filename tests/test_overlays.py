@@ -66,7 +66,7 @@ def test_status_plans_the_overlay_s_runs_too(tmp_path, capsys):
         counts.append(sum(1 for line in out.splitlines() if "seed~" in line))
         rho = [line for line in out.splitlines() if "rho~0.5/" in line]
         assert len(rho) == (5 if len(files) == 2 else 2)  # the demo's 2 seeds, the overlay's 5
-    assert counts == [105, 135]
+    assert counts == [100, 130]
 
 
 FIX = "give the workflow config, e.g. config/config.yaml"

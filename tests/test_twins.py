@@ -57,7 +57,7 @@ def test_a_loss_only_setting_leaves_the_untrained_network_and_its_features_as_th
     them (D; the gate kind, tau_g under the soft gate, the head's depth) does change them."""
     spec = registry.METHODS[method]
     assert spec.loss_only
-    for gate in ("ste", "soft") if spec.gated else ("ste",):
+    for gate in ("gumbel", "soft") if spec.gated else ("ste",):
         cfg = resolve(base=grid.merged(SMALL, {"method": {"name": method, "gate": gate}}))
         weights, feats = _network(cfg)
         changes = [{"method": {key: OTHER[key]}} for key in spec.loss_only]
@@ -66,6 +66,10 @@ def test_a_loss_only_setting_leaves_the_untrained_network_and_its_features_as_th
             assert flatten(other) != flatten(cfg)
             w, f = _network(other)
             assert _same(weights, w) and _same(feats, f), (gate, change)
+        for key, values in spec.init_same:  # each equal value: the same network, the same features
+            for value in values if cfg["method"][key] in values else ():
+                w, f = _network(resolve(base=grid.merged(cfg, {"method": {key: value}})))
+                assert _same(weights, w) and _same(feats, f), (gate, key, value)
         shaping = [{"model": {"proj_dim": 8}}] + ([{"method": {"head_depth": 3}}] if spec.gated else [])
         shaping += [{"method": {"gate": "ste" if gate == "soft" else "soft"}}] if spec.gated else []
         shaping += [{"method": {"tau_g": 2.0}}] if gate == "soft" else []
@@ -79,6 +83,34 @@ def test_the_package_s_methods_declare_what_only_changes_their_training():
         "cl": ("temperature",), "ncl": ("temperature",), "topk_ncl": ("temperature",),
         "bayesncl": ("temperature", "rho", "lambda", "detach", "head_lr")}
     assert not any(registry.METHODS[m].init_as for m in registry.METHODS)
+    assert {m: registry.METHODS[m].init_same for m in registry.METHODS} == {
+        "cl": (), "ncl": (), "topk_ncl": (), "bayesncl": (("gate", ("ste", "gumbel")),)}
+
+
+def test_the_gumbel_gate_s_runs_share_ste_s_twins_and_the_soft_gate_keeps_its_own():
+    """Equal values of a setting (MethodSpec.init_same) give one twin, named as the grid's default's; a grid whose
+    default is the other equal value names its twins by it; a value outside them has twins of its own."""
+    variants = {v: {"method": {"name": "bayesncl", "gate": g}} for v, g in (("STE", "ste"), ("Gumbel", "gumbel"),
+                                                                          ("Soft", "soft"))}
+    wf = _grid(variants, {"table1": {"variants": list(variants)}})
+    twins = _twins(grid.expand_grid(wf))
+    assert twins["STE"] == twins["Gumbel"] == "synthetic/bayesncl/rho~0.8/lambda~3e-05/epochs~0/seed~0"
+    assert twins["Soft"] == "synthetic/bayesncl/gate~soft/rho~0.8/lambda~3e-05/epochs~0/seed~0"
+    wf["defaults"].setdefault("method", {})["gate"] = "gumbel"
+    runs = grid.expand_grid(wf)
+    twins = _twins(runs)
+    assert twins["STE"] == twins["Gumbel"] == "synthetic/bayesncl/rho~0.8/lambda~3e-05/epochs~0/seed~0"
+    assert runs[twins["STE"]].config["method"]["gate"] == "gumbel" and len(set(twins.values())) == 2
+
+
+def test_a_plugin_s_equal_values_are_taken_as_a_mapping_and_share_a_twin():
+    variants = {"A": {"method": {"name": "l1m", "l1_weight": 0.0}}, "B": {"method": {"name": "l1m", "l1_weight": 0.5}},
+                "C": {"method": {"name": "l1m", "l1_weight": 0.7}}}
+    with plugin_method(init_same={"l1_weight": [0.5, 0.0]}):
+        assert registry.METHODS["l1m"].init_same == (("l1_weight", (0.5, 0.0)),)
+        twins = _twins(grid.expand_grid(_grid(variants, {"table1": {"variants": list(variants)}})))
+    assert twins["A"] == twins["B"] == "synthetic/l1m/l1_weight~0.5/epochs~0/seed~0"  # the first: 1e-3 is neither
+    assert twins["C"] == "synthetic/l1m/l1_weight~0.7/epochs~0/seed~0"
 
 
 # ----------------------------------------------------------------------------------------------- a plugin's twin
@@ -145,6 +177,8 @@ def test_a_loss_only_setting_swept_or_set_by_a_set_shares_the_twin_at_the_grid_s
 @pytest.mark.parametrize("traits, line", [
     ({"loss_only": ("rho",)}, "method 'l1m': loss_only names 'rho', which it neither reads nor declares; name some "
                               "of temperature, nonneg, l1_weight"),
+    ({"init_same": {"gate": ["ste", "gumbel"]}}, "method 'l1m': init_same names 'gate', which it neither reads nor "
+                                                 "declares; name some of temperature, nonneg, l1_weight"),
     ({"init_as": "nope"}, "method 'l1m': init_as 'nope' is not a registered method whose untrained network is its "
                           "own; name one of cl, ncl, topk_ncl, bayesncl"),
     ({"init_as": "l1m"}, "method 'l1m': init_as 'l1m' is not a registered method whose untrained network is its own"),

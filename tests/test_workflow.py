@@ -39,9 +39,9 @@ def test_paper_dag_builds_without_data(tmp_path):
     # default D = 2048 x 2 methods (18); Figure 4b 4 more rho and 4 more lambda values (24). Tables 3, 6, 7
     # and Figure 3 reuse runs already counted.
     # The initialisation control (bayesncl.grid.expand.plan_init_runs): an untrained twin of every distinct untrained
-    # network of Tables 1, 2, 4, 5, 6 and Figure 4a (45 + 9 + 9 + 18; w/o detach starts from BayesNCL (STE)'s
-    # network), evaluation only.
-    twins = 45 + 9 + 9 + 18
+    # network of Tables 1, 2, 4, 5, 6 and Figure 4a (36 + 9 + 9 + 18; w/o detach and BayesNCL (Gumbel) start from
+    # BayesNCL (STE)'s network), evaluation only.
+    twins = 36 + 9 + 9 + 18
     runs = 45 + 12 + 9 + 18 + 24 + twins
     assert counts["pretrain"] == runs
     # One evaluation job per section and run: every run gets features, interpretability and the linear probe;
@@ -71,8 +71,8 @@ def test_demo_dag_trains_each_config_once(tmp_path):
     # width x 2 methods x 2 (4); Figure 4b: 2 more lambda values and 2 more rho values x 2 (8).
     counts = job_counts(r.stdout)
     # The initialisation control: an untrained twin of each distinct untrained network of Tables 1-2, 4, 5, 6 and
-    # Figure 4a (25 + 9 + 6 + 4; w/o detach starts from BayesNCL (STE)'s): 44.
-    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 4 + 8 + 44
+    # Figure 4a (20 + 9 + 6 + 4; w/o detach and BayesNCL (Gumbel) start from BayesNCL (STE)'s): 39.
+    assert counts["pretrain"] == 25 + 12 + 6 + 6 + 4 + 8 + 39
     # One evaluation job per run (the demo's `evaluation_jobs: per_run`): Table 3's dynamics and Table 7's cost on NCL
     # and BayesNCL x 5 seeds, with Table 6's background probe; their 10 twins with the background probe alone;
     # SimCLR's 5 runs and 5 twins without retrieval.

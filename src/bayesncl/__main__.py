@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli.main import entry
+from .cli import entry
 
 sys.exit(entry())

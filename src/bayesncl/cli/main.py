@@ -1,9 +1,9 @@
 """Command line: `bayesncl pretrain | evaluate | summarize | report | jobs | atlas | document | pdf |
 make-synthetic | prepare | stale | status | estimate | plan | arrange-val | import | export | list`.
 
-`entry()` is the `bayesncl` script (and `python -m bayesncl`): a command the workflow routes goes to the fork
-server's client (bayesncl.cli.forkserver), handed `main` for where no server can run it; any other runs `main` here.
-The parser is here, each command's handler in bayesncl.cli.commands."""
+The `bayesncl` script (and `python -m bayesncl`) is bayesncl.cli.entry: a command the workflow routes goes to the fork
+server's client (bayesncl.cli.forkserver) without importing this module, which runs only where no server can run it;
+any other runs `main` here. The parser is here, each command's handler in bayesncl.cli.commands."""
 
 from __future__ import annotations
 
@@ -338,14 +338,6 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def entry() -> int:
-    """The `bayesncl` script: a routed command runs in a child of the fork server (or here, through `main`, where
-    no server can); any other runs here."""
-    from .forkserver.client import routed, run_command
-
-    if routed():
-        return run_command(sys.argv[1:], main)
-    return main()
 
 
 if __name__ == "__main__":

@@ -434,9 +434,10 @@ def init_config(cfg: dict, base: dict) -> dict:
     """The untrained twin of a run config (``base``: the one its id is read against), in its canonical form: the same
     seed builds the same network (training/train.py seeds before it builds the model), no step is taken (train.epochs 0
     saves the initialisation) and it records no dynamics; what only changes training is left at the grid's defaults (its
-    method's MethodSpec.loss_only at ``base``'s values; a method MethodSpec.init_as another becomes a run of that one,
-    without its own settings). So variants that differ in such settings alone share one twin, and the twin's id and
-    rerun trigger hold neither their values nor a loss-only plugin's code."""
+    method's MethodSpec.loss_only at ``base``'s values, a MethodSpec.init_same value at one of its equals; a method
+    MethodSpec.init_as another becomes a run of that one, without its own settings). So variants that differ in such
+    settings alone share one twin, and the twin's id and rerun trigger hold neither their values nor a loss-only
+    plugin's code."""
     spec = METHODS[cfg["method"]["name"]]
     out = copy.deepcopy(cfg)
     out["train"]["epochs"] = 0
@@ -445,6 +446,9 @@ def init_config(cfg: dict, base: dict) -> dict:
         out, base, spec = _as_method(out, spec.init_as), _as_method(base, spec.init_as), METHODS[spec.init_as]
     for key in spec.loss_only:
         out["method"][key] = copy.deepcopy(base["method"][key])
+    for key, values in spec.init_same:
+        if out["method"][key] in values:
+            out["method"][key] = base["method"][key] if base["method"][key] in values else values[0]
     return out
 
 

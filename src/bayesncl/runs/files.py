@@ -201,11 +201,18 @@ def stored_config(state: dict, path: str | Path) -> dict:
 
 def model_from_state(state: dict, path: str | Path) -> Method:
     """The model a loaded checkpoint `state` (read from `path`) describes, with its weights, in eval mode."""
+    import torch
+
     from ..model.methods import build_method  # torchvision: only where a model is built
 
-    model = build_method(stored_config(state, path))
+    cfg = stored_config(state, path)
+    with torch.device("meta"):  # no initialisation drawn only to be overwritten (a tenth of a second a job)
+        model = build_method(cfg)
     try:
-        model.load_state_dict(state["model"])
+        model.load_state_dict(state["model"], assign=True)
     except RuntimeError as e:
         raise CheckpointError(f"checkpoint {path}: weights do not match the model its config describes: {e}") from e
+    unset = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
+    if unset:  # a tensor the state does not hold (a buffer kept out of it): the model as built would not run
+        raise CheckpointError(f"checkpoint {path}: holds no {unset[0]!r}, which the model its config describes needs")
     return model.eval()

@@ -199,6 +199,10 @@ class MethodSpec:
     # optimiser), never the untrained network or the features evaluated from it: its untrained twin takes them at the
     # grid's defaults, so variants that differ only in them share one twin (bayesncl.grid.expand.init_config).
     loss_only: tuple[str, ...] = ()
+    # (setting, values) pairs: under any of these values of the setting the untrained network and the features
+    # evaluated from it are the same, so its twin takes one of them (the grid's default where that is one) and such
+    # variants share one twin.
+    init_same: tuple[tuple[str, tuple], ...] = ()
     # The method whose untrained network and evaluated features this one's are ("": its own), for a method that only
     # changes another's loss: its twin is a run of that method, without this one's settings or code.
     init_as: str = ""
@@ -221,7 +225,8 @@ for _spec in (
     MethodSpec("bayesncl", "BayesNCL", "bayesncl.model.methods:BayesNCL",
                reads=("temperature", "nonneg", "rho", "lambda", "gate", "detach", "head_depth", "tau_g", "head_lr"),
                always_named=("method.rho", "method.lambda"), arrays=("gate",), gated=True,
-               loss_only=(*_LOSS_ONLY, "rho", "lambda", "detach", "head_lr")),
+               loss_only=(*_LOSS_ONLY, "rho", "lambda", "detach", "head_lr"),
+               init_same=(("gate", ("ste", "gumbel")),)),  # the Gumbel gate evaluates noise-free: STE's mask
 ):
     METHODS.register(_spec)
 
@@ -232,6 +237,8 @@ def register_method(name: str, label: str | None = None, impl: "str | type | Non
         raise ConfigError(f"method.name: method {name!r} has no implementation; pass impl=YourMethodClass")
     module = traits.pop("module", "") or (impl.__module__ if isinstance(impl, type) else impl.partition(":")[0])
     traits["settings"] = as_settings(f"method {name!r}", traits.get("settings"))
+    same = traits.get("init_same") or ()
+    traits["init_same"] = tuple((k, tuple(v)) for k, v in (same.items() if isinstance(same, dict) else same))
     spec = MethodSpec(name, label or name, impl, module=module, **traits)
     _check_init(spec)
     return METHODS.register(spec)
@@ -244,10 +251,11 @@ _EVALUATED = ("nonnegative", "arrays", "gated", "masked")
 def _check_init(spec: MethodSpec) -> None:
     """A registration's `loss_only` and `init_as` (what its untrained twin is), checked: one line naming the problem."""
     own = (*spec.reads, *dict(spec.settings))
-    bad = [k for k in spec.loss_only if k not in own]
-    if bad:
-        raise ConfigError(f"method {spec.name!r}: loss_only names {bad[0]!r}, which it neither reads nor declares; "
-                          f"name some of {', '.join(own)}")
+    for trait, keys in (("loss_only", spec.loss_only), ("init_same", [k for k, _ in spec.init_same])):
+        bad = [k for k in keys if k not in own]
+        if bad:
+            raise ConfigError(f"method {spec.name!r}: {trait} names {bad[0]!r}, which it neither reads nor declares; "
+                              f"name some of {', '.join(own)}")
     if not spec.init_as:
         return
     base = METHODS.get(spec.init_as)
