@@ -80,3 +80,28 @@ def test_the_reading_says_at_which_level_the_secondary_claims_were_tested():
     table = ("| | Claim | Paper | Verdict | Family (graph) |\n|:--|:--|:--|:--|:--|\n| *Synthetic* | | | | |\n"
              "| 2a | Top-1 | declared | holds | holds (family) |\n")
     assert read_markdown(table) == [Row("Synthetic", "2a", "holds", "-", "holds (family)", declared=True)]
+
+
+def test_rows_on_fewer_than_three_seeds_are_named_from_the_objects_and_the_markdown_alike():
+    """A side on 2 seeds (Welch: its smaller side) makes the row one on fewer than 3 seeds; 3 seeds or a row that did
+    not run is not named; without such a row the reading has no such line."""
+    rows = []
+    for s in range(3):
+        rows.append(row(B, s, MAIN + ";table4", sc=30.0 + s, probe_top1=50.0))
+        rows.append(row(N, s, MAIN, sc=20.0 + s, probe_top1=50.0))
+        if s < 2:
+            rows.append(row("Soft gate", s, "table4", sc=10.0 + s))
+    df = frame(rows)
+    read = rows_of(judge.claims_rows(df), claims_table.dataset_title)
+    assert read_markdown(claims_table.render_claims(df, "md")) == read
+    seeds = {r.claim: r.seeds for r in read}
+    assert seeds["1a"] == 3 and seeds["5"] == 2 and seeds["1b"] == 0
+    words = reading(read)
+    few = [w for w in words if w.startswith("- **Fewer than 3 seeds**")]
+    assert few == ["- **Fewer than 3 seeds**: 5: an interval with at most 1 degree of freedom decides only a very "
+                   "large difference, and a lean says little."]
+    assert words.index(few[0]) == len(words) - 2 and words[-1].startswith("- **Not run**")
+    table = ("| | Claim | Test (n) | Verdict | Family (graph) |\n|:--|:--|:--|:--|:--|\n| *Synthetic* | | | | |\n"
+             "| 5 | SC | Welch (4, 2) | holds | holds (family) |\n| 6b | SC | paired (3), right - left | holds | - |\n")
+    assert [r.seeds for r in read_markdown(table)] == [2, 3]
+    assert not [w for w in reading(read_markdown(table.replace("(4, 2)", "(4, 3)"))) if "Fewer than" in w]

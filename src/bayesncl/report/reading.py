@@ -26,6 +26,12 @@ class Row:
     training: str  # "-" where the claim has no control
     family: str
     declared: bool = False  # a claim that is not the paper's (its Paper cell "declared"): never primary
+    seeds: int = 0          # the fewest seeds on a side of its test (0: not run)
+
+
+# The fewest seeds whose 95% interval has 2 degrees of freedom (the paper's tables are means of three): a row on fewer
+# is read out as such, its interval (t = 12.7 at 1 degree of freedom) deciding only a very large difference.
+FEW_SEEDS = 3
 
 
 def rows_of(blocks, title=lambda d: d) -> list[Row]:
@@ -33,8 +39,8 @@ def rows_of(blocks, title=lambda d: d) -> list[Row]:
     def training(c) -> str:  # the Training cell as the table shows it
         return SAME_INIT if c.same_init else c.change.verdict if c.change is not None else "-"
 
-    return [Row(title(d) if d else "", c.claim, c.verdict, training(c), c.family, c.paper == "declared")
-            for d, comps in blocks for c in comps]
+    return [Row(title(d) if d else "", c.claim, c.verdict, training(c), c.family, c.paper == "declared",
+                min(c.result.n, default=0)) for d, comps in blocks for c in comps]
 
 
 def read_markdown(text: str) -> list[Row]:
@@ -54,8 +60,10 @@ def read_markdown(text: str) -> list[Row]:
             continue
         cell = dict(zip(header, cells))
         family = next((v for k, v in cell.items() if k.split(" ")[0] == "Family"), "")  # "Family (graph)", "(Holm)"
+        n = re.match(r"[^(]*\(([\d, ]+)\)", cell.get("Test (n)", ""))  # "paired (5)", "Welch (3, 4)"
         rows.append(Row("" if dataset == "Not run on any dataset" else dataset, strip_marks(cells[0]),
-                        cell.get("Verdict", ""), cell.get("Training", "-"), family, cell.get("Paper") == "declared"))
+                        cell.get("Verdict", ""), cell.get("Training", "-"), family, cell.get("Paper") == "declared",
+                        min(int(k) for k in n.group(1).split(",")) if n else 0))
     return rows
 
 
@@ -67,7 +75,7 @@ def _ids(rows: list[Row], many: bool) -> str:
 
 def reading(rows: list[Row]) -> list[str]:
     """Markdown bullets: the primary claims and the gate, the plain and familywise decisions, the leans, the
-    initialisation control, what did not run."""
+    initialisation control, the rows on fewer than FEW_SEEDS seeds, what did not run."""
     ran = [r for r in rows if r.verdict != NOT_RUN]
     many = len({r.dataset for r in ran}) > 1
     primary = [r for r in ran if r.claim.split("-")[0] in PRIMARY and not r.declared]
@@ -101,6 +109,10 @@ def reading(rows: list[Row]) -> list[str]:
                f"{_ids([r for r in judged if r.training == FAILS], many)}; inconclusive "
                f"{sum(decision(r.training) is None for r in judged)} of {len(judged)}; {SAME_INIT} (Δ at init 0 by "
                f"construction): {_ids(same, many)}.")
+    few = [r for r in ran if 0 < r.seeds < FEW_SEEDS]
+    if few:
+        out.append(f"**Fewer than {FEW_SEEDS} seeds**: {_ids(few, many)}: an interval with at most "
+                   f"{FEW_SEEDS - 2} degree of freedom decides only a very large difference, and a lean says little.")
     missing = [r for r in rows if r.verdict == NOT_RUN]
     if missing:
         out.append(f"**Not run**: {_ids(missing, many)}.")
