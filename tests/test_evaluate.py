@@ -98,6 +98,12 @@ def test_a_loaded_model_is_the_saved_one_built_without_drawing_an_initialisation
         m.register_buffer("scale", torch.ones(3), persistent=False)
         return m
 
+    for changed in ({k: v for k, v in saved.items() if k != "backbone.conv1.weight"},
+                    {**saved, "backbone.extra": torch.ones(1)}):  # a key missing, a key too many
+        monkeypatch.setattr(files, "load", lambda path, map_location="cpu", s=dict(state, model=changed): s)
+        with pytest.raises(CheckpointError, match="weights do not match the model its config describes"):
+            files.load_model(run / "model.pt")
+    monkeypatch.undo()
     monkeypatch.setattr(methods, "build_method", with_a_buffer)
     with pytest.raises(CheckpointError, match="model.pt: holds no 'scale', which the model its config describes needs"):
         files.load_model(run / "model.pt")

@@ -84,18 +84,19 @@ def test_the_reading_says_at_which_level_the_secondary_claims_were_tested():
 
 def test_rows_on_fewer_than_three_seeds_are_named_from_the_objects_and_the_markdown_alike():
     """A side on 2 seeds (Welch: its smaller side) makes the row one on fewer than 3 seeds; 3 seeds or a row that did
-    not run is not named; without such a row the reading has no such line."""
+    not run is not named; without such a row (or without a Test column) the reading has no such line."""
     rows = []
     for s in range(3):
         rows.append(row(B, s, MAIN + ";table4", sc=30.0 + s, probe_top1=50.0))
         rows.append(row(N, s, MAIN, sc=20.0 + s, probe_top1=50.0))
         if s < 2:
-            rows.append(row("Soft gate", s, "table4", sc=10.0 + s))
+            rows.append(row("Soft gate", s + 10, "table4", sc=10.0 + s))  # no seed shared: Welch (3, 2)
     df = frame(rows)
     read = rows_of(judge.claims_rows(df), claims_table.dataset_title)
     assert read_markdown(claims_table.render_claims(df, "md")) == read
     seeds = {r.claim: r.seeds for r in read}
     assert seeds["1a"] == 3 and seeds["5"] == 2 and seeds["1b"] == 0
+    assert next(c for _, cs in judge.claims_rows(df) for c in cs if c.claim == "5").result.n == (3, 2)
     words = reading(read)
     few = [w for w in words if w.startswith("- **Fewer than 3 seeds**")]
     assert few == ["- **Fewer than 3 seeds**: 5: an interval with at most 1 degree of freedom decides only a very "
@@ -105,3 +106,7 @@ def test_rows_on_fewer_than_three_seeds_are_named_from_the_objects_and_the_markd
              "| 5 | SC | Welch (4, 2) | holds | holds (family) |\n| 6b | SC | paired (3), right - left | holds | - |\n")
     assert [r.seeds for r in read_markdown(table)] == [2, 3]
     assert not [w for w in reading(read_markdown(table.replace("(4, 2)", "(4, 3)"))) if "Fewer than" in w]
+    untested = table.replace("| Test (n) ", "").replace("|:--|:--|:--|:--|:--|", "|:--|:--|:--|:--|")
+    untested = untested.replace(" Welch (4, 2) |", "").replace(" paired (3), right - left |", "")
+    assert [r.seeds for r in read_markdown(untested)] == [0, 0]
+    assert not [w for w in reading(read_markdown(untested)) if "Fewer than" in w]
