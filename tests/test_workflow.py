@@ -176,7 +176,7 @@ def test_paper_grid_on_slurm_is_two_submissions_per_run(tmp_path):
     # once per ImageNet-100 root, before its runs: the prepared copy (rules/prepare.smk)
     assert sorted(rule for rule, _ in top if rule not in local) == (["atlas"] * 3 + ["prepare_data"]
                                                                     + ["pretrain"] * len(trained))
-    assert len(submitted) == len(trained) + len(runs) + 3 + 1 == 108 + 189 + 4
+    assert len(submitted) == len(trained) + len(runs) + 3 + 1 == 108 + 180 + 4
     assert out.count("Group job eval_") == len(runs)
     for rule, res in top:
         fields = dict(kv.split("=", 1) for kv in res.split(", "))
