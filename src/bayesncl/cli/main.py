@@ -338,7 +338,5 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-
-
 if __name__ == "__main__":
     sys.exit(main())
